@@ -1,0 +1,239 @@
+// problem.cpp - construction, validation, mask algebra and text forms of af_problem.
+#include "attnfuzz/problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace attnfuzz {
+
+float default_scale(int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+
+void set_contiguous_strides(Problem& p) {
+  p.q_stride[2] = p.head_dim;
+  p.q_stride[1] = p.heads_q * p.head_dim;
+  p.q_stride[0] = p.seq_q * p.q_stride[1];
+  p.k_stride[2] = p.head_dim;
+  p.k_stride[1] = p.heads_kv * p.head_dim;
+  p.k_stride[0] = p.seq_k * p.k_stride[1];
+  p.v_stride[2] = p.head_dim_v;
+  p.v_stride[1] = p.heads_kv * p.head_dim_v;
+  p.v_stride[0] = p.seq_k * p.v_stride[1];
+  p.o_stride[2] = p.head_dim_v;
+  p.o_stride[1] = p.heads_q * p.head_dim_v;
+  p.o_stride[0] = p.seq_q * p.o_stride[1];
+  p.lse_stride[2] = 1;
+  p.lse_stride[1] = p.seq_q;
+  p.lse_stride[0] = p.heads_q * p.seq_q;
+}
+
+Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q, int64_t seq_k,
+                     int64_t head_dim, int64_t head_dim_v) {
+  Problem p{};
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seq_q = seq_q;
+  p.seq_k = seq_k;
+  p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
+  p.scale = head_dim > 0 ? default_scale(head_dim) : 1.0f;
+  p.mask_kind = AF_MASK_NONE;
+  p.mask_align = AF_ALIGN_BOTTOM_RIGHT;
+  p.window_left = AF_UNBOUNDED;
+  p.window_right = AF_UNBOUNDED;
+  p.dtype = AF_DTYPE_F32;
+  set_contiguous_strides(p);
+  return p;
+}
+
+namespace {
+// Largest offset + 1 reachable through the strides (0 if any extent is 0).
+int64_t span(const int64_t* stride, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
+  if (n0 <= 0 || n1 <= 0 || n2 <= 0 || n3 <= 0) return 0;
+  return (n0 - 1) * stride[0] + (n1 - 1) * stride[1] + (n2 - 1) * stride[2] + n3;
+}
+bool mul_ok(int64_t a, int64_t b, int64_t limit) { return a == 0 || b <= limit / a; }
+}  // namespace
+
+int64_t q_elements(const Problem& p) { return span(p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim); }
+int64_t k_elements(const Problem& p) { return span(p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim); }
+int64_t v_elements(const Problem& p) { return span(p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v); }
+int64_t o_elements(const Problem& p) { return span(p.o_stride, p.batch, p.seq_q, p.heads_q, p.head_dim_v); }
+int64_t lse_elements(const Problem& p) {
+  if (p.batch <= 0 || p.heads_q <= 0 || p.seq_q <= 0) return 0;
+  return (p.batch - 1) * p.lse_stride[0] + (p.heads_q - 1) * p.lse_stride[1] + (p.seq_q - 1) * p.lse_stride[2] + 1;
+}
+
+std::string validate(const Problem& p) {
+  auto bad = [](const char* what, int64_t v, const char* need) {
+    return std::string(what) + " = " + std::to_string(v) + " is invalid: " + need;
+  };
+  if (p.batch < 1) return bad("batch", p.batch, "need >= 1");
+  if (p.heads_q < 1) return bad("heads", p.heads_q, "need >= 1");
+  if (p.heads_kv < 1) return bad("kv-heads", p.heads_kv, "need >= 1");
+  if (p.heads_q % p.heads_kv != 0)
+    return "heads = " + std::to_string(p.heads_q) + " is not a multiple of kv-heads = " + std::to_string(p.heads_kv) +
+           " (GQA/MQA need Hq % Hkv == 0)";
+  if (p.seq_q < 1) return bad("sq", p.seq_q, "need >= 1");
+  if (p.seq_k < 0) return bad("sk", p.seq_k, "need >= 0");
+  if (p.head_dim < 1) return bad("d", p.head_dim, "need >= 1");
+  if (p.head_dim_v < 1) return bad("dv", p.head_dim_v, "need >= 1");
+  if (!std::isfinite(p.scale)) return "scale is not finite";
+  if (p.dtype != AF_DTYPE_F32 && p.dtype != AF_DTYPE_F16 && p.dtype != AF_DTYPE_BF16)
+    return "dtype " + std::to_string(p.dtype) + " is unknown";
+  if (p.mask_kind != AF_MASK_NONE && p.mask_kind != AF_MASK_CAUSAL && p.mask_kind != AF_MASK_WINDOW)
+    return "mask kind " + std::to_string(p.mask_kind) + " is unknown";
+  if (p.mask_align != AF_ALIGN_TOP_LEFT && p.mask_align != AF_ALIGN_BOTTOM_RIGHT)
+    return "mask alignment " + std::to_string(p.mask_align) + " is unknown";
+  if (p.mask_kind == AF_MASK_WINDOW) {
+    if (p.window_left < 0 && p.window_left != AF_UNBOUNDED) return bad("window left", p.window_left, "need >= 0 or inf");
+    if (p.window_right < 0 && p.window_right != AF_UNBOUNDED)
+      return bad("window right", p.window_right, "need >= 0 or inf");
+  }
+  // Sizes: every tensor must fit comfortably in memory and in int32 index arithmetic of kernels.
+  const int64_t lim = kMaxElements;
+  const int64_t dims[] = {p.batch, p.seq_q, p.seq_k, p.heads_q, p.head_dim, p.head_dim_v};
+  for (int64_t d : dims)
+    if (d > lim) return "a dimension exceeds " + std::to_string(lim);
+  int64_t bh = p.batch;
+  if (!mul_ok(bh, p.heads_q, lim)) return "batch x heads is too large";
+  bh *= p.heads_q;
+  if (!mul_ok(bh, std::max(p.seq_q, p.seq_k), lim) ||
+      !mul_ok(bh * std::max(p.seq_q, p.seq_k), std::max(p.head_dim, p.head_dim_v), lim))
+    return "the tensors would exceed " + std::to_string(lim) + " elements";
+  for (const int64_t* s : {p.q_stride, p.k_stride, p.v_stride, p.o_stride, p.lse_stride})
+    for (int i = 0; i < 3; ++i)
+      if (s[i] < 0) return "a stride is negative";
+  const int64_t ext[] = {q_elements(p), k_elements(p), v_elements(p), o_elements(p), lse_elements(p)};
+  for (int64_t e : ext)
+    if (e < 0 || e > lim) return "the strides span more than " + std::to_string(lim) + " elements";
+  return {};
+}
+
+int64_t mask_offset(const Problem& p) {
+  return p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+}
+int64_t window_left(const Problem& p) {
+  return p.mask_kind == AF_MASK_WINDOW ? p.window_left : AF_UNBOUNDED;
+}
+int64_t window_right(const Problem& p) {
+  if (p.mask_kind == AF_MASK_CAUSAL) return 0;
+  return p.mask_kind == AF_MASK_WINDOW ? p.window_right : AF_UNBOUNDED;
+}
+
+KeyRange visible_keys(const Problem& p, int64_t i) {
+  if (p.mask_kind == AF_MASK_NONE) return {0, p.seq_k};
+  const int64_t c = i + mask_offset(p);  // key on the diagonal
+  const int64_t l = window_left(p), r = window_right(p);
+  int64_t first = l == AF_UNBOUNDED ? 0 : std::max<int64_t>(0, c - l);
+  int64_t last = r == AF_UNBOUNDED ? p.seq_k : std::min<int64_t>(p.seq_k, c + r + 1);
+  if (last < first) last = first;
+  return {first, last};
+}
+
+bool visible(const Problem& p, int64_t i, int64_t j) {
+  const KeyRange r = visible_keys(p, i);
+  return j >= r.first && j < r.last;
+}
+
+uint32_t mask_support_bit(const Problem& p) {
+  const bool br = p.mask_align == AF_ALIGN_BOTTOM_RIGHT;
+  switch (p.mask_kind) {
+    case AF_MASK_NONE: return AF_SUPPORTS_MASK_NONE;
+    case AF_MASK_CAUSAL: return br ? AF_SUPPORTS_CAUSAL_BR : AF_SUPPORTS_CAUSAL_TL;
+    default: return br ? AF_SUPPORTS_WINDOW_BR : AF_SUPPORTS_WINDOW_TL;
+  }
+}
+
+namespace {
+std::string side(int64_t v) { return v == AF_UNBOUNDED ? "inf" : std::to_string(v); }
+bool parse_side(const std::string& s, int64_t& out) {
+  if (s == "inf" || s == "-1") {
+    out = AF_UNBOUNDED;
+    return true;
+  }
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  out = std::stoll(s);
+  return true;
+}
+}  // namespace
+
+std::string mask_to_string(const Problem& p) {
+  const char* al = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? "-br" : "-tl";
+  switch (p.mask_kind) {
+    case AF_MASK_NONE: return "none";
+    case AF_MASK_CAUSAL: return std::string("causal") + al;
+    default: return "window:" + side(p.window_left) + "," + side(p.window_right) + al;
+  }
+}
+
+std::string parse_mask(const std::string& text, Problem& p) {
+  std::string t = text;
+  int32_t align = AF_ALIGN_BOTTOM_RIGHT;
+  auto ends = [&](const char* suf) {
+    const std::string s(suf);
+    if (t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0) {
+      t.resize(t.size() - s.size());
+      return true;
+    }
+    return false;
+  };
+  if (ends("-tl")) align = AF_ALIGN_TOP_LEFT;
+  else if (ends("-br")) align = AF_ALIGN_BOTTOM_RIGHT;
+  const std::string err = "mask '" + text + "' is invalid: use none, causal, causal-tl, causal-br, window:L,R[-tl|-br]";
+  if (t == "none") {
+    if (t.size() != text.size()) return err;
+    p.mask_kind = AF_MASK_NONE;
+    p.mask_align = AF_ALIGN_BOTTOM_RIGHT;
+    p.window_left = p.window_right = AF_UNBOUNDED;
+    return {};
+  }
+  if (t == "causal") {
+    p.mask_kind = AF_MASK_CAUSAL;
+    p.mask_align = align;
+    p.window_left = AF_UNBOUNDED;
+    p.window_right = 0;
+    return {};
+  }
+  if (t.rfind("window:", 0) == 0) {
+    const std::string body = t.substr(7);
+    const auto comma = body.find(',');
+    int64_t l, r;
+    if (comma == std::string::npos || !parse_side(body.substr(0, comma), l) || !parse_side(body.substr(comma + 1), r))
+      return err;
+    p.mask_kind = AF_MASK_WINDOW;
+    p.mask_align = align;
+    p.window_left = l;
+    p.window_right = r;
+    return {};
+  }
+  return err;
+}
+
+const char* dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case AF_DTYPE_F32: return "f32";
+    case AF_DTYPE_F16: return "f16";
+    case AF_DTYPE_BF16: return "bf16";
+    default: return "unknown";
+  }
+}
+std::optional<int32_t> parse_dtype(const std::string& text) {
+  if (text == "f32" || text == "fp32" || text == "float32") return AF_DTYPE_F32;
+  if (text == "f16" || text == "fp16" || text == "float16") return AF_DTYPE_F16;
+  if (text == "bf16" || text == "bfloat16") return AF_DTYPE_BF16;
+  return std::nullopt;
+}
+
+std::string describe(const Problem& p) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld Dv=%lld mask=%s scale=%.9g %s",
+                (long long)p.batch, (long long)p.heads_q, (long long)p.heads_kv, (long long)p.seq_q,
+                (long long)p.seq_k, (long long)p.head_dim, (long long)p.head_dim_v, mask_to_string(p).c_str(),
+                (double)p.scale, dtype_name(p.dtype));
+  return buf;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,23 @@
+// hip.h - the one include of a kernel source: CPU emulator, HIP-on-CUDA shim, or real ROCm HIP.
+#pragma once
+
+#if defined(ATTNFUZZ_BACKEND_CPU)
+#include "attnfuzz/hip_cpu.h"
+#define AF_BACKEND_NAME "cpu"
+#elif defined(__CUDACC__)
+#include "attnfuzz/hip_cuda.h"
+#define AF_BACKEND_NAME "nvidia"
+#else
+#include <hip/hip_runtime.h>
+#define AF_BACKEND_NAME "amd"
+#endif
+
+#include "attnfuzz/abi.h"
+
+// Defines the entry point of a plug-in shared library from an array of af_kernel.
+#define AF_DEFINE_PLUGIN(plugin_name, kernel_array)                                          \
+  extern "C" __attribute__((visibility("default"))) const af_plugin* attnfuzz_plugin(void) { \
+    static const af_plugin p = {AF_ABI_VERSION, AF_BACKEND_NAME, (plugin_name),              \
+                                sizeof(kernel_array) / sizeof((kernel_array)[0]), (kernel_array)}; \
+    return &p;                                                                               \
+  }

@@ -1,0 +1,124 @@
+// hip_cpu.h - the HIP kernel language on the CPU emulator: each GPU thread is a fiber (runtime/cpu/).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+typedef int hipError_t;  // values as in HIP
+enum : int {
+  hipSuccess = 0,
+  hipErrorInvalidValue = 1,
+  hipErrorOutOfMemory = 2,
+  hipErrorInvalidConfiguration = 9,
+  hipErrorNoDevice = 100,
+  hipErrorLaunchFailure = 719,
+};
+typedef void* hipStream_t;
+
+namespace hipemu {
+
+// Per-fiber identity, read by threadIdx etc. Set by the scheduler before a fiber resumes.
+struct FiberIds {
+  dim3 thread_idx, block_idx, block_dim, grid_dim;
+  unsigned linear_tid;
+  unsigned warp_size;
+  void* dynamic_shared;
+};
+extern __thread const FiberIds* tl_ids;
+
+void syncthreads(const char* file, int line);
+// Warp-level exchange used by the shuffles: publishes `bits`, waits for the warp, returns lane src's bits.
+uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line);
+void set_last_error(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+int take_last_error();
+
+// Runs fn(ctx) once per GPU thread of the grid; returns hipSuccess or an error code (message kept).
+int run_grid(dim3 grid, dim3 block, size_t dynamic_shared, void (*fn)(void*), void* ctx);
+
+template <class... P, class... A>
+inline int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&... args) {
+  std::tuple<std::decay_t<P>...> argv(static_cast<std::decay_t<P>>(std::forward<A>(args))...);  // by value, as on a GPU
+  auto call = [&] { std::apply(kernel, argv); };
+  return run_grid(grid, block, shmem, [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
+}
+
+template <class T>
+inline T shfl_impl(T v, int src_lane, int width, const char* file, int line) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of a type wider than 8 bytes");
+  const unsigned lane = tl_ids->linear_tid % tl_ids->warp_size;
+  const unsigned w = (width <= 0 || (unsigned)width > tl_ids->warp_size) ? tl_ids->warp_size : (unsigned)width;
+  const unsigned base = lane - lane % w;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = warp_exchange(bits, (int)(base + ((unsigned)src_lane % w)), file, line);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+inline unsigned lane_id() { return tl_ids->linear_tid % tl_ids->warp_size; }
+
+}  // namespace hipemu
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define HIP_DYNAMIC_SHARED(type, var) type* var = static_cast<type*>(::hipemu::tl_ids->dynamic_shared);
+#define threadIdx (::hipemu::tl_ids->thread_idx)
+#define blockIdx (::hipemu::tl_ids->block_idx)
+#define blockDim (::hipemu::tl_ids->block_dim)
+#define gridDim (::hipemu::tl_ids->grid_dim)
+#define warpSize ((int)::hipemu::tl_ids->warp_size)
+#define __syncthreads() ::hipemu::syncthreads(__FILE__, __LINE__)
+
+#define __shfl(v, src, ...) ::hipemu::shfl_impl((v), (int)(src), ##__VA_ARGS__, __FILE__, __LINE__)
+#define __shfl_xor(v, m, ...) \
+  ::hipemu::shfl_impl((v), (int)(::hipemu::lane_id() ^ (unsigned)(m)), ##__VA_ARGS__, __FILE__, __LINE__)
+#define __shfl_down(v, dl, ...) \
+  ::hipemu::shfl_impl((v), (int)(::hipemu::lane_id() + (unsigned)(dl)), ##__VA_ARGS__, __FILE__, __LINE__)
+
+#define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
+  ::hipemu::launch((kernel), dim3(grid), dim3(block), (size_t)(shmem), ##__VA_ARGS__)
+inline hipError_t hipGetLastError() { return ::hipemu::take_last_error(); }
+inline hipError_t hipPeekAtLastError() { return ::hipemu::take_last_error(); }
+
+// Math the kernels use. The fast-math intrinsics are the precise functions here: the error bound
+// (oracle/) allows for hardware approximations on GPUs.
+using std::fabs;
+inline float __expf(float x) { return expf(x); }
+inline float __exp2f(float x) { return exp2f(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+
+// Atomics: blocks run on several OS threads, so these are real atomics.
+inline float atomicAdd(float* p, float v) {
+  float old = __atomic_load_n(p, __ATOMIC_RELAXED), want;
+  do {
+    want = old + v;
+  } while (!__atomic_compare_exchange(p, &old, &want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  return old;
+}
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicMax(int* p, int v) { return __atomic_fetch_max(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicCAS(int* p, int cmp, int v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

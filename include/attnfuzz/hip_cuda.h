@@ -1,0 +1,27 @@
+// hip_cuda.h - the project's HIP-to-CUDA shim for nvcc (Debian HIP 5.2's nvidia headers break on CUDA 13).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cmath>
+
+typedef cudaError_t hipError_t;
+typedef cudaStream_t hipStream_t;
+typedef cudaEvent_t hipEvent_t;
+#define hipSuccess cudaSuccess
+#define hipErrorInvalidValue cudaErrorInvalidValue
+#define hipErrorInvalidConfiguration cudaErrorInvalidConfiguration
+#define hipErrorNoDevice cudaErrorNoDevice
+#define hipErrorLaunchFailure cudaErrorLaunchFailure
+#define hipGetLastError cudaGetLastError
+#define hipPeekAtLastError cudaPeekAtLastError
+
+#define HIP_DYNAMIC_SHARED(type, var) extern __shared__ type var[];
+#define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
+  kernel<<<(grid), (block), (shmem), (cudaStream_t)(stream)>>>(__VA_ARGS__)
+
+// HIP's unsynchronised warp shuffles map to the full-mask CUDA forms.
+#define __shfl(v, src, ...) __shfl_sync(0xffffffffu, (v), (src), ##__VA_ARGS__)
+#define __shfl_xor(v, m, ...) __shfl_xor_sync(0xffffffffu, (v), (m), ##__VA_ARGS__)
+#define __shfl_down(v, d, ...) __shfl_down_sync(0xffffffffu, (v), (d), ##__VA_ARGS__)

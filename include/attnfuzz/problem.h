@@ -1,0 +1,90 @@
+// problem.h - the attention problem (af_problem) as C++ sees it: construction, validation, masks, text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "attnfuzz/abi.h"
+
+namespace attnfuzz {
+
+using Problem = af_problem;
+
+// A problem with contiguous [B, S, H, D] strides, contiguous LSE [B, Hq, Sq], scale fp32(1/sqrt(D)),
+// no mask, fp32.
+Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q, int64_t seq_k,
+                     int64_t head_dim, int64_t head_dim_v);
+
+// Recomputes contiguous strides for the current shape.
+void set_contiguous_strides(Problem& p);
+
+// fp32 rounding of 1/sqrt(D): the default scale.
+float default_scale(int64_t head_dim);
+
+// Empty when the problem is well formed, else a sentence naming the first problem found.
+std::string validate(const Problem& p);
+
+// Largest shape dimension product the tool accepts (guards against absurd allocations).
+constexpr int64_t kMaxElements = int64_t{1} << 31;
+
+// The diagonal offset: 0 for top-left alignment, Sk - Sq for bottom-right.
+int64_t mask_offset(const Problem& p);
+
+// Window sides after normalising causal (left unbounded, right 0) and none (both unbounded).
+// AF_UNBOUNDED stays AF_UNBOUNDED.
+int64_t window_left(const Problem& p);
+int64_t window_right(const Problem& p);
+
+// visible(i, j) <=> j - (i + off) in [-left, right] (DESIGN.md). i in [0, Sq), j in [0, Sk).
+bool visible(const Problem& p, int64_t i, int64_t j);
+
+// The visible keys of row i are exactly [first, last) (a mask is always an interval); empty if first >= last.
+struct KeyRange {
+  int64_t first, last;
+  bool empty() const { return first >= last; }
+};
+KeyRange visible_keys(const Problem& p, int64_t i);
+
+// AF_SUPPORTS_* bit that a kernel must have to run this problem's mask.
+uint32_t mask_support_bit(const Problem& p);
+
+// Mask text: "none", "causal-br", "causal-tl", "window:L,R-br", "window:L,R-tl" (L or R may be "inf").
+std::string mask_to_string(const Problem& p);
+// Parses the forms above plus the aliases "causal" (= causal-br) and "window:L,R" (= -br). Sets
+// mask_kind/align/window_*; returns an error sentence or empty.
+std::string parse_mask(const std::string& text, Problem& p);
+
+const char* dtype_name(int32_t dtype);
+std::optional<int32_t> parse_dtype(const std::string& text);
+
+// One line: "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130189 f32".
+std::string describe(const Problem& p);
+
+// Element counts of each tensor (spanning the strides) and of the LSE.
+int64_t q_elements(const Problem& p);
+int64_t k_elements(const Problem& p);
+int64_t v_elements(const Problem& p);
+int64_t o_elements(const Problem& p);
+int64_t lse_elements(const Problem& p);
+
+// Element offsets.
+inline int64_t q_index(const Problem& p, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return b * p.q_stride[0] + s * p.q_stride[1] + h * p.q_stride[2] + d;
+}
+inline int64_t k_index(const Problem& p, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return b * p.k_stride[0] + s * p.k_stride[1] + h * p.k_stride[2] + d;
+}
+inline int64_t v_index(const Problem& p, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return b * p.v_stride[0] + s * p.v_stride[1] + h * p.v_stride[2] + d;
+}
+inline int64_t o_index(const Problem& p, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return b * p.o_stride[0] + s * p.o_stride[1] + h * p.o_stride[2] + d;
+}
+inline int64_t lse_index(const Problem& p, int64_t b, int64_t h, int64_t s) {
+  return b * p.lse_stride[0] + h * p.lse_stride[1] + s * p.lse_stride[2];
+}
+// The kv head read by query head h (GQA / MQA).
+inline int64_t kv_head(const Problem& p, int64_t h) { return h / (p.heads_q / p.heads_kv); }
+
+}  // namespace attnfuzz

@@ -1,0 +1,45 @@
+// registry.h - every kernel the tool can run: built-ins registered at start-up and plug-ins loaded by path.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attnfuzz/abi.h"
+#include "attnfuzz/device.h"
+
+namespace attnfuzz {
+
+struct KernelEntry {
+  af_kernel kernel;     // copied from the kernel's table
+  Backend backend;      // what its launch function was compiled for
+  std::string origin;   // "built-in" or the plug-in's path
+};
+
+// Whether kernel k claims to support problem p (dtype, mask, limits, its own check). Empty = yes,
+// else a sentence saying why not.
+std::string unsupported_reason(const af_kernel& k, const af_problem& p);
+
+class Registry {
+ public:
+  // The process-wide registry (built-ins are added before main by AF_REGISTER_KERNELS).
+  static Registry& global();
+
+  void add(Backend backend, const af_kernel* kernels, size_t n, const std::string& origin);
+  // Loads a plug-in (dlopen + attnfuzz_plugin()). Throws std::runtime_error with a clear message on a
+  // missing file, missing entry point, ABI mismatch, unknown backend or duplicate kernel name.
+  void load_plugin(const std::string& path);
+
+  const std::vector<KernelEntry>& all() const { return entries_; }
+  // Entries for one backend whose names match a comma-separated list of names or globs ("all" = *).
+  // Throws std::invalid_argument naming a pattern that matched nothing.
+  std::vector<const KernelEntry*> select(Backend backend, const std::string& patterns) const;
+  const KernelEntry* find(Backend backend, const std::string& name) const;
+
+ private:
+  std::vector<KernelEntry> entries_;
+};
+
+// Called from the static registrar in each kernel file (see kernels/register.h).
+bool register_builtin_kernels(const char* backend, const af_kernel* kernels, size_t n);
+
+}  // namespace attnfuzz

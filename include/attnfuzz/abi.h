@@ -78,8 +78,8 @@ typedef struct af_kernel {
   const char* name;        /* unique, e.g. "flash-bk32" */
   const char* family;      /* e.g. "flash"; planted-bug kernels use "planted/<family>" */
   const char* description; /* one line */
-  uint32_t dtypes;         /* AF_SUPPORTS_F32 ... */
-  uint32_t masks;          /* AF_SUPPORTS_* */
+  uint32_t dtypes;         /* AF_SUPPORTS_F32 ...; 0 = fp32 only */
+  uint32_t masks;          /* AF_SUPPORTS_*; 0 = every mask */
   int64_t max_head_dim;    /* largest D (0 = no limit) */
   int64_t max_head_dim_v;  /* largest Dv (0 = no limit) */
   int32_t writes_lse;      /* 1 if the kernel fills lse */

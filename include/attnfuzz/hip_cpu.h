@@ -52,20 +52,32 @@ inline int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&
   return run_grid(grid, block, shmem, [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
 }
 
+// The lane of the calling thread within its warp.
+inline unsigned lane_id() { return tl_ids->linear_tid % tl_ids->warp_size; }
+
+enum class ShflMode { kIndex, kXor, kDown, kUp };
+// Shuffle among `width` lanes (0 = warp size) with HIP semantics: index wraps modulo width; down/up
+// return the caller's own value when the source lane falls outside its width-segment.
 template <class T>
-inline T shfl_impl(T v, int src_lane, int width, const char* file, int line) {
+inline T shfl(T v, int arg, int width, ShflMode mode, const char* file, int line) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of a type wider than 8 bytes");
-  const unsigned lane = tl_ids->linear_tid % tl_ids->warp_size;
-  const unsigned w = (width <= 0 || (unsigned)width > tl_ids->warp_size) ? tl_ids->warp_size : (unsigned)width;
-  const unsigned base = lane - lane % w;
+  const unsigned ws = tl_ids->warp_size, lane = lane_id();
+  const unsigned w = (width <= 0 || (unsigned)width > ws) ? ws : (unsigned)width;
+  const unsigned base = lane - lane % w, me = lane % w;
+  long src = me;
+  switch (mode) {
+    case ShflMode::kIndex: src = (long)((unsigned)arg % w); break;
+    case ShflMode::kXor: src = (long)(me ^ (unsigned)arg); if (src >= (long)w) src = me; break;
+    case ShflMode::kDown: src = (long)me + arg; if (src >= (long)w) src = me; break;
+    case ShflMode::kUp: src = (long)me - arg; if (src < 0) src = me; break;
+  }
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  bits = warp_exchange(bits, (int)(base + ((unsigned)src_lane % w)), file, line);
+  bits = warp_exchange(bits, (int)(base + (unsigned)src), file, line);
   T out;
   std::memcpy(&out, &bits, sizeof(T));
   return out;
 }
-inline unsigned lane_id() { return tl_ids->linear_tid % tl_ids->warp_size; }
 
 }  // namespace hipemu
 
@@ -81,13 +93,26 @@ inline unsigned lane_id() { return tl_ids->linear_tid % tl_ids->warp_size; }
 #define blockDim (::hipemu::tl_ids->block_dim)
 #define gridDim (::hipemu::tl_ids->grid_dim)
 #define warpSize ((int)::hipemu::tl_ids->warp_size)
-#define __syncthreads() ::hipemu::syncthreads(__FILE__, __LINE__)
-
-#define __shfl(v, src, ...) ::hipemu::shfl_impl((v), (int)(src), ##__VA_ARGS__, __FILE__, __LINE__)
-#define __shfl_xor(v, m, ...) \
-  ::hipemu::shfl_impl((v), (int)(::hipemu::lane_id() ^ (unsigned)(m)), ##__VA_ARGS__, __FILE__, __LINE__)
-#define __shfl_down(v, dl, ...) \
-  ::hipemu::shfl_impl((v), (int)(::hipemu::lane_id() + (unsigned)(dl)), ##__VA_ARGS__, __FILE__, __LINE__)
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::hipemu::syncthreads(file, line);
+}
+template <class T>
+inline T __shfl(T v, int src, int width = 0, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ::hipemu::shfl(v, src, width, ::hipemu::ShflMode::kIndex, file, line);
+}
+template <class T>
+inline T __shfl_xor(T v, int mask, int width = 0, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ::hipemu::shfl(v, mask, width, ::hipemu::ShflMode::kXor, file, line);
+}
+template <class T>
+inline T __shfl_down(T v, unsigned d, int width = 0, const char* file = __builtin_FILE(),
+                     int line = __builtin_LINE()) {
+  return ::hipemu::shfl(v, (int)d, width, ::hipemu::ShflMode::kDown, file, line);
+}
+template <class T>
+inline T __shfl_up(T v, unsigned d, int width = 0, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ::hipemu::shfl(v, (int)d, width, ::hipemu::ShflMode::kUp, file, line);
+}
 
 #define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
   ::hipemu::launch((kernel), dim3(grid), dim3(block), (size_t)(shmem), ##__VA_ARGS__)
@@ -107,7 +132,8 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 // Atomics: blocks run on several OS threads, so these are real atomics.
 inline float atomicAdd(float* p, float v) {
-  float old = __atomic_load_n(p, __ATOMIC_RELAXED), want;
+  float old, want;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
   do {
     want = old + v;
   } while (!__atomic_compare_exchange(p, &old, &want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
@@ -115,7 +141,12 @@ inline float atomicAdd(float* p, float v) {
 }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-inline int atomicMax(int* p, int v) { return __atomic_fetch_max(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicMax(int* p, int v) {
+  int old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
 inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicCAS(int* p, int cmp, int v) {
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);

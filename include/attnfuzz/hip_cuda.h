@@ -14,8 +14,28 @@ typedef cudaEvent_t hipEvent_t;
 #define hipErrorInvalidConfiguration cudaErrorInvalidConfiguration
 #define hipErrorNoDevice cudaErrorNoDevice
 #define hipErrorLaunchFailure cudaErrorLaunchFailure
+#define hipErrorNotReady cudaErrorNotReady
 #define hipGetLastError cudaGetLastError
 #define hipPeekAtLastError cudaPeekAtLastError
+#define hipGetErrorString cudaGetErrorString
+#define hipGetErrorName cudaGetErrorName
+
+// Host runtime (used by the device layer, runtime/gpu/).
+typedef cudaDeviceProp hipDeviceProp_t;
+#define hipMemcpyHostToDevice cudaMemcpyHostToDevice
+#define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define hipMalloc cudaMalloc
+#define hipFree cudaFree
+#define hipMemcpy cudaMemcpy
+#define hipDeviceSynchronize cudaDeviceSynchronize
+#define hipGetDeviceCount cudaGetDeviceCount
+#define hipSetDevice cudaSetDevice
+#define hipGetDeviceProperties cudaGetDeviceProperties
+#define hipEventCreate cudaEventCreate
+#define hipEventDestroy cudaEventDestroy
+#define hipEventRecord cudaEventRecord
+#define hipEventQuery cudaEventQuery
+#define hipEventElapsedTime cudaEventElapsedTime
 
 #define HIP_DYNAMIC_SHARED(type, var) extern __shared__ type var[];
 #define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
@@ -25,3 +45,4 @@ typedef cudaEvent_t hipEvent_t;
 #define __shfl(v, src, ...) __shfl_sync(0xffffffffu, (v), (src), ##__VA_ARGS__)
 #define __shfl_xor(v, m, ...) __shfl_xor_sync(0xffffffffu, (v), (m), ##__VA_ARGS__)
 #define __shfl_down(v, d, ...) __shfl_down_sync(0xffffffffu, (v), (d), ##__VA_ARGS__)
+#define __shfl_up(v, d, ...) __shfl_up_sync(0xffffffffu, (v), (d), ##__VA_ARGS__)

@@ -1,0 +1,576 @@
+// case.cpp - test cases: RNG, value specifications and their text forms, generation, sweep grid.
+#include "attnfuzz/case.h"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <numbers>
+#include <stdexcept>
+
+namespace attnfuzz {
+
+// ----------------------------------------------------------------------------------------------- RNG
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Rng::Rng(uint64_t seed, uint64_t stream) {
+  uint64_t x = seed ^ (stream * 0xd1342543de82ef95ull);
+  x = splitmix64(x) ^ stream;  // decorrelate seed/stream pairs that xor to the same value
+  for (uint64_t& w : s_) w = splitmix64(x);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = std::rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = std::rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+uint64_t Rng::below(uint64_t n) {
+  if (n <= 1) return 0;
+  const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % n;
+  uint64_t x;
+  do x = next();
+  while (x >= limit);
+  return x % n;
+}
+
+double Rng::normal() {
+  const double u1 = 1.0 - uniform01();  // (0, 1]
+  const double u2 = uniform01();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+uint64_t hash64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return splitmix64(h);
+}
+
+// ------------------------------------------------------------------------------------------ names
+
+const char* distribution_name(Distribution d) {
+  switch (d) {
+    case Distribution::kUniform: return "uniform";
+    case Distribution::kNormal: return "normal";
+    case Distribution::kExtreme: return "extreme";
+  }
+  return "?";
+}
+const char* tensor_name(Tensor t) {
+  switch (t) {
+    case Tensor::kQ: return "q";
+    case Tensor::kK: return "k";
+    case Tensor::kV: return "v";
+  }
+  return "?";
+}
+const char* special_kind_name(SpecialKind k) {
+  switch (k) {
+    case SpecialKind::kNaN: return "nan";
+    case SpecialKind::kPosInf: return "inf";
+    case SpecialKind::kNegInf: return "-inf";
+    case SpecialKind::kSubnormal: return "subnormal";
+    case SpecialKind::kHuge: return "huge";
+    case SpecialKind::kNegZero: return "-0";
+  }
+  return "?";
+}
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::kRandom: return "random";
+    case Placement::kVisible: return "visible";
+    case Placement::kMasked: return "masked";
+    case Placement::kHidden: return "hidden";
+    case Placement::kAt: return "at";
+  }
+  return "?";
+}
+
+namespace {
+
+// Shortest %g form that reads back as the same double.
+std::string shortest(double v) {
+  char buf[40];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty() || s.size() > 40) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+bool parse_int(const std::string& s, int64_t& out) {
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  out = std::stoll(s);
+  return true;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+}  // namespace
+
+std::string parse_distribution(const std::string& text, ValueDist& out) {
+  const std::string err =
+      "value distribution '" + text + "' is invalid: use uniform[:A], normal[:SIGMA] or extreme:MAG (A, SIGMA, MAG > 0)";
+  const auto colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  ValueDist d;
+  if (name == "uniform") d.kind = Distribution::kUniform;
+  else if (name == "normal") d.kind = Distribution::kNormal;
+  else if (name == "extreme") d.kind = Distribution::kExtreme;
+  else return err;
+  if (colon == std::string::npos) {
+    if (d.kind == Distribution::kExtreme) return err;
+    d.param = 1.0;
+  } else if (!parse_double(text.substr(colon + 1), d.param) || !(d.param > 0) || !std::isfinite(d.param)) {
+    return err;
+  }
+  out = d;
+  return {};
+}
+
+std::string to_string(const ValueDist& d) { return std::string(distribution_name(d.kind)) + ":" + shortest(d.param); }
+
+std::string parse_special(const std::string& text, SpecialValue& out) {
+  const std::string err = "special value '" + text +
+                          "' is invalid: use KIND[@q|k|v][:random|visible|masked|hidden|at=S,D|at=B,H,S,D][*COUNT] "
+                          "with KIND nan, inf, -inf, subnormal, huge or -0";
+  SpecialValue s;
+  std::string t = text;
+  if (const auto star = t.rfind('*'); star != std::string::npos) {
+    if (!parse_int(t.substr(star + 1), s.count)) return err;
+    t.resize(star);
+  }
+  std::string placement;
+  if (const auto colon = t.find(':'); colon != std::string::npos) {
+    placement = t.substr(colon + 1);
+    t.resize(colon);
+  }
+  if (const auto at = t.find('@'); at != std::string::npos) {
+    const std::string tn = t.substr(at + 1);
+    if (tn == "q") s.tensor = Tensor::kQ;
+    else if (tn == "k") s.tensor = Tensor::kK;
+    else if (tn == "v") s.tensor = Tensor::kV;
+    else return err;
+    t.resize(at);
+  }
+  if (t == "nan") s.kind = SpecialKind::kNaN;
+  else if (t == "inf" || t == "+inf") s.kind = SpecialKind::kPosInf;
+  else if (t == "-inf") s.kind = SpecialKind::kNegInf;
+  else if (t == "subnormal" || t == "denormal") s.kind = SpecialKind::kSubnormal;
+  else if (t == "huge") s.kind = SpecialKind::kHuge;
+  else if (t == "-0" || t == "negzero") s.kind = SpecialKind::kNegZero;
+  else return err;
+  if (placement.empty() || placement == "random") s.placement = Placement::kRandom;
+  else if (placement == "visible") s.placement = Placement::kVisible;
+  else if (placement == "masked") s.placement = Placement::kMasked;
+  else if (placement == "hidden") s.placement = Placement::kHidden;
+  else if (placement.rfind("at=", 0) == 0) {
+    s.placement = Placement::kAt;
+    const auto parts = split(placement.substr(3), ',');
+    std::vector<int64_t> v(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (!parse_int(parts[i], v[i])) return err;
+    if (v.size() == 2) {
+      s.s = v[0];
+      s.d = v[1];
+    } else if (v.size() == 4) {
+      s.b = v[0];
+      s.h = v[1];
+      s.s = v[2];
+      s.d = v[3];
+    } else {
+      return err;
+    }
+  } else {
+    return err;
+  }
+  out = s;
+  return {};
+}
+
+std::string to_string(const SpecialValue& s) {
+  std::string t = std::string(special_kind_name(s.kind)) + "@" + tensor_name(s.tensor) + ":";
+  if (s.placement == Placement::kAt) {
+    t += "at=" + std::to_string(s.b) + "," + std::to_string(s.h) + "," + std::to_string(s.s) + "," + std::to_string(s.d);
+  } else {
+    t += placement_name(s.placement);
+  }
+  if (s.count != 1) t += "*" + std::to_string(s.count);
+  return t;
+}
+
+// ------------------------------------------------------------------------------------------- cases
+
+Case make_case(const Problem& p, uint64_t seed) {
+  Case c;
+  c.problem = p;
+  c.seed = seed;
+  return c;
+}
+
+namespace {
+int64_t tensor_heads(const Problem& p, Tensor t) { return t == Tensor::kQ ? p.heads_q : p.heads_kv; }
+int64_t tensor_seq(const Problem& p, Tensor t) { return t == Tensor::kQ ? p.seq_q : p.seq_k; }
+int64_t tensor_dim(const Problem& p, Tensor t) { return t == Tensor::kV ? p.head_dim_v : p.head_dim; }
+int64_t tensor_index(const Problem& p, Tensor t, int64_t b, int64_t h, int64_t s, int64_t d) {
+  switch (t) {
+    case Tensor::kQ: return q_index(p, b, s, h, d);
+    case Tensor::kK: return k_index(p, b, s, h, d);
+    default: return v_index(p, b, s, h, d);
+  }
+}
+constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
+}  // namespace
+
+std::string validate(const Case& c) {
+  if (std::string e = validate(c.problem); !e.empty()) return e;
+  const double a = c.values.dist.param;
+  if (!(a > 0) || !std::isfinite(a))
+    return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
+  for (const SpecialValue& s : c.values.specials) {
+    if (s.count < 0 || s.count > kMaxSpecialCount)
+      return "special value '" + to_string(s) + "' has an invalid count (need 0 .. 2^24)";
+    if (s.placement == Placement::kAt) {
+      const Problem& p = c.problem;
+      if (s.b < 0 || s.b >= p.batch || s.h < 0 || s.h >= tensor_heads(p, s.tensor) || s.s < 0 ||
+          s.s >= tensor_seq(p, s.tensor) || s.d < 0 || s.d >= tensor_dim(p, s.tensor))
+        return "special value '" + to_string(s) + "' is outside the " + tensor_name(s.tensor) + " tensor";
+    }
+  }
+  if (c.explicit_values) {
+    const ExplicitValues& e = *c.explicit_values;
+    auto check = [](const char* name, size_t have, int64_t need) -> std::string {
+      if (static_cast<int64_t>(have) == need) return {};
+      return std::string("explicit ") + name + " holds " + std::to_string(have) + " values, the problem needs " +
+             std::to_string(need);
+    };
+    if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
+    if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
+    if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
+  }
+  return {};
+}
+
+std::string describe(const Case& c) {
+  char seed[32];
+  std::snprintf(seed, sizeof seed, "0x%016llx", static_cast<unsigned long long>(c.seed));
+  std::string t = describe(c.problem) + " values=" + to_string(c.values.dist);
+  for (const SpecialValue& s : c.values.specials) t += " special=" + to_string(s);
+  t += std::string(" seed=") + seed;
+  if (c.explicit_values) t += " explicit";
+  return t;
+}
+
+std::vector<int64_t> key_visibility_counts(const Problem& p) {
+  std::vector<int64_t> diff(static_cast<size_t>(p.seq_k) + 1, 0);
+  for (int64_t i = 0; i < p.seq_q; ++i) {
+    const KeyRange r = visible_keys(p, i);
+    if (r.empty()) continue;
+    ++diff[r.first];
+    --diff[r.last];
+  }
+  std::vector<int64_t> count(static_cast<size_t>(p.seq_k));
+  int64_t run = 0;
+  for (int64_t j = 0; j < p.seq_k; ++j) count[j] = run += diff[j];
+  return count;
+}
+
+// ------------------------------------------------------------------------------------------ generate
+
+namespace {
+
+float special_value(SpecialKind k, Rng& rng) {
+  switch (k) {
+    case SpecialKind::kNaN: return std::bit_cast<float>(0x7fc00000u);
+    case SpecialKind::kPosInf: return std::numeric_limits<float>::infinity();
+    case SpecialKind::kNegInf: return -std::numeric_limits<float>::infinity();
+    case SpecialKind::kSubnormal: {
+      const uint64_t r = rng.next();
+      const uint32_t mant = static_cast<uint32_t>(r % 0x7fffffu) + 1;  // 1 .. 2^23 - 1
+      const uint32_t sign = (r >> 63) ? 0x80000000u : 0u;
+      return std::bit_cast<float>(sign | mant);
+    }
+    case SpecialKind::kHuge: return (rng.next() >> 63) ? -FLT_MAX : FLT_MAX;
+    case SpecialKind::kNegZero: return -0.0f;
+  }
+  return 0.0f;
+}
+
+// Fills the addressed elements of one tensor in logical (b, s, h, d) order.
+template <class Draw>
+void fill(std::vector<float>& out, const Problem& p, Tensor t, Draw draw) {
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < tensor_seq(p, t); ++s)
+      for (int64_t h = 0; h < tensor_heads(p, t); ++h)
+        for (int64_t d = 0; d < tensor_dim(p, t); ++d) out[tensor_index(p, t, b, h, s, d)] = draw();
+}
+
+}  // namespace
+
+Tensors generate(const Case& c) {
+  if (std::string e = validate(c); !e.empty()) throw std::invalid_argument(e);
+  Tensors out;
+  if (c.explicit_values) {
+    out.q = c.explicit_values->q;
+    out.k = c.explicit_values->k;
+    out.v = c.explicit_values->v;
+    return out;
+  }
+  const Problem& p = c.problem;
+  const float gap = std::bit_cast<float>(kStrideGapBits);
+  out.q.assign(q_elements(p), gap);
+  out.k.assign(k_elements(p), gap);
+  out.v.assign(v_elements(p), gap);
+
+  const ValueDist& dist = c.values.dist;
+  double qk_half = dist.param, v_half = dist.param;
+  if (dist.kind == Distribution::kExtreme) {
+    const double denom = std::fabs(static_cast<double>(p.scale)) * std::sqrt(static_cast<double>(p.head_dim));
+    qk_half = denom > 0 ? std::sqrt(3.0 * dist.param / denom) : 1.0;
+    v_half = 1.0;
+  }
+  auto filler = [&](Tensor t, double half) {
+    Rng rng(c.seed, 1 + static_cast<uint64_t>(t));
+    std::vector<float>& buf = t == Tensor::kQ ? out.q : t == Tensor::kK ? out.k : out.v;
+    if (dist.kind == Distribution::kNormal) {
+      fill(buf, p, t, [&] { return static_cast<float>(dist.param * rng.normal()); });
+    } else {
+      fill(buf, p, t, [&] { return static_cast<float>(half * (2.0 * rng.uniform01() - 1.0)); });
+    }
+  };
+  filler(Tensor::kQ, qk_half);
+  filler(Tensor::kK, qk_half);
+  filler(Tensor::kV, v_half);
+
+  if (c.values.specials.empty()) return out;
+  Rng rng(c.seed, 4);
+  // Candidate sequence positions per (tensor, placement), computed lazily.
+  std::vector<int64_t> key_count;
+  auto candidates = [&](Tensor t, Placement pl) {
+    std::vector<int64_t> pos;
+    if (t == Tensor::kQ) {
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const bool masked_row = visible_keys(p, i).empty();
+        if (pl == Placement::kRandom || (pl == Placement::kVisible && !masked_row) ||
+            ((pl == Placement::kMasked || pl == Placement::kHidden) && masked_row))
+          pos.push_back(i);
+      }
+      return pos;
+    }
+    if (key_count.empty() && p.seq_k > 0) key_count = key_visibility_counts(p);
+    for (int64_t j = 0; j < p.seq_k; ++j) {
+      const int64_t n = key_count[j];
+      if (pl == Placement::kRandom || (pl == Placement::kVisible && n > 0) ||
+          (pl == Placement::kMasked && n < p.seq_q) || (pl == Placement::kHidden && n == 0))
+        pos.push_back(j);
+    }
+    return pos;
+  };
+  for (const SpecialValue& sv : c.values.specials) {
+    std::vector<float>& buf = sv.tensor == Tensor::kQ ? out.q : sv.tensor == Tensor::kK ? out.k : out.v;
+    std::vector<int64_t> pos;
+    if (sv.placement != Placement::kAt) pos = candidates(sv.tensor, sv.placement);
+    for (int64_t n = 0; n < sv.count; ++n) {
+      PlacedSpecial ps{sv.kind, sv.tensor, sv.b, sv.h, sv.s, sv.d, 0};
+      if (sv.placement != Placement::kAt) {
+        if (pos.empty()) {
+          out.unplaced += sv.count - n;
+          break;
+        }
+        ps.s = pos[rng.below(pos.size())];
+        ps.b = static_cast<int64_t>(rng.below(p.batch));
+        ps.h = static_cast<int64_t>(rng.below(tensor_heads(p, sv.tensor)));
+        ps.d = static_cast<int64_t>(rng.below(tensor_dim(p, sv.tensor)));
+      }
+      ps.index = tensor_index(p, sv.tensor, ps.b, ps.h, ps.s, ps.d);
+      buf[ps.index] = special_value(sv.kind, rng);
+      out.placed.push_back(ps);
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------ space
+
+namespace space {
+
+const std::vector<int64_t>& tile_sizes() {
+  static const std::vector<int64_t> t{16, 32, 64, 128};
+  return t;
+}
+
+std::vector<int64_t> edge_seq_lengths(int64_t max_len) {
+  std::vector<int64_t> v{1, 2, 3, 5, 7, 13, 17, 31, 61, 113, 127, 203, 239};
+  for (int64_t t : tile_sizes())
+    for (int64_t d : {-1, 0, 1}) v.push_back(t + d);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  std::erase_if(v, [&](int64_t x) { return x > max_len; });
+  return v;
+}
+
+std::vector<int64_t> edge_head_dims(int64_t max_d) {
+  std::vector<int64_t> v{1, 2, 3, 5, 7, 17, 31, 33, 59, 63, 65, 96, 111, 127, 129, 255, 256};
+  for (int64_t t : {4, 8, 16, 32, 64, 128}) v.push_back(t);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  std::erase_if(v, [&](int64_t x) { return x > max_d; });
+  return v;
+}
+
+const std::vector<std::pair<int64_t, int64_t>>& head_configs() {
+  static const std::vector<std::pair<int64_t, int64_t>> h{{1, 1}, {2, 2}, {4, 2}, {4, 1}, {6, 3}, {8, 1}};
+  return h;
+}
+
+const std::vector<std::string>& mask_forms() {
+  static const std::vector<std::string> m{
+      "none",          "causal-br",       "causal-tl",       "window:8,0-br", "window:8,0-tl",
+      "window:4,4-br", "window:0,0-br",   "window:inf,3-br", "window:16,inf-tl"};
+  return m;
+}
+
+const std::vector<double>& extreme_magnitudes() {
+  static const std::vector<double> m{1, 10, 30, 80, 88, 89, 100, 300, 1000, 10000};
+  return m;
+}
+
+const std::vector<SpecialKind>& special_kinds() {
+  static const std::vector<SpecialKind> k{SpecialKind::kNaN,       SpecialKind::kPosInf, SpecialKind::kNegInf,
+                                          SpecialKind::kSubnormal, SpecialKind::kHuge,   SpecialKind::kNegZero};
+  return k;
+}
+
+}  // namespace space
+
+// ------------------------------------------------------------------------------------------ sweep
+
+std::vector<Case> sweep_grid(uint64_t base_seed) {
+  std::vector<Case> grid;
+  auto add = [&](std::string label, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
+                 int64_t dv, const std::string& mask, ValueSpec values = {}) {
+    Case c;
+    c.problem = make_problem(b, hq, hkv, sq, sk, d, dv);
+    if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+    c.values = std::move(values);
+    std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
+    std::replace(label.begin(), label.end(), ',', '.');
+    c.label = std::move(label);
+    uint64_t x = base_seed ^ hash64(c.label);
+    c.seed = splitmix64(x);
+    grid.push_back(std::move(c));
+  };
+  auto sp = [](const std::string& text) {
+    SpecialValue s;
+    if (std::string e = parse_special(text, s); !e.empty()) throw std::logic_error(e);
+    return s;
+  };
+  auto dist = [](Distribution k, double param) {
+    ValueSpec v;
+    v.dist = {k, param};
+    return v;
+  };
+  auto L = [](const char* prefix, int64_t sq, int64_t sk, const std::string& mask) {
+    return std::string(prefix) + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask;
+  };
+
+  // The classics.
+  add("1x1-d64-none", 1, 1, 1, 1, 1, 64, 64, "none");
+  add("1x1-d1-causal-br", 1, 1, 1, 1, 1, 1, 1, "causal-br");
+  for (const char* m : {"none", "causal-br", "causal-tl"}) {
+    add(L("flash", 7, 13, m) + "-d59", 1, 1, 1, 7, 13, 59, 59, m);
+    add(L("flash", 13, 7, m) + "-d59", 1, 1, 1, 13, 7, 59, 59, m);
+  }
+  // Tails around every tile size, square.
+  for (int64_t t : space::tile_sizes())
+    for (int64_t s : {t - 1, t, t + 1})
+      for (const char* m : {"none", "causal-br"}) add(L("tail", s, s, m) + "-d64", 1, 1, 1, s, s, 64, 64, m);
+  // Sq != Sk both ways (awkward pairs from flash-attention's tests), every mask alignment.
+  const std::pair<int64_t, int64_t> pairs[] = {{1, 129}, {129, 1}, {17, 65}, {65, 17}, {33, 100}, {100, 33}, {113, 203}};
+  for (auto [sq, sk] : pairs)
+    for (const char* m : {"none", "causal-br", "causal-tl"}) add(L("rect", sq, sk, m) + "-d32", 1, 1, 1, sq, sk, 32, 32, m);
+  // Head dims: odd, prime, tile +- 1 (Sq = Sk = 37 so the sequence tails are odd too).
+  for (int64_t d : {1, 3, 17, 31, 33, 59, 63, 65, 111, 127, 128})
+    add("headdim-37x37-d" + std::to_string(d), 1, 1, 1, 37, 37, d, d, "causal-br");
+  add("dv-40x40-d64-dv32", 1, 1, 1, 40, 40, 64, 32, "none");
+  add("dv-40x40-d32-dv64", 1, 1, 1, 40, 40, 32, 64, "causal-br");
+  add("dv-40x40-d59-dv17", 1, 1, 1, 40, 40, 59, 17, "causal-tl");
+  // Heads: GQA / MQA, and batch.
+  for (auto [hq, hkv] : space::head_configs())
+    if (hq > 1) add("heads-" + std::to_string(hq) + "q" + std::to_string(hkv) + "kv-33x33", 1, hq, hkv, 33, 33, 32, 32, "causal-br");
+  add("batch-3x2h-20x45", 3, 2, 2, 20, 45, 16, 16, "causal-br");
+  add("batch-2x4q2kv-45x20", 2, 4, 2, 45, 20, 16, 16, "causal-tl");
+  // Masks: windows, fully masked rows, Sk = 0.
+  for (const char* m : {"window:8,0-br", "window:8,0-tl", "window:4,4-br", "window:0,0-br", "window:inf,3-br",
+                        "window:16,inf-tl"})
+    add(L("window", 50, 70, m), 1, 1, 1, 50, 70, 32, 32, m);
+  add("masked-rows-40x9-causal-br", 1, 2, 1, 40, 9, 32, 32, "causal-br");          // rows 0..30 fully masked
+  add("masked-rows-9x3-window:0,0-tl", 1, 1, 1, 9, 3, 16, 16, "window:0,0-tl");    // rows 3..8 fully masked
+  add("masked-rows-20x40-window:0,2-tl-far", 1, 1, 1, 20, 40, 16, 16, "window:0,2-tl");
+  add("empty-keys-5x0-none", 1, 1, 1, 5, 0, 16, 16, "none");
+  add("empty-keys-17x0-causal-br", 1, 2, 1, 17, 0, 33, 33, "causal-br");
+  // Magnitudes: scores near and beyond exp's overflow without max subtraction, late maxima.
+  for (double mag : {10.0, 30.0, 88.0, 300.0})
+    add("extreme-" + shortest(mag) + "-65x65", 1, 1, 1, 65, 65, 64, 64, "causal-br", dist(Distribution::kExtreme, mag));
+  add("normal-0.01-65x65", 1, 1, 1, 65, 65, 64, 64, "none", dist(Distribution::kNormal, 0.01));
+  add("uniform-100-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, 100));
+  // Special values: masked ones must not reach any output, visible ones must poison exactly their rows.
+  auto special = [&](const std::string& text, int64_t sq, int64_t sk, const std::string& mask) {
+    ValueSpec v;
+    v.specials.push_back(sp(text));
+    add("special-" + text + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask, 1, 1, 1, sq, sk, 32, 32,
+        mask, v);
+  };
+  special("nan@k:hidden*3", 20, 40, "causal-tl");
+  special("nan@v:hidden*3", 20, 40, "causal-tl");
+  special("inf@k:hidden*2", 20, 40, "window:4,0-tl");
+  special("nan@k:masked", 33, 33, "causal-br");
+  special("inf@v:masked*2", 33, 33, "causal-br");
+  special("nan@q:masked*2", 40, 9, "causal-br");
+  special("nan@v:visible", 33, 33, "causal-br");
+  special("-inf@k:visible", 33, 33, "none");
+  special("inf@q:visible", 17, 17, "none");
+  special("subnormal@q:random*64", 33, 33, "none");
+  special("subnormal@v:random*64", 33, 33, "causal-br");
+  special("-0@k:random*16", 17, 17, "none");
+  return grid;
+}
+
+}  // namespace attnfuzz

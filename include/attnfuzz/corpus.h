@@ -1,0 +1,104 @@
+// corpus.h - the corpus file format (corpus/README.md): a saved Case, who made it, and its verdict.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/verdict.h"
+
+namespace attnfuzz {
+
+// First line of every corpus file is "ATTNFUZZ-CASE <version>".
+inline constexpr const char* kCorpusMagic = "ATTNFUZZ-CASE";
+inline constexpr int kCorpusFormatVersion = 1;
+inline constexpr const char* kCaseFileExtension = ".case";
+
+// Every way reading (or writing) a corpus file can fail. what() is one line naming the file and the
+// problem; a CLI prints it and exits 2.
+class CorpusError : public std::runtime_error {
+ public:
+  enum class Kind {
+    kIo,             // cannot open / read / write
+    kTruncated,      // empty, or the JSON ends early
+    kForeign,        // the first line is not the magic: not a corpus file
+    kFutureVersion,  // written by a newer format version than this build reads
+    kCorrupt,        // malformed JSON, a missing or mistyped field, a bad value, an invalid case
+  };
+  CorpusError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+const char* corpus_error_kind_name(CorpusError::Kind k);  // "io", "truncated", ...
+
+// Which tool wrote an artifact, with what options (csmith-style provenance). Reading refuses files
+// without a tool version.
+struct ToolInfo {
+  std::string name = "attn-fuzz";
+  std::string version = ATTNFUZZ_VERSION;
+  std::string command;  // the command line or options that produced the case (may be empty)
+};
+
+// The verdict recorded with a case (what replay must reproduce).
+struct RecordedVerdict {
+  std::string kernel;
+  std::string backend;
+  std::string device;
+  Verdict verdict = Verdict::kFail;
+  FailureClass failure = FailureClass::kNone;
+  std::string signature;  // dedup key within (kernel, class), chosen by the checker
+  std::string reason;     // one line
+  double max_ratio = 0;   // max |err| / bound (+inf for a NaN/Inf mismatch)
+};
+
+struct CorpusFile {
+  int format_version = kCorpusFormatVersion;
+  ToolInfo tool;
+  Case the_case;
+  std::optional<RecordedVerdict> verdict;
+};
+
+// --- JSON pieces (shared with the reports, so a report's "case" reads back with case_from_json) ---
+nlohmann::json problem_to_json(const Problem& p);
+Problem problem_from_json(const nlohmann::json& j);  // throws CorpusError(kCorrupt)
+nlohmann::json case_to_json(const Case& c);           // label, problem, values, seed, explicit values
+Case case_from_json(const nlohmann::json& j);          // throws CorpusError(kCorrupt); validates the case
+nlohmann::json verdict_to_json(const RecordedVerdict& v);
+RecordedVerdict verdict_from_json(const nlohmann::json& j);  // throws CorpusError(kCorrupt)
+
+// A JSON number, or "nan" / "inf" / "-inf" strings for the values JSON cannot hold.
+nlohmann::json json_number(double v);
+// "0x%016x" form of a seed; parse accepts that form or a plain decimal number.
+std::string seed_to_hex(uint64_t seed);
+// Floats as big-endian hex of their bits, 8 digits each ("3f800000bf800000..."): bit exact, NaN payloads
+// included. hex_to_floats throws CorpusError(kCorrupt) on a bad digit or length.
+std::string floats_to_hex(const std::vector<float>& v);
+std::vector<float> hex_to_floats(std::string_view hex, const std::string& what);
+
+// --- files ---
+std::string to_corpus_text(const CorpusFile& f);
+// origin names the source in error messages (a path, or "<memory>").
+CorpusFile parse_corpus(std::string_view text, const std::string& origin = "<memory>");
+CorpusFile read_corpus_file(const std::filesystem::path& path);
+// Writes atomically (temporary file + rename). Throws CorpusError(kIo).
+void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f);
+
+// 16 hex digits identifying the case content (problem, values, seed, explicit values; not the label)
+// together with the recorded kernel, if any.
+std::string case_hash(const CorpusFile& f);
+// "<class>-<hash16>.case": class is the recorded failure class ("non-finite", ...), or the verdict
+// name when it has no class ("pass", "unsupported", "outside-contract"), or "case" without a verdict.
+std::string corpus_file_name(const CorpusFile& f);
+// Writes f into dir under corpus_file_name(f) (creating dir) and returns the path. An existing file of
+// that name is left alone (same content hash: same case).
+std::filesystem::path save_to_corpus_dir(const std::filesystem::path& dir, const CorpusFile& f);
+
+}  // namespace attnfuzz

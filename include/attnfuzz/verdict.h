@@ -1,0 +1,71 @@
+// verdict.h - what one kernel x case check concluded, with the evidence a report needs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/problem.h"
+
+namespace attnfuzz {
+
+enum class Verdict {
+  kPass,
+  kFail,
+  kUnsupported,      // the kernel does not claim this case
+  kOutsideContract,  // exact scores or intermediates exceed the fp32 range: no verdict on the kernel
+};
+const char* verdict_name(Verdict v);
+
+// DESIGN.md's failure classes.
+enum class FailureClass {
+  kNone,
+  kRescale,
+  kMask,
+  kOobRead,
+  kOobWrite,
+  kBarrierRace,
+  kNonFinite,
+  kPrecision,
+  kCrash,
+  kHang,
+  kLaunchError,
+};
+const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
+bool parse_failure_class(const std::string& text, FailureClass& out);
+
+// One compared output element (O or LSE).
+struct ElementReport {
+  bool is_lse = false;
+  int64_t b = 0, h = 0, s = 0, d = 0;  // d unused for LSE
+  double expected = 0;                 // exact value (double rounding of the exact result)
+  double got = 0;                      // what the kernel wrote (float widened)
+  double bound = 0;                    // allowed |got - expected|
+  double ratio = 0;                    // |got - expected| / bound; +inf for a NaN/Inf mismatch
+};
+
+// A piece of evidence: what a detector did and saw, in words a kernel engineer reads.
+struct Evidence {
+  std::string detector;  // "canary", "compare", "reorder", ...
+  std::string detail;
+};
+
+struct CheckResult {
+  std::string kernel;
+  std::string backend;
+  std::string device;
+  Verdict verdict = Verdict::kPass;
+  FailureClass failure = FailureClass::kNone;
+  std::string reason;                 // one line: why unsupported / outside contract / failed
+  std::vector<Evidence> evidence;
+  std::vector<ElementReport> worst;   // worst elements, highest ratio first
+  double max_ratio = 0;               // max |err| / bound over the compared elements
+  double max_abs_err = 0;
+  double baseline_max_ratio = 0;      // same for the plain fp32 reference (flash-attention rule)
+  int64_t compared = 0;               // elements compared
+  int64_t failed = 0;                 // elements over their bound (or NaN/Inf mismatched)
+  double launch_ms = 0;
+  double oracle_ms = 0;
+};
+
+}  // namespace attnfuzz

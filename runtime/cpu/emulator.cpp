@@ -1,0 +1,412 @@
+// emulator.cpp - runs HIP kernels on the CPU: one fiber per GPU thread, rounds between barriers, chosen order.
+//
+// A block's fibers run on one OS thread. A round resumes every runnable fiber once, in forward,
+// reverse or seeded-shuffle order; a fiber runs until it reaches __syncthreads(), a warp shuffle or
+// its end. A block barrier opens when every thread of the block waits at it; a warp exchange when
+// every live lane of the warp does. __shared__ is `static thread_local`: one block at a time per OS
+// thread. Under ThreadSanitizer every fiber is a TSan fiber and barriers are release/acquire pairs,
+// so a missing barrier is reported as a data race on the shared variable with both source lines.
+#include "runtime/cpu/emulator.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <boost/context/detail/fcontext.hpp>
+
+#include "attnfuzz/hip_cpu.h"
+
+#if defined(ATTNFUZZ_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace hipemu {
+
+__thread const FiberIds* tl_ids = nullptr;
+
+Config& config() {
+  static Config c;
+  return c;
+}
+
+namespace {
+
+namespace bcd = boost::context::detail;
+
+#if defined(ATTNFUZZ_TSAN)
+// Must be inlined even at -O0, or TSan's shadow call stacks get unbalanced across the switch.
+__attribute__((always_inline)) inline void ts_switch(void* f, unsigned flags) { __tsan_switch_to_fiber(f, flags); }
+inline void ts_release(void* a) { __tsan_release(a); }
+inline void ts_acquire(void* a) { __tsan_acquire(a); }
+inline void* ts_create() { return __tsan_create_fiber(0); }
+inline void ts_destroy(void* f) { __tsan_destroy_fiber(f); }
+inline void* ts_current() { return __tsan_get_current_fiber(); }
+#else
+inline void ts_switch(void*, unsigned) {}
+inline void ts_release(void*) {}
+inline void ts_acquire(void*) {}
+inline void* ts_create() { return nullptr; }
+inline void ts_destroy(void*) {}
+inline void* ts_current() { return nullptr; }
+#endif
+constexpr unsigned kNoSync = 1;  // __tsan_switch_to_fiber_no_sync
+
+// Emulator bookkeeping is not kernel data: relaxed atomics keep TSan quiet about it.
+template <class T>
+T ld(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
+template <class T>
+void st(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
+
+// ---- errors ----
+std::mutex g_err_mu;
+int g_err_code = hipSuccess;
+std::string g_err_msg;
+
+// ---- fiber stacks: a global pool of mmap'd stacks, each with a guard page below ----
+std::mutex g_stack_mu;
+std::vector<void*> g_stacks;
+size_t g_stack_bytes = 0;
+
+void* stack_get() {
+  {
+    std::lock_guard<std::mutex> lk(g_stack_mu);
+    if (g_stack_bytes != config().stack_bytes) {  // size changed: drop the pool (stacks leak; rare)
+      g_stacks.clear();
+      g_stack_bytes = config().stack_bytes;
+    }
+    if (!g_stacks.empty()) {
+      void* p = g_stacks.back();
+      g_stacks.pop_back();
+      return p;
+    }
+  }
+  const size_t n = config().stack_bytes + 4096;
+  char* p = static_cast<char*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (p == MAP_FAILED) return nullptr;
+  mprotect(p, 4096, PROT_NONE);
+  return p + n;  // top of the stack
+}
+void stacks_put(std::vector<void*>& v) {
+  std::lock_guard<std::mutex> lk(g_stack_mu);
+  g_stacks.insert(g_stacks.end(), v.begin(), v.end());
+}
+
+enum class State : int { kReady, kAtBarrier, kAtWarp, kDone };
+
+struct Block;
+struct Fiber {
+  FiberIds ids;
+  Block* blk = nullptr;
+  State state = State::kReady;
+  const char* file = "";
+  int line = 0;
+  unsigned bar_gen = 0, warp_gen = 0;
+  bool started = false;
+  void* stack = nullptr;
+  void* tsan = nullptr;
+  bcd::fcontext_t self = nullptr, caller = nullptr;
+};
+
+struct Block {
+  dim3 bid, bdim, gdim;
+  void (*fn)(void*) = nullptr;
+  void* ctx = nullptr;
+  unsigned n = 0, warp = 32;
+  std::vector<Fiber> th;
+  std::vector<uint64_t> slots;       // warp exchange values, one per thread
+  std::vector<char> warp_sync;       // TSan sync objects: 2 per warp
+  char bar_sync[2] = {0, 0}, done_sync = 0;
+  void* sched_tsan = nullptr;
+};
+
+__thread Fiber* tl_fiber = nullptr;
+
+// ---- switching (see the TSan notes in the spike: load everything before the switch call) ----
+void fiber_entry(bcd::transfer_t tr) {
+  Fiber& f = *static_cast<Fiber*>(tr.data);
+  f.caller = tr.fctx;
+  f.blk->fn(f.blk->ctx);
+  const bcd::fcontext_t to = f.caller;
+  Block* b = f.blk;
+  void* sched = b->sched_tsan;
+  st(f.state, State::kDone);
+  ts_release(&b->done_sync);  // no plain access to f or b after this point
+  ts_switch(sched, kNoSync);
+  bcd::jump_fcontext(to, nullptr);  // never resumed
+}
+
+void resume(Fiber& f) {  // scheduler -> fiber; returns when the fiber yields or ends
+  const bool first = !f.started;
+  if (first) {
+    f.self = bcd::make_fcontext(f.stack, config().stack_bytes, &fiber_entry);
+    f.started = true;
+  }
+  const bcd::fcontext_t to = f.self;
+  void* tf = f.tsan;
+  tl_ids = &f.ids;
+  st(tl_fiber, &f);
+  ts_switch(tf, first ? 0 : kNoSync);  // first entry syncs: kernel arguments, ids
+  const bcd::fcontext_t back = bcd::jump_fcontext(to, &f).fctx;
+  f.self = back;
+}
+
+void yield(Fiber& f) {  // fiber -> scheduler
+  const bcd::fcontext_t to = f.caller;
+  void* sched = f.blk->sched_tsan;
+  ts_switch(sched, kNoSync);
+  const bcd::fcontext_t back = bcd::jump_fcontext(to, nullptr).fctx;
+  f.caller = back;
+}
+
+std::string site(const Fiber& f) {
+  const char* base = std::strrchr(f.file, '/');
+  return std::string(base ? base + 1 : f.file) + ":" + std::to_string(f.line);
+}
+
+// Runs one block to completion; returns an error message (empty on success).
+std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, bool has_deadline) {
+  const Config& cfg = config();
+  b.th.assign(b.n, Fiber{});
+  b.slots.assign(b.n, 0);
+  b.warp_sync.assign(2 * ((b.n + b.warp - 1) / b.warp), 0);
+  b.sched_tsan = ts_current();
+  for (unsigned i = 0; i < b.n; ++i) {
+    Fiber& f = b.th[i];
+    f.blk = &b;
+    f.ids.thread_idx = dim3(i % b.bdim.x, (i / b.bdim.x) % b.bdim.y, i / (b.bdim.x * b.bdim.y));
+    f.ids.block_idx = b.bid;
+    f.ids.block_dim = b.bdim;
+    f.ids.grid_dim = b.gdim;
+    f.ids.linear_tid = i;
+    f.ids.warp_size = b.warp;
+    f.ids.dynamic_shared = tl_ids ? tl_ids->dynamic_shared : nullptr;
+    f.stack = stack_get();
+    if (!f.stack) return "cannot allocate fiber stacks (out of memory)";
+    f.tsan = ts_create();
+  }
+  tl_ids = nullptr;
+  std::vector<unsigned> order(b.n);
+  std::iota(order.begin(), order.end(), 0u);
+  if (cfg.order == Order::kReverse) std::reverse(order.begin(), order.end());
+  const uint64_t lin = b.bid.x + uint64_t{b.gdim.x} * (b.bid.y + uint64_t{b.gdim.y} * b.bid.z);
+  std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ull + lin);
+
+  std::string err;
+  const unsigned nwarps = (b.n + b.warp - 1) / b.warp;
+  for (unsigned round = 0;; ++round) {
+    if (cfg.order == Order::kShuffle) std::shuffle(order.begin(), order.end(), rng);
+    for (unsigned i : order)
+      if (ld(b.th[i].state) == State::kReady) resume(b.th[i]);
+    st(tl_fiber, (Fiber*)nullptr);
+    // Who may run next round?
+    unsigned done = 0, at_bar = 0;
+    const Fiber* first_bar = nullptr;
+    bool mixed = false;
+    for (const Fiber& f : b.th) {
+      const State s = ld(f.state);
+      if (s == State::kDone) ++done;
+      if (s == State::kAtBarrier) {
+        ++at_bar;
+        if (!first_bar) first_bar = &f;
+        else mixed |= f.line != first_bar->line || std::strcmp(f.file, first_bar->file) != 0;
+      }
+    }
+    if (done == b.n) break;
+    bool progress = false;
+    for (unsigned w = 0; w < nwarps; ++w) {  // warp exchanges whose live lanes have all arrived
+      const unsigned lo = w * b.warp, hi = std::min(b.n, lo + b.warp);
+      bool all = true, any = false;
+      for (unsigned i = lo; i < hi; ++i) {
+        const State s = ld(b.th[i].state);
+        if (s == State::kAtWarp) any = true;
+        else if (s != State::kDone) all = false;
+      }
+      if (any && all) {
+        for (unsigned i = lo; i < hi; ++i)
+          if (ld(b.th[i].state) == State::kAtWarp) st(b.th[i].state, State::kReady);
+        progress = true;
+      }
+    }
+    if (at_bar == b.n - done && at_bar > 0) {
+      if (done > 0) {
+        err = std::to_string(done) + " of " + std::to_string(b.n) + " threads exited while the others wait at __syncthreads() (" +
+              site(*first_bar) + ")";
+      } else if (mixed && cfg.strict_sites) {
+        std::string sites;
+        for (const Fiber& f : b.th)
+          if (sites.find(site(f)) == std::string::npos) sites += (sites.empty() ? "" : ", ") + site(f);
+        err = "threads wait at different __syncthreads() (" + sites + ")";
+      } else {
+        for (Fiber& f : b.th) st(f.state, State::kReady);
+        progress = true;
+      }
+    }
+    if (err.empty() && !progress) {
+      err = "deadlock: no thread can proceed (" + std::to_string(at_bar) + " at __syncthreads, " +
+            std::to_string(done) + " exited, the rest in a warp shuffle with missing lanes)";
+    }
+    if (err.empty() && has_deadline && std::chrono::steady_clock::now() > deadline)
+      err = "timeout: the launch exceeded its deadline (round " + std::to_string(round) + ")";
+    if (!err.empty()) {
+      char where[96];
+      std::snprintf(where, sizeof where, "block (%u,%u,%u): ", b.bid.x, b.bid.y, b.bid.z);
+      err = where + err;
+      break;  // unfinished fibers are abandoned: their stacks are not reused
+    }
+  }
+  ts_acquire(&b.done_sync);  // the whole block happens-before what follows
+  std::vector<void*> reuse;
+  for (Fiber& f : b.th) {
+    ts_destroy(f.tsan);
+    if (err.empty() || ld(f.state) == State::kDone) reuse.push_back(f.stack);
+  }
+  stacks_put(reuse);
+  return err;
+}
+
+thread_local std::vector<unsigned char> tl_dynamic_shared;
+
+}  // namespace
+
+void syncthreads(const char* file, int line) {
+  Fiber& f = *ld(tl_fiber);
+  const unsigned g = f.bar_gen;
+  ts_release(&f.blk->bar_sync[g & 1]);  // arrival at barrier g
+  f.file = file;
+  f.line = line;
+  f.bar_gen = g + 1;
+  st(f.state, State::kAtBarrier);
+  yield(f);
+  ts_acquire(&f.blk->bar_sync[g & 1]);  // departure: sees every arrival at g
+  tl_ids = &f.ids;
+}
+
+uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) {
+  Fiber& f = *ld(tl_fiber);
+  Block& b = *f.blk;
+  const unsigned me = f.ids.linear_tid, warp = me / b.warp;
+  char* sync = &b.warp_sync[2 * warp];
+  b.slots[me] = bits;
+  for (int phase = 0; phase < 2; ++phase) {  // publish, then read; the second wait guards slot reuse
+    const unsigned g = f.warp_gen;
+    ts_release(&sync[g & 1]);
+    f.file = file;
+    f.line = line;
+    f.warp_gen = g + 1;
+    st(f.state, State::kAtWarp);
+    yield(f);
+    ts_acquire(&sync[g & 1]);
+    if (phase == 0) bits = b.slots[std::min<unsigned>(warp * b.warp + (unsigned)src_lane, b.n - 1)];
+  }
+  tl_ids = &f.ids;
+  return bits;
+}
+
+void set_last_error(int code, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  if (g_err_code == hipSuccess) {  // keep the first error, as GPUs do
+    g_err_code = code;
+    g_err_msg = buf;
+  }
+}
+
+int take_last_error() {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  const int c = g_err_code;
+  g_err_code = hipSuccess;
+  return c;
+}
+
+std::string last_error_message() {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  return g_err_msg;
+}
+
+int run_grid(dim3 g, dim3 bd, size_t dynamic_shared, void (*fn)(void*), void* ctx) {
+  const Config& cfg = config();
+  {
+    std::lock_guard<std::mutex> lk(g_err_mu);
+    if (g_err_code == hipSuccess) g_err_msg.clear();
+  }
+  const uint64_t nthreads = uint64_t{bd.x} * bd.y * bd.z;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > kMaxGridDimYZ || g.z > kMaxGridDimYZ) {
+    set_last_error(hipErrorInvalidConfiguration, "invalid grid (%u,%u,%u)", g.x, g.y, g.z);
+    return hipErrorInvalidConfiguration;
+  }
+  if (nthreads == 0 || nthreads > kMaxThreadsPerBlock || bd.z > kMaxBlockDimZ) {
+    set_last_error(hipErrorInvalidConfiguration, "invalid block (%u,%u,%u): at most %u threads, z <= %u", bd.x, bd.y,
+                   bd.z, kMaxThreadsPerBlock, kMaxBlockDimZ);
+    return hipErrorInvalidConfiguration;
+  }
+  if (dynamic_shared > cfg.max_dynamic_shared) {
+    set_last_error(hipErrorInvalidConfiguration, "dynamic shared memory %zu bytes exceeds the limit of %zu",
+                   dynamic_shared, cfg.max_dynamic_shared);
+    return hipErrorInvalidConfiguration;
+  }
+  if (cfg.warp_size != 32 && cfg.warp_size != 64) {
+    set_last_error(hipErrorInvalidValue, "warp size %u: must be 32 or 64", cfg.warp_size);
+    return hipErrorInvalidValue;
+  }
+  const uint64_t nb = uint64_t{g.x} * g.y * g.z;
+  const unsigned W = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(cfg.workers, nb)));
+  const bool has_deadline = cfg.deadline_s > 0;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(has_deadline ? cfg.deadline_s : 0));
+  std::atomic<bool> failed{false};
+  std::mutex msg_mu;
+  std::string first_err;
+  auto work = [&](unsigned worker) {  // static striding: the same blocks meet on the same OS thread every run
+    Block blk;
+    blk.gdim = g;
+    blk.bdim = bd;
+    blk.fn = fn;
+    blk.ctx = ctx;
+    blk.n = static_cast<unsigned>(nthreads);
+    blk.warp = cfg.warp_size;
+    tl_dynamic_shared.assign(std::max<size_t>(dynamic_shared, 1), 0xff);  // NaN-filled: uninitialised reads show
+    FiberIds proto{};
+    proto.dynamic_shared = tl_dynamic_shared.data();
+    for (uint64_t i = worker; i < nb && !failed.load(std::memory_order_relaxed); i += W) {
+      blk.bid = dim3(static_cast<unsigned>(i % g.x), static_cast<unsigned>((i / g.x) % g.y),
+                     static_cast<unsigned>(i / (uint64_t{g.x} * g.y)));
+      std::fill(tl_dynamic_shared.begin(), tl_dynamic_shared.end(), 0xff);
+      tl_ids = &proto;
+      std::string e = run_block(blk, deadline, has_deadline);
+      tl_ids = nullptr;
+      if (!e.empty()) {
+        std::lock_guard<std::mutex> lk(msg_mu);
+        if (first_err.empty()) first_err = e;
+        failed = true;
+      }
+    }
+  };
+  if (W == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> ts;
+    for (unsigned w = 0; w < W; ++w) ts.emplace_back(work, w);
+    for (auto& t : ts) t.join();
+  }
+  if (failed) {
+    set_last_error(hipErrorLaunchFailure, "%s", first_err.c_str());
+    return hipErrorLaunchFailure;
+  }
+  return hipSuccess;
+}
+
+}  // namespace hipemu

@@ -1,0 +1,136 @@
+// gpu_device.cpp - the nvidia and amd backends of the device layer: one HIP source, built by nvcc (shim) or hipcc.
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "attnfuzz/device.h"
+#include "attnfuzz/hip.h"
+
+#if defined(ATTNFUZZ_BACKEND_NVIDIA)
+#define AF_GPU_BACKEND ::attnfuzz::Backend::kNvidia
+#define AF_GPU_FACTORY make_nvidia_device
+#define AF_GPU_PROBE probe_nvidia
+#else
+#define AF_GPU_BACKEND ::attnfuzz::Backend::kAmd
+#define AF_GPU_FACTORY make_amd_device
+#define AF_GPU_PROBE probe_amd
+#endif
+
+namespace attnfuzz {
+namespace {
+
+std::string err_text(hipError_t e) { return std::string(hipGetErrorName(e)) + ": " + hipGetErrorString(e); }
+
+class GpuDevice final : public Device {
+ public:
+  explicit GpuDevice(DeviceOptions o) : Device(o) {
+    int n = 0;
+    const hipError_t e = hipGetDeviceCount(&n);
+    if (e != hipSuccess || n == 0)
+      throw DeviceError(std::string(backend_name(AF_GPU_BACKEND)) + " backend: no device" +
+                        (e != hipSuccess ? " (" + err_text(e) + ")" : ""));
+    if (o.gpu_index < 0 || o.gpu_index >= n)
+      throw DeviceError("gpu index " + std::to_string(o.gpu_index) + " out of range: " + std::to_string(n) +
+                        " device(s)");
+    check(hipSetDevice(o.gpu_index), "set device");
+    hipDeviceProp_t prop;
+    check(hipGetDeviceProperties(&prop, o.gpu_index), "device properties");
+    name_ = prop.name;
+#if !defined(ATTNFUZZ_BACKEND_NVIDIA)
+    name_ += std::string(" (") + prop.gcnArchName + ")";
+#endif
+    check(hipEventCreate(&start_), "event");
+    check(hipEventCreate(&stop_), "event");
+  }
+  ~GpuDevice() override {
+    if (usable_) {
+      (void)hipEventDestroy(start_);
+      (void)hipEventDestroy(stop_);
+    }
+  }
+
+  Backend backend() const override { return AF_GPU_BACKEND; }
+  std::string name() const override { return name_; }
+  bool usable() const override { return usable_; }
+
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    check(hipMalloc(&p, bytes ? bytes : 1), "allocate " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void free(void* p) override {
+    if (usable_) (void)hipFree(p);
+  }
+  void to_device(void* dst, const void* src, size_t n) override {
+    check(hipMemcpy(dst, src, n, hipMemcpyHostToDevice), "copy to device");
+  }
+  void to_host(void* dst, const void* src, size_t n) override {
+    check(hipMemcpy(dst, src, n, hipMemcpyDeviceToHost), "copy to host");
+  }
+  void synchronize() override { check(hipDeviceSynchronize(), "synchronize"); }
+
+  LaunchResult launch(const af_kernel& k, const af_problem& p, const af_buffers& b) override {
+    LaunchResult r;
+    if (!usable_) {
+      r.status = LaunchStatus::kLaunchError;
+      r.message = "device unusable after an earlier crash or hang";
+      return r;
+    }
+    (void)hipGetLastError();
+    check(hipEventRecord(start_, nullptr), "event record");
+    const int rc = k.launch(&p, &b, nullptr);
+    if (rc != 0) {
+      r.status = LaunchStatus::kLaunchError;
+      r.message = err_text(static_cast<hipError_t>(rc));
+      (void)hipDeviceSynchronize();
+      return r;
+    }
+    check(hipEventRecord(stop_, nullptr), "event record");
+    const auto t0 = std::chrono::steady_clock::now();
+    hipError_t q;
+    auto sleep = std::chrono::microseconds(10);
+    while ((q = hipEventQuery(stop_)) == hipErrorNotReady) {
+      if (opts_.timeout_s > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opts_.timeout_s) {
+        usable_ = false;  // a running kernel cannot be stopped; the context is lost to this process
+        r.status = LaunchStatus::kHang;
+        r.message = "the kernel did not finish within " + std::to_string(opts_.timeout_s) + " s";
+        return r;
+      }
+      std::this_thread::sleep_for(sleep);
+      if (sleep < std::chrono::microseconds(1000)) sleep *= 2;
+    }
+    if (q != hipSuccess) {
+      usable_ = false;  // illegal address and friends are sticky
+      r.status = LaunchStatus::kCrash;
+      r.message = err_text(q);
+      return r;
+    }
+    float ms = 0;
+    (void)hipEventElapsedTime(&ms, start_, stop_);
+    r.ms = ms;
+    return r;
+  }
+
+ private:
+  void check(hipError_t e, const std::string& what) {
+    if (e != hipSuccess) throw DeviceError(std::string(backend_name(AF_GPU_BACKEND)) + " backend: " + what + ": " + err_text(e));
+  }
+  std::string name_;
+  hipEvent_t start_{}, stop_{};
+  bool usable_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> AF_GPU_FACTORY(const DeviceOptions& o) { return std::make_unique<GpuDevice>(o); }
+
+bool AF_GPU_PROBE(std::string* why) {
+  int n = 0;
+  const hipError_t e = hipGetDeviceCount(&n);
+  if (e == hipSuccess && n > 0) return true;
+  if (why) *why = std::string(backend_name(AF_GPU_BACKEND)) + " backend: no device" + (e != hipSuccess ? " (" + err_text(e) + ")" : "");
+  return false;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,208 @@
+// emulator_test.cpp - the CPU fiber emulator honours the HIP execution model and reports what it cannot run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/hip.h"
+#include "runtime/cpu/emulator.h"
+
+namespace {
+
+struct EmuTest : ::testing::Test {
+  void SetUp() override {
+    hipemu::config() = hipemu::Config{};
+    (void)hipGetLastError();
+  }
+};
+
+// Each block sums its threads' ids through static shared memory and a barrier.
+__global__ void block_sum(int* out) {
+  __shared__ int vals[256];
+  vals[threadIdx.x] = (int)(blockIdx.x * 1000 + threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int s = 0;
+    for (unsigned i = 0; i < blockDim.x; ++i) s += vals[i];
+    out[blockIdx.x] = s;
+  }
+}
+
+TEST_F(EmuTest, SharedMemoryIsSharedWithinABlockAndNotAcrossBlocks) {
+  for (unsigned workers : {1u, 2u, 4u}) {
+    hipemu::config().workers = workers;
+    std::vector<int> out(16, -1);
+    hipLaunchKernelGGL(block_sum, dim3(16), dim3(64), 0, nullptr, out.data());
+    ASSERT_EQ(hipGetLastError(), hipSuccess) << hipemu::last_error_message();
+    for (int b = 0; b < 16; ++b) EXPECT_EQ(out[b], b * 1000 * 64 + 63 * 64 / 2) << "block " << b << " workers " << workers;
+  }
+}
+
+__global__ void ids3d(int* out) {
+  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  out[b * (blockDim.x * blockDim.y * blockDim.z) + t] = (int)(b * 10000 + t);
+}
+
+TEST_F(EmuTest, ThreeDimensionalIdsCoverTheGridOnce) {
+  const dim3 g(3, 2, 2), bl(4, 3, 2);
+  std::vector<int> out(12 * 24, -1);
+  hipLaunchKernelGGL(ids3d, g, bl, 0, nullptr, out.data());
+  ASSERT_EQ(hipGetLastError(), hipSuccess);
+  for (int b = 0; b < 12; ++b)
+    for (int t = 0; t < 24; ++t) EXPECT_EQ(out[b * 24 + t], b * 10000 + t);
+}
+
+__global__ void dyn_reverse(const float* in, float* out) {
+  HIP_DYNAMIC_SHARED(float, buf)
+  buf[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+}
+
+TEST_F(EmuTest, DynamicSharedMemory) {
+  std::vector<float> in(4 * 100), out(in.size());
+  std::iota(in.begin(), in.end(), 0.f);
+  hipLaunchKernelGGL(dyn_reverse, dim3(4), dim3(100), 100 * sizeof(float), nullptr, in.data(), out.data());
+  ASSERT_EQ(hipGetLastError(), hipSuccess);
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 100; ++t) EXPECT_EQ(out[b * 100 + t], in[b * 100 + 99 - t]);
+}
+
+// Thread 0 writes, the others read after a barrier: correct in every order.
+// Without the barrier, the result depends on the order: forward sees it, reverse does not.
+template <bool kBarrier>
+__global__ void broadcast(int* out) {
+  __shared__ int v;
+  if (threadIdx.x == 0) v = 42 + (int)blockIdx.x;
+  if (kBarrier) __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) v = -1;
+}
+
+TEST_F(EmuTest, ThreadOrderChangesWhatAMissingBarrierDoes) {
+  auto run = [](hipemu::Order o, bool barrier) {
+    hipemu::config().order = o;
+    std::vector<int> out(2 * 32, 0);
+    if (barrier) hipLaunchKernelGGL(broadcast<true>, dim3(2), dim3(32), 0, nullptr, out.data());
+    else hipLaunchKernelGGL(broadcast<false>, dim3(2), dim3(32), 0, nullptr, out.data());
+    EXPECT_EQ(hipGetLastError(), hipSuccess);
+    return out;
+  };
+  for (auto o : {hipemu::Order::kForward, hipemu::Order::kReverse, hipemu::Order::kShuffle})
+    for (int x : run(o, true)) EXPECT_GE(x, 42);
+  const auto fwd = run(hipemu::Order::kForward, false), rev = run(hipemu::Order::kReverse, false);
+  EXPECT_EQ(fwd[1], 42);
+  EXPECT_NE(rev[1], 42);  // thread 1 ran before thread 0 wrote
+}
+
+TEST_F(EmuTest, ShuffledOrderDependsOnTheSeed) {
+  hipemu::config().order = hipemu::Order::kShuffle;
+  std::vector<int> a(32), b(32);
+  hipemu::config().seed = 1;
+  hipLaunchKernelGGL(broadcast<false>, dim3(1), dim3(32), 0, nullptr, a.data());
+  int differs = 0;
+  for (uint64_t seed = 2; seed < 10; ++seed) {
+    hipemu::config().seed = seed;
+    hipLaunchKernelGGL(broadcast<false>, dim3(1), dim3(32), 0, nullptr, b.data());
+    differs += a != b;
+  }
+  std::vector<int> again(32);
+  hipemu::config().seed = 1;
+  hipLaunchKernelGGL(broadcast<false>, dim3(1), dim3(32), 0, nullptr, again.data());
+  EXPECT_EQ(a, again) << "the same seed must give the same schedule";
+  EXPECT_GT(differs, 0);
+}
+
+__global__ void diverge_sites(int* out) {
+  if (threadIdx.x % 2) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
+}
+__global__ void diverge_exit(int* out) {
+  if (threadIdx.x == 3) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+TEST_F(EmuTest, BarrierDivergenceIsALaunchErrorWithAMessage) {
+  std::vector<int> out(64);
+  hipLaunchKernelGGL(diverge_sites, dim3(1), dim3(64), 0, nullptr, out.data());
+  EXPECT_EQ(hipGetLastError(), hipErrorLaunchFailure);
+  EXPECT_NE(hipemu::last_error_message().find("different __syncthreads"), std::string::npos)
+      << hipemu::last_error_message();
+  hipLaunchKernelGGL(diverge_exit, dim3(1), dim3(64), 0, nullptr, out.data());
+  EXPECT_EQ(hipGetLastError(), hipErrorLaunchFailure);
+  EXPECT_NE(hipemu::last_error_message().find("exited while the others wait"), std::string::npos)
+      << hipemu::last_error_message();
+}
+
+__global__ void noop(int*) {}
+
+TEST_F(EmuTest, LaunchLimitsAreLaunchErrorsNotCrashes) {
+  int x = 0;
+  hipLaunchKernelGGL(noop, dim3(1), dim3(1025), 0, nullptr, &x);
+  EXPECT_EQ(hipGetLastError(), hipErrorInvalidConfiguration);
+  hipLaunchKernelGGL(noop, dim3(0), dim3(32), 0, nullptr, &x);
+  EXPECT_EQ(hipGetLastError(), hipErrorInvalidConfiguration);
+  hipLaunchKernelGGL(noop, dim3(1), dim3(1, 1, 65), 0, nullptr, &x);
+  EXPECT_EQ(hipGetLastError(), hipErrorInvalidConfiguration);
+  hipLaunchKernelGGL(noop, dim3(1), dim3(32), 1 << 20, nullptr, &x);
+  EXPECT_EQ(hipGetLastError(), hipErrorInvalidConfiguration);
+  EXPECT_NE(hipemu::last_error_message().find("dynamic shared"), std::string::npos);
+  hipLaunchKernelGGL(noop, dim3(1), dim3(1024), 0, nullptr, &x);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+}
+
+// Tree reduction with warp shuffles, then lane 0 of each warp writes.
+__global__ void warp_reduce(const float* in, float* out, int* lanes) {
+  float v = in[threadIdx.x];
+  for (int off = warpSize / 2; off > 0; off /= 2) v += __shfl_xor(v, off);
+  const int lane = (int)(threadIdx.x % warpSize);
+  if (lane == 0) out[threadIdx.x / warpSize] = v;
+  lanes[threadIdx.x] = __shfl_down(lane, 1);
+}
+
+TEST_F(EmuTest, WarpShufflesFollowHipSemanticsForWarp32And64) {
+  for (unsigned ws : {32u, 64u}) {
+    for (auto o : {hipemu::Order::kForward, hipemu::Order::kReverse, hipemu::Order::kShuffle}) {
+      hipemu::config().warp_size = ws;
+      hipemu::config().order = o;
+      std::vector<float> in(128), out(128 / ws, 0.f);
+      std::vector<int> lanes(128);
+      std::iota(in.begin(), in.end(), 1.f);
+      hipLaunchKernelGGL(warp_reduce, dim3(1), dim3(128), 0, nullptr, in.data(), out.data(), lanes.data());
+      ASSERT_EQ(hipGetLastError(), hipSuccess) << hipemu::last_error_message();
+      for (unsigned w = 0; w < 128 / ws; ++w) {
+        float want = 0;
+        for (unsigned i = w * ws; i < (w + 1) * ws; ++i) want += in[i];
+        EXPECT_EQ(out[w], want) << "warp " << w << " size " << ws;
+      }
+      for (unsigned t = 0; t < 128; ++t)  // down: last lane keeps its own value
+        EXPECT_EQ(lanes[t], (int)(t % ws == ws - 1 ? ws - 1 : t % ws + 1));
+    }
+  }
+}
+
+__global__ void atomics(int* counter, float* fsum) {
+  atomicAdd(counter, 1);
+  atomicAdd(fsum, 0.5f);
+}
+
+TEST_F(EmuTest, AtomicsAreAtomicAcrossWorkers) {
+  hipemu::config().workers = 4;
+  int c = 0;
+  float f = 0;
+  hipLaunchKernelGGL(atomics, dim3(64), dim3(64), 0, nullptr, &c, &f);
+  ASSERT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_EQ(c, 64 * 64);
+  EXPECT_EQ(f, 64 * 64 * 0.5f);
+}
+
+}  // namespace

@@ -1,0 +1,104 @@
+// common.h - device-side helpers shared by every kernel file: indexing, mask interval, online-softmax steps.
+//
+// Everything lives in an anonymous namespace: each kernel file is compiled once per backend into the same
+// binary, so nothing here may have external linkage. Planted-bug kernels include this header too.
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "attnfuzz/hip.h"
+
+namespace {
+
+// ---- numbers ------------------------------------------------------------------------------------------
+
+__host__ __device__ inline float neg_inf() { return -INFINITY; }
+
+__host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- tensor addressing ([B, S, H, D] with element strides, last stride 1; LSE [B, Hq, Sq]) -----------
+
+// Element offset of row (b, s, h) of q / k / v / o; add d for the element.
+__host__ __device__ inline int64_t q_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.q_stride[0] + s * p.q_stride[1] + h * p.q_stride[2];
+}
+__host__ __device__ inline int64_t k_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.k_stride[0] + s * p.k_stride[1] + h * p.k_stride[2];
+}
+__host__ __device__ inline int64_t v_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.v_stride[0] + s * p.v_stride[1] + h * p.v_stride[2];
+}
+__host__ __device__ inline int64_t o_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.o_stride[0] + s * p.o_stride[1] + h * p.o_stride[2];
+}
+__host__ __device__ inline int64_t lse_at(const af_problem& p, int64_t b, int64_t h, int64_t s) {
+  return b * p.lse_stride[0] + h * p.lse_stride[1] + s * p.lse_stride[2];
+}
+// The kv head read by query head h (GQA / MQA): h / (Hq / Hkv).
+__host__ __device__ inline int64_t kv_head_of(const af_problem& p, int64_t h) {
+  return h / (p.heads_q / p.heads_kv);
+}
+
+// ---- mask ---------------------------------------------------------------------------------------------
+
+// Visible keys of query row i are exactly [first, last); empty when first >= last (then last == first).
+struct KeySpan {
+  int64_t first, last;
+};
+
+// visible(i, j) <=> j - (i + off) in [-left, right], off = 0 (top-left) or Sk - Sq (bottom-right);
+// causal = (left unbounded, right 0); none = everything. Mirrors attnfuzz::visible_keys (core/problem.cpp).
+__host__ __device__ inline KeySpan row_keys(const af_problem& p, int64_t i) {
+  if (p.mask_kind == AF_MASK_NONE) return {0, p.seq_k};
+  const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+  const int64_t c = i + off;  // the key on the diagonal
+  const int64_t left = p.mask_kind == AF_MASK_WINDOW ? p.window_left : AF_UNBOUNDED;
+  const int64_t right = p.mask_kind == AF_MASK_CAUSAL ? 0 : p.window_right;
+  const int64_t first = left == AF_UNBOUNDED ? 0 : max64(0, c - left);
+  int64_t last = right == AF_UNBOUNDED ? p.seq_k : min64(p.seq_k, c + right + 1);
+  if (last < first) last = first;
+  return {first, last};
+}
+
+// ---- online softmax, IEEE-consistent (DESIGN.md "Non-finite inputs") ------------------------------------
+//
+// State per row: m (running max), l (sum of exp(s - m)), acc (sum of exp(s - m) * v). A NaN score must
+// reach the output, so the running max propagates NaN (fmaxf would drop it). A -inf score has weight 0,
+// and while every score so far is -inf the state is left as it is (exp(-inf - -inf) would be NaN).
+// A row whose max is still -inf at the end is fully masked: O = 0, LSE = -inf.
+
+// max(a, b) that returns NaN when either is NaN.
+__host__ __device__ inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
+
+// Factor that moves state kept relative to m_old onto m_new (>= m_old): exp(m_old - m_new); 1 while
+// m_new is -inf (the state holds nothing relative to any max yet).
+__host__ __device__ inline float rescale_factor(float m_old, float m_new) {
+  return m_new == neg_inf() ? 1.0f : expf(m_old - m_new);
+}
+
+// Weight exp(s - m) of score s under running max m >= s; exactly 0 for s = -inf (also when m = -inf).
+__host__ __device__ inline float softmax_weight(float s, float m) { return s == neg_inf() ? 0.0f : expf(s - m); }
+
+// Natural-log logsumexp from the final state; -inf for a fully masked row.
+__host__ __device__ inline float finish_lse(float m, float l) { return m == neg_inf() ? neg_inf() : m + logf(l); }
+
+// Output element from the final state; exactly 0 for a fully masked row.
+__host__ __device__ inline float finish_o(float acc, float m, float l) { return m == neg_inf() ? 0.0f : acc / l; }
+
+// ---- host-side support checks ------------------------------------------------------------------------
+
+// Writes a reason into why (may be NULL) and returns 1.
+inline int unsupported(char* why, size_t why_len, const char* reason) {
+  if (why && why_len) snprintf(why, why_len, "%s", reason);
+  return 1;
+}
+
+// Whether a launch grid fits every backend (x * threads <= 2^31 - 1, y and z <= 65535).
+inline bool grid_fits(int64_t x, int64_t y, int64_t z, int64_t threads) {
+  return x >= 1 && x * threads <= INT32_MAX && y >= 1 && y <= 65535 && z >= 1 && z <= 65535;
+}
+
+}  // namespace

@@ -1,0 +1,455 @@
+// corpus.cpp - reading and writing corpus files (format: corpus/README.md) and their JSON pieces.
+#include "attnfuzz/corpus.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+namespace attnfuzz {
+
+using nlohmann::json;
+
+const char* corpus_error_kind_name(CorpusError::Kind k) {
+  switch (k) {
+    case CorpusError::Kind::kIo: return "io";
+    case CorpusError::Kind::kTruncated: return "truncated";
+    case CorpusError::Kind::kForeign: return "foreign";
+    case CorpusError::Kind::kFutureVersion: return "future-version";
+    case CorpusError::Kind::kCorrupt: return "corrupt";
+  }
+  return "?";
+}
+
+namespace {
+
+[[noreturn]] void corrupt(const std::string& what) { throw CorpusError(CorpusError::Kind::kCorrupt, what); }
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+const json& field(const json& j, const char* key, const std::string& ctx) {
+  if (!j.is_object()) corrupt(ctx + " is not a JSON object");
+  auto it = j.find(key);
+  if (it == j.end()) corrupt(ctx + " lacks the field '" + key + "'");
+  return *it;
+}
+int64_t get_int(const json& j, const char* key, const std::string& ctx) {
+  const json& v = field(j, key, ctx);
+  if (!v.is_number_integer()) corrupt(ctx + "." + key + " is not an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    corrupt(ctx + "." + key + " is out of range");
+  return v.get<int64_t>();
+}
+std::string get_string(const json& j, const char* key, const std::string& ctx) {
+  const json& v = field(j, key, ctx);
+  if (!v.is_string()) corrupt(ctx + "." + key + " is not a string");
+  return v.get<std::string>();
+}
+std::string opt_string(const json& j, const char* key, const std::string& ctx) {
+  return j.contains(key) ? get_string(j, key, ctx) : std::string();
+}
+double get_number(const json& j, const char* key, const std::string& ctx) {
+  const json& v = field(j, key, ctx);
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "nan") return std::nan("");
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+  }
+  corrupt(ctx + "." + key + " is not a number");
+}
+uint64_t parse_u64(const std::string& s, const std::string& ctx) {
+  if (s.empty() || s.size() > 20) corrupt(ctx + " '" + s + "' is not a 64-bit number");
+  const bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const std::string digits = hex ? s.substr(2) : s;
+  if (digits.empty() || digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos ||
+      (hex && digits.size() > 16))
+    corrupt(ctx + " '" + s + "' is not a 64-bit number");
+  errno = 0;
+  const unsigned long long v = std::strtoull(digits.c_str(), nullptr, hex ? 16 : 10);
+  if (errno == ERANGE) corrupt(ctx + " '" + s + "' is out of range");
+  return v;
+}
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+const char* kStrideNames[] = {"q", "k", "v", "o", "lse"};
+int64_t* stride_of(Problem& p, int i) {
+  int64_t* s[] = {p.q_stride, p.k_stride, p.v_stride, p.o_stride, p.lse_stride};
+  return s[i];
+}
+
+}  // namespace
+
+json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+std::string seed_to_hex(uint64_t seed) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(seed));
+  return buf;
+}
+
+std::string floats_to_hex(const std::vector<float>& v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(v.size() * 8, '0');
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(v[i]);
+    for (int n = 0; n < 8; ++n) s[i * 8 + n] = digits[(bits >> (28 - 4 * n)) & 0xf];
+  }
+  return s;
+}
+
+std::vector<float> hex_to_floats(std::string_view hex, const std::string& what) {
+  if (hex.size() % 8 != 0) corrupt(what + " has " + std::to_string(hex.size()) + " hex digits, not a multiple of 8");
+  std::vector<float> v(hex.size() / 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t bits = 0;
+    for (int n = 0; n < 8; ++n) {
+      const char c = hex[i * 8 + n];
+      int d;
+      if (c >= '0' && c <= '9') d = c - '0';
+      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      else corrupt(what + " has a non-hex character at value " + std::to_string(i));
+      bits = bits << 4 | static_cast<uint32_t>(d);
+    }
+    v[i] = std::bit_cast<float>(bits);
+  }
+  return v;
+}
+
+// ------------------------------------------------------------------------------------------ problem
+
+json problem_to_json(const Problem& p) {
+  json j;
+  j["batch"] = p.batch;
+  j["heads_q"] = p.heads_q;
+  j["heads_kv"] = p.heads_kv;
+  j["seq_q"] = p.seq_q;
+  j["seq_k"] = p.seq_k;
+  j["head_dim"] = p.head_dim;
+  j["head_dim_v"] = p.head_dim_v;
+  j["scale"] = json_number(p.scale);
+  j["scale_bits"] = hex32(std::bit_cast<uint32_t>(p.scale));
+  j["mask"] = mask_to_string(p);
+  j["dtype"] = dtype_name(p.dtype);
+  json s;
+  Problem copy = p;
+  for (int i = 0; i < 5; ++i) {
+    const int64_t* st = stride_of(copy, i);
+    s[kStrideNames[i]] = {st[0], st[1], st[2]};
+  }
+  j["strides"] = s;
+  return j;
+}
+
+Problem problem_from_json(const json& j) {
+  const std::string ctx = "problem";
+  if (!j.is_object()) corrupt("problem is not a JSON object");
+  Problem p = make_problem(get_int(j, "batch", ctx), get_int(j, "heads_q", ctx), get_int(j, "heads_kv", ctx),
+                           get_int(j, "seq_q", ctx), get_int(j, "seq_k", ctx), get_int(j, "head_dim", ctx),
+                           get_int(j, "head_dim_v", ctx));
+  if (j.contains("scale_bits")) {
+    const uint64_t bits = parse_u64(get_string(j, "scale_bits", ctx), "problem.scale_bits");
+    if (bits > 0xffffffffu) corrupt("problem.scale_bits is wider than 32 bits");
+    p.scale = std::bit_cast<float>(static_cast<uint32_t>(bits));
+  } else if (j.contains("scale")) {
+    p.scale = static_cast<float>(get_number(j, "scale", ctx));
+  }
+  if (j.contains("mask")) {
+    if (std::string e = parse_mask(get_string(j, "mask", ctx), p); !e.empty()) corrupt("problem." + e);
+  }
+  if (j.contains("dtype")) {
+    const std::string d = get_string(j, "dtype", ctx);
+    const auto dt = parse_dtype(d);
+    if (!dt) corrupt("problem.dtype '" + d + "' is unknown");
+    p.dtype = *dt;
+  }
+  if (j.contains("strides")) {
+    const json& s = j["strides"];
+    for (int i = 0; i < 5; ++i) {
+      const json& a = field(s, kStrideNames[i], "problem.strides");
+      const std::string name = std::string("problem.strides.") + kStrideNames[i];
+      if (!a.is_array() || a.size() != 3) corrupt(name + " is not an array of 3 integers");
+      for (int n = 0; n < 3; ++n) {
+        if (!a[n].is_number_integer()) corrupt(name + " is not an array of 3 integers");
+        stride_of(p, i)[n] = a[n].get<int64_t>();
+      }
+    }
+  }
+  if (std::string e = validate(p); !e.empty()) corrupt("problem: " + e);
+  return p;
+}
+
+// ------------------------------------------------------------------------------------------ case
+
+json case_to_json(const Case& c) {
+  json j;
+  if (!c.label.empty()) j["label"] = c.label;
+  j["problem"] = problem_to_json(c.problem);
+  json values;
+  values["dist"] = to_string(c.values.dist);
+  json specials = json::array();
+  for (const SpecialValue& s : c.values.specials) specials.push_back(to_string(s));
+  values["specials"] = specials;
+  j["values"] = values;
+  j["seed"] = seed_to_hex(c.seed);
+  if (c.explicit_values) {
+    j["explicit"] = {{"q", floats_to_hex(c.explicit_values->q)},
+                     {"k", floats_to_hex(c.explicit_values->k)},
+                     {"v", floats_to_hex(c.explicit_values->v)}};
+  }
+  return j;
+}
+
+Case case_from_json(const json& j) {
+  const std::string ctx = "case";
+  if (!j.is_object()) corrupt("case is not a JSON object");
+  Case c;
+  c.label = opt_string(j, "label", ctx);
+  c.problem = problem_from_json(field(j, "problem", ctx));
+  const json& seed = field(j, "seed", ctx);
+  if (seed.is_string()) c.seed = parse_u64(seed.get<std::string>(), "case.seed");
+  else if (seed.is_number_unsigned()) c.seed = seed.get<uint64_t>();
+  else if (seed.is_number_integer() && seed.get<int64_t>() >= 0) c.seed = static_cast<uint64_t>(seed.get<int64_t>());
+  else corrupt("case.seed is not a 64-bit number");
+  if (j.contains("values")) {
+    const json& v = j["values"];
+    if (v.contains("dist")) {
+      if (std::string e = parse_distribution(get_string(v, "dist", "case.values"), c.values.dist); !e.empty())
+        corrupt("case.values: " + e);
+    }
+    if (v.contains("specials")) {
+      const json& s = v["specials"];
+      if (!s.is_array()) corrupt("case.values.specials is not an array");
+      for (const json& e : s) {
+        if (!e.is_string()) corrupt("case.values.specials holds a non-string");
+        SpecialValue sv;
+        if (std::string err = parse_special(e.get<std::string>(), sv); !err.empty()) corrupt("case.values: " + err);
+        c.values.specials.push_back(sv);
+      }
+    }
+  }
+  if (j.contains("explicit")) {
+    const json& e = j["explicit"];
+    ExplicitValues ev;
+    ev.q = hex_to_floats(get_string(e, "q", "case.explicit"), "case.explicit.q");
+    ev.k = hex_to_floats(get_string(e, "k", "case.explicit"), "case.explicit.k");
+    ev.v = hex_to_floats(get_string(e, "v", "case.explicit"), "case.explicit.v");
+    c.explicit_values = std::move(ev);
+  }
+  if (std::string e = validate(c); !e.empty()) corrupt("case: " + e);
+  return c;
+}
+
+// ------------------------------------------------------------------------------------------ verdict
+
+json verdict_to_json(const RecordedVerdict& v) {
+  json j;
+  j["kernel"] = v.kernel;
+  j["backend"] = v.backend;
+  j["device"] = v.device;
+  j["verdict"] = verdict_name(v.verdict);
+  j["class"] = failure_class_name(v.failure);
+  j["signature"] = v.signature;
+  j["reason"] = v.reason;
+  j["max_ratio"] = json_number(v.max_ratio);
+  return j;
+}
+
+RecordedVerdict verdict_from_json(const json& j) {
+  const std::string ctx = "verdict";
+  RecordedVerdict v;
+  v.kernel = get_string(j, "kernel", ctx);
+  v.backend = opt_string(j, "backend", ctx);
+  v.device = opt_string(j, "device", ctx);
+  const std::string name = get_string(j, "verdict", ctx);
+  bool found = false;
+  for (Verdict x : {Verdict::kPass, Verdict::kFail, Verdict::kUnsupported, Verdict::kOutsideContract})
+    if (name == verdict_name(x)) {
+      v.verdict = x;
+      found = true;
+    }
+  if (!found) corrupt("verdict.verdict '" + name + "' is unknown");
+  if (j.contains("class")) {
+    const std::string cls = get_string(j, "class", ctx);
+    if (!parse_failure_class(cls, v.failure)) corrupt("verdict.class '" + cls + "' is unknown");
+  }
+  v.signature = opt_string(j, "signature", ctx);
+  v.reason = opt_string(j, "reason", ctx);
+  if (j.contains("max_ratio")) v.max_ratio = get_number(j, "max_ratio", ctx);
+  return v;
+}
+
+// ------------------------------------------------------------------------------------------ files
+
+std::string to_corpus_text(const CorpusFile& f) {
+  json j;
+  j["format"] = f.format_version;
+  j["tool"] = {{"name", f.tool.name}, {"version", f.tool.version}, {"command", f.tool.command}};
+  j["case"] = case_to_json(f.the_case);
+  if (f.verdict) j["verdict"] = verdict_to_json(*f.verdict);
+  std::ostringstream out;
+  out << kCorpusMagic << ' ' << f.format_version << '\n';
+  out << "# " << one_line(f.tool.name) << ' ' << one_line(f.tool.version)
+      << " test case; format: corpus/README.md; replay: attn-check --replay FILE\n";
+  if (!f.tool.command.empty()) out << "# command: " << one_line(f.tool.command) << '\n';
+  if (!f.the_case.label.empty()) out << "# label: " << one_line(f.the_case.label) << '\n';
+  out << "# case: " << one_line(describe(f.the_case)) << '\n';
+  if (f.verdict) {
+    const RecordedVerdict& v = *f.verdict;
+    out << "# verdict: " << one_line(v.kernel) << " on " << one_line(v.backend) << ": " << verdict_name(v.verdict);
+    if (v.failure != FailureClass::kNone) out << " (" << failure_class_name(v.failure) << ")";
+    if (!v.reason.empty()) out << ": " << one_line(v.reason);
+    out << '\n';
+  }
+  out << j.dump(2) << '\n';
+  return out.str();
+}
+
+CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
+  using K = CorpusError::Kind;
+  const std::string where = origin + ": ";
+  if (text.empty()) throw CorpusError(K::kTruncated, where + "empty file, not an attn-fuzz corpus file");
+  const size_t eol = text.find('\n');
+  std::string_view header = text.substr(0, eol);
+  if (!header.empty() && header.back() == '\r') header.remove_suffix(1);
+  const std::string_view magic = kCorpusMagic;
+  if (header.substr(0, magic.size()) != magic) {
+    if (eol == std::string_view::npos && magic.substr(0, header.size()) == header)
+      throw CorpusError(K::kTruncated, where + "truncated inside the '" + std::string(magic) + "' header");
+    throw CorpusError(K::kForeign, where + "not an attn-fuzz corpus file (the first line is not '" + std::string(magic) +
+                                       " <version>')");
+  }
+  const std::string_view ver = header.substr(magic.size());
+  if (ver.size() < 2 || ver[0] != ' ' || ver.size() > 10 ||
+      ver.substr(1).find_first_not_of("0123456789") != std::string_view::npos) {
+    if (eol == std::string_view::npos && ver.empty())
+      throw CorpusError(K::kTruncated, where + "truncated after the header magic");
+    throw CorpusError(K::kCorrupt, where + "malformed header line '" + std::string(header) + "'");
+  }
+  const int version = std::stoi(std::string(ver.substr(1)));
+  if (version > kCorpusFormatVersion)
+    throw CorpusError(K::kFutureVersion, where + "corpus format version " + std::to_string(version) +
+                                             " is newer than this build reads (" + std::to_string(kCorpusFormatVersion) +
+                                             "); update attn-fuzz");
+  if (version < 1) throw CorpusError(K::kCorrupt, where + "corpus format version " + std::to_string(version) + " is invalid");
+  if (eol == std::string_view::npos) throw CorpusError(K::kTruncated, where + "truncated after the header line");
+  // Skip '#' comment lines; the rest is one JSON object.
+  size_t pos = eol + 1;
+  while (pos < text.size() && text[pos] == '#') {
+    const size_t next = text.find('\n', pos);
+    if (next == std::string_view::npos) {
+      pos = text.size();
+      break;
+    }
+    pos = next + 1;
+  }
+  const std::string_view body = text.substr(pos);
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    throw CorpusError(K::kTruncated, where + "truncated: no JSON body after the header");
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    const bool at_end = e.byte >= body.size() || std::string(e.what()).find("unexpected end of input") != std::string::npos;
+    if (at_end) throw CorpusError(K::kTruncated, where + "truncated: the JSON body ends early");
+    throw CorpusError(K::kCorrupt, where + "corrupt JSON at byte " + std::to_string(pos + e.byte) + ": " +
+                                       one_line(e.what()));
+  }
+  try {
+    CorpusFile f;
+    if (!j.is_object()) corrupt("the JSON body is not an object");
+    const int64_t fmt = get_int(j, "format", "file");
+    if (fmt != version)
+      corrupt("format " + std::to_string(fmt) + " disagrees with the header version " + std::to_string(version));
+    f.format_version = version;
+    const json& tool = field(j, "tool", "file");
+    f.tool.name = get_string(tool, "name", "tool");
+    f.tool.version = get_string(tool, "version", "tool");
+    if (f.tool.version.empty()) corrupt("tool.version is empty (files must record the tool version)");
+    f.tool.command = opt_string(tool, "command", "tool");
+    f.the_case = case_from_json(field(j, "case", "file"));
+    if (j.contains("verdict") && !j["verdict"].is_null()) f.verdict = verdict_from_json(j["verdict"]);
+    return f;
+  } catch (const CorpusError& e) {
+    throw CorpusError(e.kind(), where + e.what());
+  } catch (const json::exception& e) {
+    throw CorpusError(K::kCorrupt, where + one_line(e.what()));
+  }
+}
+
+CorpusFile read_corpus_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": cannot open for reading");
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw CorpusError(CorpusError::Kind::kIo, path.string() + ": is a directory, not a corpus file");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": read error");
+  return parse_corpus(buf.str(), path.string());
+}
+
+void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f) {
+  const std::string text = to_corpus_text(f);
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": cannot open for writing");
+    out << text;
+    out.flush();
+    if (!out) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": write error");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw CorpusError(CorpusError::Kind::kIo, path.string() + ": cannot rename the temporary file into place");
+  }
+}
+
+std::string case_hash(const CorpusFile& f) {
+  Case c = f.the_case;
+  c.label.clear();
+  std::string key = case_to_json(c).dump();
+  if (f.verdict) key += "\nkernel=" + f.verdict->kernel;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash64(key)));
+  return buf;
+}
+
+std::string corpus_file_name(const CorpusFile& f) {
+  std::string cls = "case";
+  if (f.verdict) cls = f.verdict->failure != FailureClass::kNone ? failure_class_name(f.verdict->failure)
+                                                                 : verdict_name(f.verdict->verdict);
+  return cls + "-" + case_hash(f) + kCaseFileExtension;
+}
+
+std::filesystem::path save_to_corpus_dir(const std::filesystem::path& dir, const CorpusFile& f) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw CorpusError(CorpusError::Kind::kIo, dir.string() + ": cannot create directory: " + ec.message());
+  const std::filesystem::path path = dir / corpus_file_name(f);
+  if (!std::filesystem::exists(path, ec)) write_corpus_file(path, f);
+  return path;
+}
+
+}  // namespace attnfuzz

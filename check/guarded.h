@@ -1,0 +1,57 @@
+// guarded.h - device buffers with poisoned guard zones before and after, and canary checks after a launch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/device.h"
+
+namespace attnfuzz {
+
+// A guard word that changed: which buffer, where (bytes from the payload's start; negative = before it,
+// >= payload size = after it), what it holds now.
+struct CanaryHit {
+  std::string buffer;
+  int64_t offset;
+  uint32_t got;
+  uint32_t expected;
+};
+
+// Poison patterns. Guards and unwritten outputs hold quiet NaNs with recognisable payloads, so a kernel
+// that reads a guard or skips an output element produces NaN, and the report can say which it was.
+constexpr uint32_t kGuardPoison = 0x7fa5a5a5u;     // NaN: reads past the end turn into NaN
+constexpr uint32_t kGuardPoisonAlt = 0x3f9d70a4u;  // 1.23f: a finite second poison (OOB-read detector)
+constexpr uint32_t kOutputPoison = 0x7fbeefedu;    // NaN written into O / LSE before every launch
+
+class GuardedBuffer {
+ public:
+  GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t guard_bytes, uint32_t poison);
+  ~GuardedBuffer();
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+
+  void* data() const { return payload_; }  // nullptr-free even for 0 bytes
+  size_t bytes() const { return bytes_; }
+  const std::string& name() const { return name_; }
+
+  void upload(const void* host);           // host -> payload
+  void download(void* host) const;         // payload -> host
+  void fill_payload(uint32_t word);        // every 32-bit word of the payload
+  void repoison(uint32_t poison);          // refill both guard zones
+  // Guard words that no longer hold the poison (at most max_hits reported, in address order).
+  std::vector<CanaryHit> check(size_t max_hits = 16) const;
+  size_t changed_words() const { return changed_; }  // total changed guard words in the last check()
+
+ private:
+  Device& dev_;
+  std::string name_;
+  size_t bytes_, guard_;
+  uint32_t poison_;
+  char* base_;
+  void* payload_;
+  mutable size_t changed_ = 0;
+};
+
+}  // namespace attnfuzz

@@ -1,0 +1,196 @@
+// compare.cpp - NaN-safe element judgement, worst elements, ratio map and the compare verdict.
+#include "check/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <queue>
+#include <string>
+
+namespace attnfuzz {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string fmt(const char* f, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+std::string where(const ElementReport& e) {
+  char buf[96];
+  if (e.is_lse)
+    std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h, (long long)e.s);
+  else
+    std::snprintf(buf, sizeof buf, "O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)e.b, (long long)e.s, (long long)e.h,
+                  (long long)e.d);
+  return buf;
+}
+
+// Keeps the k elements of highest ratio; ties keep the earlier element.
+struct Worst {
+  size_t k;
+  int64_t seq = 0;
+  struct Item {
+    ElementReport e;
+    int64_t seq;
+  };
+  struct Cmp {  // "a before b in the heap's order": the heap top is the weakest kept element
+    bool operator()(const Item& a, const Item& b) const {
+      return a.e.ratio > b.e.ratio || (a.e.ratio == b.e.ratio && a.seq < b.seq);
+    }
+  };
+  std::priority_queue<Item, std::vector<Item>, Cmp> heap;
+  void add(const ElementReport& e) {
+    Item it{e, seq++};
+    if (k == 0) return;
+    if (heap.size() < k) {
+      heap.push(it);
+    } else if (Cmp{}(it, heap.top())) {
+      heap.pop();
+      heap.push(it);
+    }
+  }
+  std::vector<ElementReport> sorted() {
+    std::vector<Item> items;
+    while (!heap.empty()) items.push_back(heap.top()), heap.pop();
+    std::sort(items.begin(), items.end(), Cmp{});
+    std::vector<ElementReport> out;
+    for (auto& i : items) out.push_back(i.e);
+    return out;
+  }
+};
+}  // namespace
+
+ElementJudgement judge_element(double expected, double got, double bound) {
+  ElementJudgement j;
+  const bool ef = std::isfinite(expected), gf = std::isfinite(got);
+  if (!ef || !gf) {
+    // Non-finite on at least one side: only the identical class passes (NaN-NaN, +inf/+inf, -inf/-inf).
+    const bool same = (std::isnan(expected) && std::isnan(got)) || (!ef && !gf && expected == got);
+    if (!same) {
+      j.fail = j.nonfinite_mismatch = true;
+      j.err = j.ratio = kInf;
+    }
+    return j;
+  }
+  j.err = std::fabs(got - expected);
+  if (j.err == 0) return j;
+  j.ratio = bound > 0 ? j.err / bound : kInf;
+  j.fail = !(j.ratio <= 1);
+  return j;
+}
+
+std::vector<double> compare_output(const Problem& p, const OracleResult& exact, const float* o,
+                                   const float* lse, CheckResult& r, const CompareOptions& opts) {
+  const int64_t Dv = p.head_dim_v;
+  std::vector<double> map(static_cast<size_t>(p.seq_q * Dv), kNaN);
+  Worst worst{opts.worst};
+  const bool has_base = !exact.base_o.empty();
+  const bool do_lse = lse != nullptr && opts.check_lse;
+  int64_t compared = 0, failed = 0, nonfinite = 0, outside_rows = 0;
+  double max_ratio = 0, max_abs = 0, base_ratio = 0, base_abs = 0;
+  std::string outside_reason;
+  auto fold_map = [&](int64_t s, int64_t d, double ratio) {
+    double& m = map[static_cast<size_t>(s * Dv + d)];
+    if (std::isnan(m) || ratio > m) m = ratio;  // explicit: a max-fold must not drop anything
+  };
+  auto account = [&](ElementReport e, const ElementJudgement& j, double base_expected, double base_got) {
+    ++compared;
+    e.ratio = j.ratio;
+    worst.add(e);
+    if (j.fail) ++failed;
+    if (j.nonfinite_mismatch) ++nonfinite;
+    if (j.ratio > max_ratio) max_ratio = j.ratio;
+    if (std::isfinite(j.err) && j.err > max_abs) max_abs = j.err;
+    if (has_base) {
+      const ElementJudgement bj = judge_element(base_expected, base_got, e.bound);
+      if (bj.ratio > base_ratio) base_ratio = bj.ratio;
+      if (std::isfinite(bj.err) && bj.err > base_abs) base_abs = bj.err;
+    }
+  };
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s : exact.sampled) {
+        const RowInfo& info = exact.row(b, h, s);
+        if (!info.computed) continue;
+        if (!info.inside_contract()) {
+          if (outside_rows++ == 0) {
+            char buf[192];
+            std::snprintf(buf, sizeof buf, "row b=%lld h=%lld s=%lld: %s (%.3g)", (long long)b, (long long)h,
+                          (long long)s, contract_reason_text(info.contract), info.contract_value);
+            outside_reason = buf;
+          }
+          continue;
+        }
+        double row_lse_ratio = 0;
+        if (do_lse) {
+          const size_t li = exact.lse_at(b, h, s);
+          ElementReport e;
+          e.is_lse = true;
+          e.b = b, e.h = h, e.s = s;
+          e.expected = exact.lse[li];
+          e.got = lse[lse_index(p, b, h, s)];
+          e.bound = exact.lse_bound[li];
+          const ElementJudgement j = judge_element(e.expected, e.got, e.bound);
+          account(e, j, e.expected, has_base ? exact.base_lse[li] : 0.0);
+          row_lse_ratio = j.ratio;
+        }
+        for (int64_t d = 0; d < Dv; ++d) {
+          const size_t oi = exact.o_at(b, s, h, d);
+          ElementReport e;
+          e.b = b, e.h = h, e.s = s, e.d = d;
+          e.expected = exact.o[oi];
+          e.got = o[o_index(p, b, s, h, d)];
+          e.bound = exact.o_bound[oi];
+          const ElementJudgement j = judge_element(e.expected, e.got, e.bound);
+          account(e, j, e.expected, has_base ? exact.base_o[oi] : 0.0);
+          fold_map(s, d, std::max(j.ratio, row_lse_ratio));
+        }
+      }
+  r.worst = worst.sorted();
+  r.compared = compared;
+  r.failed = failed;
+  r.max_ratio = max_ratio;
+  r.max_abs_err = max_abs;
+  r.baseline_max_ratio = base_ratio;
+  r.oracle_ms = exact.ms;
+  char buf[256];
+  if (has_base) {
+    const bool agrees = max_abs <= opts.flash_k * base_abs;
+    std::snprintf(buf, sizeof buf,
+                  "kernel max |err| %.3g vs %g x plain fp32 reference max |err| %.3g: %s (advisory; the verdict "
+                  "uses the bound; baseline max ratio %.3g)",
+                  max_abs, opts.flash_k, base_abs, agrees ? "within" : "beyond", base_ratio);
+    r.evidence.push_back({"flash-rule", buf});
+  }
+  if (failed > 0) {
+    r.verdict = Verdict::kFail;
+    r.failure = nonfinite > 0 ? FailureClass::kNonFinite : FailureClass::kPrecision;
+    const ElementReport& w = r.worst.front();
+    std::snprintf(buf, sizeof buf, "%lld of %lld elements beyond their bound (%lld NaN/Inf mismatches); worst %s",
+                  (long long)failed, (long long)compared, (long long)nonfinite, where(w).c_str());
+    r.reason = buf;
+    r.reason += " expected " + fmt("%.9g", w.expected) + " got " + fmt("%.9g", w.got) + " bound " +
+                fmt("%.3g", w.bound) + " ratio " + fmt("%.3g", w.ratio);
+    if (outside_rows > 0) r.reason += "; " + std::to_string(outside_rows) + " rows outside the fp32 contract";
+    r.evidence.push_back({"compare", r.reason});
+  } else if (outside_rows > 0) {
+    r.verdict = Verdict::kOutsideContract;
+    r.failure = FailureClass::kNone;
+    r.reason = std::to_string(outside_rows) + " rows outside the fp32 contract, first " + outside_reason;
+    r.evidence.push_back({"compare", r.reason});
+  } else {
+    r.verdict = Verdict::kPass;
+    r.failure = FailureClass::kNone;
+    std::snprintf(buf, sizeof buf, "%lld elements within their bound (max ratio %.3g)", (long long)compared,
+                  max_ratio);
+    r.evidence.push_back({"compare", buf});
+  }
+  return map;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,533 @@
+// oracle.cpp - exact attention: row driver, sampling, threads, the certified fast path and the fp32 bound.
+#include "oracle/oracle.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "oracle/reference_fp32.h"
+#include "oracle/row.h"
+
+namespace attnfuzz {
+
+using oracle_detail::RowRef;
+using oracle_detail::RowWork;
+
+const char* contract_reason_text(ContractReason r) {
+  switch (r) {
+    case ContractReason::kInside: return "inside the fp32 contract";
+    case ContractReason::kScoreRange: return "an exact score or sum |q k| exceeds the fp32 range";
+    case ContractReason::kValueRange: return "the unnormalised P.V accumulator or a visible v exceeds the fp32 range";
+  }
+  return "?";
+}
+
+bool oracle_has_mpfr() {
+#ifdef ATTNFUZZ_HAVE_MPFR
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+constexpr double kU = 0x1p-24;   // fp32 unit roundoff
+constexpr double kUd = 0x1p-53;  // double unit roundoff
+constexpr double kFltMin = 0x1p-126;
+// Values above this are outside the contract: a kernel may multiply by log2(e) ~ 1.44 or round up.
+constexpr double kRange = 0x1p127;  // FLT_MAX / 2 (rounded)
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Knuth's TwoSum: s + e == a + b exactly.
+inline void two_sum(double a, double b, double& s, double& e) {
+  s = a + b;
+  const double bb = s - a;
+  e = (a - (s - bb)) + (b - bb);
+}
+// Keeps the top `keep` significand bits (with the implicit one) of x: an exact split x = hi + (x - hi).
+template <int keep>
+inline double truncate_bits(double x) {
+  uint64_t u;
+  std::memcpy(&u, &x, 8);
+  u &= ~((uint64_t{1} << (53 - keep)) - 1);
+  std::memcpy(&x, &u, 8);
+  return x;
+}
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Per (b, kv head) facts about K and V, computed once.
+struct HeadFacts {
+  std::vector<double> ksum;          // sum_d |k_jd| per key (finite entries)
+  std::vector<unsigned char> kbad;   // key row holds a NaN or Inf
+  double vmax = 0;                   // max finite |v|
+};
+
+struct Shared {
+  const Problem* p;
+  const float *q, *k, *v;
+  const OracleOptions* opts;
+  std::vector<HeadFacts> heads;  // [b * Hkv + hk]
+  OracleResult* res;
+};
+
+struct Counters {
+  int64_t computed = 0, fast = 0, mp = 0, fallback = 0, outside = 0;
+};
+
+// ---- score pass: double-double scores (exact products, TwoSum accumulation, exact scaling) ----
+void score_pass(const RowRef& r, const HeadFacts& hf, bool q_nonfinite, const double* qd, RowWork& w) {
+  const int64_t n = r.last - r.first;
+  const double sc = r.scale;
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const int64_t j = r.first + jj;
+    const float* kj = r.k + j * r.k_row;
+    if (q_nonfinite || hf.kbad[j]) {
+      // IEEE double: products of fp32 are exact and finite sums cannot overflow, so the class of the
+      // result (+-inf / NaN) is the extended-real one.
+      double acc = 0, ab = 0;
+      for (int64_t d = 0; d < r.D; ++d) {
+        const double pr = qd[d] * static_cast<double>(kj[d]);
+        acc += pr;
+        if (std::isfinite(pr)) ab += std::fabs(pr);
+      }
+      w.s_hi[jj] = acc * sc;
+      w.s_lo[jj] = 0;
+      w.a[jj] = ab;
+      w.nonfinite[jj] = 1;  // a non-finite operand always gives +-inf or NaN (inf * 0 = NaN)
+      continue;
+    }
+    double hs[4] = {0, 0, 0, 0}, ls[4] = {0, 0, 0, 0}, as[4] = {0, 0, 0, 0};
+    int64_t d = 0;
+    for (; d + 4 <= r.D; d += 4) {
+      for (int l = 0; l < 4; ++l) {
+        const double pr = qd[d + l] * static_cast<double>(kj[d + l]);  // exact
+        const double t = hs[l] + pr;
+        const double bb = t - hs[l];
+        ls[l] += (hs[l] - (t - bb)) + (pr - bb);
+        hs[l] = t;
+        as[l] += std::fabs(pr);
+      }
+    }
+    for (; d < r.D; ++d) {
+      const double pr = qd[d] * static_cast<double>(kj[d]);
+      const double t = hs[0] + pr;
+      const double bb = t - hs[0];
+      ls[0] += (hs[0] - (t - bb)) + (pr - bb);
+      hs[0] = t;
+      as[0] += std::fabs(pr);
+    }
+    double h01, e01, h23, e23, hi, e;
+    two_sum(hs[0], hs[1], h01, e01);
+    two_sum(hs[2], hs[3], h23, e23);
+    two_sum(h01, h23, hi, e);
+    const double lo = ((ls[0] + ls[1]) + (ls[2] + ls[3])) + (e01 + e23) + e;
+    double s1, s2;
+    two_sum(hi, lo, s1, s2);  // renormalise
+    // (s1 + s2) * scale: s1 = h1 + h2 with <= 27 bits each, so h1*sc, h2*sc are exact (24-bit scale).
+    const double h1 = truncate_bits<26>(s1), h2 = s1 - h1;
+    double t, te;
+    two_sum(h1 * sc, h2 * sc, t, te);
+    te += s2 * sc;
+    w.s_hi[jj] = t + te;
+    w.s_lo[jj] = te - (w.s_hi[jj] - t);
+    w.a[jj] = (as[0] + as[1]) + (as[2] + as[3]);
+    w.nonfinite[jj] = 0;
+  }
+}
+
+// ---- fast value path ----
+void fast_row(const RowRef& r, RowWork& w) {
+  const int64_t n = r.last - r.first;
+  double mh = -kInf, ml = 0, amax = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (w.nonfinite[j]) continue;
+    if (w.s_hi[j] > mh || (w.s_hi[j] == mh && w.s_lo[j] > ml)) mh = w.s_hi[j], ml = w.s_lo[j];
+    amax = std::max(amax, w.a[j]);
+  }
+  double Lh = 0, Ll = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (w.nonfinite[j]) {
+      w.w[j] = 0;
+      continue;
+    }
+    double t, e;
+    two_sum(w.s_hi[j], -mh, t, e);
+    e += w.s_lo[j] - ml;
+    const double ah = t + e, al = e - (ah - t);
+    double pj = std::exp(ah);
+    pj += pj * al;  // exp(ah + al) = exp(ah) (1 + al + O(al^2)), |al| <= 2^-52 |ah|
+    w.w[j] = pj;
+    two_sum(Lh, pj, t, e);
+    Lh = t;
+    Ll += e;
+  }
+  const double L = Lh + Ll;
+  for (int64_t j = 0; j < n; ++j) w.w[j] /= L;
+  const int64_t Dv = r.Dv;
+  std::fill(w.acc_hi.begin(), w.acc_hi.end(), 0.0);
+  std::fill(w.acc_lo.begin(), w.acc_lo.end(), 0.0);
+  std::fill(w.swa.begin(), w.swa.end(), 0.0);
+  double* __restrict ah = w.acc_hi.data();
+  double* __restrict al = w.acc_lo.data();
+  double* __restrict swa = w.swa.data();
+  for (int64_t j = 0; j < n; ++j) {
+    const double wj = w.w[j];
+    const double whi = truncate_bits<24>(wj), wlo = wj - whi;  // whi * v is exact (24 x 24 bits)
+    const float* __restrict vj = r.v + (r.first + j) * r.v_row;
+    for (int64_t d = 0; d < Dv; ++d) {
+      const double x = vj[d];
+      const double p1 = whi * x, p2 = wlo * x;
+      const double t = ah[d] + p1;
+      const double bb = t - ah[d];
+      al[d] += ((ah[d] - (t - bb)) + (p1 - bb)) + p2;
+      ah[d] = t;
+      swa[d] += wj * std::fabs(x);
+    }
+  }
+  for (int64_t d = 0; d < Dv; ++d) w.o[d] = ah[d] + al[d];
+  w.m = mh;
+  w.L = L;
+  const double logL = std::log(L);
+  double t, e;
+  two_sum(mh, logL, t, e);
+  w.lse = t + (e + ml);
+  // Own error (README "fast path"): score double-double error eps_s, weight error eps_w (exp < 1 ulp,
+  // the (1 + al) correction, L's compensated sum, the division), Dot2 error of the P.V sum.
+  const double D4 = static_cast<double>(r.D + 4);
+  const double eps_s = 4 * D4 * D4 * kUd * kUd * (std::fabs(r.scale) * amax + 1);
+  const double eps_w = 6 * kUd + 2 * eps_s;
+  const double nn = static_cast<double>(n + 2);
+  for (int64_t d = 0; d < Dv; ++d)
+    w.o_err[d] = kUd * std::fabs(w.o[d]) + (eps_w + 2 * nn * nn * kUd * kUd) * (swa[d] + std::fabs(w.o[d])) +
+                 nn * 0x1p-1070;
+  w.lse_err = kUd * std::fabs(w.lse) + 2 * kUd * (std::fabs(mh) + std::fabs(logL) + 1) + eps_s + eps_w;
+}
+
+// ---- the per-element fp32 bound (README "bound") ----
+// Fills o_bound / lse_bound for a row whose value path has run.
+void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, const OracleOptions& opts,
+               double* o_bound, double* lse_bound) {
+  const BoundModel& M = opts.model;
+  const int64_t n = r.last - r.first;
+  int64_t nf = 0;
+  for (int64_t j = 0; j < n; ++j) nf += !w.nonfinite[j];
+  const double logn = std::log(static_cast<double>(std::max<int64_t>(nf, 1)));
+  const double sc = std::fabs(static_cast<double>(r.scale));
+  const double dterm = static_cast<double>(r.D + 2) * sc;
+  const double argc = M.c_arg * (std::fabs(w.m) + logn + 1);
+  double Ep = 0, Em = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (w.nonfinite[j] || w.w[j] == 0) {
+      w.rho[j] = 0;
+      continue;
+    }
+    const double ftz = 2 * sc * kFltMin * (qsum + hf.ksum[r.first + j] + 2.0 * r.D) + kFltMin;
+    double delta = kU * (dterm * w.a[j] + M.c_arg * std::fabs(w.s_hi[j]) + argc + M.c_exp) + ftz;
+    delta = std::min(delta, 700.0);
+    w.rho[j] = delta;
+    const double ed = std::exp(delta);
+    Ep += w.w[j] * ed;
+    Em += w.w[j] / ed;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    if (w.rho[j] == 0) continue;
+    const double ed = std::exp(w.rho[j]);
+    const double r1 = std::max(ed / Em - 1, 1 - 1 / (ed * Ep));
+    w.rho[j] = std::min(1.0, w.w[j] * r1);
+  }
+  const int64_t Dv = r.Dv;
+  std::fill(w.soft.begin(), w.soft.end(), 0.0);
+  double* __restrict soft = w.soft.data();
+  const double* __restrict o = w.o.data();
+  for (int64_t j = 0; j < n; ++j) {
+    const double rj = w.rho[j];
+    if (rj == 0) continue;
+    const float* __restrict vj = r.v + (r.first + j) * r.v_row;
+    for (int64_t d = 0; d < Dv; ++d) soft[d] += rj * std::fabs(static_cast<double>(vj[d]) - o[d]);
+  }
+  const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0);
+  const double floor = 2 * kFltMin * static_cast<double>(nf + 2) * (1 + hf.vmax);
+  const double sf = opts.safety_factor;
+  for (int64_t d = 0; d < Dv; ++d) {
+    if (std::isnan(o[d])) {
+      o_bound[d] = 0;
+      continue;
+    }
+    o_bound[d] = sf * (soft[d] + accc * (w.swa[d] + std::fabs(o[d])) + kU * std::fabs(o[d]) + floor);
+  }
+  const double soft_lse = std::max(std::log(Ep), -std::log(Em));
+  *lse_bound = sf * (soft_lse + accc + kU * (M.c_arg * (std::fabs(w.lse) + std::fabs(w.m)) + M.c_exp * (1 + logn)));
+}
+
+void resize_work(RowWork& w, int64_t n, int64_t Dv) {
+  const size_t N = static_cast<size_t>(std::max<int64_t>(n, 1)), V = static_cast<size_t>(Dv);
+  if (w.s_hi.size() < N) {
+    for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho}) x->resize(N);
+    w.nonfinite.resize(N);
+  }
+  if (w.o.size() != V)
+    for (auto* x : {&w.o, &w.swa, &w.o_err, &w.soft, &w.acc_hi, &w.acc_lo}) x->assign(V, 0.0);
+}
+
+// Computes row (b, h, s) into the result.
+void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::vector<double>& qd,
+            Counters& cnt) {
+  const Problem& p = *S.p;
+  OracleResult& R = *S.res;
+  const OracleOptions& opts = *S.opts;
+  const int64_t Dv = p.head_dim_v, hk = kv_head(p, h);
+  const size_t oi = R.o_at(b, s, h, 0), li = R.lse_at(b, h, s);
+  RowInfo& info = R.rows[li];
+  info.computed = true;
+  ++cnt.computed;
+  if (opts.baseline) reference_fp32_row(p, S.q, S.k, S.v, b, h, s, &R.base_o[oi], &R.base_lse[li]);
+  auto fill = [&](double ov, double lv, RowKind kind) {
+    info.kind = kind;
+    for (int64_t d = 0; d < Dv; ++d) R.o[oi + d] = ov, R.o_bound[oi + d] = 0, R.o_err[oi + d] = 0;
+    R.lse[li] = lv;
+    R.lse_bound[li] = 0;
+    R.lse_err[li] = 0;
+  };
+  const KeyRange kr = visible_keys(p, s);
+  if (kr.empty()) return fill(0.0, -kInf, RowKind::kFullyMasked);
+  RowRef r;
+  r.q = S.q + q_index(p, b, s, h, 0);
+  r.k = S.k + k_index(p, b, 0, hk, 0);
+  r.v = S.v + v_index(p, b, 0, hk, 0);
+  r.k_row = p.k_stride[1];
+  r.v_row = p.v_stride[1];
+  r.first = kr.first;
+  r.last = kr.last;
+  r.D = p.head_dim;
+  r.Dv = Dv;
+  r.scale = p.scale;
+  const HeadFacts& hf = S.heads[static_cast<size_t>(b * p.heads_kv + hk)];
+  bool q_nan = false, q_nonfinite = false;
+  double qsum = 0;
+  for (int64_t d = 0; d < p.head_dim; ++d) {
+    qd[d] = r.q[d];
+    q_nan |= std::isnan(qd[d]);
+    q_nonfinite |= !std::isfinite(qd[d]);
+    if (std::isfinite(qd[d])) qsum += std::fabs(qd[d]);
+  }
+  if (q_nan) return fill(kNaN, kNaN, RowKind::kNaN);
+  const int64_t n = kr.last - kr.first;
+  resize_work(w, n, Dv);
+  score_pass(r, hf, q_nonfinite, qd.data(), w);
+  int64_t nf = 0;
+  double amax = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (w.nonfinite[j]) {
+      if (!(w.s_hi[j] == -kInf)) return fill(kNaN, kNaN, RowKind::kNaN);  // NaN or +inf score
+    } else {
+      ++nf;
+      amax = std::max(amax, w.a[j]);
+    }
+  }
+  if (nf == 0) return fill(0.0, -kInf, RowKind::kFullyMasked);
+  const double sc = std::fabs(static_cast<double>(p.scale));
+  if (amax > kRange || sc * amax > kRange) {
+    info.contract = ContractReason::kScoreRange;
+    info.contract_value = std::max(amax, sc * amax);
+  }
+  const bool mp_first = opts.force_multiprecision;
+  if (mp_first) {
+    R.mp_bits_used = oracle_detail::mp_row(r, w, opts.mp_bits, opts.mp_backend);
+    info.path = RowPath::kMultiprecision;
+  } else {
+    fast_row(r, w);
+    info.path = RowPath::kFast;
+  }
+  double* ob = &R.o_bound[oi];
+  bound_row(r, w, hf, qsum, opts, ob, &R.lse_bound[li]);
+  if (!mp_first) {
+    // Self-check: certified when the fast path's own error is negligible against the bound (and, with
+    // certify_values, against the value itself).
+    constexpr double kTau = 0x1p-16, kRel = 0x1p-40;
+    bool ok = w.lse_err <= kTau * R.lse_bound[li] &&
+              (!opts.certify_values || w.lse_err <= kRel * std::fabs(w.lse));
+    for (int64_t d = 0; d < Dv && ok; ++d) {
+      if (std::isnan(w.o[d])) continue;
+      ok = w.o_err[d] <= kTau * ob[d] && (!opts.certify_values || w.o_err[d] <= kRel * std::fabs(w.o[d]));
+    }
+    if (!ok && info.contract == ContractReason::kInside) {
+      R.mp_bits_used = oracle_detail::mp_row(r, w, opts.mp_bits, opts.mp_backend);
+      info.path = RowPath::kMultiprecision;
+      info.fell_back = true;
+      ++cnt.fallback;
+      bound_row(r, w, hf, qsum, opts, ob, &R.lse_bound[li]);
+    }
+  }
+  info.path == RowPath::kFast ? ++cnt.fast : ++cnt.mp;
+  if (info.contract == ContractReason::kInside) {
+    for (int64_t d = 0; d < Dv; ++d) {
+      const double acc = w.L * w.swa[d];
+      if (acc > kRange) {
+        info.contract = ContractReason::kValueRange;
+        info.contract_value = acc;
+        break;
+      }
+    }
+  }
+  for (int64_t d = 0; d < Dv; ++d) R.o[oi + d] = w.o[d], R.o_err[oi + d] = w.o_err[d];
+  R.lse[li] = w.lse;
+  R.lse_err[li] = w.lse_err;
+  if (!info.inside_contract()) {
+    ++cnt.outside;
+    for (int64_t d = 0; d < Dv; ++d) ob[d] = kInf;
+    R.lse_bound[li] = kInf;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> sample_rows(const Problem& p, const float* q, const float* k, int64_t budget,
+                                 uint64_t seed) {
+  const int64_t Sq = p.seq_q;
+  std::vector<int64_t> out;
+  std::vector<unsigned char> pick(static_cast<size_t>(Sq), 0);
+  bool all = budget <= 0 || budget >= Sq;
+  if (!all) {
+    for (int64_t b = 0; b < p.batch && !all; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv && !all; ++hk)
+        for (int64_t j = 0; j < p.seq_k && !all; ++j)
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            if (!std::isfinite(k[k_index(p, b, j, hk, d)])) {
+              all = true;
+              break;
+            }
+  }
+  if (all) {
+    for (int64_t i = 0; i < Sq; ++i) out.push_back(i);
+    return out;
+  }
+  pick[0] = pick[Sq - 1] = 1;
+  for (int64_t T : {16, 32, 64, 128})
+    for (int64_t t = 0; t < Sq; t += T) pick[t] = pick[std::min(t + T, Sq) - 1] = 1;
+  for (int64_t i = 0; i < Sq; ++i) {
+    if (visible_keys(p, i).empty()) pick[i] = 1;
+    for (int64_t b = 0; b < p.batch && !pick[i]; ++b)
+      for (int64_t h = 0; h < p.heads_q && !pick[i]; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          if (!std::isfinite(q[q_index(p, b, i, h, d)])) {
+            pick[i] = 1;
+            break;
+          }
+  }
+  int64_t count = 0;
+  for (auto x : pick) count += x;
+  uint64_t st = seed;
+  while (count < budget) {
+    const int64_t i = static_cast<int64_t>(splitmix64(st) % static_cast<uint64_t>(Sq));
+    if (!pick[i]) pick[i] = 1, ++count;
+  }
+  for (int64_t i = 0; i < Sq; ++i)
+    if (pick[i]) out.push_back(i);
+  return out;
+}
+
+OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
+                            const OracleOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (const std::string why = validate(p); !why.empty()) throw std::invalid_argument("oracle: " + why);
+  if (p.dtype != AF_DTYPE_F32) throw std::invalid_argument("oracle: only f32 inputs are supported so far");
+  if (opts.mp_bits < 100) throw std::invalid_argument("oracle: mp_bits must be >= 100");
+  OracleResult R;
+  R.problem = p;
+  R.mp_backend_used = oracle_detail::mp_backend_name(opts.mp_backend);  // throws when unavailable
+  R.mp_bits_used = oracle_detail::mp_bits_rounded(opts.mp_bits);
+  const size_t no = static_cast<size_t>(p.batch * p.seq_q * p.heads_q * p.head_dim_v);
+  const size_t nl = static_cast<size_t>(p.batch * p.heads_q * p.seq_q);
+  for (auto* x : {&R.o, &R.o_bound, &R.o_err}) x->assign(no, kNaN);
+  for (auto* x : {&R.lse, &R.lse_bound, &R.lse_err}) x->assign(nl, kNaN);
+  if (opts.baseline) {
+    R.base_o.assign(no, std::numeric_limits<float>::quiet_NaN());
+    R.base_lse.assign(nl, std::numeric_limits<float>::quiet_NaN());
+  }
+  R.rows.assign(nl, RowInfo{});
+  R.sampled = sample_rows(p, q, k, opts.row_budget, opts.sample_seed);
+
+  Shared S{&p, q, k, v, &opts, {}, &R};
+  S.heads.resize(static_cast<size_t>(p.batch * p.heads_kv));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      HeadFacts& hf = S.heads[static_cast<size_t>(b * p.heads_kv + hk)];
+      hf.ksum.assign(static_cast<size_t>(p.seq_k), 0.0);
+      hf.kbad.assign(static_cast<size_t>(p.seq_k), 0);
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        const float* kj = k + k_index(p, b, j, hk, 0);
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          if (std::isfinite(kj[d])) hf.ksum[j] += std::fabs(kj[d]);
+          else hf.kbad[j] = 1;
+        }
+        const float* vj = v + v_index(p, b, j, hk, 0);
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          if (std::isfinite(vj[d])) hf.vmax = std::max(hf.vmax, std::fabs(static_cast<double>(vj[d])));
+      }
+    }
+
+  // Work items: (b, h, sampled row index), in chunks.
+  const int64_t per_bh = static_cast<int64_t>(R.sampled.size());
+  const int64_t total = p.batch * p.heads_q * per_bh;
+  unsigned nt = opts.threads ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t chunk = 4;
+  nt = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(nt, (total + chunk - 1) / chunk)));
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  std::exception_ptr err;
+  Counters sum;
+  auto worker = [&] {
+    RowWork w;
+    std::vector<double> qd(static_cast<size_t>(p.head_dim));
+    Counters c;
+    try {
+      for (;;) {
+        const int64_t begin = next.fetch_add(chunk);
+        if (begin >= total) break;
+        for (int64_t t = begin; t < std::min(total, begin + chunk); ++t) {
+          const int64_t bh = t / per_bh, s = R.sampled[static_cast<size_t>(t % per_bh)];
+          do_row(S, bh / p.heads_q, bh % p.heads_q, s, w, qd, c);
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> g(mu);
+      if (!err) err = std::current_exception();
+      next = total;
+    }
+    std::lock_guard<std::mutex> g(mu);
+    sum.computed += c.computed, sum.fast += c.fast, sum.mp += c.mp, sum.fallback += c.fallback;
+    sum.outside += c.outside;
+  };
+  if (nt == 1) {
+    worker();
+  } else {
+    std::vector<std::thread> th;
+    for (unsigned i = 0; i < nt; ++i) th.emplace_back(worker);
+    for (auto& t : th) t.join();
+  }
+  if (err) std::rethrow_exception(err);
+  R.rows_computed = sum.computed;
+  R.rows_fast = sum.fast;
+  R.rows_mp = sum.mp;
+  R.rows_fallback = sum.fallback;
+  R.rows_outside = sum.outside;
+  R.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return R;
+}
+
+}  // namespace attnfuzz

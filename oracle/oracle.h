@@ -1,0 +1,113 @@
+// oracle.h - the exact attention reference: exact O / LSE, per-element fp32 error bounds, contract status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/problem.h"
+
+namespace attnfuzz {
+
+// Which multiprecision library the arbiter path uses.
+enum class MpBackend {
+  kAuto,         // mpfr when built with it (ATTNFUZZ_HAVE_MPFR), else cpp_bin_float
+  kMpfr,         // Boost.Multiprecision mpfr_float_backend (throws if not built in)
+  kCppBinFloat,  // Boost.Multiprecision cpp_bin_float (header-only, ~10x slower)
+};
+
+// Constants of the first-order fp32 error model (oracle/README.md derives each one). u = 2^-24.
+struct BoundModel {
+  double c_arg = 4;  // u-multiples of |s_j| + |m| + log n + 1: rounding of s - m, s * log2(e), rescale
+                     // arguments, split-KV logsumexp terms
+  double c_exp = 8;  // u-multiples of relative error of one exp / exp2 / log (approximate hardware ops)
+  double c_n = 8;    // u-multiples per visible key in the accumulation term: P.V sum, row sum, and per
+                     // online-softmax rescale an approximate exp and two multiplications
+  double c_0 = 16;   // constant u-multiples in the accumulation term (division, stores, split combine)
+};
+
+struct OracleOptions {
+  int mp_bits = 128;                  // multiprecision significand bits (>= 100; rounded up to 101, 128,
+                                      // 194, 257 or 513)
+  MpBackend mp_backend = MpBackend::kAuto;
+  bool force_multiprecision = false;  // every row on the multiprecision path (the arbiter)
+  bool certify_values = false;        // also fall back where the fast path's value is not accurate to
+                                      // 2^-40 relative (cancellation-heavy rows), so that the fp32
+                                      // rounding of `o` is the fp32 rounding of the exact value
+  unsigned threads = 0;               // worker threads over rows; 0 = hardware concurrency
+  int64_t row_budget = 0;             // 0: every row. Else about this many query rows are computed:
+                                      // the required rows (see sample_rows) plus seeded random ones
+  uint64_t sample_seed = 1;           // seed of the random part of the sample
+  double safety_factor = 2.0;         // multiplies the first-order bound (README: measurement)
+  BoundModel model{};
+  bool baseline = true;               // also run the plain fp32 reference on the computed rows
+};
+
+// Why a row is outside the fp32 contract (DESIGN.md: "outside the contract").
+enum class ContractReason : uint8_t {
+  kInside = 0,
+  kScoreRange,  // an exact |s_ij| or sum_d |q k| (scaled or not) exceeds the fp32 range (margin 2)
+  kValueRange,  // sum_j exp(s_ij - m) |v_jd| (the unnormalised accumulator) exceeds the fp32 range, or
+                // a visible v is infinite
+};
+const char* contract_reason_text(ContractReason r);
+
+// What kind of row the exact semantics produced.
+enum class RowKind : uint8_t {
+  kNormal = 0,
+  kFullyMasked,  // no visible key, or every visible score is -inf: O = 0, LSE = -inf
+  kNaN,          // NaN in q_i, or a NaN / +inf visible score: O_i and LSE_i are NaN
+};
+
+enum class RowPath : uint8_t { kNone = 0, kFast, kMultiprecision };
+
+struct RowInfo {
+  bool computed = false;  // false: left out by sampling (o, bounds are NaN there)
+  RowKind kind = RowKind::kNormal;
+  RowPath path = RowPath::kNone;
+  bool fell_back = false;  // the fast path could not certify the row; the multiprecision path did it
+  ContractReason contract = ContractReason::kInside;
+  double contract_value = 0;  // the quantity that exceeded the fp32 range (for the report)
+  bool inside_contract() const { return contract == ContractReason::kInside; }
+};
+
+// Exact results in double, laid out contiguously (not with the problem's strides): O [B, Sq, Hq, Dv],
+// LSE and rows [B, Hq, Sq]. Index with o_at / lse_at.
+struct OracleResult {
+  Problem problem{};
+  std::vector<double> o, o_bound, o_err;        // exact value, allowed |got - o|, the oracle's own error
+  std::vector<double> lse, lse_bound, lse_err;  // same for LSE (natural log)
+  std::vector<float> base_o, base_lse;          // plain fp32 reference (empty if !options.baseline)
+  std::vector<RowInfo> rows;                    // per (b, h, s)
+  std::vector<int64_t> sampled;                 // query rows s that were computed, ascending
+  int mp_bits_used = 0;
+  const char* mp_backend_used = "";
+  int64_t rows_computed = 0, rows_fast = 0, rows_mp = 0, rows_fallback = 0, rows_outside = 0;
+  double ms = 0;
+
+  size_t o_at(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return static_cast<size_t>(((b * problem.seq_q + s) * problem.heads_q + h) * problem.head_dim_v + d);
+  }
+  size_t lse_at(int64_t b, int64_t h, int64_t s) const {
+    return static_cast<size_t>((b * problem.heads_q + h) * problem.seq_q + s);
+  }
+  const RowInfo& row(int64_t b, int64_t h, int64_t s) const { return rows[lse_at(b, h, s)]; }
+};
+
+// Computes the exact result of DESIGN.md's semantics for p. q, k, v are host fp32 arrays laid out with
+// p's strides. Throws std::invalid_argument when p is malformed (validate(p) non-empty) or when the
+// dtype is not f32, std::runtime_error when the requested multiprecision backend is not built in.
+OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
+                            const OracleOptions& opts = {});
+
+// The query rows computed under row sampling: every row when budget <= 0 or budget >= Sq; else rows 0
+// and Sq-1, the first and last row of every 16/32/64/128 tile, every row whose visible key range is
+// empty, every row whose q (for some b, h) holds a NaN or Inf (all rows when k holds a NaN or Inf),
+// plus seeded random rows until about `budget` rows are chosen. Ascending, no duplicates.
+std::vector<int64_t> sample_rows(const Problem& p, const float* q, const float* k, int64_t budget,
+                                 uint64_t seed);
+
+// Whether this binary has the mpfr backend.
+bool oracle_has_mpfr();
+
+}  // namespace attnfuzz

@@ -1,0 +1,53 @@
+// reference_fp32.cpp - the plain fp32 attention reference (same-precision baseline).
+#include "oracle/reference_fp32.h"
+
+#include <cmath>
+#include <limits>
+
+#include "oracle/reference_fp64.h"
+
+namespace attnfuzz {
+
+void reference_fp32_row(const Problem& p, const float* q, const float* k, const float* v, int64_t b,
+                        int64_t h, int64_t s, float* o_row, float* lse) {
+  const int64_t hk = kv_head(p, h);
+  const KeyRange kr = visible_keys(p, s);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> sc(static_cast<size_t>(std::max<int64_t>(kr.last - kr.first, 1)));
+  float m = ninf;
+  for (int64_t j = kr.first; j < kr.last; ++j) {
+    float acc = 0;
+    for (int64_t d = 0; d < p.head_dim; ++d) acc += q[q_index(p, b, s, h, d)] * k[k_index(p, b, j, hk, d)];
+    const float x = acc * p.scale;
+    sc[j - kr.first] = x;
+    // NaN must win (a plain max drops it); +inf/NaN handled by IEEE below.
+    if (std::isnan(x) || x > m) m = std::isnan(m) ? m : x;
+  }
+  if (kr.empty() || m == ninf) {
+    for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] = 0.0f;
+    *lse = ninf;
+    return;
+  }
+  float l = 0;
+  for (int64_t j = kr.first; j < kr.last; ++j) l += (sc[j - kr.first] = std::exp(sc[j - kr.first] - m));
+  for (int64_t d = 0; d < p.head_dim_v; ++d) {
+    float o = 0;
+    for (int64_t j = kr.first; j < kr.last; ++j) o += sc[j - kr.first] * v[v_index(p, b, j, hk, d)];
+    o_row[d] = o / l;
+  }
+  *lse = m + std::log(l);
+}
+
+Fp32Result reference_fp32(const Problem& p, const float* q, const float* k, const float* v) {
+  Fp32Result r;
+  r.o.assign(static_cast<size_t>(p.batch * p.seq_q * p.heads_q * p.head_dim_v), 0.0f);
+  r.lse.assign(static_cast<size_t>(p.batch * p.heads_q * p.seq_q), 0.0f);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s)
+        reference_fp32_row(p, q, k, v, b, h, s, &r.o[fp64_o_index(p, b, s, h, 0)],
+                           &r.lse[fp64_lse_index(p, b, h, s)]);
+  return r;
+}
+
+}  // namespace attnfuzz

@@ -12,7 +12,7 @@
 
 namespace attnfuzz {
 
-using nlohmann::json;
+using json = Json;
 
 const char* corpus_error_kind_name(CorpusError::Kind k) {
   switch (k) {
@@ -89,6 +89,46 @@ const char* kStrideNames[] = {"q", "k", "v", "o", "lse"};
 int64_t* stride_of(Problem& p, int i) {
   int64_t* s[] = {p.q_stride, p.k_stride, p.v_stride, p.o_stride, p.lse_stride};
   return s[i];
+}
+
+// Puts arrays holding only numbers on one line ("[30, 10, 5]") in pretty-printed JSON; strings untouched.
+std::string compact_number_arrays(const std::string& in) {
+  std::string out;
+  out.reserve(in.size());
+  bool in_string = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < in.size()) out += in[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c == '[') {
+      const size_t close = in.find(']', i);
+      if (close != std::string::npos &&
+          in.find_first_not_of("0123456789-+.eE, \n", i + 1) == close) {
+        std::string items;
+        bool space = false;
+        for (size_t k = i + 1; k < close; ++k) {
+          const char d = in[k];
+          if (d == ' ' || d == '\n') {
+            space = true;
+            continue;
+          }
+          if (space && !items.empty() && items.back() == ',') items += ' ';
+          space = false;
+          items += d;
+        }
+        out += '[' + items + ']';
+        i = close;
+        continue;
+      }
+    }
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace
@@ -319,7 +359,7 @@ std::string to_corpus_text(const CorpusFile& f) {
     if (!v.reason.empty()) out << ": " << one_line(v.reason);
     out << '\n';
   }
-  out << j.dump(2) << '\n';
+  out << compact_number_arrays(j.dump(2)) << '\n';
   return out.str();
 }
 
@@ -372,6 +412,8 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
     if (at_end) throw CorpusError(K::kTruncated, where + "truncated: the JSON body ends early");
     throw CorpusError(K::kCorrupt, where + "corrupt JSON at byte " + std::to_string(pos + e.byte) + ": " +
                                        one_line(e.what()));
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    throw CorpusError(K::kCorrupt, where + "corrupt JSON: " + one_line(e.what()));
   }
   try {
     CorpusFile f;

@@ -15,6 +15,9 @@
 
 namespace attnfuzz {
 
+// JSON with keys kept in the order written (files read top-down: format, tool, case, verdict).
+using Json = nlohmann::ordered_json;
+
 // First line of every corpus file is "ATTNFUZZ-CASE <version>".
 inline constexpr const char* kCorpusMagic = "ATTNFUZZ-CASE";
 inline constexpr int kCorpusFormatVersion = 1;
@@ -67,15 +70,15 @@ struct CorpusFile {
 };
 
 // --- JSON pieces (shared with the reports, so a report's "case" reads back with case_from_json) ---
-nlohmann::json problem_to_json(const Problem& p);
-Problem problem_from_json(const nlohmann::json& j);  // throws CorpusError(kCorrupt)
-nlohmann::json case_to_json(const Case& c);           // label, problem, values, seed, explicit values
-Case case_from_json(const nlohmann::json& j);          // throws CorpusError(kCorrupt); validates the case
-nlohmann::json verdict_to_json(const RecordedVerdict& v);
-RecordedVerdict verdict_from_json(const nlohmann::json& j);  // throws CorpusError(kCorrupt)
+Json problem_to_json(const Problem& p);
+Problem problem_from_json(const Json& j);  // throws CorpusError(kCorrupt)
+Json case_to_json(const Case& c);           // label, problem, values, seed, explicit values
+Case case_from_json(const Json& j);          // throws CorpusError(kCorrupt); validates the case
+Json verdict_to_json(const RecordedVerdict& v);
+RecordedVerdict verdict_from_json(const Json& j);  // throws CorpusError(kCorrupt)
 
 // A JSON number, or "nan" / "inf" / "-inf" strings for the values JSON cannot hold.
-nlohmann::json json_number(double v);
+Json json_number(double v);
 // "0x%016x" form of a seed; parse accepts that form or a plain decimal number.
 std::string seed_to_hex(uint64_t seed);
 // Floats as big-endian hex of their bits, 8 digits each ("3f800000bf800000..."): bit exact, NaN payloads

@@ -1,0 +1,316 @@
+// corpus_test.cpp - corpus files: bit-exact round trips, content-hash names, every corrupt-file path.
+#include "attnfuzz/corpus.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+namespace attnfuzz {
+namespace {
+
+namespace fs = std::filesystem;
+using K = CorpusError::Kind;
+
+CorpusFile sample(bool with_verdict = true) {
+  CorpusFile f;
+  f.tool.command = "attn-check --kernel flash-bk32 --sq 7 --sk 13 --d 59 --mask causal-tl --seed 42";
+  Case& c = f.the_case;
+  c.problem = make_problem(2, 4, 2, 7, 13, 59, 33);
+  EXPECT_EQ(parse_mask("window:3,inf-tl", c.problem), "");
+  c.problem.scale = std::bit_cast<float>(0x3e0550f9u);  // not a "nice" decimal
+  // Non-contiguous k: padded head rows.
+  c.problem.k_stride[2] = 64;
+  c.problem.k_stride[1] = 2 * 64;
+  c.problem.k_stride[0] = 13 * 128;
+  c.values.dist = {Distribution::kExtreme, 88.5};
+  SpecialValue a, b;
+  EXPECT_EQ(parse_special("nan@k:masked*3", a), "");
+  EXPECT_EQ(parse_special("-inf@v:at=1,1,12,32", b), "");
+  c.values.specials = {a, b};
+  c.seed = 0xfedcba9876543210ull;
+  c.label = "rect-7x13";
+  if (with_verdict) {
+    RecordedVerdict v;
+    v.kernel = "flash-bk32";
+    v.backend = "cpu";
+    v.device = "cpu emulator (fibers)";
+    v.verdict = Verdict::kFail;
+    v.failure = FailureClass::kNonFinite;
+    v.signature = "nan-rows:0-6";
+    v.reason = "NaN in O where the oracle is finite";
+    v.max_ratio = INFINITY;
+    f.verdict = v;
+  }
+  return f;
+}
+
+void expect_same_problem(const Problem& a, const Problem& b) {
+  // af_problem is plain data with no padding holes that matter: compare field by field for clear messages.
+  EXPECT_EQ(describe(a), describe(b));
+  EXPECT_EQ(std::bit_cast<uint32_t>(a.scale), std::bit_cast<uint32_t>(b.scale));
+  EXPECT_EQ(a.window_left, b.window_left);
+  EXPECT_EQ(a.window_right, b.window_right);
+  EXPECT_EQ(a.mask_kind, b.mask_kind);
+  EXPECT_EQ(a.mask_align, b.mask_align);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(a.q_stride[i], b.q_stride[i]);
+    EXPECT_EQ(a.k_stride[i], b.k_stride[i]);
+    EXPECT_EQ(a.v_stride[i], b.v_stride[i]);
+    EXPECT_EQ(a.o_stride[i], b.o_stride[i]);
+    EXPECT_EQ(a.lse_stride[i], b.lse_stride[i]);
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+K kind_of(const std::string& text) {
+  try {
+    parse_corpus(text, "t.case");
+  } catch (const CorpusError& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message must be one line: " << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("t.case: ", 0), 0u) << e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "parsed without error:\n" << text.substr(0, 200);
+  return K::kIo;
+}
+
+TEST(Corpus, RoundTripIsExact) {
+  const CorpusFile f = sample();
+  const std::string text = to_corpus_text(f);
+  EXPECT_EQ(text.rfind("ATTNFUZZ-CASE 1\n# attn-fuzz ", 0), 0u) << text.substr(0, 80);
+  const CorpusFile g = parse_corpus(text);
+  expect_same_problem(f.the_case.problem, g.the_case.problem);
+  EXPECT_EQ(describe(f.the_case), describe(g.the_case));
+  EXPECT_EQ(g.the_case.seed, f.the_case.seed);
+  EXPECT_EQ(g.the_case.label, f.the_case.label);
+  EXPECT_EQ(g.the_case.values.dist.param, 88.5);
+  EXPECT_EQ(g.tool.version, ATTNFUZZ_VERSION);
+  EXPECT_EQ(g.tool.command, f.tool.command);
+  ASSERT_TRUE(g.verdict);
+  EXPECT_EQ(g.verdict->kernel, "flash-bk32");
+  EXPECT_EQ(g.verdict->failure, FailureClass::kNonFinite);
+  EXPECT_EQ(g.verdict->verdict, Verdict::kFail);
+  EXPECT_EQ(g.verdict->signature, "nan-rows:0-6");
+  EXPECT_TRUE(std::isinf(g.verdict->max_ratio));
+  // Same values from both.
+  const Tensors a = generate(f.the_case), b = generate(g.the_case);
+  EXPECT_TRUE(same_bits(a.q, b.q) && same_bits(a.k, b.k) && same_bits(a.v, b.v));
+  // Printing again gives the same text.
+  EXPECT_EQ(to_corpus_text(g), text);
+}
+
+TEST(Corpus, ExplicitValuesAreBitExact) {
+  CorpusFile f = sample(false);
+  const Tensors t = generate(f.the_case);
+  ExplicitValues e{t.q, t.k, t.v};
+  const uint32_t odd[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u /* signalling NaN */, 0x7fbfffffu, 0x80000000u,
+                          0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u, 0x7f7fffffu};
+  for (size_t i = 0; i < std::size(odd); ++i) e.q[i] = std::bit_cast<float>(odd[i]);
+  e.v.back() = std::bit_cast<float>(0x7fe5a5a5u);
+  f.the_case.explicit_values = e;
+  const CorpusFile g = parse_corpus(to_corpus_text(f));
+  ASSERT_TRUE(g.the_case.explicit_values);
+  EXPECT_TRUE(same_bits(g.the_case.explicit_values->q, e.q));
+  EXPECT_TRUE(same_bits(g.the_case.explicit_values->k, e.k));
+  EXPECT_TRUE(same_bits(g.the_case.explicit_values->v, e.v));
+  const Tensors back = generate(g.the_case);
+  EXPECT_TRUE(same_bits(back.q, e.q));
+  for (size_t i = 0; i < std::size(odd); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(back.q[i]), odd[i]) << i;
+}
+
+TEST(Corpus, HexCodec) {
+  const std::vector<float> v = {1.0f, -2.0f, std::bit_cast<float>(0xffc12345u)};
+  EXPECT_EQ(floats_to_hex(v), "3f800000c0000000ffc12345");
+  EXPECT_TRUE(same_bits(hex_to_floats("3F800000c0000000FFC12345", "x"), v));
+  EXPECT_THROW(hex_to_floats("3f80000", "x"), CorpusError);
+  EXPECT_THROW(hex_to_floats("3f80000g", "x"), CorpusError);
+}
+
+TEST(Corpus, FileNamesAreClassAndContentHash) {
+  const CorpusFile f = sample();
+  const std::string name = corpus_file_name(f);
+  EXPECT_TRUE(std::regex_match(name, std::regex("non-finite-[0-9a-f]{16}\\.case"))) << name;
+  CorpusFile relabeled = f;
+  relabeled.the_case.label = "another name";
+  relabeled.tool.command = "other";
+  EXPECT_EQ(corpus_file_name(relabeled), name);  // identity is the content, not the label
+  CorpusFile reseeded = f;
+  reseeded.the_case.seed ^= 1;
+  EXPECT_NE(corpus_file_name(reseeded), name);
+  CorpusFile other_kernel = f;
+  other_kernel.verdict->kernel = "online-row";
+  EXPECT_NE(corpus_file_name(other_kernel), name);
+  CorpusFile pass = f;
+  pass.verdict->verdict = Verdict::kPass;
+  pass.verdict->failure = FailureClass::kNone;
+  EXPECT_EQ(corpus_file_name(pass).rfind(std::string(verdict_name(Verdict::kPass)) + "-", 0), 0u);
+  EXPECT_EQ(corpus_file_name(sample(false)).rfind("case-", 0), 0u);
+}
+
+TEST(Corpus, WriteReadAndSaveToDir) {
+  const fs::path dir = fs::temp_directory_path() / ("attnfuzz-corpus-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const CorpusFile f = sample();
+  const fs::path p = save_to_corpus_dir(dir / "sub", f);
+  EXPECT_EQ(p.filename().string(), corpus_file_name(f));
+  EXPECT_TRUE(fs::exists(p));
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  const CorpusFile g = read_corpus_file(p);
+  EXPECT_EQ(describe(g.the_case), describe(f.the_case));
+  EXPECT_EQ(save_to_corpus_dir(dir / "sub", f), p);  // idempotent
+  // I/O errors.
+  try {
+    read_corpus_file(dir / "missing.case");
+    ADD_FAILURE();
+  } catch (const CorpusError& e) {
+    EXPECT_EQ(e.kind(), K::kIo);
+  }
+  try {
+    read_corpus_file(dir);
+    ADD_FAILURE();
+  } catch (const CorpusError& e) {
+    EXPECT_EQ(e.kind(), K::kIo);
+  }
+  try {
+    write_corpus_file(dir / "no" / "such" / "dir" / "x.case", f);
+    ADD_FAILURE();
+  } catch (const CorpusError& e) {
+    EXPECT_EQ(e.kind(), K::kIo);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CorpusErrors, Truncated) {
+  const std::string text = to_corpus_text(sample());
+  EXPECT_EQ(kind_of(""), K::kTruncated);
+  EXPECT_EQ(kind_of("ATTNFUZ"), K::kTruncated);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE"), K::kTruncated);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE 1"), K::kTruncated);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE 1\n"), K::kTruncated);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE 1\n# comment only\n"), K::kTruncated);
+  // Every cut inside the JSON body is reported as truncated (never as success, never a crash).
+  const size_t body = text.find("\n{") + 1;
+  const size_t end = text.rfind('}');
+  for (size_t n = body; n <= end; n += 1) EXPECT_EQ(kind_of(text.substr(0, n)), K::kTruncated) << "cut at " << n;
+}
+
+TEST(CorpusErrors, ForeignAndFutureVersion) {
+  EXPECT_EQ(kind_of("{\"format\": 1}\n"), K::kForeign);
+  EXPECT_EQ(kind_of(std::string("PK\x03\x04\x14\x00", 6)), K::kForeign);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CORPUS 1\n{}\n"), K::kForeign);
+  std::string text = to_corpus_text(sample());
+  std::string future = text;
+  future.replace(0, 15, "ATTNFUZZ-CASE 2");
+  EXPECT_EQ(kind_of(future), K::kFutureVersion);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE 9999\n"), K::kFutureVersion);
+  try {
+    parse_corpus(future, "f.case");
+  } catch (const CorpusError& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE 0\n{}\n"), K::kCorrupt);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE x\n{}\n"), K::kCorrupt);
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE1\n{}\n"), K::kCorrupt);
+}
+
+// Replaces the first occurrence of from with to (the test fails if from is absent).
+// Only the JSON body is edited (the '#' comment lines repeat some of the same text).
+std::string edit(std::string text, const std::string& from, const std::string& to) {
+  const size_t pos = text.find(from, text.find("\n{"));
+  EXPECT_NE(pos, std::string::npos) << from;
+  if (pos != std::string::npos) text.replace(pos, from.size(), to);
+  return text;
+}
+
+TEST(CorpusErrors, Corrupt) {
+  const std::string text = to_corpus_text(sample());
+  const std::pair<std::string, std::string> edits[] = {
+      {"\"seq_q\": 7", "\"seq_q\": \"seven\""},          // mistyped
+      {"\"seq_q\": 7,", ""},                              // missing required field
+      {"\"seq_q\": 7", "\"seq_q\": 7.5"},                 // not an integer
+      {"\"heads_kv\": 2", "\"heads_kv\": 3"},             // invalid problem (Hq % Hkv)
+      {"\"seq_k\": 13", "\"seq_k\": -1"},                 // invalid problem
+      {"window:3,inf-tl", "sideways"},                    // bad mask
+      {"\"dtype\": \"f32\"", "\"dtype\": \"f8\""},        // unknown dtype
+      {"extreme:88.5", "extreme:-1"},                     // bad distribution
+      {"nan@k:masked*3", "nan@w:masked"},                 // bad special
+      {"-inf@v:at=1,1,12,32", "-inf@v:at=1,1,13,32"},     // special outside the tensor
+      {"\"seed\": \"0xfedcba9876543210\"", "\"seed\": \"0xZZ\""},
+      {"\"seed\": \"0xfedcba9876543210\"", "\"seed\": -5"},
+      {"\"seed\": \"0xfedcba9876543210\"", "\"seeed\": \"0xfedcba9876543210\""},  // seed is required
+      {"\"version\": \"" ATTNFUZZ_VERSION "\"", "\"version\": \"\""},  // tool version is required
+      {"\"format\": 1", "\"format\": 2"},                 // disagrees with the header
+      {"\"class\": \"non-finite\"", "\"class\": \"gremlins\""},
+      {"\"verdict\": \"fail\"", "\"verdict\": \"meh\""},
+      {"\"q\": [", "\"q\": {"},                          // broken JSON syntax (not at the end)
+      {"\"k\": [1664, 128, 64]", "\"k\": [1664, 128, 64, 1]"},  // strides array of 4
+      {"\"scale_bits\": \"0x3e0550f9\"", "\"scale_bits\": \"0x7fc00000\""},  // NaN scale
+  };
+  for (const auto& [from, to] : edits) EXPECT_EQ(kind_of(edit(text, from, to)), K::kCorrupt) << from << " -> " << to;
+  // Trailing garbage after the JSON object.
+  EXPECT_EQ(kind_of(text + "}\n"), K::kCorrupt);
+  // A JSON body that is not an object.
+  EXPECT_EQ(kind_of("ATTNFUZZ-CASE 1\n[1, 2, 3]\n"), K::kCorrupt);
+  // Explicit values of the wrong length or with a bad digit.
+  CorpusFile f = sample(false);
+  const Tensors t = generate(f.the_case);
+  f.the_case.explicit_values = ExplicitValues{t.q, t.k, t.v};
+  const std::string with = to_corpus_text(f);
+  EXPECT_EQ(kind_of(edit(with, "\"q\": \"", "\"q\": \"00000000")), K::kCorrupt);
+  EXPECT_EQ(kind_of(edit(with, "\"q\": \"", "\"q\": \"0")), K::kCorrupt);
+  EXPECT_EQ(kind_of(edit(with, "\"q\": \"", "\"q\": \"zzzzzzzz")), K::kCorrupt);
+}
+
+TEST(CorpusErrors, AcceptsHandWrittenMinimalFiles) {
+  // Seed corpus files may be written by hand: strides, scale, dtype and values default.
+  const char* text = R"(ATTNFUZZ-CASE 1
+# a hand-written case
+{"format": 1, "tool": {"name": "hand", "version": "0.1.0"},
+ "case": {"problem": {"batch": 1, "heads_q": 1, "heads_kv": 1, "seq_q": 7, "seq_k": 13, "head_dim": 59,
+                      "head_dim_v": 59, "mask": "causal"}, "seed": 42}}
+)";
+  const CorpusFile f = parse_corpus(text);
+  EXPECT_EQ(f.the_case.seed, 42u);
+  EXPECT_EQ(f.the_case.problem.scale, default_scale(59));
+  EXPECT_EQ(mask_to_string(f.the_case.problem), "causal-br");
+  EXPECT_EQ(f.the_case.problem.q_stride[2], 59);
+  EXPECT_FALSE(f.verdict);
+}
+
+TEST(CorpusErrors, RandomMutationsNeverEscapeAsOtherExceptions) {
+  const std::string text = to_corpus_text(sample());
+  Rng rng(2024);
+  int parsed = 0, rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string m = text;
+    const int edits = 1 + static_cast<int>(rng.below(4));
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = rng.below(m.size());
+      switch (rng.below(3)) {
+        case 0: m[pos] = static_cast<char>(rng.below(256)); break;
+        case 1: m.erase(pos, 1 + rng.below(8)); break;
+        default: m.insert(pos, 1, "{}[]\",:0123456789abcxyz-e.\n\\"[rng.below(28)]); break;
+      }
+    }
+    try {
+      const CorpusFile f = parse_corpus(m, "m.case");
+      EXPECT_EQ(validate(f.the_case), "");
+      ++parsed;
+    } catch (const CorpusError&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  RecordProperty("parsed", parsed);
+}
+
+}  // namespace
+}  // namespace attnfuzz

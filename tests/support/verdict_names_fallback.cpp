@@ -1,0 +1,45 @@
+// verdict_names_fallback.cpp - weak stand-ins for verdict.h's name functions until core defines them.
+// A strong definition in attnfuzz_core (core/verdict.cpp) takes precedence; delete this file then.
+#include <string>
+
+#include "attnfuzz/verdict.h"
+
+namespace attnfuzz {
+
+__attribute__((weak)) const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kFail: return "fail";
+    case Verdict::kUnsupported: return "unsupported";
+    case Verdict::kOutsideContract: return "outside-contract";
+  }
+  return "?";
+}
+
+__attribute__((weak)) const char* failure_class_name(FailureClass c) {
+  switch (c) {
+    case FailureClass::kNone: return "none";
+    case FailureClass::kRescale: return "rescale";
+    case FailureClass::kMask: return "mask";
+    case FailureClass::kOobRead: return "oob-read";
+    case FailureClass::kOobWrite: return "oob-write";
+    case FailureClass::kBarrierRace: return "barrier-race";
+    case FailureClass::kNonFinite: return "non-finite";
+    case FailureClass::kPrecision: return "precision";
+    case FailureClass::kCrash: return "crash";
+    case FailureClass::kHang: return "hang";
+    case FailureClass::kLaunchError: return "launch-error";
+  }
+  return "?";
+}
+
+__attribute__((weak)) bool parse_failure_class(const std::string& text, FailureClass& out) {
+  for (int i = 0; i <= static_cast<int>(FailureClass::kLaunchError); ++i)
+    if (text == failure_class_name(static_cast<FailureClass>(i))) {
+      out = static_cast<FailureClass>(i);
+      return true;
+    }
+  return false;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,44 @@
+// verdict.cpp - names of verdicts and failure classes, as reports and corpus files spell them.
+#include "attnfuzz/verdict.h"
+
+namespace attnfuzz {
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kFail: return "fail";
+    case Verdict::kUnsupported: return "unsupported";
+    case Verdict::kOutsideContract: return "outside-contract";
+  }
+  return "?";
+}
+
+const char* failure_class_name(FailureClass c) {
+  switch (c) {
+    case FailureClass::kNone: return "none";
+    case FailureClass::kRescale: return "rescale";
+    case FailureClass::kMask: return "mask";
+    case FailureClass::kOobRead: return "oob-read";
+    case FailureClass::kOobWrite: return "oob-write";
+    case FailureClass::kBarrierRace: return "barrier-race";
+    case FailureClass::kNonFinite: return "non-finite";
+    case FailureClass::kPrecision: return "precision";
+    case FailureClass::kCrash: return "crash";
+    case FailureClass::kHang: return "hang";
+    case FailureClass::kLaunchError: return "launch-error";
+  }
+  return "?";
+}
+
+bool parse_failure_class(const std::string& text, FailureClass& out) {
+  for (int i = 0; i <= static_cast<int>(FailureClass::kLaunchError); ++i) {
+    const auto c = static_cast<FailureClass>(i);
+    if (text == failure_class_name(c)) {
+      out = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace attnfuzz

@@ -9,6 +9,13 @@
 
 #include "attnfuzz/hip.h"
 
+// Full unrolling of fixed-count loops over register arrays (keeps them out of local memory on GPUs).
+#if defined(ATTNFUZZ_BACKEND_CPU)
+#define AF_UNROLL
+#else
+#define AF_UNROLL _Pragma("unroll")
+#endif
+
 namespace {
 
 // ---- numbers ------------------------------------------------------------------------------------------
@@ -80,13 +87,19 @@ __host__ __device__ inline float rescale_factor(float m_old, float m_new) {
 }
 
 // Weight exp(s - m) of score s under running max m >= s; exactly 0 for s = -inf (also when m = -inf).
-__host__ __device__ inline float softmax_weight(float s, float m) { return s == neg_inf() ? 0.0f : expf(s - m); }
+__host__ __device__ inline float softmax_weight(float s, float m) {
+  return s == neg_inf() ? 0.0f : expf(s - m);
+}
 
 // Natural-log logsumexp from the final state; -inf for a fully masked row.
-__host__ __device__ inline float finish_lse(float m, float l) { return m == neg_inf() ? neg_inf() : m + logf(l); }
+__host__ __device__ inline float finish_lse(float m, float l) {
+  return m == neg_inf() ? neg_inf() : m + logf(l);
+}
 
 // Output element from the final state; exactly 0 for a fully masked row.
-__host__ __device__ inline float finish_o(float acc, float m, float l) { return m == neg_inf() ? 0.0f : acc / l; }
+__host__ __device__ inline float finish_o(float acc, float m, float l) {
+  return m == neg_inf() ? 0.0f : acc / l;
+}
 
 // ---- host-side support checks ------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(NT)
     row_l[t] = 0.0f;
   }
   float acc[kAcc];
+  AF_UNROLL
   for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
   __syncthreads();
 
@@ -101,25 +102,27 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();  // 3
 
+    AF_UNROLL
     for (int e = 0; e < kAcc; ++e) {
-      const int64_t idx = t + (int64_t)e * NT;
-      if (idx >= BM * Dv) break;
-      const int r = (int)(idx / Dv);
-      const int64_t d = idx % Dv;
-      const int64_t j_lo = max64(row_first[r], n0), j_hi = min64(row_last[r], n0 + BN);
-      float pv = 0.0f;
-      for (int64_t j = j_lo; j < j_hi; ++j) pv += s_tile[r][j - n0] * kv_tile[j - n0][d];
-      acc[e] = acc[e] * row_alpha[r] + pv;
+      const int idx = t + e * NT;
+      if (idx < BM * Dv) {
+        const int r = idx / (int)Dv, d = idx % (int)Dv;
+        const int c_lo = (int)(max64(row_first[r], n0) - n0), c_hi = (int)(min64(row_last[r], n0 + BN) - n0);
+        float pv = 0.0f;
+        for (int c = c_lo; c < c_hi; ++c) pv += s_tile[r][c] * kv_tile[c][d];
+        acc[e] = acc[e] * row_alpha[r] + pv;
+      }
     }
     __syncthreads();  // 4
   }
 
+  AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
-    const int64_t idx = t + (int64_t)e * NT;
-    if (idx >= rows * Dv) break;
-    const int r = (int)(idx / Dv);
-    const int64_t d = idx % Dv;
-    o[o_row(p, b, i0 + r, h) + d] = finish_o(acc[e], row_m[r], row_l[r]);
+    const int idx = t + e * NT;
+    if (idx < rows * Dv) {
+      const int r = idx / (int)Dv, d = idx % (int)Dv;
+      o[o_row(p, b, i0 + r, h) + d] = finish_o(acc[e], row_m[r], row_l[r]);
+    }
   }
   if (lse && t < rows) lse[lse_at(p, b, h, i0 + t)] = finish_lse(row_m[t], row_l[t]);
 }
@@ -127,7 +130,8 @@ __global__ void __launch_bounds__(NT)
 template <int BM, int BN, int NT>
 int flash_check(const af_problem* p, char* why, size_t why_len) {
   if (p->dtype != AF_DTYPE_F32) return unsupported(why, why_len, "flash supports f32 only");
-  if (p->head_dim > kMaxD || p->head_dim_v > kMaxD) return unsupported(why, why_len, "flash supports D, Dv <= 128");
+  if (p->head_dim > kMaxD || p->head_dim_v > kMaxD)
+    return unsupported(why, why_len, "flash supports D, Dv <= 128");
   if (!grid_fits(ceil_div(p->seq_q, BM), p->heads_q, p->batch, NT))
     return unsupported(why, why_len, "flash grid (Sq / BLOCK_M, Hq, B) exceeds the launch limits");
   return 0;
@@ -138,7 +142,8 @@ int flash_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   (void)stream;  // unused by the cpu emulator
   const af_problem p = *pp;
   if (flash_check<BM, BN, NT>(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
-  void (*kernel)(af_problem, const float*, const float*, const float*, float*, float*) = flash_kernel<BM, BN, NT>;
+  void (*kernel)(af_problem, const float*, const float*, const float*, float*, float*) =
+      flash_kernel<BM, BN, NT>;
   hipLaunchKernelGGL(kernel, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
                      dim3(NT), 0, (hipStream_t)stream, p, static_cast<const float*>(buf->q),
                      static_cast<const float*>(buf->k), static_cast<const float*>(buf->v),
@@ -147,10 +152,12 @@ int flash_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
 }
 
 #define AF_FLASH_ENTRY(BM, BN, NT)                                                                         \
-  {"flash-bm" #BM "-bn" #BN, "flash",                                                                      \
-   "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip",      \
-   AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr, \
-   flash_check<BM, BN, NT>, flash_launch<BM, BN, NT>}
+  {                                                                                                        \
+    "flash-bm" #BM "-bn" #BN, "flash",                                                                     \
+        "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip", \
+        AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,       \
+        nullptr, flash_check<BM, BN, NT>, flash_launch<BM, BN, NT>                                         \
+  }
 
 const af_kernel kFlashKernels[] = {
     AF_FLASH_ENTRY(16, 16, 64),

@@ -115,7 +115,9 @@ int materialized_check(const af_problem* p, char* why, size_t why_len) {
   return 0;
 }
 
-int64_t grid_for(int64_t total, int64_t threads) { return min64(max64(ceil_div(total, threads), 1), kMaxBlocks); }
+int64_t grid_for(int64_t total, int64_t threads) {
+  return min64(max64(ceil_div(total, threads), 1), kMaxBlocks);
+}
 
 int materialized_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   (void)stream;  // unused by the cpu emulator

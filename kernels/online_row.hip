@@ -4,8 +4,8 @@
 
 namespace {
 
-constexpr int kThreads = 64;     // threads per block (any count works; no warp-size assumption)
-constexpr int kMaxDv = 256;      // thread t owns o[d] for d = t, t + kThreads, ... (registers)
+constexpr int kThreads = 64;  // threads per block (any count works; no warp-size assumption)
+constexpr int kMaxDv = 256;   // thread t owns o[d] for d = t, t + kThreads, ... (registers)
 constexpr int kAcc = kMaxDv / kThreads;
 
 // For each visible key j in order: every thread forms a partial q.k_j over its d, thread 0 sums the
@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kThreads)
     online_row_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
                       const float* __restrict__ v, float* __restrict__ o, float* __restrict__ lse) {
   __shared__ float partial[kThreads];
-  __shared__ float coef[2];   // alpha, beta of the current key
+  __shared__ float coef[2];    // alpha, beta of the current key
   __shared__ float final_[2];  // m, l after the last key
   const int t = threadIdx.x;
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = kv_head_of(p, h);
@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(kThreads)
 
   float m = neg_inf(), l = 0.0f;  // meaningful in thread 0
   float acc[kAcc];
+  AF_UNROLL
   for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
 
   for (int64_t j = keys.first; j < keys.last; ++j) {
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const float alpha = coef[0], beta = coef[1];
     const float* vr = v + v_row(p, b, j, hk);
+    AF_UNROLL
     for (int e = 0; e < kAcc; ++e) {
       const int64_t d = t + e * kThreads;
       if (d < p.head_dim_v) acc[e] = acc[e] * alpha + beta * vr[d];
@@ -62,6 +64,7 @@ __global__ void __launch_bounds__(kThreads)
   m = final_[0];
   l = final_[1];
   float* orow = o + o_row(p, b, i, h);
+  AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
     const int64_t d = t + e * kThreads;
     if (d < p.head_dim_v) orow[d] = finish_o(acc[e], m, l);

@@ -1,13 +1,14 @@
-// split_kv.hip - flash-decoding style: KV split across blocks into partial (O, LSE), then a logsumexp combine.
+// split_kv.hip - flash-decoding style: KV split across blocks into partial (O, LSE), then a logsumexp
+// combine.
 #include "kernels/common.h"
 #include "kernels/register.h"
 
 namespace {
 
-constexpr int kThreads = 64;         // threads per block in both kernels
-constexpr int kMaxD = 256;           // largest D (the q row is staged in shared memory) and Dv (registers)
+constexpr int kThreads = 64;  // threads per block in both kernels
+constexpr int kMaxD = 256;    // largest D (the q row is staged in shared memory) and Dv (registers)
 constexpr int kAcc = kMaxD / kThreads;
-constexpr int64_t kMaxSplits = 8;    // at most this many KV splits per row
+constexpr int64_t kMaxSplits = 8;     // at most this many KV splits per row
 constexpr int64_t kMinSplitKeys = 4;  // small so that short sequences are split too
 
 // The KV split: n splits of len keys each (split s covers [s * len, min((s + 1) * len, Sk))).
@@ -34,8 +35,8 @@ __host__ __device__ inline int64_t row_count(const af_problem& p) { return p.bat
 // it), its writes of weight[] after its own barrier 1 (all reads of the old weight[] precede that).
 __global__ void __launch_bounds__(kThreads)
     split_partial_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
-                         const float* __restrict__ v, float* __restrict__ o_part, float* __restrict__ lse_part,
-                         Splits sp) {
+                         const float* __restrict__ v, float* __restrict__ o_part,
+                         float* __restrict__ lse_part, Splits sp) {
   __shared__ float q_vec[kMaxD];
   __shared__ float score[kThreads];
   __shared__ float weight[kThreads];
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kThreads)
 
   float m = neg_inf(), l = 0.0f;
   float acc[kAcc];
+  AF_UNROLL
   for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
   for (int64_t c0 = lo; c0 < hi; c0 += kThreads) {
     const int n = (int)min64(kThreads, hi - c0);  // keys in this chunk, all visible
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(kThreads)
     l = l * alpha + sum;
     m = m_new;
     const float* vc = v + v_row(p, b, c0, hk);
+    AF_UNROLL
     for (int e = 0; e < kAcc; ++e) {
       const int64_t d = t + e * kThreads;
       if (d >= p.head_dim_v) continue;
@@ -84,6 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const int64_t slot = ((b * p.heads_q + h) * p.seq_q + i) * sp.n + s;
+  AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
     const int64_t d = t + e * kThreads;
     if (d < p.head_dim_v) o_part[slot * p.head_dim_v + d] = m == neg_inf() ? acc[e] : acc[e] / l;
@@ -107,7 +111,8 @@ __global__ void __launch_bounds__(kThreads)
   float* orow = o + o_row(p, b, i, h);
   for (int64_t d = t; d < p.head_dim_v; d += kThreads) {
     float acc = 0.0f;
-    for (int64_t s = 0; s < sp.n; ++s) acc += softmax_weight(lp[s], m) * o_part[(row * sp.n + s) * p.head_dim_v + d];
+    for (int64_t s = 0; s < sp.n; ++s)
+      acc += softmax_weight(lp[s], m) * o_part[(row * sp.n + s) * p.head_dim_v + d];
     orow[d] = finish_o(acc, m, l);
   }
   if (lse && t == 0) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
@@ -120,7 +125,8 @@ size_t split_kv_workspace(const af_problem* p) {
 
 int split_kv_check(const af_problem* p, char* why, size_t why_len) {
   if (p->dtype != AF_DTYPE_F32) return unsupported(why, why_len, "split-kv supports f32 only");
-  if (p->head_dim > kMaxD || p->head_dim_v > kMaxD) return unsupported(why, why_len, "split-kv supports D, Dv <= 256");
+  if (p->head_dim > kMaxD || p->head_dim_v > kMaxD)
+    return unsupported(why, why_len, "split-kv supports D, Dv <= 256");
   if (!grid_fits(p->seq_q * max64(splits_of(*p).n, 1), p->heads_q, p->batch, kThreads))
     return unsupported(why, why_len, "split-kv grid (Sq x splits, Hq, B) exceeds the launch limits");
   return 0;
@@ -134,10 +140,10 @@ int split_kv_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   float* o_part = static_cast<float*>(buf->workspace);
   float* lse_part = o_part + row_count(p) * sp.n * p.head_dim_v;
   if (sp.n > 0) {
-    hipLaunchKernelGGL(split_partial_kernel,
-                       dim3((unsigned)(p.seq_q * sp.n), (unsigned)p.heads_q, (unsigned)p.batch), dim3(kThreads), 0,
-                       (hipStream_t)stream, p, static_cast<const float*>(buf->q), static_cast<const float*>(buf->k),
-                       static_cast<const float*>(buf->v), o_part, lse_part, sp);
+    hipLaunchKernelGGL(
+        split_partial_kernel, dim3((unsigned)(p.seq_q * sp.n), (unsigned)p.heads_q, (unsigned)p.batch),
+        dim3(kThreads), 0, (hipStream_t)stream, p, static_cast<const float*>(buf->q),
+        static_cast<const float*>(buf->k), static_cast<const float*>(buf->v), o_part, lse_part, sp);
     if (int e = (int)hipGetLastError()) return e;
   }
   hipLaunchKernelGGL(split_combine_kernel, dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch),
@@ -148,7 +154,8 @@ int split_kv_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
 
 const af_kernel kSplitKvKernels[] = {
     {"split-kv", "split-kv",
-     "flash-decoding: up to 8 KV splits per row into partial (O, LSE) in the workspace, then a logsumexp combine",
+     "flash-decoding: up to 8 KV splits per row into partial (O, LSE) in the workspace, then a logsumexp "
+     "combine",
      AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,
      split_kv_workspace, split_kv_check, split_kv_launch},
 };

@@ -1,4 +1,5 @@
-// correct_kernels_test.cpp - every correct cpu kernel against the fp64 reference: shapes, masks, GQA, strides, NaN.
+// correct_kernels_test.cpp - every correct cpu kernel against the fp64 reference: shapes, masks, GQA,
+// strides, NaN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,8 +20,9 @@ namespace attnfuzz {
 namespace {
 
 // The correct kernels shipped in kernels/*.hip (planted-bug kernels have family "planted/...").
-const char* const kCorrectKernels[] = {"materialized",    "online-row",      "flash-bm16-bn16", "flash-bm16-bn32",
-                                       "flash-bm16-bn64", "flash-bm32-bn32", "split-kv"};
+const char* const kCorrectKernels[] = {"materialized",    "online-row",      "flash-bm16-bn16",
+                                       "flash-bm16-bn32", "flash-bm16-bn64", "flash-bm32-bn32",
+                                       "split-kv"};
 
 // Poison for output and workspace buffers: a quiet NaN with a payload no arithmetic produces.
 constexpr uint32_t kPoisonBits = 0x7fc0dead;
@@ -86,8 +88,7 @@ double tolerance(double ref) { return 3e-5 * (1.0 + std::fabs(ref)); }
 // a description of the mismatch.
 std::string compare_one(double ref, float got) {
   if (is_poison(got)) return "never written (poison)";
-  if (std::isnan(ref) || std::isnan(got))
-    return std::isnan(ref) && std::isnan(got) ? "" : "NaN mismatch";
+  if (std::isnan(ref) || std::isnan(got)) return std::isnan(ref) && std::isnan(got) ? "" : "NaN mismatch";
   if (std::isinf(ref) || std::isinf(got)) return ref == static_cast<double>(got) ? "" : "Inf mismatch";
   if (ref == 0.0 && got != 0.0f) {
     // exact zeros come only from fully masked rows here (checked separately); allow tol otherwise
@@ -143,23 +144,25 @@ void check_against_reference(const af_kernel& k, const Problem& p, const Inputs&
                                    : compare_one(r, g);
           if (masked && g == 0.0f) why.clear();  // -0 is acceptable too
           if (!why.empty())
-            fail("O[b=" + std::to_string(b) + ",i=" + std::to_string(i) + ",h=" + std::to_string(h) +
-                 ",d=" + std::to_string(d) + "] ref " + std::to_string(r) + " got " + std::to_string(g) + ": " + why);
+            fail("O[b=" + std::to_string(b) + ",i=" + std::to_string(i) + ",h=" + std::to_string(h) + ",d=" +
+                 std::to_string(d) + "] ref " + std::to_string(r) + " got " + std::to_string(g) + ": " + why);
         }
         if (k.writes_lse) {
           const int64_t at = lse_index(p, b, h, i);
           lse_written[at] = 1;
           const std::string why = compare_one(ref_lse, out.lse[at]);
           if (!why.empty())
-            fail("LSE[b=" + std::to_string(b) + ",h=" + std::to_string(h) + ",i=" + std::to_string(i) + "] ref " +
-                 std::to_string(ref_lse) + " got " + std::to_string(out.lse[at]) + ": " + why);
+            fail("LSE[b=" + std::to_string(b) + ",h=" + std::to_string(h) + ",i=" + std::to_string(i) +
+                 "] ref " + std::to_string(ref_lse) + " got " + std::to_string(out.lse[at]) + ": " + why);
         }
       }
   for (size_t x = 0; x < out.o.size(); ++x)
-    if (!o_written[x] && !is_poison(out.o[x]) && o_elements(p) > 0) fail("O padding element " + std::to_string(x) + " written");
+    if (!o_written[x] && !is_poison(out.o[x]) && o_elements(p) > 0)
+      fail("O padding element " + std::to_string(x) + " written");
   if (k.writes_lse)
     for (size_t x = 0; x < out.lse.size(); ++x)
-      if (!lse_written[x] && !is_poison(out.lse[x])) fail("LSE padding element " + std::to_string(x) + " written");
+      if (!lse_written[x] && !is_poison(out.lse[x]))
+        fail("LSE padding element " + std::to_string(x) + " written");
   EXPECT_EQ(bad, 0) << k.name << " " << describe(p) << ": " << bad << " bad elements; first: " << first;
 }
 
@@ -327,7 +330,8 @@ TEST_P(CorrectKernel, NonFinite) {
     const Problem p = with_mask(make_problem(1, 1, 1, 24, 30, 16, 16), "none");
     Inputs in = random_inputs(p, 13);
     in.q[q_index(p, 0, 3, 0, 5)] = nan;
-    for (int64_t d = 0; d < p.head_dim; ++d) in.q[q_index(p, 0, 7, 0, d)] = std::fabs(in.q[q_index(p, 0, 7, 0, d)]);
+    for (int64_t d = 0; d < p.head_dim; ++d)
+      in.q[q_index(p, 0, 7, 0, d)] = std::fabs(in.q[q_index(p, 0, 7, 0, d)]);
     in.k[k_index(p, 0, 12, 0, 0)] = inf;  // row 7 (all q > 0): score +inf -> NaN row; other rows +-inf or NaN
     SCOPED_TRACE("NaN q row, +inf key");
     EXPECT_TRUE(run_and_check(p, in));
@@ -378,7 +382,8 @@ TEST_P(CorrectKernel, BitIdenticalAcrossThreadOrders) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CorrectKernel,
-                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kCorrectKernels), std::end(kCorrectKernels))),
+                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kCorrectKernels),
+                                                                      std::end(kCorrectKernels))),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -389,7 +394,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CorrectKernel,
 TEST(CorrectKernels, RegistryListsExactlyTheseKernels) {
   std::vector<std::string> names;
   for (const auto& e : Registry::global().all())
-    if (e.backend == Backend::kCpu && e.origin == "built-in" && std::string(e.kernel.family).rfind("planted/", 0) != 0)
+    if (e.backend == Backend::kCpu && e.origin == "built-in" &&
+        std::string(e.kernel.family).rfind("planted/", 0) != 0)
       names.push_back(e.kernel.name);
   std::vector<std::string> want(std::begin(kCorrectKernels), std::end(kCorrectKernels));
   std::sort(names.begin(), names.end());

@@ -126,6 +126,11 @@ struct Block {
   std::vector<char> warp_sync;       // TSan sync objects: 2 per warp
   char bar_sync[2] = {0, 0}, done_sync = 0;
   void* sched_tsan = nullptr;
+  // Counters kept by the fibers as they arrive, so a round ends without rescanning every thread.
+  unsigned done = 0, at_bar = 0, at_warp = 0;
+  const char* bar_file = nullptr;  // site of the first arrival at the current barrier
+  int bar_line = 0;
+  bool bar_mixed = false;          // a later arrival waits at another __syncthreads()
 };
 
 __thread Fiber* tl_fiber = nullptr;
@@ -139,6 +144,7 @@ void fiber_entry(bcd::transfer_t tr) {
   Block* b = f.blk;
   void* sched = b->sched_tsan;
   st(f.state, State::kDone);
+  __atomic_fetch_add(&b->done, 1u, __ATOMIC_RELAXED);
   ts_release(&b->done_sync);  // no plain access to f or b after this point
   ts_switch(sched, kNoSync);
   bcd::jump_fcontext(to, nullptr);  // never resumed
@@ -176,6 +182,9 @@ std::string site(const Fiber& f) {
 std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, bool has_deadline) {
   const Config& cfg = config();
   b.th.assign(b.n, Fiber{});
+  b.done = b.at_bar = b.at_warp = 0;
+  b.bar_file = nullptr;
+  b.bar_mixed = false;
   b.slots.assign(b.n, 0);
   b.warp_sync.assign(2 * ((b.n + b.warp - 1) / b.warp), 0);
   b.sched_tsan = ts_current();
@@ -208,45 +217,44 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
       if (ld(b.th[i].state) == State::kReady) resume(b.th[i]);
     st(tl_fiber, (Fiber*)nullptr);
     // Who may run next round?
-    unsigned done = 0, at_bar = 0;
-    const Fiber* first_bar = nullptr;
-    bool mixed = false;
-    for (const Fiber& f : b.th) {
-      const State s = ld(f.state);
-      if (s == State::kDone) ++done;
-      if (s == State::kAtBarrier) {
-        ++at_bar;
-        if (!first_bar) first_bar = &f;
-        else mixed |= f.line != first_bar->line || std::strcmp(f.file, first_bar->file) != 0;
-      }
-    }
+    const unsigned done = ld(b.done), at_bar = ld(b.at_bar);
     if (done == b.n) break;
     bool progress = false;
-    for (unsigned w = 0; w < nwarps; ++w) {  // warp exchanges whose live lanes have all arrived
-      const unsigned lo = w * b.warp, hi = std::min(b.n, lo + b.warp);
-      bool all = true, any = false;
-      for (unsigned i = lo; i < hi; ++i) {
-        const State s = ld(b.th[i].state);
-        if (s == State::kAtWarp) any = true;
-        else if (s != State::kDone) all = false;
-      }
-      if (any && all) {
+    if (ld(b.at_warp)) {
+      for (unsigned w = 0; w < nwarps; ++w) {  // warp exchanges whose live lanes have all arrived
+        const unsigned lo = w * b.warp, hi = std::min(b.n, lo + b.warp);
+        bool all = true, any = false;
+        for (unsigned i = lo; i < hi; ++i) {
+          const State s = ld(b.th[i].state);
+          if (s == State::kAtWarp) any = true;
+          else if (s != State::kDone) all = false;
+        }
+        if (!(any && all)) continue;
         for (unsigned i = lo; i < hi; ++i)
-          if (ld(b.th[i].state) == State::kAtWarp) st(b.th[i].state, State::kReady);
+          if (ld(b.th[i].state) == State::kAtWarp) {
+            st(b.th[i].state, State::kReady);
+            st(b.at_warp, ld(b.at_warp) - 1);
+          }
         progress = true;
       }
     }
-    if (at_bar == b.n - done && at_bar > 0) {
+    if (at_bar > 0 && at_bar + done == b.n) {
+      auto bar_site = [&] {
+        const char* base = std::strrchr(b.bar_file, '/');
+        return std::string(base ? base + 1 : b.bar_file) + ":" + std::to_string(b.bar_line);
+      };
       if (done > 0) {
-        err = std::to_string(done) + " of " + std::to_string(b.n) + " threads exited while the others wait at __syncthreads() (" +
-              site(*first_bar) + ")";
-      } else if (mixed && cfg.strict_sites) {
+        err = std::to_string(done) + " of " + std::to_string(b.n) +
+              " threads exited while the others wait at __syncthreads() (" + bar_site() + ")";
+      } else if (ld(b.bar_mixed) && cfg.strict_sites) {
         std::string sites;
         for (const Fiber& f : b.th)
           if (sites.find(site(f)) == std::string::npos) sites += (sites.empty() ? "" : ", ") + site(f);
         err = "threads wait at different __syncthreads() (" + sites + ")";
       } else {
         for (Fiber& f : b.th) st(f.state, State::kReady);
+        st(b.at_bar, 0u);
+        st(b.bar_mixed, false);
         progress = true;
       }
     }
@@ -284,6 +292,14 @@ void syncthreads(const char* file, int line) {
   f.file = file;
   f.line = line;
   f.bar_gen = g + 1;
+  Block& b = *f.blk;
+  if (ld(b.at_bar) == 0) {
+    st(b.bar_file, file);
+    st(b.bar_line, line);
+  } else if (line != ld(b.bar_line) || (file != ld(b.bar_file) && std::strcmp(file, ld(b.bar_file)) != 0)) {
+    st(b.bar_mixed, true);
+  }
+  st(b.at_bar, ld(b.at_bar) + 1);
   st(f.state, State::kAtBarrier);
   yield(f);
   ts_acquire(&f.blk->bar_sync[g & 1]);  // departure: sees every arrival at g
@@ -302,6 +318,7 @@ uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) 
     f.file = file;
     f.line = line;
     f.warp_gen = g + 1;
+    st(b.at_warp, ld(b.at_warp) + 1);
     st(f.state, State::kAtWarp);
     yield(f);
     ts_acquire(&sync[g & 1]);

@@ -1,0 +1,76 @@
+// kernels_cpu.cpp - benchmark: cost of the kernels on the cpu emulator, side by side (name=value lines).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/registry.h"
+
+using namespace attnfuzz;
+
+namespace {
+
+// Median wall time of `reps` in-process launches (buffers allocated once).
+double median_ms(Device& dev, const KernelEntry& k, const Problem& p, int reps) {
+  const Tensors t = generate(make_case(p, 1));
+  auto bytes = [](int64_t n) { return static_cast<size_t>(std::max<int64_t>(n, 1)) * 4; };
+  void* q = dev.alloc(bytes(q_elements(p)));
+  void* kk = dev.alloc(bytes(k_elements(p)));
+  void* v = dev.alloc(bytes(v_elements(p)));
+  void* o = dev.alloc(bytes(o_elements(p)));
+  void* lse = dev.alloc(bytes(lse_elements(p)));
+  const size_t wsb = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
+  void* ws = wsb ? dev.alloc(wsb) : nullptr;
+  dev.to_device(q, t.q.data(), t.q.size() * 4);
+  dev.to_device(kk, t.k.data(), t.k.size() * 4);
+  dev.to_device(v, t.v.data(), t.v.size() * 4);
+  af_buffers b{q, kk, v, o, k.kernel.writes_lse ? static_cast<float*>(lse) : nullptr, ws};
+  std::vector<double> ms;
+  for (int i = 0; i < reps + 1; ++i) {
+    LaunchResult r = dev.launch(k.kernel, p, b);
+    if (r.status != LaunchStatus::kOk) {
+      std::fprintf(stderr, "%s: %s\n", k.kernel.name, r.message.c_str());
+      return -1;
+    }
+    if (i) ms.push_back(r.ms);  // the first launch warms the stack pool
+  }
+  for (void* x : {q, kk, v, o, lse, ws})
+    if (x) dev.free(x);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string backend = argc > 1 ? argv[1] : "cpu";
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  DeviceOptions o;
+  o.isolate = false;
+  o.workers = 1;  // one core: comparable with the spike's 40 ms
+  auto dev = open_device(backend, o);
+  Backend b = dev->backend();
+  std::printf("device=%s\n", dev->name().c_str());
+  // 1. The emulator's cost on the spike's configuration: online-row, S=128, D=64, 64 threads, 1 core.
+  Problem p = make_problem(1, 1, 1, 128, 128, 64, 64);
+  const KernelEntry* online = Registry::global().find(b, "online-row");
+  const double t_online = median_ms(*dev, *online, p, reps);
+  std::printf("online_row_S128_D64_ms=%.2f\n", t_online);
+  if (b == Backend::kCpu) std::printf("online_row_vs_spike_40ms_ratio=%.2f  (target <= 1.5)\n", t_online / 40.0);
+  // 2. Every kernel on two shapes, with its ratio to materialized measured in the same run.
+  for (auto [s, d] : {std::pair<int64_t, int64_t>{128, 64}, {512, 64}}) {
+    Problem q = make_problem(1, 2, 2, s, s, d, d);
+    q.mask_kind = AF_MASK_CAUSAL;
+    q.window_right = 0;
+    const KernelEntry* mat = Registry::global().find(b, "materialized");
+    const double base = median_ms(*dev, *mat, q, reps);
+    for (const KernelEntry* k : Registry::global().select(b, "all")) {
+      const double t = k == mat ? base : median_ms(*dev, *k, q, reps);
+      std::printf("%s_S%lld_D%lld_causal_ms=%.3f  vs_materialized=%.2f\n", k->kernel.name, (long long)s, (long long)d, t,
+                  t / base);
+    }
+  }
+  return 0;
+}

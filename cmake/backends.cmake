@@ -37,3 +37,18 @@ function(af_backend_target target backend)
     set_target_properties(${target} PROPERTIES HIP_ARCHITECTURES "${ATTNFUZZ_AMD_ARCHS}")
   endif()
 endfunction()
+
+# af_plugin(<target> <backend> <hip files...>): a kernel plug-in (MODULE library exporting
+# attnfuzz_plugin()) built from .hip sources for one backend. A cpu plug-in leaves the emulator's
+# symbols undefined: they resolve against the tool that loads it (tools are built with ENABLE_EXPORTS).
+function(af_plugin target backend)
+  af_backend_sources(${backend} ${ARGN} OUT wrapped)
+  add_library(${target} MODULE ${wrapped})
+  af_backend_target(${target} ${backend})
+  set_target_properties(${target} PROPERTIES PREFIX "lib" LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
+  if(backend STREQUAL "nvidia")
+    target_link_libraries(${target} PRIVATE CUDA::cudart_static)
+  elseif(backend STREQUAL "amd")
+    target_link_libraries(${target} PRIVATE ${ATTNFUZZ_amd_RUNTIME})
+  endif()
+endfunction()

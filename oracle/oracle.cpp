@@ -263,12 +263,15 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
   const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0);
   const double floor = 2 * kFltMin * static_cast<double>(nf + 2) * (1 + hf.vmax);
   const double sf = opts.safety_factor;
+  // Common-mode weight error (weights that do not sum to 1: split-KV logsumexp combine, LSE-domain
+  // normalisation) acts on |O| itself, plus the fp32 rounding of the output.
+  const double common = kU * (M.c_arg * (std::fabs(w.m) + std::fabs(w.lse) + logn + 1) + M.c_exp + 1);
   for (int64_t d = 0; d < Dv; ++d) {
     if (std::isnan(o[d])) {
       o_bound[d] = 0;
       continue;
     }
-    o_bound[d] = sf * (soft[d] + accc * (w.swa[d] + std::fabs(o[d])) + kU * std::fabs(o[d]) + floor);
+    o_bound[d] = sf * (soft[d] + accc * (w.swa[d] + std::fabs(o[d])) + common * std::fabs(o[d]) + floor);
   }
   const double soft_lse = std::max(std::log(Ep), -std::log(Em));
   *lse_bound = sf * (soft_lse + accc + kU * (M.c_arg * (std::fabs(w.lse) + std::fabs(w.m)) + M.c_exp * (1 + logn)));

@@ -1,0 +1,106 @@
+// report.h - a run's record and its writers: JSON report, Markdown summary, SVG heatmap, JUnit XML.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/corpus.h"
+#include "attnfuzz/verdict.h"
+
+namespace attnfuzz {
+
+// Bumped on any incompatible change of the JSON report (fields removed or changing meaning).
+inline constexpr int kReportSchemaVersion = 1;
+inline constexpr const char* kReportSchemaName = "attnfuzz-report";
+
+// One kernel x case check of a run.
+struct RunEntry {
+  Case the_case;
+  CheckResult result;          // kernel, backend, device, verdict, class, evidence, worst elements
+  std::string replay_command;  // one line, e.g. "attn-check --replay reports/non-finite-....case --kernel k"
+  std::string corpus_path;     // saved corpus file (empty if none), as the user should type it
+  std::string heatmap_path;    // SVG heatmap relative to the report directory (empty if none)
+};
+
+// Everything a report says about one run.
+struct RunRecord {
+  ToolInfo tool;            // name ("attn-check"), version, command line
+  std::string backend;      // "cpu", "nvidia", "amd"
+  std::string device;       // e.g. "cpu emulator (fibers, 2 threads)" or "NVIDIA H200"
+  uint64_t seed = 0;        // the run's base seed (each case carries its own too)
+  std::string started_at;   // ISO 8601 UTC, may be empty
+  double wall_s = 0;        // whole run
+  std::vector<RunEntry> entries;
+};
+
+// Counts by verdict, and failures by class.
+struct RunCounts {
+  int64_t pass = 0, fail = 0, unsupported = 0, outside_contract = 0;
+};
+RunCounts count(const RunRecord& r);
+
+// --- JSON (schema: corpus/README.md "Reports"): {"schema", "schema_version", "tool", "backend", ...,
+// "summary", "results": [{kernel, case, seed, verdict, class, evidence, worst, replay, ...}]}.
+Json report_to_json(const RunRecord& r);
+Json entry_to_json(const RunEntry& e);
+Json element_to_json(const ElementReport& e);
+
+// --- Markdown: header, counts, failures first (class, ratio, replay, heatmap link, evidence, worst
+// elements), then a case x kernel verdict table.
+std::string markdown_summary(const RunRecord& r);
+
+// --- JUnit XML: one <testsuite> per kernel, one <testcase> per case; failures carry the class as
+// type and a one-line message; unsupported and outside-contract are <skipped>.
+std::string junit_xml(const RunRecord& r);
+
+// --- SVG heatmap of |err| / bound over (query row x head dim of O) for one failing case.
+//
+// ratio[row * cols + col]: the largest ratio seen at that (row, d) over whatever the caller folded in
+// (typically every batch and head), +inf for a NaN/Inf mismatch, kNotCompared where the element was
+// not checked (sampled rows). Use fold() to fill it: it is a NaN-safe max (NaN counts as +inf).
+struct RatioMap {
+  static constexpr float kNotCompared = -1.0f;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> ratio;      // rows * cols
+  std::vector<float> lse_ratio;  // empty, or rows: the LSE's ratio per query row (drawn as a side column)
+  RatioMap() = default;
+  RatioMap(int64_t rows, int64_t cols, bool with_lse = false);
+  float at(int64_t row, int64_t col) const { return ratio[static_cast<size_t>(row * cols + col)]; }
+  void fold(int64_t row, int64_t col, double r);
+  void fold_lse(int64_t row, double r);
+};
+
+struct HeatmapOptions {
+  std::string title;     // e.g. "flash-bk32: tail-65x65-causal-br"
+  std::string subtitle;  // e.g. describe(case); max ratio; which b/h were folded
+  int64_t max_rows = 256;  // larger maps are max-pooled down to at most this many cells per axis
+  int64_t max_cols = 128;
+};
+// The problem supplies Sq, Sk, Dv and the mask (drawn beside the rows).
+std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOptions& opt);
+
+// --- files
+class ReportError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Writes text to path (creating parent directories). Throws ReportError with a one-line message.
+void write_text_file(const std::filesystem::path& path, const std::string& text);
+
+struct ReportPaths {
+  std::filesystem::path json, markdown, junit;
+};
+// Writes report.json, summary.md and junit.xml into dir. Heatmaps are written by the caller (it owns
+// the ratio maps) with write_text_file(dir / heatmap_file_name(...), heatmap_svg(...)).
+ReportPaths write_reports(const RunRecord& r, const std::filesystem::path& dir);
+// "heatmap-<kernel>-<hash16>.svg" (kernel name made file-safe; hash of the case content).
+std::string heatmap_file_name(const std::string& kernel, const Case& c);
+
+// Escapes for the text formats (exposed for tests and other writers).
+std::string xml_escape(const std::string& s);
+std::string markdown_escape(const std::string& s);
+
+}  // namespace attnfuzz

@@ -120,7 +120,7 @@ Case make_case(const Problem& p, uint64_t seed = 0);
 // (includes validate(problem)).
 std::string validate(const Case& c);
 
-// One line, e.g. "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130188 f32
+// One line, e.g. "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130188912 f32
 // values=uniform:1 special=nan@k:masked seed=0x000000000000002a" (+ " explicit" when values are given).
 std::string describe(const Case& c);
 

@@ -1,6 +1,7 @@
 // reference_fp32.cpp - the plain fp32 attention reference (same-precision baseline).
 #include "oracle/reference_fp32.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -30,11 +31,14 @@ void reference_fp32_row(const Problem& p, const float* q, const float* k, const 
   }
   float l = 0;
   for (int64_t j = kr.first; j < kr.last; ++j) l += (sc[j - kr.first] = std::exp(sc[j - kr.first] - m));
-  for (int64_t d = 0; d < p.head_dim_v; ++d) {
-    float o = 0;
-    for (int64_t j = kr.first; j < kr.last; ++j) o += sc[j - kr.first] * v[v_index(p, b, j, hk, d)];
-    o_row[d] = o / l;
+  // Key-outer loop (cache-friendly); each o_d is still the sequential sum over j.
+  std::vector<float> acc(static_cast<size_t>(p.head_dim_v), 0.0f);
+  for (int64_t j = kr.first; j < kr.last; ++j) {
+    const float pj = sc[j - kr.first];
+    const float* vj = v + v_index(p, b, j, hk, 0);
+    for (int64_t d = 0; d < p.head_dim_v; ++d) acc[d] += pj * vj[d];
   }
+  for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] = acc[d] / l;
   *lse = m + std::log(l);
 }
 

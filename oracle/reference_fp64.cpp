@@ -23,7 +23,7 @@ Fp64Result reference_fp64(const Problem& p, const float* q, const float* k, cons
           for (int64_t d = 0; d < p.head_dim; ++d)
             acc += static_cast<double>(q[q_index(p, b, i, h, d)]) * k[k_index(p, b, j, hk, d)];
           s[j] = acc * static_cast<double>(p.scale);
-          m = std::max(m, s[j]);
+          if (std::isnan(s[j]) || s[j] > m) m = std::isnan(m) ? m : s[j];  // std::max would drop a NaN
         }
         if (kr.empty() || m == -std::numeric_limits<double>::infinity()) continue;  // fully masked: O = 0
         double l = 0;

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <charconv>
 #include <cfloat>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -71,38 +71,55 @@ uint64_t hash64(const std::string& text) {
 
 const char* distribution_name(Distribution d) {
   switch (d) {
-    case Distribution::kUniform: return "uniform";
-    case Distribution::kNormal: return "normal";
-    case Distribution::kExtreme: return "extreme";
+    case Distribution::kUniform:
+      return "uniform";
+    case Distribution::kNormal:
+      return "normal";
+    case Distribution::kExtreme:
+      return "extreme";
   }
   return "?";
 }
 const char* tensor_name(Tensor t) {
   switch (t) {
-    case Tensor::kQ: return "q";
-    case Tensor::kK: return "k";
-    case Tensor::kV: return "v";
+    case Tensor::kQ:
+      return "q";
+    case Tensor::kK:
+      return "k";
+    case Tensor::kV:
+      return "v";
   }
   return "?";
 }
 const char* special_kind_name(SpecialKind k) {
   switch (k) {
-    case SpecialKind::kNaN: return "nan";
-    case SpecialKind::kPosInf: return "inf";
-    case SpecialKind::kNegInf: return "-inf";
-    case SpecialKind::kSubnormal: return "subnormal";
-    case SpecialKind::kHuge: return "huge";
-    case SpecialKind::kNegZero: return "-0";
+    case SpecialKind::kNaN:
+      return "nan";
+    case SpecialKind::kPosInf:
+      return "inf";
+    case SpecialKind::kNegInf:
+      return "-inf";
+    case SpecialKind::kSubnormal:
+      return "subnormal";
+    case SpecialKind::kHuge:
+      return "huge";
+    case SpecialKind::kNegZero:
+      return "-0";
   }
   return "?";
 }
 const char* placement_name(Placement p) {
   switch (p) {
-    case Placement::kRandom: return "random";
-    case Placement::kVisible: return "visible";
-    case Placement::kMasked: return "masked";
-    case Placement::kHidden: return "hidden";
-    case Placement::kAt: return "at";
+    case Placement::kRandom:
+      return "random";
+    case Placement::kVisible:
+      return "visible";
+    case Placement::kMasked:
+      return "masked";
+    case Placement::kHidden:
+      return "hidden";
+    case Placement::kAt:
+      return "at";
   }
   return "?";
 }
@@ -144,15 +161,19 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }  // namespace
 
 std::string parse_distribution(const std::string& text, ValueDist& out) {
-  const std::string err =
-      "value distribution '" + text + "' is invalid: use uniform[:A], normal[:SIGMA] or extreme:MAG (A, SIGMA, MAG > 0)";
+  const std::string err = "value distribution '" + text +
+                          "' is invalid: use uniform[:A], normal[:SIGMA] or extreme:MAG (A, SIGMA, MAG > 0)";
   const auto colon = text.find(':');
   const std::string name = text.substr(0, colon);
   ValueDist d;
-  if (name == "uniform") d.kind = Distribution::kUniform;
-  else if (name == "normal") d.kind = Distribution::kNormal;
-  else if (name == "extreme") d.kind = Distribution::kExtreme;
-  else return err;
+  if (name == "uniform")
+    d.kind = Distribution::kUniform;
+  else if (name == "normal")
+    d.kind = Distribution::kNormal;
+  else if (name == "extreme")
+    d.kind = Distribution::kExtreme;
+  else
+    return err;
   if (colon == std::string::npos) {
     if (d.kind == Distribution::kExtreme) return err;
     d.param = 1.0;
@@ -163,12 +184,15 @@ std::string parse_distribution(const std::string& text, ValueDist& out) {
   return {};
 }
 
-std::string to_string(const ValueDist& d) { return std::string(distribution_name(d.kind)) + ":" + shortest(d.param); }
+std::string to_string(const ValueDist& d) {
+  return std::string(distribution_name(d.kind)) + ":" + shortest(d.param);
+}
 
 std::string parse_special(const std::string& text, SpecialValue& out) {
-  const std::string err = "special value '" + text +
-                          "' is invalid: use KIND[@q|k|v][:random|visible|masked|hidden|at=S,D|at=B,H,S,D][*COUNT] "
-                          "with KIND nan, inf, -inf, subnormal, huge or -0";
+  const std::string err =
+      "special value '" + text +
+      "' is invalid: use KIND[@q|k|v][:random|visible|masked|hidden|at=S,D|at=B,H,S,D][*COUNT] "
+      "with KIND nan, inf, -inf, subnormal, huge or -0";
   SpecialValue s;
   std::string t = text;
   if (const auto star = t.rfind('*'); star != std::string::npos) {
@@ -182,23 +206,38 @@ std::string parse_special(const std::string& text, SpecialValue& out) {
   }
   if (const auto at = t.find('@'); at != std::string::npos) {
     const std::string tn = t.substr(at + 1);
-    if (tn == "q") s.tensor = Tensor::kQ;
-    else if (tn == "k") s.tensor = Tensor::kK;
-    else if (tn == "v") s.tensor = Tensor::kV;
-    else return err;
+    if (tn == "q")
+      s.tensor = Tensor::kQ;
+    else if (tn == "k")
+      s.tensor = Tensor::kK;
+    else if (tn == "v")
+      s.tensor = Tensor::kV;
+    else
+      return err;
     t.resize(at);
   }
-  if (t == "nan") s.kind = SpecialKind::kNaN;
-  else if (t == "inf" || t == "+inf") s.kind = SpecialKind::kPosInf;
-  else if (t == "-inf") s.kind = SpecialKind::kNegInf;
-  else if (t == "subnormal" || t == "denormal") s.kind = SpecialKind::kSubnormal;
-  else if (t == "huge") s.kind = SpecialKind::kHuge;
-  else if (t == "-0" || t == "negzero") s.kind = SpecialKind::kNegZero;
-  else return err;
-  if (placement.empty() || placement == "random") s.placement = Placement::kRandom;
-  else if (placement == "visible") s.placement = Placement::kVisible;
-  else if (placement == "masked") s.placement = Placement::kMasked;
-  else if (placement == "hidden") s.placement = Placement::kHidden;
+  if (t == "nan")
+    s.kind = SpecialKind::kNaN;
+  else if (t == "inf" || t == "+inf")
+    s.kind = SpecialKind::kPosInf;
+  else if (t == "-inf")
+    s.kind = SpecialKind::kNegInf;
+  else if (t == "subnormal" || t == "denormal")
+    s.kind = SpecialKind::kSubnormal;
+  else if (t == "huge")
+    s.kind = SpecialKind::kHuge;
+  else if (t == "-0" || t == "negzero")
+    s.kind = SpecialKind::kNegZero;
+  else
+    return err;
+  if (placement.empty() || placement == "random")
+    s.placement = Placement::kRandom;
+  else if (placement == "visible")
+    s.placement = Placement::kVisible;
+  else if (placement == "masked")
+    s.placement = Placement::kMasked;
+  else if (placement == "hidden")
+    s.placement = Placement::kHidden;
   else if (placement.rfind("at=", 0) == 0) {
     s.placement = Placement::kAt;
     const auto parts = split(placement.substr(3), ',');
@@ -226,7 +265,8 @@ std::string parse_special(const std::string& text, SpecialValue& out) {
 std::string to_string(const SpecialValue& s) {
   std::string t = std::string(special_kind_name(s.kind)) + "@" + tensor_name(s.tensor) + ":";
   if (s.placement == Placement::kAt) {
-    t += "at=" + std::to_string(s.b) + "," + std::to_string(s.h) + "," + std::to_string(s.s) + "," + std::to_string(s.d);
+    t += "at=" + std::to_string(s.b) + "," + std::to_string(s.h) + "," + std::to_string(s.s) + "," +
+         std::to_string(s.d);
   } else {
     t += placement_name(s.placement);
   }
@@ -249,9 +289,12 @@ int64_t tensor_seq(const Problem& p, Tensor t) { return t == Tensor::kQ ? p.seq_
 int64_t tensor_dim(const Problem& p, Tensor t) { return t == Tensor::kV ? p.head_dim_v : p.head_dim; }
 int64_t tensor_index(const Problem& p, Tensor t, int64_t b, int64_t h, int64_t s, int64_t d) {
   switch (t) {
-    case Tensor::kQ: return q_index(p, b, s, h, d);
-    case Tensor::kK: return k_index(p, b, s, h, d);
-    default: return v_index(p, b, s, h, d);
+    case Tensor::kQ:
+      return q_index(p, b, s, h, d);
+    case Tensor::kK:
+      return k_index(p, b, s, h, d);
+    default:
+      return v_index(p, b, s, h, d);
   }
 }
 constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
@@ -276,8 +319,8 @@ std::string validate(const Case& c) {
     const ExplicitValues& e = *c.explicit_values;
     auto check = [](const char* name, size_t have, int64_t need) -> std::string {
       if (static_cast<int64_t>(have) == need) return {};
-      return std::string("explicit ") + name + " holds " + std::to_string(have) + " values, the problem needs " +
-             std::to_string(need);
+      return std::string("explicit ") + name + " holds " + std::to_string(have) +
+             " values, the problem needs " + std::to_string(need);
     };
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
@@ -316,17 +359,22 @@ namespace {
 
 float special_value(SpecialKind k, Rng& rng) {
   switch (k) {
-    case SpecialKind::kNaN: return std::bit_cast<float>(0x7fc00000u);
-    case SpecialKind::kPosInf: return std::numeric_limits<float>::infinity();
-    case SpecialKind::kNegInf: return -std::numeric_limits<float>::infinity();
+    case SpecialKind::kNaN:
+      return std::bit_cast<float>(0x7fc00000u);
+    case SpecialKind::kPosInf:
+      return std::numeric_limits<float>::infinity();
+    case SpecialKind::kNegInf:
+      return -std::numeric_limits<float>::infinity();
     case SpecialKind::kSubnormal: {
       const uint64_t r = rng.next();
       const uint32_t mant = static_cast<uint32_t>(r % 0x7fffffu) + 1;  // 1 .. 2^23 - 1
       const uint32_t sign = (r >> 63) ? 0x80000000u : 0u;
       return std::bit_cast<float>(sign | mant);
     }
-    case SpecialKind::kHuge: return (rng.next() >> 63) ? -FLT_MAX : FLT_MAX;
-    case SpecialKind::kNegZero: return -0.0f;
+    case SpecialKind::kHuge:
+      return (rng.next() >> 63) ? -FLT_MAX : FLT_MAX;
+    case SpecialKind::kNegZero:
+      return -0.0f;
   }
   return 0.0f;
 }
@@ -459,9 +507,9 @@ const std::vector<std::pair<int64_t, int64_t>>& head_configs() {
 }
 
 const std::vector<std::string>& mask_forms() {
-  static const std::vector<std::string> m{
-      "none",          "causal-br",       "causal-tl",       "window:8,0-br", "window:8,0-tl",
-      "window:4,4-br", "window:0,0-br",   "window:inf,3-br", "window:16,inf-tl"};
+  static const std::vector<std::string> m{"none",          "causal-br",       "causal-tl",
+                                          "window:8,0-br", "window:8,0-tl",   "window:4,4-br",
+                                          "window:0,0-br", "window:inf,3-br", "window:16,inf-tl"};
   return m;
 }
 
@@ -471,8 +519,9 @@ const std::vector<double>& extreme_magnitudes() {
 }
 
 const std::vector<SpecialKind>& special_kinds() {
-  static const std::vector<SpecialKind> k{SpecialKind::kNaN,       SpecialKind::kPosInf, SpecialKind::kNegInf,
-                                          SpecialKind::kSubnormal, SpecialKind::kHuge,   SpecialKind::kNegZero};
+  static const std::vector<SpecialKind> k{SpecialKind::kNaN,    SpecialKind::kPosInf,
+                                          SpecialKind::kNegInf, SpecialKind::kSubnormal,
+                                          SpecialKind::kHuge,   SpecialKind::kNegZero};
   return k;
 }
 
@@ -521,9 +570,11 @@ std::vector<Case> sweep_grid(uint64_t base_seed) {
     for (int64_t s : {t - 1, t, t + 1})
       for (const char* m : {"none", "causal-br"}) add(L("tail", s, s, m) + "-d64", 1, 1, 1, s, s, 64, 64, m);
   // Sq != Sk both ways (awkward pairs from flash-attention's tests), every mask alignment.
-  const std::pair<int64_t, int64_t> pairs[] = {{1, 129}, {129, 1}, {17, 65}, {65, 17}, {33, 100}, {100, 33}, {113, 203}};
+  const std::pair<int64_t, int64_t> pairs[] = {{1, 129},  {129, 1},  {17, 65},  {65, 17},
+                                               {33, 100}, {100, 33}, {113, 203}};
   for (auto [sq, sk] : pairs)
-    for (const char* m : {"none", "causal-br", "causal-tl"}) add(L("rect", sq, sk, m) + "-d32", 1, 1, 1, sq, sk, 32, 32, m);
+    for (const char* m : {"none", "causal-br", "causal-tl"})
+      add(L("rect", sq, sk, m) + "-d32", 1, 1, 1, sq, sk, 32, 32, m);
   // Head dims: odd, prime, tile +- 1 (Sq = Sk = 37 so the sequence tails are odd too).
   for (int64_t d : {1, 3, 17, 31, 33, 59, 63, 65, 111, 127, 128})
     add("headdim-37x37-d" + std::to_string(d), 1, 1, 1, 37, 37, d, d, "causal-br");
@@ -532,29 +583,32 @@ std::vector<Case> sweep_grid(uint64_t base_seed) {
   add("dv-40x40-d59-dv17", 1, 1, 1, 40, 40, 59, 17, "causal-tl");
   // Heads: GQA / MQA, and batch.
   for (auto [hq, hkv] : space::head_configs())
-    if (hq > 1) add("heads-" + std::to_string(hq) + "q" + std::to_string(hkv) + "kv-33x33", 1, hq, hkv, 33, 33, 32, 32, "causal-br");
+    if (hq > 1)
+      add("heads-" + std::to_string(hq) + "q" + std::to_string(hkv) + "kv-33x33", 1, hq, hkv, 33, 33, 32, 32,
+          "causal-br");
   add("batch-3x2h-20x45", 3, 2, 2, 20, 45, 16, 16, "causal-br");
   add("batch-2x4q2kv-45x20", 2, 4, 2, 45, 20, 16, 16, "causal-tl");
   // Masks: windows, fully masked rows, Sk = 0.
   for (const char* m : {"window:8,0-br", "window:8,0-tl", "window:4,4-br", "window:0,0-br", "window:inf,3-br",
                         "window:16,inf-tl"})
     add(L("window", 50, 70, m), 1, 1, 1, 50, 70, 32, 32, m);
-  add("masked-rows-40x9-causal-br", 1, 2, 1, 40, 9, 32, 32, "causal-br");          // rows 0..30 fully masked
-  add("masked-rows-9x3-window:0,0-tl", 1, 1, 1, 9, 3, 16, 16, "window:0,0-tl");    // rows 3..8 fully masked
+  add("masked-rows-40x9-causal-br", 1, 2, 1, 40, 9, 32, 32, "causal-br");        // rows 0..30 fully masked
+  add("masked-rows-9x3-window:0,0-tl", 1, 1, 1, 9, 3, 16, 16, "window:0,0-tl");  // rows 3..8 fully masked
   add("masked-rows-20x40-window:0,2-tl-far", 1, 1, 1, 20, 40, 16, 16, "window:0,2-tl");
   add("empty-keys-5x0-none", 1, 1, 1, 5, 0, 16, 16, "none");
   add("empty-keys-17x0-causal-br", 1, 2, 1, 17, 0, 33, 33, "causal-br");
   // Magnitudes: scores near and beyond exp's overflow without max subtraction, late maxima.
   for (double mag : {10.0, 30.0, 88.0, 300.0})
-    add("extreme-" + shortest(mag) + "-65x65", 1, 1, 1, 65, 65, 64, 64, "causal-br", dist(Distribution::kExtreme, mag));
+    add("extreme-" + shortest(mag) + "-65x65", 1, 1, 1, 65, 65, 64, 64, "causal-br",
+        dist(Distribution::kExtreme, mag));
   add("normal-0.01-65x65", 1, 1, 1, 65, 65, 64, 64, "none", dist(Distribution::kNormal, 0.01));
   add("uniform-100-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, 100));
   // Special values: masked ones must not reach any output, visible ones must poison exactly their rows.
   auto special = [&](const std::string& text, int64_t sq, int64_t sk, const std::string& mask) {
     ValueSpec v;
     v.specials.push_back(sp(text));
-    add("special-" + text + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask, 1, 1, 1, sq, sk, 32, 32,
-        mask, v);
+    add("special-" + text + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask, 1, 1, 1, sq, sk,
+        32, 32, mask, v);
   };
   special("nan@k:hidden*3", 20, 40, "causal-tl");
   special("nan@v:hidden*3", 20, 40, "causal-tl");

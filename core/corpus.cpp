@@ -3,9 +3,9 @@
 
 #include <bit>
 #include <cerrno>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <system_error>
@@ -16,11 +16,16 @@ using json = Json;
 
 const char* corpus_error_kind_name(CorpusError::Kind k) {
   switch (k) {
-    case CorpusError::Kind::kIo: return "io";
-    case CorpusError::Kind::kTruncated: return "truncated";
-    case CorpusError::Kind::kForeign: return "foreign";
-    case CorpusError::Kind::kFutureVersion: return "future-version";
-    case CorpusError::Kind::kCorrupt: return "corrupt";
+    case CorpusError::Kind::kIo:
+      return "io";
+    case CorpusError::Kind::kTruncated:
+      return "truncated";
+    case CorpusError::Kind::kForeign:
+      return "foreign";
+    case CorpusError::Kind::kFutureVersion:
+      return "future-version";
+    case CorpusError::Kind::kCorrupt:
+      return "corrupt";
   }
   return "?";
 }
@@ -71,7 +76,8 @@ uint64_t parse_u64(const std::string& s, const std::string& ctx) {
   if (s.empty() || s.size() > 20) corrupt(ctx + " '" + s + "' is not a 64-bit number");
   const bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
   const std::string digits = hex ? s.substr(2) : s;
-  if (digits.empty() || digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos ||
+  if (digits.empty() ||
+      digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos ||
       (hex && digits.size() > 16))
     corrupt(ctx + " '" + s + "' is not a 64-bit number");
   errno = 0;
@@ -100,15 +106,16 @@ std::string compact_number_arrays(const std::string& in) {
     const char c = in[i];
     if (in_string) {
       out += c;
-      if (c == '\\' && i + 1 < in.size()) out += in[++i];
-      else if (c == '"') in_string = false;
+      if (c == '\\' && i + 1 < in.size())
+        out += in[++i];
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') in_string = true;
     if (c == '[') {
       const size_t close = in.find(']', i);
-      if (close != std::string::npos &&
-          in.find_first_not_of("0123456789-+.eE, \n", i + 1) == close) {
+      if (close != std::string::npos && in.find_first_not_of("0123456789-+.eE, \n", i + 1) == close) {
         std::string items;
         bool space = false;
         for (size_t k = i + 1; k < close; ++k) {
@@ -156,17 +163,22 @@ std::string floats_to_hex(const std::vector<float>& v) {
 }
 
 std::vector<float> hex_to_floats(std::string_view hex, const std::string& what) {
-  if (hex.size() % 8 != 0) corrupt(what + " has " + std::to_string(hex.size()) + " hex digits, not a multiple of 8");
+  if (hex.size() % 8 != 0)
+    corrupt(what + " has " + std::to_string(hex.size()) + " hex digits, not a multiple of 8");
   std::vector<float> v(hex.size() / 8);
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t bits = 0;
     for (int n = 0; n < 8; ++n) {
       const char c = hex[i * 8 + n];
       int d;
-      if (c >= '0' && c <= '9') d = c - '0';
-      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      else corrupt(what + " has a non-hex character at value " + std::to_string(i));
+      if (c >= '0' && c <= '9')
+        d = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        d = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        d = c - 'A' + 10;
+      else
+        corrupt(what + " has a non-hex character at value " + std::to_string(i));
       bits = bits << 4 | static_cast<uint32_t>(d);
     }
     v[i] = std::bit_cast<float>(bits);
@@ -265,10 +277,14 @@ Case case_from_json(const json& j) {
   c.label = opt_string(j, "label", ctx);
   c.problem = problem_from_json(field(j, "problem", ctx));
   const json& seed = field(j, "seed", ctx);
-  if (seed.is_string()) c.seed = parse_u64(seed.get<std::string>(), "case.seed");
-  else if (seed.is_number_unsigned()) c.seed = seed.get<uint64_t>();
-  else if (seed.is_number_integer() && seed.get<int64_t>() >= 0) c.seed = static_cast<uint64_t>(seed.get<int64_t>());
-  else corrupt("case.seed is not a 64-bit number");
+  if (seed.is_string())
+    c.seed = parse_u64(seed.get<std::string>(), "case.seed");
+  else if (seed.is_number_unsigned())
+    c.seed = seed.get<uint64_t>();
+  else if (seed.is_number_integer() && seed.get<int64_t>() >= 0)
+    c.seed = static_cast<uint64_t>(seed.get<int64_t>());
+  else
+    corrupt("case.seed is not a 64-bit number");
   if (j.contains("values")) {
     const json& v = j["values"];
     if (v.contains("dist")) {
@@ -281,7 +297,8 @@ Case case_from_json(const json& j) {
       for (const json& e : s) {
         if (!e.is_string()) corrupt("case.values.specials holds a non-string");
         SpecialValue sv;
-        if (std::string err = parse_special(e.get<std::string>(), sv); !err.empty()) corrupt("case.values: " + err);
+        if (std::string err = parse_special(e.get<std::string>(), sv); !err.empty())
+          corrupt("case.values: " + err);
         c.values.specials.push_back(sv);
       }
     }
@@ -354,7 +371,8 @@ std::string to_corpus_text(const CorpusFile& f) {
   out << "# case: " << one_line(describe(f.the_case)) << '\n';
   if (f.verdict) {
     const RecordedVerdict& v = *f.verdict;
-    out << "# verdict: " << one_line(v.kernel) << " on " << one_line(v.backend) << ": " << verdict_name(v.verdict);
+    out << "# verdict: " << one_line(v.kernel) << " on " << one_line(v.backend) << ": "
+        << verdict_name(v.verdict);
     if (v.failure != FailureClass::kNone) out << " (" << failure_class_name(v.failure) << ")";
     if (!v.reason.empty()) out << ": " << one_line(v.reason);
     out << '\n';
@@ -374,8 +392,8 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
   if (header.substr(0, magic.size()) != magic) {
     if (eol == std::string_view::npos && magic.substr(0, header.size()) == header)
       throw CorpusError(K::kTruncated, where + "truncated inside the '" + std::string(magic) + "' header");
-    throw CorpusError(K::kForeign, where + "not an attn-fuzz corpus file (the first line is not '" + std::string(magic) +
-                                       " <version>')");
+    throw CorpusError(K::kForeign, where + "not an attn-fuzz corpus file (the first line is not '" +
+                                       std::string(magic) + " <version>')");
   }
   const std::string_view ver = header.substr(magic.size());
   if (ver.size() < 2 || ver[0] != ' ' || ver.size() > 10 ||
@@ -387,10 +405,13 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
   const int version = std::stoi(std::string(ver.substr(1)));
   if (version > kCorpusFormatVersion)
     throw CorpusError(K::kFutureVersion, where + "corpus format version " + std::to_string(version) +
-                                             " is newer than this build reads (" + std::to_string(kCorpusFormatVersion) +
-                                             "); update attn-fuzz");
-  if (version < 1) throw CorpusError(K::kCorrupt, where + "corpus format version " + std::to_string(version) + " is invalid");
-  if (eol == std::string_view::npos) throw CorpusError(K::kTruncated, where + "truncated after the header line");
+                                             " is newer than this build reads (" +
+                                             std::to_string(kCorpusFormatVersion) + "); update attn-fuzz");
+  if (version < 1)
+    throw CorpusError(K::kCorrupt,
+                      where + "corpus format version " + std::to_string(version) + " is invalid");
+  if (eol == std::string_view::npos)
+    throw CorpusError(K::kTruncated, where + "truncated after the header line");
   // Skip '#' comment lines; the rest is one JSON object.
   size_t pos = eol + 1;
   while (pos < text.size() && text[pos] == '#') {
@@ -408,7 +429,8 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
   try {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
-    const bool at_end = e.byte >= body.size() || std::string(e.what()).find("unexpected end of input") != std::string::npos;
+    const bool at_end =
+        e.byte >= body.size() || std::string(e.what()).find("unexpected end of input") != std::string::npos;
     if (at_end) throw CorpusError(K::kTruncated, where + "truncated: the JSON body ends early");
     throw CorpusError(K::kCorrupt, where + "corrupt JSON at byte " + std::to_string(pos + e.byte) + ": " +
                                        one_line(e.what()));
@@ -420,7 +442,8 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
     if (!j.is_object()) corrupt("the JSON body is not an object");
     const int64_t fmt = get_int(j, "format", "file");
     if (fmt != version)
-      corrupt("format " + std::to_string(fmt) + " disagrees with the header version " + std::to_string(version));
+      corrupt("format " + std::to_string(fmt) + " disagrees with the header version " +
+              std::to_string(version));
     f.format_version = version;
     const json& tool = field(j, "tool", "file");
     f.tool.name = get_string(tool, "name", "tool");
@@ -464,7 +487,8 @@ void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
-    throw CorpusError(CorpusError::Kind::kIo, path.string() + ": cannot rename the temporary file into place");
+    throw CorpusError(CorpusError::Kind::kIo,
+                      path.string() + ": cannot rename the temporary file into place");
   }
 }
 
@@ -480,15 +504,17 @@ std::string case_hash(const CorpusFile& f) {
 
 std::string corpus_file_name(const CorpusFile& f) {
   std::string cls = "case";
-  if (f.verdict) cls = f.verdict->failure != FailureClass::kNone ? failure_class_name(f.verdict->failure)
-                                                                 : verdict_name(f.verdict->verdict);
+  if (f.verdict)
+    cls = f.verdict->failure != FailureClass::kNone ? failure_class_name(f.verdict->failure)
+                                                    : verdict_name(f.verdict->verdict);
   return cls + "-" + case_hash(f) + kCaseFileExtension;
 }
 
 std::filesystem::path save_to_corpus_dir(const std::filesystem::path& dir, const CorpusFile& f) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw CorpusError(CorpusError::Kind::kIo, dir.string() + ": cannot create directory: " + ec.message());
+  if (ec)
+    throw CorpusError(CorpusError::Kind::kIo, dir.string() + ": cannot create directory: " + ec.message());
   const std::filesystem::path path = dir / corpus_file_name(f);
   if (!std::filesystem::exists(path, ec)) write_corpus_file(path, f);
   return path;

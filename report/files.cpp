@@ -12,14 +12,26 @@ std::string xml_escape(const std::string& s) {
   out.reserve(s.size());
   for (unsigned char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
-        if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') out += '?';  // not allowed in XML 1.0
-        else out += static_cast<char>(c);
+        if (c < 0x20 && c != '\n' && c != '\t' && c != '\r')
+          out += '?';  // not allowed in XML 1.0
+        else
+          out += static_cast<char>(c);
     }
   }
   return out;
@@ -28,7 +40,9 @@ std::string xml_escape(const std::string& s) {
 std::string markdown_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '|' || c == '*' || c == '_' || c == '`' || c == '<' || c == '>' || c == '[' || c == ']' || c == '\\') out += '\\';
+    if (c == '|' || c == '*' || c == '_' || c == '`' || c == '<' || c == '>' || c == '[' || c == ']' ||
+        c == '\\')
+      out += '\\';
     out += (c == '\n' || c == '\r') ? ' ' : c;
   }
   return out;
@@ -57,7 +71,8 @@ ReportPaths write_reports(const RunRecord& r, const std::filesystem::path& dir) 
 
 std::string heatmap_file_name(const std::string& kernel, const Case& c) {
   std::string safe;
-  for (char ch : kernel) safe += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') ? ch : '_';
+  for (char ch : kernel)
+    safe += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') ? ch : '_';
   CorpusFile f;
   f.the_case = c;
   return "heatmap-" + safe + "-" + case_hash(f) + ".svg";

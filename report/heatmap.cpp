@@ -54,11 +54,13 @@ namespace {
 struct Rgb {
   double r, g, b;
 };
-Rgb mix(Rgb a, Rgb b, double t) { return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t}; }
+Rgb mix(Rgb a, Rgb b, double t) {
+  return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t};
+}
 std::string hex(Rgb c) {
   char buf[8];
-  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(std::lround(c.r)), static_cast<int>(std::lround(c.g)),
-                static_cast<int>(std::lround(c.b)));
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(std::lround(c.r)),
+                static_cast<int>(std::lround(c.g)), static_cast<int>(std::lround(c.b)));
   return buf;
 }
 // Piecewise-linear ramp through stops at t = 0, 1/(n-1), ..., 1.
@@ -75,8 +77,10 @@ const char* kMismatchColour = "#000000";
 std::string colour(float r) {
   if (r < 0) return kNotComparedColour;
   if (std::isinf(r) || std::isnan(r)) return kMismatchColour;
-  static const std::vector<Rgb> cool = {{247, 251, 255}, {198, 219, 239}, {107, 174, 214}, {33, 113, 181}, {8, 48, 107}};
-  static const std::vector<Rgb> hot = {{254, 224, 139}, {253, 174, 97}, {244, 109, 67}, {215, 48, 39}, {103, 0, 13}};
+  static const std::vector<Rgb> cool = {
+      {247, 251, 255}, {198, 219, 239}, {107, 174, 214}, {33, 113, 181}, {8, 48, 107}};
+  static const std::vector<Rgb> hot = {
+      {254, 224, 139}, {253, 174, 97}, {244, 109, 67}, {215, 48, 39}, {103, 0, 13}};
   if (r <= 1.0f) {
     const double t = (std::log10(std::max<double>(r, 1e-9)) + 4.0) / 4.0;  // 1e-4 -> 0, 1 -> 1
     const double q = std::round(std::clamp(t, 0.0, 1.0) * (kLevels - 1)) / (kLevels - 1);
@@ -121,7 +125,8 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
         }
     return v;
   };
-  const double cw = std::clamp<double>(std::floor(480.0 / nc), 2, 24), ch = std::clamp<double>(std::floor(480.0 / nr), 2, 24);
+  const double cw = std::clamp<double>(std::floor(480.0 / nc), 2, 24),
+               ch = std::clamp<double>(std::floor(480.0 / nr), 2, 24);
   const double pw = nc * cw, ph = nr * ch;
   const double x0 = 84, y0 = 64;
   const bool has_lse = !map.lse_ratio.empty();
@@ -139,7 +144,8 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     << "\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"11\">\n";
   s << "<title>" << xml_escape(opt.title) << "</title>\n";
   s << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  s << "<text x=\"12\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(opt.title) << "</text>\n";
+  s << "<text x=\"12\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(opt.title)
+    << "</text>\n";
   s << "<text x=\"12\" y=\"40\" fill=\"#333333\">" << xml_escape(opt.subtitle) << "</text>\n";
   if (fr > 1 || fc > 1)
     s << "<text x=\"12\" y=\"54\" fill=\"#666666\">max-pooled: " << fr << " row(s) x " << fc
@@ -153,15 +159,15 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     for (int64_t C = 1; C <= nc; ++C) {
       const std::string next = C < nc ? colour(pooled(R, C)) : std::string();
       if (next == run) continue;
-      s << "<rect x=\"" << fmt(x0 + start * cw) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"" << fmt((C - start) * cw)
-        << "\" height=\"" << fmt(ch) << "\" fill=\"" << run << "\"/>\n";
+      s << "<rect x=\"" << fmt(x0 + start * cw) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\""
+        << fmt((C - start) * cw) << "\" height=\"" << fmt(ch) << "\" fill=\"" << run << "\"/>\n";
       start = C;
       run = next;
     }
   }
   s << "</g>\n";
-  s << "<rect x=\"" << fmt(x0) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(pw) << "\" height=\"" << fmt(ph)
-    << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"1\"/>\n";
+  s << "<rect x=\"" << fmt(x0) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(pw) << "\" height=\""
+    << fmt(ph) << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"1\"/>\n";
 
   // Tile boundaries: rows (strong) and head dim (light). Skip a tile size whose lines would be < 4 px apart.
   s << "<g id=\"tiles\" fill=\"none\">\n";
@@ -174,14 +180,15 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     if (t.t * ph / rows >= 4)
       for (int64_t k = t.t; k < map.rows; k += t.t) {
         if (t.t < 64 && k % (2 * t.t) == 0) continue;  // drawn by the larger tile
-        s << "<line x1=\"" << fmt(x0) << "\" x2=\"" << fmt(x0 + pw) << "\" y1=\"" << fmt(row_y(k)) << "\" y2=\""
-          << fmt(row_y(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w << "\"/>\n";
+        s << "<line x1=\"" << fmt(x0) << "\" x2=\"" << fmt(x0 + pw) << "\" y1=\"" << fmt(row_y(k))
+          << "\" y2=\"" << fmt(row_y(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w
+          << "\"/>\n";
       }
     if (t.t * pw / cols >= 4)
       for (int64_t k = t.t; k < map.cols; k += t.t) {
         if (t.t < 64 && k % (2 * t.t) == 0) continue;
-        s << "<line y1=\"" << fmt(y0) << "\" y2=\"" << fmt(y0 + ph) << "\" x1=\"" << fmt(col_x(k)) << "\" x2=\""
-          << fmt(col_x(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w * 0.6
+        s << "<line y1=\"" << fmt(y0) << "\" y2=\"" << fmt(y0 + ph) << "\" x1=\"" << fmt(col_x(k))
+          << "\" x2=\"" << fmt(col_x(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w * 0.6
           << "\" stroke-opacity=\"0.6\"/>\n";
       }
   }
@@ -195,23 +202,25 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     int64_t masked = 0, n = 0;
     for (int64_t i = R * fr; i < std::min(map.rows, (R + 1) * fr); ++i, ++n) masked += vis[i].empty();
     if (masked == 0) continue;
-    s << "<rect x=\"" << fmt(x0 - 10) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"7\" height=\"" << fmt(ch)
-      << "\" fill=\"" << (masked == n ? "#404040" : "#a0a0a0") << "\"/>\n";
+    s << "<rect x=\"" << fmt(x0 - 10) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"7\" height=\""
+      << fmt(ch) << "\" fill=\"" << (masked == n ? "#404040" : "#a0a0a0") << "\"/>\n";
   }
   for (int64_t i = 1; i < map.rows; ++i)
     if (vis[i].empty() != vis[i - 1].empty())
-      s << "<line x1=\"" << fmt(x0 - 10) << "\" x2=\"" << fmt(mp_x + mp_w) << "\" y1=\"" << fmt(row_y(i)) << "\" y2=\""
-        << fmt(row_y(i)) << "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"6,3\"/>\n";
+      s << "<line x1=\"" << fmt(x0 - 10) << "\" x2=\"" << fmt(mp_x + mp_w) << "\" y1=\"" << fmt(row_y(i))
+        << "\" y2=\"" << fmt(row_y(i))
+        << "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"6,3\"/>\n";
   if (p.mask_kind != AF_MASK_NONE && window_right(p) != AF_UNBOUNDED && p.seq_k > 0) {
     for (int64_t i = 1; i < map.rows; ++i)
       if (!vis[i].empty() && vis[i].last == p.seq_k && (vis[i - 1].empty() || vis[i - 1].last < p.seq_k)) {
-        s << "<line x1=\"" << fmt(x0) << "\" x2=\"" << fmt(mp_x + mp_w) << "\" y1=\"" << fmt(row_y(i)) << "\" y2=\""
-          << fmt(row_y(i)) << "\" stroke=\"#7b3294\" stroke-width=\"1.5\" stroke-dasharray=\"2,2\"/>\n";
+        s << "<line x1=\"" << fmt(x0) << "\" x2=\"" << fmt(mp_x + mp_w) << "\" y1=\"" << fmt(row_y(i))
+          << "\" y2=\"" << fmt(row_y(i))
+          << "\" stroke=\"#7b3294\" stroke-width=\"1.5\" stroke-dasharray=\"2,2\"/>\n";
         break;
       }
   }
-  s << "<rect x=\"" << fmt(mp_x) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(mp_w) << "\" height=\"" << fmt(ph)
-    << "\" fill=\"#f4f4f4\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
+  s << "<rect x=\"" << fmt(mp_x) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(mp_w) << "\" height=\""
+    << fmt(ph) << "\" fill=\"#f4f4f4\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
   if (p.seq_k > 0) {
     for (int64_t R = 0; R < nr; ++R) {
       int64_t first = p.seq_k, last = 0;
@@ -221,20 +230,23 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
           last = std::max(last, vis[i].last);
         }
       if (first >= last) continue;
-      s << "<rect x=\"" << fmt(mp_x + mp_w * first / p.seq_k) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\""
-        << fmt(std::max(0.5, mp_w * (last - first) / static_cast<double>(p.seq_k))) << "\" height=\"" << fmt(ch)
-        << "\" fill=\"#737373\"/>\n";
+      s << "<rect x=\"" << fmt(mp_x + mp_w * first / p.seq_k) << "\" y=\"" << fmt(y0 + R * ch)
+        << "\" width=\"" << fmt(std::max(0.5, mp_w * (last - first) / static_cast<double>(p.seq_k)))
+        << "\" height=\"" << fmt(ch) << "\" fill=\"#737373\"/>\n";
     }
     for (int64_t k = 64; k < p.seq_k; k += 64)
       s << "<line x1=\"" << fmt(mp_x + mp_w * k / p.seq_k) << "\" x2=\"" << fmt(mp_x + mp_w * k / p.seq_k)
-        << "\" y1=\"" << fmt(y0) << "\" y2=\"" << fmt(y0 + ph) << "\" stroke=\"#ffffff\" stroke-width=\"0.8\"/>\n";
+        << "\" y1=\"" << fmt(y0) << "\" y2=\"" << fmt(y0 + ph)
+        << "\" stroke=\"#ffffff\" stroke-width=\"0.8\"/>\n";
   } else {
-    s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 + ph / 2) << "\" text-anchor=\"middle\">Sk = 0</text>\n";
+    s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 + ph / 2)
+      << "\" text-anchor=\"middle\">Sk = 0</text>\n";
   }
-  s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 - 6) << "\" text-anchor=\"middle\">visible keys</text>\n";
+  s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 - 6)
+    << "\" text-anchor=\"middle\">visible keys</text>\n";
   s << "<text x=\"" << fmt(mp_x) << "\" y=\"" << fmt(y0 + ph + 14) << "\">0</text>\n";
-  s << "<text x=\"" << fmt(mp_x + mp_w) << "\" y=\"" << fmt(y0 + ph + 14) << "\" text-anchor=\"end\">Sk=" << p.seq_k
-    << "</text>\n";
+  s << "<text x=\"" << fmt(mp_x + mp_w) << "\" y=\"" << fmt(y0 + ph + 14)
+    << "\" text-anchor=\"end\">Sk=" << p.seq_k << "</text>\n";
   s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 + ph + 28) << "\" text-anchor=\"middle\">"
     << xml_escape(mask_to_string(p)) << "</text>\n";
   s << "</g>\n";
@@ -244,16 +256,18 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     s << "<g id=\"lse\" shape-rendering=\"crispEdges\">\n";
     for (int64_t R = 0; R < nr; ++R) {
       float v = RatioMap::kNotCompared;
-      for (int64_t i = R * fr; i < std::min<int64_t>(static_cast<int64_t>(map.lse_ratio.size()), (R + 1) * fr); ++i) {
+      for (int64_t i = R * fr;
+           i < std::min<int64_t>(static_cast<int64_t>(map.lse_ratio.size()), (R + 1) * fr); ++i) {
         const float x = map.lse_ratio[i];
         if (x >= 0 || std::isnan(x)) v = worst_of(v, x);
       }
-      s << "<rect x=\"" << fmt(lse_x) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"" << fmt(lse_w) << "\" height=\""
-        << fmt(ch) << "\" fill=\"" << colour(v) << "\"/>\n";
+      s << "<rect x=\"" << fmt(lse_x) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"" << fmt(lse_w)
+        << "\" height=\"" << fmt(ch) << "\" fill=\"" << colour(v) << "\"/>\n";
     }
-    s << "<rect x=\"" << fmt(lse_x) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(lse_w) << "\" height=\"" << fmt(ph)
-      << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
-    s << "<text x=\"" << fmt(lse_x + lse_w / 2) << "\" y=\"" << fmt(y0 - 6) << "\" text-anchor=\"middle\">LSE</text>\n";
+    s << "<rect x=\"" << fmt(lse_x) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(lse_w) << "\" height=\""
+      << fmt(ph) << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
+    s << "<text x=\"" << fmt(lse_x + lse_w / 2) << "\" y=\"" << fmt(y0 - 6)
+      << "\" text-anchor=\"middle\">LSE</text>\n";
     s << "</g>\n";
   }
 
@@ -267,16 +281,18 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
   if (map.cols > 0 && cticks.back() != map.cols - 1) cticks.push_back(map.cols - 1);
   for (int64_t i : rticks) {
     const double y = row_y(i + 0.5);
-    s << "<text x=\"" << fmt(x0 - 14) << "\" y=\"" << fmt(y + 4) << "\" text-anchor=\"end\">" << i << "</text>\n";
+    s << "<text x=\"" << fmt(x0 - 14) << "\" y=\"" << fmt(y + 4) << "\" text-anchor=\"end\">" << i
+      << "</text>\n";
   }
   for (int64_t d : cticks) {
     const double x = col_x(d + 0.5);
-    s << "<text x=\"" << fmt(x) << "\" y=\"" << fmt(y0 + ph + 14) << "\" text-anchor=\"middle\">" << d << "</text>\n";
+    s << "<text x=\"" << fmt(x) << "\" y=\"" << fmt(y0 + ph + 14) << "\" text-anchor=\"middle\">" << d
+      << "</text>\n";
   }
   s << "<text x=\"" << fmt(x0 + pw / 2) << "\" y=\"" << fmt(y0 + ph + 32)
     << "\" text-anchor=\"middle\">head dim d of O (Dv = " << p.head_dim_v << ")</text>\n";
-  s << "<text transform=\"translate(16," << fmt(y0 + ph / 2) << ") rotate(-90)\" text-anchor=\"middle\">query row i (Sq = "
-    << p.seq_q << ")</text>\n";
+  s << "<text transform=\"translate(16," << fmt(y0 + ph / 2)
+    << ") rotate(-90)\" text-anchor=\"middle\">query row i (Sq = " << p.seq_q << ")</text>\n";
   s << "</g>\n";
 
   // Legend: log colour bar with the bound marked, swatches, line styles.
@@ -286,7 +302,8 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
   for (int k = 0; k < kSteps; ++k) {
     const double e = 4.0 - 8.0 * (k + 0.5) / kSteps;  // top: 1e4, bottom: 1e-4
     s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(y0 + lg_h * k / kSteps) << "\" width=\"16\" height=\""
-      << fmt(lg_h / kSteps + 0.5) << "\" fill=\"" << colour(static_cast<float>(std::pow(10.0, e))) << "\"/>\n";
+      << fmt(lg_h / kSteps + 0.5) << "\" fill=\"" << colour(static_cast<float>(std::pow(10.0, e)))
+      << "\"/>\n";
   }
   s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(y0) << "\" width=\"16\" height=\"" << fmt(lg_h)
     << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
@@ -299,13 +316,13 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     const bool bound = t.e == 0;
     s << "<line x1=\"" << fmt(lg_x - (bound ? 6 : 0)) << "\" x2=\"" << fmt(lg_x + 22) << "\" y1=\"" << fmt(y)
       << "\" y2=\"" << fmt(y) << "\" stroke=\"#000000\" stroke-width=\"" << (bound ? 2.5 : 1) << "\"/>\n";
-    s << "<text x=\"" << fmt(lg_x + 26) << "\" y=\"" << fmt(y + 4) << "\"" << (bound ? " font-weight=\"bold\"" : "")
-      << ">" << t.label << "</text>\n";
+    s << "<text x=\"" << fmt(lg_x + 26) << "\" y=\"" << fmt(y + 4) << "\""
+      << (bound ? " font-weight=\"bold\"" : "") << ">" << t.label << "</text>\n";
   }
   double ly = y0 + lg_h + 22;
   auto swatch = [&](const char* fill, const char* label) {
-    s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(ly - 10) << "\" width=\"16\" height=\"12\" fill=\"" << fill
-      << "\" stroke=\"#000000\" stroke-width=\"0.5\"/>\n";
+    s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(ly - 10) << "\" width=\"16\" height=\"12\" fill=\""
+      << fill << "\" stroke=\"#000000\" stroke-width=\"0.5\"/>\n";
     s << "<text x=\"" << fmt(lg_x + 22) << "\" y=\"" << fmt(ly) << "\">" << label << "</text>\n";
     ly += 18;
   };

@@ -24,9 +24,9 @@ std::string junit_xml(const RunRecord& r) {
   const RunCounts total = count(r);
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  x << "<testsuites name=\"" << xml_escape(r.tool.name) << "\" tests=\"" << r.entries.size() << "\" failures=\""
-    << total.fail << "\" errors=\"0\" skipped=\"" << total.unsupported + total.outside_contract << "\" time=\""
-    << secs(r.wall_s * 1000) << "\">\n";
+  x << "<testsuites name=\"" << xml_escape(r.tool.name) << "\" tests=\"" << r.entries.size()
+    << "\" failures=\"" << total.fail << "\" errors=\"0\" skipped=\""
+    << total.unsupported + total.outside_contract << "\" time=\"" << secs(r.wall_s * 1000) << "\">\n";
   for (const std::string& kernel : order) {
     const auto& entries = by_kernel[kernel];
     int64_t fail = 0, skipped = 0;
@@ -36,12 +36,13 @@ std::string junit_xml(const RunRecord& r) {
       skipped += e->result.verdict == Verdict::kUnsupported || e->result.verdict == Verdict::kOutsideContract;
       ms += e->result.launch_ms + e->result.oracle_ms;
     }
-    x << "  <testsuite name=\"" << xml_escape(kernel) << "\" tests=\"" << entries.size() << "\" failures=\"" << fail
-      << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << secs(ms) << "\">\n";
+    x << "  <testsuite name=\"" << xml_escape(kernel) << "\" tests=\"" << entries.size() << "\" failures=\""
+      << fail << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << secs(ms) << "\">\n";
     x << "    <properties>\n";
     x << "      <property name=\"backend\" value=\"" << xml_escape(r.backend) << "\"/>\n";
     x << "      <property name=\"device\" value=\"" << xml_escape(r.device) << "\"/>\n";
-    x << "      <property name=\"tool\" value=\"" << xml_escape(r.tool.name + " " + r.tool.version) << "\"/>\n";
+    x << "      <property name=\"tool\" value=\"" << xml_escape(r.tool.name + " " + r.tool.version)
+      << "\"/>\n";
     x << "      <property name=\"seed\" value=\"" << seed_to_hex(r.seed) << "\"/>\n";
     x << "    </properties>\n";
     for (const RunEntry* e : entries) {
@@ -54,24 +55,27 @@ std::string junit_xml(const RunRecord& r) {
         std::snprintf(ratio, sizeof ratio, "%.3g", c.max_ratio);
         const std::string msg = std::string(failure_class_name(c.failure)) + ": " +
                                 (c.reason.empty() ? "max error/bound ratio " + std::string(ratio) : c.reason);
-        x << "      <failure type=\"" << failure_class_name(c.failure) << "\" message=\"" << xml_escape(msg) << "\">";
+        x << "      <failure type=\"" << failure_class_name(c.failure) << "\" message=\"" << xml_escape(msg)
+          << "\">";
         std::ostringstream body;
         body << "case: " << describe(e->the_case) << "\n";
-        body << "max ratio " << ratio << ", " << c.failed << " of " << c.compared << " elements over the bound\n";
+        body << "max ratio " << ratio << ", " << c.failed << " of " << c.compared
+             << " elements over the bound\n";
         for (const Evidence& ev : c.evidence) body << ev.detector << ": " << ev.detail << "\n";
         for (size_t i = 0; i < c.worst.size() && i < 5; ++i) {
           const ElementReport& w = c.worst[i];
           char line[256];
-          std::snprintf(line, sizeof line, "%s[b=%lld h=%lld s=%lld d=%lld] expected %.9g got %.9g bound %.3g ratio %.3g\n",
-                        w.is_lse ? "lse" : "o", (long long)w.b, (long long)w.h, (long long)w.s, (long long)w.d,
-                        w.expected, w.got, w.bound, w.ratio);
+          std::snprintf(line, sizeof line,
+                        "%s[b=%lld h=%lld s=%lld d=%lld] expected %.9g got %.9g bound %.3g ratio %.3g\n",
+                        w.is_lse ? "lse" : "o", (long long)w.b, (long long)w.h, (long long)w.s,
+                        (long long)w.d, w.expected, w.got, w.bound, w.ratio);
           body << line;
         }
         if (!e->replay_command.empty()) body << "replay: " << e->replay_command << "\n";
         x << xml_escape(body.str()) << "</failure>\n";
       } else if (c.verdict != Verdict::kPass) {
-        x << "      <skipped message=\"" << xml_escape(std::string(verdict_name(c.verdict)) +
-                                                      (c.reason.empty() ? "" : ": " + c.reason))
+        x << "      <skipped message=\""
+          << xml_escape(std::string(verdict_name(c.verdict)) + (c.reason.empty() ? "" : ": " + c.reason))
           << "\"/>\n";
       }
       x << "    </testcase>\n";

@@ -22,10 +22,14 @@ std::string case_name(const Case& c) { return c.label.empty() ? describe(c) : c.
 
 std::string cell(const CheckResult& r) {
   switch (r.verdict) {
-    case Verdict::kPass: return "pass";
-    case Verdict::kFail: return std::string("**FAIL** ") + failure_class_name(r.failure);
-    case Verdict::kUnsupported: return "-";
-    case Verdict::kOutsideContract: return "n/c";
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return std::string("**FAIL** ") + failure_class_name(r.failure);
+    case Verdict::kUnsupported:
+      return "-";
+    case Verdict::kOutsideContract:
+      return "n/c";
   }
   return "?";
 }
@@ -67,8 +71,8 @@ std::string markdown_summary(const RunRecord& r) {
     for (const RunEntry* e : failures) {
       const CheckResult& x = e->result;
       md << "| " << markdown_escape(x.kernel) << " | " << markdown_escape(case_name(e->the_case)) << " | "
-         << failure_class_name(x.failure) << " | " << num(x.max_ratio) << " | " << x.failed << " / " << x.compared
-         << " | " << (e->replay_command.empty() ? "" : code(e->replay_command)) << " | "
+         << failure_class_name(x.failure) << " | " << num(x.max_ratio) << " | " << x.failed << " / "
+         << x.compared << " | " << (e->replay_command.empty() ? "" : code(e->replay_command)) << " | "
          << (e->heatmap_path.empty() ? "" : "[svg](" + e->heatmap_path + ")") << " |\n";
     }
     md << "\n";
@@ -80,15 +84,17 @@ std::string markdown_summary(const RunRecord& r) {
          << failure_class_name(x.failure) << "\n\n";
       md << "- case: " << code(describe(e.the_case)) << "\n";
       if (!x.reason.empty()) md << "- reason: " << markdown_escape(x.reason) << "\n";
-      md << "- max ratio " << num(x.max_ratio) << ", max |err| " << num(x.max_abs_err) << ", fp32 baseline ratio "
-         << num(x.baseline_max_ratio) << "\n";
+      md << "- max ratio " << num(x.max_ratio) << ", max |err| " << num(x.max_abs_err)
+         << ", fp32 baseline ratio " << num(x.baseline_max_ratio) << "\n";
       for (const Evidence& ev : x.evidence)
         md << "- evidence (" << markdown_escape(ev.detector) << "): " << markdown_escape(ev.detail) << "\n";
       if (!e.replay_command.empty()) md << "- replay: " << code(e.replay_command) << "\n";
       if (!e.corpus_path.empty()) md << "- corpus file: " << code(e.corpus_path) << "\n";
-      if (!e.heatmap_path.empty()) md << "- heatmap: [" << markdown_escape(e.heatmap_path) << "](" << e.heatmap_path << ")\n";
+      if (!e.heatmap_path.empty())
+        md << "- heatmap: [" << markdown_escape(e.heatmap_path) << "](" << e.heatmap_path << ")\n";
       if (!x.worst.empty()) {
-        md << "\n| tensor | b | h | s | d | expected | got | bound | ratio |\n|---|---|---|---|---|---|---|---|---|\n";
+        md << "\n| tensor | b | h | s | d | expected | got | bound | ratio "
+              "|\n|---|---|---|---|---|---|---|---|---|\n";
         for (size_t w = 0; w < x.worst.size() && w < 8; ++w) {
           const ElementReport& el = x.worst[w];
           md << "| " << (el.is_lse ? "lse" : "o") << " | " << el.b << " | " << el.h << " | " << el.s << " | "

@@ -9,10 +9,18 @@ RunCounts count(const RunRecord& r) {
   RunCounts c;
   for (const RunEntry& e : r.entries) {
     switch (e.result.verdict) {
-      case Verdict::kPass: ++c.pass; break;
-      case Verdict::kFail: ++c.fail; break;
-      case Verdict::kUnsupported: ++c.unsupported; break;
-      case Verdict::kOutsideContract: ++c.outside_contract; break;
+      case Verdict::kPass:
+        ++c.pass;
+        break;
+      case Verdict::kFail:
+        ++c.fail;
+        break;
+      case Verdict::kUnsupported:
+        ++c.unsupported;
+        break;
+      case Verdict::kOutsideContract:
+        ++c.outside_contract;
+        break;
     }
   }
   return c;

@@ -27,9 +27,9 @@ class Rng {
  public:
   explicit Rng(uint64_t seed, uint64_t stream = 0);
   uint64_t next();
-  double uniform01();               // [0, 1), 53 random bits
-  uint64_t below(uint64_t n);       // [0, n), n >= 1 (unbiased, rejection)
-  double normal();                  // standard normal, Box-Muller (cos branch only)
+  double uniform01();          // [0, 1), 53 random bits
+  uint64_t below(uint64_t n);  // [0, n), n >= 1 (unbiased, rejection)
+  double normal();             // standard normal, Box-Muller (cos branch only)
 
  private:
   uint64_t s_[4];
@@ -84,7 +84,7 @@ struct SpecialValue {
   SpecialKind kind = SpecialKind::kNaN;
   Tensor tensor = Tensor::kK;
   Placement placement = Placement::kRandom;
-  int64_t count = 1;                  // values to place, >= 0 (positions drawn with replacement)
+  int64_t count = 1;                   // values to place, >= 0 (positions drawn with replacement)
   int64_t b = 0, h = 0, s = 0, d = 0;  // Placement::kAt only
 };
 // "KIND[@TENSOR][:PLACEMENT][*COUNT]": KIND nan|inf|+inf|-inf|subnormal|huge|-0, TENSOR q|k|v (default
@@ -135,9 +135,9 @@ struct PlacedSpecial {
 };
 
 struct Tensors {
-  std::vector<float> q, k, v;           // q_elements / k_elements / v_elements(problem) floats
-  std::vector<PlacedSpecial> placed;    // every special value written, in order
-  int64_t unplaced = 0;                 // specials asked for but with no position of that placement
+  std::vector<float> q, k, v;         // q_elements / k_elements / v_elements(problem) floats
+  std::vector<PlacedSpecial> placed;  // every special value written, in order
+  int64_t unplaced = 0;               // specials asked for but with no position of that placement
 };
 
 // Bit pattern written into stride gaps (elements no index of the problem addresses): a quiet NaN

@@ -3,12 +3,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/verdict.h"
@@ -72,8 +71,8 @@ struct CorpusFile {
 // --- JSON pieces (shared with the reports, so a report's "case" reads back with case_from_json) ---
 Json problem_to_json(const Problem& p);
 Problem problem_from_json(const Json& j);  // throws CorpusError(kCorrupt)
-Json case_to_json(const Case& c);           // label, problem, values, seed, explicit values
-Case case_from_json(const Json& j);          // throws CorpusError(kCorrupt); validates the case
+Json case_to_json(const Case& c);          // label, problem, values, seed, explicit values
+Case case_from_json(const Json& j);        // throws CorpusError(kCorrupt); validates the case
 Json verdict_to_json(const RecordedVerdict& v);
 RecordedVerdict verdict_from_json(const Json& j);  // throws CorpusError(kCorrupt)
 

@@ -28,12 +28,12 @@ struct RunEntry {
 
 // Everything a report says about one run.
 struct RunRecord {
-  ToolInfo tool;            // name ("attn-check"), version, command line
-  std::string backend;      // "cpu", "nvidia", "amd"
-  std::string device;       // e.g. "cpu emulator (fibers, 2 threads)" or "NVIDIA H200"
-  uint64_t seed = 0;        // the run's base seed (each case carries its own too)
-  std::string started_at;   // ISO 8601 UTC, may be empty
-  double wall_s = 0;        // whole run
+  ToolInfo tool;           // name ("attn-check"), version, command line
+  std::string backend;     // "cpu", "nvidia", "amd"
+  std::string device;      // e.g. "cpu emulator (fibers, 2 threads)" or "NVIDIA H200"
+  uint64_t seed = 0;       // the run's base seed (each case carries its own too)
+  std::string started_at;  // ISO 8601 UTC, may be empty
+  double wall_s = 0;       // whole run
   std::vector<RunEntry> entries;
 };
 
@@ -75,8 +75,8 @@ struct RatioMap {
 };
 
 struct HeatmapOptions {
-  std::string title;     // e.g. "flash-bk32: tail-65x65-causal-br"
-  std::string subtitle;  // e.g. describe(case); max ratio; which b/h were folded
+  std::string title;       // e.g. "flash-bk32: tail-65x65-causal-br"
+  std::string subtitle;    // e.g. describe(case); max ratio; which b/h were folded
   int64_t max_rows = 256;  // larger maps are max-pooled down to at most this many cells per axis
   int64_t max_cols = 128;
 };

@@ -12,7 +12,8 @@ namespace attnfuzz {
 namespace {
 
 // Pinned generator outputs (see Rng.PinnedOutputs and Generate.PinnedFirstValues).
-constexpr uint64_t kPinned0 = 0xb29fc7d8b9534275ull, kPinned1 = 0x98ace2b4ad35e046ull, kPinned2 = 0x55baa89b62247299ull;
+constexpr uint64_t kPinned0 = 0xb29fc7d8b9534275ull, kPinned1 = 0x98ace2b4ad35e046ull,
+                   kPinned2 = 0x55baa89b62247299ull;
 constexpr uint32_t kPinnedQ0 = 0x3d18c22bu, kPinnedQ1 = 0x3f377df3u;
 
 Case small_case(const std::string& mask = "causal-br", int64_t sq = 13, int64_t sk = 29, uint64_t seed = 7) {
@@ -117,8 +118,10 @@ TEST(Generate, TensorsUseIndependentStreams) {
   EXPECT_TRUE(same_bits(base.q, with.q));
   EXPECT_TRUE(same_bits(base.k, with.k));
   for (size_t i = 0; i < base.v.size(); ++i) {
-    if (placed.count(static_cast<int64_t>(i))) EXPECT_TRUE(std::isinf(with.v[i]));
-    else EXPECT_EQ(std::bit_cast<uint32_t>(base.v[i]), std::bit_cast<uint32_t>(with.v[i])) << i;
+    if (placed.count(static_cast<int64_t>(i)))
+      EXPECT_TRUE(std::isinf(with.v[i]));
+    else
+      EXPECT_EQ(std::bit_cast<uint32_t>(base.v[i]), std::bit_cast<uint32_t>(with.v[i])) << i;
   }
 }
 
@@ -145,7 +148,8 @@ TEST(Generate, ExtremeReachesTheAskedScoreMagnitude) {
     for (int64_t i = 0; i < p.seq_q; ++i)
       for (int64_t j = 0; j < p.seq_k; ++j) {
         double s = 0;
-        for (int64_t d = 0; d < p.head_dim; ++d) s += double(t.q[q_index(p, 0, i, 0, d)]) * t.k[k_index(p, 0, j, 0, d)];
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          s += double(t.q[q_index(p, 0, i, 0, d)]) * t.k[k_index(p, 0, j, 0, d)];
         s *= p.scale;
         s2 += s * s;
       }
@@ -181,7 +185,7 @@ TEST(Generate, StrideGapsArePoisoned) {
 
 TEST(Specials, KindsHaveTheirBits) {
   Case c = small_case("none");
-  c.values.specials = {special("nan@q*2"),     special("inf@k"),   special("-inf@v"),
+  c.values.specials = {special("nan@q*2"),        special("inf@k"),    special("-inf@v"),
                        special("subnormal@q*20"), special("huge@k*4"), special("-0@v*3")};
   const Tensors t = generate(c);
   ASSERT_EQ(t.unplaced, 0);
@@ -190,15 +194,25 @@ TEST(Specials, KindsHaveTheirBits) {
     const std::vector<float>& buf = ps.tensor == Tensor::kQ ? t.q : ps.tensor == Tensor::kK ? t.k : t.v;
     const uint32_t bits = std::bit_cast<uint32_t>(buf[ps.index]);
     switch (ps.kind) {
-      case SpecialKind::kNaN: EXPECT_EQ(bits, 0x7fc00000u); break;
-      case SpecialKind::kPosInf: EXPECT_EQ(bits, 0x7f800000u); break;
-      case SpecialKind::kNegInf: EXPECT_EQ(bits, 0xff800000u); break;
+      case SpecialKind::kNaN:
+        EXPECT_EQ(bits, 0x7fc00000u);
+        break;
+      case SpecialKind::kPosInf:
+        EXPECT_EQ(bits, 0x7f800000u);
+        break;
+      case SpecialKind::kNegInf:
+        EXPECT_EQ(bits, 0xff800000u);
+        break;
       case SpecialKind::kSubnormal:
         EXPECT_EQ(bits & 0x7f800000u, 0u);
         EXPECT_NE(bits & 0x007fffffu, 0u);
         break;
-      case SpecialKind::kHuge: EXPECT_EQ(bits & 0x7fffffffu, 0x7f7fffffu); break;
-      case SpecialKind::kNegZero: EXPECT_EQ(bits, 0x80000000u); break;
+      case SpecialKind::kHuge:
+        EXPECT_EQ(bits & 0x7fffffffu, 0x7f7fffffu);
+        break;
+      case SpecialKind::kNegZero:
+        EXPECT_EQ(bits, 0x80000000u);
+        break;
     }
   }
 }
@@ -215,7 +229,8 @@ TEST(Specials, PlacementHonoursTheMask) {
         for (const char* where : {"visible", "masked", "hidden", "random"}) {
           c.values.specials = {special(std::string("nan@") + tensor + ":" + where + "*6")};
           const Tensors t = generate(c);
-          const std::string ctx = mask + " " + std::to_string(sq) + "x" + std::to_string(sk) + " " + tensor + ":" + where;
+          const std::string ctx =
+              mask + " " + std::to_string(sq) + "x" + std::to_string(sk) + " " + tensor + ":" + where;
           // Count the positions that qualify, to know whether placement was possible.
           int64_t candidates = 0;
           const bool is_q = tensor[0] == 'q';
@@ -285,7 +300,8 @@ TEST(Text, DistributionRoundTrip) {
   ValueDist d;
   EXPECT_EQ(parse_distribution("uniform", d), "");
   EXPECT_EQ(to_string(d), "uniform:1");
-  for (const char* bad : {"", "extreme", "uniform:0", "uniform:-1", "normal:x", "gauss:1", "uniform:inf", "uniform:nan"})
+  for (const char* bad :
+       {"", "extreme", "uniform:0", "uniform:-1", "normal:x", "gauss:1", "uniform:inf", "uniform:nan"})
     EXPECT_NE(parse_distribution(bad, d), "") << bad;
 }
 
@@ -301,8 +317,8 @@ TEST(Text, SpecialRoundTrip) {
   EXPECT_EQ(to_string(v), "nan@k:random");
   ASSERT_EQ(parse_special("+inf@q:at=4,2", v), "");
   EXPECT_EQ(to_string(v), "inf@q:at=0,0,4,2");
-  for (const char* bad : {"", "nan@x", "nan:somewhere", "nan*-1", "nan*", "zero@k", "nan@k:at=1", "nan@k:at=1,2,3",
-                          "nan@k:at=a,b"})
+  for (const char* bad : {"", "nan@x", "nan:somewhere", "nan*-1", "nan*", "zero@k", "nan@k:at=1",
+                          "nan@k:at=1,2,3", "nan@k:at=a,b"})
     EXPECT_NE(parse_special(bad, v), "") << bad;
 }
 
@@ -313,8 +329,8 @@ TEST(Text, DescribeIsOneReadableLine) {
   c.seed = 42;
   const std::string s = describe(c);
   EXPECT_EQ(s.find('\n'), std::string::npos);
-  for (const char* part : {"Sq=13", "Sk=29", "mask=window:4,2-tl", "values=extreme:30", "special=nan@k:masked*2",
-                           "seed=0x000000000000002a"})
+  for (const char* part : {"Sq=13", "Sk=29", "mask=window:4,2-tl", "values=extreme:30",
+                           "special=nan@k:masked*2", "seed=0x000000000000002a"})
     EXPECT_NE(s.find(part), std::string::npos) << part << " in " << s;
 }
 
@@ -364,11 +380,13 @@ TEST(KeyVisibility, MatchesBruteForce) {
 
 TEST(Space, EdgeValues) {
   const auto lens = space::edge_seq_lengths(130);
-  for (int64_t want : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129}) EXPECT_TRUE(std::count(lens.begin(), lens.end(), want)) << want;
+  for (int64_t want : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129})
+    EXPECT_TRUE(std::count(lens.begin(), lens.end(), want)) << want;
   EXPECT_TRUE(std::is_sorted(lens.begin(), lens.end()));
   EXPECT_LE(lens.back(), 130);
   const auto dims = space::edge_head_dims(128);
-  for (int64_t want : {1, 3, 59, 63, 64, 65, 111, 128}) EXPECT_TRUE(std::count(dims.begin(), dims.end(), want)) << want;
+  for (int64_t want : {1, 3, 59, 63, 64, 65, 111, 128})
+    EXPECT_TRUE(std::count(dims.begin(), dims.end(), want)) << want;
   for (auto [hq, hkv] : space::head_configs()) EXPECT_EQ(hq % hkv, 0);
   for (const std::string& m : space::mask_forms()) {
     Problem p = make_problem(1, 1, 1, 1, 1, 1, 1);
@@ -408,8 +426,8 @@ TEST(SweepGrid, CoversTheEdgesAndIsStable) {
     for (int64_t i = 0; i < p.seq_q && p.seq_k > 0; ++i) masked_rows |= visible_keys(p, i).empty();
   }
   EXPECT_EQ(seeds.size(), grid.size());
-  EXPECT_TRUE(one_by_one && seven_13 && thirteen_7 && gqa && mqa && empty_k && odd_d && dv_ne_d && masked_rows && tl &&
-              window);
+  EXPECT_TRUE(one_by_one && seven_13 && thirteen_7 && gqa && mqa && empty_k && odd_d && dv_ne_d &&
+              masked_rows && tl && window);
   for (int64_t t : space::tile_sizes())
     for (int64_t s : {t - 1, t, t + 1}) {
       bool found = false;

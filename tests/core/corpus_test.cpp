@@ -74,7 +74,8 @@ K kind_of(const std::string& text) {
   try {
     parse_corpus(text, "t.case");
   } catch (const CorpusError& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message must be one line: " << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos)
+        << "message must be one line: " << e.what();
     EXPECT_EQ(std::string(e.what()).rfind("t.case: ", 0), 0u) << e.what();
     return e.kind();
   }
@@ -111,8 +112,10 @@ TEST(Corpus, ExplicitValuesAreBitExact) {
   CorpusFile f = sample(false);
   const Tensors t = generate(f.the_case);
   ExplicitValues e{t.q, t.k, t.v};
-  const uint32_t odd[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u /* signalling NaN */, 0x7fbfffffu, 0x80000000u,
-                          0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u, 0x7f7fffffu};
+  const uint32_t odd[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u /* signalling NaN */,
+                          0x7fbfffffu, 0x80000000u, 0x00000001u,
+                          0x807fffffu, 0x7f800000u, 0xff800000u,
+                          0x7f7fffffu};
   for (size_t i = 0; i < std::size(odd); ++i) e.q[i] = std::bit_cast<float>(odd[i]);
   e.v.back() = std::bit_cast<float>(0x7fe5a5a5u);
   f.the_case.explicit_values = e;
@@ -199,7 +202,8 @@ TEST(CorpusErrors, Truncated) {
   // Every cut inside the JSON body is reported as truncated (never as success, never a crash).
   const size_t body = text.find("\n{") + 1;
   const size_t end = text.rfind('}');
-  for (size_t n = body; n <= end; n += 1) EXPECT_EQ(kind_of(text.substr(0, n)), K::kTruncated) << "cut at " << n;
+  for (size_t n = body; n <= end; n += 1)
+    EXPECT_EQ(kind_of(text.substr(0, n)), K::kTruncated) << "cut at " << n;
 }
 
 TEST(CorpusErrors, ForeignAndFutureVersion) {
@@ -233,28 +237,29 @@ std::string edit(std::string text, const std::string& from, const std::string& t
 TEST(CorpusErrors, Corrupt) {
   const std::string text = to_corpus_text(sample());
   const std::pair<std::string, std::string> edits[] = {
-      {"\"seq_q\": 7", "\"seq_q\": \"seven\""},          // mistyped
-      {"\"seq_q\": 7,", ""},                              // missing required field
-      {"\"seq_q\": 7", "\"seq_q\": 7.5"},                 // not an integer
-      {"\"heads_kv\": 2", "\"heads_kv\": 3"},             // invalid problem (Hq % Hkv)
-      {"\"seq_k\": 13", "\"seq_k\": -1"},                 // invalid problem
-      {"window:3,inf-tl", "sideways"},                    // bad mask
-      {"\"dtype\": \"f32\"", "\"dtype\": \"f8\""},        // unknown dtype
-      {"extreme:88.5", "extreme:-1"},                     // bad distribution
-      {"nan@k:masked*3", "nan@w:masked"},                 // bad special
-      {"-inf@v:at=1,1,12,32", "-inf@v:at=1,1,13,32"},     // special outside the tensor
+      {"\"seq_q\": 7", "\"seq_q\": \"seven\""},        // mistyped
+      {"\"seq_q\": 7,", ""},                           // missing required field
+      {"\"seq_q\": 7", "\"seq_q\": 7.5"},              // not an integer
+      {"\"heads_kv\": 2", "\"heads_kv\": 3"},          // invalid problem (Hq % Hkv)
+      {"\"seq_k\": 13", "\"seq_k\": -1"},              // invalid problem
+      {"window:3,inf-tl", "sideways"},                 // bad mask
+      {"\"dtype\": \"f32\"", "\"dtype\": \"f8\""},     // unknown dtype
+      {"extreme:88.5", "extreme:-1"},                  // bad distribution
+      {"nan@k:masked*3", "nan@w:masked"},              // bad special
+      {"-inf@v:at=1,1,12,32", "-inf@v:at=1,1,13,32"},  // special outside the tensor
       {"\"seed\": \"0xfedcba9876543210\"", "\"seed\": \"0xZZ\""},
       {"\"seed\": \"0xfedcba9876543210\"", "\"seed\": -5"},
       {"\"seed\": \"0xfedcba9876543210\"", "\"seeed\": \"0xfedcba9876543210\""},  // seed is required
-      {"\"version\": \"" ATTNFUZZ_VERSION "\"", "\"version\": \"\""},  // tool version is required
-      {"\"format\": 1", "\"format\": 2"},                 // disagrees with the header
+      {"\"version\": \"" ATTNFUZZ_VERSION "\"", "\"version\": \"\""},             // tool version is required
+      {"\"format\": 1", "\"format\": 2"},                                         // disagrees with the header
       {"\"class\": \"non-finite\"", "\"class\": \"gremlins\""},
       {"\"verdict\": \"fail\"", "\"verdict\": \"meh\""},
-      {"\"q\": [", "\"q\": {"},                          // broken JSON syntax (not at the end)
+      {"\"q\": [", "\"q\": {"},                                 // broken JSON syntax (not at the end)
       {"\"k\": [1664, 128, 64]", "\"k\": [1664, 128, 64, 1]"},  // strides array of 4
       {"\"scale_bits\": \"0x3e0550f9\"", "\"scale_bits\": \"0x7fc00000\""},  // NaN scale
   };
-  for (const auto& [from, to] : edits) EXPECT_EQ(kind_of(edit(text, from, to)), K::kCorrupt) << from << " -> " << to;
+  for (const auto& [from, to] : edits)
+    EXPECT_EQ(kind_of(edit(text, from, to)), K::kCorrupt) << from << " -> " << to;
   // Trailing garbage after the JSON object.
   EXPECT_EQ(kind_of(text + "}\n"), K::kCorrupt);
   // A JSON body that is not an object.
@@ -295,9 +300,15 @@ TEST(CorpusErrors, RandomMutationsNeverEscapeAsOtherExceptions) {
     for (int e = 0; e < edits; ++e) {
       const size_t pos = rng.below(m.size());
       switch (rng.below(3)) {
-        case 0: m[pos] = static_cast<char>(rng.below(256)); break;
-        case 1: m.erase(pos, 1 + rng.below(8)); break;
-        default: m.insert(pos, 1, "{}[]\",:0123456789abcxyz-e.\n\\"[rng.below(28)]); break;
+        case 0:
+          m[pos] = static_cast<char>(rng.below(256));
+          break;
+        case 1:
+          m.erase(pos, 1 + rng.below(8));
+          break;
+        default:
+          m.insert(pos, 1, "{}[]\",:0123456789abcxyz-e.\n\\"[rng.below(28)]);
+          break;
       }
     }
     try {

@@ -21,13 +21,16 @@ std::string xml_problem(const std::string& x) {
   std::vector<std::string> stack;
   size_t i = 0;
   int roots = 0;
-  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ':' || c == '.'; };
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ':' || c == '.';
+  };
   while (i < x.size()) {
     if (x[i] == '&') {
       const size_t semi = x.find(';', i);
       if (semi == std::string::npos || semi - i > 8) return "bare & at " + std::to_string(i);
       const std::string ent = x.substr(i, semi - i + 1);
-      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;" && ent != "&apos;" && ent[1] != '#')
+      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;" && ent != "&apos;" &&
+          ent[1] != '#')
         return "unknown entity " + ent;
       i = semi + 1;
       continue;
@@ -56,7 +59,8 @@ std::string xml_problem(const std::string& x) {
       while (j < x.size() && name_char(x[j])) ++j;
       const std::string name = x.substr(i + 2, j - i - 2);
       if (j >= x.size() || x[j] != '>') return "bad end tag " + name;
-      if (stack.empty() || stack.back() != name) return "end tag " + name + " does not match " + (stack.empty() ? "" : stack.back());
+      if (stack.empty() || stack.back() != name)
+        return "end tag " + name + " does not match " + (stack.empty() ? "" : stack.back());
       stack.pop_back();
       i = j + 1;
       continue;
@@ -100,7 +104,8 @@ std::string xml_problem(const std::string& x) {
 // Runs xmllint on the text when it is installed (the build records its path).
 void expect_xmllint_ok(const std::string& text, const std::string& name) {
 #ifdef ATTNFUZZ_XMLLINT
-  const fs::path p = fs::temp_directory_path() / ("attnfuzz-xmllint-" + std::to_string(::getpid()) + "-" + name);
+  const fs::path p =
+      fs::temp_directory_path() / ("attnfuzz-xmllint-" + std::to_string(::getpid()) + "-" + name);
   {
     std::ofstream out(p);
     out << text;
@@ -130,7 +135,8 @@ RunRecord sample_run() {
   r.seed = 5;
   r.started_at = "2025-01-01T00:00:00Z";
   r.wall_s = 1.5;
-  auto entry = [&](const std::string& kernel, const Case& c, Verdict v, FailureClass f, const std::string& reason) {
+  auto entry = [&](const std::string& kernel, const Case& c, Verdict v, FailureClass f,
+                   const std::string& reason) {
     RunEntry e;
     e.the_case = c;
     e.result.kernel = kernel;
@@ -174,7 +180,8 @@ RunRecord sample_run() {
   bad.heatmap_path = "heatmap-broken-0123456789abcdef.svg";
   r.entries.push_back(bad);
   r.entries.push_back(entry("flash-bk32", b, Verdict::kPass, FailureClass::kNone, ""));
-  r.entries.push_back(entry("broken<&\"kernel|x>", a, Verdict::kUnsupported, FailureClass::kNone, "mask causal-br not claimed"));
+  r.entries.push_back(entry("broken<&\"kernel|x>", a, Verdict::kUnsupported, FailureClass::kNone,
+                            "mask causal-br not claimed"));
   r.entries.push_back(entry("flash-bk32", labelled("extreme-1e6", "none", 3, 3), Verdict::kOutsideContract,
                             FailureClass::kNone, "exact |s| exceeds the fp32 range"));
   return r;
@@ -183,8 +190,8 @@ RunRecord sample_run() {
 TEST(JsonReport, SchemaFieldsPresent) {
   const RunRecord r = sample_run();
   const Json j = report_to_json(r);
-  for (const char* k : {"schema", "schema_version", "tool", "backend", "device", "seed", "started_at", "wall_s", "summary",
-                        "results"})
+  for (const char* k : {"schema", "schema_version", "tool", "backend", "device", "seed", "started_at",
+                        "wall_s", "summary", "results"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["schema"], kReportSchemaName);
   EXPECT_EQ(j["schema_version"], kReportSchemaVersion);
@@ -196,16 +203,17 @@ TEST(JsonReport, SchemaFieldsPresent) {
   EXPECT_EQ(j["summary"]["fail_by_class"]["non-finite"], 1);
   ASSERT_EQ(j["results"].size(), 5u);
   const Json& f = j["results"][1];
-  for (const char* k : {"kernel", "backend", "device", "case", "case_text", "seed", "verdict", "class", "reason",
-                        "evidence", "worst", "max_ratio", "max_abs_err", "baseline_max_ratio", "compared", "failed",
-                        "replay", "corpus", "heatmap"})
+  for (const char* k : {"kernel", "backend", "device", "case", "case_text", "seed", "verdict", "class",
+                        "reason", "evidence", "worst", "max_ratio", "max_abs_err", "baseline_max_ratio",
+                        "compared", "failed", "replay", "corpus", "heatmap"})
     EXPECT_TRUE(f.contains(k)) << k;
   EXPECT_EQ(f["verdict"], "fail");
   EXPECT_EQ(f["class"], "non-finite");
   EXPECT_EQ(f["max_ratio"], "inf");
   EXPECT_EQ(f["max_abs_err"], "nan");
   EXPECT_EQ(f["worst"][0]["got"], "nan");
-  for (const char* k : {"tensor", "b", "h", "s", "d", "expected", "got", "bound", "ratio"}) EXPECT_TRUE(f["worst"][0].contains(k)) << k;
+  for (const char* k : {"tensor", "b", "h", "s", "d", "expected", "got", "bound", "ratio"})
+    EXPECT_TRUE(f["worst"][0].contains(k)) << k;
   EXPECT_EQ(f["worst"][1]["tensor"], "lse");
   EXPECT_EQ(f["worst"][1]["expected"], "-inf");
   EXPECT_TRUE(j["results"][0]["class"].is_null());
@@ -225,7 +233,8 @@ TEST(Markdown, FailuresFirstWithReplayAndHeatmap) {
   ASSERT_NE(all, std::string::npos);
   EXPECT_LT(failures, all);
   EXPECT_NE(md.find("non-finite"), std::string::npos);
-  EXPECT_NE(md.find("`attn-check --replay reports/non-finite-0123456789abcdef.case --kernel 'broken'`"), std::string::npos);
+  EXPECT_NE(md.find("`attn-check --replay reports/non-finite-0123456789abcdef.case --kernel 'broken'`"),
+            std::string::npos);
   EXPECT_NE(md.find("[svg](heatmap-broken-0123456789abcdef.svg)"), std::string::npos);
   EXPECT_NE(md.find("broken\\<&\"kernel\\|x\\>"), std::string::npos) << "kernel name escaped for tables";
   // The verdict table: one row per case, one column per kernel, every verdict kind shown.
@@ -251,9 +260,12 @@ TEST(JUnit, WellFormedWithFailuresAndSkips) {
   const std::string x = junit_xml(sample_run());
   EXPECT_EQ(xml_problem(x), "") << x;
   expect_xmllint_ok(x, "junit.xml");
-  EXPECT_NE(x.find("<testsuites name=\"attn-check\" tests=\"5\" failures=\"1\" errors=\"0\" skipped=\"2\""), std::string::npos) << x;
+  EXPECT_NE(x.find("<testsuites name=\"attn-check\" tests=\"5\" failures=\"1\" errors=\"0\" skipped=\"2\""),
+            std::string::npos)
+      << x;
   EXPECT_NE(x.find("<testsuite name=\"flash-bk32\" tests=\"3\" failures=\"0\""), std::string::npos);
-  EXPECT_NE(x.find("<testsuite name=\"broken&lt;&amp;&quot;kernel|x&gt;\" tests=\"2\" failures=\"1\""), std::string::npos);
+  EXPECT_NE(x.find("<testsuite name=\"broken&lt;&amp;&quot;kernel|x&gt;\" tests=\"2\" failures=\"1\""),
+            std::string::npos);
   EXPECT_NE(x.find("<failure type=\"non-finite\" message=\"non-finite: NaN in O"), std::string::npos);
   EXPECT_NE(x.find("replay: attn-check --replay"), std::string::npos);
   EXPECT_NE(x.find("<skipped message=\"unsupported: mask causal-br not claimed\"/>"), std::string::npos);
@@ -286,8 +298,8 @@ TEST(Heatmap, FoldIsNanSafe) {
 TEST(Heatmap, WellFormedWithBoundTilesAndMask) {
   const Case c = labelled("tail-129x100-causal-br", "causal-br", 129, 100);
   RatioMap m = map_with(129, 24);
-  m.fold(128, 23, 50.0);   // tail error
-  m.fold(40, 3, NAN);      // mismatch
+  m.fold(128, 23, 50.0);  // tail error
+  m.fold(40, 3, NAN);     // mismatch
   m.fold_lse(128, 7.0);
   HeatmapOptions o;
   o.title = "flash-bk32: " + c.label + " <&>";
@@ -306,13 +318,15 @@ TEST(Heatmap, WellFormedWithBoundTilesAndMask) {
   EXPECT_NE(svg.find("fill=\"#404040\""), std::string::npos);
   EXPECT_NE(svg.find("stroke=\"#d62728\""), std::string::npos);
   // Tile lines at rows 16 .. 128: 64, 128 thick; 32, 96 medium; 16, 48, 80, 112 thin.
-  const std::string tiles = svg.substr(svg.find("<g id=\"tiles\""), svg.find("<g id=\"mask\"") - svg.find("<g id=\"tiles\""));
+  const std::string tiles =
+      svg.substr(svg.find("<g id=\"tiles\""), svg.find("<g id=\"mask\"") - svg.find("<g id=\"tiles\""));
   auto count = [](const std::string& s, const std::string& what) {
     size_t n = 0;
     for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count(tiles, "stroke=\"#222222\" stroke-width=\"1.6\"/>"), 2u) << tiles;  // rows 64, 128 (cols < 64)
+  EXPECT_EQ(count(tiles, "stroke=\"#222222\" stroke-width=\"1.6\"/>"), 2u)
+      << tiles;  // rows 64, 128 (cols < 64)
   EXPECT_EQ(count(tiles, "stroke=\"#444444\" stroke-width=\"1\"/>"), 2u);
   EXPECT_EQ(count(tiles, "stroke=\"#666666\" stroke-width=\"0.6\"/>"), 4u);
 }
@@ -326,7 +340,8 @@ TEST(Heatmap, LargeMapsAreMaxPooledAndStaySmall) {
   const std::string svg = heatmap_svg(m, c.problem, o);
   EXPECT_EQ(xml_problem(svg), "");
   EXPECT_NE(svg.find("max-pooled: 16 row(s) x 2 column(s) per cell"), std::string::npos);
-  const std::string cells = svg.substr(svg.find("<g id=\"cells\""), svg.find("</g>") - svg.find("<g id=\"cells\""));
+  const std::string cells =
+      svg.substr(svg.find("<g id=\"cells\""), svg.find("</g>") - svg.find("<g id=\"cells\""));
   EXPECT_NE(cells.find("fill=\"#000000\""), std::string::npos);
   EXPECT_LT(svg.size(), 3u << 20);
 }

@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   const double logits[] = {1, 1e2, 1e4, 1e5, 1e6};
   for (int64_t i = 0; i < n_cases; ++i) {
     const double max_logit = logits[i % 5];
-    testing::RandomCase c = testing::random_case(rng, i % 4 == 0 ? 150 : 48, i % 3 == 0 ? 128 : 64, max_logit);
+    testing::RandomCase c =
+        testing::random_case(rng, i % 4 == 0 ? 150 : 48, i % 3 == 0 ? 128 : 64, max_logit);
     OracleOptions o = oo;
     const OracleResult ex = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), o);
     for (const KernelEntry* e : kernels) {
@@ -125,8 +126,8 @@ int main(int argc, char** argv) {
       compare_output(c.p, ex, out.data(), e->kernel.writes_lse ? lse.data() : nullptr, r);
       account(st, r, c.p, max_logit);
       if (r.verdict == Verdict::kFail)
-        std::printf("# FALSE POSITIVE %s case %lld: %s: %s\n", e->kernel.name, (long long)i, describe(c.p).c_str(),
-                    r.reason.c_str());
+        std::printf("# FALSE POSITIVE %s case %lld: %s: %s\n", e->kernel.name, (long long)i,
+                    describe(c.p).c_str(), r.reason.c_str());
     }
     for (const Model& m : models) {
       testing::ModelOptions mo = m.mo;
@@ -170,7 +171,6 @@ int main(int argc, char** argv) {
   std::printf("missing_rescale.cases=%lld\n", (long long)bug_cases);
   std::printf("missing_rescale.detected=%lld\n", (long long)bug_detected);
   std::printf("missing_rescale.max_ratio=%.4g\n", bug_max_ratio);
-  std::printf("sweep_s=%.1f\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::printf("sweep_s=%.1f\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return fails == 0 ? 0 : 1;
 }

@@ -1,4 +1,5 @@
-// oracle_speed.cpp - oracle cost: fast path vs the plain fp64 reference, multiprecision per case, sampled S=16384.
+// oracle_speed.cpp - oracle cost: fast path vs the plain fp64 reference, multiprecision per case, sampled
+// S=16384.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -53,17 +54,20 @@ void fast_vs_fp64(const char* tag, int64_t S, int64_t D, int reps) {
   OracleOptions o2 = o1;
   o2.threads = 0;
   volatile double sink = 0;
-  const double t64 = best_seconds(reps, [&] { sink = reference_fp64(x.p, x.q.data(), x.k.data(), x.v.data()).o[0]; });
+  const double t64 =
+      best_seconds(reps, [&] { sink = reference_fp64(x.p, x.q.data(), x.k.data(), x.v.data()).o[0]; });
   int64_t fallback = 0;
   const double tf = best_seconds(reps, [&] {
     const OracleResult r = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), o1);
     fallback = r.rows_fallback;
     sink = r.o[0];
   });
-  const double tf2 = best_seconds(reps, [&] { sink = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), o2).o[0]; });
+  const double tf2 =
+      best_seconds(reps, [&] { sink = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), o2).o[0]; });
   OracleOptions ob = o1;
   ob.baseline = true;
-  const double tfb = best_seconds(reps, [&] { sink = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), ob).o[0]; });
+  const double tfb =
+      best_seconds(reps, [&] { sink = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), ob).o[0]; });
   std::printf("%s.fp64_plain_s=%.4f\n", tag, t64);
   std::printf("%s.fast_1thread_s=%.4f\n", tag, tf);
   std::printf("%s.fast_over_fp64=%.2f\n", tag, tf / t64);

@@ -23,10 +23,11 @@ std::string fmt(const char* f, double a) {
 std::string where(const ElementReport& e) {
   char buf[96];
   if (e.is_lse)
-    std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h, (long long)e.s);
+    std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h,
+                  (long long)e.s);
   else
-    std::snprintf(buf, sizeof buf, "O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)e.b, (long long)e.s, (long long)e.h,
-                  (long long)e.d);
+    std::snprintf(buf, sizeof buf, "O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)e.b, (long long)e.s,
+                  (long long)e.h, (long long)e.d);
   return buf;
 }
 
@@ -161,17 +162,19 @@ std::vector<double> compare_output(const Problem& p, const OracleResult& exact, 
   char buf[256];
   if (has_base) {
     const bool agrees = max_abs <= opts.flash_k * base_abs;
-    std::snprintf(buf, sizeof buf,
-                  "kernel max |err| %.3g vs %g x plain fp32 reference max |err| %.3g: %s (advisory; the verdict "
-                  "uses the bound; baseline max ratio %.3g)",
-                  max_abs, opts.flash_k, base_abs, agrees ? "within" : "beyond", base_ratio);
+    std::snprintf(
+        buf, sizeof buf,
+        "kernel max |err| %.3g vs %g x plain fp32 reference max |err| %.3g: %s (advisory; the verdict "
+        "uses the bound; baseline max ratio %.3g)",
+        max_abs, opts.flash_k, base_abs, agrees ? "within" : "beyond", base_ratio);
     r.evidence.push_back({"flash-rule", buf});
   }
   if (failed > 0) {
     r.verdict = Verdict::kFail;
     r.failure = nonfinite > 0 ? FailureClass::kNonFinite : FailureClass::kPrecision;
     const ElementReport& w = r.worst.front();
-    std::snprintf(buf, sizeof buf, "%lld of %lld elements beyond their bound (%lld NaN/Inf mismatches); worst %s",
+    std::snprintf(buf, sizeof buf,
+                  "%lld of %lld elements beyond their bound (%lld NaN/Inf mismatches); worst %s",
                   (long long)failed, (long long)compared, (long long)nonfinite, where(w).c_str());
     r.reason = buf;
     r.reason += " expected " + fmt("%.9g", w.expected) + " got " + fmt("%.9g", w.got) + " bound " +

@@ -12,17 +12,17 @@ namespace attnfuzz {
 // How one element compares. NaN or Inf on one side only always fails; NaN vs NaN and equal infinities
 // pass; a finite pair fails when |got - expected| > bound (ratio > 1).
 struct ElementJudgement {
-  double err = 0;             // |got - expected| for a finite pair, +inf for a non-finite mismatch, else 0
-  double ratio = 0;           // err / bound (0 when err == 0, +inf when bound == 0 < err or a mismatch)
+  double err = 0;    // |got - expected| for a finite pair, +inf for a non-finite mismatch, else 0
+  double ratio = 0;  // err / bound (0 when err == 0, +inf when bound == 0 < err or a mismatch)
   bool fail = false;
   bool nonfinite_mismatch = false;
 };
 ElementJudgement judge_element(double expected, double got, double bound);
 
 struct CompareOptions {
-  size_t worst = 16;          // how many worst elements CheckResult::worst keeps
-  bool check_lse = true;      // compare LSE when the kernel wrote it (lse != nullptr)
-  double flash_k = 2;         // flash-attention rule factor (reported as evidence, see compare.cpp)
+  size_t worst = 16;      // how many worst elements CheckResult::worst keeps
+  bool check_lse = true;  // compare LSE when the kernel wrote it (lse != nullptr)
+  double flash_k = 2;     // flash-attention rule factor (reported as evidence, see compare.cpp)
 };
 
 // Compares kernel output o (host floats with p's o strides) and optional lse (p's lse strides, or

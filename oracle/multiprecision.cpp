@@ -1,6 +1,6 @@
 // multiprecision.cpp - the arbiter value path on Boost.Multiprecision (mpfr backend, or cpp_bin_float).
-#include <boost/multiprecision/cpp_bin_float.hpp>
 #include <algorithm>
+#include <boost/multiprecision/cpp_bin_float.hpp>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -77,11 +77,21 @@ template <template <int> class T>
 int dispatch(const RowRef& r, RowWork& w, int bits) {
   const int b = mp_bits_rounded(bits);
   switch (b) {
-    case 101: row_in<typename T<101>::type>(r, w, 101); break;
-    case 128: row_in<typename T<128>::type>(r, w, 128); break;
-    case 194: row_in<typename T<194>::type>(r, w, 194); break;
-    case 257: row_in<typename T<257>::type>(r, w, 257); break;
-    default: row_in<typename T<513>::type>(r, w, 513); break;
+    case 101:
+      row_in<typename T<101>::type>(r, w, 101);
+      break;
+    case 128:
+      row_in<typename T<128>::type>(r, w, 128);
+      break;
+    case 194:
+      row_in<typename T<194>::type>(r, w, 194);
+      break;
+    case 257:
+      row_in<typename T<257>::type>(r, w, 257);
+      break;
+    default:
+      row_in<typename T<513>::type>(r, w, 513);
+      break;
   }
   return b;
 }

@@ -22,9 +22,12 @@ using oracle_detail::RowWork;
 
 const char* contract_reason_text(ContractReason r) {
   switch (r) {
-    case ContractReason::kInside: return "inside the fp32 contract";
-    case ContractReason::kScoreRange: return "an exact score or sum |q k| exceeds the fp32 range";
-    case ContractReason::kValueRange: return "the unnormalised P.V accumulator or a visible v exceeds the fp32 range";
+    case ContractReason::kInside:
+      return "inside the fp32 contract";
+    case ContractReason::kScoreRange:
+      return "an exact score or sum |q k| exceeds the fp32 range";
+    case ContractReason::kValueRange:
+      return "the unnormalised P.V accumulator or a visible v exceeds the fp32 range";
   }
   return "?";
 }
@@ -72,9 +75,9 @@ uint64_t splitmix64(uint64_t& x) {
 
 // Per (b, kv head) facts about K and V, computed once.
 struct HeadFacts {
-  std::vector<double> ksum;          // sum_d |k_jd| per key (finite entries)
-  std::vector<unsigned char> kbad;   // key row holds a NaN or Inf
-  double vmax = 0;                   // max finite |v|
+  std::vector<double> ksum;         // sum_d |k_jd| per key (finite entries)
+  std::vector<unsigned char> kbad;  // key row holds a NaN or Inf
+  double vmax = 0;                  // max finite |v|
 };
 
 struct Shared {
@@ -274,7 +277,8 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     o_bound[d] = sf * (soft[d] + accc * (w.swa[d] + std::fabs(o[d])) + common * std::fabs(o[d]) + floor);
   }
   const double soft_lse = std::max(std::log(Ep), -std::log(Em));
-  *lse_bound = sf * (soft_lse + accc + kU * (M.c_arg * (std::fabs(w.lse) + std::fabs(w.m)) + M.c_exp * (1 + logn)));
+  *lse_bound =
+      sf * (soft_lse + accc + kU * (M.c_arg * (std::fabs(w.lse) + std::fabs(w.m)) + M.c_exp * (1 + logn)));
 }
 
 void resize_work(RowWork& w, int64_t n, int64_t Dv) {
@@ -362,8 +366,8 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     // Self-check: certified when the fast path's own error is negligible against the bound (and, with
     // certify_values, against the value itself).
     constexpr double kTau = 0x1p-16, kRel = 0x1p-40;
-    bool ok = w.lse_err <= kTau * R.lse_bound[li] &&
-              (!opts.certify_values || w.lse_err <= kRel * std::fabs(w.lse));
+    bool ok =
+        w.lse_err <= kTau * R.lse_bound[li] && (!opts.certify_values || w.lse_err <= kRel * std::fabs(w.lse));
     for (int64_t d = 0; d < Dv && ok; ++d) {
       if (std::isnan(w.o[d])) continue;
       ok = w.o_err[d] <= kTau * ob[d] && (!opts.certify_values || w.o_err[d] <= kRel * std::fabs(w.o[d]));
@@ -475,8 +479,10 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
       for (int64_t j = 0; j < p.seq_k; ++j) {
         const float* kj = k + k_index(p, b, j, hk, 0);
         for (int64_t d = 0; d < p.head_dim; ++d) {
-          if (std::isfinite(kj[d])) hf.ksum[j] += std::fabs(kj[d]);
-          else hf.kbad[j] = 1;
+          if (std::isfinite(kj[d]))
+            hf.ksum[j] += std::fabs(kj[d]);
+          else
+            hf.kbad[j] = 1;
         }
         const float* vj = v + v_index(p, b, j, hk, 0);
         for (int64_t d = 0; d < p.head_dim_v; ++d)

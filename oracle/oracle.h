@@ -27,8 +27,8 @@ struct BoundModel {
 };
 
 struct OracleOptions {
-  int mp_bits = 128;                  // multiprecision significand bits (>= 100; rounded up to 101, 128,
-                                      // 194, 257 or 513)
+  int mp_bits = 128;  // multiprecision significand bits (>= 100; rounded up to 101, 128,
+                      // 194, 257 or 513)
   MpBackend mp_backend = MpBackend::kAuto;
   bool force_multiprecision = false;  // every row on the multiprecision path (the arbiter)
   bool certify_values = false;        // also fall back where the fast path's value is not accurate to
@@ -40,7 +40,7 @@ struct OracleOptions {
   uint64_t sample_seed = 1;           // seed of the random part of the sample
   double safety_factor = 2.0;         // multiplies the first-order bound (README: measurement)
   BoundModel model{};
-  bool baseline = true;               // also run the plain fp32 reference on the computed rows
+  bool baseline = true;  // also run the plain fp32 reference on the computed rows
 };
 
 // Why a row is outside the fp32 contract (DESIGN.md: "outside the contract").

@@ -1,4 +1,5 @@
-// reference_fp32.h - the plain fp32 attention reference: the same-precision baseline of the flash-attention rule.
+// reference_fp32.h - the plain fp32 attention reference: the same-precision baseline of the flash-attention
+// rule.
 #pragma once
 
 #include <vector>

@@ -22,17 +22,17 @@ struct RowRef {
 // Per-row buffers, reused across rows by one worker. Key arrays are indexed by j - first.
 struct RowWork {
   // Filled by the score pass (shared by both paths).
-  std::vector<double> s_hi, s_lo;  // score as a double-double (exact to ~2^-100 relative); non-finite
-                                   // scores (from Inf operands) are IEEE doubles in s_hi, s_lo = 0
-  std::vector<double> a;           // sum_d |q_d k_jd| over the finite products (unscaled)
+  std::vector<double> s_hi, s_lo;        // score as a double-double (exact to ~2^-100 relative); non-finite
+                                         // scores (from Inf operands) are IEEE doubles in s_hi, s_lo = 0
+  std::vector<double> a;                 // sum_d |q_d k_jd| over the finite products (unscaled)
   std::vector<unsigned char> nonfinite;  // score had a non-finite operand
   // Filled by a value path.
-  std::vector<double> w;       // exact normalised weights exp(s_j - m) / L, rounded to double
-  std::vector<double> o;       // exact O_d
-  std::vector<double> swa;     // sum_j w_j |v_jd|
-  std::vector<double> o_err;   // the path's own error bound on o
-  double m = 0;                // max score (double)
-  double L = 0;                // sum_j exp(s_j - m) (>= 1)
+  std::vector<double> w;      // exact normalised weights exp(s_j - m) / L, rounded to double
+  std::vector<double> o;      // exact O_d
+  std::vector<double> swa;    // sum_j w_j |v_jd|
+  std::vector<double> o_err;  // the path's own error bound on o
+  double m = 0;               // max score (double)
+  double L = 0;               // sum_j exp(s_j - m) (>= 1)
   double lse = 0, lse_err = 0;
   // Bound buffers.
   std::vector<double> rho, soft;

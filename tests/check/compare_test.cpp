@@ -20,8 +20,14 @@ TEST(JudgeElement, NonFiniteRules) {
   EXPECT_FALSE(judge_element(kNaN, kNaN, 0).fail);    // NaN expected, NaN got: pass
   EXPECT_FALSE(judge_element(kInf, kInf, 0).fail);    // +inf vs +inf: pass
   EXPECT_FALSE(judge_element(-kInf, -kInf, 0).fail);  // -inf vs -inf: pass
-  for (auto [e, g] : {std::pair{1.0, kNaN}, {kNaN, 1.0}, {1.0, kInf}, {kInf, 1.0}, {kInf, -kInf}, {kNaN, kInf},
-                      {kInf, kNaN}, {-kInf, 0.0}}) {
+  for (auto [e, g] : {std::pair{1.0, kNaN},
+                      {kNaN, 1.0},
+                      {1.0, kInf},
+                      {kInf, 1.0},
+                      {kInf, -kInf},
+                      {kNaN, kInf},
+                      {kInf, kNaN},
+                      {-kInf, 0.0}}) {
     const ElementJudgement j = judge_element(e, g, 1e30);
     EXPECT_TRUE(j.fail) << e << " " << g;
     EXPECT_TRUE(j.nonfinite_mismatch);
@@ -205,7 +211,7 @@ TEST(Compare, OutsideContractRowsAreNotBlamed) {
   q[4] = q[5] = q[6] = q[7] = 1e-18f;  // row 1: scores ~ 200
   const OracleResult ex = compute_oracle(p, q.data(), k.data(), v.data());
   std::vector<float> o(o_elements(p), std::numeric_limits<float>::quiet_NaN());  // row 0 NaN: overflowed
-  o[2] = o[3] = 1.0f;                                                             // row 1: all v = 1
+  o[2] = o[3] = 1.0f;                                                            // row 1: all v = 1
   CheckResult r;
   const auto map = compare_output(p, ex, o.data(), nullptr, r);
   EXPECT_EQ(r.verdict, Verdict::kOutsideContract) << r.reason << " / " << ex.o[2] << " " << ex.o_bound[2];
@@ -245,7 +251,8 @@ TEST(Compare, MissingRescaleModelFailsCorrectModelPasses) {
   std::vector<float> q(q_elements(p)), k(k_elements(p)), v(v_elements(p));
   for (auto& x : q) x = 1.0f;
   for (int64_t j = 0; j < 80; ++j)
-    for (int64_t d = 0; d < 16; ++d) k[k_index(p, 0, j, 0, d)] = static_cast<float>(0.05 * j + 0.3 * rng.normal());
+    for (int64_t d = 0; d < 16; ++d)
+      k[k_index(p, 0, j, 0, d)] = static_cast<float>(0.05 * j + 0.3 * rng.normal());
   for (auto& x : v) x = static_cast<float>(rng.normal());
   const OracleResult ex = compute_oracle(p, q.data(), k.data(), v.data());
   testing::ModelOptions good, bad;

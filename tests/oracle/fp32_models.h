@@ -22,7 +22,7 @@ struct Rng {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   }
-  double uniform() { return (next() >> 11) * 0x1p-53; }                    // [0, 1)
+  double uniform() { return (next() >> 11) * 0x1p-53; }                   // [0, 1)
   double uniform(double a, double b) { return a + (b - a) * uniform(); }  // [a, b)
   int64_t range(int64_t a, int64_t b) { return a + static_cast<int64_t>(next() % uint64_t(b - a + 1)); }
   double normal() {
@@ -38,8 +38,8 @@ enum class ExpKind {
 };
 
 struct ModelOptions {
-  int64_t tile = 32;             // keys per online-softmax step (1 = row-online, >= Sk = materialized)
-  int64_t splits = 1;            // split-KV: number of key splits combined through their LSE
+  int64_t tile = 32;   // keys per online-softmax step (1 = row-online, >= Sk = materialized)
+  int64_t splits = 1;  // split-KV: number of key splits combined through their LSE
   ExpKind exp = ExpKind::kExpf;
   double approx_ulps = 4;
   bool missing_rescale = false;  // planted bug: acc is not multiplied by exp(m_old - m_new)
@@ -166,12 +166,17 @@ inline RandomCase random_case(Rng& rng, int64_t max_s = 24, int64_t max_d = 40, 
   RandomCase c;
   const int64_t hkv = rng.range(1, 2), g = rng.range(1, 2);
   Problem& p = c.p;
-  p = make_problem(rng.range(1, 2), hkv * g, hkv, rng.range(1, max_s), rng.range(0, max_s), rng.range(1, max_d),
-                   rng.range(1, max_d));
+  p = make_problem(rng.range(1, 2), hkv * g, hkv, rng.range(1, max_s), rng.range(0, max_s),
+                   rng.range(1, max_d), rng.range(1, max_d));
   switch (rng.range(0, 5)) {
-    case 0: break;
-    case 1: p.mask_kind = AF_MASK_CAUSAL, p.mask_align = AF_ALIGN_TOP_LEFT, p.window_right = 0; break;
-    case 2: p.mask_kind = AF_MASK_CAUSAL, p.mask_align = AF_ALIGN_BOTTOM_RIGHT, p.window_right = 0; break;
+    case 0:
+      break;
+    case 1:
+      p.mask_kind = AF_MASK_CAUSAL, p.mask_align = AF_ALIGN_TOP_LEFT, p.window_right = 0;
+      break;
+    case 2:
+      p.mask_kind = AF_MASK_CAUSAL, p.mask_align = AF_ALIGN_BOTTOM_RIGHT, p.window_right = 0;
+      break;
     default:
       p.mask_kind = AF_MASK_WINDOW;
       p.mask_align = rng.range(0, 1) ? AF_ALIGN_TOP_LEFT : AF_ALIGN_BOTTOM_RIGHT;
@@ -182,12 +187,24 @@ inline RandomCase random_case(Rng& rng, int64_t max_s = 24, int64_t max_d = 40, 
   const int kind = static_cast<int>(rng.range(0, 6));
   double target = 1;
   switch (kind) {
-    case 0: target = 1; break;
-    case 1: target = 10; break;
-    case 2: target = std::pow(10.0, rng.uniform(0, std::log10(max_logit))); break;
-    case 3: target = max_logit; break;
-    case 4: target = 1e-3; break;
-    default: target = std::pow(10.0, rng.uniform(-2, 2)); break;
+    case 0:
+      target = 1;
+      break;
+    case 1:
+      target = 10;
+      break;
+    case 2:
+      target = std::pow(10.0, rng.uniform(0, std::log10(max_logit)));
+      break;
+    case 3:
+      target = max_logit;
+      break;
+    case 4:
+      target = 1e-3;
+      break;
+    default:
+      target = std::pow(10.0, rng.uniform(-2, 2));
+      break;
   }
   const double sq = std::sqrt(target), sk = std::sqrt(target);
   const double voff = rng.range(0, 3) == 0 ? rng.uniform(-1000, 1000) : 0.0;

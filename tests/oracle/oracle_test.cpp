@@ -33,7 +33,8 @@ Brute brute(const Problem& p, const float* q, const float* k, const float* v) {
   Brute r;
   r.o.assign(p.batch * p.seq_q * p.heads_q * p.head_dim_v, 0);
   r.lse.assign(p.batch * p.heads_q * p.seq_q, -INFINITY);
-  const int64_t off = p.mask_kind != AF_MASK_NONE && p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+  const int64_t off =
+      p.mask_kind != AF_MASK_NONE && p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
   int64_t L = INT64_MAX, R = INT64_MAX;
   if (p.mask_kind == AF_MASK_CAUSAL) R = 0;
   if (p.mask_kind == AF_MASK_WINDOW) {
@@ -52,7 +53,8 @@ Brute brute(const Problem& p, const float* q, const float* k, const float* v) {
           if (!vis[j]) continue;
           long double acc = 0;
           for (int64_t d = 0; d < p.head_dim; ++d)
-            acc += (long double)q[q_index(p, b, i, h, d)] * k[k_index(p, b, j, h / (p.heads_q / p.heads_kv), d)];
+            acc +=
+                (long double)q[q_index(p, b, i, h, d)] * k[k_index(p, b, j, h / (p.heads_q / p.heads_kv), d)];
           s[j] = acc * p.scale;
           m = std::max(m, s[j]);
         }
@@ -75,7 +77,8 @@ void expect_matches_brute(const RandomCase& c, const char* what) {
   const OracleResult R = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), one_thread());
   const Brute B = brute(c.p, c.q.data(), c.k.data(), c.v.data());
   for (size_t i = 0; i < R.o.size(); ++i)
-    ASSERT_NEAR(R.o[i], (double)B.o[i], 1e-12 * (1 + std::fabs((double)B.o[i]))) << what << " " << describe(c.p);
+    ASSERT_NEAR(R.o[i], (double)B.o[i], 1e-12 * (1 + std::fabs((double)B.o[i])))
+        << what << " " << describe(c.p);
   for (size_t i = 0; i < R.lse.size(); ++i) {
     if (std::isinf((double)B.lse[i])) {
       ASSERT_EQ(R.lse[i], (double)B.lse[i]) << what;
@@ -456,11 +459,13 @@ TEST(OracleFastPath, EqualsMultiprecisionOnAdversarialCases) {
       c.k[k_index(p, 0, j, 0, 2)] = static_cast<float>(j) * 0.37f;
     }
     for (int64_t s = 0; s < 2; ++s)
-      c.q[q_index(p, 0, s, 0, 0)] = 1e4f, c.q[q_index(p, 0, s, 0, 1)] = -1e4f, c.q[q_index(p, 0, s, 0, 2)] = 1;
+      c.q[q_index(p, 0, s, 0, 0)] = 1e4f, c.q[q_index(p, 0, s, 0, 1)] = -1e4f,
+                              c.q[q_index(p, 0, s, 0, 2)] = 1;
     expect_fast_equals_mp(c);
   }
   {  // extreme logits, subnormal and huge values
-    for (double sig : {1e2, 1e3, 3e4}) expect_fast_equals_mp(make_case(make_problem(1, 2, 1, 5, 33, 7, 5), rng, sig));
+    for (double sig : {1e2, 1e3, 3e4})
+      expect_fast_equals_mp(make_case(make_problem(1, 2, 1, 5, 33, 7, 5), rng, sig));
     RandomCase c = make_case(make_problem(1, 1, 1, 4, 20, 5, 3), rng);
     for (auto& x : c.v) x *= 1e-40f;
     expect_fast_equals_mp(c);
@@ -483,7 +488,8 @@ TEST(OracleFastPath, CertifyValuesFallsBackOnCancellation) {
 
 TEST(OracleFastPath, CppBinFloatBackendAgrees) {
   Rng rng(16);
-  for (int i = 0; i < 4; ++i) expect_fast_equals_mp(testing::random_case(rng, 6, 8, 100), MpBackend::kCppBinFloat);
+  for (int i = 0; i < 4; ++i)
+    expect_fast_equals_mp(testing::random_case(rng, 6, 8, 100), MpBackend::kCppBinFloat);
 }
 
 TEST(OracleFastPath, ThreadsGiveIdenticalResults) {

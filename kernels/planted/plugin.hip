@@ -1,0 +1,35 @@
+// plugin.hip - the planted-bug plug-in's entry point: every planted family's kernels in one af_plugin table.
+#include <string.h>
+
+#include "attnfuzz/hip.h"
+#include "kernels/planted/planted.h"
+
+namespace {
+
+using namespace attnfuzz_planted;
+
+constexpr size_t kPlantedCount =
+    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount;
+
+// Filled when the library is loaded (before attnfuzz_plugin() can be called), from the family tables,
+// which are constant-initialised.
+af_kernel kPlantedKernels[kPlantedCount];
+
+bool gather_planted_kernels() {
+  size_t at = 0;
+  auto append = [&at](const af_kernel* table, size_t n) {
+    memcpy(kPlantedKernels + at, table, n * sizeof(af_kernel));
+    at += n;
+  };
+  append(kFlashBugs, kFlashBugCount);
+  append(kOnlineRowBugs, kOnlineRowBugCount);
+  append(kMaterializedBugs, kMaterializedBugCount);
+  append(kSplitKvBugs, kSplitKvBugCount);
+  return at == kPlantedCount;
+}
+
+[[maybe_unused]] const bool kGathered = gather_planted_kernels();
+
+}  // namespace
+
+AF_DEFINE_PLUGIN("attn-fuzz planted bugs", kPlantedKernels)

@@ -1,0 +1,317 @@
+// planted_kernels_test.cpp - planted plug-in loads, each bug is real and quiet; example plug-in passes.
+//
+// Each planted kernel has an exposing case (check_case on the cpu backend says kFail, while the correct
+// kernel it varies passes the same case) and a quiet case (it passes: the bug needs the right shape, values
+// or thread order to show). The failure class is printed, not asserted: classifying is issue 5's detectors'
+// job; kernels/planted/README.md names the class each bug should get.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/problem.h"
+#include "attnfuzz/registry.h"
+#include "attnfuzz/verdict.h"
+#include "check/runner.h"
+
+#ifndef ATTNFUZZ_PLANTED_PLUGIN
+#error "ATTNFUZZ_PLANTED_PLUGIN (path of libattnfuzz_planted_cpu.so) must be defined"
+#endif
+#ifndef ATTNFUZZ_EXAMPLE_PLUGIN
+#error "ATTNFUZZ_EXAMPLE_PLUGIN (path of libattnfuzz_example_plugin.so) must be defined"
+#endif
+
+namespace attnfuzz {
+namespace {
+
+// One case: shape, mask, values (distribution and specials), seed, and the emulator's thread order.
+struct Spec {
+  int64_t b, hq, hkv, sq, sk, d, dv;
+  const char* mask;
+  const char* values = "uniform:1";
+  const char* special = "";  // "" or a parse_special text
+  ThreadOrder order = ThreadOrder::kForward;
+  uint64_t seed = 1;
+};
+
+struct Planted {
+  const char* name;            // the planted kernel
+  const char* family;          // its af_kernel::family
+  const char* correct;         // the built-in kernel it is a variation of
+  const char* expected_class;  // DESIGN.md class the detectors should give (kernels/planted/README.md)
+  Spec exposing;               // check_case says kFail (and the correct kernel passes)
+  Spec quiet;                  // check_case says kPass
+};
+
+constexpr ThreadOrder kFwd = ThreadOrder::kForward, kRev = ThreadOrder::kReverse;
+
+// Every planted kernel of the plug-in, with the case that exposes it and a case where it stays quiet.
+const Planted kPlanted[] = {
+    // Several key tiles: some row's max grows after the first tile. Quiet: one key tile (Sk <= 16).
+    {"planted-no-acc-rescale",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "rescale",
+     {1, 2, 1, 33, 100, 32, 32, "none"},
+     {1, 2, 1, 7, 13, 32, 32, "causal-br"}},
+    {"planted-no-sum-rescale",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "rescale",
+     {1, 2, 1, 33, 100, 32, 32, "causal-br"},
+     {1, 2, 1, 13, 16, 32, 32, "none"}},
+    // Masked entries in a tile (causal). Quiet: no mask and Sk a multiple of the tile: nothing is masked.
+    {"planted-masked-score-zero",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "mask",
+     {1, 1, 1, 33, 33, 16, 16, "causal-tl"},
+     {1, 1, 1, 20, 32, 16, 16, "none"}},
+    // NaN in masked keys reaches the rows that see one key too many. Quiet: decode (Sq = 1) bottom-right:
+    // the diagonal is the last key, there is no future key to see.
+    {"planted-causal-off-by-one",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "mask",
+     {1, 1, 1, 17, 17, 16, 16, "causal-tl", "uniform:1", "nan@k:masked*3"},
+     {1, 2, 1, 1, 37, 16, 16, "causal-br", "uniform:1", "nan@k:masked*3"}},
+    // Bottom-right with Sq != Sk. Quiet: Sq == Sk, where both alignments agree.
+    {"planted-causal-top-left",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "mask",
+     {1, 1, 1, 7, 13, 59, 59, "causal-br"},
+     {1, 1, 1, 33, 33, 59, 59, "causal-br"}},
+    // Sk not a multiple of BLOCK_N = 16: keys 33..47 come from k's guard zone. Quiet: Sk = 32.
+    {"planted-tail-k-oob-read",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "oob-read",
+     {1, 1, 1, 8, 33, 32, 32, "none"},
+     {1, 1, 1, 8, 32, 32, 32, "none"}},
+    // Sq not a multiple of BLOCK_M = 16: rows 17..31 land in o's guard zone. Quiet: Sq = 32.
+    {"planted-tail-q-oob-write",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "oob-write",
+     {1, 1, 1, 17, 16, 32, 32, "none"},
+     {1, 1, 1, 32, 20, 32, 32, "none"}},
+    // Reverse thread order: threads run before thread 0 publishes (alpha, beta). Quiet: forward order.
+    {"planted-no-score-barrier",
+     "planted/online-row",
+     "online-row",
+     "barrier-race",
+     {1, 1, 1, 4, 20, 64, 64, "none", "uniform:1", "", kRev},
+     {1, 1, 1, 4, 20, 64, 64, "none"}},
+    // Rows with no visible key: causal-br with Sq > Sk. Quiet: causal-tl, every row sees key 0.
+    {"planted-masked-row-nan",
+     "planted/online-row",
+     "online-row",
+     "mask",
+     {1, 1, 1, 9, 4, 16, 16, "causal-br"},
+     {1, 1, 1, 9, 9, 16, 16, "causal-tl"}},
+    // Forward order: thread 0 overwrites red[0] before threads 1.. read the max. Quiet: reverse order.
+    {"planted-smem-reuse-race",
+     "planted/materialized",
+     "materialized",
+     "barrier-race",
+     {1, 1, 1, 4, 100, 16, 16, "none"},
+     {1, 1, 1, 4, 100, 16, 16, "none", "uniform:1", "", kRev}},
+    // Scores of magnitude ~100-300: exp(s) overflows. Quiet: the same shape with uniform:1 values.
+    {"planted-no-max-sub",
+     "planted/materialized",
+     "materialized",
+     "non-finite",
+     {1, 1, 1, 8, 40, 32, 32, "none", "extreme:100"},
+     {1, 1, 1, 8, 40, 32, 32, "none"}},
+    // Sk = 40: 8 splits of 5 keys. Quiet: Sk <= 4 is one split, whose weight is 1 either way.
+    {"planted-combine-wrong-weight",
+     "planted/split-kv",
+     "split-kv",
+     "precision",
+     {1, 1, 1, 4, 40, 32, 32, "none"},
+     {1, 1, 1, 4, 4, 32, 32, "none"}},
+};
+
+// Loads both plug-ins into the process-wide registry once.
+void load_plugins() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Registry::global().load_plugin(ATTNFUZZ_PLANTED_PLUGIN);
+    Registry::global().load_plugin(ATTNFUZZ_EXAMPLE_PLUGIN);
+  });
+}
+
+const KernelEntry& cpu_kernel(const std::string& name) {
+  load_plugins();
+  const KernelEntry* e = Registry::global().find(Backend::kCpu, name);
+  if (!e) throw std::runtime_error(name + " is not registered for the cpu backend");
+  return *e;
+}
+
+Device& cpu_device(ThreadOrder order) {
+  static std::map<ThreadOrder, std::unique_ptr<Device>> devices;
+  auto& d = devices[order];
+  if (!d) {
+    DeviceOptions o;
+    o.order = order;
+    o.order_seed = 7;
+    d = open_device("cpu", o);
+  }
+  return *d;
+}
+
+Case make_spec_case(const Spec& s) {
+  Problem p = make_problem(s.b, s.hq, s.hkv, s.sq, s.sk, s.d, s.dv);
+  EXPECT_EQ(parse_mask(s.mask, p), "") << s.mask;
+  Case c = make_case(p, s.seed);
+  EXPECT_EQ(parse_distribution(s.values, c.values.dist), "") << s.values;
+  if (*s.special) {
+    SpecialValue sv;
+    EXPECT_EQ(parse_special(s.special, sv), "") << s.special;
+    c.values.specials.push_back(sv);
+  }
+  EXPECT_EQ(validate(c), "");
+  return c;
+}
+
+std::string describe(const Spec& s) {
+  return describe(make_spec_case(s)) + " order=" + thread_order_name(s.order);
+}
+
+CheckResult check(const std::string& kernel, const Spec& s) {
+  PreparedCase pc(make_spec_case(s));
+  return check_case(cpu_device(s.order), cpu_kernel(kernel), pc, RunOptions{}).result;
+}
+
+std::string summary(const CheckResult& r) {
+  return std::string(verdict_name(r.verdict)) +
+         (r.verdict == Verdict::kFail ? std::string(" [") + failure_class_name(r.failure) + "]" : "") + " " +
+         r.reason + " (max ratio " + std::to_string(r.max_ratio) + ", " + std::to_string(r.failed) + "/" +
+         std::to_string(r.compared) + " elements failed)";
+}
+
+// ---- the planted plug-in ---------------------------------------------------------------------------------
+
+TEST(PlantedPlugin, LoadsAndListsEveryPlantedKernel) {
+  load_plugins();
+  std::set<std::string> listed;
+  for (const KernelEntry& e : Registry::global().all()) {
+    if (e.origin != ATTNFUZZ_PLANTED_PLUGIN) continue;
+    EXPECT_EQ(e.backend, Backend::kCpu) << e.kernel.name;
+    EXPECT_EQ(std::string(e.kernel.name).rfind("planted-", 0), 0u) << e.kernel.name;
+    EXPECT_EQ(std::string(e.kernel.family).rfind("planted/", 0), 0u) << e.kernel.name;
+    ASSERT_NE(e.kernel.description, nullptr) << e.kernel.name;
+    EXPECT_NE(std::string(e.kernel.description), "") << e.kernel.name;
+    EXPECT_EQ(e.kernel.dtypes, AF_SUPPORTS_F32) << e.kernel.name;
+    EXPECT_EQ(e.kernel.masks, AF_SUPPORTS_ALL_MASKS) << e.kernel.name;
+    EXPECT_EQ(e.kernel.writes_lse, 1) << e.kernel.name;
+    listed.insert(e.kernel.name);
+  }
+  std::set<std::string> want;
+  for (const Planted& k : kPlanted) {
+    want.insert(k.name);
+    EXPECT_EQ(std::string(cpu_kernel(k.name).kernel.family), k.family) << k.name;
+  }
+  EXPECT_EQ(listed, want)
+      << "every planted kernel needs an entry in kPlanted (and kernels/planted/README.md)";
+  EXPECT_GE(listed.size(), 12u);
+}
+
+TEST(PlantedPlugin, RefusesOverrunsBeyondTheGuardZone) {
+  // The planted OOB kernels keep their overrun inside the checker's 64 KiB guards: wide rows are refused.
+  for (const char* name : {"planted-tail-k-oob-read", "planted-tail-q-oob-write"}) {
+    const af_kernel& k = cpu_kernel(name).kernel;
+    EXPECT_EQ(unsupported_reason(k, make_problem(1, 4, 4, 17, 33, 128, 128)), "") << name;
+    EXPECT_NE(unsupported_reason(k, make_problem(1, 16, 16, 17, 33, 128, 128)), "") << name;
+  }
+}
+
+class PlantedKernel : public ::testing::TestWithParam<Planted> {};
+
+// The bug is real: its exposing case fails, and the correct kernel it varies passes the very same case.
+TEST_P(PlantedKernel, ExposingCaseFails) {
+  const Planted& k = GetParam();
+  SCOPED_TRACE(describe(k.exposing));
+  const CheckResult bad = check(k.name, k.exposing);
+  std::cout << "[ planted ] " << k.name << " (expected class " << k.expected_class << "): " << summary(bad)
+            << "\n";
+  EXPECT_EQ(bad.verdict, Verdict::kFail) << k.name << ": " << summary(bad);
+  const CheckResult good = check(k.correct, k.exposing);
+  EXPECT_EQ(good.verdict, Verdict::kPass) << k.correct << ": " << summary(good);
+}
+
+// The bug is quiet: a case that does not meet its trigger passes.
+TEST_P(PlantedKernel, QuietCasePasses) {
+  const Planted& k = GetParam();
+  SCOPED_TRACE(describe(k.quiet));
+  const CheckResult r = check(k.name, k.quiet);
+  EXPECT_EQ(r.verdict, Verdict::kPass) << k.name << ": " << summary(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plugin, PlantedKernel, ::testing::ValuesIn(kPlanted),
+                         [](const ::testing::TestParamInfo<Planted>& info) {
+                           std::string s = info.param.name;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+// The out-of-bounds write is caught by the canaries and named as such by the runner today.
+TEST(PlantedPlugin, TailQWriteHitsTheCanaries) {
+  const CheckResult r = check("planted-tail-q-oob-write", {1, 1, 1, 17, 16, 32, 32, "none"});
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  EXPECT_EQ(r.failure, FailureClass::kOobWrite) << summary(r);
+}
+
+// The barrier races depend on the schedule only: the same case and values pass under one order and fail
+// under another (and the seed-000 race also under some shuffles).
+TEST(PlantedPlugin, BarrierRacesDependOnTheThreadOrder) {
+  const Spec base{1, 2, 1, 6, 50, 64, 64, "causal-br"};
+  auto with = [&](ThreadOrder o) {
+    Spec s = base;
+    s.order = o;
+    return s;
+  };
+  EXPECT_EQ(check("planted-no-score-barrier", with(ThreadOrder::kForward)).verdict, Verdict::kPass);
+  EXPECT_EQ(check("planted-no-score-barrier", with(ThreadOrder::kReverse)).verdict, Verdict::kFail);
+  EXPECT_EQ(check("planted-no-score-barrier", with(ThreadOrder::kShuffle)).verdict, Verdict::kFail);
+  EXPECT_EQ(check("planted-smem-reuse-race", with(ThreadOrder::kForward)).verdict, Verdict::kFail);
+  EXPECT_EQ(check("planted-smem-reuse-race", with(ThreadOrder::kReverse)).verdict, Verdict::kPass);
+  EXPECT_EQ(check("planted-smem-reuse-race", with(ThreadOrder::kShuffle)).verdict, Verdict::kFail);
+}
+
+// ---- the example plug-in (examples/plugin/) ---------------------------------------------------------------
+
+TEST(ExamplePlugin, LoadsAndPasses) {
+  const KernelEntry& e = cpu_kernel("example-naive");
+  EXPECT_EQ(e.origin, ATTNFUZZ_EXAMPLE_PLUGIN);
+  EXPECT_EQ(std::string(e.kernel.family), "example");
+  const Spec cases[] = {
+      {1, 1, 1, 1, 1, 1, 1, "none"},
+      {1, 2, 1, 7, 13, 59, 59, "causal-br"},
+      {1, 2, 2, 13, 7, 59, 33, "causal-tl"},
+      {2, 4, 2, 33, 31, 16, 16, "window:5,3-br"},
+      {1, 4, 1, 40, 9, 16, 16, "causal-br"},  // fully masked rows
+      {2, 2, 1, 5, 0, 13, 13, "none"},        // Sk = 0
+      {1, 1, 1, 17, 17, 16, 16, "causal-tl", "uniform:1", "nan@k:masked*3"},
+      {1, 1, 1, 17, 23, 16, 16, "none", "uniform:1", "nan@q:visible"},
+      {1, 2, 1, 16, 64, 32, 32, "causal-br", "extreme:100"},
+  };
+  for (const Spec& s : cases) {
+    SCOPED_TRACE(describe(s));
+    const CheckResult r = check("example-naive", s);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << summary(r);
+  }
+}
+
+}  // namespace
+}  // namespace attnfuzz

@@ -1,5 +1,7 @@
 // cpu_device.cpp - the cpu backend of the device layer: shared-memory buffers, emulated launches in a child process.
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -130,8 +132,11 @@ class CpuDevice final : public Device {
     }
     LaunchResult r;
     int status = 0;
-    auto sleep = std::chrono::microseconds(20);
     const auto limit = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+    // Wait for the child: poll() on a pidfd wakes the moment it exits; without pidfd (old kernels),
+    // sleep-and-retry with a backoff capped at 2 ms.
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    auto sleep = std::chrono::microseconds(20);
     for (;;) {
       const pid_t w = waitpid(pid, &status, WNOHANG);
       if (w == pid) break;
@@ -140,16 +145,24 @@ class CpuDevice final : public Device {
         r.message = std::string("waitpid failed: ") + std::strerror(errno);
         break;
       }
-      if (opts_.timeout_s > 0 && Clock::now() > limit) {
+      const auto now = Clock::now();
+      if (opts_.timeout_s > 0 && now > limit) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         r.status = LaunchStatus::kHang;
         r.message = "the kernel did not finish within " + std::to_string(opts_.timeout_s) + " s and was killed";
         break;
       }
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(2000));
+      if (pidfd >= 0) {
+        pollfd pfd{pidfd, POLLIN, 0};
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now).count() + 1;
+        poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1000)));
+      } else {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min(sleep * 2, std::chrono::microseconds(2000));
+      }
     }
+    if (pidfd >= 0) close(pidfd);
     r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (r.status == LaunchStatus::kOk) {
       if (WIFSIGNALED(status)) {

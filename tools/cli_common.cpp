@@ -1,0 +1,277 @@
+// cli_common.cpp - shared tool plumbing: options, session, progress line, verdict lines, corpus saving, reports.
+#include "tools/cli_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+
+namespace fs = std::filesystem;
+
+namespace attnfuzz {
+
+void add_common_options(CLI::App& app, CommonOptions& o) {
+  auto* k = "Kernels and device";
+  app.add_option("--kernel,-k", o.kernel, "kernel names or globs, comma separated ('all')")->group(k)->capture_default_str();
+  app.add_option("--backend,-b", o.backend, "cpu | nvidia | amd | auto (a GPU backend with a device, else cpu)")
+      ->group(k)->capture_default_str();
+  app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")->group(k);
+  app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
+      ->group(k)->capture_default_str();
+  app.add_option("--order-seed", o.order_seed, "seed of --order shuffle")->group(k)->capture_default_str();
+  app.add_option("--workers", o.workers, "cpu emulator OS threads (0 = all cores)")->group(k)->capture_default_str();
+  app.add_option("--warp-size", o.warp_size, "cpu emulator warp size: 32 or 64")->group(k)->check(CLI::IsMember({32, 64}))
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout_s, "seconds before a launch counts as a hang")->group(k)->capture_default_str();
+  app.add_flag("--no-isolate", o.no_isolate, "cpu: run launches in-process (faster; a crash ends the tool)")->group(k);
+  auto* r = "Oracle and reports";
+  app.add_option("--oracle-rows", o.oracle_rows,
+                 "check about N query rows (tile edges, fully masked and non-finite rows always); 0 = all")
+      ->group(r)->capture_default_str();
+  app.add_option("--mp-bits", o.mp_bits, "bits of the multiprecision arbiter (>= 100)")->group(r)
+      ->check(CLI::Range(100, 4096))->capture_default_str();
+  app.add_option("--out,-o", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")->group(r)
+      ->capture_default_str();
+  app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")->group(r);
+  app.add_flag("--quiet,-q", o.quiet, "only the summary")->group(r);
+}
+
+namespace {
+[[noreturn]] void die(const std::string& tool, const std::string& msg) {
+  std::fprintf(stderr, "%s: %s\n", tool.c_str(), msg.c_str());
+  std::exit(2);
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string fmt_ratio(double r) {
+  char b[32];
+  if (std::isinf(r)) return "inf";
+  if (std::isnan(r)) return "-";
+  std::snprintf(b, sizeof b, r >= 100 ? "%.3g" : "%.2f", r);
+  return b;
+}
+
+std::string shape(const Problem& p) {
+  char b[160];
+  std::snprintf(b, sizeof b, "%lldx%lld D=%lld%s %s", (long long)p.seq_q, (long long)p.seq_k, (long long)p.head_dim,
+                p.head_dim_v != p.head_dim ? ("/" + std::to_string(p.head_dim_v)).c_str() : "",
+                mask_to_string(p).c_str());
+  return b;
+}
+}  // namespace
+
+Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv) {
+  Session s;
+  s.tool = tool;
+  s.opts = o;
+  for (int i = 0; i < argc; ++i) s.command_line += (i ? " " : "") + shell_quote(argv[i]);
+  s.registry = &Registry::global();
+  for (const auto& p : o.plugins) {
+    try {
+      s.registry->load_plugin(p);
+    } catch (const std::exception& e) {
+      die(tool, e.what());
+    }
+  }
+  DeviceOptions d;
+  if (!parse_thread_order(o.order, d.order)) die(tool, "unknown --order '" + o.order + "': forward, reverse or shuffle");
+  d.order_seed = o.order_seed;
+  d.workers = o.workers;
+  d.warp_size = o.warp_size;
+  d.timeout_s = o.timeout_s;
+  d.isolate = !o.no_isolate;
+  if (!(o.timeout_s > 0)) die(tool, "--timeout must be > 0");
+  try {
+    s.device = open_device(o.backend, d);
+  } catch (const DeviceError& e) {
+    die(tool, e.what());
+  }
+  s.run.oracle.row_budget = o.oracle_rows;
+  s.run.oracle.mp_bits = o.mp_bits;
+  if (o.oracle_rows < 0) die(tool, "--oracle-rows must be >= 0");
+  // --out must be writable now, not after an hour of checking.
+  std::error_code ec;
+  fs::create_directories(fs::path(o.out) / "corpus", ec);
+  const fs::path probe = fs::path(o.out) / ".write-test";
+  {
+    std::ofstream f(probe);
+    if (ec || !f) die(tool, "cannot write to --out '" + o.out + "'" + (ec ? ": " + ec.message() : ""));
+  }
+  fs::remove(probe, ec);
+  return s;
+}
+
+void list_kernels(const Session& s) {
+  std::printf("%-22s %-10s %-7s %-8s %-5s %s\n", "kernel", "family", "backend", "max-D", "lse", "origin");
+  for (const auto& e : s.registry->all())
+    std::printf("%-22s %-10s %-7s %-8s %-5s %s\n", e.kernel.name, e.kernel.family, backend_name(e.backend),
+                e.kernel.max_head_dim ? std::to_string(e.kernel.max_head_dim).c_str() : "any",
+                e.kernel.writes_lse ? "yes" : "no", e.origin.c_str());
+  std::printf("device: %s\n", s.device->name().c_str());
+}
+
+Runner::Runner(Session& s, const CommonOptions& o) : s_(s), o_(o) { tty_ = isatty(2); }
+
+void Runner::begin(int64_t total) {
+  total_ = total;
+  start_ = last_progress_ = std::chrono::steady_clock::now();
+  if (!o_.quiet)
+    std::printf("%s %s on %s: %lld check(s)\n", s_.tool.c_str(), ATTNFUZZ_VERSION, s_.device->name().c_str(),
+                (long long)total);
+}
+
+void Runner::progress(bool final) {
+  if (o_.quiet || total_ < 2) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double since = std::chrono::duration<double>(now - last_progress_).count();
+  if (!final && since < (tty_ ? 0.25 : 10.0)) return;
+  last_progress_ = now;
+  std::map<Verdict, int64_t> n;
+  for (const auto& e : entries_) ++n[e.result.verdict];
+  const double el = std::chrono::duration<double>(now - start_).count();
+  std::fprintf(stderr, "%s[%lld/%lld %3.0f%%] %.1fs  pass %lld  FAIL %lld  unsupported %lld  outside-contract %lld%s",
+               tty_ ? "\r" : "", (long long)done_, (long long)total_, 100.0 * done_ / std::max<int64_t>(total_, 1), el,
+               (long long)n[Verdict::kPass], (long long)n[Verdict::kFail], (long long)n[Verdict::kUnsupported],
+               (long long)n[Verdict::kOutsideContract], tty_ && !final ? "   " : "\n");
+  std::fflush(stderr);
+}
+
+const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
+  last_ = check_case(*s_.device, k, pc, s_.run);
+  ++done_;
+  RunEntry rec{pc.the_case(), last_.result, "", "", ""};
+  const CheckResult& r = rec.result;
+  if (r.verdict == Verdict::kFail) {
+    ++failures_;
+    CorpusFile cf;
+    cf.tool.name = s_.tool;
+    cf.tool.command = s_.command_line;
+    cf.the_case = pc.the_case();
+    RecordedVerdict rv;
+    rv.kernel = r.kernel;
+    rv.backend = r.backend;
+    rv.device = r.device;
+    rv.verdict = r.verdict;
+    rv.failure = r.failure;
+    rv.signature = std::string(failure_class_name(r.failure)) + ":" + r.kernel;
+    rv.reason = r.reason;
+    rv.max_ratio = r.max_ratio;
+    cf.verdict = rv;
+    try {
+      rec.corpus_path = save_to_corpus_dir(fs::path(o_.out) / "corpus", cf).string();
+    } catch (const CorpusError& e) {
+      std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), e.what());
+    }
+    rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
+                 (r.backend != "cpu" ? " --backend " + r.backend : "");
+    for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
+    if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
+  }
+  const bool single = total_ < 2;
+  if (!o_.quiet && (single || r.verdict == Verdict::kFail)) {
+    if (tty_ && !single) std::fprintf(stderr, "\r%*s\r", 100, "");
+    std::printf("%-16s %-18s %s  %s", verdict_name(r.verdict), r.kernel.c_str(), shape(pc.problem()).c_str(),
+                r.verdict == Verdict::kFail ? failure_class_name(r.failure) : "");
+    if (r.compared) std::printf("  err/bound %s", fmt_ratio(r.max_ratio).c_str());
+    if (!r.reason.empty() && r.verdict != Verdict::kPass) std::printf("\n    %s", r.reason.c_str());
+    if (r.verdict == Verdict::kFail && !r.worst.empty()) {
+      const ElementReport& w = r.worst.front();
+      std::printf("\n    worst %s[b=%lld,h=%lld,s=%lld%s]: expected %.9g got %.9g bound %.3g", w.is_lse ? "LSE" : "O",
+                  (long long)w.b, (long long)w.h, (long long)w.s,
+                  w.is_lse ? "" : (",d=" + std::to_string(w.d)).c_str(), w.expected, w.got, w.bound);
+    }
+    if (!rec.replay_command.empty()) std::printf("\n    replay: %s", rec.replay_command.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  entries_.push_back(std::move(rec));
+  progress(false);
+  return last_;
+}
+
+std::string Runner::write_heatmap(const RunEntry& e, const std::vector<double>& ratio_map) {
+  const Problem& p = e.the_case.problem;
+  if (ratio_map.size() != static_cast<size_t>(p.seq_q * p.head_dim_v)) return {};
+  RatioMap m(p.seq_q, p.head_dim_v);
+  for (int64_t s = 0; s < p.seq_q; ++s)
+    for (int64_t d = 0; d < p.head_dim_v; ++d) {
+      const double r = ratio_map[static_cast<size_t>(s * p.head_dim_v + d)];
+      if (!std::isnan(r)) m.fold(s, d, r);  // NaN here means "not compared" (sampled out, outside contract)
+    }
+  HeatmapOptions ho;
+  ho.title = e.result.kernel + ": " + std::string(failure_class_name(e.result.failure)) +
+             (e.the_case.label.empty() ? "" : " (" + e.the_case.label + ")");
+  ho.subtitle = describe(e.the_case) + "  max err/bound " + fmt_ratio(e.result.max_ratio);
+  const std::string name = heatmap_file_name(e.result.kernel, e.the_case);
+  try {
+    write_text_file(fs::path(o_.out) / name, heatmap_svg(m, p, ho));
+  } catch (const ReportError& err) {
+    std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), err.what());
+    return {};
+  }
+  return name;
+}
+
+int Runner::finish() {
+  progress(true);
+  // Summary: one row per kernel.
+  struct Row {
+    int64_t pass = 0, fail = 0, unsupported = 0, outside = 0;
+    double worst = 0;
+    std::map<std::string, int64_t> classes;
+  };
+  std::map<std::string, Row> rows;
+  for (const auto& r : entries_) {
+    Row& row = rows[r.result.kernel];
+    switch (r.result.verdict) {
+      case Verdict::kPass: ++row.pass; break;
+      case Verdict::kFail: ++row.fail; ++row.classes[failure_class_name(r.result.failure)]; break;
+      case Verdict::kUnsupported: ++row.unsupported; break;
+      case Verdict::kOutsideContract: ++row.outside; break;
+    }
+    if (r.result.verdict != Verdict::kUnsupported && !std::isnan(r.result.max_ratio))
+      row.worst = std::max(row.worst, r.result.max_ratio);
+  }
+  std::printf("\n%-22s %6s %6s %11s %9s %10s  %s\n", "kernel", "pass", "FAIL", "unsupported", "outside", "max err/bnd",
+              "failure classes");
+  for (const auto& [name, row] : rows) {
+    std::string cls;
+    for (const auto& [c, n] : row.classes) cls += (cls.empty() ? "" : ", ") + c + " x" + std::to_string(n);
+    std::printf("%-22s %6lld %6lld %11lld %9lld %10s  %s\n", name.c_str(), (long long)row.pass, (long long)row.fail,
+                (long long)row.unsupported, (long long)row.outside, fmt_ratio(row.worst).c_str(), cls.c_str());
+  }
+  const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::printf("%lld check(s) in %.1f s: %s\n", (long long)entries_.size(), el,
+              failures_ ? (std::to_string(failures_) + " FAILED").c_str() : "all passed");
+  if (!o_.no_reports) {
+    try {
+      RunRecord rec;
+      rec.tool.name = s_.tool;
+      rec.tool.command = s_.command_line;
+      rec.backend = backend_name(s_.device->backend());
+      rec.device = s_.device->name();
+      rec.wall_s = el;
+      rec.entries = entries_;
+      const ReportPaths paths = write_reports(rec, o_.out);
+      std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: cannot write reports: %s\n", s_.tool.c_str(), e.what());
+      return 2;
+    }
+  }
+  return failures_ ? 1 : 0;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,74 @@
+// cli_common.h - what attn-check and attn-fuzz share: device/kernel options, session set-up, checking and reporting.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/corpus.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/registry.h"
+#include "attnfuzz/report.h"
+#include "check/runner.h"
+
+namespace attnfuzz {
+
+// Options every tool has (one table: add_common_options).
+struct CommonOptions {
+  std::string kernel = "all";          // names or globs, comma separated
+  std::string backend = "auto";
+  std::vector<std::string> plugins;
+  std::string out = "reports";
+  std::string order = "forward";       // cpu emulator thread order
+  uint64_t order_seed = 1;
+  unsigned workers = 0;
+  unsigned warp_size = 32;
+  double timeout_s = 30;
+  bool no_isolate = false;
+  int64_t oracle_rows = 0;             // 0 = every row; else a sampled budget
+  int mp_bits = 128;
+  bool quiet = false;
+  bool no_reports = false;
+};
+void add_common_options(CLI::App& app, CommonOptions& o);
+
+struct Session {
+  std::string tool;                    // "attn-check"
+  std::string command_line;
+  CommonOptions opts;
+  Registry* registry = nullptr;
+  std::unique_ptr<Device> device;
+  RunOptions run;
+};
+// Loads plug-ins, opens the device, checks --out is writable. Exits 2 with a message on bad input.
+Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv);
+void list_kernels(const Session& s);
+
+// Runs checks one after another, prints progress and verdicts, saves failing cases into <out>/corpus,
+// and at the end prints the summary table and writes the reports.
+class Runner {
+ public:
+  Runner(Session& s, const CommonOptions& o);
+  void begin(int64_t total_checks);
+  const Judged& check(const KernelEntry& k, PreparedCase& pc, const std::string& origin);
+  // Prints the summary, writes the reports; returns the exit code (0 all pass, 1 any failure).
+  int finish();
+  const std::vector<RunEntry>& entries() const { return entries_; }
+
+ private:
+  void progress(bool final);
+  std::string write_heatmap(const RunEntry& e, const std::vector<double>& ratio_map);
+  Session& s_;
+  CommonOptions o_;
+  std::vector<RunEntry> entries_;
+  Judged last_;
+  int64_t total_ = 0, done_ = 0, failures_ = 0;
+  std::chrono::steady_clock::time_point start_, last_progress_;
+  bool tty_ = false;
+};
+
+}  // namespace attnfuzz

@@ -78,6 +78,7 @@ int naive_attention_check(const af_problem* p, char* why, size_t why_len) {
 // Enqueues the kernel on the stream the tool passes (the tool synchronises and times it). Returns the
 // backend's error code: 0 (hipSuccess) or the launch error.
 int naive_attention_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
+  (void)stream;  // the cpu emulator runs the launch synchronously and ignores the stream
   const af_problem p = *pp;
   if (p.dtype != AF_DTYPE_F32 || naive_attention_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
   const int64_t rows = p.batch * p.heads_q * p.seq_q;

@@ -222,11 +222,7 @@ int planted_flash_launch(const af_problem* pp, const af_buffers* buf, void* stre
         planted_flash_check<FlashBug::bug>, planted_flash_launch<FlashBug::bug>              \
   }
 
-}  // namespace
-
-namespace attnfuzz_planted {
-
-const af_kernel kFlashBugs[kFlashBugCount] = {
+const af_kernel kFlashBugs[] = {
     AF_PLANTED_FLASH("planted-no-acc-rescale", kNoAccRescale, "accumulator not rescaled when the max grows"),
     AF_PLANTED_FLASH("planted-no-sum-rescale", kNoSumRescale, "running sum not rescaled when the max grows"),
     AF_PLANTED_FLASH("planted-masked-score-zero", kMaskedScoreZero, "masked scores are 0 instead of -inf"),
@@ -236,7 +232,11 @@ const af_kernel kFlashBugs[kFlashBugCount] = {
     AF_PLANTED_FLASH("planted-tail-k-oob-read", kTailKUnbounded, "last K/V tile read and scored past Sk"),
     AF_PLANTED_FLASH("planted-tail-q-oob-write", kTailQUnbounded, "last Q tile stored past Sq"),
 };
+static_assert(sizeof(kFlashBugs) / sizeof(kFlashBugs[0]) == attnfuzz_planted::kFlashBugCount,
+              "planted.h's count");
 
-}  // namespace attnfuzz_planted
+}  // namespace
+
+const af_kernel* attnfuzz_planted::flash_bugs() { return kFlashBugs; }
 
 #undef AF_PLANTED_FLASH

@@ -167,11 +167,7 @@ int planted_materialized_launch(const af_problem* pp, const af_buffers* buf, voi
   return (int)hipGetLastError();
 }
 
-}  // namespace
-
-namespace attnfuzz_planted {
-
-const af_kernel kMaterializedBugs[kMaterializedBugCount] = {
+const af_kernel kMaterializedBugs[] = {
     {"planted-smem-reuse-race", "planted/materialized",
      "materialized with seed 000's bug: red[] reused for the sum without a barrier after the max is read",
      AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, /*max_head_dim=*/0, /*max_head_dim_v=*/0, /*writes_lse=*/1,
@@ -183,5 +179,10 @@ const af_kernel kMaterializedBugs[kMaterializedBugCount] = {
      /*needs_dv_eq_d=*/0, planted_materialized_workspace, planted_materialized_check,
      planted_materialized_launch<SoftmaxBug::kNoMaxSubtraction>},
 };
+static_assert(sizeof(kMaterializedBugs) / sizeof(kMaterializedBugs[0]) ==
+                  attnfuzz_planted::kMaterializedBugCount,
+              "planted.h's count");
 
-}  // namespace attnfuzz_planted
+}  // namespace
+
+const af_kernel* attnfuzz_planted::materialized_bugs() { return kMaterializedBugs; }

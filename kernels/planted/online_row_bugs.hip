@@ -112,11 +112,7 @@ int planted_online_row_launch(const af_problem* pp, const af_buffers* buf, void*
   return (int)hipGetLastError();
 }
 
-}  // namespace
-
-namespace attnfuzz_planted {
-
-const af_kernel kOnlineRowBugs[kOnlineRowBugCount] = {
+const af_kernel kOnlineRowBugs[] = {
     {"planted-no-score-barrier", "planted/online-row",
      "online-row with a planted bug: no barrier between the (alpha, beta) broadcast and its use",
      AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, /*max_head_dim=*/0, /*max_head_dim_v=*/kMaxDv, /*writes_lse=*/1,
@@ -128,5 +124,9 @@ const af_kernel kOnlineRowBugs[kOnlineRowBugCount] = {
      /*needs_dv_eq_d=*/0, nullptr, planted_online_row_check,
      planted_online_row_launch<OnlineRowBug::kMaskedRowNan>},
 };
+static_assert(sizeof(kOnlineRowBugs) / sizeof(kOnlineRowBugs[0]) == attnfuzz_planted::kOnlineRowBugCount,
+              "planted.h's count");
 
-}  // namespace attnfuzz_planted
+}  // namespace
+
+const af_kernel* attnfuzz_planted::online_row_bugs() { return kOnlineRowBugs; }

@@ -1,9 +1,10 @@
 // planted.h - the tables of the planted-bug families, gathered into one plug-in by plugin.hip.
 //
-// Each planted family file (one family per file) defines its kernels in an anonymous namespace and exports
-// only its af_kernel table here. The counts are fixed so that plugin.hip can size the plug-in's table at
-// compile time; a table with fewer initialisers than its count leaves a nameless entry, which the registry
-// refuses when the plug-in is loaded (so a mismatch cannot go unnoticed).
+// Each planted family file (one family per file) defines its kernels and its af_kernel table in an anonymous
+// namespace and exports only a host function returning the table (a host function, not the table itself:
+// an external const table would be emitted in the device compilation too, referring to host functions that
+// exist only on the host side). The counts are fixed so that plugin.hip can size the plug-in's table at
+// compile time; each family file static_asserts its table against its count.
 #pragma once
 
 #include <stddef.h>
@@ -17,9 +18,9 @@ constexpr size_t kOnlineRowBugCount = 2;     // online_row_bugs.hip
 constexpr size_t kMaterializedBugCount = 2;  // materialized_bugs.hip
 constexpr size_t kSplitKvBugCount = 1;       // split_kv_bugs.hip
 
-extern const af_kernel kFlashBugs[kFlashBugCount];
-extern const af_kernel kOnlineRowBugs[kOnlineRowBugCount];
-extern const af_kernel kMaterializedBugs[kMaterializedBugCount];
-extern const af_kernel kSplitKvBugs[kSplitKvBugCount];
+const af_kernel* flash_bugs();         // kFlashBugCount entries
+const af_kernel* online_row_bugs();    // kOnlineRowBugCount entries
+const af_kernel* materialized_bugs();  // kMaterializedBugCount entries
+const af_kernel* split_kv_bugs();      // kSplitKvBugCount entries
 
 }  // namespace attnfuzz_planted

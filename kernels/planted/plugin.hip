@@ -11,8 +11,8 @@ using namespace attnfuzz_planted;
 constexpr size_t kPlantedCount =
     kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount;
 
-// Filled when the library is loaded (before attnfuzz_plugin() can be called), from the family tables,
-// which are constant-initialised.
+// Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
+// are constant-initialised.
 af_kernel kPlantedKernels[kPlantedCount];
 
 bool gather_planted_kernels() {
@@ -21,10 +21,10 @@ bool gather_planted_kernels() {
     memcpy(kPlantedKernels + at, table, n * sizeof(af_kernel));
     at += n;
   };
-  append(kFlashBugs, kFlashBugCount);
-  append(kOnlineRowBugs, kOnlineRowBugCount);
-  append(kMaterializedBugs, kMaterializedBugCount);
-  append(kSplitKvBugs, kSplitKvBugCount);
+  append(flash_bugs(), kFlashBugCount);
+  append(online_row_bugs(), kOnlineRowBugCount);
+  append(materialized_bugs(), kMaterializedBugCount);
+  append(split_kv_bugs(), kSplitKvBugCount);
   return at == kPlantedCount;
 }
 

@@ -161,15 +161,15 @@ int planted_split_kv_launch(const af_problem* pp, const af_buffers* buf, void* s
   return (int)hipGetLastError();
 }
 
-}  // namespace
-
-namespace attnfuzz_planted {
-
-const af_kernel kSplitKvBugs[kSplitKvBugCount] = {
+const af_kernel kSplitKvBugs[] = {
     {"planted-combine-wrong-weight", "planted/split-kv",
      "split-kv with a planted bug: the combine weighs split s by 2^(LSE_s - M) instead of e^(LSE_s - M)",
      AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,
      planted_split_kv_workspace, planted_split_kv_check, planted_split_kv_launch},
 };
+static_assert(sizeof(kSplitKvBugs) / sizeof(kSplitKvBugs[0]) == attnfuzz_planted::kSplitKvBugCount,
+              "planted.h's count");
 
-}  // namespace attnfuzz_planted
+}  // namespace
+
+const af_kernel* attnfuzz_planted::split_kv_bugs() { return kSplitKvBugs; }

@@ -1,0 +1,172 @@
+// attn_check_test.cpp - attn-check end to end: verdicts, exit codes, replay, bad input, report files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr
+};
+
+// Runs attn-check with args (a shell fragment) and the wrong-kernels plug-in; reports into `out`.
+Result run(const std::string& args, const std::string& out = "") {
+  static int n = 0;
+  const fs::path dir = fs::path(TEST_TMP);
+  fs::create_directories(dir);
+  const fs::path log = dir / ("log-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".txt");
+  const std::string o = out.empty() ? (dir / "reports").string() : out;
+  const std::string cmd = std::string(ATTN_CHECK) + " --plugin " + WRONG_PLUGIN + " --out " + o + " " + args + " > " +
+                          log.string() + " 2>&1";
+  const int st = std::system(cmd.c_str());
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, ss.str()};
+}
+
+bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+std::string fresh(const std::string& name) {
+  const fs::path d = fs::path(TEST_TMP) / name;
+  fs::remove_all(d);
+  return d.string();
+}
+
+TEST(AttnCheck, CorrectKernelsPassWithExitZero) {
+  Result r = run("--sq 7 --sk 13 --d 59 --mask causal-br --kernel 'flash-*,online-row,test-right'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  EXPECT_TRUE(has(r.out, "flash-bm16-bn32")) << r.out;
+}
+
+TEST(AttnCheck, EachWrongKernelFailsWithItsClassAndExitOne) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"test-scaled", "precision"},   {"test-nan-row", "non-finite"}, {"test-oob-write", "oob-write"},
+      {"test-crash", "crash"},        {"test-hang", "hang"},
+  };
+  for (auto [kernel, cls] : cases) {
+    Result r = run(std::string("--sq 33 --sk 20 --d 16 --timeout 2 --kernel ") + kernel);
+    EXPECT_EQ(r.code, 1) << kernel << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, cls)) << kernel << " should be classified " << cls << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "replay: attn-check --replay ")) << r.out;
+  }
+}
+
+TEST(AttnCheck, ReplayReproducesTheVerdictBitExactly) {
+  const std::string out = fresh("replay");
+  Result r = run("--sq 19 --sk 45 --d 13 --mask causal-tl --dist extreme:50 --seed 9 --kernel test-scaled", out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  const auto pos = r.out.find("replay: attn-check --replay ");
+  ASSERT_NE(pos, std::string::npos);
+  const std::string file = r.out.substr(pos + 28, r.out.find('\n', pos) - pos - 28);
+  const std::string cmd_tail = file.substr(0, file.find(' '));
+  ASSERT_TRUE(fs::exists(cmd_tail)) << cmd_tail;
+  Result again = run("--replay " + cmd_tail, fresh("replay2"));
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(has(again.out, "reproduced")) << again.out;
+  // The same failure, the same worst element, to the last bit.
+  auto worst = [](const std::string& s) { return s.substr(s.find("worst "), s.find('\n', s.find("worst ")) - s.find("worst ")); };
+  EXPECT_EQ(worst(r.out), worst(again.out));
+}
+
+TEST(AttnCheck, SweepRunsEveryKernelOnTheEdgeGridWithProgress) {
+  Result r = run("--sweep --kernel test-right,online-row", fresh("sweep"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "100%]")) << "progress line missing\n" << r.out;
+  EXPECT_TRUE(has(r.out, "online-row")) << r.out;
+}
+
+TEST(AttnCheck, ReportsAreWrittenAndWellFormed) {
+  const std::string out = fresh("reports");
+  Result r = run("--sq 40 --sk 40 --d 8 --mask causal-br --kernel test-nan-row,test-right", out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  for (const char* f : {"report.json", "summary.md", "junit.xml"}) EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  std::ifstream jf(fs::path(out) / "report.json");
+  const auto j = nlohmann::json::parse(jf);
+  EXPECT_EQ(j.at("schema"), "attnfuzz-report");
+  ASSERT_EQ(j.at("results").size(), 2u);
+  bool saw_fail = false;
+  for (const auto& e : j.at("results")) {
+    for (const char* k : {"kernel", "case", "verdict", "class", "worst"}) EXPECT_TRUE(e.contains(k)) << k;
+    if (e.at("verdict") == "fail") {
+      saw_fail = true;
+      EXPECT_EQ(e.at("class"), "non-finite");
+      EXPECT_FALSE(e.at("worst").empty());
+    }
+  }
+  EXPECT_TRUE(saw_fail);
+  int svgs = 0;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().extension() == ".svg") {
+      ++svgs;
+      const std::string cmd = "xmllint --noout " + e.path().string() + " > /dev/null 2>&1";
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << "SVG is not well-formed XML: " << e.path();
+    }
+  EXPECT_EQ(svgs, 1);
+  EXPECT_EQ(std::system(("xmllint --noout " + out + "/junit.xml").c_str()), 0);
+}
+
+TEST(AttnCheck, BadInputIsExitTwoWithAMessage) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--sq 0", "sq"},
+      {"--heads 3 --kv-heads 2", "multiple"},
+      {"--mask diagonal", "mask"},
+      {"--kernel no-such-kernel", "no kernel matches"},
+      {"--kernel test-nomask-only --mask causal", "does not support"},
+      {"--backend tpu", "unknown backend"},
+      {"--dist weird", "dist"},
+      {"--special nan@x", "special"},
+      {"--no-such-flag", "no-such-flag"},
+      {"--scale abc", "scale"},
+      {"--replay /nonexistent/file.case", "nonexistent"},
+  };
+  for (const auto& [args, msg] : cases) {
+    Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, msg)) << args << ": message should mention '" << msg << "'\n" << r.out;
+  }
+}
+
+TEST(AttnCheck, CorruptForeignTruncatedAndFutureCorpusFilesAreExitTwo) {
+  const fs::path dir = fs::path(TEST_TMP) / "bad-corpus";
+  fs::create_directories(dir);
+  const std::pair<const char*, const char*> files[] = {
+      {"foreign.case", "hello world\n"},
+      {"truncated.case", "ATTNFUZZ-CASE 1\n{\"format\": 1, \"tool\": {"},
+      {"future.case", "ATTNFUZZ-CASE 99\n{}\n"},
+      {"corrupt.case", "ATTNFUZZ-CASE 1\n{\"format\": 1, \"tool\": {\"name\": \"x\", \"version\": \"1\"}, \"case\": 7}\n"},
+  };
+  for (auto [name, text] : files) {
+    std::ofstream(dir / name) << text;
+    Result r = run("--replay " + (dir / name).string());
+    EXPECT_EQ(r.code, 2) << name << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, name)) << "the message should name the file\n" << r.out;
+  }
+}
+
+TEST(AttnCheck, UnwritableOutIsExitTwo) {
+  Result r = run("--sq 4", "/proc/attn-fuzz-cannot-write-here");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "cannot write")) << r.out;
+}
+
+TEST(AttnCheck, ListAndHelp) {
+  Result r = run("--list");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "test-scaled")) << r.out;
+  EXPECT_TRUE(has(r.out, "materialized")) << r.out;
+  r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "Examples:")) << r.out;
+}
+
+}  // namespace

@@ -1,4 +1,4 @@
-// kernels_cpu.cpp - benchmark: cost of the kernels on the cpu emulator, side by side (name=value lines).
+// kernel_speed.cpp - benchmark: the kernels on one backend (cpu emulator by default), side by side (name=value lines).
 #include <algorithm>
 #include <cstdio>
 #include <string>

@@ -1,0 +1,159 @@
+// runner.cpp - one kernel x one case: guarded launch, canaries, exact comparison, verdict.
+#include "check/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "check/compare.h"
+
+namespace attnfuzz {
+
+PreparedCase::PreparedCase(Case c) : case_(std::move(c)), tensors_(generate(case_)) {}
+
+const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
+  if (!oracle_) oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(), o);
+  return *oracle_;
+}
+
+namespace {
+
+int64_t count_poison(const std::vector<float>& v) {
+  int64_t n = 0;
+  for (float x : v) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    n += u == kOutputPoison;
+  }
+  return n;
+}
+
+std::string hex32(uint32_t u) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", u);
+  return b;
+}
+
+}  // namespace
+
+LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
+                             const RunOptions& opts) {
+  LaunchOutcome out;
+  const size_t g = opts.guard_bytes;
+  const uint32_t poison = opts.guard_poison;
+  GuardedBuffer q(dev, "q", t.q.size() * 4, g, poison), kb(dev, "k", t.k.size() * 4, g, poison),
+      v(dev, "v", t.v.size() * 4, g, poison);
+  GuardedBuffer o(dev, "o", static_cast<size_t>(o_elements(p)) * 4, g, poison);
+  const bool want_lse = k.kernel.writes_lse != 0;
+  std::unique_ptr<GuardedBuffer> lse, ws;
+  if (want_lse) lse = std::make_unique<GuardedBuffer>(dev, "lse", static_cast<size_t>(lse_elements(p)) * 4, g, poison);
+  const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
+  if (ws_bytes) ws = std::make_unique<GuardedBuffer>(dev, "workspace", ws_bytes, g, poison);
+  q.upload(t.q.data());
+  kb.upload(t.k.data());
+  v.upload(t.v.data());
+  o.fill_payload(kOutputPoison);
+  if (lse) lse->fill_payload(kOutputPoison);
+  if (ws) ws->fill_payload(kOutputPoison);
+  af_buffers b{};
+  b.q = q.data();
+  b.k = kb.data();
+  b.v = v.data();
+  b.o = o.data();
+  b.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
+  b.workspace = ws ? ws->data() : nullptr;
+  out.launch = dev.launch(k.kernel, p, b);
+  if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
+  out.o.resize(static_cast<size_t>(o_elements(p)));
+  o.download(out.o.data());
+  if (lse) {
+    out.lse.resize(static_cast<size_t>(lse_elements(p)));
+    lse->download(out.lse.data());
+  }
+  for (GuardedBuffer* gb : {&q, &kb, &v, &o, lse.get(), ws.get()}) {
+    if (!gb) continue;
+    auto hits = gb->check();
+    out.canary_words += gb->changed_words();
+    out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
+  }
+  out.unwritten = count_poison(out.o) + count_poison(out.lse);
+  return out;
+}
+
+Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts) {
+  Judged j;
+  CheckResult& r = j.result;
+  r.kernel = k.kernel.name;
+  r.backend = backend_name(k.backend);
+  r.device = dev.name();
+  const Problem& p = pc.problem();
+  if (std::string why = unsupported_reason(k.kernel, p); !why.empty()) {
+    r.verdict = Verdict::kUnsupported;
+    r.reason = why;
+    return j;
+  }
+  j.outcome = launch_guarded(dev, k, p, pc.tensors(), opts);
+  const LaunchOutcome& lo = j.outcome;
+  r.launch_ms = lo.launch.ms;
+  auto fail = [&](FailureClass c, std::string reason) {
+    if (r.verdict != Verdict::kFail) {  // the first failure found names the class
+      r.verdict = Verdict::kFail;
+      r.failure = c;
+      r.reason = std::move(reason);
+    }
+  };
+  switch (lo.launch.status) {
+    case LaunchStatus::kOk: break;
+    case LaunchStatus::kCrash: fail(FailureClass::kCrash, "the kernel crashed: " + lo.launch.message); break;
+    case LaunchStatus::kHang: fail(FailureClass::kHang, "the kernel hung: " + lo.launch.message); break;
+    case LaunchStatus::kLaunchError:
+      fail(FailureClass::kLaunchError, "launch error on a supported case: " + lo.launch.message);
+      break;
+  }
+  if (r.verdict == Verdict::kFail) {
+    r.evidence.push_back({"launch", lo.launch.message});
+    return j;
+  }
+  if (lo.canary_words) {
+    const CanaryHit& h = lo.canaries.front();
+    const int64_t elem = h.offset >= 0 ? h.offset / 4 : -((-h.offset + 3) / 4);
+    fail(FailureClass::kOobWrite, std::to_string(lo.canary_words) + " guard word(s) overwritten; first: buffer " +
+                                      h.buffer + " element " + std::to_string(elem) + " (" +
+                                      (h.offset < 0 ? "before the start" : "past the end") + ")");
+    for (const CanaryHit& c : lo.canaries) {
+      float f;
+      std::memcpy(&f, &c.got, 4);
+      r.evidence.push_back({"canary", "buffer " + c.buffer + " byte offset " + std::to_string(c.offset) + ": " +
+                                          hex32(c.got) + " (" + std::to_string(f) + ") instead of poison " +
+                                          hex32(c.expected)});
+    }
+  }
+  if (lo.unwritten)
+    r.evidence.push_back({"poison", std::to_string(lo.unwritten) +
+                                        " output element(s) still hold the pre-launch poison: never written"});
+  const auto t0 = std::chrono::steady_clock::now();
+  const OracleResult& exact = pc.oracle(opts.oracle);
+  r.oracle_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CheckResult cmp;
+  CompareOptions co;
+  co.worst = opts.worst;
+  j.ratio_map = compare_output(p, exact, lo.o.data(), lo.lse.empty() ? nullptr : lo.lse.data(), cmp, co);
+  r.worst = std::move(cmp.worst);
+  r.max_ratio = cmp.max_ratio;
+  r.max_abs_err = cmp.max_abs_err;
+  r.baseline_max_ratio = cmp.baseline_max_ratio;
+  r.compared = cmp.compared;
+  r.failed = cmp.failed;
+  r.evidence.insert(r.evidence.end(), cmp.evidence.begin(), cmp.evidence.end());
+  if (cmp.verdict == Verdict::kFail) {
+    fail(cmp.failure, cmp.reason);
+  } else if (r.verdict != Verdict::kFail && cmp.verdict == Verdict::kOutsideContract) {
+    r.verdict = Verdict::kOutsideContract;
+    r.reason = cmp.reason;
+  }
+  return j;
+}
+
+}  // namespace attnfuzz

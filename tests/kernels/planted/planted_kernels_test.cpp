@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -270,6 +271,24 @@ TEST(PlantedPlugin, TailQWriteHitsTheCanaries) {
   const CheckResult r = check("planted-tail-q-oob-write", {1, 1, 1, 17, 16, 32, 32, "none"});
   EXPECT_EQ(r.verdict, Verdict::kFail);
   EXPECT_EQ(r.failure, FailureClass::kOobWrite) << summary(r);
+}
+
+// The tail-K read really lands in k's and v's guard zones: the output follows the guard poison (NaN or a
+// finite 1.23), while the correct kernel's output does not depend on it.
+TEST(PlantedPlugin, TailKReadFollowsTheGuardPoison) {
+  const Case c = make_spec_case({1, 1, 1, 8, 33, 32, 32, "none"});
+  const Tensors t = generate(c);
+  for (const char* name : {"planted-tail-k-oob-read", "flash-bm16-bn16"}) {
+    RunOptions nan_guard, finite_guard;
+    finite_guard.guard_poison = kGuardPoisonAlt;
+    const LaunchOutcome a = launch_guarded(cpu_device(kFwd), cpu_kernel(name), c.problem, t, nan_guard);
+    const LaunchOutcome b = launch_guarded(cpu_device(kFwd), cpu_kernel(name), c.problem, t, finite_guard);
+    ASSERT_EQ(a.launch.status, LaunchStatus::kOk) << a.launch.message;
+    ASSERT_EQ(b.launch.status, LaunchStatus::kOk) << b.launch.message;
+    EXPECT_EQ(a.canary_words + b.canary_words, 0u) << name << " wrote into a guard zone";
+    const bool same = a.o.size() == b.o.size() && std::memcmp(a.o.data(), b.o.data(), a.o.size() * 4) == 0;
+    EXPECT_EQ(same, std::string(name) != "planted-tail-k-oob-read") << name;
+  }
 }
 
 // The barrier races depend on the schedule only: the same case and values pass under one order and fail

@@ -53,6 +53,9 @@ struct Planted {
   Spec quiet;                  // check_case says kPass
 };
 
+// gtest prints the kernel's name for a parameter (instead of its bytes).
+void PrintTo(const Planted& k, std::ostream* os) { *os << k.name; }
+
 constexpr ThreadOrder kFwd = ThreadOrder::kForward, kRev = ThreadOrder::kReverse;
 
 // Every planted kernel of the plug-in, with the case that exposes it and a case where it stays quiet.

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kRowThreads)
     // otherwise (two warps on NVIDIA; the emulator's forward order).
     if constexpr (kBug != SoftmaxBug::kSharedReuseRace) __syncthreads();
 
-    // PLANTED: no-max-subtraction: the weights are exp(s) instead of exp(s - m) (the max is still found, but
+    // PLANTED: no-max-sub: the weights are exp(s) instead of exp(s - m) (the max is still found, but
     // only to recognise a fully masked row). Exact in exact arithmetic; exp overflows to inf once a score
     // passes ~88 (and underflows to 0 below ~-103), giving inf / inf or 0 / 0 = NaN.
     constexpr bool kNoMax = kBug == SoftmaxBug::kNoMaxSubtraction;

@@ -1,0 +1,82 @@
+// classify.cpp - runs the detectors in precedence order after a failed check and settles the failure class.
+#include "check/classify.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "check/detectors/detectors.h"
+
+namespace attnfuzz {
+
+const std::vector<FailureClass>& class_precedence() {
+  static const std::vector<FailureClass> order = {
+      FailureClass::kOobWrite, FailureClass::kOobRead,   FailureClass::kBarrierRace, FailureClass::kMask,
+      FailureClass::kRescale,  FailureClass::kNonFinite, FailureClass::kPrecision};
+  return order;
+}
+
+namespace {
+int rank(FailureClass c) {
+  const auto& o = class_precedence();
+  for (size_t i = 0; i < o.size(); ++i)
+    if (o[i] == c) return static_cast<int>(i);
+  return static_cast<int>(o.size());
+}
+}  // namespace
+
+ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts,
+                               Judged& j, const ClassifyOptions& co) {
+  ClassifyStats stats;
+  CheckResult& r = j.result;
+  if (!co.enabled || r.verdict != Verdict::kFail) return stats;
+  if (r.failure != FailureClass::kNonFinite && r.failure != FailureClass::kPrecision) return stats;
+  if (!dev.usable() || j.outcome.o.empty()) return stats;
+  stats.ran = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  detect::Context c{dev, k, pc, opts, j, co, stats, {}};
+  bool decided = false;
+  FailureClass cls = r.failure;
+  stats.decided_by = "check";
+  // Runs one detector; a firing detector decides the class unless one of higher precedence already did.
+  auto run = [&](const char* name, detect::Finding (*fn)(detect::Context&)) -> detect::Finding {
+    detect::Finding f;
+    try {
+      f = fn(c);
+    } catch (const std::exception& e) {
+      r.evidence.push_back({name, std::string("could not run: ") + e.what()});
+      return f;
+    }
+    r.evidence.insert(r.evidence.end(), f.evidence.begin(), f.evidence.end());
+    if (f.fired && (!decided || rank(f.cls) < rank(cls))) {
+      cls = f.cls;
+      decided = true;
+      stats.decided_by = name;
+    }
+    return f;
+  };
+  const bool cpu = dev.backend() == Backend::kCpu;
+  bool unreliable = false;
+  if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
+  if (!decided && co.poison && !unreliable) run("poison-swap", detect::poison_swap);
+  if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
+  if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
+  if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
+  if (!decided && co.mask && !unreliable) run("mask", detect::mask);
+  if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
+  if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
+  if (r.failure == FailureClass::kNonFinite) run("non-finite", detect::nonfinite);  // evidence in every case
+  if (!decided) run("precision", detect::precision);
+  r.failure = cls;
+  stats.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.evidence.push_back({"classify", std::string(failure_class_name(cls)) + " by " + stats.decided_by + " (" +
+                                        std::to_string(stats.launches) + " extra launch(es), " +
+                                        std::to_string(stats.oracles) + " extra oracle(s), " +
+                                        detect::fmt("%.0f ms", stats.ms) + ")"});
+  if (!c.case_file.empty() && co.work_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(std::filesystem::path(c.case_file).parent_path(), ec);
+  }
+  return stats;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,89 @@
+// detectors.h - the detectors classify_failure() runs (internal to check/): shared context, helpers, one function per detector.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+#include "check/classify.h"
+#include "check/runner.h"
+
+namespace attnfuzz::detect {
+
+// What one classification run shares between detectors.
+struct Context {
+  Device& dev;
+  const KernelEntry& k;
+  PreparedCase& pc;
+  const RunOptions& opts;
+  Judged& j;
+  const ClassifyOptions& co;
+  ClassifyStats& stats;
+  std::string case_file;  // written on first use by subprocess detectors
+
+  const Problem& problem() const { return pc.problem(); }
+  const Tensors& tensors() const { return pc.tensors(); }
+  const LaunchOutcome& original() const { return j.outcome; }
+  // A guarded launch of the kernel on t (same problem), counted.
+  LaunchOutcome launch(const Tensors& t, const RunOptions& o);
+  LaunchOutcome launch(const Tensors& t) { return launch(t, opts); }
+  // An oracle for another problem or inputs, counted.
+  OracleResult oracle(const Problem& p, const Tensors& t);
+};
+
+// What a detector concluded.
+struct Finding {
+  bool fired = false;
+  FailureClass cls = FailureClass::kNone;
+  std::vector<Evidence> evidence;
+  bool unreliable_baseline = false;  // reruns differ: bitwise experiments cannot be trusted
+};
+
+// ---- helpers (helpers.cpp) ----
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string num(double v);  // %.6g, with nan / inf spelled out
+std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d);
+// Bitwise difference of two launches' O and LSE over the problem's addressed elements.
+struct BitDiff {
+  int64_t count = 0;
+  bool is_lse = false;
+  int64_t b = 0, s = 0, h = 0, d = 0;  // first differing element
+  float a = 0, x = 0;                  // its values in the first and second launch
+  std::string first() const;           // "O[b=0,s=3,h=0,d=1]: 0.25 vs 0.31"
+};
+BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x);
+// Max |err| / bound over one output row (O elements and LSE); NaN when the oracle did not compute it or
+// it is outside the fp32 contract.
+double row_ratio(const Problem& p, const OracleResult& ex, const LaunchOutcome& out, int64_t b, int64_t h,
+                 int64_t s);
+// Whole-output comparison verdict of out against ex (compare_output without keeping anything).
+CheckResult judge(const Problem& p, const OracleResult& ex, const LaunchOutcome& out);
+// "0-3, 7, 9-12" from ascending values.
+std::string ranges(const std::vector<int64_t>& v, size_t max_items = 8);
+// The (b, h, s) of the worst failing element, if any.
+bool worst_row(const CheckResult& r, int64_t& b, int64_t& h, int64_t& s);
+// Every (b, h, s) row with a failing element, from a fresh comparison of the original launch.
+struct RowKey {
+  int64_t b, h, s;
+};
+std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only = false);
+// Runs a shell command with a timeout; returns its exit status (124 on timeout) and stdout+stderr.
+int run_command(const std::string& command, double timeout_s, std::string& output);
+std::string shell_quote(const std::string& s);
+// The case written as a corpus file (once per context), for subprocess detectors.
+std::string case_file(Context& c);
+
+// ---- detectors, in precedence order ----
+Finding reruns(Context& c);             // reruns.cpp: bitwise reruns with the same settings
+Finding poison_swap(Context& c);        // poison.cpp: oob-read
+Finding schedule(Context& c);           // schedule.cpp: cpu thread orders -> barrier-race
+Finding tsan(Context& c);               // sanitizers.cpp: ThreadSanitizer build of attn-check
+Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck / memcheck
+Finding mask(Context& c);               // mask.cpp: masked rows, masked NaN, other masks, perturbation
+Finding reorder(Context& c);            // reorder.cpp: rescale
+Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with extra zero-score keys
+Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs
+Finding precision(Context& c);          // nonfinite.cpp: error / bound and where in the tile grid
+
+}  // namespace attnfuzz::detect

@@ -1,0 +1,265 @@
+// helpers.cpp - what the detectors share: counted launches and oracles, bitwise diffs, row ratios, subprocesses.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "attnfuzz/corpus.h"
+#include "check/compare.h"
+#include "check/detectors/detectors.h"
+
+namespace attnfuzz::detect {
+
+LaunchOutcome Context::launch(const Tensors& t, const RunOptions& o) {
+  ++stats.launches;
+  return launch_guarded(dev, k, problem(), t, o);
+}
+
+OracleResult Context::oracle(const Problem& p, const Tensors& t) {
+  ++stats.oracles;
+  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), opts.oracle);
+}
+
+std::string fmt(const char* f, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt("%.6g", v);
+}
+
+std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d) {
+  return fmt("O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)b, (long long)s, (long long)h, (long long)d);
+}
+
+std::string BitDiff::first() const {
+  const std::string where = is_lse ? fmt("LSE[b=%lld,h=%lld,s=%lld]", (long long)b, (long long)h, (long long)s)
+                                   : o_name(b, s, h, d);
+  return where + ": " + num(a) + " vs " + num(x);
+}
+
+namespace {
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x) {
+  BitDiff r;
+  if (a.o.size() != x.o.size() || a.lse.size() != x.lse.size()) {
+    r.count = -1;
+    return r;
+  }
+  auto note = [&](bool lse, int64_t b, int64_t s, int64_t h, int64_t d, float va, float vx) {
+    if (r.count++ == 0) {
+      r.is_lse = lse;
+      r.b = b, r.s = s, r.h = h, r.d = d, r.a = va, r.x = vx;
+    }
+  };
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t i = static_cast<size_t>(o_index(p, b, s, h, d));
+          if (i < a.o.size() && bits(a.o[i]) != bits(x.o[i])) note(false, b, s, h, d, a.o[i], x.o[i]);
+        }
+  if (!a.lse.empty())
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t s = 0; s < p.seq_q; ++s) {
+          const size_t i = static_cast<size_t>(lse_index(p, b, h, s));
+          if (i < a.lse.size() && bits(a.lse[i]) != bits(x.lse[i])) note(true, b, s, h, 0, a.lse[i], x.lse[i]);
+        }
+  return r;
+}
+
+double row_ratio(const Problem& p, const OracleResult& ex, const LaunchOutcome& out, int64_t b, int64_t h,
+                 int64_t s) {
+  const RowInfo& ri = ex.row(b, h, s);
+  if (!ri.computed || !ri.inside_contract() || out.o.empty()) return std::nan("");
+  double worst = 0;
+  for (int64_t d = 0; d < p.head_dim_v; ++d) {
+    const size_t e = ex.o_at(b, s, h, d);
+    const ElementJudgement jd =
+        judge_element(ex.o[e], out.o[static_cast<size_t>(o_index(p, b, s, h, d))], ex.o_bound[e]);
+    worst = std::max(worst, jd.ratio);
+  }
+  if (!out.lse.empty()) {
+    const size_t e = ex.lse_at(b, h, s);
+    const ElementJudgement jd =
+        judge_element(ex.lse[e], out.lse[static_cast<size_t>(lse_index(p, b, h, s))], ex.lse_bound[e]);
+    worst = std::max(worst, jd.ratio);
+  }
+  return worst;
+}
+
+CheckResult judge(const Problem& p, const OracleResult& ex, const LaunchOutcome& out) {
+  CheckResult r;
+  CompareOptions co;
+  co.worst = 1;
+  if (out.o.empty()) {
+    r.verdict = Verdict::kFail;
+    return r;
+  }
+  compare_output(p, ex, out.o.data(), out.lse.empty() ? nullptr : out.lse.data(), r, co);
+  return r;
+}
+
+std::string ranges(const std::vector<int64_t>& v, size_t max_items) {
+  std::string out;
+  size_t items = 0;
+  for (size_t i = 0; i < v.size();) {
+    size_t e = i;
+    while (e + 1 < v.size() && v[e + 1] == v[e] + 1) ++e;
+    if (items == max_items) {
+      out += ", ...";
+      break;
+    }
+    if (!out.empty()) out += ", ";
+    out += std::to_string(v[i]);
+    if (e > i) out += "-" + std::to_string(v[e]);
+    ++items;
+    i = e + 1;
+  }
+  return out;
+}
+
+bool worst_row(const CheckResult& r, int64_t& b, int64_t& h, int64_t& s) {
+  if (r.worst.empty()) return false;
+  const ElementReport& w = r.worst.front();
+  b = w.b, h = w.h, s = w.s;
+  return true;
+}
+
+std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only) {
+  std::vector<RowKey> rows;
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  if (out.o.empty()) return rows;
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo& ri = ex.row(b, h, s);
+        if (!ri.computed || !ri.inside_contract()) continue;
+        bool bad = false;
+        for (int64_t d = 0; d < p.head_dim_v && !bad; ++d) {
+          const size_t e = ex.o_at(b, s, h, d);
+          const ElementJudgement jd =
+              judge_element(ex.o[e], out.o[static_cast<size_t>(o_index(p, b, s, h, d))], ex.o_bound[e]);
+          bad = nonfinite_only ? jd.nonfinite_mismatch : jd.fail;
+        }
+        if (!bad && !out.lse.empty()) {
+          const size_t e = ex.lse_at(b, h, s);
+          const ElementJudgement jd =
+              judge_element(ex.lse[e], out.lse[static_cast<size_t>(lse_index(p, b, h, s))], ex.lse_bound[e]);
+          bad = nonfinite_only ? jd.nonfinite_mismatch : jd.fail;
+        }
+        if (bad) rows.push_back({b, h, s});
+      }
+  return rows;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+int run_command(const std::string& command, double timeout_s, std::string& output) {
+  output.clear();
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // its own process group: a timeout kills the whole tree
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  const auto t0 = std::chrono::steady_clock::now();
+  char buf[4096];
+  bool timed_out = false;
+  for (;;) {
+    const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (left <= 0) {
+      timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int pr = poll(&pfd, 1, static_cast<int>(std::min(left * 1000, 1000.0)) + 1);
+    if (pr < 0 && errno != EINTR) break;
+    if (pr <= 0) continue;
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    if (output.size() < (64u << 20)) output.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (timed_out) return 124;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string case_file(Context& c) {
+  if (!c.case_file.empty()) return c.case_file;
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (!c.co.work_dir.empty()) {
+    dir = c.co.work_dir;
+    fs::create_directories(dir);
+  } else {
+    std::string tmpl = (fs::temp_directory_path() / "attnfuzz-classify-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) return {};
+    dir = tmpl;
+  }
+  CorpusFile cf;
+  cf.tool.name = "attn-check";
+  cf.tool.command = "classify: " + std::string(c.k.kernel.name);
+  cf.the_case = c.pc.the_case();
+  const fs::path path = dir / ("classify-" + case_hash(cf) + kCaseFileExtension);
+  try {
+    write_corpus_file(path, cf);
+  } catch (const std::exception&) {
+    return {};
+  }
+  c.case_file = path.string();
+  return c.case_file;
+}
+
+}  // namespace attnfuzz::detect

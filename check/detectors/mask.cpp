@@ -1,0 +1,280 @@
+// mask.cpp - the mask detectors: wrong fully masked rows, masked NaN reaching O, other-mask oracles, masked K/V perturbation, zero-score model.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "check/compare.h"
+#include "check/detectors/detectors.h"
+
+namespace attnfuzz::detect {
+
+namespace {
+
+constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
+
+bool same_visibility(const Problem& a, const Problem& b) {
+  for (int64_t i = 0; i < a.seq_q; ++i) {
+    const KeyRange x = visible_keys(a, i), y = visible_keys(b, i);
+    if (x.empty() != y.empty() || (!x.empty() && (x.first != y.first || x.last != y.last))) return false;
+  }
+  return true;
+}
+
+// Masks a kernel may have used instead of the one asked for: none, the other alignment, the diagonal
+// or window edges moved by one. (A causal diagonal moved by -1 has no af_problem form; the masked K/V
+// perturbation below does not see missing keys either: such a kernel ends up as precision.)
+std::vector<Problem> mask_variants(const Problem& p) {
+  std::vector<Problem> out;
+  if (p.mask_kind == AF_MASK_NONE) return out;
+  Problem none = p;
+  none.mask_kind = AF_MASK_NONE;
+  out.push_back(none);
+  Problem other = p;
+  other.mask_align = p.mask_align == AF_ALIGN_TOP_LEFT ? AF_ALIGN_BOTTOM_RIGHT : AF_ALIGN_TOP_LEFT;
+  out.push_back(other);
+  const int64_t left = window_left(p), right = window_right(p);
+  auto window = [&](int64_t l, int64_t r, int32_t align) {
+    Problem w = p;
+    w.mask_kind = AF_MASK_WINDOW;
+    w.mask_align = align;
+    w.window_left = l;
+    w.window_right = r;
+    out.push_back(w);
+  };
+  for (int32_t align : {p.mask_align, other.mask_align}) {
+    if (right != AF_UNBOUNDED) window(left, right + 1, align);
+    if (right != AF_UNBOUNDED && right > 0) window(left, right - 1, align);
+    if (left != AF_UNBOUNDED) window(left + 1, right, align);
+    if (left != AF_UNBOUNDED && left > 0) window(left - 1, right, align);
+  }
+  std::vector<Problem> distinct;
+  for (const Problem& v : out) {
+    if (same_visibility(v, p)) continue;
+    bool dup = false;
+    for (const Problem& d : distinct) dup |= same_visibility(v, d);
+    if (!dup) distinct.push_back(v);
+  }
+  return distinct;
+}
+
+bool row_has_nonfinite(const Problem& p, const std::vector<float>& t, int64_t b, int64_t s, int64_t h, int64_t n,
+                       bool is_q) {
+  for (int64_t d = 0; d < n; ++d) {
+    const float x = t[static_cast<size_t>(is_q ? q_index(p, b, s, h, d) : k_index(p, b, s, h, d))];
+    if (!std::isfinite(x)) return true;
+  }
+  return false;
+}
+bool v_row_nonfinite(const Problem& p, const std::vector<float>& t, int64_t b, int64_t j, int64_t hk) {
+  for (int64_t d = 0; d < p.head_dim_v; ++d)
+    if (!std::isfinite(t[static_cast<size_t>(v_index(p, b, j, hk, d))])) return true;
+  return false;
+}
+
+}  // namespace
+
+Finding mask(Context& c) {
+  Finding f;
+  const Problem& p = c.problem();
+  const Tensors& t = c.tensors();
+  const LaunchOutcome& out = c.original();
+  if (out.o.empty()) return f;
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  auto fire = [&](std::string detail) {
+    f.fired = true;
+    f.cls = FailureClass::kMask;
+    f.evidence.push_back({"mask", std::move(detail)});
+  };
+
+  // (a) Fully masked rows must be O = 0, LSE = -inf.
+  {
+    std::vector<int64_t> rows;
+    std::string example;
+    int64_t total = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t s = 0; s < p.seq_q; ++s) {
+          const RowInfo& ri = ex.row(b, h, s);
+          if (!ri.computed || !ri.inside_contract() || ri.kind != RowKind::kFullyMasked) continue;
+          ++total;
+          if (!(row_ratio(p, ex, out, b, h, s) > 1)) continue;
+          if (std::find(rows.begin(), rows.end(), s) == rows.end()) rows.push_back(s);
+          if (example.empty())
+            example = o_name(b, s, h, 0) + " = " + num(out.o[static_cast<size_t>(o_index(p, b, s, h, 0))]) +
+                      (out.lse.empty() ? ""
+                                       : ", LSE = " + num(out.lse[static_cast<size_t>(lse_index(p, b, h, s))]));
+        }
+    if (!rows.empty()) {
+      std::sort(rows.begin(), rows.end());
+      fire(fmt("fully masked rows are wrong (%zu query row(s) of %lld fully masked (b, h, row)s: s = ",
+               rows.size(), (long long)total) +
+           ranges(rows) + "): expected O = 0 and LSE = -inf, got " + example);
+    }
+  }
+
+  // (b) A NaN / Inf reached O_i although the row's only non-finite inputs sit at keys it must not see.
+  {
+    int64_t n = 0;
+    std::string example;
+    for (const RowKey& r : failing_rows(c, true)) {
+      const RowInfo& ri = ex.row(r.b, r.h, r.s);
+      if (ri.kind == RowKind::kNaN) continue;  // the oracle itself is NaN here: not a masked leak
+      const int64_t hk = kv_head(p, r.h);
+      if (row_has_nonfinite(p, t.q, r.b, r.s, r.h, p.head_dim, true)) continue;
+      const KeyRange kr = visible_keys(p, r.s);
+      bool visible_bad = false;
+      std::vector<int64_t> masked_bad;
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        const bool bad = row_has_nonfinite(p, t.k, r.b, j, hk, p.head_dim, false) || v_row_nonfinite(p, t.v, r.b, j, hk);
+        if (!bad) continue;
+        if (j >= kr.first && j < kr.last) visible_bad = true;
+        else masked_bad.push_back(j);
+      }
+      if (visible_bad || masked_bad.empty()) continue;
+      if (n++ == 0)
+        example = fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) and is non-finite in the output, while its "
+                      "only NaN/Inf inputs are at masked keys j = ",
+                      (long long)r.s, (long long)r.b, (long long)r.h, (long long)kr.first, (long long)kr.last) +
+                  ranges(masked_bad);
+    }
+    if (n) fire(fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
+  }
+
+  // (c) The output matches the oracle under another mask.
+  for (const Problem& v : mask_variants(p)) {
+    OracleResult exv;
+    try {
+      exv = c.oracle(v, t);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const CheckResult r = judge(v, exv, out);
+    if (r.verdict == Verdict::kPass) {
+      fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " + mask_to_string(p) +
+           fmt("): all %lld compared elements within bound, max err/bound %s", (long long)r.compared,
+               num(r.max_ratio).c_str()));
+      break;
+    }
+  }
+
+  // (d) NaN written into K and V at the keys masked for a probe row must not change any row that does not
+  // see those keys.
+  {
+    std::vector<int64_t> probes;
+    int64_t b0, h0, s0;
+    if (worst_row(c.j.result, b0, h0, s0)) probes.push_back(s0);
+    int64_t best = -1, best_masked = 0;
+    for (int64_t i = 0; i < p.seq_q; ++i) {
+      const KeyRange kr = visible_keys(p, i);
+      const int64_t masked = kr.empty() ? p.seq_k : p.seq_k - (kr.last - kr.first);
+      if (!kr.empty() && masked > best_masked) best = i, best_masked = masked;
+    }
+    if (best >= 0 && (probes.empty() || probes[0] != best)) probes.push_back(best);
+    for (int64_t r : probes) {
+      const KeyRange kr = visible_keys(p, r);
+      std::vector<int64_t> masked;
+      for (int64_t j = 0; j < p.seq_k; ++j)
+        if (kr.empty() || j < kr.first || j >= kr.last) masked.push_back(j);
+      if (masked.empty()) continue;
+      std::vector<int64_t> checked;  // rows that see none of the masked keys
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeyRange ki = visible_keys(p, i);
+        if (ki.empty() || (!kr.empty() && ki.first >= kr.first && ki.last <= kr.last)) checked.push_back(i);
+      }
+      Tensors pt = t;
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t hk = 0; hk < p.heads_kv; ++hk)
+          for (int64_t j : masked) {
+            for (int64_t d = 0; d < p.head_dim; ++d) pt.k[static_cast<size_t>(k_index(p, b, j, hk, d))] = kNaNf;
+            for (int64_t d = 0; d < p.head_dim_v; ++d) pt.v[static_cast<size_t>(v_index(p, b, j, hk, d))] = kNaNf;
+          }
+      const LaunchOutcome po = c.launch(pt);
+      if (po.launch.status != LaunchStatus::kOk || po.o.size() != out.o.size()) continue;
+      int64_t changed = 0;
+      std::string first;
+      std::vector<int64_t> rows;
+      for (int64_t i : checked)
+        for (int64_t b = 0; b < p.batch; ++b)
+          for (int64_t h = 0; h < p.heads_q; ++h)
+            for (int64_t d = 0; d < p.head_dim_v; ++d) {
+              const size_t e = static_cast<size_t>(o_index(p, b, i, h, d));
+              const float a = out.o[e], x = po.o[e];
+              const bool same = (std::isnan(a) && std::isnan(x)) || a == x;
+              if (same) continue;
+              if (changed++ == 0) first = o_name(b, i, h, d) + ": " + num(a) + " -> " + num(x);
+              if (rows.empty() || rows.back() != i) rows.push_back(i);
+            }
+      if (changed) {
+        fire(fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(), (long long)r) +
+             ranges(masked) + fmt(") changed %lld output element(s) of rows that see none of them (s = ",
+                                  (long long)changed) +
+             ranges(rows) + "); first " + first);
+        break;
+      }
+    }
+  }
+  return f;
+}
+
+// The oracle's model of a classic mask bug: masked scores filled with 0 instead of -inf. Such a row is the
+// exact row times a factor f < 1 for every d (extra mass in the softmax denominator only), and the extra
+// mass c = e^LSE (1/f - 1) is a whole number of keys of score 0. A fit, not an experiment: it ranks below
+// the reorder (rescale) detector.
+Finding mask_model(Context& c) {
+  Finding f;
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  if (out.o.empty() || p.head_dim_v < 1) return f;
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  int analysed = 0, fits = 0;
+  std::string example;
+  for (const RowKey& r : failing_rows(c)) {
+    const RowInfo& ri = ex.row(r.b, r.h, r.s);
+    if (ri.kind != RowKind::kNormal) continue;
+    double ee = 0, ke = 0, bb = 0;
+    bool finite = true;
+    for (int64_t d = 0; d < p.head_dim_v; ++d) {
+      const size_t e = ex.o_at(r.b, r.s, r.h, d);
+      const double oe = ex.o[e], ok = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
+      if (!std::isfinite(oe) || !std::isfinite(ok)) finite = false;
+      ee += oe * oe, ke += ok * oe, bb += ex.o_bound[e] * ex.o_bound[e];
+    }
+    if (!finite || !(ee > 0)) continue;
+    const double fac = ke / ee;
+    if (!(fac > 0 && fac < 1)) {
+      ++analysed;
+      continue;
+    }
+    bool proportional = true;
+    for (int64_t d = 0; d < p.head_dim_v && proportional; ++d) {
+      const size_t e = ex.o_at(r.b, r.s, r.h, d);
+      const double ok = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
+      proportional = std::fabs(ok - fac * ex.o[e]) <= 4 * ex.o_bound[e] + 1e-6 * std::fabs(ex.o[e]);
+    }
+    const double lse = ex.lse[ex.lse_at(r.b, r.h, r.s)];
+    if (!std::isfinite(lse) || lse > 30) continue;  // e^LSE too large to resolve single keys
+    const double mass = std::exp(lse);
+    const double noise = mass * std::sqrt(bb / ee) / (fac * fac);
+    if (noise > 0.01) continue;
+    ++analysed;
+    const double extra = mass * (1 / fac - 1);
+    const double whole = std::round(extra);
+    if (proportional && whole >= 1 && std::fabs(extra - whole) <= std::max(0.02, 3 * noise)) {
+      if (fits++ == 0)
+        example = fmt("row s=%lld (b=%lld, h=%lld): O = %.6f x exact for every d; extra mass %.4f = %.0f key(s) of "
+                      "score 0",
+                      (long long)r.s, (long long)r.b, (long long)r.h, fac, extra, whole);
+    }
+  }
+  if (fits >= 1 && fits * 10 >= analysed * 9 && (fits >= 2 || analysed == 1)) {
+    f.fired = true;
+    f.cls = FailureClass::kMask;
+    f.evidence.push_back({"mask-model", fmt("%d of %d failing rows equal the exact softmax with extra keys of score 0 "
+                                            "and value 0 (masked scores filled with 0 instead of -inf): ",
+                                            fits, analysed) +
+                                            example});
+  }
+  return f;
+}
+
+}  // namespace attnfuzz::detect

@@ -1,0 +1,44 @@
+// reruns.cpp - bitwise reruns of the failing case with unchanged settings: any bit difference is a barrier race.
+#include "check/detectors/detectors.h"
+
+namespace attnfuzz::detect {
+
+Finding reruns(Context& c) {
+  Finding f;
+  const bool cpu = c.dev.backend() == Backend::kCpu;
+  const int n = cpu ? c.co.cpu_reruns : c.co.reruns;
+  if (n <= 0 || c.original().o.empty()) return f;
+  int differ = 0;
+  BitDiff first;
+  for (int i = 0; i < n; ++i) {
+    const LaunchOutcome again = c.launch(c.tensors());
+    if (again.launch.status != LaunchStatus::kOk) {
+      f.evidence.push_back({"reruns", "rerun " + std::to_string(i + 1) + " ended with " +
+                                          launch_status_name(again.launch.status) + ": " + again.launch.message});
+      ++differ;
+      continue;
+    }
+    const BitDiff d = bit_diff(c.problem(), c.original(), again);
+    if (d.count != 0) {
+      if (differ == 0) first = d;
+      ++differ;
+    }
+  }
+  if (differ) {
+    f.fired = true;
+    f.cls = FailureClass::kBarrierRace;
+    f.unreliable_baseline = true;
+    f.evidence.push_back({"reruns", fmt("%d of %d bitwise reruns with the same inputs and settings differ from the "
+                                        "checked launch: the result depends on the schedule; first difference ",
+                                        differ, n) +
+                                        first.first() + fmt(" (%lld element(s))", (long long)first.count)});
+  } else {
+    f.evidence.push_back(
+        {"reruns", fmt("%d bitwise reruns are identical%s", n,
+                       cpu ? "" : " (a GPU schedule can be deterministic and still racy: the cpu backend's "
+                                  "thread orders and --tsan, or compute-sanitizer racecheck, settle it)")});
+  }
+  return f;
+}
+
+}  // namespace attnfuzz::detect

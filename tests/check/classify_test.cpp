@@ -1,0 +1,261 @@
+// classify_test.cpp - each detector on a small hand-made kernel (tests/check/detector_kernels.hip), the report parsers, and TSan end to end.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/registry.h"
+#include "check/classify.h"
+#include "check/runner.h"
+
+namespace attnfuzz {
+namespace {
+
+void load() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Registry::global().load_plugin(DETECTOR_PLUGIN);
+    Registry::global().load_plugin(PLANTED_PLUGIN);
+  });
+}
+
+const KernelEntry& kernel(const std::string& name) {
+  load();
+  const KernelEntry* e = Registry::global().find(Backend::kCpu, name);
+  if (!e) throw std::runtime_error(name + " not registered");
+  return *e;
+}
+
+Device& device(ThreadOrder order = ThreadOrder::kForward) {
+  static std::map<ThreadOrder, std::unique_ptr<Device>> devs;
+  auto& d = devs[order];
+  if (!d) {
+    DeviceOptions o;
+    o.order = order;
+    o.order_seed = 7;
+    o.workers = 1;
+    d = open_device("cpu", o);
+  }
+  return *d;
+}
+
+Case make(int64_t sq, int64_t sk, int64_t d, const char* mask, const char* dist = "uniform:1",
+          const char* special = "", uint64_t seed = 1) {
+  Problem p = make_problem(1, 1, 1, sq, sk, d, d);
+  EXPECT_EQ(parse_mask(mask, p), "");
+  Case c = make_case(p, seed);
+  EXPECT_EQ(parse_distribution(dist, c.values.dist), "");
+  if (*special) {
+    SpecialValue sv;
+    EXPECT_EQ(parse_special(special, sv), "");
+    c.values.specials.push_back(sv);
+  }
+  return c;
+}
+
+struct Outcome {
+  CheckResult r;
+  ClassifyStats stats;
+  std::string evidence;  // every evidence line
+  bool has(const std::string& detector) const { return evidence.find("\n" + detector + ": ") != std::string::npos; }
+};
+
+Outcome run(const std::string& name, const Case& c, ThreadOrder order = ThreadOrder::kForward,
+            ClassifyOptions co = {}) {
+  PreparedCase pc(c);
+  RunOptions ro;
+  Judged j = check_case(device(order), kernel(name), pc, ro);
+  Outcome o;
+  o.stats = classify_failure(device(order), kernel(name), pc, ro, j, co);
+  o.r = j.result;
+  for (const Evidence& e : o.r.evidence) o.evidence += "\n" + e.detector + ": " + e.detail;
+  return o;
+}
+
+#define EXPECT_CLASS(o, cls)                                                                         \
+  do {                                                                                               \
+    EXPECT_EQ((o).r.verdict, Verdict::kFail) << (o).r.reason << (o).evidence;                        \
+    EXPECT_STREQ(failure_class_name((o).r.failure), cls) << (o).r.reason << (o).evidence;            \
+  } while (0)
+
+TEST(Classify, CorrectKernelPassesEverywhere) {
+  for (const char* mask : {"none", "causal-tl", "causal-br", "window:3,1-br"})
+    for (ThreadOrder order : {ThreadOrder::kForward, ThreadOrder::kReverse, ThreadOrder::kShuffle}) {
+      const Outcome o = run("det-correct", make(9, 21, 16, mask, "uniform:1", "nan@k:masked*2"), order);
+      EXPECT_EQ(o.r.verdict, Verdict::kPass) << mask << o.r.reason;
+      EXPECT_FALSE(o.stats.ran);
+    }
+}
+
+TEST(Classify, ReorderFindsAMissingRescale) {
+  const Outcome o = run("det-no-rescale", make(4, 40, 16, "none"));
+  EXPECT_CLASS(o, "rescale");
+  EXPECT_TRUE(o.has("reorder")) << o.evidence;
+  EXPECT_EQ(o.stats.decided_by, "reorder");
+  EXPECT_NE(o.evidence.find("max key first -> err/bound"), std::string::npos);
+}
+
+TEST(Classify, OtherMaskOracleMatchesAKernelThatIgnoresTheMask) {
+  const Outcome o = run("det-ignore-mask", make(8, 8, 16, "causal-tl"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("under mask none"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("K and V set to NaN"), std::string::npos) << o.evidence;  // the perturbation too
+}
+
+TEST(Classify, MaskedNaNReachingTheOutputIsMask) {
+  const Outcome o = run("det-ignore-mask", make(8, 8, 16, "causal-tl", "uniform:1", "nan@k:masked*2"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, FullyMaskedRowNotZeroIsMask) {
+  const Outcome o = run("det-masked-row-nan", make(9, 4, 16, "causal-br"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("fully masked rows are wrong"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, PoisonSwapFindsAnOutOfBoundsRead) {
+  const Outcome o = run("det-read-past-end", make(4, 9, 16, "none"));
+  EXPECT_CLASS(o, "oob-read");
+  EXPECT_EQ(o.stats.decided_by, "poison-swap");
+  EXPECT_EQ(o.stats.launches, 1);
+}
+
+TEST(Classify, CanariesFindAnOutOfBoundsWriteAndNothingElseRuns) {
+  const Outcome o = run("det-write-past-end", make(3, 5, 16, "none"));
+  EXPECT_CLASS(o, "oob-write");
+  EXPECT_TRUE(o.has("canary")) << o.evidence;
+  EXPECT_FALSE(o.stats.ran);
+}
+
+TEST(Classify, ThreadOrdersFindABarrierRace) {
+  // Thread 0 runs first in forward order: the race is silent there and shows in reverse.
+  EXPECT_EQ(run("det-no-barrier", make(4, 20, 16, "none")).r.verdict, Verdict::kPass);
+  const Outcome o = run("det-no-barrier", make(4, 20, 16, "none"), ThreadOrder::kReverse);
+  EXPECT_CLASS(o, "barrier-race");
+  EXPECT_EQ(o.stats.decided_by, "schedule");
+  EXPECT_NE(o.evidence.find("forward pass"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, NonFiniteEvidenceNamesExtremeInputs) {
+  const Outcome o = run("det-no-max-sub", make(8, 40, 32, "none", "extreme:100"));
+  EXPECT_CLASS(o, "non-finite");
+  EXPECT_NE(o.evidence.find("extreme: exp(score) overflows"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, PrecisionWhenNoSignatureApplies) {
+  const Outcome o = run("det-sloppy", make(5, 19, 16, "causal-br"));
+  EXPECT_CLASS(o, "precision");
+  EXPECT_TRUE(o.has("precision")) << o.evidence;
+  EXPECT_TRUE(o.has("poison-swap") && o.has("schedule") && o.has("reorder")) << o.evidence;
+}
+
+TEST(Classify, DisabledKeepsTheFirstClass) {
+  ClassifyOptions co;
+  co.enabled = false;
+  const Outcome o = run("det-read-past-end", make(4, 9, 16, "none"), ThreadOrder::kForward, co);
+  EXPECT_CLASS(o, "non-finite");
+  EXPECT_FALSE(o.stats.ran);
+}
+
+TEST(Classify, TsanMissingBinaryIsEvidenceNotAnError) {
+  ClassifyOptions co;
+  co.tsan = true;
+  co.tsan_binary = "/nonexistent/attn-check";
+  const Outcome o = run("det-no-barrier", make(4, 20, 16, "none"), ThreadOrder::kReverse, co);
+  EXPECT_CLASS(o, "barrier-race");
+  EXPECT_NE(o.evidence.find("tsan: not run: no ThreadSanitizer build"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, PrecedenceIsDocumentedOrder) {
+  std::string names;
+  for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
+  EXPECT_EQ(names, "oob-write oob-read barrier-race mask rescale non-finite precision ");
+}
+
+// ---- report parsers ----
+
+TEST(TsanParser, ReadsBothAccessesAndLines) {
+  const std::string text = R"(==================
+WARNING: ThreadSanitizer: data race (pid=4242)
+  Read of size 4 at 0x7b0400000010 by main thread:
+    #0 (anonymous namespace)::row_kernel<(Bug)5>(af_problem, float const*) /src/tests/check/detector_kernels.hip:59 (libx.so+0x1234)
+    #1 hipemu::fiber_entry(boost::context::detail::transfer_t) /src/runtime/cpu/emulator.cpp:140 (attn-check+0x99)
+
+  Previous write of size 4 at 0x7b0400000010 by main thread:
+    #0 (anonymous namespace)::row_kernel<(Bug)5>(af_problem, float const*) /src/tests/check/detector_kernels.hip:56 (libx.so+0x1200)
+
+  Location is TLS of main thread.
+
+SUMMARY: ThreadSanitizer: data race /src/tests/check/detector_kernels.hip:59 in row_kernel
+==================
+)";
+  const auto races = parse_tsan_report(text);
+  ASSERT_EQ(races.size(), 1u);
+  EXPECT_EQ(races[0].access, "read of size 4");
+  EXPECT_EQ(races[0].previous_access, "write of size 4");
+  EXPECT_EQ(races[0].site, "detector_kernels.hip:59");
+  EXPECT_EQ(races[0].previous_site, "detector_kernels.hip:56");
+  EXPECT_EQ(races[0].variable, "TLS of main thread.");  // file not readable here: TSan's own words
+}
+
+TEST(TsanParser, NamesTheSharedVariableFromTheSource) {
+  const std::string src = std::string(DETECTOR_SOURCE);
+  const std::string text = "WARNING: ThreadSanitizer: data race (pid=1)\n  Read of size 4 at 0x1 by main thread:\n"
+                           "    #0 f " + src + ":61 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
+                           "    #0 f " + src + ":57 (x+0x2)\n  Location is TLS of main thread.\n"
+                           "SUMMARY: ThreadSanitizer: data race\n";
+  const auto races = parse_tsan_report(text);
+  ASSERT_EQ(races.size(), 1u);
+  EXPECT_EQ(races[0].variable, "__shared__ coef") << describe(races[0]);
+  EXPECT_NE(races[0].code.find("coef"), std::string::npos);
+}
+
+TEST(ComputeSanitizerParser, CountsErrorsAndKeepsFindings) {
+  const std::string text = R"(========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at k(float*)+0x1f0 in a.hip:52
+=========     and Read access at k(float*)+0x2a0 in a.hip:61 [128 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+========= ERROR SUMMARY: 1 error
+)";
+  const SanitizerReport r = parse_compute_sanitizer("racecheck", text);
+  EXPECT_EQ(r.errors, 1);
+  ASSERT_FALSE(r.findings.empty());
+  EXPECT_NE(r.findings[0].find("Race reported"), std::string::npos);
+  const SanitizerReport m = parse_compute_sanitizer(
+      "memcheck", "========= Invalid __global__ write of size 4 bytes\n=========     at k+0x70 in b.hip:9\n"
+                  "========= ERROR SUMMARY: 3 errors\n");
+  EXPECT_EQ(m.errors, 3);
+  ASSERT_EQ(m.findings.size(), 1u);
+  EXPECT_NE(m.findings[0].find("b.hip:9"), std::string::npos);
+}
+
+// ---- ThreadSanitizer end to end (needs the tsan build: cmake --preset tsan; skipped without it) ----
+
+std::string tsan_binary() {
+  if (const char* e = std::getenv("ATTNFUZZ_TSAN_ATTN_CHECK")) return e;
+  return TSAN_ATTN_CHECK;
+}
+
+TEST(TsanBuild, BarrierRemovedKernelIsReportedWithVariableAndLines) {
+  if (!std::filesystem::exists(tsan_binary())) GTEST_SKIP() << "no TSan attn-check at " << tsan_binary();
+  ClassifyOptions co;
+  co.tsan = true;
+  co.tsan_binary = tsan_binary();
+  co.plugins = {PLANTED_PLUGIN};
+  const Outcome o = run("planted-no-score-barrier", make(4, 20, 64, "none"), ThreadOrder::kReverse, co);
+  EXPECT_CLASS(o, "barrier-race");
+  EXPECT_NE(o.evidence.find("tsan: data race on __shared__ coef"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("online_row_bugs.hip:"), std::string::npos) << o.evidence;
+  std::cout << o.evidence << "\n";
+}
+
+}  // namespace
+}  // namespace attnfuzz

@@ -1,0 +1,165 @@
+// generators.cpp - RapidCheck generators of attn-fuzz cases over attnfuzz::space, weighted toward the edges.
+#include "properties/generators.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "attnfuzz/problem.h"
+
+namespace attnfuzz {
+
+void showValue(const Case& c, std::ostream& os) {
+  os << describe(c);
+  if (!c.label.empty()) os << " label=" << c.label;
+}
+
+namespace props {
+
+CaseLimits limits_for(const af_kernel& k, CaseLimits base) {
+  if (k.max_head_dim > 0) base.max_d = std::min(base.max_d, k.max_head_dim);
+  if (k.max_head_dim_v > 0) base.max_dv = std::min(base.max_dv, k.max_head_dim_v);
+  if (k.needs_dv_eq_d) base.dv_eq_d = true;
+  if (base.dv_eq_d) base.max_d = base.max_dv = std::min(base.max_d, base.max_dv);
+  if (k.masks != 0) base.masks &= k.masks;
+  return base;
+}
+
+namespace {
+
+// The listed values within [lo, hi], in their order (simplest first), or {lo} if none is.
+std::vector<int64_t> within(std::vector<int64_t> v, int64_t lo, int64_t hi) {
+  std::erase_if(v, [&](int64_t x) { return x < lo || x > hi; });
+  if (v.empty()) v.push_back(lo);
+  return v;
+}
+
+}  // namespace
+
+rc::Gen<int64_t> gen_seq_len(int64_t lo, int64_t max) {
+  max = std::max(lo, max);
+  return rc::gen::weightedOneOf<int64_t>(
+      {{3, rc::gen::elementOf(within(space::edge_seq_lengths(max), lo, max))},
+       {1, rc::gen::inRange<int64_t>(lo, max + 1)}});
+}
+
+rc::Gen<int64_t> gen_head_dim(int64_t max) {
+  max = std::max<int64_t>(1, max);
+  return rc::gen::weightedOneOf<int64_t>({{3, rc::gen::elementOf(within(space::edge_head_dims(max), 1, max))},
+                                          {1, rc::gen::inRange<int64_t>(1, max + 1)}});
+}
+
+rc::Gen<std::string> gen_mask(const CaseLimits& limits) {
+  std::vector<std::string> forms;
+  for (const std::string& m : space::mask_forms()) {
+    Problem p = make_problem(1, 1, 1, 8, 8, 8, 8);
+    if (!parse_mask(m, p).empty()) continue;
+    if (limits.require_mask && p.mask_kind == AF_MASK_NONE) continue;
+    if (limits.masks & mask_support_bit(p)) forms.push_back(m);
+  }
+  const bool tl = limits.masks & AF_SUPPORTS_WINDOW_TL, br = limits.masks & AF_SUPPORTS_WINDOW_BR;
+  if (forms.empty() && !tl && !br) throw std::invalid_argument("gen_mask: no mask allowed by the limits");
+  if (!tl && !br) return rc::gen::elementOf(forms);
+  // Random windows: each side a small width (0 .. 20) or unbounded, either supported alignment.
+  auto side = rc::gen::weightedOneOf<std::string>(
+      {{4, rc::gen::map(rc::gen::inRange(0, 21), [](int w) { return std::to_string(w); })},
+       {1, rc::gen::just<std::string>("inf")}});
+  std::vector<std::string> aligns;
+  if (br) aligns.push_back("br");
+  if (tl) aligns.push_back("tl");
+  auto windows = rc::gen::apply([](const std::string& l, const std::string& r,
+                                   const std::string& a) { return "window:" + l + "," + r + "-" + a; },
+                                side, side, rc::gen::elementOf(aligns));
+  if (forms.empty()) return windows;
+  return rc::gen::weightedOneOf<std::string>({{4, rc::gen::elementOf(forms)}, {1, windows}});
+}
+
+rc::Gen<ValueDist> gen_value_dist(bool extreme) {
+  auto dist = [](Distribution k, double p) { return ValueDist{k, p}; };
+  auto uniform1 = rc::gen::just(dist(Distribution::kUniform, 1));
+  auto uniform = rc::gen::map(rc::gen::elementOf(std::vector<double>{0.5, 2, 10, 1e-3}),
+                              [=](double a) { return dist(Distribution::kUniform, a); });
+  auto normal = rc::gen::map(rc::gen::elementOf(std::vector<double>{1, 0.5, 3}),
+                             [=](double s) { return dist(Distribution::kNormal, s); });
+  auto extremes = rc::gen::map(rc::gen::elementOf(space::extreme_magnitudes()),
+                               [=](double m) { return dist(Distribution::kExtreme, m); });
+  if (!extreme) return rc::gen::weightedOneOf<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}});
+  return rc::gen::weightedOneOf<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}, {2, extremes}});
+}
+
+rc::Gen<SpecialValue> gen_special() {
+  return rc::gen::apply(
+      [](SpecialKind kind, Tensor t, Placement pl, int count) {
+        SpecialValue s;
+        s.kind = kind;
+        s.tensor = t;
+        s.placement = pl;
+        s.count = count;
+        return s;
+      },
+      rc::gen::elementOf(space::special_kinds()),
+      rc::gen::elementOf(std::vector<Tensor>{Tensor::kQ, Tensor::kK, Tensor::kV}),
+      rc::gen::elementOf(std::vector<Placement>{Placement::kRandom, Placement::kVisible, Placement::kMasked,
+                                                Placement::kHidden}),
+      rc::gen::inRange(1, 4));
+}
+
+rc::Gen<Case> gen_case(const CaseLimits& limits) {
+  return rc::gen::exec([limits]() {
+    // Heads (MHA / GQA / MQA from the case space) and batch, with min_bh <= B * Hq <= max_bh.
+    std::vector<std::pair<int64_t, int64_t>> heads;
+    for (auto hc : space::head_configs())
+      if (hc.first <= limits.max_bh) heads.push_back(hc);
+    if (heads.empty()) heads.push_back({1, 1});
+    const auto [hq, hkv] = *rc::gen::elementOf(heads);
+    const int64_t max_b = std::max<int64_t>(1, limits.max_bh / hq);
+    const int64_t min_b = std::min(max_b, std::max<int64_t>(1, (limits.min_bh + hq - 1) / hq));
+    const int64_t b = *rc::gen::weightedOneOf<int64_t>(
+        {{3, rc::gen::just(min_b)}, {1, rc::gen::inRange<int64_t>(min_b, std::min<int64_t>(max_b, 3) + 1)}});
+
+    // Sequence lengths: Sq == Sk half the time (the square case most kernels are tuned for).
+    const int64_t sq = *gen_seq_len(limits.min_seq_q, limits.max_seq);
+    int64_t sk;
+    const int shape = *rc::gen::weightedOneOf<int>(
+        {{10, rc::gen::just(0)}, {9, rc::gen::just(1)}, {limits.allow_empty_k ? 1 : 0, rc::gen::just(2)}});
+    if (shape == 0)
+      sk = sq;
+    else if (shape == 1)
+      sk = *gen_seq_len(1, limits.max_seq);
+    else
+      sk = 0;
+
+    // Head dims: Dv == D unless the kernel allows otherwise and 1 time in 4.
+    const int64_t d = *gen_head_dim(limits.dv_eq_d ? std::min(limits.max_d, limits.max_dv) : limits.max_d);
+    int64_t dv = std::min(d, limits.max_dv);
+    if (!limits.dv_eq_d &&
+        *rc::gen::weightedOneOf<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
+      dv = *gen_head_dim(limits.max_dv);
+
+    Case c;
+    c.problem = make_problem(b, hq, hkv, sq, sk, d, dv);
+    const std::string mask = *gen_mask(limits);
+    if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+    const float def = default_scale(d);
+    c.problem.scale = *rc::gen::weightedOneOf<float>(
+        {{8, rc::gen::just(def)},
+         {1,
+          rc::gen::elementOf(std::vector<float>{1.0f, 0.5f * def, 2.0f * def, 1.0f / static_cast<float>(d)})},
+         {1, rc::gen::elementOf(std::vector<float>{1e-3f, 0.0f, 16.0f})}});
+
+    c.values.dist = *gen_value_dist(limits.extreme);
+    if (limits.specials)
+      c.values.specials = *rc::gen::weightedOneOf<std::vector<SpecialValue>>(
+          {{1, rc::gen::just(std::vector<SpecialValue>{})},
+           {1, rc::gen::resize(
+                   3, rc::gen::nonEmpty(rc::gen::container<std::vector<SpecialValue>>(gen_special())))}});
+    c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
+    if (std::string e = validate(c); !e.empty())
+      throw std::logic_error("gen_case made an invalid case: " + e);
+    return c;
+  });
+}
+
+}  // namespace props
+}  // namespace attnfuzz

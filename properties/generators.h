@@ -1,0 +1,70 @@
+// generators.h - RapidCheck generators of attn-fuzz cases, drawn from attnfuzz::space (case.h), with
+// printing.
+//
+// One description of the case space: every shape, mask, magnitude and special value a generator yields
+// comes from namespace attnfuzz::space (the sweep and the fuzzer's mutator use the same lists), weighted
+// toward the edges, and bounded so that a property run stays fast on the cpu emulator. Shrinking goes
+// toward B = Hq = Hkv = 1, Sq = Sk = 1, D = Dv = 1, mask none, default scale, uniform:1 values and no
+// specials (each list below starts with its simplest element, and RapidCheck shrinks toward it).
+#pragma once
+
+#include <rapidcheck.h>
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/abi.h"
+#include "attnfuzz/case.h"
+
+namespace attnfuzz {
+
+// RapidCheck prints a counterexample with this (found by argument-dependent lookup): describe(c), plus
+// "explicit" values' sizes when the case carries them.
+void showValue(const Case& c, std::ostream& os);
+
+namespace props {
+
+// Bounds and requirements of the generated cases. Every field is inclusive.
+struct CaseLimits {
+  int64_t max_seq = 130;                   // Sq, Sk <= max_seq (130: covers 128 +- 1 and 113, 127)
+  int64_t min_seq_q = 1;                   // Sq >= min_seq_q (row independence needs two rows)
+  int64_t max_d = 128;                     // D <= max_d (and the kernel's max_head_dim)
+  int64_t max_dv = 128;                    // Dv <= max_dv (and the kernel's max_head_dim_v)
+  bool dv_eq_d = false;                    // Dv == D (kernel's needs_dv_eq_d)
+  int64_t max_bh = 8;                      // B * Hq <= max_bh
+  int64_t min_bh = 1;                      // B * Hq >= min_bh (batch/head consistency needs two heads)
+  uint32_t masks = AF_SUPPORTS_ALL_MASKS;  // AF_SUPPORTS_* bits a generated mask must be in
+  bool require_mask = false;               // never mask none (masked-key invariance needs hidden keys)
+  bool allow_empty_k = true;               // Sk = 0 may be drawn (rarely)
+  bool specials = true;                    // special values (NaN, Inf, huge, subnormal, -0) may be placed
+  bool extreme = true;                     // Distribution::kExtreme magnitudes may be drawn
+};
+
+// The limits a kernel imposes (max head dims, Dv == D, masks), on top of `base`.
+CaseLimits limits_for(const af_kernel& k, CaseLimits base = {});
+
+// Sequence lengths: space::edge_seq_lengths(max) (1, tile +- 1, primes, 113, 127 ...) 3 times in 4, any
+// length in [lo, max] otherwise. Shrinks toward lo.
+rc::Gen<int64_t> gen_seq_len(int64_t lo, int64_t max);
+// Head dims: space::edge_head_dims(max) (1, odd, primes, powers of two +- 1, 59, 111) 3 times in 4, any
+// dim in [1, max] otherwise. Shrinks toward 1.
+rc::Gen<int64_t> gen_head_dim(int64_t max);
+// Mask texts from space::mask_forms() whose support bit is in limits.masks ("none" first, unless
+// require_mask), plus random windows "window:L,R-tl|br" with small or unbounded sides.
+rc::Gen<std::string> gen_mask(const CaseLimits& limits);
+// Value distributions: uniform:1 (half the time), uniform:A, normal:SIGMA, extreme:MAG with MAG from
+// space::extreme_magnitudes() (1 .. 1e4, around the exp overflow edge 88). Shrinks toward uniform:1.
+rc::Gen<ValueDist> gen_value_dist(bool extreme);
+// One special value: kind from space::special_kinds(), tensor q/k/v, placement random / visible /
+// masked / hidden, count 1..3. Shrinks toward nan@q:random*1.
+rc::Gen<SpecialValue> gen_special();
+
+// A whole case within `limits`: shape (B, Hq/Hkv from space::head_configs(), Sq, Sk with Sq != Sk
+// half the time, D, Dv != D sometimes), mask, scale (default fp32(1/sqrt(D)) mostly), value
+// distribution, 0..3 special values (none half the time) and a seed. Always passes validate(Case).
+rc::Gen<Case> gen_case(const CaseLimits& limits = {});
+
+}  // namespace props
+}  // namespace attnfuzz

@@ -1,0 +1,754 @@
+// properties.cpp - the seven properties of issue 7, their RapidCheck driver, and the report of a shrunk
+// failure.
+#include "properties/properties.h"
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "attnfuzz/corpus.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/problem.h"
+#include "check/runner.h"
+#include "oracle/oracle.h"
+
+#ifndef ATTNFUZZ_PROPERTY_DEFAULT_OUT
+#define ATTNFUZZ_PROPERTY_DEFAULT_OUT "property-failures"
+#endif
+
+namespace attnfuzz::props {
+
+// ------------------------------------------------------------------------------------------ names
+
+namespace {
+
+struct PropertyInfo {
+  Property p;
+  const char* name;
+  const char* statement;
+};
+
+const PropertyInfo kInfo[] = {
+    {Property::kOracle, "oracle",
+     "check_case's verdict (exact oracle, per-element bound, canaries, launch status) is pass or "
+     "outside-contract"},
+    {Property::kKeyPermutation, "key-permutation",
+     "permuting key positions together with their values, within groups of keys seen by the same query rows, "
+     "changes no O or LSE element by more than bound(A) + bound(B)"},
+    {Property::kKeyShift, "key-shift",
+     "adding one vector c (per batch and kv head) to every key, exactly in fp32, changes no O element by "
+     "more "
+     "than bound(A) + bound(B)"},
+    {Property::kCausalPrefix, "causal-prefix",
+     "changing the keys and values that a set of query rows cannot see (to fresh values, NaN, +-Inf or "
+     "FLT_MAX) changes none of those rows' O or LSE elements by more than bound(A) + bound(B)"},
+    {Property::kRowIndependence, "row-independence",
+     "changing the other query rows (to fresh values, NaN, Inf, FLT_MAX or 0) changes no kept row's O or LSE "
+     "element by more than bound(A) + bound(B)"},
+    {Property::kBatchHead, "batch-head",
+     "the batched multi-head run and one single-head run (B = Hq = Hkv = 1) per (b, h) differ by no more "
+     "than bound(batched) + bound(single) in any O or LSE element"},
+    {Property::kDeterminism, "determinism",
+     "forward, reverse and shuffled emulator thread orders give bit-identical O and LSE"},
+};
+
+const PropertyInfo& info(Property p) {
+  for (const auto& i : kInfo)
+    if (i.p == p) return i;
+  throw std::logic_error("unknown property");
+}
+
+}  // namespace
+
+const std::vector<Property>& all_properties() {
+  static const std::vector<Property> v = [] {
+    std::vector<Property> r;
+    for (const auto& i : kInfo) r.push_back(i.p);
+    return r;
+  }();
+  return v;
+}
+const char* property_name(Property p) { return info(p).name; }
+const char* property_statement(Property p) { return info(p).statement; }
+bool parse_property(const std::string& text, Property& out) {
+  for (const auto& i : kInfo)
+    if (text == i.name) {
+      out = i.p;
+      return true;
+    }
+  return false;
+}
+
+CaseLimits property_limits(Property p, const af_kernel& k) {
+  CaseLimits l;
+  switch (p) {
+    case Property::kCausalPrefix:
+      l.require_mask = true;
+      break;
+    case Property::kRowIndependence:
+      l.min_seq_q = 2;
+      break;
+    case Property::kBatchHead:
+      l.min_bh = 2;
+      break;
+    default:
+      break;
+  }
+  return limits_for(k, l);
+}
+
+std::string property_id(Property p, const KernelEntry& k) {
+  return std::string(property_name(p)) + "/" + k.kernel.name;
+}
+
+// ------------------------------------------------------------------------------------------ machinery
+
+namespace {
+
+// The cpu devices, one per thread order, made once per process.
+struct Devices {
+  std::unique_ptr<Device> forward, reverse, shuffle;
+  RunOptions run;
+  Devices() {
+    DeviceOptions o;
+    forward = open_device("cpu", o);
+    o.order = ThreadOrder::kReverse;
+    reverse = open_device("cpu", o);
+    o.order = ThreadOrder::kShuffle;
+    shuffle = open_device("cpu", o);
+    run.oracle.baseline = false;  // relations need bounds only
+  }
+};
+Devices& devices() {
+  static Devices d;
+  return d;
+}
+
+// The last failure a property body saw: the cases that show it (role, case) and extra attn-check flags.
+// RapidCheck's final counterexample is its last failing evaluation, so after a run this is the minimal one.
+struct FailureRecord {
+  std::string why;
+  std::vector<std::pair<std::string, Case>> cases;
+  std::string flags;  // e.g. " --order reverse"
+  ThreadOrder order = ThreadOrder::kForward;
+  uint64_t order_seed = 1;
+};
+FailureRecord g_failure;
+int64_t g_unsupported = 0;
+
+std::string fmt(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", x);
+  return b;
+}
+
+// A case with the given tensors as its explicit values (the base case's spec stays as provenance).
+Case with_values(const Case& base, std::vector<float> q, std::vector<float> k, std::vector<float> v,
+                 const std::string& label) {
+  Case c = base;
+  c.explicit_values = ExplicitValues{std::move(q), std::move(k), std::move(v)};
+  c.label = label;
+  return c;
+}
+
+// One launch of kernel k on case c, with the exact result for the bounds.
+struct Run {
+  Tensors t;
+  LaunchOutcome out;
+  OracleResult exact;
+};
+
+Run run_case(const KernelEntry& k, const Case& c, Device& dev, bool need_oracle = true) {
+  Run r;
+  r.t = generate(c);
+  r.out = launch_guarded(dev, k, c.problem, r.t, devices().run);
+  if (need_oracle)
+    r.exact = compute_oracle(c.problem, r.t.q.data(), r.t.k.data(), r.t.v.data(), devices().run.oracle);
+  return r;
+}
+
+void record(std::string why, std::vector<std::pair<std::string, Case>> cases, std::string flags = "",
+            ThreadOrder order = ThreadOrder::kForward, uint64_t order_seed = 1) {
+  g_failure = FailureRecord{std::move(why), std::move(cases), std::move(flags), order, order_seed};
+}
+
+// Fails the case (after recording it) unless the launch ran to completion.
+void require_launched(const Run& r, const std::string& role,
+                      const std::vector<std::pair<std::string, Case>>& cases) {
+  if (r.out.launch.status == LaunchStatus::kOk) return;
+  const std::string why =
+      "launch of case " + role + ": " + launch_status_name(r.out.launch.status) + " " + r.out.launch.message;
+  record(why, cases);
+  RC_FAIL(why);
+}
+
+// A row of case A and the row of case B whose exact result is the same.
+struct RowPair {
+  int64_t ba, ha, sa, bb, hb, sb;
+};
+
+bool same_bits(float x, float y) {
+  if (std::isnan(x) && std::isnan(y)) return true;
+  uint32_t a, b;
+  std::memcpy(&a, &x, 4);
+  std::memcpy(&b, &y, 4);
+  return a == b;
+}
+
+// Whether x (from A) and y (from B) agree: NaN with NaN, equal infinities, finite values within tol
+// (bitwise when `bitwise`). Fills why otherwise.
+bool agree(float x, float y, double tol, bool bitwise, std::string& why) {
+  if (bitwise) {
+    if (same_bits(x, y)) return true;
+    why = fmt(x) + " vs " + fmt(y) + " (bitwise required)";
+    return false;
+  }
+  if (std::isnan(x) || std::isnan(y)) {
+    if (std::isnan(x) && std::isnan(y)) return true;
+    why = fmt(x) + " vs " + fmt(y) + " (NaN on one side only)";
+    return false;
+  }
+  if (std::isinf(x) || std::isinf(y)) {
+    if (x == y) return true;
+    why = fmt(x) + " vs " + fmt(y) + " (Inf on one side only)";
+    return false;
+  }
+  const double diff = std::fabs(static_cast<double>(x) - static_cast<double>(y));
+  if (std::isnan(tol) || diff <= tol) return true;
+  why = fmt(x) + " vs " + fmt(y) + ": |diff| " + fmt(diff) + " > bound(A) + bound(B) = " + fmt(tol);
+  return false;
+}
+
+// Checks every O (and, when both runs wrote it and `lse`, LSE) element of the paired rows. Rows the oracle
+// did not compute or found outside the fp32 contract in either case are not judged.
+bool relate(const Problem& pa, const Run& a, const Problem& pb, const Run& b,
+            const std::vector<RowPair>& rows, bool bitwise, bool lse, std::string& why) {
+  const bool with_lse = lse && !a.out.lse.empty() && !b.out.lse.empty();
+  for (const RowPair& r : rows) {
+    const RowInfo& ia = a.exact.row(r.ba, r.ha, r.sa);
+    const RowInfo& ib = b.exact.row(r.bb, r.hb, r.sb);
+    if (!ia.computed || !ib.computed || !ia.inside_contract() || !ib.inside_contract()) continue;
+    const std::string where =
+        "row (b=" + std::to_string(r.ba) + " h=" + std::to_string(r.ha) + " s=" + std::to_string(r.sa) + ")";
+    for (int64_t d = 0; d < pa.head_dim_v; ++d) {
+      const float x = a.out.o[o_index(pa, r.ba, r.sa, r.ha, d)];
+      const float y = b.out.o[o_index(pb, r.bb, r.sb, r.hb, d)];
+      const double tol = a.exact.o_bound[a.exact.o_at(r.ba, r.sa, r.ha, d)] +
+                         b.exact.o_bound[b.exact.o_at(r.bb, r.sb, r.hb, d)];
+      std::string w;
+      if (!agree(x, y, tol, bitwise, w)) {
+        why = where + " O[d=" + std::to_string(d) + "]: " + w;
+        return false;
+      }
+    }
+    if (with_lse) {
+      const float x = a.out.lse[lse_index(pa, r.ba, r.ha, r.sa)];
+      const float y = b.out.lse[lse_index(pb, r.bb, r.hb, r.sb)];
+      const double tol = a.exact.lse_bound[a.exact.lse_at(r.ba, r.ha, r.sa)] +
+                         b.exact.lse_bound[b.exact.lse_at(r.bb, r.hb, r.sb)];
+      std::string w;
+      if (!agree(x, y, tol, bitwise, w)) {
+        why = where + " LSE: " + w;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<RowPair> identity_rows(const Problem& p, const std::vector<bool>& keep) {
+  std::vector<RowPair> rows;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s)
+        if (keep.empty() || keep[s]) rows.push_back({b, h, s, b, h, s});
+  return rows;
+}
+
+bool supported(const KernelEntry& k, const Problem& p) {
+  if (unsupported_reason(k.kernel, p).empty()) return true;
+  ++g_unsupported;
+  RC_TAG("unsupported");
+  return false;
+}
+
+// Runs A and B and asserts the relation on `rows`.
+void assert_relation(const KernelEntry& k, const Case& a, const Case& b, const std::vector<RowPair>& rows,
+                     bool bitwise, bool lse, const std::string& what) {
+  const std::vector<std::pair<std::string, Case>> cases{{"A", a}, {"B", b}};
+  Device& dev = *devices().forward;
+  const Run ra = run_case(k, a, dev);
+  require_launched(ra, "A", cases);
+  const Run rb = run_case(k, b, dev);
+  require_launched(rb, "B", cases);
+  std::string why;
+  if (!relate(a.problem, ra, b.problem, rb, rows, bitwise, lse, why)) {
+    why = what + ": " + why;
+    record(why, cases);
+    RC_FAIL(why);
+  }
+}
+
+// How a property replaces values it changes.
+enum class Fill { kFresh, kFreshLarge, kNaN, kPosInf, kNegInf, kHuge, kZero };
+const char* fill_name(Fill f) {
+  static const char* n[] = {"fresh", "fresh x100", "nan", "+inf", "-inf", "huge", "zero"};
+  return n[static_cast<int>(f)];
+}
+float fill_value(Fill f, Rng& rng) {
+  switch (f) {
+    case Fill::kFresh:
+      return static_cast<float>(2 * rng.uniform01() - 1);
+    case Fill::kFreshLarge:
+      return static_cast<float>(200 * rng.uniform01() - 100);
+    case Fill::kNaN:
+      return std::numeric_limits<float>::quiet_NaN();
+    case Fill::kPosInf:
+      return std::numeric_limits<float>::infinity();
+    case Fill::kNegInf:
+      return -std::numeric_limits<float>::infinity();
+    case Fill::kHuge:
+      return rng.below(2) ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
+    case Fill::kZero:
+      return 0.0f;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------ properties
+
+void prop_oracle(const KernelEntry& k, const Case& c) {
+  PreparedCase pc(c);
+  const Judged j = check_case(*devices().forward, k, pc, devices().run);
+  const CheckResult& r = j.result;
+  RC_TAG(verdict_name(r.verdict));
+  if (r.verdict == Verdict::kUnsupported) ++g_unsupported;
+  if (r.verdict == Verdict::kFail) {
+    const std::string why = std::string("verdict fail [") + failure_class_name(r.failure) + "]: " + r.reason +
+                            " (max ratio " + fmt(r.max_ratio) + ", " + std::to_string(r.failed) +
+                            " element(s))";
+    record(why, {{"A", c}});
+    RC_FAIL(why);
+  }
+}
+
+// Keys grouped by the rows that see them (an interval of rows: first, last; (-1, -1) for none).
+std::vector<std::vector<int64_t>> visibility_groups(const Problem& p) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> g;
+  for (int64_t j = 0; j < p.seq_k; ++j) {
+    int64_t first = -1, last = -1;
+    for (int64_t i = 0; i < p.seq_q; ++i)
+      if (visible(p, i, j)) {
+        if (first < 0) first = i;
+        last = i;
+      }
+    g[{first, last}].push_back(j);
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (auto& [key, keys] : g) out.push_back(std::move(keys));
+  return out;
+}
+
+void prop_key_permutation(const KernelEntry& k, const Case& c) {
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  const bool reverse = *rc::gen::arbitrary<bool>();
+  const uint64_t perm_seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
+  // perm[j] = the key of A that lands at position j of B.
+  std::vector<int64_t> perm(static_cast<size_t>(p.seq_k));
+  Rng rng(perm_seed, 11);
+  for (auto& grp : visibility_groups(p)) {
+    std::vector<int64_t> src = grp;
+    if (reverse) {
+      std::reverse(src.begin(), src.end());
+    } else {
+      for (size_t i = src.size(); i > 1; --i) std::swap(src[i - 1], src[rng.below(i)]);
+    }
+    for (size_t i = 0; i < grp.size(); ++i) perm[grp[i]] = src[i];
+  }
+  RC_TAG(reverse ? "reverse" : "shuffle");
+  const Tensors t = generate(c);
+  std::vector<float> kp = t.k, vp = t.v;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_kv; ++h)
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          kp[k_index(p, b, j, h, d)] = t.k[k_index(p, b, perm[j], h, d)];
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          vp[v_index(p, b, j, h, d)] = t.v[v_index(p, b, perm[j], h, d)];
+      }
+  const Case b =
+      with_values(c, t.q, kp, vp, std::string("key-permutation-") + (reverse ? "reverse" : "shuffle"));
+  assert_relation(k, c, b, identity_rows(p, {}), false, true, "keys and values permuted together");
+}
+
+void prop_key_shift(const KernelEntry& k, const Case& c) {
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  const std::vector<int> n =
+      *rc::gen::container<std::vector<int>>(static_cast<size_t>(p.head_dim), rc::gen::inRange(-16, 17));
+  const Tensors t = generate(c);
+  // Per (b, kv head, d) column: E with every finite |k| < 2^E; k rounded to the grid 2^(E-22); c_d =
+  // n_d 2^(E-4). Then |k + c_d| < 2^(E+1) is a multiple of 2^(E-22): exact in fp32 (24-bit significand).
+  // Columns holding |k| >= 2^60 (FLT_MAX specials) get c_d = 0, as an exact shift cannot exist there.
+  std::vector<float> ka = t.k, kb = t.k;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_kv; ++h)
+      for (int64_t d = 0; d < p.head_dim; ++d) {
+        float m = 0;
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          const float x = t.k[k_index(p, b, j, h, d)];
+          if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+        }
+        const int e = m > 0 ? std::ilogb(m) + 1 : 0;
+        if (e > 60) continue;
+        const double grid = std::ldexp(1.0, e - 22), shift = std::ldexp(static_cast<double>(n[d]), e - 4);
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          const size_t at = static_cast<size_t>(k_index(p, b, j, h, d));
+          const float x = t.k[at];
+          if (!std::isfinite(x)) {
+            kb[at] = x;  // +-Inf + c = +-Inf, NaN stays NaN
+            continue;
+          }
+          const double q = std::nearbyint(x / grid) * grid;
+          ka[at] = static_cast<float>(q);
+          kb[at] = static_cast<float>(q + shift);
+          if (static_cast<double>(kb[at]) != q + shift) throw std::logic_error("key-shift: inexact shift");
+        }
+      }
+  const Case a = with_values(c, t.q, ka, t.v, "key-shift-A");
+  const Case b = with_values(c, t.q, kb, t.v, "key-shift-B");
+  if (!supported(k, a.problem)) return;
+  assert_relation(k, a, b, identity_rows(p, {}), false, false, "the same vector added to every key");
+}
+
+void prop_causal_prefix(const KernelEntry& k, const Case& c, bool strict) {
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  int64_t row = *rc::gen::inRange<int64_t>(0, p.seq_q);
+  auto hidden_of = [&](int64_t i) {
+    std::vector<bool> h(static_cast<size_t>(p.seq_k), true);
+    const KeyRange r = visible_keys(p, i);
+    for (int64_t j = std::max<int64_t>(0, r.first); j < std::min(p.seq_k, r.last); ++j) h[j] = false;
+    return h;
+  };
+  auto count = [](const std::vector<bool>& v) { return std::count(v.begin(), v.end(), true); };
+  std::vector<bool> hidden = hidden_of(row);
+  if (count(hidden) == 0)  // the chosen row sees every key: take the row that sees fewest
+    for (int64_t i = 0; i < p.seq_q; ++i)
+      if (count(hidden_of(i)) > count(hidden)) row = i, hidden = hidden_of(i);
+  if (count(hidden) == 0) {
+    RC_TAG("vacuous: every row sees every key");
+    return;
+  }
+  // The rows that see none of the changed keys (row is one of them).
+  std::vector<bool> keep(static_cast<size_t>(p.seq_q), false);
+  for (int64_t i = 0; i < p.seq_q; ++i) {
+    const KeyRange r = visible_keys(p, i);
+    bool sees = false;
+    for (int64_t j = std::max<int64_t>(0, r.first); j < std::min(p.seq_k, r.last) && !sees; ++j)
+      sees = hidden[j];
+    keep[i] = !sees;
+  }
+  const std::vector<Fill> fills{Fill::kFresh,  Fill::kFreshLarge, Fill::kNaN,
+                                Fill::kPosInf, Fill::kNegInf,     Fill::kHuge};
+  const Fill kf = *rc::gen::elementOf(fills), vf = *rc::gen::elementOf(fills);
+  RC_TAG(std::string("k ") + fill_name(kf), std::string("v ") + fill_name(vf));
+  const Tensors t = generate(c);
+  std::vector<float> kb = t.k, vb = t.v;
+  Rng rng(c.seed, 21);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_kv; ++h)
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        if (!hidden[j]) continue;
+        for (int64_t d = 0; d < p.head_dim; ++d) kb[k_index(p, b, j, h, d)] = fill_value(kf, rng);
+        for (int64_t d = 0; d < p.head_dim_v; ++d) vb[v_index(p, b, j, h, d)] = fill_value(vf, rng);
+      }
+  const Case b =
+      with_values(c, t.q, kb, vb, std::string("causal-prefix-k-") + fill_name(kf) + "-v-" + fill_name(vf));
+  assert_relation(k, c, b, identity_rows(p, keep), strict, true,
+                  "keys/values hidden from row " + std::to_string(row) + " changed (k " + fill_name(kf) +
+                      ", v " + fill_name(vf) + ")");
+}
+
+void prop_row_independence(const KernelEntry& k, const Case& c, bool strict) {
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  const int64_t row = *rc::gen::inRange<int64_t>(0, p.seq_q);
+  const int pattern =
+      *rc::gen::inRange(0, 3);  // 0: keep only row; 1: keep rows of row's parity; 2: random half
+  const Fill f = *rc::gen::elementOf(std::vector<Fill>{Fill::kFresh, Fill::kFreshLarge, Fill::kNaN,
+                                                       Fill::kPosInf, Fill::kHuge, Fill::kZero});
+  RC_TAG(fill_name(f));
+  Rng rng(c.seed, 31);
+  std::vector<bool> keep(static_cast<size_t>(p.seq_q));
+  for (int64_t i = 0; i < p.seq_q; ++i)
+    keep[i] = i == row || (pattern == 1 && (i - row) % 2 == 0) || (pattern == 2 && rng.below(2));
+  const Tensors t = generate(c);
+  std::vector<float> qb = t.q;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t i = 0; i < p.seq_q; ++i)
+      if (!keep[i])
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t d = 0; d < p.head_dim; ++d) qb[q_index(p, b, i, h, d)] = fill_value(f, rng);
+  const Case b = with_values(c, qb, t.k, t.v, std::string("row-independence-") + fill_name(f));
+  assert_relation(k, c, b, identity_rows(p, keep), strict, true,
+                  std::string("other query rows changed (") + fill_name(f) + ")");
+}
+
+void prop_batch_head(const KernelEntry& k, const Case& c, bool strict) {
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  Device& dev = *devices().forward;
+  const Run ra = run_case(k, c, dev);
+  require_launched(ra, "batched", {{"batched", c}});
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      Case one = c;
+      Problem& p1 = one.problem;
+      p1 = make_problem(1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);
+      p1.scale = p.scale;
+      p1.mask_kind = p.mask_kind;
+      p1.mask_align = p.mask_align;
+      p1.window_left = p.window_left;
+      p1.window_right = p.window_right;
+      p1.dtype = p.dtype;
+      one.values.specials.clear();
+      std::vector<float> q(static_cast<size_t>(q_elements(p1))), kk(static_cast<size_t>(k_elements(p1))),
+          v(static_cast<size_t>(v_elements(p1)));
+      const int64_t hk = kv_head(p, h);
+      for (int64_t s = 0; s < p.seq_q; ++s)
+        for (int64_t d = 0; d < p.head_dim; ++d) q[q_index(p1, 0, s, 0, d)] = ra.t.q[q_index(p, b, s, h, d)];
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          kk[k_index(p1, 0, j, 0, d)] = ra.t.k[k_index(p, b, j, hk, d)];
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          v[v_index(p1, 0, j, 0, d)] = ra.t.v[v_index(p, b, j, hk, d)];
+      }
+      one = with_values(one, q, kk, v, "batch-head-b" + std::to_string(b) + "-h" + std::to_string(h));
+      if (!supported(k, p1)) continue;
+      const std::vector<std::pair<std::string, Case>> cases{{"batched", c}, {"single", one}};
+      const Run r1 = run_case(k, one, dev);
+      require_launched(r1, "single", cases);
+      std::vector<RowPair> rows;
+      for (int64_t s = 0; s < p.seq_q; ++s) rows.push_back({b, h, s, 0, 0, s});
+      std::string why;
+      if (!relate(p, ra, p1, r1, rows, strict, true, why)) {
+        why = "batched run vs single-head run of (b=" + std::to_string(b) + ", h=" + std::to_string(h) +
+              "): " + why;
+        record(why, cases);
+        RC_FAIL(why);
+      }
+    }
+}
+
+void prop_determinism(const KernelEntry& k, const Case& c) {
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  const uint64_t order_seed = *rc::gen::inRange<uint64_t>(1, 1u << 16);
+  Devices& ds = devices();
+  DeviceOptions so = ds.shuffle->options();
+  so.order_seed = order_seed;
+  ds.shuffle->set_options(so);
+  const Run base = run_case(k, c, *ds.forward, false);
+  require_launched(base, "A (forward order)", {{"A", c}});
+  struct Other {
+    Device* dev;
+    ThreadOrder order;
+    std::string flags;
+  };
+  for (const Other& o : {Other{ds.reverse.get(), ThreadOrder::kReverse, " --order reverse"},
+                         Other{ds.shuffle.get(), ThreadOrder::kShuffle,
+                               " --order shuffle --order-seed " + std::to_string(order_seed)}}) {
+    const Run r = run_case(k, c, *o.dev, false);
+    std::string why;
+    if (r.out.launch.status != LaunchStatus::kOk) {
+      why = std::string("launch in ") + thread_order_name(o.order) +
+            " order: " + launch_status_name(r.out.launch.status) + " " + r.out.launch.message;
+    } else {
+      auto diff = [&](const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+        if (x.size() != y.size()) return std::string(what) + " size differs";
+        for (size_t i = 0; i < x.size(); ++i)
+          if (std::memcmp(&x[i], &y[i], 4) != 0)
+            return std::string(what) + " element " + std::to_string(i) + ": forward " + fmt(x[i]) + " vs " +
+                   thread_order_name(o.order) + " " + fmt(y[i]);
+        return std::string();
+      };
+      why = diff(base.out.o, r.out.o, "O");
+      if (why.empty()) why = diff(base.out.lse, r.out.lse, "LSE");
+    }
+    if (!why.empty()) {
+      why = "thread order changes the bits: " + why;
+      record(why, {{"A", c}}, o.flags, o.order, order_seed);
+      RC_FAIL(why);
+    }
+  }
+}
+
+}  // namespace
+
+void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
+  switch (p) {
+    case Property::kOracle:
+      return prop_oracle(k, c);
+    case Property::kKeyPermutation:
+      return prop_key_permutation(k, c);
+    case Property::kKeyShift:
+      return prop_key_shift(k, c);
+    case Property::kCausalPrefix:
+      return prop_causal_prefix(k, c, strict);
+    case Property::kRowIndependence:
+      return prop_row_independence(k, c, strict);
+    case Property::kBatchHead:
+      return prop_batch_head(k, c, strict);
+    case Property::kDeterminism:
+      return prop_determinism(k, c);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ driver
+
+namespace {
+
+std::filesystem::path out_dir(const PropertyOptions& o) {
+  if (!o.out.empty()) return o.out;
+  if (const char* e = std::getenv("ATTNFUZZ_PROPERTY_OUT"); e && *e) return e;
+  return ATTNFUZZ_PROPERTY_DEFAULT_OUT;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
+      std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// Saves the recorded minimal failure's cases with the kernel's verdict on each, and their replay commands.
+void save_failure(Property prop, const KernelEntry& k, const PropertyOptions& o, PropertyOutcome& out) {
+  const FailureRecord f = g_failure;
+  Devices& ds = devices();
+  Device* dev = f.order == ThreadOrder::kReverse   ? ds.reverse.get()
+                : f.order == ThreadOrder::kShuffle ? ds.shuffle.get()
+                                                   : ds.forward.get();
+  if (f.order == ThreadOrder::kShuffle) {
+    DeviceOptions so = dev->options();
+    so.order_seed = f.order_seed;
+    dev->set_options(so);
+  }
+  for (const auto& [role, c0] : f.cases) {
+    Case c = c0;
+    c.label = std::string("property-") + property_name(prop) + "-" + role +
+              (c0.label.empty() ? "" : "-" + c0.label);
+    CorpusFile cf;
+    cf.tool.name = "attn-props";
+    cf.tool.command = std::string("property ") + property_name(prop) + " kernel " + k.kernel.name + " case " +
+                      role + f.flags + ": " + f.why;
+    cf.the_case = c;
+    try {
+      PreparedCase pc(c);
+      const CheckResult r = check_case(*dev, k, pc, RunOptions{}).result;
+      RecordedVerdict v;
+      v.kernel = r.kernel;
+      v.backend = r.backend;
+      v.device = r.device;
+      v.verdict = r.verdict;
+      v.failure = r.failure;
+      v.reason = r.reason;
+      v.max_ratio = r.max_ratio;
+      cf.verdict = v;
+      const std::filesystem::path path = save_to_corpus_dir(out_dir(o), cf);
+      out.saved.push_back(path);
+      std::string cmd =
+          "attn-check --replay " + shell_quote(path.string()) + " --kernel " + shell_quote(k.kernel.name);
+      if (k.origin != "built-in") cmd += " --plugin " + shell_quote(k.origin);
+      cmd += f.flags;
+      out.replay.push_back(
+          role + " (verdict " + verdict_name(r.verdict) +
+          (r.verdict == Verdict::kFail ? std::string(" [") + failure_class_name(r.failure) + "]" : "") +
+          "): " + cmd);
+    } catch (const std::exception& e) {
+      out.replay.push_back(role + ": could not save: " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+PropertyOutcome run_property(Property prop, const KernelEntry& k, const PropertyOptions& o) {
+  using namespace rc::detail;
+  PropertyOutcome out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string id = property_id(prop, k);
+  const CaseLimits limits = property_limits(prop, k.kernel);
+  if (prop == Property::kCausalPrefix && k.kernel.masks != 0 &&
+      (k.kernel.masks & ~AF_SUPPORTS_MASK_NONE) == 0) {
+    out.passed = true;  // the kernel supports no mask: nothing is hidden from any row
+    return out;
+  }
+  const rc::Gen<Case> gen = gen_case(limits);
+  const bool strict = o.strict;
+  auto body = [prop, &k, gen, strict]() {
+    const Case c = *gen;
+    check_property(prop, k, c, strict);
+  };
+  TestParams params = configuration().testParams;
+  const char* env = std::getenv("RC_PARAMS");
+  if (!(o.use_rc_params && env && *env)) {
+    params.seed = o.seed ? o.seed : hash64(id);
+    params.maxSuccess = o.max_success;
+    params.disableShrinking = !o.shrink;
+  }
+  TestMetadata md;
+  md.id = id;
+  md.description = id;
+  g_failure = FailureRecord{};
+  g_unsupported = 0;
+  const TestResult result = checkTestable(body, md, params);
+  std::ostringstream msg;
+  printResultMessage(result, msg);
+  out.rc_message = msg.str();
+  out.unsupported = g_unsupported;
+  if (result.template is<SuccessResult>()) {
+    out.passed = true;
+    out.tests = result.template get<SuccessResult>().numSuccess;
+  } else if (result.template is<GaveUpResult>()) {
+    out.gave_up = true;
+    out.tests = result.template get<GaveUpResult>().numSuccess;
+  } else if (result.template is<FailureResult>()) {
+    const FailureResult& f = result.template get<FailureResult>();
+    out.tests = f.numSuccess;
+    Configuration cfg;
+    cfg.reproduce[id] = f.reproduce;
+    out.reproduce = "RC_PARAMS=\"" + configToMinimalString(cfg) + "\"";
+    out.failure = g_failure.why.empty() ? f.description : g_failure.why;
+    if (!g_failure.cases.empty()) out.minimal_case = describe(g_failure.cases.front().second);
+    save_failure(prop, k, o, out);
+  } else {
+    out.failure = "RapidCheck error: " + out.rc_message;
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.quiet && !out.passed) {
+    std::cerr << "\nproperty " << property_name(prop) << " FAILED on kernel " << k.kernel.name << " ("
+              << out.tests << " case(s) passed first)\n  statement: " << property_statement(prop)
+              << "\n  failure:   " << out.failure << "\n  minimal case: " << out.minimal_case
+              << "\n  reproduce: " << out.reproduce << "  (same binary, same test)\n";
+    for (size_t i = 0; i < out.saved.size(); ++i)
+      std::cerr << "  saved:     " << out.saved[i].string() << "\n  replay " << out.replay[i] << "\n";
+    std::cerr << "  RapidCheck: " << out.rc_message << "\n";
+  }
+  return out;
+}
+
+}  // namespace attnfuzz::props

@@ -1,0 +1,75 @@
+// properties.h - metamorphic and oracle properties of one kernel, run with RapidCheck; failures shrink and
+// are saved.
+//
+// Each property is stated for one kernel and every case the generator yields (properties/README.md has
+// the exact statements and tolerances). run_property() runs RapidCheck on it with fixed or RC_PARAMS-given
+// parameters; when it fails, the shrunk counterexample is saved as corpus file(s) and reported with the
+// RapidCheck reproduce string and the attn-check replay command.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/registry.h"
+#include "properties/generators.h"
+
+namespace attnfuzz::props {
+
+enum class Property {
+  kOracle,           // check_case verdict is pass or outside-contract
+  kKeyPermutation,   // permuting keys and values together (within equal-visibility groups) keeps O, LSE
+  kKeyShift,         // adding one vector to every key (exactly, in fp32) keeps O
+  kCausalPrefix,     // changing keys/values a row cannot see (to anything, NaN/Inf included) keeps its O, LSE
+  kRowIndependence,  // changing other query rows (to anything) keeps a row's O, LSE
+  kBatchHead,        // a batched multi-head run equals one single-head run per (b, h)
+  kDeterminism,      // forward, reverse and shuffled emulator thread orders give the same bits
+};
+const std::vector<Property>& all_properties();
+const char* property_name(Property p);       // "oracle", "key-permutation", ...
+const char* property_statement(Property p);  // one sentence
+bool parse_property(const std::string& text, Property& out);
+
+// The case limits a property draws from for kernel k (e.g. masked-key invariance needs a mask).
+CaseLimits property_limits(Property p, const af_kernel& k);
+
+struct PropertyOptions {
+  int max_success = 20;  // cases per run (ignored when RC_PARAMS is set: it then decides)
+  uint64_t seed = 0;     // 0: derived from property and kernel names (fixed); ignored with RC_PARAMS
+  bool shrink = true;
+  bool strict = false;        // relations of rows that no correct kernel computes differently (causal
+                              // prefix, row independence, batch/head) must hold bitwise, not just within
+                              // the combined bound
+  bool use_rc_params = true;  // RC_PARAMS, when set in the environment, overrides max_success and seed
+  std::filesystem::path out;  // where failing cases go; empty: $ATTNFUZZ_PROPERTY_OUT, else
+                              // <build>/property-failures
+  bool quiet = false;         // no report on stderr
+};
+
+struct PropertyOutcome {
+  bool passed = false;
+  bool gave_up = false;                      // RapidCheck discarded too many cases
+  int tests = 0;                             // successful cases run
+  int64_t unsupported = 0;                   // generated cases the kernel refused (check_support)
+  std::string rc_message;                    // RapidCheck's own result text (counterexample, shrinks)
+  std::string reproduce;                     // RC_PARAMS="reproduce=..." for this failure
+  std::string failure;                       // our one-line reason of the minimal failure
+  std::string minimal_case;                  // describe() of the minimal case (case A)
+  std::vector<std::filesystem::path> saved;  // corpus files of the minimal failure
+  std::vector<std::string> replay;           // one attn-check command per saved file
+  double seconds = 0;
+};
+
+// RapidCheck id of a (property, kernel) run: "<property>/<kernel>", the key of RC_PARAMS reproduce=.
+std::string property_id(Property p, const KernelEntry& k);
+
+// Runs property p on kernel k (a cpu kernel) and reports. Never throws on a property failure.
+PropertyOutcome run_property(Property p, const KernelEntry& k, const PropertyOptions& opts = {});
+
+// The property body for one case (RC_ASSERT / RC_FAIL inside; draws extra values with *gen): usable in
+// one's own rc::check. Records the case(s) of a failure for run_property's report.
+void check_property(Property p, const KernelEntry& k, const Case& c, bool strict = false);
+
+}  // namespace attnfuzz::props

@@ -1,0 +1,168 @@
+// planted_classify_test.cpp - issue 5's classification test: every planted kernel found and rightly classified within one fixed case budget; no correct kernel fails.
+//
+// The budget is the same for every kernel: the built-in sweep grid (sweep_grid(0)), sampled down to cases of
+// at most kMaxWork multiply-adds so CI stays fast, plus kRandomCases seeded random cases. Every kernel is
+// checked on the cpu backend in shuffled thread order (one fixed seed: the forward order hides races that
+// need a thread to run before thread 0), and the first failing case of each planted kernel is classified
+// with the default ClassifyOptions. Nothing here depends on which kernel is running: the expected class
+// (kernels/planted/README.md's table) is only compared with the result.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/registry.h"
+#include "check/classify.h"
+#include "check/runner.h"
+
+namespace attnfuzz {
+namespace {
+
+constexpr int64_t kMaxWork = int64_t{1} << 20;  // B * Hq * Sq * Sk * max(D, Dv) of a budget case
+constexpr int kRandomCases = 8;
+
+// kernels/planted/README.md: the class each planted bug must get.
+const std::map<std::string, std::string> kExpected = {
+    {"planted-no-acc-rescale", "rescale"},     {"planted-no-sum-rescale", "rescale"},
+    {"planted-masked-score-zero", "mask"},     {"planted-causal-off-by-one", "mask"},
+    {"planted-causal-top-left", "mask"},       {"planted-tail-k-oob-read", "oob-read"},
+    {"planted-tail-q-oob-write", "oob-write"}, {"planted-no-score-barrier", "barrier-race"},
+    {"planted-masked-row-nan", "mask"},        {"planted-smem-reuse-race", "barrier-race"},
+    {"planted-no-max-sub", "non-finite"},      {"planted-combine-wrong-weight", "precision"},
+};
+
+int64_t work(const Problem& p) {
+  return p.batch * p.heads_q * p.seq_q * p.seq_k * std::max(p.head_dim, p.head_dim_v);
+}
+
+const std::vector<Case>& budget() {
+  static const std::vector<Case> cases = [] {
+    std::vector<Case> out;
+    for (Case& c : sweep_grid(0))
+      if (work(c.problem) <= kMaxWork) out.push_back(std::move(c));
+    Rng rng(0xC1A55, 0);
+    const auto lens = space::edge_seq_lengths(80);
+    const auto dims = space::edge_head_dims(64);
+    const auto& masks = space::mask_forms();
+    for (int made = 0, tries = 0; made < kRandomCases && tries < 100 * kRandomCases; ++tries) {
+      Problem p = make_problem(1, 1, 1, lens[rng.below(lens.size())], lens[rng.below(lens.size())],
+                               dims[rng.below(dims.size())], 0);
+      p.head_dim_v = p.head_dim;
+      set_contiguous_strides(p);
+      if (!parse_mask(masks[rng.below(masks.size())], p).empty()) continue;
+      Case c = make_case(p, rng.next());
+      c.label = "random-" + std::to_string(made);
+      if (!validate(c).empty()) continue;
+      out.push_back(std::move(c));
+      ++made;
+    }
+    return out;
+  }();
+  return cases;
+}
+
+void load() {
+  static std::once_flag once;
+  std::call_once(once, [] { Registry::global().load_plugin(PLANTED_PLUGIN); });
+}
+
+Device& device() {
+  static std::unique_ptr<Device> d = [] {
+    DeviceOptions o;
+    o.order = ThreadOrder::kShuffle;
+    o.order_seed = 7;
+    return open_device("cpu", o);
+  }();
+  return *d;
+}
+
+std::vector<PreparedCase>& prepared() {
+  static std::vector<PreparedCase> pcs = [] {
+    std::vector<PreparedCase> v;
+    for (const Case& c : budget()) v.emplace_back(c);
+    return v;
+  }();
+  return pcs;
+}
+
+TEST(PlantedClassification, BudgetIsTheSweepGridAndRandomCases) {
+  EXPECT_GE(budget().size(), 60u);
+  std::cout << "[ budget ] " << budget().size() << " cases\n";
+}
+
+class Planted : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Planted, DetectedAndRightlyClassifiedWithinTheBudget) {
+  load();
+  const std::string name = GetParam();
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  ASSERT_NE(k, nullptr) << name;
+  const auto t0 = std::chrono::steady_clock::now();
+  RunOptions ro;
+  int checked = 0;
+  for (PreparedCase& pc : prepared()) {
+    Judged j = check_case(device(), *k, pc, ro);
+    if (j.result.verdict == Verdict::kUnsupported) continue;
+    ++checked;
+    if (j.result.verdict != Verdict::kFail) continue;
+    const std::string first_class = failure_class_name(j.result.failure);
+    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string ev;
+    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
+    std::cout << "[ planted ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
+              << describe(pc.problem()) << ") in " << s << " s; check said " << first_class << ", classified "
+              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+    EXPECT_EQ(failure_class_name(j.result.failure), kExpected.at(name)) << describe(pc.the_case()) << ev;
+    return;
+  }
+  ADD_FAILURE() << name << " passed all " << checked << " supported budget cases";
+}
+
+std::vector<std::string> planted_names() {
+  std::vector<std::string> v;
+  for (const auto& [n, c] : kExpected) v.push_back(n);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
+  load();
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN) EXPECT_TRUE(kExpected.count(e.kernel.name)) << e.kernel.name;
+}
+
+TEST(PlantedClassification, NoCorrectKernelFailsTheBudget) {
+  load();
+  RunOptions ro;
+  for (const KernelEntry& e : Registry::global().all()) {
+    if (e.backend != Backend::kCpu || e.origin != "built-in") continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    int pass = 0, other = 0;
+    for (PreparedCase& pc : prepared()) {
+      const Judged j = check_case(device(), e, pc, ro);
+      EXPECT_NE(j.result.verdict, Verdict::kFail)
+          << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
+      (j.result.verdict == Verdict::kPass ? pass : other)++;
+    }
+    std::cout << "[ correct ] " << e.kernel.name << ": " << pass << " pass, " << other
+              << " unsupported / outside contract, "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  }
+}
+
+}  // namespace
+}  // namespace attnfuzz

@@ -38,6 +38,18 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")->group(r);
   app.add_flag("--quiet,-q", o.quiet, "only the summary")->group(r);
+  auto* c = "Classification (check/README.md)";
+  app.add_flag("--no-classify", o.no_classify, "keep check's first class: run no detector experiments")->group(c);
+  app.add_option("--reruns", o.reruns, "GPU: bitwise reruns of a failing case (a difference = barrier-race)")
+      ->group(c)->capture_default_str();
+  app.add_flag("--tsan", o.tsan, "cpu: re-run failing cases in the ThreadSanitizer build of attn-check")->group(c);
+  app.add_option("--tsan-binary", o.tsan_binary,
+                 "TSan attn-check (default $ATTNFUZZ_TSAN_ATTN_CHECK, else " + default_tsan_binary() + ")")
+      ->group(c);
+  app.add_option("--tsan-plugin", o.tsan_plugins, "TSan-built twin of a --plugin (repeatable)")->group(c);
+  app.add_flag("--compute-sanitizer", o.compute_sanitizer,
+               "nvidia: run racecheck, synccheck and memcheck on failing cases (compute-sanitizer on PATH)")
+      ->group(c);
 }
 
 namespace {
@@ -101,6 +113,13 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
   s.run.oracle.row_budget = o.oracle_rows;
   s.run.oracle.mp_bits = o.mp_bits;
   if (o.oracle_rows < 0) die(tool, "--oracle-rows must be >= 0");
+  s.classify.enabled = !o.no_classify;
+  s.classify.reruns = o.reruns;
+  s.classify.tsan = o.tsan;
+  s.classify.tsan_binary = o.tsan_binary;
+  s.classify.tsan_plugins = o.tsan_plugins;
+  s.classify.plugins = o.plugins;
+  s.classify.compute_sanitizer = o.compute_sanitizer;
   // --out must be writable now, not after an hour of checking.
   std::error_code ec;
   fs::create_directories(fs::path(o.out) / "corpus", ec);
@@ -150,15 +169,24 @@ void Runner::progress(bool final) {
 
 const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
   last_ = check_case(*s_.device, k, pc, s_.run);
+  classify_failure(*s_.device, k, pc, s_.run, last_, s_.classify);
+  return record(pc.the_case(), std::move(last_), "");
+}
+
+const Judged& Runner::record(const Case& the_case, Judged judged, const std::string& replay_command) {
+  last_ = std::move(judged);
   ++done_;
-  RunEntry rec{pc.the_case(), last_.result, "", "", ""};
+  RunEntry rec{the_case, last_.result, "", "", ""};
   const CheckResult& r = rec.result;
-  if (r.verdict == Verdict::kFail) {
-    ++failures_;
+  if (r.verdict == Verdict::kFail) ++failures_;
+  if (r.verdict == Verdict::kFail && !replay_command.empty()) {  // not a case: nothing to save
+    rec.replay_command = replay_command;
+    if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
+  } else if (r.verdict == Verdict::kFail) {
     CorpusFile cf;
     cf.tool.name = s_.tool;
     cf.tool.command = s_.command_line;
-    cf.the_case = pc.the_case();
+    cf.the_case = the_case;
     RecordedVerdict rv;
     rv.kernel = r.kernel;
     rv.backend = r.backend;
@@ -177,12 +205,14 @@ const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::s
     rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
                  (r.backend != "cpu" ? " --backend " + r.backend : "");
     for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
+    if (o_.order != "forward")  // a barrier race may show in one thread order only
+      rec.replay_command += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
     if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
   }
   const bool single = total_ < 2;
   if (!o_.quiet && (single || r.verdict == Verdict::kFail)) {
     if (tty_ && !single) std::fprintf(stderr, "\r%*s\r", 100, "");
-    std::printf("%-16s %-18s %s  %s", verdict_name(r.verdict), r.kernel.c_str(), shape(pc.problem()).c_str(),
+    std::printf("%-16s %-18s %s  %s", verdict_name(r.verdict), r.kernel.c_str(), shape(the_case.problem).c_str(),
                 r.verdict == Verdict::kFail ? failure_class_name(r.failure) : "");
     if (r.compared) std::printf("  err/bound %s", fmt_ratio(r.max_ratio).c_str());
     if (!r.reason.empty() && r.verdict != Verdict::kPass) std::printf("\n    %s", r.reason.c_str());
@@ -192,6 +222,9 @@ const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::s
                   (long long)w.b, (long long)w.h, (long long)w.s,
                   w.is_lse ? "" : (",d=" + std::to_string(w.d)).c_str(), w.expected, w.got, w.bound);
     }
+    if (r.verdict == Verdict::kFail)
+      for (const Evidence& ev : r.evidence)
+        if (ev.detector != "compare") std::printf("\n    %s: %s", ev.detector.c_str(), ev.detail.c_str());
     if (!rec.replay_command.empty()) std::printf("\n    replay: %s", rec.replay_command.c_str());
     std::printf("\n");
     std::fflush(stdout);

@@ -13,6 +13,7 @@
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
 #include "attnfuzz/report.h"
+#include "check/classify.h"
 #include "check/runner.h"
 
 namespace attnfuzz {
@@ -33,6 +34,13 @@ struct CommonOptions {
   int mp_bits = 128;
   bool quiet = false;
   bool no_reports = false;
+  // failure classification (check/classify.h)
+  bool no_classify = false;
+  int reruns = 5;                        // GPU bitwise reruns of a failing case
+  bool tsan = false;                     // cpu: re-run failing cases in the TSan build of attn-check
+  std::string tsan_binary;
+  std::vector<std::string> tsan_plugins;
+  bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
 
@@ -43,6 +51,7 @@ struct Session {
   Registry* registry = nullptr;
   std::unique_ptr<Device> device;
   RunOptions run;
+  ClassifyOptions classify;
 };
 // Loads plug-ins, opens the device, checks --out is writable. Exits 2 with a message on bad input.
 Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv);
@@ -55,6 +64,10 @@ class Runner {
   Runner(Session& s, const CommonOptions& o);
   void begin(int64_t total_checks);
   const Judged& check(const KernelEntry& k, PreparedCase& pc, const std::string& origin);
+  // Records a check judged elsewhere (outputs read from NPY files) exactly like check(): verdict line,
+  // heatmap, report entry. A non-empty replay_command is printed as the failure's replay line and the
+  // case is not saved to the corpus (its inputs are files, not a generated case).
+  const Judged& record(const Case& the_case, Judged judged, const std::string& replay_command);
   // Prints the summary, writes the reports; returns the exit code (0 all pass, 1 any failure).
   int finish();
   const std::vector<RunEntry>& entries() const { return entries_; }

@@ -60,7 +60,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (!decided && co.poison && !unreliable) run("poison-swap", detect::poison_swap);
   if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
-  if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
+  if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)
+    run("compute-sanitizer", detect::compute_sanitizer);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
   if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);

@@ -1,4 +1,5 @@
-// classify.h - refines a failed check's class with detectors (poison swap, thread orders, reruns, masks, key order, sanitizers) and adds their evidence.
+// classify.h - refines a failed check's class with detectors (poison swap, thread orders, reruns, masks, key
+// order, sanitizers) and adds their evidence.
 //
 // check_case() names a first class from what it saw directly: crash / hang / launch-error from the
 // launch, oob-write from the canaries, non-finite or precision from the comparison. classify_failure()
@@ -23,8 +24,8 @@ struct ClassifyOptions {
   // Detector switches (all on by default).
   bool poison = true;    // oob-read: guard poison NaN <-> finite
   bool schedule = true;  // barrier-race: cpu thread orders / GPU bitwise reruns
-  bool mask = true;      // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
-  bool reorder = true;   // rescale: the row's max key first vs last
+  bool mask = true;  // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
+  bool reorder = true;  // rescale: the row's max key first vs last
   // cpu backend: the schedule detector tries forward, reverse and shuffle with these seeds (the order the
   // check ran with is skipped).
   std::vector<uint64_t> shuffle_seeds = {11, 12};
@@ -41,7 +42,7 @@ struct ClassifyOptions {
   // compute-sanitizer (nvidia backend): racecheck, synccheck and memcheck on the case, when on PATH.
   bool compute_sanitizer = false;
   std::string compute_sanitizer_binary = "compute-sanitizer";
-  std::string self_binary;  // the attn-check to run under compute-sanitizer; "" = /proc/self/exe
+  std::string self_binary;      // the attn-check to run under compute-sanitizer; "" = /proc/self/exe
   double tool_timeout_s = 300;  // per subprocess
   std::string work_dir;         // where subprocess case files go; "" = a fresh directory in $TMPDIR
 };
@@ -70,21 +71,22 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
 
 // One "WARNING: ThreadSanitizer: data race" block.
 struct TsanRace {
-  std::string variable;     // __shared__ variable named in both source lines, else TSan's location line
+  std::string variable;  // __shared__ variable named in both source lines, else TSan's location line
   std::string access, previous_access;  // "write of size 4", "read of size 4"
   std::string site, previous_site;      // "online_row_bugs.hip:52" (innermost frame with a source line)
   std::string code, previous_code;      // the source text of those lines (when the file is readable)
 };
 std::vector<TsanRace> parse_tsan_report(const std::string& text);
-std::string describe(const TsanRace& r);  // "variable coef: write at a.hip:52 `coef[0] = alpha;` vs read at ..."
+std::string describe(
+    const TsanRace& r);  // "variable coef: write at a.hip:52 `coef[0] = alpha;` vs read at ..."
 
 // The configured TSan attn-check (CMake cache ATTNFUZZ_TSAN_ATTN_CHECK, default <build>/tsan/bin/attn-check).
 std::string default_tsan_binary();
 
 // compute-sanitizer's findings of one tool.
 struct SanitizerReport {
-  std::string tool;                 // racecheck | synccheck | memcheck
-  int errors = -1;                  // from "ERROR SUMMARY: N errors"; -1 when absent
+  std::string tool;                   // racecheck | synccheck | memcheck
+  int errors = -1;                    // from "ERROR SUMMARY: N errors"; -1 when absent
   std::vector<std::string> findings;  // first lines of each reported hazard / error
 };
 SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::string& text);

@@ -1,4 +1,5 @@
-// detectors.h - the detectors classify_failure() runs (internal to check/): shared context, helpers, one function per detector.
+// detectors.h - the detectors classify_failure() runs (internal to check/): shared context, helpers, one
+// function per detector.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// helpers.cpp - what the detectors share: counted launches and oracles, bitwise diffs, row ratios, subprocesses.
+// helpers.cpp - what the detectors share: counted launches and oracles, bitwise diffs, row ratios,
+// subprocesses.
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -51,8 +52,9 @@ std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d) {
 }
 
 std::string BitDiff::first() const {
-  const std::string where = is_lse ? fmt("LSE[b=%lld,h=%lld,s=%lld]", (long long)b, (long long)h, (long long)s)
-                                   : o_name(b, s, h, d);
+  const std::string where = is_lse
+                                ? fmt("LSE[b=%lld,h=%lld,s=%lld]", (long long)b, (long long)h, (long long)s)
+                                : o_name(b, s, h, d);
   return where + ": " + num(a) + " vs " + num(x);
 }
 
@@ -88,7 +90,8 @@ BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& 
       for (int64_t h = 0; h < p.heads_q; ++h)
         for (int64_t s = 0; s < p.seq_q; ++s) {
           const size_t i = static_cast<size_t>(lse_index(p, b, h, s));
-          if (i < a.lse.size() && bits(a.lse[i]) != bits(x.lse[i])) note(true, b, s, h, 0, a.lse[i], x.lse[i]);
+          if (i < a.lse.size() && bits(a.lse[i]) != bits(x.lse[i]))
+            note(true, b, s, h, 0, a.lse[i], x.lse[i]);
         }
   return r;
 }
@@ -181,8 +184,9 @@ std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only) {
 }
 
 std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
-                        std::string::npos)
+  if (!s.empty() &&
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
+          std::string::npos)
     return s;
   std::string q = "'";
   for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
@@ -215,7 +219,8 @@ int run_command(const std::string& command, double timeout_s, std::string& outpu
   char buf[4096];
   bool timed_out = false;
   for (;;) {
-    const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double left =
+        timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (left <= 0) {
       timed_out = true;
       kill(-pid, SIGKILL);

@@ -1,4 +1,5 @@
-// mask.cpp - the mask detectors: wrong fully masked rows, masked NaN reaching O, other-mask oracles, masked K/V perturbation, zero-score model.
+// mask.cpp - the mask detectors: wrong fully masked rows, masked NaN reaching O, other-mask oracles, masked
+// K/V perturbation, zero-score model.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -57,8 +58,8 @@ std::vector<Problem> mask_variants(const Problem& p) {
   return distinct;
 }
 
-bool row_has_nonfinite(const Problem& p, const std::vector<float>& t, int64_t b, int64_t s, int64_t h, int64_t n,
-                       bool is_q) {
+bool row_has_nonfinite(const Problem& p, const std::vector<float>& t, int64_t b, int64_t s, int64_t h,
+                       int64_t n, bool is_q) {
   for (int64_t d = 0; d < n; ++d) {
     const float x = t[static_cast<size_t>(is_q ? q_index(p, b, s, h, d) : k_index(p, b, s, h, d))];
     if (!std::isfinite(x)) return true;
@@ -100,9 +101,10 @@ Finding mask(Context& c) {
           if (!(row_ratio(p, ex, out, b, h, s) > 1)) continue;
           if (std::find(rows.begin(), rows.end(), s) == rows.end()) rows.push_back(s);
           if (example.empty())
-            example = o_name(b, s, h, 0) + " = " + num(out.o[static_cast<size_t>(o_index(p, b, s, h, 0))]) +
-                      (out.lse.empty() ? ""
-                                       : ", LSE = " + num(out.lse[static_cast<size_t>(lse_index(p, b, h, s))]));
+            example =
+                o_name(b, s, h, 0) + " = " + num(out.o[static_cast<size_t>(o_index(p, b, s, h, 0))]) +
+                (out.lse.empty() ? ""
+                                 : ", LSE = " + num(out.lse[static_cast<size_t>(lse_index(p, b, h, s))]));
         }
     if (!rows.empty()) {
       std::sort(rows.begin(), rows.end());
@@ -125,19 +127,25 @@ Finding mask(Context& c) {
       bool visible_bad = false;
       std::vector<int64_t> masked_bad;
       for (int64_t j = 0; j < p.seq_k; ++j) {
-        const bool bad = row_has_nonfinite(p, t.k, r.b, j, hk, p.head_dim, false) || v_row_nonfinite(p, t.v, r.b, j, hk);
+        const bool bad =
+            row_has_nonfinite(p, t.k, r.b, j, hk, p.head_dim, false) || v_row_nonfinite(p, t.v, r.b, j, hk);
         if (!bad) continue;
-        if (j >= kr.first && j < kr.last) visible_bad = true;
-        else masked_bad.push_back(j);
+        if (j >= kr.first && j < kr.last)
+          visible_bad = true;
+        else
+          masked_bad.push_back(j);
       }
       if (visible_bad || masked_bad.empty()) continue;
       if (n++ == 0)
-        example = fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) and is non-finite in the output, while its "
-                      "only NaN/Inf inputs are at masked keys j = ",
-                      (long long)r.s, (long long)r.b, (long long)r.h, (long long)kr.first, (long long)kr.last) +
-                  ranges(masked_bad);
+        example =
+            fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) and is non-finite in the output, while "
+                "its "
+                "only NaN/Inf inputs are at masked keys j = ",
+                (long long)r.s, (long long)r.b, (long long)r.h, (long long)kr.first, (long long)kr.last) +
+            ranges(masked_bad);
     }
-    if (n) fire(fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
+    if (n)
+      fire(fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
   }
 
   // (c) The output matches the oracle under another mask.
@@ -150,7 +158,8 @@ Finding mask(Context& c) {
     }
     const CheckResult r = judge(v, exv, out);
     if (r.verdict == Verdict::kPass) {
-      fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " + mask_to_string(p) +
+      fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " +
+           mask_to_string(p) +
            fmt("): all %lld compared elements within bound, max err/bound %s", (long long)r.compared,
                num(r.max_ratio).c_str()));
       break;
@@ -185,8 +194,10 @@ Finding mask(Context& c) {
       for (int64_t b = 0; b < p.batch; ++b)
         for (int64_t hk = 0; hk < p.heads_kv; ++hk)
           for (int64_t j : masked) {
-            for (int64_t d = 0; d < p.head_dim; ++d) pt.k[static_cast<size_t>(k_index(p, b, j, hk, d))] = kNaNf;
-            for (int64_t d = 0; d < p.head_dim_v; ++d) pt.v[static_cast<size_t>(v_index(p, b, j, hk, d))] = kNaNf;
+            for (int64_t d = 0; d < p.head_dim; ++d)
+              pt.k[static_cast<size_t>(k_index(p, b, j, hk, d))] = kNaNf;
+            for (int64_t d = 0; d < p.head_dim_v; ++d)
+              pt.v[static_cast<size_t>(v_index(p, b, j, hk, d))] = kNaNf;
           }
       const LaunchOutcome po = c.launch(pt);
       if (po.launch.status != LaunchStatus::kOk || po.o.size() != out.o.size()) continue;
@@ -205,9 +216,10 @@ Finding mask(Context& c) {
               if (rows.empty() || rows.back() != i) rows.push_back(i);
             }
       if (changed) {
-        fire(fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(), (long long)r) +
-             ranges(masked) + fmt(") changed %lld output element(s) of rows that see none of them (s = ",
-                                  (long long)changed) +
+        fire(fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(),
+                 (long long)r) +
+             ranges(masked) +
+             fmt(") changed %lld output element(s) of rows that see none of them (s = ", (long long)changed) +
              ranges(rows) + "); first " + first);
         break;
       }
@@ -261,18 +273,20 @@ Finding mask_model(Context& c) {
     const double whole = std::round(extra);
     if (proportional && whole >= 1 && std::fabs(extra - whole) <= std::max(0.02, 3 * noise)) {
       if (fits++ == 0)
-        example = fmt("row s=%lld (b=%lld, h=%lld): O = %.6f x exact for every d; extra mass %.4f = %.0f key(s) of "
-                      "score 0",
-                      (long long)r.s, (long long)r.b, (long long)r.h, fac, extra, whole);
+        example =
+            fmt("row s=%lld (b=%lld, h=%lld): O = %.6f x exact for every d; extra mass %.4f = %.0f key(s) of "
+                "score 0",
+                (long long)r.s, (long long)r.b, (long long)r.h, fac, extra, whole);
     }
   }
   if (fits >= 1 && fits * 10 >= analysed * 9 && (fits >= 2 || analysed == 1)) {
     f.fired = true;
     f.cls = FailureClass::kMask;
-    f.evidence.push_back({"mask-model", fmt("%d of %d failing rows equal the exact softmax with extra keys of score 0 "
-                                            "and value 0 (masked scores filled with 0 instead of -inf): ",
-                                            fits, analysed) +
-                                            example});
+    f.evidence.push_back(
+        {"mask-model", fmt("%d of %d failing rows equal the exact softmax with extra keys of score 0 "
+                           "and value 0 (masked scores filled with 0 instead of -inf): ",
+                           fits, analysed) +
+                           example});
   }
   return f;
 }

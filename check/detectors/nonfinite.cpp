@@ -1,4 +1,5 @@
-// nonfinite.cpp - evidence for non-finite (positions and their inputs: extreme, masked, NaN) and precision (error / bound, tile grid).
+// nonfinite.cpp - evidence for non-finite (positions and their inputs: extreme, masked, NaN) and precision
+// (error / bound, tile grid).
 #include <algorithm>
 #include <cmath>
 
@@ -9,9 +10,12 @@ namespace attnfuzz::detect {
 namespace {
 const char* kind_text(RowKind k) {
   switch (k) {
-    case RowKind::kNormal: return "normal";
-    case RowKind::kFullyMasked: return "fully masked (exact O = 0)";
-    case RowKind::kNaN: return "NaN (exact O is NaN)";
+    case RowKind::kNormal:
+      return "normal";
+    case RowKind::kFullyMasked:
+      return "fully masked (exact O = 0)";
+    case RowKind::kNaN:
+      return "NaN (exact O is NaN)";
   }
   return "?";
 }
@@ -29,16 +33,18 @@ Finding nonfinite(Context& c) {
   for (const RowKey& r : rows) qrows.push_back(r.s);
   std::sort(qrows.begin(), qrows.end());
   qrows.erase(std::unique(qrows.begin(), qrows.end()), qrows.end());
-  std::string detail = fmt("%zu (b, h, row)s hold NaN/Inf where the exact value is finite, or the reverse (s = ",
-                           rows.size()) +
-                       ranges(qrows) + ")";
+  std::string detail =
+      fmt("%zu (b, h, row)s hold NaN/Inf where the exact value is finite, or the reverse (s = ",
+          rows.size()) +
+      ranges(qrows) + ")";
   const size_t show = std::min<size_t>(rows.size(), 2);
   for (size_t i = 0; i < show; ++i) {
     const RowKey& r = rows[i];
     const int64_t hk = kv_head(p, r.h);
     int64_t d_bad = 0;
     for (int64_t d = 0; d < p.head_dim_v; ++d) {
-      const double e = ex.o[ex.o_at(r.b, r.s, r.h, d)], g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
+      const double e = ex.o[ex.o_at(r.b, r.s, r.h, d)],
+                   g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
       if (std::isfinite(e) != std::isfinite(g)) {
         d_bad = d;
         break;
@@ -65,12 +71,13 @@ Finding nonfinite(Context& c) {
     }
     const double e = ex.o[ex.o_at(r.b, r.s, r.h, d_bad)],
                  g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d_bad))];
-    detail += "; " + o_name(r.b, r.s, r.h, d_bad) + ": expected " + num(e) + " got " + num(g) + "; row " +
-              kind_text(ex.row(r.b, r.h, r.s).kind) +
-              fmt(", keys [%lld, %lld) visible; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows "
-                  "with NaN/Inf %lld; max visible |score| %s",
-                  (long long)kr.first, (long long)kr.last, q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad,
-                  (long long)masked_bad, num(max_abs).c_str());
+    detail +=
+        "; " + o_name(r.b, r.s, r.h, d_bad) + ": expected " + num(e) + " got " + num(g) + "; row " +
+        kind_text(ex.row(r.b, r.h, r.s).kind) +
+        fmt(", keys [%lld, %lld) visible; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows "
+            "with NaN/Inf %lld; max visible |score| %s",
+            (long long)kr.first, (long long)kr.last, q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad,
+            (long long)masked_bad, num(max_abs).c_str());
     if (max_abs > 88.7) detail += " (extreme: exp(score) overflows fp32 past 88.7 without max subtraction)";
   }
   f.fired = true;
@@ -87,15 +94,17 @@ Finding precision(Context& c) {
   for (const RowKey& k : rows) qrows.push_back(k.s);
   std::sort(qrows.begin(), qrows.end());
   qrows.erase(std::unique(qrows.begin(), qrows.end()), qrows.end());
-  std::string detail = fmt("max err/bound %s (fp32 baseline %s), %lld of %lld elements over their bound, failing "
-                           "query rows s = ",
-                           num(r.max_ratio).c_str(), num(r.baseline_max_ratio).c_str(), (long long)r.failed,
-                           (long long)r.compared) +
-                       ranges(qrows) + fmt(" of Sq=%lld", (long long)c.problem().seq_q);
+  std::string detail =
+      fmt("max err/bound %s (fp32 baseline %s), %lld of %lld elements over their bound, failing "
+          "query rows s = ",
+          num(r.max_ratio).c_str(), num(r.baseline_max_ratio).c_str(), (long long)r.failed,
+          (long long)r.compared) +
+      ranges(qrows) + fmt(" of Sq=%lld", (long long)c.problem().seq_q);
   int64_t b, h, s;
   if (worst_row(r, b, h, s)) {
-    detail += fmt("; worst row %lld: row %lld of 16-row tile %lld, row %lld of 64-row tile %lld", (long long)s,
-                  (long long)(s % 16), (long long)(s / 16), (long long)(s % 64), (long long)(s / 64));
+    detail +=
+        fmt("; worst row %lld: row %lld of 16-row tile %lld, row %lld of 64-row tile %lld", (long long)s,
+            (long long)(s % 16), (long long)(s / 16), (long long)(s % 64), (long long)(s / 64));
     const KeyRange kr = visible_keys(c.problem(), s);
     detail += fmt(", %lld visible keys", (long long)(kr.empty() ? 0 : kr.last - kr.first));
   }

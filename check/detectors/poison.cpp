@@ -1,4 +1,5 @@
-// poison.cpp - the oob-read detector: relaunch with the guard zones' poison swapped (NaN <-> finite); changed output = a read outside the buffers.
+// poison.cpp - the oob-read detector: relaunch with the guard zones' poison swapped (NaN <-> finite); changed
+// output = a read outside the buffers.
 #include "check/detectors/detectors.h"
 
 namespace attnfuzz::detect {
@@ -16,18 +17,20 @@ Finding poison_swap(Context& c) {
     return f;
   }
   const BitDiff d = bit_diff(c.problem(), c.original(), swapped);
-  const std::string what = fmt("guard poison 0x%08x -> 0x%08x (%s -> %s)", c.opts.guard_poison, o.guard_poison,
-                               c.opts.guard_poison == kGuardPoison ? "NaN" : "1.23", 
+  const std::string what = fmt("guard poison 0x%08x -> 0x%08x (%s -> %s)", c.opts.guard_poison,
+                               o.guard_poison, c.opts.guard_poison == kGuardPoison ? "NaN" : "1.23",
                                o.guard_poison == kGuardPoison ? "NaN" : "1.23");
   if (d.count != 0) {
     f.fired = true;
     f.cls = FailureClass::kOobRead;
-    f.evidence.push_back({"poison-swap", fmt("%lld output element(s) change when only the ", (long long)d.count) +
-                                             what + " around q, k, v, o, lse and workspace changes: the kernel "
-                                                    "reads outside its buffers; first " +
-                                             d.first()});
+    f.evidence.push_back(
+        {"poison-swap", fmt("%lld output element(s) change when only the ", (long long)d.count) + what +
+                            " around q, k, v, o, lse and workspace changes: the kernel "
+                            "reads outside its buffers; first " +
+                            d.first()});
   } else {
-    f.evidence.push_back({"poison-swap", "output bit-identical under " + what + ": no read of the guard zones"});
+    f.evidence.push_back(
+        {"poison-swap", "output bit-identical under " + what + ": no read of the guard zones"});
   }
   return f;
 }

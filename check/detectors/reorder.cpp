@@ -1,4 +1,5 @@
-// reorder.cpp - the rescale detector: the worst row's visible keys sorted so that its max key comes first, then last.
+// reorder.cpp - the rescale detector: the worst row's visible keys sorted so that its max key comes first,
+// then last.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -31,16 +32,19 @@ Finding reorder(Context& c) {
   }
   std::vector<int64_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), int64_t{0});
-  std::stable_sort(perm.begin(), perm.end(),
-                   [&](int64_t a, int64_t x) { return score[static_cast<size_t>(a)] > score[static_cast<size_t>(x)]; });
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t x) {
+    return score[static_cast<size_t>(a)] > score[static_cast<size_t>(x)];
+  });
   auto permuted = [&](bool max_first) {
     Tensors pt = t;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t src = kr.first + perm[static_cast<size_t>(max_first ? i : n - 1 - i)], dst = kr.first + i;
       for (int64_t d = 0; d < p.head_dim; ++d)
-        pt.k[static_cast<size_t>(k_index(p, b, dst, hk, d))] = t.k[static_cast<size_t>(k_index(p, b, src, hk, d))];
+        pt.k[static_cast<size_t>(k_index(p, b, dst, hk, d))] =
+            t.k[static_cast<size_t>(k_index(p, b, src, hk, d))];
       for (int64_t d = 0; d < p.head_dim_v; ++d)
-        pt.v[static_cast<size_t>(v_index(p, b, dst, hk, d))] = t.v[static_cast<size_t>(v_index(p, b, src, hk, d))];
+        pt.v[static_cast<size_t>(v_index(p, b, dst, hk, d))] =
+            t.v[static_cast<size_t>(v_index(p, b, src, hk, d))];
     }
     return pt;
   };
@@ -56,19 +60,22 @@ Finding reorder(Context& c) {
     ratio[first] = row_ratio(p, c.oracle(p, pt), out, b, h, s);
   }
   const double checked = row_ratio(p, c.pc.oracle(c.opts.oracle), c.original(), b, h, s);
-  const std::string row = fmt("row s=%lld (b=%lld, h=%lld), keys [%lld, %lld) reordered by score: ", (long long)s,
-                              (long long)b, (long long)h, (long long)kr.first, (long long)kr.last);
-  const std::string table = "max key first -> err/bound " + num(ratio[1]) + (ratio[1] > 1 ? " (FAIL)" : " (pass)") +
-                            ", max key last -> " + num(ratio[0]) + (ratio[0] > 1 ? " (FAIL)" : " (pass)") +
-                            ", as checked -> " + num(checked);
+  const std::string row =
+      fmt("row s=%lld (b=%lld, h=%lld), keys [%lld, %lld) reordered by score: ", (long long)s, (long long)b,
+          (long long)h, (long long)kr.first, (long long)kr.last);
+  const std::string table = "max key first -> err/bound " + num(ratio[1]) +
+                            (ratio[1] > 1 ? " (FAIL)" : " (pass)") + ", max key last -> " + num(ratio[0]) +
+                            (ratio[0] > 1 ? " (FAIL)" : " (pass)") + ", as checked -> " + num(checked);
   if (ratio[1] <= 1 && ratio[0] > 1) {
     f.fired = true;
     f.cls = FailureClass::kRescale;
-    f.evidence.push_back({"reorder", row + table +
-                                         ": the error appears only when the row max grows after the first keys "
-                                         "(running max / sum / accumulator not rescaled)"});
+    f.evidence.push_back(
+        {"reorder", row + table +
+                        ": the error appears only when the row max grows after the first keys "
+                        "(running max / sum / accumulator not rescaled)"});
   } else {
-    f.evidence.push_back({"reorder", row + table + ": the error does not follow the position of the max key"});
+    f.evidence.push_back(
+        {"reorder", row + table + ": the error does not follow the position of the max key"});
   }
   return f;
 }

@@ -1,4 +1,5 @@
-// reruns.cpp - bitwise reruns of the failing case with unchanged settings: any bit difference is a barrier race.
+// reruns.cpp - bitwise reruns of the failing case with unchanged settings: any bit difference is a barrier
+// race.
 #include "check/detectors/detectors.h"
 
 namespace attnfuzz::detect {
@@ -14,7 +15,8 @@ Finding reruns(Context& c) {
     const LaunchOutcome again = c.launch(c.tensors());
     if (again.launch.status != LaunchStatus::kOk) {
       f.evidence.push_back({"reruns", "rerun " + std::to_string(i + 1) + " ended with " +
-                                          launch_status_name(again.launch.status) + ": " + again.launch.message});
+                                          launch_status_name(again.launch.status) + ": " +
+                                          again.launch.message});
       ++differ;
       continue;
     }
@@ -28,15 +30,17 @@ Finding reruns(Context& c) {
     f.fired = true;
     f.cls = FailureClass::kBarrierRace;
     f.unreliable_baseline = true;
-    f.evidence.push_back({"reruns", fmt("%d of %d bitwise reruns with the same inputs and settings differ from the "
-                                        "checked launch: the result depends on the schedule; first difference ",
-                                        differ, n) +
-                                        first.first() + fmt(" (%lld element(s))", (long long)first.count)});
+    f.evidence.push_back(
+        {"reruns", fmt("%d of %d bitwise reruns with the same inputs and settings differ from the "
+                       "checked launch: the result depends on the schedule; first difference ",
+                       differ, n) +
+                       first.first() + fmt(" (%lld element(s))", (long long)first.count)});
   } else {
     f.evidence.push_back(
         {"reruns", fmt("%d bitwise reruns are identical%s", n,
-                       cpu ? "" : " (a GPU schedule can be deterministic and still racy: the cpu backend's "
-                                  "thread orders and --tsan, or compute-sanitizer racecheck, settle it)")});
+                       cpu ? ""
+                           : " (a GPU schedule can be deterministic and still racy: the cpu backend's "
+                             "thread orders and --tsan, or compute-sanitizer racecheck, settle it)")});
   }
   return f;
 }

@@ -1,4 +1,5 @@
-// sanitizers.cpp - external race / memory checkers on the failing case: the TSan build of attn-check (cpu), compute-sanitizer (nvidia).
+// sanitizers.cpp - external race / memory checkers on the failing case: the TSan build of attn-check (cpu),
+// compute-sanitizer (nvidia).
 #include <unistd.h>
 
 #include <chrono>
@@ -54,7 +55,8 @@ std::set<std::string> shared_names(const std::string& path) {
     names.insert((*m)[1]);
     // further declarators on the same line: "row_m[BM], row_l[BM]"
     const size_t end = text.find(';', static_cast<size_t>(m->position(0)));
-    const std::string rest = text.substr(static_cast<size_t>(m->position(0)), end - static_cast<size_t>(m->position(0)));
+    const std::string rest =
+        text.substr(static_cast<size_t>(m->position(0)), end - static_cast<size_t>(m->position(0)));
     static const std::regex more(R"(,\s*([A-Za-z_]\w*)\s*(\[|$|=))");
     for (auto k = std::sregex_iterator(rest.begin(), rest.end(), more); k != std::sregex_iterator(); ++k)
       names.insert((*k)[1]);
@@ -66,7 +68,8 @@ std::set<std::string> shared_names(const std::string& path) {
 std::set<std::string> identifiers(const std::string& code) {
   std::set<std::string> ids;
   static const std::regex id(R"([A-Za-z_]\w*)");
-  for (auto m = std::sregex_iterator(code.begin(), code.end(), id); m != std::sregex_iterator(); ++m) ids.insert(m->str());
+  for (auto m = std::sregex_iterator(code.begin(), code.end(), id); m != std::sregex_iterator(); ++m)
+    ids.insert(m->str());
   return ids;
 }
 
@@ -76,7 +79,8 @@ std::vector<TsanRace> parse_tsan_report(const std::string& text) {
   std::vector<TsanRace> races;
   std::istringstream in(text);
   std::string line;
-  static const std::regex access(R"(^\s*(Previous )?(atomic )?(read|write) of size (\d+))", std::regex::icase);
+  static const std::regex access(R"(^\s*(Previous )?(atomic )?(read|write) of size (\d+))",
+                                 std::regex::icase);
   static const std::regex frame(R"(^\s*#\d+ .*? ((/|\./)?[^ ()]+\.[A-Za-z]+):(\d+)(:\d+)?( |$))");
   static const std::regex global(R"(Location is global '([^']+)')");
   bool in_block = false;
@@ -156,7 +160,8 @@ std::string describe(const TsanRace& r) {
            (code.empty() ? "" : " `" + code + "`");
   };
   return "data race on " + (r.variable.empty() ? std::string("?") : r.variable) + ": " +
-         side(r.access, r.site, r.code) + " vs previous " + side(r.previous_access, r.previous_site, r.previous_code);
+         side(r.access, r.site, r.code) + " vs previous " +
+         side(r.previous_access, r.previous_site, r.previous_code);
 }
 
 SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::string& text) {
@@ -173,8 +178,9 @@ SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::stri
     }
     if (line.rfind("=========", 0) != 0) continue;
     const std::string body = trim(line.substr(9));
-    if (body.rfind("Error", 0) == 0 || body.rfind("Invalid", 0) == 0 || body.find("Race reported") != std::string::npos ||
-        body.find("hazard") != std::string::npos || body.find("Barrier error") != std::string::npos) {
+    if (body.rfind("Error", 0) == 0 || body.rfind("Invalid", 0) == 0 ||
+        body.find("Race reported") != std::string::npos || body.find("hazard") != std::string::npos ||
+        body.find("Barrier error") != std::string::npos) {
       if (rep.findings.size() < 4) rep.findings.push_back(body);
     } else if (!rep.findings.empty() && body.rfind("at ", 0) == 0 &&
                rep.findings.back().find(" in ") == std::string::npos) {
@@ -204,9 +210,10 @@ Finding tsan(Context& c) {
     if (const char* e = std::getenv("ATTNFUZZ_TSAN_ATTN_CHECK")) bin = e;
   if (bin.empty()) bin = default_tsan_binary();
   if (!executable(bin)) {
-    f.evidence.push_back({"tsan", "not run: no ThreadSanitizer build of attn-check at " + bin +
-                                      " (cmake --preset tsan && cmake --build --preset tsan --target attn-check; or "
-                                      "--tsan-binary / $ATTNFUZZ_TSAN_ATTN_CHECK)"});
+    f.evidence.push_back(
+        {"tsan", "not run: no ThreadSanitizer build of attn-check at " + bin +
+                     " (cmake --preset tsan && cmake --build --preset tsan --target attn-check; or "
+                     "--tsan-binary / $ATTNFUZZ_TSAN_ATTN_CHECK)"});
     return f;
   }
   std::vector<std::string> plugins = c.co.tsan_plugins;
@@ -229,12 +236,12 @@ Finding tsan(Context& c) {
   }
   const DeviceOptions& d = c.dev.options();
   const std::string out_dir = (fs::path(file).parent_path() / "tsan-out").string();
-  const std::string cmd =
-      "TSAN_OPTIONS='halt_on_error=0 report_signal_unsafe=0 history_size=4' " + shell_quote(bin) + " --replay " +
-      shell_quote(file) + " --kernel " + shell_quote(c.k.kernel.name) +
-      " --backend cpu --no-isolate --workers 1 --order " + thread_order_name(d.order) + " --order-seed " +
-      std::to_string(d.order_seed) + " --oracle-rows 1 --no-reports -q --out " + shell_quote(out_dir) +
-      plugin_args(plugins);
+  const std::string cmd = "TSAN_OPTIONS='halt_on_error=0 report_signal_unsafe=0 history_size=4' " +
+                          shell_quote(bin) + " --replay " + shell_quote(file) + " --kernel " +
+                          shell_quote(c.k.kernel.name) + " --backend cpu --no-isolate --workers 1 --order " +
+                          thread_order_name(d.order) + " --order-seed " + std::to_string(d.order_seed) +
+                          " --oracle-rows 1 --no-reports -q --out " + shell_quote(out_dir) +
+                          plugin_args(plugins);
   const auto t0 = std::chrono::steady_clock::now();
   std::string output;
   const int rc = run_command(cmd, c.co.tool_timeout_s, output);
@@ -247,7 +254,8 @@ Finding tsan(Context& c) {
   const std::vector<TsanRace> races = parse_tsan_report(output);
   std::vector<std::string> seen;
   for (const TsanRace& r : races) {
-    const std::string key = r.site < r.previous_site ? r.site + "|" + r.previous_site : r.previous_site + "|" + r.site;
+    const std::string key =
+        r.site < r.previous_site ? r.site + "|" + r.previous_site : r.previous_site + "|" + r.site;
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
     seen.push_back(key);
     if (seen.size() <= 4) f.evidence.push_back({"tsan", describe(r)});
@@ -255,16 +263,18 @@ Finding tsan(Context& c) {
   if (!races.empty()) {
     f.fired = true;
     f.cls = FailureClass::kBarrierRace;
-    f.evidence.push_back({"tsan", fmt("ThreadSanitizer: %zu data race report(s), %zu distinct line pair(s), %.1f s (",
-                                      races.size(), seen.size(), s) +
-                                      bin + ")"});
+    f.evidence.push_back(
+        {"tsan", fmt("ThreadSanitizer: %zu data race report(s), %zu distinct line pair(s), %.1f s (",
+                     races.size(), seen.size(), s) +
+                     bin + ")"});
   } else {
     f.evidence.push_back(
-        {"tsan", fmt("ThreadSanitizer: no data race reported (%.1f s)", s) +
-                     (uninstrumented.empty() ? std::string()
-                                             : "; note: plug-in(s) " + uninstrumented +
-                                                   " have no TSan-built twin in the TSan build's lib/: their code "
-                                                   "is not instrumented (--tsan-plugin)")});
+        {"tsan",
+         fmt("ThreadSanitizer: no data race reported (%.1f s)", s) +
+             (uninstrumented.empty() ? std::string()
+                                     : "; note: plug-in(s) " + uninstrumented +
+                                           " have no TSan-built twin in the TSan build's lib/: their code "
+                                           "is not instrumented (--tsan-plugin)")});
   }
   return f;
 }
@@ -274,7 +284,8 @@ Finding compute_sanitizer(Context& c) {
   if (c.dev.backend() != Backend::kNvidia) return f;
   std::string found;
   if (run_command("command -v " + shell_quote(c.co.compute_sanitizer_binary), 10, found) != 0) {
-    f.evidence.push_back({"compute-sanitizer", "not run: " + c.co.compute_sanitizer_binary + " is not on PATH"});
+    f.evidence.push_back(
+        {"compute-sanitizer", "not run: " + c.co.compute_sanitizer_binary + " is not on PATH"});
     return f;
   }
   std::string self = c.co.self_binary;
@@ -290,8 +301,9 @@ Finding compute_sanitizer(Context& c) {
   const std::string out_dir = (fs::path(file).parent_path() / "cs-out").string();
   int rank = 99;  // best class found: 0 oob-write, 1 oob-read, 2 barrier-race
   for (const char* tool : {"racecheck", "synccheck", "memcheck"}) {
-    const std::string cmd = shell_quote(c.co.compute_sanitizer_binary) + " --tool " + tool + " " + shell_quote(self) +
-                            " --replay " + shell_quote(file) + " --kernel " + shell_quote(c.k.kernel.name) +
+    const std::string cmd = shell_quote(c.co.compute_sanitizer_binary) + " --tool " + tool + " " +
+                            shell_quote(self) + " --replay " + shell_quote(file) + " --kernel " +
+                            shell_quote(c.k.kernel.name) +
                             " --backend nvidia --oracle-rows 1 --no-reports -q --no-classify --out " +
                             shell_quote(out_dir) + plugin_args(c.co.plugins);
     const auto t0 = std::chrono::steady_clock::now();
@@ -299,7 +311,8 @@ Finding compute_sanitizer(Context& c) {
     const int rc = run_command(cmd, c.co.tool_timeout_s, output);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const SanitizerReport rep = parse_compute_sanitizer(tool, output);
-    std::string detail = fmt("%s: %s error(s) in %.1f s", tool, rep.errors < 0 ? "?" : std::to_string(rep.errors).c_str(), s);
+    std::string detail =
+        fmt("%s: %s error(s) in %.1f s", tool, rep.errors < 0 ? "?" : std::to_string(rep.errors).c_str(), s);
     if (rc == 124) detail += " (timed out)";
     for (const std::string& x : rep.findings) detail += "; " + x;
     f.evidence.push_back({"compute-sanitizer", detail});
@@ -317,7 +330,9 @@ Finding compute_sanitizer(Context& c) {
   }
   if (rank < 99) {
     f.fired = true;
-    f.cls = rank == 0 ? FailureClass::kOobWrite : rank == 1 ? FailureClass::kOobRead : FailureClass::kBarrierRace;
+    f.cls = rank == 0   ? FailureClass::kOobWrite
+            : rank == 1 ? FailureClass::kOobRead
+                        : FailureClass::kBarrierRace;
   }
   return f;
 }

@@ -1,4 +1,5 @@
-// schedule.cpp - the cpu barrier-race detector: the same launch in other thread orders; different bits = a race.
+// schedule.cpp - the cpu barrier-race detector: the same launch in other thread orders; different bits = a
+// race.
 #include "check/detectors/detectors.h"
 
 namespace attnfuzz::detect {
@@ -15,7 +16,8 @@ Finding schedule(Context& c) {
   Finding f;
   if (c.dev.backend() != Backend::kCpu || c.original().o.empty()) return f;
   const DeviceOptions base = c.dev.options();
-  std::vector<std::pair<ThreadOrder, uint64_t>> orders = {{ThreadOrder::kForward, 1}, {ThreadOrder::kReverse, 1}};
+  std::vector<std::pair<ThreadOrder, uint64_t>> orders = {{ThreadOrder::kForward, 1},
+                                                          {ThreadOrder::kReverse, 1}};
   for (uint64_t s : c.co.shuffle_seeds) orders.push_back({ThreadOrder::kShuffle, s});
   const std::string checked = order_text(base.order, base.order_seed);
   const OracleResult& ex = c.pc.oracle(c.opts.oracle);

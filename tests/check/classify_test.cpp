@@ -1,4 +1,7 @@
-// classify_test.cpp - each detector on a small hand-made kernel (tests/check/detector_kernels.hip), the report parsers, and TSan end to end.
+// classify_test.cpp - each detector on a small hand-made kernel (tests/check/detector_kernels.hip), the
+// report parsers, and TSan end to end.
+#include "check/classify.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,7 +14,6 @@
 #include "attnfuzz/case.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
-#include "check/classify.h"
 #include "check/runner.h"
 
 namespace attnfuzz {
@@ -63,7 +65,9 @@ struct Outcome {
   CheckResult r;
   ClassifyStats stats;
   std::string evidence;  // every evidence line
-  bool has(const std::string& detector) const { return evidence.find("\n" + detector + ": ") != std::string::npos; }
+  bool has(const std::string& detector) const {
+    return evidence.find("\n" + detector + ": ") != std::string::npos;
+  }
 };
 
 Outcome run(const std::string& name, const Case& c, ThreadOrder order = ThreadOrder::kForward,
@@ -78,10 +82,10 @@ Outcome run(const std::string& name, const Case& c, ThreadOrder order = ThreadOr
   return o;
 }
 
-#define EXPECT_CLASS(o, cls)                                                                         \
-  do {                                                                                               \
-    EXPECT_EQ((o).r.verdict, Verdict::kFail) << (o).r.reason << (o).evidence;                        \
-    EXPECT_STREQ(failure_class_name((o).r.failure), cls) << (o).r.reason << (o).evidence;            \
+#define EXPECT_CLASS(o, cls)                                                              \
+  do {                                                                                    \
+    EXPECT_EQ((o).r.verdict, Verdict::kFail) << (o).r.reason << (o).evidence;             \
+    EXPECT_STREQ(failure_class_name((o).r.failure), cls) << (o).r.reason << (o).evidence; \
   } while (0)
 
 TEST(Classify, CorrectKernelPassesEverywhere) {
@@ -207,10 +211,15 @@ SUMMARY: ThreadSanitizer: data race /src/tests/check/detector_kernels.hip:59 in 
 
 TEST(TsanParser, NamesTheSharedVariableFromTheSource) {
   const std::string src = std::string(DETECTOR_SOURCE);
-  const std::string text = "WARNING: ThreadSanitizer: data race (pid=1)\n  Read of size 4 at 0x1 by main thread:\n"
-                           "    #0 f " + src + ":61 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
-                           "    #0 f " + src + ":57 (x+0x2)\n  Location is TLS of main thread.\n"
-                           "SUMMARY: ThreadSanitizer: data race\n";
+  const std::string text =
+      "WARNING: ThreadSanitizer: data race (pid=1)\n  Read of size 4 at 0x1 by main thread:\n"
+      "    #0 f " +
+      src +
+      ":61 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
+      "    #0 f " +
+      src +
+      ":57 (x+0x2)\n  Location is TLS of main thread.\n"
+      "SUMMARY: ThreadSanitizer: data race\n";
   const auto races = parse_tsan_report(text);
   ASSERT_EQ(races.size(), 1u);
   EXPECT_EQ(races[0].variable, "__shared__ coef") << describe(races[0]);
@@ -230,8 +239,9 @@ TEST(ComputeSanitizerParser, CountsErrorsAndKeepsFindings) {
   ASSERT_FALSE(r.findings.empty());
   EXPECT_NE(r.findings[0].find("Race reported"), std::string::npos);
   const SanitizerReport m = parse_compute_sanitizer(
-      "memcheck", "========= Invalid __global__ write of size 4 bytes\n=========     at k+0x70 in b.hip:9\n"
-                  "========= ERROR SUMMARY: 3 errors\n");
+      "memcheck",
+      "========= Invalid __global__ write of size 4 bytes\n=========     at k+0x70 in b.hip:9\n"
+      "========= ERROR SUMMARY: 3 errors\n");
   EXPECT_EQ(m.errors, 3);
   ASSERT_EQ(m.findings.size(), 1u);
   EXPECT_NE(m.findings[0].find("b.hip:9"), std::string::npos);

@@ -1,4 +1,5 @@
-// planted_classify_test.cpp - issue 5's classification test: every planted kernel found and rightly classified within one fixed case budget; no correct kernel fails.
+// planted_classify_test.cpp - issue 5's classification test: every planted kernel found and rightly
+// classified within one fixed case budget; no correct kernel fails.
 //
 // The budget is the same for every kernel: the built-in sweep grid (sweep_grid(0)), sampled down to cases of
 // at most kMaxWork multiply-adds so CI stays fast, plus kRandomCases seeded random cases. Every kernel is
@@ -117,9 +118,10 @@ TEST_P(Planted, DetectedAndRightlyClassifiedWithinTheBudget) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string ev;
     for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.problem()) << ") in " << s << " s; check said " << first_class << ", classified "
-              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+    std::cout << "[ planted ] " << name << ": found at case " << checked << " (" << pc.the_case().label
+              << ", " << describe(pc.problem()) << ") in " << s << " s; check said " << first_class
+              << ", classified " << failure_class_name(j.result.failure) << " by " << st.decided_by << ev
+              << "\n";
     EXPECT_EQ(failure_class_name(j.result.failure), kExpected.at(name)) << describe(pc.the_case()) << ev;
     return;
   }
@@ -131,13 +133,12 @@ std::vector<std::string> planted_names() {
   for (const auto& [n, c] : kExpected) v.push_back(n);
   return v;
 }
-INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()), [](const auto& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+});
 
 TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   load();

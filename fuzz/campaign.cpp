@@ -1,0 +1,644 @@
+// campaign.cpp - attn-fuzz's parent process: corpus in and out, libFuzzer fork-mode workers, progress,
+// artifacts, distinct failures, summary; and the minimizer.
+#include "fuzz/campaign.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "attnfuzz/report.h"
+
+namespace fs = std::filesystem;
+
+namespace attnfuzz::fuzz {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal = sig; }
+
+std::string hex16(uint64_t h) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::string shape(const Problem& p) {
+  char b[160];
+  std::snprintf(b, sizeof b, "B=%lld H=%lld/%lld %lldx%lld D=%lld%s %s", (long long)p.batch, (long long)p.heads_q,
+                (long long)p.heads_kv, (long long)p.seq_q, (long long)p.seq_k, (long long)p.head_dim,
+                p.head_dim_v != p.head_dim ? ("/" + std::to_string(p.head_dim_v)).c_str() : "",
+                mask_to_string(p).c_str());
+  return b;
+}
+
+// The kernel index (into the selection) an input should select for a corpus case: its fuzz label or its
+// recorded kernel, else none (-1).
+int kernel_index_of(const CorpusFile& cf, const std::vector<const KernelEntry*>& ks) {
+  std::string name;
+  if (cf.verdict) name = cf.verdict->kernel;
+  if (cf.the_case.label.rfind("fuzz-", 0) == 0) name = cf.the_case.label.substr(5);
+  for (size_t i = 0; i < ks.size(); ++i)
+    if (name == ks[i]->kernel.name) return static_cast<int>(i);
+  return -1;
+}
+
+// The kernel a worker runs for an input (the selected one, or the next that supports the case).
+const KernelEntry* kernel_for(const FuzzInput& in, const std::vector<const KernelEntry*>& ks) {
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const KernelEntry* k = ks[(in.kernel + i) % ks.size()];
+    if (unsupported_reason(k->kernel, in.the_case.problem).empty()) return k;
+  }
+  return nullptr;
+}
+
+struct Aggregate {
+  int64_t cases = 0, failing = 0;
+  std::map<std::string, int64_t> verdicts, classes;
+  std::map<std::string, std::map<std::string, int64_t>> kernels;
+  int64_t features = 0;
+};
+
+Aggregate read_stats(const fs::path& dir) {
+  Aggregate a;
+  std::vector<uint8_t> bits(kCounterBytes / 8, 0);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".json") continue;
+    try {
+      const Json j = Json::parse(read_all(e.path()));
+      a.cases += j.value("cases", int64_t{0});
+      for (const auto& [k, v] : j.at("verdicts").items()) a.verdicts[k] += v.get<int64_t>();
+      for (const auto& [k, v] : j.at("classes").items()) a.classes[k] += v.get<int64_t>();
+      for (const auto& [k, m] : j.at("kernels").items())
+        for (const auto& [v, n] : m.items()) a.kernels[k][v] += n.get<int64_t>();
+      const std::string hex = j.value("features", std::string());
+      for (size_t i = 0; i + 1 < hex.size() && i / 2 < bits.size(); i += 2)
+        bits[i / 2] |= static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    } catch (const std::exception&) {
+      // a stats file being replaced right now: counted next time
+    }
+  }
+  for (uint8_t b : bits) a.features += __builtin_popcount(b);
+  a.failing = a.verdicts.count("fail") ? a.verdicts["fail"] : 0;
+  return a;
+}
+
+// libFuzzer's own counters from its log ("#N: cov: C ft: F corp: K exec/s E oom/timeout/crash: a/b/c").
+struct FuzzerLine {
+  int64_t ft = 0, corp = 0, ooms = 0, timeouts = 0, crashes = 0;
+};
+
+class LogTail {
+ public:
+  explicit LogTail(fs::path p) : path_(std::move(p)) {}
+  void poll(FuzzerLine& l) {
+    std::ifstream f(path_, std::ios::binary);
+    if (!f) return;
+    f.seekg(static_cast<std::streamoff>(off_));
+    std::string line;
+    static const std::regex re(R"(ft: (\d+) corp: (\d+).*oom/timeout/crash: (\d+)/(\d+)/(\d+))");
+    while (std::getline(f, line)) {
+      if (f.eof()) break;  // partial line: read again next time
+      off_ += line.size() + 1;
+      std::smatch m;
+      if (std::regex_search(line, m, re)) {
+        l.ft = std::stoll(m[1]);
+        l.corp = std::stoll(m[2]);
+        l.ooms = std::stoll(m[3]);
+        l.timeouts = std::stoll(m[4]);
+        l.crashes = std::stoll(m[5]);
+      }
+      last_ = line;
+    }
+  }
+  const std::string& last() const { return last_; }
+
+ private:
+  fs::path path_;
+  size_t off_ = 0;
+  std::string last_;
+};
+
+struct Failure {
+  fs::path path;
+  CorpusFile file;
+};
+
+std::vector<Failure> read_failures(const fs::path& dir) {
+  std::vector<Failure> out;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == kCaseFileExtension) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    try {
+      CorpusFile cf = read_corpus_file(f);
+      if (cf.verdict && cf.verdict->verdict == Verdict::kFail) out.push_back({f, std::move(cf)});
+    } catch (const CorpusError& e) {
+      std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());
+    }
+  }
+  return out;
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+            const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::setpgid(0, 0);  // its own group: the parent forwards signals and can stop every job at the end
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  std::fprintf(stderr, "attn-fuzz: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  ::_exit(127);
+}
+
+}  // namespace
+
+int run_campaign(const CampaignOptions& o) {
+  const WorkerConfig& cfg = o.worker;
+  const fs::path out = cfg.out, work = out / "work", inputs = work / "inputs", artifacts = work / "artifacts";
+  const fs::path failures = out / "failures", corpus = o.corpus_dir;
+  std::error_code ec;
+  for (const fs::path& d : {inputs, artifacts, work / "stats", work / "dedup"}) fs::remove_all(d, ec);
+  fs::remove(work / "isolate.txt", ec);
+  for (const fs::path& d : {out, work, inputs, artifacts, work / "stats", work / "dedup", failures, corpus}) {
+    fs::create_directories(d, ec);
+    if (ec) {
+      std::fprintf(stderr, "attn-fuzz: cannot create %s: %s\n", d.c_str(), ec.message().c_str());
+      return 2;
+    }
+  }
+  if (::access(o.worker_binary.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "attn-fuzz: the libFuzzer worker %s is missing (configure with -DATTNFUZZ_FUZZ=ON and build target "
+                 "attn-fuzz-worker)\n",
+                 o.worker_binary.c_str());
+    return 2;
+  }
+  // Kernels (the parent needs the selection to map corpus cases to kernels and artifacts to failures).
+  Backend backend;
+  if (!parse_backend(cfg.backend, backend)) {
+    std::fprintf(stderr, "attn-fuzz: unknown backend %s\n", cfg.backend.c_str());
+    return 2;
+  }
+  std::vector<const KernelEntry*> kernels;
+  try {
+    kernels = Registry::global().select(backend, cfg.kernels);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  // Failures of earlier runs in this directory stay claimed.
+  const std::vector<Failure> earlier = read_failures(failures);
+  for (const Failure& f : earlier) {
+    const RecordedVerdict& v = *f.file.verdict;
+    const std::string key = hex16(hash64(v.kernel + "|" + failure_class_name(v.failure) + "|" + v.signature));
+    std::ofstream(work / "dedup" / key) << v.kernel << " " << failure_class_name(v.failure) << "\n";
+  }
+  // Corpus in: every .case file of the corpus and seed directories becomes libFuzzer inputs; a file that
+  // does not read is reported and skipped.
+  const FuzzLimits& lim = cfg.limits;
+  int64_t loaded = 0, skipped = 0, seeds = 0;
+  std::set<std::string> known;  // input file names in work/inputs
+  auto add_input = [&](FuzzInput in) {
+    const auto b = encode(in, lim);
+    const FuzzInput back = decode(b.data(), b.size(), lim);
+    const auto nb = encode(back, lim);  // normalised into the fuzz limits
+    const std::string name = hex16(hash64(std::string(nb.begin(), nb.end())));
+    if (known.insert(name).second) write_bytes(inputs / name, nb);
+  };
+  auto load_dir = [&](const fs::path& dir, bool is_seed) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_regular_file() && e.path().extension() == kCaseFileExtension) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      CorpusFile cf;
+      try {
+        cf = read_corpus_file(f);
+      } catch (const CorpusError& e) {
+        std::fprintf(stderr, "attn-fuzz: skipping corpus file: %s\n", e.what());
+        ++skipped;
+        continue;
+      }
+      FuzzInput in;
+      in.the_case = cf.the_case;
+      const int k = kernel_index_of(cf, kernels);
+      if (k >= 0 || kernels.empty()) {
+        in.kernel = static_cast<uint32_t>(std::max(k, 0));
+        add_input(in);
+      } else {
+        // No kernel recorded: one input per selected kernel (seeds exercise every kernel from the start).
+        for (size_t i = 0; i < kernels.size() && i < 256; ++i) {
+          in.kernel = static_cast<uint32_t>(i);
+          add_input(in);
+        }
+      }
+      ++(is_seed ? seeds : loaded);
+    }
+  };
+  load_dir(corpus, false);
+  for (const auto& s : o.seed_dirs)
+    if (fs::is_directory(s, ec)) load_dir(s, true);
+  // Worker configuration, then the libFuzzer fork-mode processes (one per GPU group).
+  const fs::path cfg_path = work / "worker.json";
+  std::ofstream(cfg_path) << worker_config_to_json(cfg).dump(2) << "\n";
+  const size_t groups = std::max<size_t>(1, o.gpu_ids.size());
+  const unsigned per_group = std::max(1u, o.workers / static_cast<unsigned>(groups));
+  struct Master {
+    pid_t pid;
+    fs::path log;
+    std::unique_ptr<LogTail> tail;
+    FuzzerLine line;
+    int status = -1;
+    bool done = false;
+  };
+  std::vector<Master> masters;
+  // libFuzzer's per-input timeout: the second line behind the device's own launch timeout.
+  const int lf_timeout = static_cast<int>(std::max(5.0, std::ceil(2 * cfg.timeout_s) + 3));
+  std::printf("attn-fuzz %s: %zu kernel(s) on %s, %u worker(s)%s, corpus %s (%lld case file(s), %lld seed(s)%s), "
+              "out %s%s\n",
+              ATTNFUZZ_VERSION, kernels.size(), cfg.backend.c_str(), per_group * static_cast<unsigned>(groups),
+              groups > 1 ? (" in " + std::to_string(groups) + " GPU groups").c_str() : "", corpus.c_str(),
+              (long long)loaded, (long long)seeds,
+              skipped ? (", " + std::to_string(skipped) + " skipped").c_str() : "", out.c_str(),
+              o.max_time_s > 0 ? (", " + std::to_string(static_cast<int>(o.max_time_s)) + " s").c_str() : "");
+  std::fflush(stdout);
+  for (size_t g = 0; g < groups; ++g) {
+    std::vector<std::string> args{o.worker_binary,
+                                  "-fork=" + std::to_string(per_group),
+                                  "-ignore_crashes=1",
+                                  "-ignore_timeouts=1",
+                                  "-ignore_ooms=1",
+                                  "-timeout=" + std::to_string(lf_timeout),
+                                  "-rss_limit_mb=4096",
+                                  "-max_len=" + std::to_string(64 + 4 * lim.max_explicit + 256),
+                                  "-len_control=0",
+                                  "-print_final_stats=1",
+                                  "-artifact_prefix=" + (artifacts / "").string()};
+    if (o.max_time_s > 0) args.push_back("-max_total_time=" + std::to_string(static_cast<long>(std::ceil(o.max_time_s))));
+    for (const auto& a : o.fuzzer_args) args.push_back(a);
+    args.push_back(inputs.string());
+    std::vector<std::pair<std::string, std::string>> env{{kWorkerConfigEnv, fs::absolute(cfg_path).string()}};
+    if (!o.gpu_ids.empty()) {
+      env.push_back({"HIP_VISIBLE_DEVICES", o.gpu_ids[g]});
+      env.push_back({"CUDA_VISIBLE_DEVICES", o.gpu_ids[g]});
+    }
+    Master m;
+    m.log = work / ("fuzzer-" + std::to_string(g) + ".log");
+    m.pid = spawn(args, env, m.log);
+    m.tail = std::make_unique<LogTail>(m.log);
+    masters.push_back(std::move(m));
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  // Corpus out: new libFuzzer inputs become .case files (labelled with the kernel they select).
+  std::set<std::string> synced = known;
+  auto sync_corpus = [&]() {
+    for (const auto& e : fs::directory_iterator(inputs, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || synced.count(name)) continue;
+      synced.insert(name);
+      const std::string bytes = read_all(e.path());
+      FuzzInput in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), lim);
+      CorpusFile cf;
+      cf.tool.name = "attn-fuzz";
+      cf.tool.command = o.command_line;
+      cf.the_case = in.the_case;
+      if (const KernelEntry* k = kernel_for(in, kernels)) cf.the_case.label = std::string("fuzz-") + k->kernel.name;
+      try {
+        save_to_corpus_dir(corpus, cf);
+      } catch (const CorpusError& err) {
+        std::fprintf(stderr, "attn-fuzz: warning: %s\n", err.what());
+      }
+    }
+  };
+
+  // libFuzzer artifacts: inputs that killed a worker process (a kernel that crashed or hung in-process).
+  // Each becomes a crash or hang failure like any other, and its kernel is launched isolated from then on.
+  std::set<std::string> artifacts_seen, isolated;
+  auto scan_artifacts = [&]() {
+    bool changed = false;
+    for (const auto& e : fs::directory_iterator(artifacts, ec)) {
+      const std::string name = e.path().filename().string();
+      if (artifacts_seen.count(name)) continue;
+      const bool timeout = name.rfind("timeout-", 0) == 0;
+      if (!timeout && name.rfind("crash-", 0) != 0 && name.rfind("oom-", 0) != 0) continue;
+      artifacts_seen.insert(name);
+      const std::string bytes = read_all(e.path());
+      const FuzzInput in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), lim);
+      const KernelEntry* k = kernel_for(in, kernels);
+      if (!k) continue;
+      changed |= isolated.insert(k->kernel.name).second;
+      CheckResult r;
+      r.kernel = k->kernel.name;
+      r.backend = cfg.backend;
+      r.device = "libFuzzer worker process";
+      r.verdict = Verdict::kFail;
+      r.failure = timeout ? FailureClass::kHang : FailureClass::kCrash;
+      r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") + " on this input (libFuzzer " +
+                 name + ")";
+      r.evidence.push_back({"libfuzzer", (work / "artifacts" / name).string()});
+      try {
+        save_failure(cfg, in.the_case, r, {});
+      } catch (const std::exception& err) {
+        std::fprintf(stderr, "attn-fuzz: warning: %s\n", err.what());
+      }
+    }
+    if (changed && cfg.isolate == "auto") {
+      std::string text;
+      for (const auto& n : isolated) text += n + "\n";
+      write_text_file(work / "isolate.txt.tmp", text);
+      fs::rename(work / "isolate.txt.tmp", work / "isolate.txt", ec);
+      if (!o.quiet)
+        std::printf("attn-fuzz: a worker process died in %s: its launches are isolated from now on\n",
+                    std::prev(isolated.end())->c_str());
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  double next_progress = o.progress_s;
+  bool interrupted = false, forwarded = false;
+  double stop_deadline = -1;
+  auto progress = [&](bool final) {
+    const Aggregate a = read_stats(work / "stats");
+    FuzzerLine lf;
+    for (auto& m : masters) {
+      m.tail->poll(m.line);
+      lf.ft += m.line.ft;
+      lf.corp += m.line.corp;
+      lf.crashes += m.line.crashes;
+      lf.timeouts += m.line.timeouts;
+    }
+    const double t = elapsed();
+    std::string cls;
+    for (const auto& [c, n] : a.classes) cls += (cls.empty() ? ": " : ", ") + c + " " + std::to_string(n);
+    const size_t distinct = read_failures(failures).size();
+    std::printf("attn-fuzz [%5.0fs] cases %lld (%.0f/s)  failing %lld%s  distinct %zu  features %lld  corpus %lld"
+                "  worker crashes %lld hangs %lld%s\n",
+                t, (long long)a.cases, t > 0 ? a.cases / t : 0.0, (long long)a.failing, cls.c_str(), distinct,
+                (long long)a.features, (long long)lf.corp, (long long)lf.crashes, (long long)lf.timeouts,
+                final ? "  (final)" : "");
+    std::fflush(stdout);
+    return a;
+  };
+  while (true) {
+    bool all_done = true;
+    for (auto& m : masters) {
+      if (m.done) continue;
+      int st = 0;
+      const pid_t r = ::waitpid(m.pid, &st, WNOHANG);
+      if (r == m.pid) {
+        m.done = true;
+        m.status = st;
+        ::kill(-m.pid, SIGKILL);  // any job the master left behind
+      } else {
+        all_done = false;
+      }
+    }
+    if (all_done) break;
+    scan_artifacts();
+    if (g_signal && !forwarded) {
+      interrupted = true;
+      forwarded = true;
+      std::printf("attn-fuzz: %s: stopping the workers, then the summary\n", strsignal(g_signal));
+      for (auto& m : masters)
+        if (!m.done) ::kill(m.pid, SIGINT);
+      stop_deadline = elapsed() + 10;
+    }
+    if (o.max_time_s > 0 && stop_deadline < 0 && elapsed() > o.max_time_s + 30) stop_deadline = elapsed();
+    if (stop_deadline >= 0 && elapsed() > stop_deadline)
+      for (auto& m : masters)
+        if (!m.done) ::kill(-m.pid, SIGKILL);
+    if (!o.quiet && elapsed() >= next_progress) {
+      progress(false);
+      sync_corpus();
+      next_progress += o.progress_s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sync_corpus();
+  for (auto& m : masters) {
+    m.tail->poll(m.line);
+    const bool ok = WIFEXITED(m.status) && (WEXITSTATUS(m.status) == 0 || interrupted);
+    if (!ok && !interrupted) {
+      std::fprintf(stderr, "attn-fuzz: a libFuzzer process ended abnormally (%s); its log: %s\n  last line: %s\n",
+                   WIFEXITED(m.status) ? ("exit " + std::to_string(WEXITSTATUS(m.status))).c_str()
+                                       : ("signal " + std::to_string(WTERMSIG(m.status))).c_str(),
+                   m.log.c_str(), m.tail->last().c_str());
+    }
+  }
+  scan_artifacts();
+  const Aggregate a = progress(true);
+  const double wall = elapsed();
+
+  // Summary: the distinct failures in this campaign directory, each with its replay command.
+  const std::vector<Failure> found = read_failures(failures);
+  RunRecord rec;
+  rec.tool.name = "attn-fuzz";
+  rec.tool.command = o.command_line;
+  rec.backend = cfg.backend;
+  rec.device = found.empty() ? cfg.backend : found.front().file.verdict->device;
+  rec.wall_s = wall;
+  std::printf("\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s\n", wall,
+              (long long)a.cases, wall > 0 ? a.cases / wall : 0.0, (long long)a.failing, found.size(),
+              interrupted ? " (interrupted)" : "");
+  if (!found.empty()) std::printf("%-13s %-30s %-34s %s\n", "class", "kernel", "shape", "replay");
+  for (const Failure& f : found) {
+    const RecordedVerdict& v = *f.file.verdict;
+    RunEntry e;
+    e.the_case = f.file.the_case;
+    e.result.kernel = v.kernel;
+    e.result.backend = v.backend;
+    e.result.device = v.device;
+    e.result.verdict = v.verdict;
+    e.result.failure = v.failure;
+    e.result.reason = v.reason;
+    e.result.max_ratio = v.max_ratio;
+    e.result.evidence.push_back({"signature", v.signature});
+    e.corpus_path = f.path.string();
+    e.replay_command = replay_command(cfg, f.path.string());
+    const fs::path svg = f.path.parent_path() / (f.path.stem().string() + ".svg");
+    if (fs::exists(svg, ec)) e.heatmap_path = fs::relative(svg, out, ec).string();
+    std::printf("%-13s %-30s %-34s %s\n", failure_class_name(v.failure), v.kernel.c_str(),
+                shape(e.the_case.problem).c_str(), e.replay_command.c_str());
+    rec.entries.push_back(std::move(e));
+  }
+  try {
+    const ReportPaths paths = write_reports(rec, out);
+    // Campaign facts on top of the shared report formats.
+    Json j = report_to_json(rec);
+    Json camp;
+    camp["cases"] = a.cases;
+    camp["cases_per_s"] = wall > 0 ? a.cases / wall : 0.0;
+    camp["failing_checks"] = a.failing;
+    camp["failing_by_class"] = a.classes;
+    camp["verdicts"] = a.verdicts;
+    camp["per_kernel"] = a.kernels;
+    camp["semantic_features"] = a.features;
+    camp["distinct_failures"] = found.size();
+    camp["interrupted"] = interrupted;
+    camp["corpus"] = corpus.string();
+    j["campaign"] = camp;
+    write_text_file(paths.json, j.dump(2) + "\n");
+    std::ostringstream md;
+    md << "# attn-fuzz campaign\n\n"
+       << "- command: `" << o.command_line << "`\n"
+       << "- " << static_cast<long long>(wall) << " s, " << a.cases << " cases (" << static_cast<long long>(wall > 0 ? a.cases / wall : 0)
+       << "/s), " << a.failing << " failing checks, **" << found.size() << " distinct failure(s)**"
+       << (interrupted ? " (interrupted)" : "") << "\n"
+       << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n\n";
+    if (!found.empty()) {
+      md << "| class | kernel | shape | replay |\n|---|---|---|---|\n";
+      for (const RunEntry& e : rec.entries)
+        md << "| " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel) << " | "
+           << markdown_escape(shape(e.the_case.problem)) << " | `" << e.replay_command << "` |\n";
+      md << "\n";
+    }
+    md << markdown_summary(rec);
+    write_text_file(paths.markdown, md.str());
+    std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());
+    return 2;
+  }
+  return found.empty() ? 0 : 1;
+}
+
+// ------------------------------------------------------------------------------------------ minimize
+
+int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const MinimizeOptions& o) {
+  CorpusFile cf;
+  try {
+    cf = read_corpus_file(path);
+  } catch (const CorpusError& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) {
+    std::fprintf(stderr, "attn-fuzz: %s records no failure: nothing to minimize\n", path.c_str());
+    return 2;
+  }
+  const RecordedVerdict rv = *cf.verdict;
+  WorkerConfig cfg = cfg_in;
+  cfg.kernels = rv.kernel;
+  // Crashes and hangs need the forked launches; everything else runs faster in-process.
+  const bool dies = rv.failure == FailureClass::kCrash || rv.failure == FailureClass::kHang;
+  cfg.isolate = dies || cfg_in.isolate == "always" ? "always" : "never";
+  std::unique_ptr<Worker> w;
+  try {
+    w = std::make_unique<Worker>(cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  const KernelEntry& k = *w->kernels().front();
+  const RunOptions run = w->run_options();
+  CheckResult last;
+  auto still_fails = [&](const Case& c) {
+    if (!validate(c).empty()) return false;
+    PreparedCase pc(c);
+    const Judged j = check_case(w->device(), k, pc, run);
+    if (j.result.verdict == Verdict::kFail && j.result.failure == rv.failure) {
+      last = j.result;
+      return true;
+    }
+    return false;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!still_fails(cf.the_case)) {
+    std::fprintf(stderr, "attn-fuzz: %s does not reproduce %s/%s on %s with these options: not minimized\n",
+                 path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), w->device().name().c_str());
+    return 2;
+  }
+  // The domain is unbounded here: the case only ever gets smaller.
+  FuzzLimits big;
+  big.max_batch = big.max_heads = big.max_seq = big.max_dim = big.max_work = int64_t{1} << 40;
+  big.max_specials = big.max_special_count = big.max_explicit = int64_t{1} << 30;
+  const CaseDomain dom(big);
+  int checks = 1;
+  auto timed = [&](const Case& c) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o.max_time_s) {
+      checks = o.max_checks;  // stop the greedy loop
+      return false;
+    }
+    return still_fails(c);
+  };
+  Case best = shrink_case(cf.the_case, dom, timed, o.max_checks, checks);
+  still_fails(best);  // the recorded verdict is the final case's
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CorpusFile mf;
+  mf.tool.name = "attn-fuzz";
+  mf.tool.command = "attn-fuzz --minimize " + path;
+  mf.the_case = best;
+  if (!cf.the_case.label.empty()) mf.the_case.label = cf.the_case.label + "-min";
+  RecordedVerdict nv = rv;
+  nv.device = last.device;
+  nv.reason = last.reason;
+  nv.max_ratio = last.max_ratio;
+  nv.signature = failure_signature(last);
+  mf.verdict = nv;
+  fs::path saved;
+  try {
+    saved = save_to_corpus_dir(o.out_dir, mf);
+  } catch (const CorpusError& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  const Problem &a = cf.the_case.problem, &b = best.problem;
+  std::printf("minimized %s (%s, %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
+              path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), checks, secs,
+              describe(cf.the_case).c_str(), describe(best).c_str(), saved.c_str(),
+              replay_command(cfg, saved.string()).c_str());
+  (void)a;
+  (void)b;
+  return 0;
+}
+
+}  // namespace attnfuzz::fuzz

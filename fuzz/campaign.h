@@ -1,0 +1,46 @@
+// campaign.h - the attn-fuzz parent: runs libFuzzer workers in fork mode, shows progress, keeps the corpus,
+// collects distinct failures and writes the summary; and the minimizer of one failing case.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fuzz/worker.h"
+
+namespace attnfuzz::fuzz {
+
+struct CampaignOptions {
+  WorkerConfig worker;                 // what every worker process does (backend resolved, out set)
+  std::string worker_binary;           // attn-fuzz-worker
+  std::string corpus_dir;              // the resumable corpus of .case files (read at start, grown during the run)
+  std::vector<std::string> seed_dirs;  // read-only extra .case inputs (corpus/seed)
+  unsigned workers = 1;                // libFuzzer jobs in total (-fork=N, split over GPU groups)
+  double max_time_s = 0;               // 0: until interrupted (SIGINT / SIGTERM)
+  double progress_s = 5;               // seconds between progress lines
+  std::vector<std::string> gpu_ids;    // one worker group per id (HIP_/CUDA_VISIBLE_DEVICES); empty: one group, env untouched
+  std::vector<std::string> fuzzer_args;  // extra libFuzzer flags
+  std::string command_line;
+  bool quiet = false;
+};
+
+// Runs a campaign; returns the exit status (0 no failure, 1 distinct failures found, 2 error).
+int run_campaign(const CampaignOptions& o);
+
+struct MinimizeOptions {
+  double max_time_s = 60;   // stop shrinking after this long (the best case so far is written)
+  int max_checks = 5000;
+  std::string out_dir;      // where the minimal case is written (<out>/minimized)
+  bool quiet = false;
+};
+// Shrinks the failing case of a corpus file (its recorded kernel and class must reproduce) and writes the
+// minimal case; returns the exit status (0 written, 2 error or not reproducible).
+int minimize_file(const std::string& path, const WorkerConfig& cfg, const MinimizeOptions& o);
+
+// One step of the minimizer, for tests: the smallest case reachable from c by greedy shrinking while
+// still_fails(candidate) holds, within a check budget. checks counts calls of still_fails.
+template <class Pred>
+Case shrink_case(const Case& c, const CaseDomain& dom, Pred still_fails, int max_checks, int& checks);
+
+}  // namespace attnfuzz::fuzz
+
+#include "fuzz/shrink_impl.h"

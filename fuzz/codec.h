@@ -1,0 +1,76 @@
+// codec.h - the fuzz input: any bytes decode totally into a valid (kernel choice, Case); encoder, mutator, shrinker.
+//
+// The byte format is a sequence of fields read front to back; a field that runs out of bytes reads as 0, so
+// every byte string (the empty one included) decodes. Integer fields are a tag byte: tags below kRawTag pick
+// an entry of a menu drawn from case.h's space:: (edge lengths, head dims, head configs, magnitudes, special
+// kinds), so random bytes land on edge values most of the time; kRawTag is followed by a varint for any
+// other value in range. Decoding then normalises (limits, work budget, strides, specials) into a Case that
+// validate() accepts. encode() writes every field exactly, so decode(encode(x)) == x for every x that
+// in_domain() accepts (the round trip the tests check).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/case.h"
+
+namespace attnfuzz::fuzz {
+
+// Bounds of the fuzzed case space (small shapes: many cases per second; tails of every common tile).
+struct FuzzLimits {
+  int64_t max_batch = 3;
+  int64_t max_heads = 8;
+  int64_t max_seq = 160;       // Sq <= max_seq, Sk <= max_seq
+  int64_t max_dim = 160;       // D, Dv
+  int64_t max_work = 1 << 21;  // B * Hq * Sq * max(Sk, 1) * max(D, Dv): cost of one check
+  int64_t max_specials = 6;    // special-value entries
+  int64_t max_special_count = 16;
+  int64_t max_explicit = 1 << 16;  // explicit values are encoded only up to this many floats in total
+};
+
+// One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.
+struct FuzzInput {
+  uint32_t kernel = 0;  // 0 .. 255
+  Case the_case;
+};
+
+// Total: any bytes give an input whose case passes validate() and in_domain().
+FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim = {});
+// Exact for in_domain() inputs (labels are not encoded).
+std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim = {});
+
+// Empty when the case is valid and inside the limits (and so round-trips), else the first reason.
+std::string in_domain(const Case& c, const FuzzLimits& lim = {});
+
+// The case space as a domain (fuzztest-style init / mutate / validate / print), shared by the custom
+// mutator, cross-over and the minimizer.
+class CaseDomain {
+ public:
+  explicit CaseDomain(FuzzLimits lim = {}) : lim_(lim) {}
+  const FuzzLimits& limits() const { return lim_; }
+
+  // A random case from the edge values of space::.
+  FuzzInput init(Rng& rng) const;
+  // One to a few structured mutations: shapes near tile boundaries, magnitudes, special-value kinds and
+  // placements, mask kind / alignment / windows, scale, layout, seed, kernel. Keeps the input in the domain.
+  void mutate(FuzzInput& in, Rng& rng) const;
+  // Takes shape, mask and values from a and b at random.
+  FuzzInput cross_over(const FuzzInput& a, const FuzzInput& b, Rng& rng) const;
+  // Every one-step simplification of c, simplest first (the minimizer tries them in order): smaller B,
+  // heads, Sq, Sk, D, Dv; fewer or fewer-count specials; plainer mask, distribution, scale and layout;
+  // for explicit values: zeroed halves, rounded values.
+  std::vector<Case> shrinks(const Case& c) const;
+  std::string validate(const Case& c) const { return in_domain(c, lim_); }
+  std::string print(const FuzzInput& in) const;
+
+ private:
+  FuzzLimits lim_;
+};
+
+// Replaces generated values by the explicit values they generate (specials included), so values can be
+// simplified one by one. Returns c unchanged if it already has explicit values.
+Case materialize(const Case& c);
+
+}  // namespace attnfuzz::fuzz

@@ -1,0 +1,202 @@
+// features.cpp - semantic coverage features of a case and a check result, and the extra-counter section.
+#include "fuzz/features.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace attnfuzz::fuzz {
+
+namespace {
+
+__attribute__((section("__libfuzzer_extra_counters"), used)) uint8_t g_counters[kCounterBytes];
+
+// Feature id bases (each group's size in the comment; all ids < kFeaturesPerKernel).
+enum Base : uint16_t {
+  kTails = 0,            // 4 tiles x 2 axes x 5 classes = 40
+  kDim = 40,             // D mod 4 (4), D mod 8 class (4), Dv != D, D == 1  = 10
+  kMaskLeft = 56,        // mask 5 x left side 4 = 20
+  kMaskRight = 76,       // mask 5 x right side 4 = 20
+  kRows = 96,            // fully masked (3), Sk == 0, Sq<Sk / == / > (3), Sq == 1 = 8
+  kMaxChanges = 104,     // log2 bucket of running-max rises in a row (6), tiles with rises (4), max key last = 11
+  kLogit = 120,          // 11
+  kSpecial = 136,        // kind 6 x tensor 3 x where 3 = 54
+  kShape = 192,          // heads MHA/GQA/MQA (3) x batch > 1 (2), padded layout (1), dist (3) = 10
+  kVerdict = 208,        // pass, unsupported, outside, fail x 11 classes = 14
+  kRatio = 224,          // 12
+  kCrossMask = 256,      // mask 5 x tail16_k 5 x fully masked 2 = 50
+  kCrossRatioMask = 306,  // ratio 12 x mask 5 = 60
+  kCrossRatioTiles = 366,  // ratio 12 x max-change tiles 4 = 48
+  kCrossSpecialMask = 414,  // special kind 6 x mask 5 = 30
+  kCrossDistLogit = 444,  // dist 3 x logit 11 = 33
+  kEnd = 477,
+};
+static_assert(kEnd <= kFeaturesPerKernel);
+
+int tail_class(int64_t s, int64_t t) {
+  if (s < t) return 0;
+  const int64_t r = s % t;
+  return r == 0 ? 1 : r == 1 ? 2 : r == t - 1 ? 3 : 4;
+}
+
+int side_class(int64_t w) { return w == AF_UNBOUNDED ? 3 : w == 0 ? 0 : w < 16 ? 1 : 2; }
+
+int log2_bucket(int64_t n, int max) {
+  int b = 0;
+  while (n > 0 && b < max) {
+    n >>= 1;
+    ++b;
+  }
+  return b;
+}
+
+int logit_bucket(double m) {
+  static const double edges[] = {1, 4, 16, 30, 88, 100, 300, 1e3, 1e4};
+  if (!std::isfinite(m)) return 10;
+  int b = 0;
+  while (b < 9 && m >= edges[b]) ++b;
+  return b;
+}
+
+}  // namespace
+
+uint8_t* extra_counters() { return g_counters; }
+
+void record_features(size_t slot, const std::vector<uint16_t>& ids) {
+  uint8_t* base = g_counters + (slot % kKernelSlots) * kFeaturesPerKernel;
+  for (uint16_t id : ids)
+    if (id < kFeaturesPerKernel && base[id] < 255) ++base[id];
+}
+
+int ratio_bucket(double r) {
+  if (!(r < 1e3)) return 11;  // also NaN
+  static const double edges[] = {0x1p-20, 0x1p-15, 0x1p-10, 0x1p-6, 0x1p-3, 0.5, 1, 2, 10, 1e3};
+  if (r <= 0) return 0;
+  int b = 1;
+  for (double e : edges) {
+    if (r < e) return b;
+    ++b;
+  }
+  return 11;
+}
+
+CaseFeatures case_features(const Case& c, const Tensors& t) {
+  CaseFeatures f;
+  const Problem& p = c.problem;
+  auto add = [&](int id) { f.ids.push_back(static_cast<uint16_t>(id)); };
+  const int64_t tiles[] = {16, 32, 64, 128};
+  for (int i = 0; i < 4; ++i) {
+    add(kTails + i * 10 + tail_class(p.seq_q, tiles[i]));
+    add(kTails + i * 10 + 5 + tail_class(p.seq_k, tiles[i]));
+  }
+  f.tail16_k = tail_class(p.seq_k, 16);
+  add(kDim + static_cast<int>(p.head_dim % 4));
+  const int64_t d8 = p.head_dim % 8;
+  add(kDim + 4 + (d8 == 0 ? 0 : d8 == 1 ? 1 : d8 == 7 ? 2 : 3));
+  if (p.head_dim_v != p.head_dim) add(kDim + 8);
+  if (p.head_dim == 1) add(kDim + 9);
+  const bool br = p.mask_align == AF_ALIGN_BOTTOM_RIGHT;
+  f.mask = p.mask_kind == AF_MASK_NONE ? 0 : p.mask_kind == AF_MASK_CAUSAL ? 1 + br : 3 + br;
+  add(kMaskLeft + f.mask * 4 + side_class(window_left(p)));
+  add(kMaskRight + f.mask * 4 + side_class(window_right(p)));
+  // Rows: fully masked ones, and for a few sampled rows the running max over keys in order.
+  int64_t masked_rows = 0;
+  for (int64_t i = 0; i < p.seq_q; ++i) masked_rows += visible_keys(p, i).empty();
+  f.fully_masked = masked_rows == 0 ? 0 : masked_rows == p.seq_q ? 2 : 1;
+  add(kRows + f.fully_masked);
+  if (p.seq_k == 0) add(kRows + 3);
+  add(kRows + 4 + (p.seq_q < p.seq_k ? 0 : p.seq_q == p.seq_k ? 1 : 2));
+  if (p.seq_q == 1) add(kRows + 7);
+  std::vector<int64_t> rows{0, p.seq_q - 1, p.seq_q / 2};
+  for (int64_t r : {15, 16, 31, 32, 63, 64})
+    if (r < p.seq_q) rows.push_back(r);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  int64_t max_rises = 0, max_tiles = 0;
+  bool max_last = false;
+  double max_abs = 0;
+  const bool have_values = t.q.size() == static_cast<size_t>(q_elements(p)) && t.k.size() == static_cast<size_t>(k_elements(p));
+  for (int64_t h : {int64_t{0}, p.heads_q - 1}) {
+    const int64_t hk = kv_head(p, h);
+    for (int64_t i : rows) {
+      if (!have_values) break;
+      const KeyRange kr = visible_keys(p, i);
+      double m = -INFINITY;
+      int64_t rises = 0, rise_tiles = 0, last_tile = -1;
+      for (int64_t j = kr.first; j < kr.last; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          s += static_cast<double>(t.q[static_cast<size_t>(q_index(p, 0, i, h, d))]) *
+               static_cast<double>(t.k[static_cast<size_t>(k_index(p, 0, j, hk, d))]);
+        s *= static_cast<double>(p.scale);
+        if (std::isnan(s) || std::isinf(s)) max_abs = INFINITY;
+        else max_abs = std::max(max_abs, std::abs(s));
+        if (s > m) {
+          if (j > kr.first) {
+            ++rises;
+            const int64_t tile = (j - kr.first) / 16;
+            if (tile > 0 && tile != last_tile) {
+              ++rise_tiles;
+              last_tile = tile;
+            }
+            if (j == kr.last - 1) max_last = true;
+          }
+          m = s;
+        }
+      }
+      max_rises = std::max(max_rises, rises);
+      max_tiles = std::max(max_tiles, rise_tiles);
+    }
+  }
+  add(kMaxChanges + log2_bucket(max_rises, 5));
+  f.max_change_tiles = static_cast<int>(std::min<int64_t>(max_tiles, 3));
+  add(kMaxChanges + 6 + f.max_change_tiles);
+  if (max_last) add(kMaxChanges + 10);
+  f.logit = logit_bucket(max_abs);
+  add(kLogit + f.logit);
+  // Special values: kind x tensor x where they landed (visible to every row / masked for some / hidden).
+  const std::vector<int64_t> vis = key_visibility_counts(p);
+  const auto& kinds = space::special_kinds();
+  for (const PlacedSpecial& s : t.placed) {
+    const int kind = static_cast<int>(std::find(kinds.begin(), kinds.end(), s.kind) - kinds.begin());
+    int where;
+    if (s.tensor == Tensor::kQ) {
+      where = visible_keys(p, s.s).empty() ? 2 : 0;
+    } else {
+      const int64_t n = vis[static_cast<size_t>(s.s)];
+      where = n == 0 ? 2 : n == p.seq_q ? 0 : 1;
+    }
+    add(kSpecial + (kind * 3 + static_cast<int>(s.tensor)) * 3 + where);
+    f.special_kinds.push_back(kind);
+  }
+  const int hc = p.heads_q == p.heads_kv ? 0 : p.heads_kv == 1 ? 2 : 1;
+  add(kShape + hc * 2 + (p.batch > 1));
+  Problem cont = p;
+  set_contiguous_strides(cont);
+  if (q_elements(cont) != q_elements(p) || o_elements(cont) != o_elements(p)) add(kShape + 6);
+  f.dist = static_cast<int>(c.values.dist.kind);
+  add(kShape + 7 + f.dist);
+  add(kCrossMask + (f.mask * 5 + f.tail16_k) * 2 + (f.fully_masked != 0));
+  for (int k : f.special_kinds) add(kCrossSpecialMask + k * 5 + f.mask);
+  add(kCrossDistLogit + f.dist * 11 + f.logit);
+  return f;
+}
+
+std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult& r) {
+  std::vector<uint16_t> ids = cf.ids;
+  auto add = [&](int id) { ids.push_back(static_cast<uint16_t>(id)); };
+  switch (r.verdict) {
+    case Verdict::kPass: add(kVerdict + 0); break;
+    case Verdict::kUnsupported: add(kVerdict + 1); break;
+    case Verdict::kOutsideContract: add(kVerdict + 2); break;
+    case Verdict::kFail: add(kVerdict + 3 + std::min(static_cast<int>(r.failure), 10)); break;
+  }
+  if (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail) {
+    const int rb = ratio_bucket(r.max_ratio);
+    add(kRatio + rb);
+    add(kCrossRatioMask + rb * 5 + cf.mask);
+    add(kCrossRatioTiles + rb * 4 + cf.max_change_tiles);
+  }
+  return ids;
+}
+
+}  // namespace attnfuzz::fuzz

@@ -1,0 +1,105 @@
+// worker.h - what one attn-fuzz worker process does with an input: decode, pick a kernel, check, count, save failures.
+//
+// Protocol with the attn-fuzz parent (fuzz/campaign.cpp): the parent writes a WorkerConfig as JSON and
+// names it in the environment variable ATTNFUZZ_WORKER_CONFIG (libFuzzer's fork mode passes the
+// environment to every job). Each worker process then writes into the campaign directory <out>:
+//   <out>/failures/<class>-<hash>.case   a distinct failure (corpus format, replayable by attn-check --replay)
+//   <out>/failures/<class>-<hash>.md/.json/.svg  its report (Markdown, JSON, heatmap)
+//   <out>/work/dedup/<key>               claim of a (kernel, class, signature): created O_EXCL, first one wins
+//   <out>/work/stats/<pid>-<ns>.json     running totals of this process (cases, verdicts, classes, features)
+// and reads
+//   <out>/work/isolate.txt               kernels to launch isolated (one name a line; written by the parent)
+// and nothing on stdout per input (libFuzzer's own lines are what the parent parses for coverage).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/corpus.h"
+#include "attnfuzz/device.h"
+#include "attnfuzz/registry.h"
+#include "check/runner.h"
+#include "fuzz/codec.h"
+#include "fuzz/features.h"
+
+namespace attnfuzz::fuzz {
+
+inline constexpr const char* kWorkerConfigEnv = "ATTNFUZZ_WORKER_CONFIG";
+
+struct WorkerConfig {
+  std::string kernels = "all";  // --kernel patterns
+  std::string backend = "cpu";
+  std::vector<std::string> plugins;
+  std::string order = "shuffle";  // cpu emulator thread order (shuffle finds races in either direction)
+  uint64_t order_seed = 1;
+  unsigned warp_size = 32;
+  double timeout_s = 10;  // per launch
+  // cpu launches in a forked child (crash / hang = a verdict, ~ms per launch): "always", "never", or "auto":
+  // in-process until a kernel kills a worker process once (libFuzzer's fork mode records the input), then
+  // isolated for that kernel: the parent lists it in <out>/work/isolate.txt, which workers re-read.
+  std::string isolate = "auto";
+  int64_t oracle_rows = 0;
+  int mp_bits = 128;
+  FuzzLimits limits;
+  std::string out = "reports/fuzz";  // campaign directory
+  std::string command;               // the campaign's command line (provenance of saved cases)
+  std::string replay_flags;          // appended to "attn-check --replay FILE" (order, plug-ins, backend)
+  bool reports = true;               // write a report beside each failure
+};
+Json worker_config_to_json(const WorkerConfig& c);
+WorkerConfig worker_config_from_json(const Json& j);  // missing keys keep their defaults
+// Reads the file named by ATTNFUZZ_WORKER_CONFIG, or defaults when the variable is unset.
+WorkerConfig worker_config_from_env();
+
+// The dedup key of a failure: (kernel, class, signature). The signature is the class and the detector of
+// the first evidence ("non-finite:compare", "oob-write:canary"); just the class for crash and hang.
+std::string failure_signature(const CheckResult& r);
+
+// Saves a failure unless its (kernel, class, signature) was already claimed in this campaign directory.
+// Returns the saved .case path, or empty for a duplicate.
+std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,
+                         const std::vector<double>& ratio_map);
+
+// The replay command of a saved failure.
+std::string replay_command(const WorkerConfig& cfg, const std::string& case_path);
+
+class Worker {
+ public:
+  explicit Worker(WorkerConfig cfg);  // loads plug-ins, opens the device; throws on bad configuration
+  ~Worker();
+
+  struct Outcome {
+    const KernelEntry* kernel = nullptr;  // null when no selected kernel supports the case
+    CheckResult result;
+    std::string saved;  // path of a newly saved distinct failure
+  };
+  // Checks one input on the kernel it selects (the next one that supports the case, if it does not),
+  // records coverage features and statistics, and saves a new distinct failure.
+  Outcome run(const FuzzInput& in);
+  const std::vector<const KernelEntry*>& kernels() const { return kernels_; }
+  const WorkerConfig& config() const { return cfg_; }
+  Device& device() { return *device_; }
+  RunOptions run_options() const { return run_; }
+  void write_stats(bool force);
+
+ private:
+  WorkerConfig cfg_;
+  std::unique_ptr<Device> device_;
+  std::vector<const KernelEntry*> kernels_;
+  RunOptions run_;
+  // statistics
+  int64_t cases_ = 0;
+  std::map<std::string, int64_t> verdicts_, classes_;
+  std::map<std::string, std::map<std::string, int64_t>> per_kernel_;
+  std::vector<uint8_t> seen_;  // kCounterBytes bits: features seen by this process
+  std::string stats_path_;
+  std::chrono::steady_clock::time_point last_stats_, last_isolate_check_;
+  std::vector<std::string> isolated_;  // kernels launched in a forked child (isolate = auto)
+  void refresh_isolated();
+};
+
+}  // namespace attnfuzz::fuzz

@@ -1,0 +1,87 @@
+// worker_main.cpp - attn-fuzz-worker: the libFuzzer target (entry points, custom mutator and cross-over).
+//
+// Linked with libFuzzer's runtime (libclang_rt.fuzzer); run by attn-fuzz in -fork mode, configured through
+// the file named by ATTNFUZZ_WORKER_CONFIG (fuzz/worker.h). Coverage is semantic: fuzz/features.h.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "fuzz/codec.h"
+#include "fuzz/worker.h"
+
+using namespace attnfuzz;
+using namespace attnfuzz::fuzz;
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
+namespace {
+
+WorkerConfig& config() {
+  static WorkerConfig cfg = [] {
+    try {
+      return worker_config_from_env();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attn-fuzz-worker: %s\n", e.what());
+      std::exit(2);
+    }
+  }();
+  return cfg;
+}
+
+// Created on the first input, not at start-up: libFuzzer's fork-mode parent never runs inputs and should
+// not open a device.
+Worker& worker() {
+  static std::unique_ptr<Worker> w = [] {
+    try {
+      return std::make_unique<Worker>(config());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attn-fuzz-worker: %s\n", e.what());
+      std::exit(2);
+    }
+  }();
+  return *w;
+}
+
+size_t emit(const FuzzInput& in, uint8_t* data, size_t max_size) {
+  std::vector<uint8_t> bytes = encode(in, config().limits);
+  if (bytes.size() > max_size && in.the_case.explicit_values) {
+    FuzzInput plain = in;
+    plain.the_case.explicit_values.reset();
+    bytes = encode(plain, config().limits);
+  }
+  const size_t n = std::min(bytes.size(), max_size);  // a truncated encoding still decodes to a valid case
+  std::memcpy(data, bytes.data(), n);
+  return n;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)config();  // a bad configuration stops here, before libFuzzer starts
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const FuzzInput in = decode(data, size, config().limits);
+  worker().run(in);
+  return 0;
+}
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  Rng rng(seed, 0x6d75);
+  // Mostly structured mutations; now and then libFuzzer's byte mutations (the decoder keeps them valid).
+  if (rng.below(10) == 0) return LLVMFuzzerMutate(data, size, max_size);
+  const CaseDomain dom(config().limits);
+  FuzzInput in = size == 0 ? dom.init(rng) : decode(data, size, config().limits);
+  dom.mutate(in, rng);
+  return emit(in, data, max_size);
+}
+
+extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* d1, size_t s1, const uint8_t* d2, size_t s2, uint8_t* out,
+                                            size_t max_out, unsigned int seed) {
+  Rng rng(seed, 0x636f);
+  const CaseDomain dom(config().limits);
+  const FuzzInput a = decode(d1, s1, config().limits), b = decode(d2, s2, config().limits);
+  return emit(dom.cross_over(a, b, rng), out, max_out);
+}

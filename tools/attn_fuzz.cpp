@@ -1,0 +1,231 @@
+// attn_fuzz.cpp - attn-fuzz: overnight coverage-guided campaigns over attention kernels, and minimization.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "attnfuzz/device.h"
+#include "attnfuzz/registry.h"
+#include "fuzz/campaign.h"
+#include "tools/cli_common.h"
+
+namespace fs = std::filesystem;
+using namespace attnfuzz;
+using namespace attnfuzz::fuzz;
+
+namespace {
+
+// ---- the one options table of attn-fuzz (device / kernel / report options shared with attn-check) ----
+struct Options {
+  CommonOptions common;
+  double max_time = 0;
+  unsigned fuzz_workers = 0;
+  std::string corpus;
+  std::vector<std::string> seeds;
+  bool no_seeds = false;
+  double progress = 5;
+  int gpus = 0;
+  int64_t max_seq = 160, max_d = 160;
+  std::vector<std::string> fuzzer_args;
+  std::string worker;
+  std::string isolate = "auto";
+  std::string minimize;
+  double minimize_time = 60;
+  bool list = false;
+};
+
+void define_options(CLI::App& app, Options& o) {
+  o.common.order = "shuffle";  // campaigns default to shuffled thread order: races show in either direction
+  o.common.timeout_s = 10;
+  o.common.out = "reports/fuzz";
+  add_common_options(app, o.common);
+  // attn-check's --workers counts emulator threads; here it counts fuzzing processes (each emulates with 1).
+  app.remove_option(app.get_option("--workers"));
+  auto* c = "Campaign";
+  app.add_option("--max-time,-t", o.max_time, "stop after this many seconds (0: run until Ctrl-C)")->group(c)
+      ->capture_default_str();
+  app.add_option("--workers,-j", o.fuzz_workers,
+                 "fuzzing worker processes (libFuzzer -fork=N); 0: one per core on cpu, one per GPU on GPUs")
+      ->group(c)->capture_default_str();
+  app.add_option("--gpus", o.gpus, "GPU worker groups (HIP_/CUDA_VISIBLE_DEVICES per group); 0: detect")->group(c)
+      ->capture_default_str();
+  app.add_option("--corpus", o.corpus, "resumable corpus directory of .case files (default OUT/fuzz-corpus)")
+      ->group(c);
+  app.add_option("--seeds", o.seeds, "extra read-only .case directories (default: the source tree's corpus/seed)")
+      ->group(c);
+  app.add_flag("--no-seeds", o.no_seeds, "do not read the seed corpus")->group(c);
+  app.add_option("--progress", o.progress, "seconds between progress lines")->group(c)->capture_default_str();
+  app.add_option("--max-seq", o.max_seq, "largest Sq and Sk the fuzzer generates")->group(c)->capture_default_str();
+  app.add_option("--max-d", o.max_d, "largest D and Dv the fuzzer generates")->group(c)->capture_default_str();
+  app.add_option("--fuzzer-arg", o.fuzzer_args, "extra libFuzzer flag for the workers, e.g. -seed=1 (repeatable)")
+      ->group(c)->allow_extra_args(false);
+  app.add_option("--isolate", o.isolate,
+                 "cpu launches in a forked child: auto (after a kernel first kills a worker), always, never")
+      ->group(c)->check(CLI::IsMember({"auto", "always", "never"}))->capture_default_str();
+  app.add_option("--worker", o.worker, "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
+      ->group(c);
+  auto* m = "Mode";
+  app.add_option("--minimize", o.minimize, "shrink the failing case of FILE (same kernel and class) and write it")
+      ->group(m);
+  app.add_option("--minimize-time", o.minimize_time, "seconds the minimizer may spend")->group(m)
+      ->capture_default_str();
+  app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+}
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "attn-fuzz: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+std::string self_dir(const char* argv0) {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) p = fs::absolute(argv0);
+  return p.parent_path().string();
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() &&
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// GPU ids to give one worker group each: the visible-devices variable if set, else the devices that open.
+std::vector<std::string> gpu_groups(Backend b, int requested) {
+  std::vector<std::string> ids;
+  if (b == Backend::kCpu) return ids;
+  const char* env = std::getenv(b == Backend::kNvidia ? "CUDA_VISIBLE_DEVICES" : "HIP_VISIBLE_DEVICES");
+  if (env && *env) {
+    std::string s = env;
+    size_t pos = 0;
+    while (pos <= s.size()) {
+      const size_t comma = s.find(',', pos);
+      const std::string id = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      if (!id.empty()) ids.push_back(id);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  } else {
+    for (int i = 0; i < 64; ++i) {
+      DeviceOptions d;
+      d.gpu_index = i;
+      try {
+        open_device(b, d);
+      } catch (const std::exception&) {
+        break;
+      }
+      ids.push_back(std::to_string(i));
+    }
+  }
+  if (requested > 0 && static_cast<size_t>(requested) < ids.size()) ids.resize(static_cast<size_t>(requested));
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"attn-fuzz: coverage-guided fuzzing campaigns over attention kernels (libFuzzer fork mode)",
+               "attn-fuzz"};
+  app.footer(R"(Examples:
+  attn-fuzz --max-time 60                               # every kernel, cpu emulator when no GPU
+  attn-fuzz --kernel 'flash-*' --max-time 28800 -o reports/night    # overnight; Ctrl-C stops and summarizes
+  attn-fuzz --plugin build/lib/libattnfuzz_planted_cpu.so --kernel 'planted-*' --max-time 60
+  attn-fuzz --backend nvidia --max-time 300             # one worker per visible GPU
+  attn-fuzz --minimize reports/fuzz/failures/mask-0123456789abcdef.case
+Resume: run again with the same --out (or --corpus); the corpus of .case files is read back.
+Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usage or input error.)");
+  define_options(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + shell_quote(argv[i]);
+
+  // Plug-ins and the backend, through the shared session code (it also checks that --out is writable).
+  CommonOptions session_opts = o.common;
+  session_opts.backend = o.common.backend;
+  Backend backend = Backend::kCpu;
+  if (o.common.backend == "auto") {
+    for (Backend b : built_backends())
+      if (backend_available(b)) {
+        backend = b;
+        break;
+      }
+  } else if (!parse_backend(o.common.backend, backend)) {
+    usage_error("unknown --backend '" + o.common.backend + "': cpu, nvidia, amd or auto");
+  } else if (std::string why; !backend_available(backend, &why)) {
+    usage_error("backend " + o.common.backend + " cannot be used: " + why);
+  }
+  session_opts.backend = backend_name(backend);
+  Session s = open_session(session_opts, "attn-fuzz", argc, argv);
+  if (o.list) {
+    list_kernels(s);
+    return 0;
+  }
+  s.device.reset();  // the workers open their own devices
+
+  WorkerConfig w;
+  w.kernels = o.common.kernel;
+  w.backend = backend_name(backend);
+  for (const auto& p : o.common.plugins) w.plugins.push_back(fs::absolute(p).string());
+  w.order = o.common.order;
+  w.order_seed = o.common.order_seed;
+  w.warp_size = o.common.warp_size;
+  w.timeout_s = o.common.timeout_s;
+  w.isolate = o.common.no_isolate ? "never" : o.isolate;
+  w.oracle_rows = o.common.oracle_rows;
+  w.mp_bits = o.common.mp_bits;
+  w.limits.max_seq = o.max_seq;
+  w.limits.max_dim = o.max_d;
+  if (o.max_seq < 1 || o.max_d < 1) usage_error("--max-seq and --max-d must be >= 1");
+  w.out = o.common.out;
+  w.command = command_line;
+  w.reports = !o.common.no_reports;
+  // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend.
+  std::string flags;
+  if (backend == Backend::kCpu && w.order != "forward")
+    flags += "--order " + w.order + (w.order == "shuffle" ? " --order-seed " + std::to_string(w.order_seed) : "");
+  if (backend == Backend::kCpu && w.warp_size != 32) flags += (flags.empty() ? "" : " ") + std::string("--warp-size ") + std::to_string(w.warp_size);
+  for (const auto& p : o.common.plugins) flags += (flags.empty() ? "" : " ") + ("--plugin " + shell_quote(p));
+  if (backend != Backend::kCpu) flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
+  w.replay_flags = flags;
+
+  if (!o.minimize.empty()) {
+    MinimizeOptions mo;
+    mo.max_time_s = o.minimize_time;
+    mo.out_dir = (fs::path(o.common.out) / "minimized").string();
+    mo.quiet = o.common.quiet;
+    return minimize_file(o.minimize, w, mo);
+  }
+
+  CampaignOptions c;
+  c.worker = w;
+  c.worker_binary = o.worker.empty() ? self_dir(argv[0]) + "/attn-fuzz-worker" : o.worker;
+  c.corpus_dir = o.corpus.empty() ? (fs::path(o.common.out) / "fuzz-corpus").string() : o.corpus;
+  if (!o.no_seeds) {
+    c.seed_dirs = o.seeds;
+#ifdef ATTNFUZZ_SOURCE_DIR
+    if (o.seeds.empty()) c.seed_dirs.push_back(std::string(ATTNFUZZ_SOURCE_DIR) + "/corpus/seed");
+#endif
+  }
+  c.gpu_ids = gpu_groups(backend, o.gpus);
+  if (backend != Backend::kCpu && c.gpu_ids.empty()) usage_error("no GPU of backend " + w.backend + " found");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  c.workers = o.fuzz_workers ? o.fuzz_workers
+                             : backend == Backend::kCpu ? cores : static_cast<unsigned>(c.gpu_ids.size());
+  c.max_time_s = o.max_time;
+  c.progress_s = o.progress > 0 ? o.progress : 5;
+  c.fuzzer_args = o.fuzzer_args;
+  c.command_line = command_line;
+  c.quiet = o.common.quiet;
+  return run_campaign(c);
+}

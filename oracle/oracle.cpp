@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "oracle/lowp.h"
 #include "oracle/reference_fp32.h"
 #include "oracle/row.h"
 
@@ -84,6 +85,7 @@ struct Shared {
   const Problem* p;
   const float *q, *k, *v;
   const OracleOptions* opts;
+  int32_t cd;  // compute dtype
   std::vector<HeadFacts> heads;  // [b * Hkv + hk]
   OracleResult* res;
 };
@@ -224,8 +226,11 @@ void fast_row(const RowRef& r, RowWork& w) {
 // ---- the per-element fp32 bound (README "bound") ----
 // Fills o_bound / lse_bound for a row whose value path has run.
 void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, const OracleOptions& opts,
-               double* o_bound, double* lse_bound) {
+               int32_t cd, double* o_bound, double* lse_bound) {
   const BoundModel& M = opts.model;
+  // Low-precision compute (README "fp16 / bf16 bound"): uc = 0 for fp32 kernels.
+  const LowpBoundModel& H = opts.lowp;
+  const double uc = cd == AF_DTYPE_F32 ? 0 : unit_roundoff(cd), eta = cd == AF_DTYPE_F32 ? 0 : underflow_error(cd);
   const int64_t n = r.last - r.first;
   int64_t nf = 0;
   for (int64_t j = 0; j < n; ++j) nf += !w.nonfinite[j];
@@ -241,6 +246,9 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     }
     const double ftz = 2 * sc * kFltMin * (qsum + hf.ksum[r.first + j] + 2.0 * r.D) + kFltMin;
     double delta = kU * (dterm * w.a[j] + M.c_arg * std::fabs(w.s_hi[j]) + argc + M.c_exp) + ftz;
+    if (uc > 0)  // q, k (pre-scaled or not) rounded to c, the score rounded to c, p_j rounded to c; c's underflow
+      delta += uc * (H.c_in * sc * w.a[j] + H.c_s * (std::fabs(w.s_hi[j]) + std::fabs(w.m)) + H.c_p) +
+               2 * sc * eta * (qsum + hf.ksum[r.first + j] + 2.0 * r.D);
     delta = std::min(delta, 700.0);
     w.rho[j] = delta;
     const double ed = std::exp(delta);
@@ -263,12 +271,14 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     const float* __restrict vj = r.v + (r.first + j) * r.v_row;
     for (int64_t d = 0; d < Dv; ++d) soft[d] += rj * std::fabs(static_cast<double>(vj[d]) - o[d]);
   }
-  const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0);
-  const double floor = 2 * kFltMin * static_cast<double>(nf + 2) * (1 + hf.vmax);
+  const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0) + uc * H.c_acc;
+  // Flushed weights and products; in c, every weight may lose up to eta absolutely (fp16 subnormal p).
+  const double floor = 2 * kFltMin * static_cast<double>(nf + 2) * (1 + hf.vmax) + 2 * eta * (nf + 2) * (1 + hf.vmax);
   const double sf = opts.safety_factor;
   // Common-mode weight error (weights that do not sum to 1: split-KV logsumexp combine, LSE-domain
   // normalisation) acts on |O| itself, plus the fp32 rounding of the output.
-  const double common = kU * (M.c_arg * (std::fabs(w.m) + std::fabs(w.lse) + logn + 1) + M.c_exp + 1);
+  const double common =
+      kU * (M.c_arg * (std::fabs(w.m) + std::fabs(w.lse) + logn + 1) + M.c_exp + 1) + uc * H.c_out;
   for (int64_t d = 0; d < Dv; ++d) {
     if (std::isnan(o[d])) {
       o_bound[d] = 0;
@@ -302,7 +312,12 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   RowInfo& info = R.rows[li];
   info.computed = true;
   ++cnt.computed;
-  if (opts.baseline) reference_fp32_row(p, S.q, S.k, S.v, b, h, s, &R.base_o[oi], &R.base_lse[li]);
+  if (opts.baseline) {
+    if (S.cd == AF_DTYPE_F32)
+      reference_fp32_row(p, S.q, S.k, S.v, b, h, s, &R.base_o[oi], &R.base_lse[li]);
+    else
+      reference_lowp_row(p, S.q, S.k, S.v, b, h, s, S.cd, LowpStyle::kMath, &R.base_o[oi], &R.base_lse[li]);
+  }
   auto fill = [&](double ov, double lv, RowKind kind) {
     info.kind = kind;
     for (int64_t d = 0; d < Dv; ++d) R.o[oi + d] = ov, R.o_bound[oi + d] = 0, R.o_err[oi + d] = 0;
@@ -352,6 +367,24 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     info.contract = ContractReason::kScoreRange;
     info.contract_value = std::max(amax, sc * amax);
   }
+  if (S.cd == AF_DTYPE_F16 && info.contract == ContractReason::kInside) {
+    // fp16 contract: scores (possibly rounded to fp16, scaled or not) and q, k, v must stay well inside
+    // fp16's range (65504); 2^15 leaves room for the exp2 factor and rounding up.
+    constexpr double kHalfRange = 0x1p15;
+    double qmax = 0;
+    for (int64_t d = 0; d < p.head_dim; ++d)
+      if (std::isfinite(qd[d])) qmax = std::max(qmax, std::fabs(qd[d]));
+    double big = std::max(sc * amax, qmax);
+    for (int64_t j = kr.first; j < kr.last; ++j)
+      for (int64_t d = 0; d < p.head_dim; ++d) {
+        const double x = r.k[j * r.k_row + d];
+        if (std::isfinite(x)) big = std::max(big, std::fabs(x));
+      }
+    if (big > kHalfRange) {
+      info.contract = ContractReason::kScoreRange;
+      info.contract_value = big;
+    }
+  }
   const bool mp_first = opts.force_multiprecision;
   if (mp_first) {
     R.mp_bits_used = oracle_detail::mp_row(r, w, opts.mp_bits, opts.mp_backend);
@@ -361,7 +394,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     info.path = RowPath::kFast;
   }
   double* ob = &R.o_bound[oi];
-  bound_row(r, w, hf, qsum, opts, ob, &R.lse_bound[li]);
+  bound_row(r, w, hf, qsum, opts, S.cd, ob, &R.lse_bound[li]);
   if (!mp_first) {
     // Self-check: certified when the fast path's own error is negligible against the bound (and, with
     // certify_values, against the value itself).
@@ -377,12 +410,17 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
       info.path = RowPath::kMultiprecision;
       info.fell_back = true;
       ++cnt.fallback;
-      bound_row(r, w, hf, qsum, opts, ob, &R.lse_bound[li]);
+      bound_row(r, w, hf, qsum, opts, S.cd, ob, &R.lse_bound[li]);
     }
   }
   info.path == RowPath::kFast ? ++cnt.fast : ++cnt.mp;
   if (info.contract == ContractReason::kInside) {
-    for (int64_t d = 0; d < Dv; ++d) {
+    const double vrange = S.cd == AF_DTYPE_F16 ? 0x1p15 : kRange;
+    if (S.cd == AF_DTYPE_F16 && hf.vmax > vrange) {
+      info.contract = ContractReason::kValueRange;
+      info.contract_value = hf.vmax;
+    }
+    for (int64_t d = 0; d < Dv && info.contract == ContractReason::kInside; ++d) {
       const double acc = w.L * w.swa[d];
       if (acc > kRange) {
         info.contract = ContractReason::kValueRange;
@@ -452,10 +490,13 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
                             const OracleOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string why = validate(p); !why.empty()) throw std::invalid_argument("oracle: " + why);
-  if (p.dtype != AF_DTYPE_F32) throw std::invalid_argument("oracle: only f32 inputs are supported so far");
+  const int32_t cd = opts.compute_dtype < 0 ? p.dtype : opts.compute_dtype;
+  if (cd != AF_DTYPE_F32 && cd != AF_DTYPE_F16 && cd != AF_DTYPE_BF16)
+    throw std::invalid_argument("oracle: unknown compute dtype " + std::to_string(cd));
   if (opts.mp_bits < 100) throw std::invalid_argument("oracle: mp_bits must be >= 100");
   OracleResult R;
   R.problem = p;
+  R.compute_dtype = cd;
   R.mp_backend_used = oracle_detail::mp_backend_name(opts.mp_backend);  // throws when unavailable
   R.mp_bits_used = oracle_detail::mp_bits_rounded(opts.mp_bits);
   const size_t no = static_cast<size_t>(p.batch * p.seq_q * p.heads_q * p.head_dim_v);
@@ -469,7 +510,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   R.rows.assign(nl, RowInfo{});
   R.sampled = sample_rows(p, q, k, opts.row_budget, opts.sample_seed);
 
-  Shared S{&p, q, k, v, &opts, {}, &R};
+  Shared S{&p, q, k, v, &opts, cd, {}, &R};
   S.heads.resize(static_cast<size_t>(p.batch * p.heads_kv));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {

@@ -26,6 +26,18 @@ struct BoundModel {
   double c_0 = 16;   // constant u-multiples in the accumulation term (division, stores, split combine)
 };
 
+// Extra terms for a kernel that computes in fp16 / bf16 (OracleOptions::compute_dtype) with fp32
+// accumulation, in multiples of that dtype's unit roundoff u_c (2^-11 fp16, 2^-8 bf16); the fp32 terms of
+// BoundModel stay (oracle/README.md "fp16 / bf16 bound": derivation and measurement).
+struct LowpBoundModel {
+  double c_in = 2;   // relative score error from rounding q and k (or q sqrt(scale), k sqrt(scale)) to c
+  double c_s = 2;    // u_c-multiples of |s_j|: the score (and s - m) rounded to c
+  double c_p = 1;    // probabilities p_j (or normalised weights) rounded to c: relative error of weight j
+  double c_acc = 2;  // u_c-multiples of (sum_j w_j |v_jd| + |O_d|): v rounded to c, and a row sum taken
+                     // from the unrounded p while P.V uses the rounded p
+  double c_out = 1;  // O rounded to c on store
+};
+
 struct OracleOptions {
   int mp_bits = 128;  // multiprecision significand bits (>= 100; rounded up to 101, 128,
                       // 194, 257 or 513)
@@ -40,6 +52,11 @@ struct OracleOptions {
   uint64_t sample_seed = 1;           // seed of the random part of the sample
   double safety_factor = 2.0;         // multiplies the first-order bound (README: measurement)
   BoundModel model{};
+  // The precision the kernel computed in (af_dtype): AF_DTYPE_F32, AF_DTYPE_F16 or AF_DTYPE_BF16; -1 =
+  // the problem's dtype. f16 / bf16 add the LowpBoundModel terms, use the fp16 contract (exact scores
+  // and q, k, v within 2^15) for f16, and make the baseline a plain f16 / bf16 reference.
+  int32_t compute_dtype = -1;
+  LowpBoundModel lowp{};
   bool baseline = true;  // also run the plain fp32 reference on the computed rows
 };
 
@@ -77,7 +94,8 @@ struct OracleResult {
   Problem problem{};
   std::vector<double> o, o_bound, o_err;        // exact value, allowed |got - o|, the oracle's own error
   std::vector<double> lse, lse_bound, lse_err;  // same for LSE (natural log)
-  std::vector<float> base_o, base_lse;          // plain fp32 reference (empty if !options.baseline)
+  std::vector<float> base_o, base_lse;          // plain reference in the compute dtype (empty if !baseline)
+  int32_t compute_dtype = AF_DTYPE_F32;         // the precision the bounds are for
   std::vector<RowInfo> rows;                    // per (b, h, s)
   std::vector<int64_t> sampled;                 // query rows s that were computed, ascending
   int mp_bits_used = 0;
@@ -95,8 +113,9 @@ struct OracleResult {
 };
 
 // Computes the exact result of DESIGN.md's semantics for p. q, k, v are host fp32 arrays laid out with
-// p's strides. Throws std::invalid_argument when p is malformed (validate(p) non-empty) or when the
-// dtype is not f32, std::runtime_error when the requested multiprecision backend is not built in.
+// p's strides, holding the stored input values (f16 / bf16 inputs widened exactly). Throws
+// std::invalid_argument when p is malformed (validate(p) non-empty) or the compute dtype is unknown,
+// std::runtime_error when the requested multiprecision backend is not built in.
 OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
                             const OracleOptions& opts = {});
 

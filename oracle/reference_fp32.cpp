@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "oracle/lowp.h"
 #include "oracle/reference_fp64.h"
 
 namespace attnfuzz {
@@ -40,6 +41,67 @@ void reference_fp32_row(const Problem& p, const float* q, const float* k, const 
   }
   for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] = acc[d] / l;
   *lse = m + std::log(l);
+}
+
+void reference_lowp_row(const Problem& p, const float* q, const float* k, const float* v, int64_t b, int64_t h,
+                        int64_t s, int32_t dtype, LowpStyle style, float* o_row, float* lse) {
+  auto rc = [dtype](float x) { return round_to_dtype(x, dtype); };
+  const int64_t hk = kv_head(p, h), D = p.head_dim, Dv = p.head_dim_v;
+  const KeyRange kr = visible_keys(p, s);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t n = std::max<int64_t>(kr.last - kr.first, 0);
+  std::vector<float> sc(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  const float sq = style == LowpStyle::kMath ? std::sqrt(p.scale) : 1.0f;
+  std::vector<float> qr(static_cast<size_t>(D));
+  for (int64_t d = 0; d < D; ++d) qr[d] = rc(q[q_index(p, b, s, h, d)] * sq);
+  float m = ninf;
+  for (int64_t j = kr.first; j < kr.last; ++j) {
+    float acc = 0;
+    for (int64_t d = 0; d < D; ++d) acc += qr[d] * rc(k[k_index(p, b, j, hk, d)] * sq);
+    const float x = style == LowpStyle::kMath ? rc(acc) : acc * p.scale;
+    sc[j - kr.first] = x;
+    if (std::isnan(x) || x > m) m = std::isnan(m) ? m : x;
+  }
+  if (n == 0 || m == ninf) {
+    for (int64_t d = 0; d < Dv; ++d) o_row[d] = 0.0f;
+    *lse = ninf;
+    return;
+  }
+  std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
+  if (style == LowpStyle::kMath) {
+    float l = 0;
+    for (int64_t j = 0; j < n; ++j) l += (sc[j] = std::exp(sc[j] - m));
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = rc(sc[j] / l);
+      const float* vj = v + v_index(p, b, kr.first + j, hk, 0);
+      for (int64_t d = 0; d < Dv; ++d) acc[d] += pj * rc(vj[d]);
+    }
+    for (int64_t d = 0; d < Dv; ++d) o_row[d] = rc(acc[d]);
+    *lse = m + std::log(l);
+    return;
+  }
+  // Flash: online softmax over 64-key tiles, running max mi, running sum l (fp32).
+  float mi = ninf, l = 0;
+  for (int64_t t = 0; t < n; t += 64) {
+    const int64_t e = std::min(n, t + 64);
+    float mt = mi;
+    for (int64_t j = t; j < e; ++j)
+      if (std::isnan(sc[j]) || sc[j] > mt) mt = std::isnan(mt) ? mt : sc[j];
+    if (mt == ninf) continue;
+    const float alpha = mi == ninf ? 0.0f : std::exp(mi - mt);
+    l *= alpha;
+    for (auto& a : acc) a *= alpha;
+    for (int64_t j = t; j < e; ++j) {
+      const float pj = std::exp(sc[j] - mt);
+      l += pj;
+      const float pr = rc(pj);
+      const float* vj = v + v_index(p, b, kr.first + j, hk, 0);
+      for (int64_t d = 0; d < Dv; ++d) acc[d] += pr * rc(vj[d]);
+    }
+    mi = mt;
+  }
+  for (int64_t d = 0; d < Dv; ++d) o_row[d] = rc(acc[d] / l);
+  *lse = mi + std::log(l);
 }
 
 Fp32Result reference_fp32(const Problem& p, const float* q, const float* k, const float* v) {

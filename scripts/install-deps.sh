@@ -10,6 +10,7 @@ PACKAGES=(
   googletest libgtest-dev                  # tests (GoogleTest + ctest)
   librapidcheck-dev                        # property-based tests
   libcli11-dev nlohmann-json3-dev          # command lines, JSON reports and corpus files
+  libxtensor-dev                           # npy/: NPY reader and writer (xtensor/xnpy.hpp) for attn-check --npy
   clang libclang-rt-14-dev                 # libFuzzer and ThreadSanitizer builds
   hipcc libamdhip64-dev                    # amd backend (Debian ROCm 5.2)
   libxml2-utils                            # xmllint: tests check that SVG and JUnit are well formed

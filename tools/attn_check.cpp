@@ -16,6 +16,7 @@
 #include "attnfuzz/registry.h"
 #include "check/runner.h"
 #include "attnfuzz/report.h"
+#include "npy/npy_cli.h"
 #include "tools/cli_common.h"
 
 namespace fs = std::filesystem;
@@ -36,6 +37,7 @@ struct Options {
   bool sweep = false;
   std::vector<std::string> replay;
   bool list = false;
+  npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
 };
 
 void define_options(CLI::App& app, Options& o) {
@@ -65,6 +67,7 @@ void define_options(CLI::App& app, Options& o) {
       ->group(m);
   app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")->group(m);
   app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+  npy::add_npy_options(app, o.npy);
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -154,7 +157,14 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (!o.npy.emit.empty()) {
+    std::string cmd;
+    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+    return npy::run_npy_emit(o.npy, case_from_flags(o), cmd);
+  }
   Session s = open_session(o.common, "attn-check", argc, argv);
+  if (npy::npy_mode(o.npy))
+    return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s, o.common);
   if (o.list) {
     list_kernels(s);
     return 0;

@@ -1,0 +1,440 @@
+// external.cpp - loading external NPY computations, output-only judgement and classification, metamorphic
+// variants.
+#include "npy/external.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "attnfuzz/corpus.h"
+#include "check/compare.h"
+#include "oracle/lowp.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace attnfuzz::npy {
+
+const char* layout_name(Layout l) { return l == Layout::kBSHD ? "bshd" : "bhsd"; }
+bool parse_layout(const std::string& t, Layout& out) {
+  if (t == "bshd" || t == "BSHD") return out = Layout::kBSHD, true;
+  if (t == "bhsd" || t == "BHSD") return out = Layout::kBHSD, true;
+  return false;
+}
+const char* compute_dtype_name(int32_t d) {
+  return d == AF_DTYPE_F16 ? "fp16" : d == AF_DTYPE_BF16 ? "bf16" : "fp32";
+}
+std::optional<int32_t> parse_compute_dtype(const std::string& t) {
+  if (t == "fp32" || t == "f32" || t == "float32") return AF_DTYPE_F32;
+  if (t == "fp16" || t == "f16" || t == "float16") return AF_DTYPE_F16;
+  if (t == "bf16" || t == "bfloat16") return AF_DTYPE_BF16;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string fmt(const char* f, double a) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, a);
+  return b;
+}
+std::string join(const std::vector<int64_t>& v, size_t max_items = 8) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > max_items) s += ", ... (" + std::to_string(v.size()) + ")";
+  return s;
+}
+
+// [B, H, S, D] -> [B, S, H, D] (or back with to_bhsd).
+std::vector<float> transpose_sh(const std::vector<float>& x, int64_t B, int64_t H, int64_t S, int64_t D,
+                                bool to_bhsd) {
+  std::vector<float> y(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t bhsd = static_cast<size_t>(((b * H + h) * S + s) * D + d);
+          const size_t bshd = static_cast<size_t>(((b * S + s) * H + h) * D + d);
+          if (to_bhsd)
+            y[bhsd] = x[bshd];
+          else
+            y[bshd] = x[bhsd];
+        }
+  return y;
+}
+
+[[noreturn]] void fail(const std::string& msg) { throw NpyError(msg); }
+
+}  // namespace
+
+void read_sidecar(const fs::path& path, Spec& spec) {
+  std::ifstream in(path);
+  if (!in) fail(path.string() + ": cannot open the file");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const std::exception& e) {
+    fail(path.string() + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object()) fail(path.string() + ": expected a JSON object");
+  try {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      if (key == "layout") {
+        if (!parse_layout(it->get<std::string>(), spec.layout))
+          fail(path.string() + ": layout must be bshd or bhsd");
+      } else if (key == "mask") {
+        spec.mask = it->get<std::string>();
+      } else if (key == "scale") {
+        if (!it->is_null()) spec.scale = it->get<float>();
+      } else if (key == "kv_heads") {
+        spec.kv_heads = it->get<int64_t>();
+      } else if (key == "compute_dtype") {
+        auto d = parse_compute_dtype(it->get<std::string>());
+        if (!d) fail(path.string() + ": compute_dtype must be fp32, fp16 or bf16");
+        spec.compute_dtype = *d;
+      } else if (key == "bf16_raw") {
+        spec.bf16_raw = it->get<bool>();
+      } else if (key == "comment" || key == "variant") {
+      } else {
+        fail(path.string() + ": unknown key '" + key +
+             "' (known: layout, mask, scale, kv_heads, compute_dtype, bf16_raw)");
+      }
+    }
+  } catch (const json::exception& e) {
+    fail(path.string() + ": wrong value type (" + std::string(e.what()) + ")");
+  }
+}
+
+Spec resolve_spec(const fs::path& sidecar, const Overrides& o) {
+  Spec s;
+  std::error_code ec;
+  if (!sidecar.empty() && fs::exists(sidecar, ec)) read_sidecar(sidecar, s);
+  if (o.layout) s.layout = *o.layout;
+  if (o.mask) s.mask = *o.mask;
+  if (o.scale) s.scale = *o.scale;
+  if (o.kv_heads) s.kv_heads = *o.kv_heads;
+  if (o.compute_dtype) s.compute_dtype = *o.compute_dtype;
+  s.bf16_raw |= o.bf16_raw;
+  return s;
+}
+
+std::string sidecar_text(const Spec& s) {
+  json j;
+  j["layout"] = layout_name(s.layout);
+  j["mask"] = s.mask;
+  if (s.scale) j["scale"] = *s.scale;
+  if (s.kv_heads) j["kv_heads"] = *s.kv_heads;
+  if (s.compute_dtype >= 0) j["compute_dtype"] = compute_dtype_name(s.compute_dtype);
+  j["bf16_raw"] = s.bf16_raw;
+  return j.dump(2) + "\n";
+}
+
+Files files_in(const fs::path& dir) {
+  Files f{dir / "q.npy", dir / "k.npy", dir / "v.npy", dir / "o.npy", {}};
+  std::error_code ec;
+  if (fs::exists(dir / "lse.npy", ec)) f.lse = dir / "lse.npy";
+  return f;
+}
+
+External load_external(const Files& files, const Spec& spec) {
+  Array q = read_array(files.q, spec.bf16_raw), k = read_array(files.k, spec.bf16_raw),
+        v = read_array(files.v, spec.bf16_raw), o = read_array(files.o, spec.bf16_raw);
+  const bool bshd = spec.layout == Layout::kBSHD;
+  const char* lay = bshd ? "[B, S, H, D]" : "[B, H, S, D]";
+  for (const auto* a : {&q, &k, &v, &o})
+    if (a->shape.size() != 4)
+      fail("shape mismatch: q, k, v and o must have 4 dimensions " + std::string(lay) + "; got q " +
+           shape_text(q.shape) + ", k " + shape_text(k.shape) + ", v " + shape_text(v.shape) + ", o " +
+           shape_text(o.shape));
+  const int si = bshd ? 1 : 2, hi = bshd ? 2 : 1;
+  const int64_t B = q.shape[0], Sq = q.shape[si], Hq = q.shape[hi], D = q.shape[3];
+  const int64_t Sk = k.shape[si], Hkv = k.shape[hi], Dv = v.shape[3];
+  std::string why;
+  if (k.shape[0] != B || v.shape[0] != B || o.shape[0] != B)
+    why = "batch sizes differ";
+  else if (k.shape[3] != D)
+    why = "q and k head dims differ";
+  else if (v.shape[si] != Sk || v.shape[hi] != Hkv)
+    why = "k and v disagree on keys or heads";
+  else if (o.shape[si] != Sq || o.shape[hi] != Hq || o.shape[3] != Dv)
+    why = "o is not [B, Sq, Hq, Dv] in this layout";
+  else if (Hkv < 1 || Hq % Hkv != 0)
+    why = "query heads are not a multiple of kv heads";
+  else if (spec.kv_heads && *spec.kv_heads != Hkv)
+    why = "kv_heads = " + std::to_string(*spec.kv_heads) + " but k has " + std::to_string(Hkv);
+  if (!why.empty()) {
+    std::string hint;
+    // Would the other layout make them agree? Then say so.
+    const int si2 = bshd ? 2 : 1, hi2 = bshd ? 1 : 2;
+    if (k.shape[0] == B && v.shape[si2] == k.shape[si2] && v.shape[hi2] == k.shape[hi2] &&
+        o.shape[si2] == q.shape[si2] && o.shape[hi2] == q.shape[hi2] &&
+        q.shape[hi2] % std::max<int64_t>(k.shape[hi2], 1) == 0)
+      hint = std::string(" (the shapes agree as ") +
+             (bshd ? "[B, H, S, D]: pass --layout bhsd)" : "[B, S, H, D]: pass --layout bshd)");
+    fail("shape mismatch (" + std::string(layout_name(spec.layout)) + " " + lay + "): " + why + ": q " +
+         shape_text(q.shape) + ", k " + shape_text(k.shape) + ", v " + shape_text(v.shape) + ", o " +
+         shape_text(o.shape) + hint);
+  }
+  External e;
+  Problem p = make_problem(B, Hq, Hkv, Sq, Sk, D, Dv);
+  if (std::string err = parse_mask(spec.mask, p); !err.empty()) fail("mask: " + err);
+  if (spec.scale) p.scale = *spec.scale;
+  if (std::string err = validate(p); !err.empty()) fail("invalid problem: " + err);
+  e.stored = q.stored;
+  e.compute_dtype = spec.compute_dtype >= 0        ? spec.compute_dtype
+                    : q.stored == Stored::kF16     ? AF_DTYPE_F16
+                    : q.stored == Stored::kBF16Raw ? AF_DTYPE_BF16
+                                                   : AF_DTYPE_F32;
+  p.dtype = e.compute_dtype;  // what the kernel computed in (reports show it); values are the stored ones
+  if (bshd) {
+    e.q = std::move(q.data), e.k = std::move(k.data), e.v = std::move(v.data), e.o = std::move(o.data);
+  } else {
+    e.q = transpose_sh(q.data, B, Hq, Sq, D, false);
+    e.k = transpose_sh(k.data, B, Hkv, Sk, D, false);
+    e.v = transpose_sh(v.data, B, Hkv, Sk, Dv, false);
+    e.o = transpose_sh(o.data, B, Hq, Sq, Dv, false);
+  }
+  if (!files.lse.empty()) {
+    Array l = read_array(files.lse, spec.bf16_raw);
+    if (l.shape != std::vector<int64_t>{B, Hq, Sq})
+      fail("shape mismatch: lse must be [B, Hq, Sq] = " + shape_text({B, Hq, Sq}) + ", got " +
+           shape_text(l.shape));
+    e.lse = std::move(l.data);
+  }
+  for (const auto& [name, a] : {std::pair<const char*, const Array*>{"q", &q}, {"k", &k}, {"v", &v}}) {
+    if (a->f64_inexact)
+      e.notes.push_back(std::string(name) +
+                        " is float64 with values that are not float32: judged on their float32 rounding");
+    if (e.compute_dtype != AF_DTYPE_F32) {
+      const std::vector<float>& x = name[0] == 'q' ? e.q : name[0] == 'k' ? e.k : e.v;
+      int64_t inexact = 0;
+      for (float f : x) inexact += !representable(f, e.compute_dtype);
+      if (inexact)
+        e.notes.push_back(std::string(name) + ": " + std::to_string(inexact) + " stored value(s) are not " +
+                          compute_dtype_name(e.compute_dtype) +
+                          " numbers; the bound allows the kernel to round them");
+    }
+  }
+  e.problem = p;
+  e.label = "npy:" + files.o.parent_path().string();
+  return e;
+}
+
+Case case_of(const External& e) {
+  Case c = make_case(e.problem, 0);
+  c.label = e.label;
+  return c;
+}
+
+namespace {
+
+// The failing O rows (b, h, s) of a comparison.
+struct RowKey {
+  int64_t b, h, s;
+  bool operator<(const RowKey& o) const { return std::tie(b, h, s) < std::tie(o.b, o.h, o.s); }
+};
+std::set<RowKey> failing_rows(const External& e, const OracleResult& ex) {
+  std::set<RowKey> rows;
+  const Problem& p = e.problem;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s : ex.sampled) {
+        const RowInfo& ri = ex.row(b, h, s);
+        if (!ri.computed || !ri.inside_contract()) continue;
+        bool bad = false;
+        for (int64_t d = 0; d < p.head_dim_v && !bad; ++d) {
+          const size_t i = ex.o_at(b, s, h, d);
+          bad = judge_element(ex.o[i], e.o[static_cast<size_t>(o_index(p, b, s, h, d))], ex.o_bound[i]).fail;
+        }
+        if (!bad && !e.lse.empty()) {
+          const size_t li = ex.lse_at(b, h, s);
+          bad = judge_element(ex.lse[li], e.lse[static_cast<size_t>(lse_index(p, b, h, s))], ex.lse_bound[li])
+                    .fail;
+        }
+        if (bad) rows.insert({b, h, s});
+      }
+  return rows;
+}
+
+// Alternative masks a mask bug typically computes instead.
+std::vector<std::string> alternative_masks(const Problem& p) {
+  std::vector<std::string> alts;
+  const std::string cur = mask_to_string(p);
+  if (p.mask_kind != AF_MASK_NONE) alts.push_back("none");
+  Problem t = p;
+  auto add = [&](const std::string& m) {
+    Problem x = p;
+    if (parse_mask(m, x).empty() && mask_to_string(x) != cur &&
+        std::find(alts.begin(), alts.end(), mask_to_string(x)) == alts.end())
+      alts.push_back(mask_to_string(x));
+  };
+  if (cur == "causal-br") add("causal-tl");
+  if (cur == "causal-tl") add("causal-br");
+  if (cur == "none") {
+    add("causal-br");
+    add("causal-tl");
+  }
+  if (cur.rfind("window:", 0) == 0) {
+    const int64_t L = window_left(p), R = window_right(p);
+    auto side = [](int64_t x) { return x == AF_UNBOUNDED ? std::string("inf") : std::to_string(x); };
+    const std::string al = p.mask_align == AF_ALIGN_TOP_LEFT ? "-tl" : "-br",
+                      other = p.mask_align == AF_ALIGN_TOP_LEFT ? "-br" : "-tl";
+    add("window:" + side(L) + "," + side(R) + other);
+    if (L != AF_UNBOUNDED)
+      add("window:" + side(L + 1) + "," + side(R) + al),
+          add("window:" + side(std::max<int64_t>(L - 1, 0)) + "," + side(R) + al);
+    if (R != AF_UNBOUNDED)
+      add("window:" + side(L) + "," + side(R + 1) + al),
+          add("window:" + side(L) + "," + side(std::max<int64_t>(R - 1, 0)) + al);
+  }
+  (void)t;
+  return alts;
+}
+
+// Output-only classification of a failed comparison.
+void classify_output(const External& e, const OracleResult& ex, const OracleOptions& opts, CheckResult& r) {
+  const Problem& p = e.problem;
+  const std::set<RowKey> bad = failing_rows(e, ex);
+  FailureClass cls = r.failure;
+  std::string decided;
+  // 1. Rows with no visible key must be exactly 0 (LSE -inf).
+  std::vector<int64_t> masked_rows;
+  for (const RowKey& k : bad)
+    if (visible_keys(p, k.s).empty() && (masked_rows.empty() || masked_rows.back() != k.s))
+      masked_rows.push_back(k.s);
+  if (!masked_rows.empty()) {
+    const int64_t s = masked_rows.front();
+    r.evidence.push_back(
+        {"mask", std::to_string(masked_rows.size()) + " fully masked row(s) (no visible key) are not O = 0" +
+                     std::string(e.lse.empty() ? "" : " / LSE = -inf") + ": rows " + join(masked_rows) +
+                     "; e.g. O[b=0,s=" + std::to_string(s) +
+                     ",h=0,d=0] = " + fmt("%.9g", e.o[static_cast<size_t>(o_index(p, 0, s, 0, 0))])});
+    cls = FailureClass::kMask;
+    decided = "fully masked rows";
+  }
+  // 2. Masked non-finite inputs reaching the output: NaN/Inf in O of a row whose visible keys are finite.
+  if (cls != FailureClass::kMask && r.failure == FailureClass::kNonFinite) {
+    int64_t leaks = 0;
+    std::string first;
+    for (const RowKey& k : bad) {
+      const RowInfo& ri = ex.row(k.b, k.h, k.s);
+      if (ri.kind != RowKind::kNormal) continue;
+      bool got_nonfinite = false;
+      for (int64_t d = 0; d < p.head_dim_v && !got_nonfinite; ++d)
+        got_nonfinite = !std::isfinite(e.o[static_cast<size_t>(o_index(p, k.b, k.s, k.h, d))]);
+      if (!got_nonfinite) continue;
+      // Does some masked key of this row hold a non-finite k or v?
+      const KeyRange kr = visible_keys(p, k.s);
+      const int64_t hk = kv_head(p, k.h);
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        if (j >= kr.first && j < kr.last) continue;
+        bool nf = false;
+        for (int64_t d = 0; d < p.head_dim && !nf; ++d)
+          nf = !std::isfinite(e.k[static_cast<size_t>(k_index(p, k.b, j, hk, d))]);
+        for (int64_t d = 0; d < p.head_dim_v && !nf; ++d)
+          nf = !std::isfinite(e.v[static_cast<size_t>(v_index(p, k.b, j, hk, d))]);
+        if (nf) {
+          if (leaks++ == 0)
+            first = "row s=" + std::to_string(k.s) + " (b=" + std::to_string(k.b) +
+                    ", h=" + std::to_string(k.h) + ") is NaN/Inf but only its masked key " +
+                    std::to_string(j) + " holds a non-finite k or v";
+          break;
+        }
+      }
+    }
+    if (leaks) {
+      r.evidence.push_back({"mask", std::to_string(leaks) +
+                                        " row(s) with finite visible inputs came out NaN/Inf while a "
+                                        "masked key holds NaN/Inf (masked values reach the output): " +
+                                        first});
+      cls = FailureClass::kMask;
+      decided = "masked non-finite";
+    }
+  }
+  // 3. Does the output match the exact result under another mask? (shifted window, other alignment, none)
+  if (cls != FailureClass::kMask && !bad.empty() && r.failure == FailureClass::kPrecision) {
+    for (const std::string& m : alternative_masks(p)) {
+      Problem alt = p;
+      parse_mask(m, alt);
+      OracleOptions o2 = opts;
+      o2.baseline = false;
+      const OracleResult ax = compute_oracle(alt, e.q.data(), e.k.data(), e.v.data(), o2);
+      bool all = true;
+      for (const RowKey& k : bad) {
+        if (!ax.row(k.b, k.h, k.s).computed) {
+          all = false;
+          break;
+        }
+        for (int64_t d = 0; d < p.head_dim_v && all; ++d) {
+          const size_t i = ax.o_at(k.b, k.s, k.h, d);
+          all = !judge_element(ax.o[i], e.o[static_cast<size_t>(o_index(p, k.b, k.s, k.h, d))], ax.o_bound[i])
+                     .fail;
+        }
+        if (!all) break;
+      }
+      if (all) {
+        r.evidence.push_back({"mask", "all " + std::to_string(bad.size()) +
+                                          " failing row(s) match the exact result under mask " + m +
+                                          " instead of " + mask_to_string(p)});
+        cls = FailureClass::kMask;
+        decided = "other mask";
+        break;
+      }
+    }
+  }
+  if (r.failure == FailureClass::kNonFinite) {
+    int64_t nan_got = 0, nan_exp = 0;
+    for (const ElementReport& w : r.worst) {
+      nan_got += !std::isfinite(w.got) && std::isfinite(w.expected);
+      nan_exp += std::isfinite(w.got) && !std::isfinite(w.expected);
+    }
+    r.evidence.push_back({"non-finite", "of the worst " + std::to_string(r.worst.size()) + " elements, " +
+                                            std::to_string(nan_got) +
+                                            " are NaN/Inf where the exact value is finite and " +
+                                            std::to_string(nan_exp) + " finite where it is NaN/Inf"});
+  }
+  r.evidence.push_back(
+      {"undeterminable",
+       "from one output alone the tool cannot tell rescale (needs the same inputs with keys reordered: "
+       "attn-check --npy-emit), oob-read / oob-write (needs the kernel's buffers) or barrier-race "
+       "(needs reruns) from " +
+           std::string(failure_class_name(cls))});
+  if (cls != r.failure) {
+    r.failure = cls;
+    r.evidence.push_back({"classify", std::string(failure_class_name(cls)) + " by " + decided});
+  } else if (cls == FailureClass::kPrecision) {
+    r.reason += " (class from one output: rescale, oob-read and barrier-race cannot be excluded)";
+  }
+}
+
+}  // namespace
+
+Judged judge_external(const External& e, const OracleOptions& base, size_t worst) {
+  Judged j;
+  CheckResult& r = j.result;
+  r.kernel = "external";
+  r.backend = "npy";
+  r.device = std::string("computed elsewhere (") + compute_dtype_name(e.compute_dtype) + ")";
+  OracleOptions opts = base;
+  opts.compute_dtype = e.compute_dtype;
+  const OracleResult ex = compute_oracle(e.problem, e.q.data(), e.k.data(), e.v.data(), opts);
+  CompareOptions co;
+  co.worst = worst;
+  j.ratio_map = compare_output(e.problem, ex, e.o.data(), e.lse.empty() ? nullptr : e.lse.data(), r, co);
+  r.oracle_ms = ex.ms;
+  for (const auto& n : e.notes) r.evidence.push_back({"input", n});
+  r.evidence.push_back({"bound", std::string("per-element bound for a kernel computing in ") +
+                                     compute_dtype_name(e.compute_dtype) +
+                                     " with fp32 accumulation (oracle/README.md)"});
+  if (r.verdict == Verdict::kFail) classify_output(e, ex, opts, r);
+  j.outcome.o = e.o;
+  j.outcome.lse = e.lse;
+  return j;
+}
+
+}  // namespace attnfuzz::npy

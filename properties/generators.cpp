@@ -17,6 +17,35 @@ void showValue(const Case& c, std::ostream& os) {
 
 namespace props {
 
+rc::Gen<size_t> index_below(size_t n) {
+  return [n](const rc::Random& random, int) {
+    if (n == 0) throw rc::GenerationFailure("index_below(0)");
+    const size_t i = static_cast<size_t>(rc::Random(random).next() % n);
+    return rc::shrinkable::shrinkRecur(i, [](size_t x) { return rc::shrink::towards<size_t>(x, 0); });
+  };
+}
+
+rc::Gen<int64_t> in_range(int64_t lo, int64_t hi) {
+  return rc::gen::map(index_below(static_cast<size_t>(hi - lo + 1)),
+                      [lo](size_t i) { return lo + static_cast<int64_t>(i); });
+}
+
+rc::Gen<size_t> weighted_index(std::vector<int> weights) {
+  int total = 0;
+  for (int w : weights) total += std::max(0, w);
+  if (total <= 0) throw std::invalid_argument("weighted_index: no positive weight");
+  return [weights, total](const rc::Random& random, int) {
+    int r = static_cast<int>(rc::Random(random).next() % static_cast<uint64_t>(total));
+    size_t i = 0;
+    while (r >= std::max(0, weights[i])) r -= std::max(0, weights[i]), ++i;
+    // Shrinks toward earlier options that have a positive weight.
+    return rc::shrinkable::shrinkRecur(i, [weights](size_t x) {
+      return rc::seq::filter(rc::shrink::towards<size_t>(x, 0),
+                             [weights](size_t y) { return weights[y] > 0; });
+    });
+  };
+}
+
 CaseLimits limits_for(const af_kernel& k, CaseLimits base) {
   if (k.max_head_dim > 0) base.max_d = std::min(base.max_d, k.max_head_dim);
   if (k.max_head_dim_v > 0) base.max_dv = std::min(base.max_dv, k.max_head_dim_v);
@@ -39,16 +68,17 @@ std::vector<int64_t> within(std::vector<int64_t> v, int64_t lo, int64_t hi) {
 
 rc::Gen<int64_t> gen_seq_len(int64_t lo, int64_t max) {
   max = std::max(lo, max);
-  return rc::gen::weightedOneOf<int64_t>(
-      {{3, rc::gen::elementOf(within(space::edge_seq_lengths(max), lo, max))},
-       {1, rc::gen::inRange<int64_t>(lo, max + 1)}});
+  return weighted_one_of<int64_t>(
+      {{3, element_of(within(space::edge_seq_lengths(max), lo, max))}, {1, in_range(lo, max)}});
 }
 
 rc::Gen<int64_t> gen_head_dim(int64_t max) {
   max = std::max<int64_t>(1, max);
-  return rc::gen::weightedOneOf<int64_t>({{3, rc::gen::elementOf(within(space::edge_head_dims(max), 1, max))},
-                                          {1, rc::gen::inRange<int64_t>(1, max + 1)}});
+  return weighted_one_of<int64_t>(
+      {{3, element_of(within(space::edge_head_dims(max), 1, max))}, {1, in_range(1, max)}});
 }
+
+rc::Gen<std::string> gen_mask_masked(const std::vector<std::string>& forms, bool tl, bool br);
 
 rc::Gen<std::string> gen_mask(const CaseLimits& limits) {
   std::vector<std::string> forms;
@@ -60,37 +90,49 @@ rc::Gen<std::string> gen_mask(const CaseLimits& limits) {
   }
   const bool tl = limits.masks & AF_SUPPORTS_WINDOW_TL, br = limits.masks & AF_SUPPORTS_WINDOW_BR;
   if (forms.empty() && !tl && !br) throw std::invalid_argument("gen_mask: no mask allowed by the limits");
-  if (!tl && !br) return rc::gen::elementOf(forms);
+  // "none" (when allowed) a third of the time: key permutation and key shift are strongest without a mask.
+  const bool none = !forms.empty() && forms.front() == "none";
+  if (none && forms.size() > 1) {
+    std::vector<std::string> masked(forms.begin() + 1, forms.end());
+    return weighted_one_of<std::string>(
+        {{1, rc::gen::just<std::string>("none")}, {2, gen_mask_masked(masked, tl, br)}});
+  }
+  return gen_mask_masked(forms, tl, br);
+}
+
+// Masked forms (from the case space) and random windows "window:L,R-tl|br" of the supported alignments.
+rc::Gen<std::string> gen_mask_masked(const std::vector<std::string>& forms, bool tl, bool br) {
+  if (!tl && !br) return element_of(forms);
   // Random windows: each side a small width (0 .. 20) or unbounded, either supported alignment.
-  auto side = rc::gen::weightedOneOf<std::string>(
-      {{4, rc::gen::map(rc::gen::inRange(0, 21), [](int w) { return std::to_string(w); })},
+  auto side = weighted_one_of<std::string>(
+      {{4, rc::gen::map(in_range(0, 20), [](int64_t w) { return std::to_string(w); })},
        {1, rc::gen::just<std::string>("inf")}});
   std::vector<std::string> aligns;
   if (br) aligns.push_back("br");
   if (tl) aligns.push_back("tl");
   auto windows = rc::gen::apply([](const std::string& l, const std::string& r,
                                    const std::string& a) { return "window:" + l + "," + r + "-" + a; },
-                                side, side, rc::gen::elementOf(aligns));
+                                side, side, element_of(aligns));
   if (forms.empty()) return windows;
-  return rc::gen::weightedOneOf<std::string>({{4, rc::gen::elementOf(forms)}, {1, windows}});
+  return weighted_one_of<std::string>({{4, element_of(forms)}, {1, windows}});
 }
 
 rc::Gen<ValueDist> gen_value_dist(bool extreme) {
   auto dist = [](Distribution k, double p) { return ValueDist{k, p}; };
   auto uniform1 = rc::gen::just(dist(Distribution::kUniform, 1));
-  auto uniform = rc::gen::map(rc::gen::elementOf(std::vector<double>{0.5, 2, 10, 1e-3}),
+  auto uniform = rc::gen::map(element_of(std::vector<double>{0.5, 2, 10, 1e-3}),
                               [=](double a) { return dist(Distribution::kUniform, a); });
-  auto normal = rc::gen::map(rc::gen::elementOf(std::vector<double>{1, 0.5, 3}),
+  auto normal = rc::gen::map(element_of(std::vector<double>{1, 0.5, 3}),
                              [=](double s) { return dist(Distribution::kNormal, s); });
-  auto extremes = rc::gen::map(rc::gen::elementOf(space::extreme_magnitudes()),
+  auto extremes = rc::gen::map(element_of(space::extreme_magnitudes()),
                                [=](double m) { return dist(Distribution::kExtreme, m); });
-  if (!extreme) return rc::gen::weightedOneOf<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}});
-  return rc::gen::weightedOneOf<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}, {2, extremes}});
+  if (!extreme) return weighted_one_of<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}});
+  return weighted_one_of<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}, {2, extremes}});
 }
 
 rc::Gen<SpecialValue> gen_special() {
   return rc::gen::apply(
-      [](SpecialKind kind, Tensor t, Placement pl, int count) {
+      [](SpecialKind kind, Tensor t, Placement pl, int64_t count) {
         SpecialValue s;
         s.kind = kind;
         s.tensor = t;
@@ -98,11 +140,10 @@ rc::Gen<SpecialValue> gen_special() {
         s.count = count;
         return s;
       },
-      rc::gen::elementOf(space::special_kinds()),
-      rc::gen::elementOf(std::vector<Tensor>{Tensor::kQ, Tensor::kK, Tensor::kV}),
-      rc::gen::elementOf(std::vector<Placement>{Placement::kRandom, Placement::kVisible, Placement::kMasked,
-                                                Placement::kHidden}),
-      rc::gen::inRange(1, 4));
+      element_of(space::special_kinds()), element_of(std::vector<Tensor>{Tensor::kQ, Tensor::kK, Tensor::kV}),
+      element_of(std::vector<Placement>{Placement::kRandom, Placement::kVisible, Placement::kMasked,
+                                        Placement::kHidden}),
+      in_range(1, 3));
 }
 
 rc::Gen<Case> gen_case(const CaseLimits& limits) {
@@ -112,16 +153,16 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
     for (auto hc : space::head_configs())
       if (hc.first <= limits.max_bh) heads.push_back(hc);
     if (heads.empty()) heads.push_back({1, 1});
-    const auto [hq, hkv] = *rc::gen::elementOf(heads);
+    const auto [hq, hkv] = *element_of(heads);
     const int64_t max_b = std::max<int64_t>(1, limits.max_bh / hq);
     const int64_t min_b = std::min(max_b, std::max<int64_t>(1, (limits.min_bh + hq - 1) / hq));
-    const int64_t b = *rc::gen::weightedOneOf<int64_t>(
-        {{3, rc::gen::just(min_b)}, {1, rc::gen::inRange<int64_t>(min_b, std::min<int64_t>(max_b, 3) + 1)}});
+    const int64_t b = *weighted_one_of<int64_t>(
+        {{3, rc::gen::just(min_b)}, {1, in_range(min_b, std::max(min_b, std::min<int64_t>(max_b, 3)))}});
 
     // Sequence lengths: Sq == Sk half the time (the square case most kernels are tuned for).
     const int64_t sq = *gen_seq_len(limits.min_seq_q, limits.max_seq);
     int64_t sk;
-    const int shape = *rc::gen::weightedOneOf<int>(
+    const int shape = *weighted_one_of<int>(
         {{10, rc::gen::just(0)}, {9, rc::gen::just(1)}, {limits.allow_empty_k ? 1 : 0, rc::gen::just(2)}});
     if (shape == 0)
       sk = sq;
@@ -133,8 +174,7 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
     // Head dims: Dv == D unless the kernel allows otherwise and 1 time in 4.
     const int64_t d = *gen_head_dim(limits.dv_eq_d ? std::min(limits.max_d, limits.max_dv) : limits.max_d);
     int64_t dv = std::min(d, limits.max_dv);
-    if (!limits.dv_eq_d &&
-        *rc::gen::weightedOneOf<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
+    if (!limits.dv_eq_d && *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
       dv = *gen_head_dim(limits.max_dv);
 
     Case c;
@@ -142,19 +182,19 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
     const std::string mask = *gen_mask(limits);
     if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
     const float def = default_scale(d);
-    c.problem.scale = *rc::gen::weightedOneOf<float>(
+    c.problem.scale = *weighted_one_of<float>(
         {{8, rc::gen::just(def)},
-         {1,
-          rc::gen::elementOf(std::vector<float>{1.0f, 0.5f * def, 2.0f * def, 1.0f / static_cast<float>(d)})},
-         {1, rc::gen::elementOf(std::vector<float>{1e-3f, 0.0f, 16.0f})}});
+         {1, element_of(std::vector<float>{1.0f, 0.5f * def, 2.0f * def, 1.0f / static_cast<float>(d)})},
+         {1, element_of(std::vector<float>{1e-3f, 0.0f, 16.0f})}});
 
     c.values.dist = *gen_value_dist(limits.extreme);
-    if (limits.specials)
-      c.values.specials = *rc::gen::weightedOneOf<std::vector<SpecialValue>>(
-          {{1, rc::gen::just(std::vector<SpecialValue>{})},
-           {1, rc::gen::resize(
-                   3, rc::gen::nonEmpty(rc::gen::container<std::vector<SpecialValue>>(gen_special())))}});
-    c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
+    if (limits.specials && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
+      // 1..3 specials; the container shrinks by dropping elements, each element toward nan@q:random*1.
+      c.values.specials = *rc::gen::resize(3, rc::gen::container<std::vector<SpecialValue>>(gen_special()));
+      if (c.values.specials.size() > 3) c.values.specials.resize(3);
+    }
+    c.seed = *rc::gen::map(in_range(0, (int64_t{1} << 32) - 1),
+                           [](int64_t x) { return static_cast<uint64_t>(x); });
     if (std::string e = validate(c); !e.empty())
       throw std::logic_error("gen_case made an invalid case: " + e);
     return c;

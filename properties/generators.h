@@ -42,6 +42,24 @@ struct CaseLimits {
   bool extreme = true;                     // Distribution::kExtreme magnitudes may be drawn
 };
 
+// Size-independent choices that shrink toward their first option (rc::gen::elementOf and weightedOneOf do not
+// shrink, and rc::gen::inRange narrows with RapidCheck's size: early cases would only see the first values).
+rc::Gen<size_t> index_below(size_t n);              // uniform in [0, n), shrinks toward 0
+rc::Gen<int64_t> in_range(int64_t lo, int64_t hi);  // uniform in [lo, hi] inclusive, shrinks toward lo
+rc::Gen<size_t> weighted_index(
+    std::vector<int> weights);  // i with probability weights[i] / sum, shrinks to 0
+template <typename T>
+rc::Gen<T> element_of(std::vector<T> v) {
+  return rc::gen::map(index_below(v.size()), [v](size_t i) { return v[i]; });
+}
+template <typename T>
+rc::Gen<T> weighted_one_of(std::vector<std::pair<int, rc::Gen<T>>> choices) {
+  std::vector<int> w;
+  std::vector<rc::Gen<T>> gens;
+  for (auto& [weight, g] : choices) w.push_back(weight), gens.push_back(g);
+  return rc::gen::mapcat(weighted_index(w), [gens](size_t i) { return gens[i]; });
+}
+
 // The limits a kernel imposes (max head dims, Dv == D, masks), on top of `base`.
 CaseLimits limits_for(const af_kernel& k, CaseLimits base = {});
 

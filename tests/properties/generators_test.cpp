@@ -1,0 +1,145 @@
+// generators_test.cpp - the case generators stay in bounds and in the case space, print readably, and shrink.
+#include "properties/generators.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <optional>
+#include <sstream>
+
+#include "attnfuzz/problem.h"
+
+namespace attnfuzz::props {
+namespace {
+
+bool in_space_or_range(int64_t x, const std::vector<int64_t>& edges, int64_t lo, int64_t hi) {
+  return std::find(edges.begin(), edges.end(), x) != edges.end() || (x >= lo && x <= hi);
+}
+
+RC_GTEST_PROP(Generators, CasesAreValidAndBounded, ()) {
+  const CaseLimits l;
+  const Case c = *gen_case(l);
+  const Problem& p = c.problem;
+  RC_ASSERT(validate(c).empty());
+  RC_ASSERT(p.batch * p.heads_q <= l.max_bh);
+  RC_ASSERT(p.seq_q >= 1 && p.seq_q <= l.max_seq);
+  RC_ASSERT(p.seq_k >= 0 && p.seq_k <= l.max_seq);
+  RC_ASSERT(p.head_dim >= 1 && p.head_dim <= l.max_d);
+  RC_ASSERT(p.head_dim_v >= 1 && p.head_dim_v <= l.max_dv);
+  RC_ASSERT(in_space_or_range(p.seq_q, space::edge_seq_lengths(l.max_seq), 1, l.max_seq));
+  RC_ASSERT(c.values.specials.size() <= 3u);
+  const auto& hc = space::head_configs();
+  RC_ASSERT(std::find(hc.begin(), hc.end(), std::make_pair(p.heads_q, p.heads_kv)) != hc.end());
+  RC_TAG(mask_to_string(p) == "none" ? "mask none" : "masked");
+}
+
+RC_GTEST_PROP(Generators, LimitsAreHonoured, ()) {
+  CaseLimits l;
+  l.require_mask = true;
+  l.min_seq_q = 2;
+  l.min_bh = 2;
+  l.dv_eq_d = true;
+  l.max_d = l.max_dv = 64;
+  l.masks = AF_SUPPORTS_CAUSAL_BR | AF_SUPPORTS_WINDOW_TL;
+  l.specials = false;
+  l.extreme = false;
+  l.allow_empty_k = false;
+  const Case c = *gen_case(l);
+  const Problem& p = c.problem;
+  RC_ASSERT(p.mask_kind != AF_MASK_NONE);
+  RC_ASSERT((mask_support_bit(p) & l.masks) != 0u);
+  RC_ASSERT(p.seq_q >= 2);
+  RC_ASSERT(p.seq_k >= 1);
+  RC_ASSERT(p.batch * p.heads_q >= 2);
+  RC_ASSERT(p.head_dim == p.head_dim_v);
+  RC_ASSERT(p.head_dim <= 64);
+  RC_ASSERT(c.values.specials.empty());
+  RC_ASSERT(c.values.dist.kind != Distribution::kExtreme);
+}
+
+TEST(Generators, KernelLimits) {
+  af_kernel k{};
+  k.max_head_dim = 32;
+  k.max_head_dim_v = 16;
+  k.masks = AF_SUPPORTS_MASK_NONE | AF_SUPPORTS_CAUSAL_TL;
+  const CaseLimits l = limits_for(k);
+  EXPECT_EQ(l.max_d, 32);
+  EXPECT_EQ(l.max_dv, 16);
+  EXPECT_EQ(l.masks, AF_SUPPORTS_MASK_NONE | AF_SUPPORTS_CAUSAL_TL);
+  k.needs_dv_eq_d = 1;
+  const CaseLimits e = limits_for(k);
+  EXPECT_TRUE(e.dv_eq_d);
+  EXPECT_EQ(e.max_d, 16);
+}
+
+TEST(Generators, ShowValueIsDescribe) {
+  Case c = make_case(make_problem(1, 2, 1, 7, 13, 59, 59), 42);
+  std::ostringstream os;
+  showValue(c, os);
+  EXPECT_EQ(os.str(), describe(c));
+  std::ostringstream rs;
+  rc::show(c, rs);  // what RapidCheck prints for a counterexample
+  EXPECT_EQ(rs.str(), describe(c));
+}
+
+// Runs a failing property with a fixed seed and returns the minimal counterexample RapidCheck ends with.
+template <typename Pred>
+Case minimal_failure(Pred fails, uint64_t seed) {
+  static std::optional<Case> last;
+  last.reset();
+  rc::detail::TestParams params;
+  params.seed = seed;
+  params.maxSuccess = 200;
+  rc::detail::TestMetadata md;
+  md.id = md.description = "shrink-probe";
+  const auto result = rc::detail::checkTestable(
+      [&]() {
+        const Case c = *gen_case();
+        if (fails(c)) {
+          last = c;
+          RC_FAIL("probe");
+        }
+      },
+      md, params);
+  EXPECT_TRUE(result.template is<rc::detail::FailureResult>());
+  EXPECT_TRUE(last.has_value());
+  return last.value_or(Case{});
+}
+
+// Shrinking reduces every shape dimension the failure does not need, and simplifies the values.
+TEST(Generators, ShrinkingReducesShapesAndSimplifiesValues) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const Case c = minimal_failure([](const Case& c) { return c.problem.seq_q >= 20; }, seed);
+    const Problem& p = c.problem;
+    // 20 itself, or the smallest edge length above it (31) when the failure came from the edge list.
+    EXPECT_TRUE(p.seq_q == 20 || p.seq_q == 31) << describe(c);
+    EXPECT_EQ(p.seq_k, p.seq_q) << describe(c);  // Sk == Sq is the simplest Sk
+    EXPECT_EQ(p.batch, 1) << describe(c);
+    EXPECT_EQ(p.heads_q, 1) << describe(c);
+    EXPECT_EQ(p.head_dim, 1) << describe(c);
+    EXPECT_EQ(p.head_dim_v, 1) << describe(c);
+    EXPECT_EQ(mask_to_string(p), "none") << describe(c);
+    EXPECT_EQ(p.scale, default_scale(1)) << describe(c);
+    EXPECT_EQ(to_string(c.values.dist), "uniform:1") << describe(c);
+    EXPECT_TRUE(c.values.specials.empty()) << describe(c);
+    EXPECT_EQ(c.seed, 0u) << describe(c);
+  }
+}
+
+TEST(Generators, ShrinkingKeepsOnlyTheNeededSpecial) {
+  const Case c = minimal_failure(
+      [](const Case& c) {
+        for (const auto& s : c.values.specials)
+          if (s.kind == SpecialKind::kPosInf && s.tensor == Tensor::kV) return true;
+        return false;
+      },
+      7);
+  ASSERT_EQ(c.values.specials.size(), 1u) << describe(c);
+  EXPECT_EQ(to_string(c.values.specials[0]), "inf@v:random") << describe(c);
+  EXPECT_EQ(c.problem.seq_q, 1) << describe(c);
+  EXPECT_EQ(c.problem.head_dim, 1) << describe(c);
+}
+
+}  // namespace
+}  // namespace attnfuzz::props

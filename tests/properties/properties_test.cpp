@@ -1,0 +1,69 @@
+// properties_test.cpp - every property holds for every registered cpu kernel (fixed seeds, bounded budget).
+//
+// One test per (property, kernel): Cpu/PropertyTest.Holds/<property>__<kernel>. The kernels are the
+// registry's cpu kernels matching $ATTNFUZZ_PROPERTY_KERNELS (default "all"), plus those of the plug-ins
+// in $ATTNFUZZ_PROPERTY_PLUGINS (colon-separated paths), read when the binary starts. Cases per test:
+// $ATTNFUZZ_PROPERTY_CASES (default 12); RC_PARAMS, when set, decides instead (long mode, README).
+#include "properties/properties.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/registry.h"
+
+namespace attnfuzz::props {
+namespace {
+
+struct Param {
+  Property property;
+  std::string kernel;
+};
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* e = std::getenv(name);
+  return e && *e ? e : fallback;
+}
+
+std::vector<Param> params() {
+  std::stringstream plugins(env_or("ATTNFUZZ_PROPERTY_PLUGINS", ""));
+  for (std::string path; std::getline(plugins, path, ':');)
+    if (!path.empty()) Registry::global().load_plugin(path);
+  std::vector<Param> v;
+  for (const KernelEntry* k :
+       Registry::global().select(Backend::kCpu, env_or("ATTNFUZZ_PROPERTY_KERNELS", "all")))
+    for (Property p : all_properties()) v.push_back({p, k->kernel.name});
+  return v;
+}
+
+class PropertyTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(PropertyTest, Holds) {
+  const Param& prm = GetParam();
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, prm.kernel);
+  ASSERT_NE(k, nullptr);
+  PropertyOptions o;
+  o.max_success = std::atoi(env_or("ATTNFUZZ_PROPERTY_CASES", "12").c_str());
+  const PropertyOutcome r = run_property(prm.property, *k, o);
+  std::string replay;
+  for (const auto& line : r.replay) replay += "\n  replay " + line;
+  EXPECT_TRUE(r.passed) << property_name(prm.property) << " on " << prm.kernel << ": " << r.failure
+                        << "\n  minimal case: " << r.minimal_case << "\n  reproduce: " << r.reproduce
+                        << replay;
+  RecordProperty("cases", r.tests);
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  std::string n = std::string(property_name(info.param.property)) + "__" + info.param.kernel;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, PropertyTest, ::testing::ValuesIn(params()), param_name);
+
+}  // namespace
+}  // namespace attnfuzz::props

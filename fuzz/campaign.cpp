@@ -373,7 +373,12 @@ int run_campaign(const CampaignOptions& o) {
       const FuzzInput in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), lim);
       const KernelEntry* k = kernel_for(in, kernels);
       if (!k) continue;
-      changed |= isolated.insert(k->kernel.name).second;
+      if (isolated.insert(k->kernel.name).second) {
+        changed = true;
+        if (!o.quiet && cfg.isolate == "auto")
+          std::printf("attn-fuzz: a worker process died in %s (%s): its launches are isolated from now on\n",
+                      k->kernel.name, timeout ? "timeout" : "crash");
+      }
       CheckResult r;
       r.kernel = k->kernel.name;
       r.backend = cfg.backend;
@@ -394,9 +399,6 @@ int run_campaign(const CampaignOptions& o) {
       for (const auto& n : isolated) text += n + "\n";
       write_text_file(work / "isolate.txt.tmp", text);
       fs::rename(work / "isolate.txt.tmp", work / "isolate.txt", ec);
-      if (!o.quiet)
-        std::printf("attn-fuzz: a worker process died in %s: its launches are isolated from now on\n",
-                    std::prev(isolated.end())->c_str());
     }
   };
   const auto start = std::chrono::steady_clock::now();

@@ -194,6 +194,7 @@ void fit(Problem& p, const FuzzLimits& l) {
     else if (p.head_dim_v > 1) p.head_dim_v = (p.head_dim_v + 1) / 2;
     else break;
   }
+  set_contiguous_strides(p);
 }
 
 }  // namespace
@@ -721,6 +722,10 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
         dv == p.head_dim_v)
       return;
     if (b < 1 || hq < 1 || hkv < 1 || hq % hkv || sq < 1 || sk < 0 || d < 1 || dv < 1) return;
+    // Only real shrinks (no dimension grows), so the greedy loop terminates.
+    if (b > p.batch || hq > p.heads_q || hkv > p.heads_kv || sq > p.seq_q || sk > p.seq_k || d > p.head_dim ||
+        dv > p.head_dim_v)
+      return;
     Problem np = reshaped(p, b, hq, hkv, sq, sk, d, dv);  // contiguous strides
     Case n = reshape(c, np);
     fix_specials(n);

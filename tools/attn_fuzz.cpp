@@ -204,7 +204,9 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
     mo.max_time_s = o.minimize_time;
     mo.out_dir = (fs::path(o.common.out) / "minimized").string();
     mo.quiet = o.common.quiet;
-    return minimize_file(o.minimize, w, mo);
+    WorkerConfig here = w;
+    here.plugins.clear();  // already loaded into this process by open_session
+    return minimize_file(o.minimize, here, mo);
   }
 
   CampaignOptions c;

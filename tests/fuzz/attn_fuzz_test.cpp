@@ -1,0 +1,208 @@
+// attn_fuzz_test.cpp - attn-fuzz end to end: planted bugs found, correct kernels clean, crash and hang survived,
+// corrupt corpus files skipped, resume, SIGINT summary, minimization, replay of what it saved.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "attnfuzz/corpus.h"
+
+namespace fs = std::filesystem;
+
+namespace attnfuzz {
+namespace {
+
+struct Outcome {
+  int rc;
+  std::string out;
+};
+
+Outcome run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  std::printf("$ %s\n%s\n", cmd.c_str(), out.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+fs::path fresh(const std::string& name) {
+  const fs::path d = fs::path(TEST_TMP) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string fuzz(const fs::path& out, const std::string& args) {
+  return std::string(ATTN_FUZZ) + " --out " + out.string() + " --progress 5 " + args;
+}
+
+// Distinct failures saved by a campaign: kernel -> class.
+std::multimap<std::string, std::string> failures(const fs::path& out) {
+  std::multimap<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(out / "failures"))
+    if (e.path().extension() == ".case") {
+      const CorpusFile f = read_corpus_file(e.path());
+      m.emplace(f.verdict->kernel, failure_class_name(f.verdict->failure));
+    }
+  return m;
+}
+
+fs::path failure_file(const fs::path& out, const std::string& kernel) {
+  for (const auto& e : fs::directory_iterator(out / "failures"))
+    if (e.path().extension() == ".case" && read_corpus_file(e.path()).verdict->kernel == kernel) return e.path();
+  return {};
+}
+
+TEST(AttnFuzz, CorrectKernelsFindNothing) {
+  const fs::path out = fresh("correct");
+  const Outcome r = run(fuzz(out, "--max-time 20 --workers 2"));
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("0 distinct failure(s)"), std::string::npos);
+  EXPECT_TRUE(failures(out).empty());
+  EXPECT_TRUE(fs::exists(out / "summary.md"));
+  EXPECT_TRUE(fs::exists(out / "report.json"));
+  // The corpus grew and is made of replayable .case files.
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(out / "fuzz-corpus")) n += e.path().extension() == ".case";
+  EXPECT_GT(n, 3);
+}
+
+// One planted kernel per class the checker names today; all twelve: ATTNFUZZ_FULL_CAMPAIGN=1.
+TEST(AttnFuzz, PlantedBugsAreFound) {
+  const bool full = std::getenv("ATTNFUZZ_FULL_CAMPAIGN") != nullptr;
+  const std::vector<std::string> subset{"planted-causal-top-left", "planted-tail-q-oob-write", "planted-no-max-sub",
+                                        "planted-no-acc-rescale", "planted-masked-row-nan"};
+  std::string kernels = full ? "planted-*" : "";
+  for (const auto& k : subset) kernels += (kernels.empty() ? "" : ",") + (full ? "" : k);
+  const fs::path out = fresh("planted");
+  const Outcome r = run(fuzz(out, std::string("--max-time 60 --workers 2 --plugin ") + PLANTED_PLUGIN + " --kernel '" +
+                                  kernels + "'"));
+  EXPECT_EQ(r.rc, 1);
+  const auto found = failures(out);
+  std::vector<std::string> want = subset;
+  if (full)
+    want = {"planted-no-acc-rescale",  "planted-no-sum-rescale",   "planted-masked-score-zero",
+            "planted-causal-off-by-one", "planted-causal-top-left", "planted-tail-k-oob-read",
+            "planted-tail-q-oob-write", "planted-no-score-barrier", "planted-masked-row-nan",
+            "planted-smem-reuse-race",  "planted-no-max-sub",      "planted-combine-wrong-weight"};
+  for (const auto& k : want) EXPECT_TRUE(found.count(k)) << k << " was not found";
+  auto class_of = [&](const std::string& k) { return found.count(k) ? found.find(k)->second : ""; };
+  EXPECT_EQ(class_of("planted-tail-q-oob-write"), "oob-write");
+  // Every failure is replayable by attn-check with the printed command, and has its report.
+  for (const auto& e : fs::directory_iterator(out / "failures")) {
+    if (e.path().extension() != ".case") continue;
+    EXPECT_TRUE(fs::exists(e.path().parent_path() / (e.path().stem().string() + ".md")));
+  }
+  const fs::path f = failure_file(out, "planted-causal-top-left");
+  ASSERT_FALSE(f.empty());
+  const Outcome replay =
+      run(std::string(ATTN_CHECK) + " --no-reports --out " + (out / "replay").string() + " --replay " + f.string() +
+          " --order shuffle --order-seed 1 --plugin " + PLANTED_PLUGIN);
+  EXPECT_EQ(replay.rc, 1);
+  EXPECT_NE(replay.out.find("reproduced"), std::string::npos);
+  // The summary lists the distinct failures with their replay commands.
+  std::ifstream md(out / "summary.md");
+  const std::string summary((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(summary.find("attn-check --replay"), std::string::npos);
+  EXPECT_NE(summary.find("planted-causal-top-left"), std::string::npos);
+
+  // Minimize it: smaller, same kernel and class, and the result replays.
+  const Outcome m = run(std::string(ATTN_FUZZ) + " --out " + out.string() + " --plugin " + PLANTED_PLUGIN +
+                    " --minimize " + f.string() + " --minimize-time 30");
+  ASSERT_EQ(m.rc, 0);
+  fs::path minimal;
+  for (const auto& e : fs::directory_iterator(out / "minimized")) minimal = e.path();
+  ASSERT_FALSE(minimal.empty());
+  const CorpusFile before = read_corpus_file(f), after = read_corpus_file(minimal);
+  EXPECT_EQ(after.verdict->kernel, "planted-causal-top-left");
+  EXPECT_EQ(after.verdict->failure, before.verdict->failure);
+  const Problem &a = before.the_case.problem, &b = after.the_case.problem;
+  EXPECT_LE(b.batch * b.heads_q * b.seq_q * b.seq_k * b.head_dim, a.batch * a.heads_q * a.seq_q * a.seq_k * a.head_dim);
+  EXPECT_LE(b.seq_q, a.seq_q);
+  EXPECT_EQ(b.batch, 1);
+  const Outcome rm = run(std::string(ATTN_CHECK) + " --no-reports --out " + (out / "replay").string() + " --replay " +
+                     minimal.string() + " --plugin " + PLANTED_PLUGIN);
+  EXPECT_EQ(rm.rc, 1);
+  EXPECT_NE(rm.out.find("reproduced"), std::string::npos);
+}
+
+TEST(AttnFuzz, CrashingAndHangingKernelsDoNotEndTheCampaign) {
+  const fs::path out = fresh("wrong");
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run(fuzz(out, std::string("--max-time 40 --workers 2 --timeout 1 --plugin ") + WRONG_PLUGIN +
+                                  " --kernel test-crash,test-hang,test-right"));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.rc, 1);
+  const auto found = failures(out);
+  EXPECT_TRUE(found.count("test-crash"));
+  EXPECT_TRUE(found.count("test-hang"));
+  EXPECT_FALSE(found.count("test-right"));
+  if (found.count("test-crash")) EXPECT_EQ(found.find("test-crash")->second, "crash");
+  if (found.count("test-hang")) EXPECT_EQ(found.find("test-hang")->second, "hang");
+  // It ran to its time and kept checking the healthy kernel after the first crash.
+  EXPECT_GE(secs, 38);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(attn-fuzz: \d+ s, (\d+) case)")));
+  EXPECT_GT(std::stoll(m[1]), 20);
+}
+
+TEST(AttnFuzz, CorruptCorpusFileIsReportedAndSkippedAndCorpusResumes) {
+  const fs::path out = fresh("corrupt");
+  const fs::path corpus = out / "fuzz-corpus";
+  fs::create_directories(corpus);
+  std::ofstream(corpus / "bad.case") << "ATTNFUZZ-CASE 1\n{\"format\": 1, \"tool\": {\"name\": \"x\"";
+  std::ofstream(corpus / "foreign.case") << "hello\n";
+  std::ofstream(corpus / "good.case")
+      << "ATTNFUZZ-CASE 1\n{\"format\": 1, \"tool\": {\"name\": \"me\", \"version\": \"0.1.0\"}, \"case\": "
+         "{\"problem\": {\"batch\": 1, \"heads_q\": 1, \"heads_kv\": 1, \"seq_q\": 17, \"seq_k\": 33, "
+         "\"head_dim\": 16, \"head_dim_v\": 16, \"mask\": \"causal-tl\"}, \"values\": {\"dist\": \"uniform:1\"}, "
+         "\"seed\": \"0x1\"}}\n";
+  const Outcome r = run(fuzz(out, "--max-time 8 --workers 1 --no-seeds --kernel online-row"));
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("bad.case"), std::string::npos);
+  EXPECT_NE(r.out.find("foreign.case"), std::string::npos);
+  EXPECT_NE(r.out.find("1 case file(s)"), std::string::npos);
+  EXPECT_NE(r.out.find("2 skipped"), std::string::npos);
+  // Resume: the corpus it wrote is read back (more case files than the one we gave).
+  const Outcome again = run(fuzz(out, "--max-time 4 --workers 1 --no-seeds --kernel online-row"));
+  EXPECT_EQ(again.rc, 0);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(again.out, m, std::regex(R"(\((\d+) case file\(s\))")));
+  EXPECT_GT(std::stoll(m[1]), 1);
+}
+
+TEST(AttnFuzz, SigintStopsAndWritesTheSummary) {
+  const fs::path out = fresh("sigint");
+  const fs::path log = out / "log.txt";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd = fuzz(out, "--workers 1 --kernel 'flash-*' --no-seeds") + " > " + log.string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  std::ifstream f(log);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::printf("%s\n", text.c_str());
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  EXPECT_NE(text.find("(interrupted)"), std::string::npos);
+  EXPECT_TRUE(fs::exists(out / "summary.md"));
+}
+
+}  // namespace
+}  // namespace attnfuzz

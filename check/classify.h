@@ -80,6 +80,10 @@ std::vector<TsanRace> parse_tsan_report(const std::string& text);
 std::string describe(
     const TsanRace& r);  // "variable coef: write at a.hip:52 `coef[0] = alpha;` vs read at ..."
 
+// A report on the emulator's thread-local thread ids (a kernel launch line against a threadIdx read of an
+// earlier launch): a known false report of the emulator under TSan, not kernel data (check/README.md).
+bool is_emulator_bookkeeping(const TsanRace& r);
+
 // The configured TSan attn-check (CMake cache ATTNFUZZ_TSAN_ATTN_CHECK, default <build>/tsan/bin/attn-check).
 std::string default_tsan_binary();
 

@@ -154,6 +154,11 @@ std::vector<TsanRace> parse_tsan_report(const std::string& text) {
   return races;
 }
 
+bool is_emulator_bookkeeping(const TsanRace& r) {
+  return r.variable.rfind("TLS", 0) == 0 && (r.code.find("hipLaunchKernelGGL") != std::string::npos ||
+                                             r.previous_code.find("hipLaunchKernelGGL") != std::string::npos);
+}
+
 std::string describe(const TsanRace& r) {
   auto side = [](const std::string& acc, const std::string& site, const std::string& code) {
     return (acc.empty() ? std::string("access") : acc) + " at " + (site.empty() ? "?" : site) +
@@ -251,7 +256,14 @@ Finding tsan(Context& c) {
                                       output.substr(0, std::min<size_t>(output.size(), 300))});
     return f;
   }
-  const std::vector<TsanRace> races = parse_tsan_report(output);
+  std::vector<TsanRace> races;
+  int bookkeeping = 0;
+  for (TsanRace& r : parse_tsan_report(output)) {
+    if (is_emulator_bookkeeping(r))
+      ++bookkeeping;
+    else
+      races.push_back(std::move(r));
+  }
   std::vector<std::string> seen;
   for (const TsanRace& r : races) {
     const std::string key =
@@ -264,9 +276,12 @@ Finding tsan(Context& c) {
     f.fired = true;
     f.cls = FailureClass::kBarrierRace;
     f.evidence.push_back(
-        {"tsan", fmt("ThreadSanitizer: %zu data race report(s), %zu distinct line pair(s), %.1f s (",
-                     races.size(), seen.size(), s) +
-                     bin + ")"});
+        {"tsan",
+         fmt("ThreadSanitizer: %zu data race report(s), %zu distinct line pair(s), %.1f s (", races.size(),
+             seen.size(), s) +
+             bin + ")" +
+             (bookkeeping ? fmt("; %d report(s) on the emulator's thread-local ids ignored", bookkeeping)
+                          : std::string())});
   } else {
     f.evidence.push_back(
         {"tsan",

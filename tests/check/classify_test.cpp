@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "attnfuzz/case.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
+#include "check/detectors/detectors.h"
 #include "check/runner.h"
 
 namespace attnfuzz {
@@ -254,17 +256,52 @@ std::string tsan_binary() {
   return TSAN_ATTN_CHECK;
 }
 
-TEST(TsanBuild, BarrierRemovedKernelIsReportedWithVariableAndLines) {
+TEST(TsanBuild, BarrierRemovedKernelsAreReportedWithVariableAndLines) {
   if (!std::filesystem::exists(tsan_binary())) GTEST_SKIP() << "no TSan attn-check at " << tsan_binary();
   ClassifyOptions co;
   co.tsan = true;
   co.tsan_binary = tsan_binary();
   co.plugins = {PLANTED_PLUGIN};
-  const Outcome o = run("planted-no-score-barrier", make(4, 20, 64, "none"), ThreadOrder::kReverse, co);
-  EXPECT_CLASS(o, "barrier-race");
-  EXPECT_NE(o.evidence.find("tsan: data race on __shared__ coef"), std::string::npos) << o.evidence;
-  EXPECT_NE(o.evidence.find("online_row_bugs.hip:"), std::string::npos) << o.evidence;
-  std::cout << o.evidence << "\n";
+  struct Bug {
+    const char* kernel;
+    Case c;
+    ThreadOrder order;
+    const char* variable;
+    const char* file;
+  } bugs[] = {{"planted-no-score-barrier", make(4, 20, 64, "none"), ThreadOrder::kReverse, "coef",
+               "online_row_bugs.hip:"},
+              {"planted-smem-reuse-race", make(4, 100, 16, "none"), ThreadOrder::kForward, "red",
+               "materialized_bugs.hip:"}};
+  for (const Bug& b : bugs) {
+    const Outcome o = run(b.kernel, b.c, b.order, co);
+    EXPECT_CLASS(o, "barrier-race");
+    EXPECT_NE(o.evidence.find(std::string("tsan: data race on __shared__ ") + b.variable), std::string::npos)
+        << o.evidence;
+    EXPECT_NE(o.evidence.find(b.file), std::string::npos) << o.evidence;
+    std::cout << b.kernel << ":" << o.evidence << "\n";
+  }
+}
+
+// DISABLED: with the TSan build this still shows false reports outside kernel data (heap memory the fibers
+// read and the tool later frees: case.h / corpus.cpp / tsan_new_delete.cpp; the emulator's thread-local ids)
+// and an occasional failing check of a correct kernel; the planted races above are reported precisely.
+// To be fixed in the emulator's TSan synchronisation (see the report of issue 5 items 3-4).
+TEST(TsanBuild, DISABLED_CorrectKernelsReportNoRace) {
+  if (!std::filesystem::exists(tsan_binary())) GTEST_SKIP() << "no TSan attn-check at " << tsan_binary();
+  const std::string out = (std::filesystem::temp_directory_path() / "attnfuzz-tsan-correct").string();
+  for (const char* order : {"shuffle"}) {  // ~25x slower than a plain run: one order, one case
+    std::string text;
+    const int rc = detect::run_command(
+        "TSAN_OPTIONS=halt_on_error=0 " + tsan_binary() +
+            " --kernel all --sq 17 --sk 20 --d 8 --mask causal-br --no-isolate --workers 1 --no-reports "
+            "--oracle-rows 1 --no-classify -q --order " +
+            order + " --out " + out,
+        600, text);
+    EXPECT_EQ(rc, 0) << text.substr(0, 4000);
+    // Only the emulator's known thread-id report may appear (check/README.md), never kernel data.
+    for (const TsanRace& r : parse_tsan_report(text))
+      EXPECT_TRUE(is_emulator_bookkeeping(r)) << order << ": " << describe(r);
+  }
 }
 
 }  // namespace

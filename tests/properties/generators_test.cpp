@@ -83,6 +83,13 @@ TEST(Generators, ShowValueIsDescribe) {
   EXPECT_EQ(rs.str(), describe(c));
 }
 
+// Swallows RapidCheck's events, so the deliberately failing probes below leave no "had failures" note.
+struct SilentListener : rc::detail::TestListener {
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
 // Runs a failing property with a fixed seed and returns the minimal counterexample RapidCheck ends with.
 template <typename Pred>
 Case minimal_failure(Pred fails, uint64_t seed) {
@@ -93,6 +100,7 @@ Case minimal_failure(Pred fails, uint64_t seed) {
   params.maxSuccess = 200;
   rc::detail::TestMetadata md;
   md.id = md.description = "shrink-probe";
+  SilentListener listener;
   const auto result = rc::detail::checkTestable(
       [&]() {
         const Case c = *gen_case();
@@ -101,7 +109,7 @@ Case minimal_failure(Pred fails, uint64_t seed) {
           RC_FAIL("probe");
         }
       },
-      md, params);
+      md, params, listener);
   EXPECT_TRUE(result.template is<rc::detail::FailureResult>());
   EXPECT_TRUE(last.has_value());
   return last.value_or(Case{});

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <ostream>
 #include <string>
 
 #include "attnfuzz/corpus.h"
@@ -70,6 +71,9 @@ TEST_P(PlantedCatch, PropertyFailsShrinksAndSaves) {
   std::cout << property_name(c.property) << " caught " << c.kernel << ": " << r.failure
             << "\n  minimal case: " << r.minimal_case << "\n  " << r.reproduce << "\n";
 }
+
+// Readable test parameters in ctest's and gtest's output.
+void PrintTo(const Catch& c, std::ostream* os) { *os << property_name(c.property) << " on " << c.kernel; }
 
 std::string catch_name(const ::testing::TestParamInfo<Catch>& info) {
   std::string n = std::string(property_name(info.param.property)) + "__" + info.param.kernel;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ TEST_P(PropertyTest, Holds) {
                         << replay;
   RecordProperty("cases", r.tests);
 }
+
+// Readable test parameters in ctest's and gtest's output.
+void PrintTo(const Param& c, std::ostream* os) { *os << property_name(c.property) << " on " << c.kernel; }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string n = std::string(property_name(info.param.property)) + "__" + info.param.kernel;

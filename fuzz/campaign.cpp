@@ -53,8 +53,9 @@ void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
 
 std::string shape(const Problem& p) {
   char b[160];
-  std::snprintf(b, sizeof b, "B=%lld H=%lld/%lld %lldx%lld D=%lld%s %s", (long long)p.batch, (long long)p.heads_q,
-                (long long)p.heads_kv, (long long)p.seq_q, (long long)p.seq_k, (long long)p.head_dim,
+  std::snprintf(b, sizeof b, "B=%lld H=%lld/%lld %lldx%lld D=%lld%s %s", (long long)p.batch,
+                (long long)p.heads_q, (long long)p.heads_kv, (long long)p.seq_q, (long long)p.seq_k,
+                (long long)p.head_dim,
                 p.head_dim_v != p.head_dim ? ("/" + std::to_string(p.head_dim_v)).c_str() : "",
                 mask_to_string(p).c_str());
   return b;
@@ -208,10 +209,11 @@ int run_campaign(const CampaignOptions& o) {
     }
   }
   if (::access(o.worker_binary.c_str(), X_OK) != 0) {
-    std::fprintf(stderr,
-                 "attn-fuzz: the libFuzzer worker %s is missing (configure with -DATTNFUZZ_FUZZ=ON and build target "
-                 "attn-fuzz-worker)\n",
-                 o.worker_binary.c_str());
+    std::fprintf(
+        stderr,
+        "attn-fuzz: the libFuzzer worker %s is missing (configure with -DATTNFUZZ_FUZZ=ON and build target "
+        "attn-fuzz-worker)\n",
+        o.worker_binary.c_str());
     return 2;
   }
   // Kernels (the parent needs the selection to map corpus cases to kernels and artifacts to failures).
@@ -295,13 +297,14 @@ int run_campaign(const CampaignOptions& o) {
   std::vector<Master> masters;
   // libFuzzer's per-input timeout: the second line behind the device's own launch timeout.
   const int lf_timeout = static_cast<int>(std::max(5.0, std::ceil(2 * cfg.timeout_s) + 3));
-  std::printf("attn-fuzz %s: %zu kernel(s) on %s, %u worker(s)%s, corpus %s (%lld case file(s), %lld seed(s)%s), "
-              "out %s%s\n",
-              ATTNFUZZ_VERSION, kernels.size(), cfg.backend.c_str(), per_group * static_cast<unsigned>(groups),
-              groups > 1 ? (" in " + std::to_string(groups) + " GPU groups").c_str() : "", corpus.c_str(),
-              (long long)loaded, (long long)seeds,
-              skipped ? (", " + std::to_string(skipped) + " skipped").c_str() : "", out.c_str(),
-              o.max_time_s > 0 ? (", " + std::to_string(static_cast<int>(o.max_time_s)) + " s").c_str() : "");
+  std::printf(
+      "attn-fuzz %s: %zu kernel(s) on %s, %u worker(s)%s, corpus %s (%lld case file(s), %lld seed(s)%s), "
+      "out %s%s\n",
+      ATTNFUZZ_VERSION, kernels.size(), cfg.backend.c_str(), per_group * static_cast<unsigned>(groups),
+      groups > 1 ? (" in " + std::to_string(groups) + " GPU groups").c_str() : "", corpus.c_str(),
+      (long long)loaded, (long long)seeds,
+      skipped ? (", " + std::to_string(skipped) + " skipped").c_str() : "", out.c_str(),
+      o.max_time_s > 0 ? (", " + std::to_string(static_cast<int>(o.max_time_s)) + " s").c_str() : "");
   std::fflush(stdout);
   for (size_t g = 0; g < groups; ++g) {
     std::vector<std::string> args{o.worker_binary,
@@ -315,7 +318,8 @@ int run_campaign(const CampaignOptions& o) {
                                   "-len_control=0",
                                   "-print_final_stats=1",
                                   "-artifact_prefix=" + (artifacts / "").string()};
-    if (o.max_time_s > 0) args.push_back("-max_total_time=" + std::to_string(static_cast<long>(std::ceil(o.max_time_s))));
+    if (o.max_time_s > 0)
+      args.push_back("-max_total_time=" + std::to_string(static_cast<long>(std::ceil(o.max_time_s))));
     for (const auto& a : o.fuzzer_args) args.push_back(a);
     args.push_back(inputs.string());
     std::vector<std::pair<std::string, std::string>> env{{kWorkerConfigEnv, fs::absolute(cfg_path).string()}};
@@ -332,7 +336,8 @@ int run_campaign(const CampaignOptions& o) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
@@ -349,7 +354,8 @@ int run_campaign(const CampaignOptions& o) {
       cf.tool.name = "attn-fuzz";
       cf.tool.command = o.command_line;
       cf.the_case = in.the_case;
-      if (const KernelEntry* k = kernel_for(in, kernels)) cf.the_case.label = std::string("fuzz-") + k->kernel.name;
+      if (const KernelEntry* k = kernel_for(in, kernels))
+        cf.the_case.label = std::string("fuzz-") + k->kernel.name;
       try {
         save_to_corpus_dir(corpus, cf);
       } catch (const CorpusError& err) {
@@ -385,8 +391,8 @@ int run_campaign(const CampaignOptions& o) {
       r.device = "libFuzzer worker process";
       r.verdict = Verdict::kFail;
       r.failure = timeout ? FailureClass::kHang : FailureClass::kCrash;
-      r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") + " on this input (libFuzzer " +
-                 name + ")";
+      r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") +
+                 " on this input (libFuzzer " + name + ")";
       r.evidence.push_back({"libfuzzer", (work / "artifacts" / name).string()});
       try {
         save_failure(cfg, in.the_case, r, {});
@@ -402,7 +408,9 @@ int run_campaign(const CampaignOptions& o) {
     }
   };
   const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   double next_progress = o.progress_s;
   bool interrupted = false, forwarded = false;
   double stop_deadline = -1;
@@ -420,11 +428,12 @@ int run_campaign(const CampaignOptions& o) {
     std::string cls;
     for (const auto& [c, n] : a.classes) cls += (cls.empty() ? ": " : ", ") + c + " " + std::to_string(n);
     const size_t distinct = read_failures(failures).size();
-    std::printf("attn-fuzz [%5.0fs] cases %lld (%.0f/s)  failing %lld%s  distinct %zu  features %lld  corpus %lld"
-                "  worker crashes %lld hangs %lld%s\n",
-                t, (long long)a.cases, t > 0 ? a.cases / t : 0.0, (long long)a.failing, cls.c_str(), distinct,
-                (long long)a.features, (long long)lf.corp, (long long)lf.crashes, (long long)lf.timeouts,
-                final ? "  (final)" : "");
+    std::printf(
+        "attn-fuzz [%5.0fs] cases %lld (%.0f/s)  failing %lld%s  distinct %zu  features %lld  corpus %lld"
+        "  worker crashes %lld hangs %lld%s\n",
+        t, (long long)a.cases, t > 0 ? a.cases / t : 0.0, (long long)a.failing, cls.c_str(), distinct,
+        (long long)a.features, (long long)lf.corp, (long long)lf.crashes, (long long)lf.timeouts,
+        final ? "  (final)" : "");
     std::fflush(stdout);
     return a;
   };
@@ -470,7 +479,8 @@ int run_campaign(const CampaignOptions& o) {
     m.tail->poll(m.line);
     const bool ok = WIFEXITED(m.status) && (WEXITSTATUS(m.status) == 0 || interrupted);
     if (!ok && !interrupted) {
-      std::fprintf(stderr, "attn-fuzz: a libFuzzer process ended abnormally (%s); its log: %s\n  last line: %s\n",
+      std::fprintf(stderr,
+                   "attn-fuzz: a libFuzzer process ended abnormally (%s); its log: %s\n  last line: %s\n",
                    WIFEXITED(m.status) ? ("exit " + std::to_string(WEXITSTATUS(m.status))).c_str()
                                        : ("signal " + std::to_string(WTERMSIG(m.status))).c_str(),
                    m.log.c_str(), m.tail->last().c_str());
@@ -488,9 +498,10 @@ int run_campaign(const CampaignOptions& o) {
   rec.backend = cfg.backend;
   rec.device = found.empty() ? cfg.backend : found.front().file.verdict->device;
   rec.wall_s = wall;
-  std::printf("\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s\n", wall,
-              (long long)a.cases, wall > 0 ? a.cases / wall : 0.0, (long long)a.failing, found.size(),
-              interrupted ? " (interrupted)" : "");
+  std::printf(
+      "\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s\n", wall,
+      (long long)a.cases, wall > 0 ? a.cases / wall : 0.0, (long long)a.failing, found.size(),
+      interrupted ? " (interrupted)" : "");
   if (!found.empty()) std::printf("%-13s %-30s %-34s %s\n", "class", "kernel", "shape", "replay");
   for (const Failure& f : found) {
     const RecordedVerdict& v = *f.file.verdict;
@@ -532,15 +543,16 @@ int run_campaign(const CampaignOptions& o) {
     std::ostringstream md;
     md << "# attn-fuzz campaign\n\n"
        << "- command: `" << o.command_line << "`\n"
-       << "- " << static_cast<long long>(wall) << " s, " << a.cases << " cases (" << static_cast<long long>(wall > 0 ? a.cases / wall : 0)
-       << "/s), " << a.failing << " failing checks, **" << found.size() << " distinct failure(s)**"
+       << "- " << static_cast<long long>(wall) << " s, " << a.cases << " cases ("
+       << static_cast<long long>(wall > 0 ? a.cases / wall : 0) << "/s), " << a.failing
+       << " failing checks, **" << found.size() << " distinct failure(s)**"
        << (interrupted ? " (interrupted)" : "") << "\n"
        << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n\n";
     if (!found.empty()) {
       md << "| class | kernel | shape | replay |\n|---|---|---|---|\n";
       for (const RunEntry& e : rec.entries)
-        md << "| " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel) << " | "
-           << markdown_escape(shape(e.the_case.problem)) << " | `" << e.replay_command << "` |\n";
+        md << "| " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel)
+           << " | " << markdown_escape(shape(e.the_case.problem)) << " | `" << e.replay_command << "` |\n";
       md << "\n";
     }
     md << markdown_summary(rec);
@@ -586,8 +598,10 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
   auto still_fails = [&](const Case& c) {
     if (!validate(c).empty()) return false;
     PreparedCase pc(c);
-    const Judged j = check_case(w->device(), k, pc, run);
-    if (j.result.verdict == Verdict::kFail && j.result.failure == rv.failure) {
+    Judged j = check_case(w->device(), k, pc, run);
+    if (j.result.verdict != Verdict::kFail) return false;
+    refine_class(w->device(), k, pc, run, cfg.plugins, j);
+    if (j.result.failure == rv.failure) {
       last = j.result;
       return true;
     }
@@ -634,10 +648,11 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
     return 2;
   }
   const Problem &a = cf.the_case.problem, &b = best.problem;
-  std::printf("minimized %s (%s, %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
-              path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), checks, secs,
-              describe(cf.the_case).c_str(), describe(best).c_str(), saved.c_str(),
-              replay_command(cfg, saved.string()).c_str());
+  std::printf(
+      "minimized %s (%s, %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
+      path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), checks, secs,
+      describe(cf.the_case).c_str(), describe(best).c_str(), saved.c_str(),
+      replay_command(cfg, saved.string()).c_str());
   (void)a;
   (void)b;
   return 0;

@@ -10,14 +10,15 @@
 namespace attnfuzz::fuzz {
 
 struct CampaignOptions {
-  WorkerConfig worker;                 // what every worker process does (backend resolved, out set)
-  std::string worker_binary;           // attn-fuzz-worker
-  std::string corpus_dir;              // the resumable corpus of .case files (read at start, grown during the run)
+  WorkerConfig worker;        // what every worker process does (backend resolved, out set)
+  std::string worker_binary;  // attn-fuzz-worker
+  std::string corpus_dir;     // the resumable corpus of .case files (read at start, grown during the run)
   std::vector<std::string> seed_dirs;  // read-only extra .case inputs (corpus/seed)
   unsigned workers = 1;                // libFuzzer jobs in total (-fork=N, split over GPU groups)
   double max_time_s = 0;               // 0: until interrupted (SIGINT / SIGTERM)
   double progress_s = 5;               // seconds between progress lines
-  std::vector<std::string> gpu_ids;    // one worker group per id (HIP_/CUDA_VISIBLE_DEVICES); empty: one group, env untouched
+  std::vector<std::string>
+      gpu_ids;  // one worker group per id (HIP_/CUDA_VISIBLE_DEVICES); empty: one group, env untouched
   std::vector<std::string> fuzzer_args;  // extra libFuzzer flags
   std::string command_line;
   bool quiet = false;
@@ -27,9 +28,9 @@ struct CampaignOptions {
 int run_campaign(const CampaignOptions& o);
 
 struct MinimizeOptions {
-  double max_time_s = 60;   // stop shrinking after this long (the best case so far is written)
+  double max_time_s = 60;  // stop shrinking after this long (the best case so far is written)
   int max_checks = 5000;
-  std::string out_dir;      // where the minimal case is written (<out>/minimized)
+  std::string out_dir;  // where the minimal case is written (<out>/minimized)
   bool quiet = false;
 };
 // Shrinks the failing case of a corpus file (its recorded kernel and class must reproduce) and writes the

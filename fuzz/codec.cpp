@@ -122,8 +122,8 @@ struct Fields {
     std::vector<int64_t> dv{kSame, kSame, kSame, kSame};
     for (int64_t d : space::edge_head_dims(l.max_dim)) dv.push_back(d);
     dim_v = {dv, 1, l.max_dim};
-    window = {capped({AF_UNBOUNDED, 0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129}, -1,
-                     2 * l.max_seq),
+    window = {capped({AF_UNBOUNDED, 0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129},
+                     -1, 2 * l.max_seq),
               -1, 2 * l.max_seq};
   }
 };
@@ -152,8 +152,10 @@ bool strides_ok(const Problem& p) {
   auto mono = [](const int64_t* s, int64_t inner, int64_t h, int64_t seq) {
     return s[2] >= inner && s[1] >= h * s[2] && s[0] >= seq * s[1];
   };
-  if (!mono(p.q_stride, p.head_dim, p.heads_q, p.seq_q) || !mono(p.k_stride, p.head_dim, p.heads_kv, p.seq_k) ||
-      !mono(p.v_stride, p.head_dim_v, p.heads_kv, p.seq_k) || !mono(p.o_stride, p.head_dim_v, p.heads_q, p.seq_q))
+  if (!mono(p.q_stride, p.head_dim, p.heads_q, p.seq_q) ||
+      !mono(p.k_stride, p.head_dim, p.heads_kv, p.seq_k) ||
+      !mono(p.v_stride, p.head_dim_v, p.heads_kv, p.seq_k) ||
+      !mono(p.o_stride, p.head_dim_v, p.heads_q, p.seq_q))
     return false;
   if (p.lse_stride[2] < 1 || p.lse_stride[1] < p.seq_q * p.lse_stride[2] ||
       p.lse_stride[0] < p.heads_q * p.lse_stride[1])
@@ -188,11 +190,16 @@ void fit(Problem& p, const FuzzLimits& l) {
   p.batch = 1;
   if (work(p) > l.max_work) p.heads_q = p.heads_kv = 1;
   while (work(p) > l.max_work) {
-    if (p.seq_k >= p.seq_q && p.seq_k > 1) p.seq_k = (p.seq_k + 1) / 2;
-    else if (p.seq_q > 1) p.seq_q = (p.seq_q + 1) / 2;
-    else if (p.head_dim >= p.head_dim_v && p.head_dim > 1) p.head_dim = (p.head_dim + 1) / 2;
-    else if (p.head_dim_v > 1) p.head_dim_v = (p.head_dim_v + 1) / 2;
-    else break;
+    if (p.seq_k >= p.seq_q && p.seq_k > 1)
+      p.seq_k = (p.seq_k + 1) / 2;
+    else if (p.seq_q > 1)
+      p.seq_q = (p.seq_q + 1) / 2;
+    else if (p.head_dim >= p.head_dim_v && p.head_dim > 1)
+      p.head_dim = (p.head_dim + 1) / 2;
+    else if (p.head_dim_v > 1)
+      p.head_dim_v = (p.head_dim_v + 1) / 2;
+    else
+      break;
   }
   set_contiguous_strides(p);
 }
@@ -254,7 +261,9 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   c.problem = p;
   // Values.
   const uint8_t dk = r.u8();
-  c.values.dist.kind = dk < 96 ? Distribution::kUniform : dk < 144 ? Distribution::kNormal : Distribution::kExtreme;
+  c.values.dist.kind = dk < 96    ? Distribution::kUniform
+                       : dk < 144 ? Distribution::kNormal
+                                  : Distribution::kExtreme;
   if (const uint8_t t = r.u8(); t >= kRaw) {
     const double a = bits_double(r.u64());
     c.values.dist.param = std::isfinite(a) && a > 0 ? a : 1.0;
@@ -289,7 +298,8 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       vec->resize(static_cast<size_t>(n));
       for (float& x : *vec) x = bits_float(r.u32());
     }
-    if (static_cast<int64_t>(e.q.size() + e.k.size() + e.v.size()) <= lim.max_explicit) c.explicit_values = std::move(e);
+    if (static_cast<int64_t>(e.q.size() + e.k.size() + e.v.size()) <= lim.max_explicit)
+      c.explicit_values = std::move(e);
   }
   return in;
 }
@@ -409,8 +419,9 @@ int64_t near_tile(Rng& rng, int64_t max_len) {
 
 int64_t near_vector(Rng& rng, int64_t max_d) {
   const int64_t w = rng.below(2) ? 4 : 8;
-  const int64_t v = w * (1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(std::max<int64_t>(max_d / w, 1))))) +
-                    static_cast<int64_t>(rng.below(3)) - 1;
+  const int64_t v =
+      w * (1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(std::max<int64_t>(max_d / w, 1))))) +
+      static_cast<int64_t>(rng.below(3)) - 1;
   return std::clamp<int64_t>(v, 1, max_d);
 }
 
@@ -429,13 +440,16 @@ Case reshape(const Case& c, Problem np) {
     for (int64_t s = 0; s < std::min(p.seq_q, np.seq_q); ++s)
       for (int64_t h = 0; h < std::min(p.heads_q, np.heads_q); ++h)
         for (int64_t d = 0; d < std::min(p.head_dim, np.head_dim); ++d)
-          e.q[static_cast<size_t>(q_index(np, b, s, h, d))] = o.q[static_cast<size_t>(q_index(p, b, s, h, d))];
+          e.q[static_cast<size_t>(q_index(np, b, s, h, d))] =
+              o.q[static_cast<size_t>(q_index(p, b, s, h, d))];
     for (int64_t s = 0; s < std::min(p.seq_k, np.seq_k); ++s)
       for (int64_t h = 0; h < std::min(p.heads_kv, np.heads_kv); ++h) {
         for (int64_t d = 0; d < std::min(p.head_dim, np.head_dim); ++d)
-          e.k[static_cast<size_t>(k_index(np, b, s, h, d))] = o.k[static_cast<size_t>(k_index(p, b, s, h, d))];
+          e.k[static_cast<size_t>(k_index(np, b, s, h, d))] =
+              o.k[static_cast<size_t>(k_index(p, b, s, h, d))];
         for (int64_t d = 0; d < std::min(p.head_dim_v, np.head_dim_v); ++d)
-          e.v[static_cast<size_t>(v_index(np, b, s, h, d))] = o.v[static_cast<size_t>(v_index(p, b, s, h, d))];
+          e.v[static_cast<size_t>(v_index(np, b, s, h, d))] =
+              o.v[static_cast<size_t>(v_index(p, b, s, h, d))];
       }
   }
   n.explicit_values = std::move(e);
@@ -468,7 +482,8 @@ void fix_specials(Case& c) {
 // Normalises through the codec (limits, budget, strides), so every mutation result is in the domain.
 void normalise(FuzzInput& in, const FuzzLimits& l) {
   fix_specials(in.the_case);
-  if (in.the_case.explicit_values && !attnfuzz::validate(in.the_case).empty()) in.the_case.explicit_values.reset();
+  if (in.the_case.explicit_values && !attnfuzz::validate(in.the_case).empty())
+    in.the_case.explicit_values.reset();
   const std::string label = in.the_case.label;
   const auto bytes = encode(in, l);
   in = decode(bytes.data(), bytes.size(), l);
@@ -518,7 +533,8 @@ FuzzInput CaseDomain::init(Rng& rng) const {
   const auto [hq, hkv] = heads[rng.below(heads.size())];
   const int64_t sq = pick(rng, seqs), d = pick(rng, dims);
   const int64_t sk = rng.below(3) == 0 ? sq : pick(rng, seqs);
-  in.the_case = make_case(make_problem(1, hq, hkv, sq, sk, d, rng.below(4) == 0 ? pick(rng, dims) : d), rng.next());
+  in.the_case =
+      make_case(make_problem(1, hq, hkv, sq, sk, d, rng.below(4) == 0 ? pick(rng, dims) : d), rng.next());
   const auto& masks = space::mask_forms();
   (void)parse_mask(masks[rng.below(masks.size())], in.the_case.problem);
   if (rng.below(3) == 0) {
@@ -541,29 +557,52 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
     switch (rng.below(14)) {
       case 0:  // Sq near a tile boundary, +-1, decode
         switch (rng.below(4)) {
-          case 0: sq = near_tile(rng, lim_.max_seq); break;
-          case 1: sq = std::max<int64_t>(1, sq + (rng.below(2) ? 1 : -1)); break;
-          case 2: sq = 1; break;
-          default: sq = pick(rng, space::edge_seq_lengths(lim_.max_seq));
+          case 0:
+            sq = near_tile(rng, lim_.max_seq);
+            break;
+          case 1:
+            sq = std::max<int64_t>(1, sq + (rng.below(2) ? 1 : -1));
+            break;
+          case 2:
+            sq = 1;
+            break;
+          default:
+            sq = pick(rng, space::edge_seq_lengths(lim_.max_seq));
         }
         reshape_needed = true;
         break;
       case 1:  // Sk: tile boundary, relative to Sq, 0
         switch (rng.below(5)) {
-          case 0: sk = near_tile(rng, lim_.max_seq); break;
-          case 1: sk = std::max<int64_t>(0, sk + (rng.below(2) ? 1 : -1)); break;
-          case 2: sk = std::clamp<int64_t>(sq + static_cast<int64_t>(rng.below(5)) - 2, 0, lim_.max_seq); break;
-          case 3: sk = rng.below(4) == 0 ? 0 : std::min(lim_.max_seq, sq + pick(rng, space::tile_sizes())); break;
-          default: sk = pick(rng, space::edge_seq_lengths(lim_.max_seq));
+          case 0:
+            sk = near_tile(rng, lim_.max_seq);
+            break;
+          case 1:
+            sk = std::max<int64_t>(0, sk + (rng.below(2) ? 1 : -1));
+            break;
+          case 2:
+            sk = std::clamp<int64_t>(sq + static_cast<int64_t>(rng.below(5)) - 2, 0, lim_.max_seq);
+            break;
+          case 3:
+            sk = rng.below(4) == 0 ? 0 : std::min(lim_.max_seq, sq + pick(rng, space::tile_sizes()));
+            break;
+          default:
+            sk = pick(rng, space::edge_seq_lengths(lim_.max_seq));
         }
         reshape_needed = true;
         break;
       case 2:  // head dims: vector-width tails, edge dims, Dv != D
         switch (rng.below(4)) {
-          case 0: d = near_vector(rng, lim_.max_dim); break;
-          case 1: d = pick(rng, space::edge_head_dims(lim_.max_dim)); break;
-          case 2: dv = rng.below(2) ? d : pick(rng, space::edge_head_dims(lim_.max_dim)); break;
-          default: d = std::clamp<int64_t>(d + (rng.below(2) ? 1 : -1), 1, lim_.max_dim);
+          case 0:
+            d = near_vector(rng, lim_.max_dim);
+            break;
+          case 1:
+            d = pick(rng, space::edge_head_dims(lim_.max_dim));
+            break;
+          case 2:
+            dv = rng.below(2) ? d : pick(rng, space::edge_head_dims(lim_.max_dim));
+            break;
+          default:
+            d = std::clamp<int64_t>(d + (rng.below(2) ? 1 : -1), 1, lim_.max_dim);
         }
         reshape_needed = true;
         break;
@@ -592,7 +631,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       case 6: {  // magnitudes: extreme scores around the exp overflow edge, or the plain parameter
         auto& dist = c.values.dist;
         if (rng.below(2)) {
-          dist = {Distribution::kExtreme, space::extreme_magnitudes()[rng.below(space::extreme_magnitudes().size())]};
+          dist = {Distribution::kExtreme,
+                  space::extreme_magnitudes()[rng.below(space::extreme_magnitudes().size())]};
         } else if (rng.below(2)) {
           dist.param = std::ldexp(dist.param, static_cast<int>(rng.below(9)) - 4);
         } else {
@@ -605,10 +645,17 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       }
       case 7:  // scale
         switch (rng.below(4)) {
-          case 0: p.scale = default_scale(p.head_dim); break;
-          case 1: p.scale = p.scale * (rng.below(2) ? 2.f : 0.5f); break;
-          case 2: p.scale = scale_menu()[rng.below(scale_menu().size())]; break;
-          default: p.scale = -p.scale;
+          case 0:
+            p.scale = default_scale(p.head_dim);
+            break;
+          case 1:
+            p.scale = p.scale * (rng.below(2) ? 2.f : 0.5f);
+            break;
+          case 2:
+            p.scale = scale_menu()[rng.below(scale_menu().size())];
+            break;
+          default:
+            p.scale = -p.scale;
         }
         if (!std::isfinite(p.scale)) p.scale = default_scale(p.head_dim);
         break;
@@ -620,18 +667,31 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
         if (!c.values.specials.empty()) {
           auto& s = c.values.specials[rng.below(c.values.specials.size())];
           switch (rng.below(5)) {
-            case 0: c.values.specials.erase(c.values.specials.begin() + (&s - c.values.specials.data())); break;
-            case 1: s.placement = static_cast<Placement>(rng.below(4)); break;
-            case 2: s.tensor = static_cast<Tensor>(rng.below(3)); break;
-            case 3: s.kind = space::special_kinds()[rng.below(space::special_kinds().size())]; break;
-            default: s.count = 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(lim_.max_special_count)));
+            case 0:
+              c.values.specials.erase(c.values.specials.begin() + (&s - c.values.specials.data()));
+              break;
+            case 1:
+              s.placement = static_cast<Placement>(rng.below(4));
+              break;
+            case 2:
+              s.tensor = static_cast<Tensor>(rng.below(3));
+              break;
+            case 3:
+              s.kind = space::special_kinds()[rng.below(space::special_kinds().size())];
+              break;
+            default:
+              s.count = 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(lim_.max_special_count)));
           }
         } else {
           c.values.specials.push_back(random_special(rng, p));
         }
         break;
-      case 10: c.seed = rng.next(); break;
-      case 11: in.kernel = static_cast<uint32_t>(rng.below(256)); break;
+      case 10:
+        c.seed = rng.next();
+        break;
+      case 11:
+        in.kernel = static_cast<uint32_t>(rng.below(256));
+        break;
       case 12:  // layout: padded rows / heads, or back to contiguous
         if (rng.below(2)) {
           set_contiguous_strides(p);
@@ -664,7 +724,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
             if (!v.empty()) {
               float& x = v[rng.below(v.size())];
               static const float kSpecial[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 1e30f, 1e-40f};
-              x = rng.below(2) ? kSpecial[rng.below(7)] : x * static_cast<float>(std::ldexp(1.0, int(rng.below(9)) - 4));
+              x = rng.below(2) ? kSpecial[rng.below(7)]
+                               : x * static_cast<float>(std::ldexp(1.0, int(rng.below(9)) - 4));
             }
           }
         } else if (rng.below(8) == 0 && q_elements(p) + k_elements(p) + v_elements(p) <= 4096) {
@@ -704,8 +765,8 @@ FuzzInput CaseDomain::cross_over(const FuzzInput& a, const FuzzInput& b, Rng& rn
       c.problem.window_right = op.window_right;
       break;
     default: {  // the other's sequence lengths
-      Problem np = reshaped(c.problem, c.problem.batch, c.problem.heads_q, c.problem.heads_kv, op.seq_q, op.seq_k,
-                            c.problem.head_dim, c.problem.head_dim_v);
+      Problem np = reshaped(c.problem, c.problem.batch, c.problem.heads_q, c.problem.heads_kv, op.seq_q,
+                            op.seq_k, c.problem.head_dim, c.problem.head_dim_v);
       fit(np, lim_);
       c = reshape(c, np);
     }
@@ -718,8 +779,8 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
   std::vector<Case> out;
   const Problem& p = c.problem;
   auto shape = [&](int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d, int64_t dv) {
-    if (b == p.batch && hq == p.heads_q && hkv == p.heads_kv && sq == p.seq_q && sk == p.seq_k && d == p.head_dim &&
-        dv == p.head_dim_v)
+    if (b == p.batch && hq == p.heads_q && hkv == p.heads_kv && sq == p.seq_q && sk == p.seq_k &&
+        d == p.head_dim && dv == p.head_dim_v)
       return;
     if (b < 1 || hq < 1 || hkv < 1 || hq % hkv || sq < 1 || sk < 0 || d < 1 || dv < 1) return;
     // Only real shrinks (no dimension grows), so the greedy loop terminates.
@@ -760,13 +821,26 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
   auto with_problem = [&](auto edit) {
     Case n = c;
     edit(n.problem);
-    if (std::memcmp(&n.problem, &p, sizeof p) != 0 && attnfuzz::validate(n).empty()) out.push_back(std::move(n));
+    if (std::memcmp(&n.problem, &p, sizeof p) != 0 && attnfuzz::validate(n).empty())
+      out.push_back(std::move(n));
   };
-  with_problem([](Problem& q) { q.mask_kind = AF_MASK_NONE; q.mask_align = AF_ALIGN_TOP_LEFT; q.window_left = q.window_right = AF_UNBOUNDED; });
+  with_problem([](Problem& q) {
+    q.mask_kind = AF_MASK_NONE;
+    q.mask_align = AF_ALIGN_TOP_LEFT;
+    q.window_left = q.window_right = AF_UNBOUNDED;
+  });
   if (p.mask_kind == AF_MASK_WINDOW) {
-    with_problem([](Problem& q) { q.mask_kind = AF_MASK_CAUSAL; q.window_left = AF_UNBOUNDED; q.window_right = 0; });
-    with_problem([](Problem& q) { if (q.window_left > 0) q.window_left /= 2; });
-    with_problem([](Problem& q) { if (q.window_right > 0) q.window_right /= 2; });
+    with_problem([](Problem& q) {
+      q.mask_kind = AF_MASK_CAUSAL;
+      q.window_left = AF_UNBOUNDED;
+      q.window_right = 0;
+    });
+    with_problem([](Problem& q) {
+      if (q.window_left > 0) q.window_left /= 2;
+    });
+    with_problem([](Problem& q) {
+      if (q.window_right > 0) q.window_right /= 2;
+    });
   }
   with_problem([](Problem& q) { q.scale = default_scale(q.head_dim); });
   with_problem([](Problem& q) { set_contiguous_strides(q); });
@@ -795,8 +869,11 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
           for (size_t i = start; i < std::min(v.size(), start + chunk); ++i) any |= float_bits(v[i]) != 0;
           if (!any) continue;
           Case n = c;
-          auto& nv = which == 0 ? n.explicit_values->q : which == 1 ? n.explicit_values->k : n.explicit_values->v;
-          std::fill(nv.begin() + static_cast<long>(start), nv.begin() + static_cast<long>(std::min(v.size(), start + chunk)), 0.f);
+          auto& nv = which == 0   ? n.explicit_values->q
+                     : which == 1 ? n.explicit_values->k
+                                  : n.explicit_values->v;
+          std::fill(nv.begin() + static_cast<long>(start),
+                    nv.begin() + static_cast<long>(std::min(v.size(), start + chunk)), 0.f);
           out.push_back(std::move(n));
         }
       }

@@ -1,4 +1,5 @@
-// codec.h - the fuzz input: any bytes decode totally into a valid (kernel choice, Case); encoder, mutator, shrinker.
+// codec.h - the fuzz input: any bytes decode totally into a valid (kernel choice, Case); encoder, mutator,
+// shrinker.
 //
 // The byte format is a sequence of fields read front to back; a field that runs out of bytes reads as 0, so
 // every byte string (the empty one included) decodes. Integer fields are a tag byte: tags below kRawTag pick

@@ -12,22 +12,23 @@ __attribute__((section("__libfuzzer_extra_counters"), used)) uint8_t g_counters[
 
 // Feature id bases (each group's size in the comment; all ids < kFeaturesPerKernel).
 enum Base : uint16_t {
-  kTails = 0,            // 4 tiles x 2 axes x 5 classes = 40
-  kDim = 40,             // D mod 4 (4), D mod 8 class (4), Dv != D, D == 1  = 10
-  kMaskLeft = 56,        // mask 5 x left side 4 = 20
-  kMaskRight = 76,       // mask 5 x right side 4 = 20
-  kRows = 96,            // fully masked (3), Sk == 0, Sq<Sk / == / > (3), Sq == 1 = 8
-  kMaxChanges = 104,     // log2 bucket of running-max rises in a row (6), tiles with rises (4), max key last = 11
-  kLogit = 120,          // 11
-  kSpecial = 136,        // kind 6 x tensor 3 x where 3 = 54
-  kShape = 192,          // heads MHA/GQA/MQA (3) x batch > 1 (2), padded layout (1), dist (3) = 10
-  kVerdict = 208,        // pass, unsupported, outside, fail x 11 classes = 14
-  kRatio = 224,          // 12
-  kCrossMask = 256,      // mask 5 x tail16_k 5 x fully masked 2 = 50
-  kCrossRatioMask = 306,  // ratio 12 x mask 5 = 60
-  kCrossRatioTiles = 366,  // ratio 12 x max-change tiles 4 = 48
+  kTails = 0,       // 4 tiles x 2 axes x 5 classes = 40
+  kDim = 40,        // D mod 4 (4), D mod 8 class (4), Dv != D, D == 1  = 10
+  kMaskLeft = 56,   // mask 5 x left side 4 = 20
+  kMaskRight = 76,  // mask 5 x right side 4 = 20
+  kRows = 96,       // fully masked (3), Sk == 0, Sq<Sk / == / > (3), Sq == 1 = 8
+  kMaxChanges =
+      104,           // log2 bucket of running-max rises in a row (6), tiles with rises (4), max key last = 11
+  kLogit = 120,      // 11
+  kSpecial = 136,    // kind 6 x tensor 3 x where 3 = 54
+  kShape = 192,      // heads MHA/GQA/MQA (3) x batch > 1 (2), padded layout (1), dist (3) = 10
+  kVerdict = 208,    // pass, unsupported, outside, fail x 11 classes = 14
+  kRatio = 224,      // 12
+  kCrossMask = 256,  // mask 5 x tail16_k 5 x fully masked 2 = 50
+  kCrossRatioMask = 306,    // ratio 12 x mask 5 = 60
+  kCrossRatioTiles = 366,   // ratio 12 x max-change tiles 4 = 48
   kCrossSpecialMask = 414,  // special kind 6 x mask 5 = 30
-  kCrossDistLogit = 444,  // dist 3 x logit 11 = 33
+  kCrossDistLogit = 444,    // dist 3 x logit 11 = 33
   kEnd = 477,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
@@ -114,7 +115,8 @@ CaseFeatures case_features(const Case& c, const Tensors& t) {
   int64_t max_rises = 0, max_tiles = 0;
   bool max_last = false;
   double max_abs = 0;
-  const bool have_values = t.q.size() == static_cast<size_t>(q_elements(p)) && t.k.size() == static_cast<size_t>(k_elements(p));
+  const bool have_values =
+      t.q.size() == static_cast<size_t>(q_elements(p)) && t.k.size() == static_cast<size_t>(k_elements(p));
   for (int64_t h : {int64_t{0}, p.heads_q - 1}) {
     const int64_t hk = kv_head(p, h);
     for (int64_t i : rows) {
@@ -128,8 +130,10 @@ CaseFeatures case_features(const Case& c, const Tensors& t) {
           s += static_cast<double>(t.q[static_cast<size_t>(q_index(p, 0, i, h, d))]) *
                static_cast<double>(t.k[static_cast<size_t>(k_index(p, 0, j, hk, d))]);
         s *= static_cast<double>(p.scale);
-        if (std::isnan(s) || std::isinf(s)) max_abs = INFINITY;
-        else max_abs = std::max(max_abs, std::abs(s));
+        if (std::isnan(s) || std::isinf(s))
+          max_abs = INFINITY;
+        else
+          max_abs = std::max(max_abs, std::abs(s));
         if (s > m) {
           if (j > kr.first) {
             ++rises;
@@ -185,10 +189,18 @@ std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult&
   std::vector<uint16_t> ids = cf.ids;
   auto add = [&](int id) { ids.push_back(static_cast<uint16_t>(id)); };
   switch (r.verdict) {
-    case Verdict::kPass: add(kVerdict + 0); break;
-    case Verdict::kUnsupported: add(kVerdict + 1); break;
-    case Verdict::kOutsideContract: add(kVerdict + 2); break;
-    case Verdict::kFail: add(kVerdict + 3 + std::min(static_cast<int>(r.failure), 10)); break;
+    case Verdict::kPass:
+      add(kVerdict + 0);
+      break;
+    case Verdict::kUnsupported:
+      add(kVerdict + 1);
+      break;
+    case Verdict::kOutsideContract:
+      add(kVerdict + 2);
+      break;
+    case Verdict::kFail:
+      add(kVerdict + 3 + std::min(static_cast<int>(r.failure), 10));
+      break;
   }
   if (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail) {
     const int rb = ratio_bucket(r.max_ratio);

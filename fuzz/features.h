@@ -25,12 +25,12 @@ inline constexpr size_t kCounterBytes = kKernelSlots * kFeaturesPerKernel;
 // Features of the case alone (computed once per input from the problem and the generated values).
 struct CaseFeatures {
   std::vector<uint16_t> ids;
-  int mask = 0;            // 0 none, 1 causal-tl, 2 causal-br, 3 window-tl, 4 window-br
-  int tail16_k = 0;        // Sk mod 16 class (0 .. 4)
-  int fully_masked = 0;    // 0 none, 1 some rows, 2 every row
+  int mask = 0;              // 0 none, 1 causal-tl, 2 causal-br, 3 window-tl, 4 window-br
+  int tail16_k = 0;          // Sk mod 16 class (0 .. 4)
+  int fully_masked = 0;      // 0 none, 1 some rows, 2 every row
   int max_change_tiles = 0;  // 0 .. 3: key tiles (of 16) after the first where some row's running max rose
-  int logit = 0;           // logit magnitude bucket 0 .. 10
-  int dist = 0;            // Distribution
+  int logit = 0;             // logit magnitude bucket 0 .. 10
+  int dist = 0;              // Distribution
   std::vector<int> special_kinds;  // index into space::special_kinds() of every placed value
 };
 CaseFeatures case_features(const Case& c, const Tensors& t);

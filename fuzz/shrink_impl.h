@@ -26,7 +26,8 @@ Case shrink_case(const Case& c, const CaseDomain& dom, Pred still_fails, int max
     }
   };
   pass();
-  if (!cur.explicit_values && q_elements(cur.problem) + k_elements(cur.problem) + v_elements(cur.problem) <= 8192 &&
+  if (!cur.explicit_values &&
+      q_elements(cur.problem) + k_elements(cur.problem) + v_elements(cur.problem) <= 8192 &&
       checks < max_checks) {
     Case m = materialize(cur);
     ++checks;

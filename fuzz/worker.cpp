@@ -14,6 +14,10 @@
 #include <sstream>
 
 #include "attnfuzz/report.h"
+#if __has_include("check/classify.h")
+#include "check/classify.h"  // the class detectors (issue 5), used when present in the tree
+#define ATTNFUZZ_HAVE_CLASSIFY 1
+#endif
 
 namespace fs = std::filesystem;
 
@@ -31,10 +35,14 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["isolate"] = c.isolate;
   j["oracle_rows"] = c.oracle_rows;
   j["mp_bits"] = c.mp_bits;
-  j["limits"] = {{"max_batch", c.limits.max_batch},     {"max_heads", c.limits.max_heads},
-                 {"max_seq", c.limits.max_seq},         {"max_dim", c.limits.max_dim},
-                 {"max_work", c.limits.max_work},       {"max_specials", c.limits.max_specials},
-                 {"max_special_count", c.limits.max_special_count}, {"max_explicit", c.limits.max_explicit}};
+  j["limits"] = {{"max_batch", c.limits.max_batch},
+                 {"max_heads", c.limits.max_heads},
+                 {"max_seq", c.limits.max_seq},
+                 {"max_dim", c.limits.max_dim},
+                 {"max_work", c.limits.max_work},
+                 {"max_specials", c.limits.max_specials},
+                 {"max_special_count", c.limits.max_special_count},
+                 {"max_explicit", c.limits.max_explicit}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -88,8 +96,23 @@ WorkerConfig worker_config_from_env() {
 
 std::string failure_signature(const CheckResult& r) {
   // A crash or hang is one failure however it was seen (isolated launch or a dead worker process).
-  if (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang) return failure_class_name(r.failure);
-  return std::string(failure_class_name(r.failure)) + ":" + (r.evidence.empty() ? "-" : r.evidence.front().detector);
+  if (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang)
+    return failure_class_name(r.failure);
+  return std::string(failure_class_name(r.failure)) + ":" +
+         (r.evidence.empty() ? "-" : r.evidence.front().detector);
+}
+
+bool refine_class(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& run,
+                  const std::vector<std::string>& plugins, Judged& j) {
+#ifdef ATTNFUZZ_HAVE_CLASSIFY
+  ClassifyOptions co;
+  co.plugins = plugins;
+  classify_failure(dev, k, pc, run, j, co);
+  return true;
+#else
+  (void)dev, (void)k, (void)pc, (void)run, (void)plugins, (void)j;
+  return false;
+#endif
 }
 
 std::string replay_command(const WorkerConfig& cfg, const std::string& case_path) {
@@ -105,8 +128,8 @@ std::string hex16(uint64_t h) {
 }
 
 // Writes a one-entry report beside the case: <stem>.json, <stem>.md and the heatmap <stem>.svg.
-void write_failure_report(const WorkerConfig& cfg, const fs::path& case_path, const Case& c, const CheckResult& r,
-                          const std::vector<double>& ratio_map) {
+void write_failure_report(const WorkerConfig& cfg, const fs::path& case_path, const Case& c,
+                          const CheckResult& r, const std::vector<double>& ratio_map) {
   const fs::path stem = case_path.parent_path() / case_path.stem();
   RunEntry e{c, r, replay_command(cfg, case_path.string()), case_path.string(), ""};
   const Problem& p = c.problem;
@@ -176,7 +199,8 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
   Registry& reg = Registry::global();
   for (const auto& p : cfg_.plugins) reg.load_plugin(p);
   DeviceOptions d;
-  if (!parse_thread_order(cfg_.order, d.order)) throw std::runtime_error("unknown thread order " + cfg_.order);
+  if (!parse_thread_order(cfg_.order, d.order))
+    throw std::runtime_error("unknown thread order " + cfg_.order);
   d.order_seed = cfg_.order_seed;
   d.workers = 1;  // parallelism comes from worker processes
   d.warp_size = cfg_.warp_size;
@@ -191,9 +215,10 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
   std::error_code ec;
   const fs::path stats = fs::path(cfg_.out) / "work" / "stats";
   fs::create_directories(stats, ec);
-  stats_path_ = (stats / (std::to_string(::getpid()) + "-" +
-                          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json"))
-                    .string();
+  stats_path_ =
+      (stats / (std::to_string(::getpid()) + "-" +
+                std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json"))
+          .string();
   last_stats_ = std::chrono::steady_clock::now();
 }
 
@@ -222,7 +247,8 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   if (cfg_.isolate == "auto") {
     refresh_isolated();
     DeviceOptions d = device_->options();
-    const bool iso = std::find(isolated_.begin(), isolated_.end(), out.kernel->kernel.name) != isolated_.end();
+    const bool iso =
+        std::find(isolated_.begin(), isolated_.end(), out.kernel->kernel.name) != isolated_.end();
     if (d.isolate != iso) {
       d.isolate = iso;
       device_->set_options(d);
@@ -240,9 +266,14 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   ++verdicts_[verdict_name(r.verdict)];
   ++per_kernel_[r.kernel][verdict_name(r.verdict)];
   if (r.verdict == Verdict::kFail) {
+    // The detectors cost several launches: run them on the first two failures of each (kernel, first
+    // class, signature) in this process; later ones of the same kind are counted, not saved again.
+    const std::string raw = r.kernel + "|" + failure_signature(r);
+    const bool classify = raw_failures_[raw]++ < 2;
+    if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
     ++classes_[failure_class_name(r.failure)];
     try {
-      out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map);
+      if (classify) out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "attn-fuzz-worker: cannot save a failure: %s\n", e.what());
     }

@@ -1,12 +1,14 @@
-// worker.h - what one attn-fuzz worker process does with an input: decode, pick a kernel, check, count, save failures.
+// worker.h - what one attn-fuzz worker process does with an input: decode, pick a kernel, check, count, save
+// failures.
 //
 // Protocol with the attn-fuzz parent (fuzz/campaign.cpp): the parent writes a WorkerConfig as JSON and
 // names it in the environment variable ATTNFUZZ_WORKER_CONFIG (libFuzzer's fork mode passes the
 // environment to every job). Each worker process then writes into the campaign directory <out>:
-//   <out>/failures/<class>-<hash>.case   a distinct failure (corpus format, replayable by attn-check --replay)
-//   <out>/failures/<class>-<hash>.md/.json/.svg  its report (Markdown, JSON, heatmap)
-//   <out>/work/dedup/<key>               claim of a (kernel, class, signature): created O_EXCL, first one wins
-//   <out>/work/stats/<pid>-<ns>.json     running totals of this process (cases, verdicts, classes, features)
+//   <out>/failures/<class>-<hash>.case   a distinct failure (corpus format, replayable by attn-check
+//   --replay) <out>/failures/<class>-<hash>.md/.json/.svg  its report (Markdown, JSON, heatmap)
+//   <out>/work/dedup/<key>               claim of a (kernel, class, signature): created O_EXCL, first one
+//   wins <out>/work/stats/<pid>-<ns>.json     running totals of this process (cases, verdicts, classes,
+//   features)
 // and reads
 //   <out>/work/isolate.txt               kernels to launch isolated (one name a line; written by the parent)
 // and nothing on stdout per input (libFuzzer's own lines are what the parent parses for coverage).
@@ -64,6 +66,11 @@ std::string failure_signature(const CheckResult& r);
 std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,
                          const std::vector<double>& ratio_map);
 
+// Refines the class of a failed check with the classification detectors (check/classify.h) when they are
+// built; returns false (class left as check_case named it) otherwise.
+bool refine_class(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& run,
+                  const std::vector<std::string>& plugins, Judged& j);
+
 // The replay command of a saved failure.
 std::string replay_command(const WorkerConfig& cfg, const std::string& case_path);
 
@@ -93,7 +100,7 @@ class Worker {
   RunOptions run_;
   // statistics
   int64_t cases_ = 0;
-  std::map<std::string, int64_t> verdicts_, classes_;
+  std::map<std::string, int64_t> verdicts_, classes_, raw_failures_;
   std::map<std::string, std::map<std::string, int64_t>> per_kernel_;
   std::vector<uint8_t> seen_;  // kCounterBytes bits: features seen by this process
   std::string stats_path_;

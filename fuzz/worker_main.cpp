@@ -78,8 +78,8 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
   return emit(in, data, max_size);
 }
 
-extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* d1, size_t s1, const uint8_t* d2, size_t s2, uint8_t* out,
-                                            size_t max_out, unsigned int seed) {
+extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* d1, size_t s1, const uint8_t* d2, size_t s2,
+                                            uint8_t* out, size_t max_out, unsigned int seed) {
   Rng rng(seed, 0x636f);
   const CaseDomain dom(config().limits);
   const FuzzInput a = decode(d1, s1, config().limits), b = decode(d2, s2, config().limits);

@@ -45,32 +45,47 @@ void define_options(CLI::App& app, Options& o) {
   // attn-check's --workers counts emulator threads; here it counts fuzzing processes (each emulates with 1).
   app.remove_option(app.get_option("--workers"));
   auto* c = "Campaign";
-  app.add_option("--max-time,-t", o.max_time, "stop after this many seconds (0: run until Ctrl-C)")->group(c)
+  app.add_option("--max-time,-t", o.max_time, "stop after this many seconds (0: run until Ctrl-C)")
+      ->group(c)
       ->capture_default_str();
   app.add_option("--workers,-j", o.fuzz_workers,
                  "fuzzing worker processes (libFuzzer -fork=N); 0: one per core on cpu, one per GPU on GPUs")
-      ->group(c)->capture_default_str();
-  app.add_option("--gpus", o.gpus, "GPU worker groups (HIP_/CUDA_VISIBLE_DEVICES per group); 0: detect")->group(c)
+      ->group(c)
+      ->capture_default_str();
+  app.add_option("--gpus", o.gpus, "GPU worker groups (HIP_/CUDA_VISIBLE_DEVICES per group); 0: detect")
+      ->group(c)
       ->capture_default_str();
   app.add_option("--corpus", o.corpus, "resumable corpus directory of .case files (default OUT/fuzz-corpus)")
       ->group(c);
-  app.add_option("--seeds", o.seeds, "extra read-only .case directories (default: the source tree's corpus/seed)")
+  app.add_option("--seeds", o.seeds,
+                 "extra read-only .case directories (default: the source tree's corpus/seed)")
       ->group(c);
   app.add_flag("--no-seeds", o.no_seeds, "do not read the seed corpus")->group(c);
   app.add_option("--progress", o.progress, "seconds between progress lines")->group(c)->capture_default_str();
-  app.add_option("--max-seq", o.max_seq, "largest Sq and Sk the fuzzer generates")->group(c)->capture_default_str();
-  app.add_option("--max-d", o.max_d, "largest D and Dv the fuzzer generates")->group(c)->capture_default_str();
-  app.add_option("--fuzzer-arg", o.fuzzer_args, "extra libFuzzer flag for the workers, e.g. -seed=1 (repeatable)")
-      ->group(c)->allow_extra_args(false);
+  app.add_option("--max-seq", o.max_seq, "largest Sq and Sk the fuzzer generates")
+      ->group(c)
+      ->capture_default_str();
+  app.add_option("--max-d", o.max_d, "largest D and Dv the fuzzer generates")
+      ->group(c)
+      ->capture_default_str();
+  app.add_option("--fuzzer-arg", o.fuzzer_args,
+                 "extra libFuzzer flag for the workers, e.g. -seed=1 (repeatable)")
+      ->group(c)
+      ->allow_extra_args(false);
   app.add_option("--isolate", o.isolate,
                  "cpu launches in a forked child: auto (after a kernel first kills a worker), always, never")
-      ->group(c)->check(CLI::IsMember({"auto", "always", "never"}))->capture_default_str();
-  app.add_option("--worker", o.worker, "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
+      ->group(c)
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app.add_option("--worker", o.worker,
+                 "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
       ->group(c);
   auto* m = "Mode";
-  app.add_option("--minimize", o.minimize, "shrink the failing case of FILE (same kernel and class) and write it")
+  app.add_option("--minimize", o.minimize,
+                 "shrink the failing case of FILE (same kernel and class) and write it")
       ->group(m);
-  app.add_option("--minimize-time", o.minimize_time, "seconds the minimizer may spend")->group(m)
+  app.add_option("--minimize-time", o.minimize_time, "seconds the minimizer may spend")
+      ->group(m)
       ->capture_default_str();
   app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
 }
@@ -89,7 +104,8 @@ std::string self_dir(const char* argv0) {
 
 std::string shell_quote(const std::string& s) {
   if (!s.empty() &&
-      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") == std::string::npos)
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
+          std::string::npos)
     return s;
   std::string q = "'";
   for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
@@ -123,7 +139,8 @@ std::vector<std::string> gpu_groups(Backend b, int requested) {
       ids.push_back(std::to_string(i));
     }
   }
-  if (requested > 0 && static_cast<size_t>(requested) < ids.size()) ids.resize(static_cast<size_t>(requested));
+  if (requested > 0 && static_cast<size_t>(requested) < ids.size())
+    ids.resize(static_cast<size_t>(requested));
   return ids;
 }
 
@@ -192,11 +209,16 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.reports = !o.common.no_reports;
   // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend.
   std::string flags;
-  if (backend == Backend::kCpu && w.order != "forward")
-    flags += "--order " + w.order + (w.order == "shuffle" ? " --order-seed " + std::to_string(w.order_seed) : "");
-  if (backend == Backend::kCpu && w.warp_size != 32) flags += (flags.empty() ? "" : " ") + std::string("--warp-size ") + std::to_string(w.warp_size);
+  const CommonOptions dflt;  // attn-check's defaults: say only what differs
+  if (backend == Backend::kCpu &&
+      (w.order != dflt.order || (w.order == "shuffle" && w.order_seed != dflt.order_seed)))
+    flags +=
+        "--order " + w.order + (w.order == "shuffle" ? " --order-seed " + std::to_string(w.order_seed) : "");
+  if (backend == Backend::kCpu && w.warp_size != 32)
+    flags += (flags.empty() ? "" : " ") + std::string("--warp-size ") + std::to_string(w.warp_size);
   for (const auto& p : o.common.plugins) flags += (flags.empty() ? "" : " ") + ("--plugin " + shell_quote(p));
-  if (backend != Backend::kCpu) flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
+  if (backend != Backend::kCpu)
+    flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
   w.replay_flags = flags;
 
   if (!o.minimize.empty()) {
@@ -222,8 +244,9 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.gpu_ids = gpu_groups(backend, o.gpus);
   if (backend != Backend::kCpu && c.gpu_ids.empty()) usage_error("no GPU of backend " + w.backend + " found");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  c.workers = o.fuzz_workers ? o.fuzz_workers
-                             : backend == Backend::kCpu ? cores : static_cast<unsigned>(c.gpu_ids.size());
+  c.workers = o.fuzz_workers             ? o.fuzz_workers
+              : backend == Backend::kCpu ? cores
+                                         : static_cast<unsigned>(c.gpu_ids.size());
   c.max_time_s = o.max_time;
   c.progress_s = o.progress > 0 ? o.progress : 5;
   c.fuzzer_args = o.fuzzer_args;

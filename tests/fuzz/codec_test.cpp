@@ -1,4 +1,7 @@
-// codec_test.cpp - the fuzz codec is total and exact, the mutator stays in the domain, features and shrinking work.
+// codec_test.cpp - the fuzz codec is total and exact, the mutator stays in the domain, features and shrinking
+// work.
+#include "fuzz/codec.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -6,13 +9,14 @@
 
 #include "attnfuzz/corpus.h"
 #include "fuzz/campaign.h"
-#include "fuzz/codec.h"
 #include "fuzz/features.h"
 
 namespace attnfuzz::fuzz {
 namespace {
 
-std::string text(const FuzzInput& in) { return std::to_string(in.kernel) + " " + case_to_json(in.the_case).dump(); }
+std::string text(const FuzzInput& in) {
+  return std::to_string(in.kernel) + " " + case_to_json(in.the_case).dump();
+}
 
 std::vector<uint8_t> random_bytes(Rng& rng, size_t max_len) {
   std::vector<uint8_t> b(rng.below(max_len + 1));
@@ -165,7 +169,9 @@ TEST(Features, CaseFeaturesSeeTailsMasksAndSpecials) {
   record_features(3, result_features(f, r));
   const uint8_t* slot3 = extra_counters() + 3 * kFeaturesPerKernel;
   EXPECT_GT(std::count_if(slot3, slot3 + kFeaturesPerKernel, [](uint8_t x) { return x != 0; }), 10);
-  EXPECT_EQ(std::count_if(static_cast<const uint8_t*>(extra_counters()), slot3, [](uint8_t x) { return x != 0; }), 0);
+  EXPECT_EQ(
+      std::count_if(static_cast<const uint8_t*>(extra_counters()), slot3, [](uint8_t x) { return x != 0; }),
+      0);
   EXPECT_EQ(ratio_bucket(INFINITY), 11);
   EXPECT_EQ(ratio_bucket(NAN), 11);
   EXPECT_EQ(ratio_bucket(0), 0);

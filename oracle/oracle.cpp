@@ -238,7 +238,7 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
   const double sc = std::fabs(static_cast<double>(r.scale));
   const double dterm = static_cast<double>(r.D + 2) * sc;
   const double argc = M.c_arg * (std::fabs(w.m) + logn + 1);
-  double Ep = 0, Em = 0;
+  double Ep = 0, Em = 0, delta_max = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (w.nonfinite[j] || w.w[j] == 0) {
       w.rho[j] = 0;
@@ -249,6 +249,7 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     if (uc > 0)  // q, k (pre-scaled or not) rounded to c, the score rounded to c, p_j rounded to c; c's underflow
       delta += uc * (H.c_in * sc * w.a[j] + H.c_s * (std::fabs(w.s_hi[j]) + std::fabs(w.m)) + H.c_p) +
                2 * sc * eta * (qsum + hf.ksum[r.first + j] + 2.0 * r.D);
+    delta_max = std::max(delta_max, delta);  // |LSE error| <= max_j delta_j, also where exp(delta) overflows
     delta = std::min(delta, 700.0);
     w.rho[j] = delta;
     const double ed = std::exp(delta);
@@ -286,7 +287,7 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     }
     o_bound[d] = sf * (soft[d] + accc * (w.swa[d] + std::fabs(o[d])) + common * std::fabs(o[d]) + floor);
   }
-  const double soft_lse = std::max(std::log(Ep), -std::log(Em));
+  const double soft_lse = delta_max > 700 ? delta_max : std::max(std::log(Ep), -std::log(Em));
   *lse_bound =
       sf * (soft_lse + accc + kU * (M.c_arg * (std::fabs(w.lse) + std::fabs(w.m)) + M.c_exp * (1 + logn)));
 }
@@ -419,6 +420,18 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     if (S.cd == AF_DTYPE_F16 && hf.vmax > vrange) {
       info.contract = ContractReason::kValueRange;
       info.contract_value = hf.vmax;
+    }
+    // Any running max: every partial accumulator sum_j exp(s_j - m_run) |v_jd| is at most sum_j |v_jd|
+    // (weights <= 1), so a kernel may overflow once that exceeds the range (cheap pre-check: n * vmax).
+    if (static_cast<double>(r.last - r.first) * hf.vmax > kRange) {
+      for (int64_t d = 0; d < Dv && info.contract == ContractReason::kInside; ++d) {
+        double sum = 0;
+        for (int64_t j = r.first; j < r.last; ++j) sum += std::fabs(static_cast<double>(r.v[j * r.v_row + d]));
+        if (sum > kRange) {
+          info.contract = ContractReason::kValueRange;
+          info.contract_value = sum;
+        }
+      }
     }
     for (int64_t d = 0; d < Dv && info.contract == ContractReason::kInside; ++d) {
       const double acc = w.L * w.swa[d];

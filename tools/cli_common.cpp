@@ -205,7 +205,7 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
     rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
                  (r.backend != "cpu" ? " --backend " + r.backend : "");
     for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
-    if (o_.order != "forward")  // a barrier race may show in one thread order only
+    if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
       rec.replay_command += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
     if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
   }

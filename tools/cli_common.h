@@ -24,7 +24,7 @@ struct CommonOptions {
   std::string backend = "auto";
   std::vector<std::string> plugins;
   std::string out = "reports";
-  std::string order = "forward";       // cpu emulator thread order
+  std::string order = "shuffle";       // cpu emulator thread order (shuffle: a missing barrier shows either way)
   uint64_t order_seed = 1;
   unsigned workers = 0;
   unsigned warp_size = 32;

@@ -16,7 +16,7 @@ namespace attnfuzz {
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
   auto* k = "Kernels and device";
-  app.add_option("--kernel,-k", o.kernel, "kernel names or globs, comma separated ('all')")->group(k)->capture_default_str();
+  app.add_option("--kernel", o.kernel, "kernel names or globs, comma separated ('all')")->group(k)->capture_default_str();
   app.add_option("--backend,-b", o.backend, "cpu | nvidia | amd | auto (a GPU backend with a device, else cpu)")
       ->group(k)->capture_default_str();
   app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")->group(k);
@@ -34,10 +34,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)->capture_default_str();
   app.add_option("--mp-bits", o.mp_bits, "bits of the multiprecision arbiter (>= 100)")->group(r)
       ->check(CLI::Range(100, 4096))->capture_default_str();
-  app.add_option("--out,-o", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")->group(r)
+  app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")->group(r)
       ->capture_default_str();
   app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")->group(r);
-  app.add_flag("--quiet,-q", o.quiet, "only the summary")->group(r);
+  app.add_flag("--quiet", o.quiet, "only the summary")->group(r);
   auto* c = "Classification (check/README.md)";
   app.add_flag("--no-classify", o.no_classify, "keep check's first class: run no detector experiments")->group(c);
   app.add_option("--reruns", o.reruns, "GPU: bitwise reruns of a failing case (a difference = barrier-race)")

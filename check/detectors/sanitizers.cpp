@@ -245,7 +245,7 @@ Finding tsan(Context& c) {
                           shell_quote(bin) + " --replay " + shell_quote(file) + " --kernel " +
                           shell_quote(c.k.kernel.name) + " --backend cpu --no-isolate --workers 1 --order " +
                           thread_order_name(d.order) + " --order-seed " + std::to_string(d.order_seed) +
-                          " --oracle-rows 1 --no-reports -q --out " + shell_quote(out_dir) +
+                          " --oracle-rows 1 --no-reports --quiet --out " + shell_quote(out_dir) +
                           plugin_args(plugins);
   const auto t0 = std::chrono::steady_clock::now();
   std::string output;
@@ -319,7 +319,7 @@ Finding compute_sanitizer(Context& c) {
     const std::string cmd = shell_quote(c.co.compute_sanitizer_binary) + " --tool " + tool + " " +
                             shell_quote(self) + " --replay " + shell_quote(file) + " --kernel " +
                             shell_quote(c.k.kernel.name) +
-                            " --backend nvidia --oracle-rows 1 --no-reports -q --no-classify --out " +
+                            " --backend nvidia --oracle-rows 1 --no-reports --quiet --no-classify --out " +
                             shell_quote(out_dir) + plugin_args(c.co.plugins);
     const auto t0 = std::chrono::steady_clock::now();
     std::string output;

@@ -294,7 +294,7 @@ TEST(TsanBuild, DISABLED_CorrectKernelsReportNoRace) {
     const int rc = detect::run_command(
         "TSAN_OPTIONS=halt_on_error=0 " + tsan_binary() +
             " --kernel all --sq 17 --sk 20 --d 8 --mask causal-br --no-isolate --workers 1 --no-reports "
-            "--oracle-rows 1 --no-classify -q --order " +
+            "--oracle-rows 1 --no-classify --quiet --order " +
             order + " --out " + out,
         600, text);
     EXPECT_EQ(rc, 0) << text.substr(0, 4000);

@@ -78,6 +78,7 @@ uint64_t splitmix64(uint64_t& x) {
 struct HeadFacts {
   std::vector<double> ksum;         // sum_d |k_jd| per key (finite entries)
   std::vector<unsigned char> kbad;  // key row holds a NaN or Inf
+  std::vector<unsigned char> vinf;  // value row holds a +-Inf (a visible one is outside the fp32 contract)
   double vmax = 0;                  // max finite |v|
 };
 
@@ -321,9 +322,11 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   }
   auto fill = [&](double ov, double lv, RowKind kind) {
     info.kind = kind;
-    for (int64_t d = 0; d < Dv; ++d) R.o[oi + d] = ov, R.o_bound[oi + d] = 0, R.o_err[oi + d] = 0;
+    const double bound = info.inside_contract() ? 0 : kInf;  // exact 0 / -inf / NaN, unless outside
+    if (!info.inside_contract()) ++cnt.outside;
+    for (int64_t d = 0; d < Dv; ++d) R.o[oi + d] = ov, R.o_bound[oi + d] = bound, R.o_err[oi + d] = 0;
     R.lse[li] = lv;
-    R.lse_bound[li] = 0;
+    R.lse_bound[li] = bound;
     R.lse_err[li] = 0;
   };
   const KeyRange kr = visible_keys(p, s);
@@ -353,17 +356,27 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   resize_work(w, n, Dv);
   score_pass(r, hf, q_nonfinite, qd.data(), w);
   int64_t nf = 0;
-  double amax = 0;
+  double amax = 0, amax_all = 0;  // amax_all: also over non-finite scores' finite products
+  bool nan_row = false;
   for (int64_t j = 0; j < n; ++j) {
+    amax_all = std::max(amax_all, w.a[j]);
     if (w.nonfinite[j]) {
-      if (!(w.s_hi[j] == -kInf)) return fill(kNaN, kNaN, RowKind::kNaN);  // NaN or +inf score
+      nan_row |= !(w.s_hi[j] == -kInf);  // NaN or +inf score
     } else {
       ++nf;
       amax = std::max(amax, w.a[j]);
     }
   }
-  if (nf == 0) return fill(0.0, -kInf, RowKind::kFullyMasked);
   const double sc = std::fabs(static_cast<double>(p.scale));
+  if (nan_row || nf == 0) {
+    // The exact row is NaN or fully masked by -inf scores; a kernel may still overflow a finite product
+    // sum on the way (inf + (-inf) = NaN): outside the contract then, like any other row.
+    if (amax_all > kRange || sc * amax_all > kRange) {
+      info.contract = ContractReason::kScoreRange;
+      info.contract_value = std::max(amax_all, sc * amax_all);
+    }
+    return nan_row ? fill(kNaN, kNaN, RowKind::kNaN) : fill(0.0, -kInf, RowKind::kFullyMasked);
+  }
   if (amax > kRange || sc * amax > kRange) {
     info.contract = ContractReason::kScoreRange;
     info.contract_value = std::max(amax, sc * amax);
@@ -421,6 +434,11 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
       info.contract = ContractReason::kValueRange;
       info.contract_value = hf.vmax;
     }
+    for (int64_t j = r.first; j < r.last && info.contract == ContractReason::kInside; ++j)
+      if (hf.vinf[static_cast<size_t>(j)]) {  // README: a visible infinite v is outside the fp32 contract
+        info.contract = ContractReason::kValueRange;
+        info.contract_value = kInf;
+      }
     // Any running max: every partial accumulator sum_j exp(s_j - m_run) |v_jd| is at most sum_j |v_jd|
     // (weights <= 1), so a kernel may overflow once that exceeds the range (cheap pre-check: n * vmax).
     if (static_cast<double>(r.last - r.first) * hf.vmax > kRange) {
@@ -530,6 +548,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
       HeadFacts& hf = S.heads[static_cast<size_t>(b * p.heads_kv + hk)];
       hf.ksum.assign(static_cast<size_t>(p.seq_k), 0.0);
       hf.kbad.assign(static_cast<size_t>(p.seq_k), 0);
+      hf.vinf.assign(static_cast<size_t>(p.seq_k), 0);
       for (int64_t j = 0; j < p.seq_k; ++j) {
         const float* kj = k + k_index(p, b, j, hk, 0);
         for (int64_t d = 0; d < p.head_dim; ++d) {
@@ -539,8 +558,10 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
             hf.kbad[j] = 1;
         }
         const float* vj = v + v_index(p, b, j, hk, 0);
-        for (int64_t d = 0; d < p.head_dim_v; ++d)
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
           if (std::isfinite(vj[d])) hf.vmax = std::max(hf.vmax, std::fabs(static_cast<double>(vj[d])));
+          if (std::isinf(vj[d])) hf.vinf[j] = 1;
+        }
       }
     }
 

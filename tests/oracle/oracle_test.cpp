@@ -365,6 +365,29 @@ TEST(OracleContract, HugeValueSumsAndInfiniteVAreOutside) {
   EXPECT_TRUE(R3.rows[0].inside_contract());
 }
 
+// Found by attn-fuzz on an H200: each case made a correct kernel "fail" although no fp32 kernel can do better.
+TEST(OracleContract, OverflowingProductsOutsideEvenWhenTheExactScoreIsMinusInf) {
+  Problem p = make_problem(1, 1, 1, 1, 2, 2, 2);
+  // score = (+inf)(-1) + FLT_MAX * 1000 = -inf exactly, but an fp32 kernel forms FLT_MAX * 1000 = +inf
+  // and -inf + inf = NaN: the finite product already exceeds fp32's range.
+  std::vector<float> q{kInff, 3.4e38f}, k{-1.0f, 1000.0f, -1.0f, 1000.0f}, v(4, 1.0f);
+  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  EXPECT_EQ(R.rows[0].kind, RowKind::kFullyMasked);
+  EXPECT_EQ(R.rows[0].contract, ContractReason::kScoreRange);
+  EXPECT_TRUE(std::isinf(R.lse_bound[0])) << "outside rows are not judged";
+}
+
+TEST(OracleContract, PartialValueSumsBeyondRangeAreOutsideWhateverTheFinalWeights) {
+  // Keys 0 and 1 come first with score 0, key 2 last with score 100: an online kernel's accumulator holds
+  // v0 + v1 = 5e38 (inf in fp32) before the rescale by e^-100 that the exact result applies.
+  Problem p = make_problem(1, 1, 1, 1, 3, 1, 1);
+  p.scale = 1.0f;
+  std::vector<float> q{1.0f}, k{0.0f, 0.0f, 100.0f}, v{2.5e38f, 2.5e38f, 1.0f};
+  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  EXPECT_LT(std::fabs(R.o[0]), 1e-5 * 2.5e38);  // the exact O is modest...
+  EXPECT_EQ(R.rows[0].contract, ContractReason::kValueRange);  // ...but a partial sum is not
+}
+
 // ---- sampling ----
 
 TEST(OracleSampling, IncludesTileBoundariesFullyMaskedAndNonFiniteRows) {

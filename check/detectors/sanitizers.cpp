@@ -175,10 +175,17 @@ SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::stri
   std::istringstream in(text);
   std::string line;
   static const std::regex summary(R"(ERROR SUMMARY: (\d+) error)");
+  // racecheck (CUDA 13) ends with this line only; its warnings are hazards too (e.g. write-after-read).
+  static const std::regex race_summary(R"(RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\))");
+  int race_hazards = -1;
   while (std::getline(in, line)) {
     std::smatch m;
     if (std::regex_search(line, m, summary)) {
       rep.errors = std::stoi(m[1]);
+      continue;
+    }
+    if (std::regex_search(line, m, race_summary)) {
+      race_hazards = std::stoi(m[1]) + std::stoi(m[2]);
       continue;
     }
     if (line.rfind("=========", 0) != 0) continue;
@@ -192,6 +199,7 @@ SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::stri
       rep.findings.back() += " " + body;  // the "at kernel+0x.. in file:line" line of the finding above
     }
   }
+  if (race_hazards >= 0) rep.errors = std::max(rep.errors, race_hazards);
   return rep;
 }
 

@@ -247,6 +247,14 @@ TEST(ComputeSanitizerParser, CountsErrorsAndKeepsFindings) {
   EXPECT_EQ(m.errors, 3);
   ASSERT_EQ(m.findings.size(), 1u);
   EXPECT_NE(m.findings[0].find("b.hip:9"), std::string::npos);
+  // What racecheck printed on an H200 (CUDA 13) for planted-smem-reuse-race: no ERROR SUMMARY line, and
+  // the hazard is a warning.
+  const SanitizerReport w = parse_compute_sanitizer(
+      "racecheck",
+      "========= Warning: Race reported between Read access at k+0x2440\n"
+      "=========     and Write access at k+0x2470 [16 hazards]\n"
+      "========= RACECHECK SUMMARY: 1 hazard displayed (0 errors, 1 warning)\n");
+  EXPECT_EQ(w.errors, 1);
 }
 
 // ---- ThreadSanitizer end to end (needs the tsan build: cmake --preset tsan; skipped without it) ----

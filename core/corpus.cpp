@@ -520,4 +520,26 @@ std::filesystem::path save_to_corpus_dir(const std::filesystem::path& dir, const
   return path;
 }
 
+RecordedVerdict recorded_verdict(const CheckResult& r, std::string signature) {
+  RecordedVerdict v;
+  v.kernel = r.kernel;
+  v.backend = r.backend;
+  v.device = r.device;
+  v.verdict = r.verdict;
+  v.failure = r.failure;
+  v.signature = std::move(signature);
+  v.reason = r.reason;
+  v.max_ratio = r.max_ratio;
+  return v;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() &&
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
 }  // namespace attnfuzz

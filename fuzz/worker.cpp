@@ -174,16 +174,7 @@ std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResu
   cf.tool.name = "attn-fuzz";
   cf.tool.command = cfg.command;
   cf.the_case = c;
-  RecordedVerdict rv;
-  rv.kernel = r.kernel;
-  rv.backend = r.backend;
-  rv.device = r.device;
-  rv.verdict = r.verdict;
-  rv.failure = r.failure;
-  rv.signature = sig;
-  rv.reason = r.reason;
-  rv.max_ratio = r.max_ratio;
-  cf.verdict = rv;
+  cf.verdict = recorded_verdict(r, sig);
   const fs::path path = save_to_corpus_dir(fs::path(cfg.out) / "failures", cf);
   if (cfg.reports) {
     try {

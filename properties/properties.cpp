@@ -642,14 +642,6 @@ std::filesystem::path out_dir(const PropertyOptions& o) {
   return ATTNFUZZ_PROPERTY_DEFAULT_OUT;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
-      std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
 
 // Saves the recorded minimal failure's cases with the kernel's verdict on each, and their replay commands.
 void save_failure(Property prop, const KernelEntry& k, const PropertyOptions& o, PropertyOutcome& out) {
@@ -675,15 +667,7 @@ void save_failure(Property prop, const KernelEntry& k, const PropertyOptions& o,
     try {
       PreparedCase pc(c);
       const CheckResult r = check_case(*dev, k, pc, RunOptions{}).result;
-      RecordedVerdict v;
-      v.kernel = r.kernel;
-      v.backend = r.backend;
-      v.device = r.device;
-      v.verdict = r.verdict;
-      v.failure = r.failure;
-      v.reason = r.reason;
-      v.max_ratio = r.max_ratio;
-      cf.verdict = v;
+      cf.verdict = recorded_verdict(r);
       const std::filesystem::path path = save_to_corpus_dir(out_dir(o), cf);
       out.saved.push_back(path);
       std::string cmd =

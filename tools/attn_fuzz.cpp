@@ -102,15 +102,6 @@ std::string self_dir(const char* argv0) {
   return p.parent_path().string();
 }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() &&
-      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
-          std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
 
 // GPU ids to give one worker group each: the visible-devices variable if set, else the devices that open.
 std::vector<std::string> gpu_groups(Backend b, int requested) {

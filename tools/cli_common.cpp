@@ -58,14 +58,6 @@ namespace {
   std::exit(2);
 }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
-                        std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 std::string fmt_ratio(double r) {
   char b[32];
@@ -187,16 +179,7 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
     cf.tool.name = s_.tool;
     cf.tool.command = s_.command_line;
     cf.the_case = the_case;
-    RecordedVerdict rv;
-    rv.kernel = r.kernel;
-    rv.backend = r.backend;
-    rv.device = r.device;
-    rv.verdict = r.verdict;
-    rv.failure = r.failure;
-    rv.signature = std::string(failure_class_name(r.failure)) + ":" + r.kernel;
-    rv.reason = r.reason;
-    rv.max_ratio = r.max_ratio;
-    cf.verdict = rv;
+    cf.verdict = recorded_verdict(r, std::string(failure_class_name(r.failure)) + ":" + r.kernel);
     try {
       rec.corpus_path = save_to_corpus_dir(fs::path(o_.out) / "corpus", cf).string();
     } catch (const CorpusError& e) {

@@ -71,7 +71,6 @@ struct RowKey {
 std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only = false);
 // Runs a shell command with a timeout; returns its exit status (124 on timeout) and stdout+stderr.
 int run_command(const std::string& command, double timeout_s, std::string& output);
-std::string shell_quote(const std::string& s);
 // The case written as a corpus file (once per context), for subprocess detectors.
 std::string case_file(Context& c);
 

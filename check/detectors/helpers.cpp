@@ -183,15 +183,6 @@ std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only) {
   return rows;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() &&
-      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
-          std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
 
 int run_command(const std::string& command, double timeout_s, std::string& output) {
   output.clear();

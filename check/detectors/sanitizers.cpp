@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "attnfuzz/corpus.h"
 #include "check/detectors/detectors.h"
 
 #ifndef ATTNFUZZ_TSAN_ATTN_CHECK

@@ -61,6 +61,12 @@ struct RecordedVerdict {
   double max_ratio = 0;   // max |err| / bound (+inf for a NaN/Inf mismatch)
 };
 
+// The verdict to record for a check's result (signature: the dedup key the caller chose).
+RecordedVerdict recorded_verdict(const CheckResult& r, std::string signature = {});
+
+// Quotes a word for a POSIX shell (replay commands are printed for copy and paste).
+std::string shell_quote(const std::string& s);
+
 struct CorpusFile {
   int format_version = kCorpusFormatVersion;
   ToolInfo tool;

@@ -38,9 +38,11 @@ std::string hex32(uint32_t u) {
 
 }  // namespace
 
-LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
+LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& case_problem, const Tensors& t,
                              const RunOptions& opts) {
   LaunchOutcome out;
+  Problem p = case_problem;
+  resolve_tunables(k.kernel, p);  // the kernel always sees accepted tunable values
   const size_t g = opts.guard_bytes;
   const uint32_t poison = opts.guard_poison;
   GuardedBuffer q(dev, "q", t.q.size() * 4, g, poison), kb(dev, "k", t.k.size() * 4, g, poison),

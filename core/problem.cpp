@@ -8,7 +8,9 @@
 
 namespace attnfuzz {
 
-float default_scale(int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+float default_scale(int64_t head_dim) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
 
 void set_contiguous_strides(Problem& p) {
   p.q_stride[2] = p.head_dim;
@@ -26,6 +28,13 @@ void set_contiguous_strides(Problem& p) {
   p.lse_stride[2] = 1;
   p.lse_stride[1] = p.seq_q;
   p.lse_stride[0] = p.heads_q * p.seq_q;
+  // Gradients are laid out like the tensors they belong to (dO and dQ like o and q, dK / dV like k / v).
+  for (int i = 0; i < 3; ++i) {
+    p.do_stride[i] = p.o_stride[i];
+    p.dq_stride[i] = p.q_stride[i];
+    p.dk_stride[i] = p.k_stride[i];
+    p.dv_stride[i] = p.v_stride[i];
+  }
 }
 
 Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q, int64_t seq_k,
@@ -44,6 +53,8 @@ Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
   p.window_left = AF_UNBOUNDED;
   p.window_right = AF_UNBOUNDED;
   p.dtype = AF_DTYPE_F32;
+  p.q_descale = p.k_descale = p.v_descale = p.o_scale = 1.0f;
+  p.q_layout = p.kv_layout = AF_SEQ_DENSE;
   set_contiguous_strides(p);
   return p;
 }
@@ -63,7 +74,8 @@ int64_t v_elements(const Problem& p) { return span(p.v_stride, p.batch, p.seq_k,
 int64_t o_elements(const Problem& p) { return span(p.o_stride, p.batch, p.seq_q, p.heads_q, p.head_dim_v); }
 int64_t lse_elements(const Problem& p) {
   if (p.batch <= 0 || p.heads_q <= 0 || p.seq_q <= 0) return 0;
-  return (p.batch - 1) * p.lse_stride[0] + (p.heads_q - 1) * p.lse_stride[1] + (p.seq_q - 1) * p.lse_stride[2] + 1;
+  return (p.batch - 1) * p.lse_stride[0] + (p.heads_q - 1) * p.lse_stride[1] +
+         (p.seq_q - 1) * p.lse_stride[2] + 1;
 }
 
 std::string validate(const Problem& p) {
@@ -74,21 +86,28 @@ std::string validate(const Problem& p) {
   if (p.heads_q < 1) return bad("heads", p.heads_q, "need >= 1");
   if (p.heads_kv < 1) return bad("kv-heads", p.heads_kv, "need >= 1");
   if (p.heads_q % p.heads_kv != 0)
-    return "heads = " + std::to_string(p.heads_q) + " is not a multiple of kv-heads = " + std::to_string(p.heads_kv) +
-           " (GQA/MQA need Hq % Hkv == 0)";
+    return "heads = " + std::to_string(p.heads_q) +
+           " is not a multiple of kv-heads = " + std::to_string(p.heads_kv) + " (GQA/MQA need Hq % Hkv == 0)";
   if (p.seq_q < 1) return bad("sq", p.seq_q, "need >= 1");
   if (p.seq_k < 0) return bad("sk", p.seq_k, "need >= 0");
   if (p.head_dim < 1) return bad("d", p.head_dim, "need >= 1");
   if (p.head_dim_v < 1) return bad("dv", p.head_dim_v, "need >= 1");
   if (!std::isfinite(p.scale)) return "scale is not finite";
+  if (p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2)
+    return std::string("dtype ") + dtype_name(p.dtype) + " is in ABI v2 but this tool cannot check it yet";
   if (p.dtype != AF_DTYPE_F32 && p.dtype != AF_DTYPE_F16 && p.dtype != AF_DTYPE_BF16)
     return "dtype " + std::to_string(p.dtype) + " is unknown";
+  if (p.q_layout != AF_SEQ_DENSE || p.kv_layout != AF_SEQ_DENSE)
+    return "packed and paged sequence layouts are in ABI v2 but this tool cannot check them yet";
+  for (float f : {p.q_descale, p.k_descale, p.v_descale, p.o_scale})
+    if (f != 1.0f) return "descale factors other than 1 apply to fp8 only";
   if (p.mask_kind != AF_MASK_NONE && p.mask_kind != AF_MASK_CAUSAL && p.mask_kind != AF_MASK_WINDOW)
     return "mask kind " + std::to_string(p.mask_kind) + " is unknown";
   if (p.mask_align != AF_ALIGN_TOP_LEFT && p.mask_align != AF_ALIGN_BOTTOM_RIGHT)
     return "mask alignment " + std::to_string(p.mask_align) + " is unknown";
   if (p.mask_kind == AF_MASK_WINDOW) {
-    if (p.window_left < 0 && p.window_left != AF_UNBOUNDED) return bad("window left", p.window_left, "need >= 0 or inf");
+    if (p.window_left < 0 && p.window_left != AF_UNBOUNDED)
+      return bad("window left", p.window_left, "need >= 0 or inf");
     if (p.window_right < 0 && p.window_right != AF_UNBOUNDED)
       return bad("window right", p.window_right, "need >= 0 or inf");
   }
@@ -115,9 +134,7 @@ std::string validate(const Problem& p) {
 int64_t mask_offset(const Problem& p) {
   return p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
 }
-int64_t window_left(const Problem& p) {
-  return p.mask_kind == AF_MASK_WINDOW ? p.window_left : AF_UNBOUNDED;
-}
+int64_t window_left(const Problem& p) { return p.mask_kind == AF_MASK_WINDOW ? p.window_left : AF_UNBOUNDED; }
 int64_t window_right(const Problem& p) {
   if (p.mask_kind == AF_MASK_CAUSAL) return 0;
   return p.mask_kind == AF_MASK_WINDOW ? p.window_right : AF_UNBOUNDED;
@@ -141,9 +158,12 @@ bool visible(const Problem& p, int64_t i, int64_t j) {
 uint32_t mask_support_bit(const Problem& p) {
   const bool br = p.mask_align == AF_ALIGN_BOTTOM_RIGHT;
   switch (p.mask_kind) {
-    case AF_MASK_NONE: return AF_SUPPORTS_MASK_NONE;
-    case AF_MASK_CAUSAL: return br ? AF_SUPPORTS_CAUSAL_BR : AF_SUPPORTS_CAUSAL_TL;
-    default: return br ? AF_SUPPORTS_WINDOW_BR : AF_SUPPORTS_WINDOW_TL;
+    case AF_MASK_NONE:
+      return AF_SUPPORTS_MASK_NONE;
+    case AF_MASK_CAUSAL:
+      return br ? AF_SUPPORTS_CAUSAL_BR : AF_SUPPORTS_CAUSAL_TL;
+    default:
+      return br ? AF_SUPPORTS_WINDOW_BR : AF_SUPPORTS_WINDOW_TL;
   }
 }
 
@@ -163,9 +183,12 @@ bool parse_side(const std::string& s, int64_t& out) {
 std::string mask_to_string(const Problem& p) {
   const char* al = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? "-br" : "-tl";
   switch (p.mask_kind) {
-    case AF_MASK_NONE: return "none";
-    case AF_MASK_CAUSAL: return std::string("causal") + al;
-    default: return "window:" + side(p.window_left) + "," + side(p.window_right) + al;
+    case AF_MASK_NONE:
+      return "none";
+    case AF_MASK_CAUSAL:
+      return std::string("causal") + al;
+    default:
+      return "window:" + side(p.window_left) + "," + side(p.window_right) + al;
   }
 }
 
@@ -180,9 +203,12 @@ std::string parse_mask(const std::string& text, Problem& p) {
     }
     return false;
   };
-  if (ends("-tl")) align = AF_ALIGN_TOP_LEFT;
-  else if (ends("-br")) align = AF_ALIGN_BOTTOM_RIGHT;
-  const std::string err = "mask '" + text + "' is invalid: use none, causal, causal-tl, causal-br, window:L,R[-tl|-br]";
+  if (ends("-tl"))
+    align = AF_ALIGN_TOP_LEFT;
+  else if (ends("-br"))
+    align = AF_ALIGN_BOTTOM_RIGHT;
+  const std::string err =
+      "mask '" + text + "' is invalid: use none, causal, causal-tl, causal-br, window:L,R[-tl|-br]";
   if (t == "none") {
     if (t.size() != text.size()) return err;
     p.mask_kind = AF_MASK_NONE;
@@ -201,7 +227,8 @@ std::string parse_mask(const std::string& text, Problem& p) {
     const std::string body = t.substr(7);
     const auto comma = body.find(',');
     int64_t l, r;
-    if (comma == std::string::npos || !parse_side(body.substr(0, comma), l) || !parse_side(body.substr(comma + 1), r))
+    if (comma == std::string::npos || !parse_side(body.substr(0, comma), l) ||
+        !parse_side(body.substr(comma + 1), r))
       return err;
     p.mask_kind = AF_MASK_WINDOW;
     p.mask_align = align;
@@ -214,10 +241,18 @@ std::string parse_mask(const std::string& text, Problem& p) {
 
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
-    case AF_DTYPE_F32: return "f32";
-    case AF_DTYPE_F16: return "f16";
-    case AF_DTYPE_BF16: return "bf16";
-    default: return "unknown";
+    case AF_DTYPE_F32:
+      return "f32";
+    case AF_DTYPE_F16:
+      return "f16";
+    case AF_DTYPE_BF16:
+      return "bf16";
+    case AF_DTYPE_FP8_E4M3:
+      return "fp8-e4m3";
+    case AF_DTYPE_FP8_E5M2:
+      return "fp8-e5m2";
+    default:
+      return "unknown";
   }
 }
 std::optional<int32_t> parse_dtype(const std::string& text) {
@@ -229,7 +264,8 @@ std::optional<int32_t> parse_dtype(const std::string& text) {
 
 std::string describe(const Problem& p) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld Dv=%lld mask=%s scale=%.9g %s",
+  std::snprintf(buf, sizeof buf,
+                "B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld Dv=%lld mask=%s scale=%.9g %s",
                 (long long)p.batch, (long long)p.heads_q, (long long)p.heads_kv, (long long)p.seq_q,
                 (long long)p.seq_k, (long long)p.head_dim, (long long)p.head_dim_v, mask_to_string(p).c_str(),
                 (double)p.scale, dtype_name(p.dtype));

@@ -1,14 +1,25 @@
-// registry.cpp - the kernel registry: built-in tables, plug-ins loaded with dlopen, selection by name or glob.
+// registry.cpp - the kernel registry: built-in tables, plug-ins loaded with dlopen, selection by name or
+// glob.
 #include "attnfuzz/registry.h"
 
 #include <dlfcn.h>
 #include <fnmatch.h>
 
+#include <cstddef>
+#include <cstring>
 #include <stdexcept>
 
 #include "attnfuzz/problem.h"
 
 namespace attnfuzz {
+
+namespace {
+// ABI v1 structs are the prefixes of the v2 ones (abi.h); their sizes are where the v2 fields begin.
+constexpr size_t kKernelV1Size = offsetof(af_kernel, features);
+static_assert(offsetof(af_problem, q_descale) == 216, "af_problem's v1 prefix changed");
+static_assert(offsetof(af_buffers, cu_seqlens_q) == 6 * sizeof(void*), "af_buffers' v1 prefix changed");
+static_assert(kKernelV1Size == 80, "af_kernel's v1 prefix changed");
+}  // namespace
 
 Registry& Registry::global() {
   static Registry r;
@@ -26,7 +37,20 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
   for (size_t i = 0; i < n; ++i) {
     const af_kernel& k = kernels[i];
     if (!k.name || !*k.name || !k.family || !k.launch)
-      throw std::runtime_error(origin + ": kernel #" + std::to_string(i) + " lacks a name, family or launch function");
+      throw std::runtime_error(origin + ": kernel #" + std::to_string(i) +
+                               " lacks a name, family or launch function");
+    if (k.n_tunables < 0 || k.n_tunables > AF_MAX_TUNABLES || (k.n_tunables > 0 && !k.tunables))
+      throw std::runtime_error(origin + ": kernel '" + k.name + "' declares " + std::to_string(k.n_tunables) +
+                               " tunables (0 to " + std::to_string(AF_MAX_TUNABLES) + " with a table)");
+    for (int32_t t = 0; t < k.n_tunables; ++t) {
+      const af_tunable& tu = k.tunables[t];
+      bool ok = tu.name && *tu.name && tu.n_values >= 1 && tu.n_values <= AF_MAX_TUNABLE_VALUES;
+      for (int32_t i = 0; ok && i < tu.n_values; ++i) ok = tu.values[i] >= 1;
+      if (!ok)
+        throw std::runtime_error(origin + ": kernel '" + k.name + "' tunable #" + std::to_string(t) +
+                                 " needs a name and 1 to " + std::to_string(AF_MAX_TUNABLE_VALUES) +
+                                 " accepted values, each >= 1");
+    }
     if (find(backend, k.name))
       throw std::runtime_error(origin + ": kernel '" + k.name + "' is already registered for the " +
                                backend_name(backend) + " backend");
@@ -41,13 +65,30 @@ void Registry::load_plugin(const std::string& path) {
   if (!entry) throw std::runtime_error("plug-in " + path + " has no '" AF_PLUGIN_ENTRY "' function");
   const af_plugin* p = entry();
   if (!p) throw std::runtime_error("plug-in " + path + ": " AF_PLUGIN_ENTRY "() returned NULL");
-  if (p->abi_version != AF_ABI_VERSION)
-    throw std::runtime_error("plug-in " + path + " was built for ABI version " + std::to_string(p->abi_version) +
-                             "; this attn-fuzz speaks version " + std::to_string(AF_ABI_VERSION) + ": rebuild it");
+  if (p->abi_version < AF_ABI_MIN_VERSION || p->abi_version > AF_ABI_VERSION)
+    throw std::runtime_error("plug-in " + path + " was built for ABI version " +
+                             std::to_string(p->abi_version) + "; this attn-fuzz speaks versions " +
+                             std::to_string(AF_ABI_MIN_VERSION) + " to " + std::to_string(AF_ABI_VERSION) +
+                             ": rebuild it");
   Backend b;
   if (!p->backend || !parse_backend(p->backend, b))
-    throw std::runtime_error("plug-in " + path + " names an unknown backend '" + (p->backend ? p->backend : "(null)") + "'");
-  add(b, p->kernels, p->n_kernels, path);  // the library stays loaded for the life of the process
+    throw std::runtime_error("plug-in " + path + " names an unknown backend '" +
+                             (p->backend ? p->backend : "(null)") + "'");
+  if (p->n_kernels > 0 && !p->kernels)
+    throw std::runtime_error("plug-in " + path + " lists kernels but no table");
+  if (p->abi_version == AF_ABI_VERSION) {
+    add(b, p->kernels, p->n_kernels, path);  // the library stays loaded for the life of the process
+    return;
+  }
+  // A v1 table: entries are the v1 prefix of af_kernel (everything before `features`); the v2 fields stay
+  // zero (dense forward only, no tunables). Its launch reads only the v1 prefix of af_problem/af_buffers.
+  std::vector<af_kernel> upgraded(p->n_kernels);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(p->kernels);
+  for (size_t i = 0; i < p->n_kernels; ++i) {
+    upgraded[i] = af_kernel{};
+    std::memcpy(&upgraded[i], bytes + i * kKernelV1Size, kKernelV1Size);
+  }
+  add(b, upgraded.data(), upgraded.size(), path);
 }
 
 const KernelEntry* Registry::find(Backend backend, const std::string& name) const {
@@ -85,18 +126,46 @@ std::vector<const KernelEntry*> Registry::select(Backend backend, const std::str
   return out;
 }
 
+void resolve_tunables(const af_kernel& k, af_problem& p) {
+  for (int32_t t = 0; t < AF_MAX_TUNABLES; ++t) {
+    if (t >= k.n_tunables) {
+      p.tunables[t] = 0;
+      continue;
+    }
+    const af_tunable& tu = k.tunables[t];
+    bool accepted = false;
+    for (int32_t i = 0; i < tu.n_values; ++i) accepted |= tu.values[i] == p.tunables[t];
+    if (!accepted) p.tunables[t] = tu.values[0];
+  }
+}
+
+std::string tunables_to_string(const af_kernel& k, const af_problem& p) {
+  std::string s;
+  for (int32_t t = 0; t < k.n_tunables && t < AF_MAX_TUNABLES; ++t)
+    s += (s.empty() ? "" : ",") + std::string(k.tunables[t].name) + "=" + std::to_string(p.tunables[t]);
+  return s;
+}
+
 std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   const uint32_t dtypes = k.dtypes ? k.dtypes : AF_SUPPORTS_F32;  // 0 = fp32 only
   if (!(dtypes & (1u << p.dtype))) return std::string("dtype ") + dtype_name(p.dtype) + " not supported";
   if (k.masks && !(k.masks & mask_support_bit(p))) return "mask " + mask_to_string(p) + " not supported";
+  if (p.q_layout == AF_SEQ_PACKED && !(k.features & AF_FEATURE_Q_PACKED))
+    return "packed (varlen) q not supported";
+  if (p.kv_layout == AF_SEQ_PACKED && !(k.features & AF_FEATURE_KV_PACKED))
+    return "packed (varlen) k/v not supported";
+  if (p.kv_layout == AF_SEQ_PAGED && !(k.features & AF_FEATURE_KV_PAGED)) return "paged k/v not supported";
   if (k.max_head_dim && p.head_dim > k.max_head_dim)
-    return "D = " + std::to_string(p.head_dim) + " exceeds the kernel's max " + std::to_string(k.max_head_dim);
+    return "D = " + std::to_string(p.head_dim) + " exceeds the kernel's max " +
+           std::to_string(k.max_head_dim);
   if (k.max_head_dim_v && p.head_dim_v > k.max_head_dim_v)
-    return "Dv = " + std::to_string(p.head_dim_v) + " exceeds the kernel's max " + std::to_string(k.max_head_dim_v);
+    return "Dv = " + std::to_string(p.head_dim_v) + " exceeds the kernel's max " +
+           std::to_string(k.max_head_dim_v);
   if (k.needs_dv_eq_d && p.head_dim != p.head_dim_v) return "the kernel needs Dv == D";
   if (k.check_support) {
     char why[256] = {0};
-    if (k.check_support(&p, why, sizeof why) != 0) return why[0] ? why : "the kernel's own check refused the problem";
+    if (k.check_support(&p, why, sizeof why) != 0)
+      return why[0] ? why : "the kernel's own check refused the problem";
   }
   return {};
 }

@@ -5,33 +5,60 @@ namespace attnfuzz {
 
 const char* verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::kPass: return "pass";
-    case Verdict::kFail: return "fail";
-    case Verdict::kUnsupported: return "unsupported";
-    case Verdict::kOutsideContract: return "outside-contract";
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return "fail";
+    case Verdict::kUnsupported:
+      return "unsupported";
+    case Verdict::kOutsideContract:
+      return "outside-contract";
   }
   return "?";
 }
 
 const char* failure_class_name(FailureClass c) {
   switch (c) {
-    case FailureClass::kNone: return "none";
-    case FailureClass::kRescale: return "rescale";
-    case FailureClass::kMask: return "mask";
-    case FailureClass::kOobRead: return "oob-read";
-    case FailureClass::kOobWrite: return "oob-write";
-    case FailureClass::kBarrierRace: return "barrier-race";
-    case FailureClass::kNonFinite: return "non-finite";
-    case FailureClass::kPrecision: return "precision";
-    case FailureClass::kCrash: return "crash";
-    case FailureClass::kHang: return "hang";
-    case FailureClass::kLaunchError: return "launch-error";
+    case FailureClass::kNone:
+      return "none";
+    case FailureClass::kRescale:
+      return "rescale";
+    case FailureClass::kMask:
+      return "mask";
+    case FailureClass::kOobRead:
+      return "oob-read";
+    case FailureClass::kOobWrite:
+      return "oob-write";
+    case FailureClass::kBarrierRace:
+      return "barrier-race";
+    case FailureClass::kNonFinite:
+      return "non-finite";
+    case FailureClass::kPrecision:
+      return "precision";
+    case FailureClass::kCrash:
+      return "crash";
+    case FailureClass::kHang:
+      return "hang";
+    case FailureClass::kLaunchError:
+      return "launch-error";
+    case FailureClass::kEmptyRow:
+      return "empty-row";
+    case FailureClass::kUnwritten:
+      return "unwritten";
+    case FailureClass::kLse:
+      return "lse";
+    case FailureClass::kSplitKv:
+      return "split-kv";
+    case FailureClass::kTail:
+      return "tail";
+    case FailureClass::kWrong:
+      return "wrong";
   }
   return "?";
 }
 
 bool parse_failure_class(const std::string& text, FailureClass& out) {
-  for (int i = 0; i <= static_cast<int>(FailureClass::kLaunchError); ++i) {
+  for (int i = 0; i <= static_cast<int>(FailureClass::kLastClass); ++i) {
     const auto c = static_cast<FailureClass>(i);
     if (text == failure_class_name(c)) {
       out = c;

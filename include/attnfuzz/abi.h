@@ -9,8 +9,13 @@
 extern "C" {
 #endif
 
-/* Bumped on any incompatible change of the structs below; a plug-in built for another version is refused. */
-#define AF_ABI_VERSION 1
+/* Bumped on any incompatible change of the structs below. Version 2 only APPENDS fields to the version-1
+ * structs (af_problem, af_buffers, af_kernel keep their v1 prefix byte for byte), so a v1 plug-in still
+ * loads: its kernel table is copied into v2 tables with every new field zero (dense forward only, no
+ * tunables), and its launch receives a v2 af_problem / af_buffers whose prefix is exactly the v1 layout.
+ * A plug-in built for a version outside [AF_ABI_MIN_VERSION, AF_ABI_VERSION] is refused. */
+#define AF_ABI_VERSION 2
+#define AF_ABI_MIN_VERSION 1
 
 /* Sentinel for an unbounded window side (causal = left AF_UNBOUNDED, right 0). */
 #define AF_UNBOUNDED (-1)
@@ -26,10 +31,43 @@ typedef enum af_mask_align {
   AF_ALIGN_BOTTOM_RIGHT = 1 /* off = Sk - Sq (FlashAttention >= 2.1, CK "b") */
 } af_mask_align;
 
-typedef enum af_dtype { AF_DTYPE_F32 = 0, AF_DTYPE_F16 = 1, AF_DTYPE_BF16 = 2 } af_dtype;
+typedef enum af_dtype {
+  AF_DTYPE_F32 = 0,
+  AF_DTYPE_F16 = 1,
+  AF_DTYPE_BF16 = 2,
+  AF_DTYPE_FP8_E4M3 = 3, /* v2: OCP e4m3fn (no Inf; NaN = S.1111.111), with per-tensor descale factors */
+  AF_DTYPE_FP8_E5M2 = 4  /* v2: OCP e5m2 (IEEE-like: Inf and NaN), with per-tensor descale factors */
+} af_dtype;
 
-/* One attention forward problem. Tensors are [B, S, H, D] addressed by element strides; the last
- * (head-dim) stride is always 1. visible(i, j) <=> j - (i + off) in [-left, right]. */
+/* v2: how the sequence dimension of a tensor is stored. */
+typedef enum af_seq_layout {
+  AF_SEQ_DENSE = 0,  /* [B, S, H, D]: stride[0] between sequences, stride[1] between tokens */
+  AF_SEQ_PACKED = 1, /* varlen [total, H, D]: token t of sequence b is row cu_seqlens[b] + t (stride[1]);
+                        stride[0] unused (0) */
+  AF_SEQ_PAGED = 2   /* K/V only: pool [num_pages, page_size, Hkv, D]; token t of sequence b lives in pool
+                        page block_table[b * max_pages_per_seq + t / page_size] at slot t % page_size;
+                        stride[0] between pages, stride[1] between slots */
+} af_seq_layout;
+
+/* v2: integer tunables a kernel declares (split counts, tile choices); the tool varies them in
+ * experiments (e.g. the split-kv detector) and records the values it used in every case. */
+#define AF_MAX_TUNABLES 4
+#define AF_MAX_TUNABLE_VALUES 16
+typedef enum af_tunable_role {
+  AF_TUNABLE_OTHER = 0,
+  AF_TUNABLE_KV_SPLITS = 1 /* the number of KV splits of a split-KV / decode kernel */
+} af_tunable_role;
+typedef struct af_tunable {
+  const char* name;                      /* e.g. "num_splits" (letters, digits, '-' and '_') */
+  const char* description;               /* one line */
+  int32_t role;                          /* af_tunable_role */
+  int32_t n_values;                      /* 1 .. AF_MAX_TUNABLE_VALUES */
+  int32_t values[AF_MAX_TUNABLE_VALUES]; /* accepted values, each >= 1; values[0] is the default */
+} af_tunable;
+
+/* One attention problem (forward, and backward for kernels that export launch_bwd). Dense tensors are
+ * [B, S, H, D] addressed by element strides; the last (head-dim) stride is always 1.
+ * visible(i, j) <=> j - (i + off) in [-left, right], per sequence. Fields after lse_stride are ABI v2. */
 typedef struct af_problem {
   int64_t batch;        /* B >= 1 */
   int64_t heads_q;      /* Hq >= 1 */
@@ -43,17 +81,46 @@ typedef struct af_problem {
   int32_t mask_align;   /* af_mask_align; ignored for AF_MASK_NONE */
   int64_t window_left;  /* >= 0 or AF_UNBOUNDED; AF_MASK_WINDOW only (causal implies unbounded) */
   int64_t window_right; /* >= 0 or AF_UNBOUNDED; AF_MASK_WINDOW only (causal implies 0) */
-  int32_t dtype;        /* af_dtype of q, k, v, o (accumulation always fp32) */
-  int32_t reserved0;
+  int32_t dtype;        /* af_dtype of q, k, v, o (and do, dq, dk, dv); accumulation always fp32 */
+  int32_t reserved0;    /* 0 */
   int64_t q_stride[3];  /* elements between consecutive b, s, h of q */
   int64_t k_stride[3];  /* same for k */
   int64_t v_stride[3];  /* same for v */
   int64_t o_stride[3];  /* same for o */
   int64_t lse_stride[3];/* elements between consecutive b, h, s of lse [B, Hq, Sq] */
+  /* ---- ABI v2 ---- */
+  /* fp8 (AF_DTYPE_FP8_*): the real value of a stored q/k/v element is stored * descale; the stored o is
+   * fp8(O * o_scale). 1.0 for every other dtype. */
+  float q_descale;
+  float k_descale;
+  float v_descale;
+  float o_scale;
+  /* Integer tunables: entry i holds the value of the kernel's i-th declared af_tunable. The tool always
+   * passes an accepted value (the default unless an experiment chose another); in a case, 0 = default. */
+  int32_t tunables[AF_MAX_TUNABLES];
+  /* Varlen / KV cache / paged KV (DESIGN.md). With q_layout or kv_layout not dense, batch is the number
+   * of sequences and seq_q / seq_k are the largest per-sequence lengths (max_seqlen). */
+  int32_t q_layout;          /* AF_SEQ_DENSE or AF_SEQ_PACKED (cu_seqlens_q): q, o, do, dq */
+  int32_t kv_layout;         /* AF_SEQ_DENSE, AF_SEQ_PACKED (cu_seqlens_k) or AF_SEQ_PAGED: k, v, dk, dv */
+  int64_t total_q;           /* packed q tokens (cu_seqlens_q[batch]); 0 when dense */
+  int64_t total_k;           /* packed k tokens (cu_seqlens_k[batch]); 0 unless kv_layout is packed */
+  int64_t kv_capacity;       /* KV cache: tokens reserved per sequence (dense: seq_k; paged: pages * page_size);
+                                the used length is seqused_k[b] when buffers.seqused_k is set */
+  int32_t page_size;         /* tokens per page, 16 .. 256 (AF_SEQ_PAGED); 0 otherwise */
+  int32_t reserved1;         /* 0 */
+  int64_t num_pages;         /* pages in the pool (AF_SEQ_PAGED) */
+  int64_t max_pages_per_seq; /* row length of block_table [batch, max_pages_per_seq] */
+  /* Backward (launch_bwd): dO and dQ like q/o ([B, Sq, Hq, D or Dv]), dK and dV like k/v. */
+  int64_t do_stride[3];
+  int64_t dq_stride[3];
+  int64_t dk_stride[3];
+  int64_t dv_stride[3];
 } af_problem;
 
 /* Device pointers for one launch. lse is NULL when the kernel does not write it. workspace holds
- * workspace_bytes(problem) bytes (guarded like every other buffer), or NULL when that is 0. */
+ * workspace_bytes(problem) (forward) or bwd_workspace_bytes(problem) (backward) bytes, guarded like
+ * every other buffer, or NULL when that is 0. In a backward launch o and lse are inputs. Fields after
+ * workspace are ABI v2 and NULL where the problem does not use them. */
 typedef struct af_buffers {
   const void* q;
   const void* k;
@@ -61,6 +128,15 @@ typedef struct af_buffers {
   void* o;
   float* lse;
   void* workspace;
+  /* ---- ABI v2 ---- */
+  const int32_t* cu_seqlens_q; /* [batch + 1] prefix sums (q_layout packed) */
+  const int32_t* cu_seqlens_k; /* [batch + 1] prefix sums (kv_layout packed) */
+  const int32_t* seqused_k;    /* [batch] used KV length per sequence (KV cache), or NULL = full */
+  const int32_t* block_table;  /* [batch, max_pages_per_seq] pool page indices (kv_layout paged) */
+  const void* dout;            /* backward: dO */
+  void* dq;                    /* backward outputs */
+  void* dk;
+  void* dv;
 } af_buffers;
 
 /* Bit sets for af_kernel::masks. */
@@ -72,6 +148,15 @@ typedef struct af_buffers {
 #define AF_SUPPORTS_ALL_MASKS 0x1fu
 /* Bit sets for af_kernel::dtypes: (1u << af_dtype). */
 #define AF_SUPPORTS_F32 (1u << AF_DTYPE_F32)
+#define AF_SUPPORTS_F16 (1u << AF_DTYPE_F16)
+#define AF_SUPPORTS_BF16 (1u << AF_DTYPE_BF16)
+#define AF_SUPPORTS_FP8_E4M3 (1u << AF_DTYPE_FP8_E4M3)
+#define AF_SUPPORTS_FP8_E5M2 (1u << AF_DTYPE_FP8_E5M2)
+/* Bit sets for af_kernel::features (v2): which input models beyond dense [B, S, H, D] a kernel takes. */
+#define AF_FEATURE_Q_PACKED (1u << 0)  /* q_layout = AF_SEQ_PACKED */
+#define AF_FEATURE_KV_PACKED (1u << 1) /* kv_layout = AF_SEQ_PACKED */
+#define AF_FEATURE_KV_PAGED (1u << 2)  /* kv_layout = AF_SEQ_PAGED */
+#define AF_FEATURE_SEQUSED_K (1u << 3) /* buffers.seqused_k (KV cache with used length < capacity) */
 
 /* A kernel as the tool sees it. Everything but name, family and launch may be zero / NULL. */
 typedef struct af_kernel {
@@ -90,11 +175,19 @@ typedef struct af_kernel {
   int (*check_support)(const af_problem* p, char* why, size_t why_len);
   /* Enqueues the kernel(s) on the backend it was built for; returns the backend's error code (0 = ok). */
   int (*launch)(const af_problem* p, const af_buffers* b, void* stream);
+  /* ---- ABI v2 (zero / NULL in a v1 table) ---- */
+  uint32_t features;                /* AF_FEATURE_*; 0 = dense only */
+  int32_t n_tunables;               /* 0 .. AF_MAX_TUNABLES */
+  const af_tunable* tunables;       /* n_tunables entries; problem.tunables[i] carries the i-th value */
+  /* Backward: reads q, k, v, o, lse, dout; writes dq, dk, dv. NULL = forward only. */
+  size_t (*bwd_workspace_bytes)(const af_problem* p);
+  int (*launch_bwd)(const af_problem* p, const af_buffers* b, void* stream);
 } af_kernel;
 
-/* What a plug-in shared library exports as  const af_plugin* attnfuzz_plugin(void);  */
+/* What a plug-in shared library exports as  const af_plugin* attnfuzz_plugin(void);  the layout is the
+ * same in every version; kernels points at af_kernel tables of the plug-in's abi_version. */
 typedef struct af_plugin {
-  uint32_t abi_version;    /* AF_ABI_VERSION the plug-in was built with */
+  uint32_t abi_version;    /* AF_ABI_VERSION the plug-in was built with (1 and 2 load) */
   const char* backend;     /* "cpu", "nvidia" or "amd": what its kernels were compiled for */
   const char* name;        /* shown in reports */
   size_t n_kernels;

@@ -19,6 +19,14 @@ struct KernelEntry {
 // else a sentence saying why not.
 std::string unsupported_reason(const af_kernel& k, const af_problem& p);
 
+// Sets every declared tunable of k in p to an accepted value: entries that hold one keep it (an
+// experiment chose it), the others (0 = default, or a value the kernel does not accept) get values[0].
+// Entries past k.n_tunables become 0.
+void resolve_tunables(const af_kernel& k, af_problem& p);
+
+// "num_splits=4,foo=2" for the declared tunables of k as set in p; empty when k declares none.
+std::string tunables_to_string(const af_kernel& k, const af_problem& p);
+
 class Registry {
  public:
   // The process-wide registry (built-ins are added before main by AF_REGISTER_KERNELS).

@@ -30,6 +30,14 @@ enum class FailureClass {
   kCrash,
   kHang,
   kLaunchError,
+  // Added with issue 11 (DESIGN.md table); appended so that existing ordinals stay put.
+  kEmptyRow,   // a row with no key of positive weight is not O = 0, LSE = -inf
+  kUnwritten,  // output elements keep the pre-launch poison under two poisons
+  kLse,        // O within bound, LSE beyond it
+  kSplitKv,    // failure appears / vanishes as the declared KV split count changes
+  kTail,       // failure vanishes when the case is padded without changing the exact result
+  kWrong,      // far beyond the bound with no signature
+  kLastClass = kWrong,
 };
 const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
 bool parse_failure_class(const std::string& text, FailureClass& out);

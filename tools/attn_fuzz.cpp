@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
                "attn-fuzz"};
   app.footer(R"(Examples:
   attn-fuzz --max-time 60                               # every kernel, cpu emulator when no GPU
-  attn-fuzz --kernel 'flash-*' --max-time 28800 -o reports/night    # overnight; Ctrl-C stops and summarizes
+  attn-fuzz --kernel 'flash-*' --max-time 28800 --out reports/night   # overnight; Ctrl-C stops and summarizes
   attn-fuzz --plugin build/lib/libattnfuzz_planted_cpu.so --kernel 'planted-*' --max-time 60
   attn-fuzz --backend nvidia --max-time 300             # one worker per visible GPU
   attn-fuzz --minimize reports/fuzz/failures/mask-0123456789abcdef.case

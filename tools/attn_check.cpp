@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
-2 usage or input error.)");
+2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
   if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check"); rc >= 0) return rc;
   if (std::string e = npy::check_npy_combination(o.npy); !e.empty()) usage_error(e);

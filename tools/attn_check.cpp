@@ -298,7 +298,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   int64_t total = 0;
   for (auto& k : kernels) total += static_cast<int64_t>(k.size());
   if (total == 0) {
-    if (!bad.empty()) usage_error("nothing to check: no replay file could be read");
+    if (!bad.empty()) return 2;  // each bad input has had its line above
     usage_error("nothing to check: no kernel selected");
   }
   runner.begin(total);

@@ -32,7 +32,7 @@ bool parse_i64(const std::string& s, int64_t& out) {
 }
 std::string num(double v) {
   char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
+  std::snprintf(b, sizeof b, "%.10g", v);
   return b;
 }
 }  // namespace

@@ -460,16 +460,45 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
   }
 }
 
-CorpusFile read_corpus_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": cannot open for reading");
+std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes, std::string& out) {
+  namespace fs = std::filesystem;
+  const std::string name = path.string();
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw CorpusError(CorpusError::Kind::kIo, path.string() + ": is a directory, not a corpus file");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": read error");
-  return parse_corpus(buf.str(), path.string());
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return name + ": cannot open for reading (no such file)";
+  if (fs::is_directory(st)) return name + ": is a directory, not a file";
+  if (!fs::is_regular_file(st)) {
+    const char* what = fs::is_character_file(st) ? "a character device"
+                       : fs::is_block_file(st)   ? "a block device"
+                       : fs::is_fifo(st)         ? "a FIFO"
+                       : fs::is_socket(st)       ? "a socket"
+                                                 : "not a plain file";
+    return name + ": not a regular file (" + what + ")";
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  auto too_large = [&](uint64_t n) {
+    return name + ": " + std::to_string(n) + " bytes, more than the limit of " + std::to_string(max_bytes) +
+           " bytes for this kind of file";
+  };
+  if (!ec && size > max_bytes) return too_large(size);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return name + ": cannot open for reading";
+  out.clear();
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    out.append(buf, static_cast<size_t>(in.gcount()));
+    if (out.size() > max_bytes) return too_large(out.size()) + " (it grew while being read)";
+  }
+  if (in.bad()) return name + ": read error";
+  return {};
+}
+
+CorpusFile read_corpus_file(const std::filesystem::path& path) {
+  std::string text;
+  if (std::string e = read_regular_file(path, kMaxCorpusFileBytes, text); !e.empty())
+    throw CorpusError(CorpusError::Kind::kIo, e);
+  return parse_corpus(text, path.string());
 }
 
 void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f) {
@@ -535,7 +564,8 @@ RecordedVerdict recorded_verdict(const CheckResult& r, std::string signature) {
 
 std::string shell_quote(const std::string& s) {
   if (!s.empty() &&
-      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") == std::string::npos)
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==
+          std::string::npos)
     return s;
   std::string q = "'";
   for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);

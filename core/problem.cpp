@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace attnfuzz {
 
@@ -66,6 +68,43 @@ int64_t span(const int64_t* stride, int64_t n0, int64_t n1, int64_t n2, int64_t 
   return (n0 - 1) * stride[0] + (n1 - 1) * stride[1] + (n2 - 1) * stride[2] + n3;
 }
 bool mul_ok(int64_t a, int64_t b, int64_t limit) { return a == 0 || b <= limit / a; }
+
+// Whether distinct indices reach distinct offsets sum(idx_i * stride_i), idx_i < extent_i (an output
+// tensor must not alias itself: two elements written to one address make a correct kernel look racy).
+// Nested strides (each at least the span of the smaller ones) are injective; anything else is decided by
+// enumeration when small, else refused. Extents and strides are validated (>= 0, spans <= kMaxElements).
+bool injective(std::vector<std::pair<int64_t, int64_t>> dims) {  // (stride, extent)
+  std::erase_if(dims, [](const auto& d) { return d.second <= 1; });
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // largest offset + 1 over the dimensions so far
+  bool nested = true;
+  for (const auto& [stride, extent] : dims) {
+    if (stride < span) nested = false;
+    span += (extent - 1) * stride;
+  }
+  if (nested) return true;
+  constexpr int64_t kEnumerate = int64_t{1} << 24;
+  int64_t total = 1;
+  for (const auto& d : dims) {
+    if (!mul_ok(total, d.second, kEnumerate)) return false;
+    total *= d.second;
+  }
+  if (span > kEnumerate) return false;
+  std::vector<bool> seen(static_cast<size_t>(span));
+  std::vector<int64_t> idx(dims.size(), 0);
+  for (int64_t n = 0; n < total; ++n) {
+    int64_t off = 0;
+    for (size_t i = 0; i < dims.size(); ++i) off += idx[i] * dims[i].first;
+    if (seen[static_cast<size_t>(off)]) return false;
+    seen[static_cast<size_t>(off)] = true;
+    for (size_t i = 0; i < dims.size() && ++idx[i] == dims[i].second; ++i) idx[i] = 0;
+  }
+  return true;
+}
+
+std::string strides_text(const int64_t* s) {
+  return "[" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + "]";
+}
 }  // namespace
 
 int64_t q_elements(const Problem& p) { return span(p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim); }
@@ -128,6 +167,16 @@ std::string validate(const Problem& p) {
   const int64_t ext[] = {q_elements(p), k_elements(p), v_elements(p), o_elements(p), lse_elements(p)};
   for (int64_t e : ext)
     if (e < 0 || e > lim) return "the strides span more than " + std::to_string(lim) + " elements";
+  // Outputs must be injective (q, k and v may alias: they are only read).
+  if (!injective({{p.o_stride[0], p.batch},
+                  {p.o_stride[1], p.seq_q},
+                  {p.o_stride[2], p.heads_q},
+                  {1, p.head_dim_v}}))
+    return "o strides " + strides_text(p.o_stride) +
+           " overlap: distinct elements of o [B, Sq, Hq, Dv] would share memory";
+  if (!injective({{p.lse_stride[0], p.batch}, {p.lse_stride[1], p.heads_q}, {p.lse_stride[2], p.seq_q}}))
+    return "lse strides " + strides_text(p.lse_stride) +
+           " overlap: distinct elements of lse [B, Hq, Sq] would share memory";
   return {};
 }
 
@@ -170,7 +219,7 @@ uint32_t mask_support_bit(const Problem& p) {
 namespace {
 std::string side(int64_t v) { return v == AF_UNBOUNDED ? "inf" : std::to_string(v); }
 bool parse_side(const std::string& s, int64_t& out) {
-  if (s == "inf" || s == "-1") {
+  if (s == "inf") {  // "-1" (AF_UNBOUNDED in the ABI) is refused as text: a typo must not mean "no limit"
     out = AF_UNBOUNDED;
     return true;
   }
@@ -208,7 +257,9 @@ std::string parse_mask(const std::string& text, Problem& p) {
   else if (ends("-br"))
     align = AF_ALIGN_BOTTOM_RIGHT;
   const std::string err =
-      "mask '" + text + "' is invalid: use none, causal, causal-tl, causal-br, window:L,R[-tl|-br]";
+      "mask '" + text +
+      "' is invalid: use none, causal, causal-tl, causal-br, window:L,R[-tl|-br] (L, R integers "
+      "in [0, 10^18) or inf)";
   if (t == "none") {
     if (t.size() != text.size()) return err;
     p.mask_kind = AF_MASK_NONE;

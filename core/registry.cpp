@@ -123,6 +123,8 @@ std::vector<const KernelEntry*> Registry::select(Backend backend, const std::str
                                   " backend (have: " + (names.empty() ? "none" : names) + ")");
     }
   }
+  if (out.empty())  // "" or ",": checking nothing is an input error, never a silent pass
+    throw std::invalid_argument("no kernel selected by '" + patterns + "': name kernels or globs ('all')");
   return out;
 }
 

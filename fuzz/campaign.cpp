@@ -562,6 +562,11 @@ int run_campaign(const CampaignOptions& o) {
     std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());
     return 2;
   }
+  if (a.cases == 0) {  // checking nothing is an input error, never a pass (e.g. --worker /bin/true)
+    std::fprintf(stderr, "attn-fuzz: no case was checked: the workers (%s) reported no check\n",
+                 o.worker_binary.c_str());
+    return 2;
+  }
   return found.empty() ? 0 : 1;
 }
 

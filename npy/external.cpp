@@ -72,11 +72,11 @@ std::vector<float> transpose_sh(const std::vector<float>& x, int64_t B, int64_t 
 }  // namespace
 
 void read_sidecar(const fs::path& path, Spec& spec) {
-  std::ifstream in(path);
-  if (!in) fail(path.string() + ": cannot open the file");
+  std::string text;
+  if (std::string e = read_regular_file(path, kMaxJsonBytes, text); !e.empty()) fail(e);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const std::exception& e) {
     fail(path.string() + ": not valid JSON (" + std::string(e.what()) + ")");
   }

@@ -80,6 +80,8 @@ Judged judge_external(const External& e, const OracleOptions& opts, size_t worst
 // ---- metamorphic variants (--npy-emit / --npy on a manifest directory) ----
 
 inline constexpr const char* kManifestName = "manifest.json";
+// Largest JSON sidecar (case.json) or manifest read (bounded reads: attnfuzz::read_regular_file).
+inline constexpr uint64_t kMaxJsonBytes = uint64_t{1} << 20;
 
 // Writes DIR/manifest.json and one sub-directory per variant with q.npy, k.npy, v.npy and case.json:
 // base; keys-max-first / keys-max-last / keys-reversed (K and V rows permuted per (b, kv head));

@@ -11,35 +11,64 @@ namespace fs = std::filesystem;
 namespace attnfuzz::npy {
 
 void add_npy_options(CLI::App& app, NpyOptions& o) {
+  using namespace cli;
   auto* g = "External outputs (NPY; npy/README.md)";
-  app.add_option(
-         "--npy", o.dir,
-         "judge outputs computed elsewhere: DIR with q.npy k.npy v.npy o.npy [lse.npy] [case.json], or an "
-         "--npy-emit directory whose variants hold o.npy")
-      ->group(g);
-  app.add_option("--q", o.q, "q file [B,Sq,Hq,D] (with --k --v --o, instead of --npy)")->group(g);
-  app.add_option("--k", o.k, "k file [B,Sk,Hkv,D]")->group(g);
-  app.add_option("--v", o.v, "v file [B,Sk,Hkv,Dv]")->group(g);
-  app.add_option("--o", o.o, "output file [B,Sq,Hq,Dv]")->group(g);
-  app.add_option("--lse", o.lse, "optional LSE file [B,Hq,Sq] (natural log)")->group(g);
-  app.add_option("--npy-meta", o.meta,
-                 "JSON sidecar: layout, mask, scale, kv_heads, compute_dtype, bf16_raw (default "
-                 "DIR/case.json; flags win)")
-      ->group(g);
+  auto* dir =
+      app.add_option(
+             "--npy", o.dir,
+             "judge outputs computed elsewhere: DIR with q.npy k.npy v.npy o.npy [lse.npy] [case.json], or "
+             "an --npy-emit directory whose variants hold o.npy")
+          ->group(g)
+          ->check(existing_dir());
+  auto* q = app.add_option("--q", o.q, "q file [B,Sq,Hq,D] (with --k --v --o, instead of --npy)")
+                ->group(g)
+                ->check(existing_file());
+  auto* k = app.add_option("--k", o.k, "k file [B,Sk,Hkv,D]")->group(g)->check(existing_file());
+  auto* v = app.add_option("--v", o.v, "v file [B,Sk,Hkv,Dv]")->group(g)->check(existing_file());
+  auto* out = app.add_option("--o", o.o, "output file [B,Sq,Hq,Dv]")->group(g)->check(existing_file());
+  auto* lse = app.add_option("--lse", o.lse, "optional LSE file [B,Hq,Sq] (natural log)")
+                  ->group(g)
+                  ->check(existing_file());
+  auto* meta = app.add_option("--npy-meta", o.meta,
+                              "JSON sidecar: layout, mask, scale, kv_heads, compute_dtype, bf16_raw (default "
+                              "DIR/case.json; flags win)")
+                   ->group(g)
+                   ->check(existing_file());
   app.add_option("--layout", o.layout, "bshd ([B,S,H,D], default) | bhsd ([B,H,S,D]); lse is always [B,H,Sq]")
-      ->group(g);
+      ->group(g)
+      ->check(one_of({"bshd", "bhsd"}));
   app.add_option(
          "--compute-dtype", o.compute_dtype,
          "precision the kernel computed in: fp32 | fp16 | bf16 (default: from q's dtype); picks the bound; "
          "with --npy-emit, the values are rounded to it and stored as float16 / float32")
-      ->group(g);
+      ->group(g)
+      ->check(one_of({"fp32", "fp16", "bf16"}));
   app.add_flag("--bf16-raw", o.bf16_raw, "16-bit integer NPY arrays hold bfloat16 bits (read and --npy-emit)")
       ->group(g);
-  app.add_option(
-         "--npy-emit", o.emit,
-         "write the case's q/k/v (and its metamorphic variants: keys permuted, masked keys NaN/Inf, other "
-         "rows changed) with a manifest to DIR, for an external kernel")
-      ->group(g);
+  auto* emit =
+      app.add_option(
+             "--npy-emit", o.emit,
+             "write the case's q/k/v (and its metamorphic variants: keys permuted, masked keys NaN/Inf, "
+             "other rows changed) with a manifest to DIR, for an external kernel")
+          ->group(g)
+          ->check(non_empty());
+  // --q --k --v --o [--lse] go together; --npy DIR instead of them; --npy-emit writes, so reads nothing.
+  for (CLI::Option* x : {q, k, v}) x->needs(out);
+  out->needs(q)->needs(k)->needs(v);
+  lse->needs(out);
+  for (CLI::Option* x : {q, k, v, out, lse}) dir->excludes(x);
+  for (CLI::Option* x : {dir, q, k, v, out, lse, meta}) emit->excludes(x);
+}
+
+std::string check_npy_combination(const NpyOptions& o) {
+  const bool judging = !o.dir.empty() || !o.o.empty();
+  if (!o.meta.empty() && !judging) return "--npy-meta needs --npy DIR or --o FILE";
+  if (!judging && o.emit.empty()) {
+    if (!o.layout.empty()) return "--layout needs --npy, --o or --npy-emit";
+    if (!o.compute_dtype.empty()) return "--compute-dtype needs --npy, --o or --npy-emit";
+    if (o.bf16_raw) return "--bf16-raw needs --npy, --o or --npy-emit";
+  }
+  return {};
 }
 
 bool npy_mode(const NpyOptions& o) { return !o.dir.empty() || !o.o.empty(); }

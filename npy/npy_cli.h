@@ -20,6 +20,8 @@ struct NpyOptions {
   bool bf16_raw = false;
 };
 void add_npy_options(CLI::App& app, NpyOptions& o);
+// The combinations CLI11's needs/excludes cannot say ("needs one of"): "" or a usage error sentence.
+std::string check_npy_combination(const NpyOptions& o);
 // Whether the command asks to judge NPY outputs (--npy or --o).
 bool npy_mode(const NpyOptions& o);
 

@@ -43,14 +43,113 @@ std::vector<T> row_major(xt::detail::npy_file&& f) {
   return std::vector<T>(c.begin(), c.end());
 }
 
+[[noreturn]] void bad_header(const std::string& name, const std::string& what) {
+  throw NpyError(name + ": bad NPY header: " + what);
+}
+
+// Reads and checks the NPY header before xtensor allocates anything: magic, header length, dtype item
+// size and every shape dimension (>= 0, at most kMaxNpyElements in all), and that the file holds exactly
+// the data the header describes. Memory is then bounded by the file's size.
+void precheck(const std::string& name, std::istream& in, uint64_t file_size) {
+  char pre[10];
+  in.read(pre, sizeof pre);
+  if (in.gcount() < 8 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
+    bad_header(name, "no NPY magic (\\x93NUMPY) at the start: not an NPY file");
+  const int major = static_cast<unsigned char>(pre[6]);
+  uint64_t header_len = 0, prefix = 0;
+  if (major == 1) {
+    if (in.gcount() < 10) bad_header(name, "the file ends inside the header");
+    header_len = static_cast<unsigned char>(pre[8]) | static_cast<unsigned char>(pre[9]) << 8;
+    prefix = 10;
+  } else if (major == 2 || major == 3) {
+    char more[2];
+    in.read(more, 2);
+    if (in.gcount() < 2) bad_header(name, "the file ends inside the header");
+    const unsigned char b[4] = {static_cast<unsigned char>(pre[8]), static_cast<unsigned char>(pre[9]),
+                                static_cast<unsigned char>(more[0]), static_cast<unsigned char>(more[1])};
+    header_len = b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint64_t>(b[3]) << 24;
+    prefix = 12;
+  } else {
+    bad_header(name, "NPY format version " + std::to_string(major) + " is unknown (1, 2 or 3)");
+  }
+  if (header_len > kMaxNpyHeaderBytes)
+    bad_header(name, "header length " + std::to_string(header_len) + " exceeds the limit of " +
+                         std::to_string(kMaxNpyHeaderBytes) + " bytes");
+  std::string h(static_cast<size_t>(header_len), '\0');
+  in.read(h.data(), static_cast<std::streamsize>(header_len));
+  if (static_cast<uint64_t>(in.gcount()) < header_len) bad_header(name, "the file ends inside the header");
+  // dtype
+  const size_t d = h.find("'descr'");
+  const size_t q1 = d == std::string::npos ? d : h.find('\'', h.find(':', d));
+  const size_t q2 = q1 == std::string::npos ? q1 : h.find('\'', q1 + 1);
+  if (q2 == std::string::npos) bad_header(name, "no 'descr' string");
+  const std::string descr = h.substr(q1 + 1, q2 - q1 - 1);
+  size_t digits = descr.find_first_of("0123456789");
+  if (descr.size() < 2 || descr.size() > 4 || digits == std::string::npos ||
+      descr.find_first_not_of("0123456789", digits) != std::string::npos)
+    throw NpyError(name + ": unsupported dtype '" + descr +
+                   "' (use float32, float16, or bfloat16 as float32 or raw 16-bit)");
+  const uint64_t item = std::stoull(descr.substr(digits));
+  if (item < 1 || item > 16) throw NpyError(name + ": unsupported dtype '" + descr + "'");
+  // shape
+  const size_t sk = h.find("'shape'");
+  const size_t open = sk == std::string::npos ? sk : h.find('(', sk);
+  const size_t close = open == std::string::npos ? open : h.find(')', open);
+  if (close == std::string::npos) bad_header(name, "no 'shape' tuple");
+  std::vector<std::string> dims;
+  for (size_t pos = open + 1; pos <= close;) {
+    size_t end = h.find(',', pos);
+    if (end == std::string::npos || end > close) end = close;
+    std::string t = h.substr(pos, end - pos);
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \tL") + 1);
+    if (!t.empty() || end != close) dims.push_back(t);
+    pos = end + 1;
+  }
+  if (!dims.empty() && dims.back().empty()) dims.pop_back();  // "(3,)"
+  uint64_t elements = 1;
+  std::string shape_str;
+  for (size_t i = 0; i < dims.size(); ++i) shape_str += (i ? ", " : "") + dims[i];
+  shape_str = "[" + shape_str + "]";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const std::string& t = dims[i];
+    const std::string which = "shape " + shape_str + ": dimension " + std::to_string(i) + " is " + t;
+    if (!t.empty() && t[0] == '-') bad_header(name, which + ": a dimension must be >= 0");
+    if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
+      bad_header(name, which + ": not an integer");
+    if (t.size() > 12 || std::stoull(t) > kMaxNpyElements)
+      bad_header(name, which + ": more than the limit of " + std::to_string(kMaxNpyElements) + " elements");
+    const uint64_t n = std::stoull(t);
+    if (n != 0 && elements > kMaxNpyElements / n)
+      bad_header(name, "shape " + shape_str + " holds more than the limit of " +
+                           std::to_string(kMaxNpyElements) + " elements");
+    elements *= n;
+  }
+  const uint64_t need = elements * item,
+                 have = file_size > prefix + header_len ? file_size - prefix - header_len : 0;
+  if (have < need)
+    throw NpyError(name + ": truncated data: " + std::to_string(have) + " of " + std::to_string(need) +
+                   " data bytes for shape " + shape_str + " (" + descr + ")");
+  if (have > need)
+    throw NpyError(name + ": " + std::to_string(have - need) +
+                   " bytes after the data: the header's shape or dtype does not describe the file");
+}
+
 }  // namespace
 
 Array read_array(const std::filesystem::path& path, bool bf16_raw) {
   const std::string name = path.string();
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw NpyError(name + ": not a regular file (FIFOs, devices and directories are refused)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw NpyError(name + ": cannot open the file");
-  std::error_code ec;
   const auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw NpyError(name + ": cannot read the file size");
+  precheck(name, in, file_size);
+  in.clear();
+  in.seekg(0);
   std::optional<xt::detail::npy_file> loaded;
   try {
     loaded.emplace(xt::detail::load_npy_file(in));

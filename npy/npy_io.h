@@ -25,9 +25,14 @@ struct Array {
   bool f64_inexact = false;  // an f64 value was not exactly a float (the tool judges the float rounding)
 };
 
+// Limits of read_array: elements of one array (the tool's tensor limit, kMaxElements) and header bytes.
+inline constexpr uint64_t kMaxNpyElements = uint64_t{1} << 31;
+inline constexpr uint64_t kMaxNpyHeaderBytes = uint64_t{1} << 16;
+
 // Reads an NPY file with xtensor's parser (xt::detail::load_npy_file). Accepted: '<f4', '<f2', '<f8';
 // '<u2' / '<i2' only with bf16_raw (bfloat16 bit patterns). C or Fortran order. Throws NpyError for a
-// missing file, a bad header, another dtype, a big-endian file or truncated data.
+// missing file, a non-regular file, a bad header (negative or absurd shape: which dimension, which limit),
+// another dtype, a big-endian file or truncated data.
 Array read_array(const std::filesystem::path& path, bool bf16_raw = false);
 
 // Writes a C-order NPY file with xt::dump_npy: float32 ('<f4'), float16 ('<f2', values rounded to fp16)

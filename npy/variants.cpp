@@ -241,11 +241,11 @@ std::vector<std::string> emit_variants(const Case& c, int32_t cd, Layout layout,
 std::vector<VariantResult> evaluate_manifest(const fs::path& dir, const Overrides& ov,
                                              const OracleOptions& opts, size_t worst) {
   const fs::path mp = dir / kManifestName;
-  std::ifstream in(mp);
-  if (!in) fail(mp.string() + ": cannot open the file");
+  std::string text;
+  if (std::string e = read_regular_file(mp, kMaxJsonBytes, text); !e.empty()) fail(e);
   json m;
   try {
-    m = json::parse(in);
+    m = json::parse(text);
   } catch (const std::exception& e) {
     fail(mp.string() + ": not valid JSON (" + std::string(e.what()) + ")");
   }

@@ -1,8 +1,10 @@
-// attn_check.cpp - attn-check: validate kernels on one shape, a sweep of edge shapes, or replayed corpus files.
+// attn_check.cpp - attn-check: validate kernels on one shape, a sweep of edge shapes, or replayed corpus
+// files.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,8 +16,8 @@
 #include "attnfuzz/corpus.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
-#include "check/runner.h"
 #include "attnfuzz/report.h"
+#include "check/runner.h"
 #include "npy/npy_cli.h"
 #include "tools/cli_common.h"
 
@@ -40,34 +42,112 @@ struct Options {
   npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
 };
 
+std::string check_mask(const std::string& t) {
+  Problem p = make_problem(1, 1, 1, 1, 1, 1, 1);
+  return parse_mask(t, p);
+}
+std::string check_dist(const std::string& t) {
+  ValueDist d;
+  return parse_distribution(t, d);
+}
+std::string check_special(const std::string& t) {
+  SpecialValue v;
+  return parse_special(t, v);
+}
+std::string check_dtype(const std::string& t) {
+  return parse_dtype(t) ? std::string() : "'" + t + "' is not a dtype: f32, f16 or bf16";
+}
+std::string check_scale(const std::string& t) {
+  try {
+    size_t used = 0;
+    const float f = std::stof(t, &used);
+    if (used == t.size() && std::isfinite(f)) return {};
+  } catch (const std::exception&) {
+  }
+  return "'" + t + "' is not a finite fp32 number";
+}
+
 void define_options(CLI::App& app, Options& o) {
+  using namespace cli;
   add_common_options(app, o.common);
-  auto* g = "Case (ignored with --sweep / --replay)";
-  app.add_option("--batch", o.batch, "batch size B")->group(g)->capture_default_str();
-  app.add_option("--heads", o.heads, "query heads Hq")->group(g)->capture_default_str();
-  app.add_option("--kv-heads", o.kv_heads, "key/value heads Hkv (default Hq; Hq % Hkv == 0)")->group(g);
-  app.add_option("--sq", o.sq, "query length Sq >= 1")->group(g)->capture_default_str();
-  app.add_option("--sk", o.sk, "key length Sk >= 0 (default Sq)")->group(g);
-  app.add_option("--d", o.d, "head dim D of q and k")->group(g)->capture_default_str();
-  app.add_option("--dv", o.dv, "head dim Dv of v and o (default D)")->group(g);
-  app.add_option("--mask", o.mask, "none | causal (= causal-br) | causal-tl | causal-br | window:L,R[-tl|-br]")
-      ->group(g)->capture_default_str();
-  app.add_option("--scale", o.scale, "score scale (default fp32(1/sqrt(D)))")->group(g);
-  app.add_option("--dtype", o.dtype, "f32 (f16, bf16 later)")->group(g)->capture_default_str();
-  app.add_option("--dist", o.dist, "uniform[:A] | normal[:SIGMA] | extreme:MAG (scores of magnitude ~MAG)")
-      ->group(g)->capture_default_str();
-  app.add_option("--special", o.specials,
-                 "special values KIND[@q|k|v][:random|visible|masked|hidden|at=S,D][*COUNT], e.g. nan@k:masked "
-                 "(repeatable)")
-      ->group(g);
-  app.add_option("--seed", o.seed, "value seed")->group(g)->capture_default_str();
-  app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")->group(g)->check(CLI::Range(1, 1000000));
+  const int64_t lim = kMaxElements;
+  auto* g = "Case (not with --sweep / --replay; with --npy only --mask, --scale, --kv-heads)";
+  std::vector<CLI::Option*> shape, npy_shared;
+  shape.push_back(app.add_option("--batch", o.batch, "batch size B")
+                      ->group(g)
+                      ->check(int_range(1, lim))
+                      ->capture_default_str());
+  shape.push_back(app.add_option("--heads", o.heads, "query heads Hq")
+                      ->group(g)
+                      ->check(int_range(1, lim))
+                      ->capture_default_str());
+  npy_shared.push_back(
+      app.add_option("--kv-heads", o.kv_heads, "key/value heads Hkv (default Hq; Hq % Hkv == 0)")
+          ->group(g)
+          ->check(int_range(1, lim)));
+  shape.push_back(app.add_option("--sq", o.sq, "query length Sq >= 1")
+                      ->group(g)
+                      ->check(int_range(1, lim))
+                      ->capture_default_str());
+  shape.push_back(
+      app.add_option("--sk", o.sk, "key length Sk >= 0 (default Sq)")->group(g)->check(int_range(0, lim)));
+  shape.push_back(app.add_option("--d", o.d, "head dim D of q and k")
+                      ->group(g)
+                      ->check(int_range(1, lim))
+                      ->capture_default_str());
+  shape.push_back(
+      app.add_option("--dv", o.dv, "head dim Dv of v and o (default D)")->group(g)->check(int_range(1, lim)));
+  npy_shared.push_back(
+      app.add_option("--mask", o.mask,
+                     "none | causal (= causal-br) | causal-tl | causal-br | window:L,R[-tl|-br]")
+          ->group(g)
+          ->check(checked_by(check_mask))
+          ->capture_default_str());
+  npy_shared.push_back(app.add_option("--scale", o.scale, "score scale (default fp32(1/sqrt(D)))")
+                           ->group(g)
+                           ->check(checked_by(check_scale)));
+  shape.push_back(app.add_option("--dtype", o.dtype, "f32 (f16, bf16 later)")
+                      ->group(g)
+                      ->check(checked_by(check_dtype))
+                      ->capture_default_str());
+  shape.push_back(app.add_option("--dist", o.dist,
+                                 "uniform[:A] | normal[:SIGMA] | extreme:MAG (scores of magnitude ~MAG)")
+                      ->group(g)
+                      ->check(checked_by(check_dist))
+                      ->capture_default_str());
+  shape.push_back(
+      app.add_option("--special", o.specials,
+                     "special values KIND[@q|k|v][:random|visible|masked|hidden|at=S,D][*COUNT], e.g. "
+                     "nan@k:masked (repeatable)")
+          ->group(g)
+          ->check(checked_by(check_special)));
+  auto* seed = app.add_option("--seed", o.seed, "value seed")->group(g)->check(u64())->capture_default_str();
+  shape.push_back(app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")
+                      ->group(g)
+                      ->check(int_range(1, 1000000)));
   auto* m = "Mode";
-  app.add_flag("--sweep", o.sweep, "run the built-in grid of edge shapes over every kernel that supports each case")
-      ->group(m);
-  app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")->group(m);
-  app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+  auto* sweep = app.add_flag("--sweep", o.sweep,
+                             "run the built-in grid of edge shapes over every kernel that supports each case")
+                    ->group(m);
+  auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
+                     ->group(m)
+                     ->check(non_empty());
+  auto* list = app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
   npy::add_npy_options(app, o.npy);
+  // Contradictions: one mode at a time; the case flags describe the single case only.
+  sweep->excludes(replay);
+  replay->excludes(seed);
+  for (CLI::Option* opt : {sweep, replay}) {
+    for (CLI::Option* c : shape) opt->excludes(c);
+    for (CLI::Option* c : npy_shared) opt->excludes(c);
+  }
+  for (const char* mode : {"--npy", "--o"})
+    for (CLI::Option* x : {sweep, replay, seed}) app.get_option(mode)->excludes(x);
+  for (const char* mode : {"--npy", "--o"})
+    for (CLI::Option* c : shape) app.get_option(mode)->excludes(c);
+  for (CLI::Option* x : {sweep, replay}) app.get_option("--npy-emit")->excludes(x);
+  for (CLI::Option* x : {sweep, replay, seed}) list->excludes(x);
+  for (CLI::Option* c : shape) list->excludes(c);
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -77,11 +157,13 @@ void define_options(CLI::App& app, Options& o) {
 
 // The single case described by the flags.
 Case case_from_flags(const Options& o) {
-  Problem p = make_problem(o.batch, o.heads, o.kv_heads ? o.kv_heads : o.heads, o.sq, o.sk < 0 ? o.sq : o.sk, o.d,
-                           o.dv ? o.dv : o.d);
+  Problem p = make_problem(o.batch, o.heads, o.kv_heads ? o.kv_heads : o.heads, o.sq, o.sk < 0 ? o.sq : o.sk,
+                           o.d, o.dv ? o.dv : o.d);
   if (std::string e = parse_mask(o.mask, p); !e.empty()) usage_error(e);
-  if (auto dt = parse_dtype(o.dtype)) p.dtype = *dt;
-  else usage_error("unknown --dtype '" + o.dtype + "': use f32");
+  if (auto dt = parse_dtype(o.dtype))
+    p.dtype = *dt;
+  else
+    usage_error("unknown --dtype '" + o.dtype + "': use f32");
   if (!o.scale.empty()) {
     try {
       size_t used = 0;
@@ -110,19 +192,28 @@ struct Job {
   std::string kernel_pattern;
 };
 
-std::vector<Job> replay_jobs(const Options& o) {
+// The replayable files named by --replay (directories: their .case files, sorted). Files that do not read
+// are listed in `bad` ("path: why") and skipped: the good ones are still replayed.
+std::vector<Job> replay_jobs(const Options& o, std::vector<std::string>& bad) {
   std::vector<fs::path> files;
   for (const auto& r : o.replay) {
     std::error_code ec;
     if (fs::is_directory(r, ec)) {
-      for (const auto& e : fs::directory_iterator(r))
-        if (e.path().extension() == kCaseFileExtension) files.push_back(e.path());
-      std::sort(files.begin(), files.end());
+      std::vector<fs::path> here;
+      for (fs::directory_iterator it(r, ec), end; !ec && it != end; it.increment(ec))
+        if (it->path().extension() == kCaseFileExtension) here.push_back(it->path());
+      if (ec) {
+        bad.push_back(r + ": cannot list the directory: " + ec.message());
+        continue;
+      }
+      if (here.empty())
+        bad.push_back(r + ": no " + std::string(kCaseFileExtension) + " files in the directory");
+      std::sort(here.begin(), here.end());
+      files.insert(files.end(), here.begin(), here.end());
     } else {
       files.push_back(r);
     }
   }
-  if (files.empty()) usage_error("--replay: no .case files found");
   std::vector<Job> jobs;
   for (const auto& f : files) {
     try {
@@ -131,7 +222,7 @@ std::vector<Job> replay_jobs(const Options& o) {
       if (cf.verdict && o.common.kernel == "all") j.kernel_pattern = cf.verdict->kernel;
       jobs.push_back(std::move(j));
     } catch (const CorpusError& e) {
-      usage_error(e.what());
+      bad.push_back(e.what());
     }
   }
   return jobs;
@@ -141,7 +232,8 @@ std::vector<Job> replay_jobs(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"attn-check: does my attention kernel compute exactly the right thing for this shape?", "attn-check"};
+  CLI::App app{"attn-check: does my attention kernel compute exactly the right thing for this shape?",
+               "attn-check"};
   app.footer(R"(Examples:
   attn-check --kernel flash-bk32 --sq 7 --sk 13 --d 59 --mask causal-br
   attn-check --sweep                          # edge shapes x every kernel, cpu emulator when no GPU
@@ -150,13 +242,10 @@ int main(int argc, char** argv) {
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
-2 usage or input error.)");
+2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check"); rc >= 0) return rc;
+  if (std::string e = npy::check_npy_combination(o.npy); !e.empty()) usage_error(e);
   if (!o.npy.emit.empty()) {
     std::string cmd;
     for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
@@ -164,17 +253,17 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
   Session s = open_session(o.common, "attn-check", argc, argv);
   if (npy::npy_mode(o.npy))
-    return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s, o.common);
+    return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s,
+                        o.common);
   if (o.list) {
     list_kernels(s);
     return 0;
   }
-  const int modes = (o.sweep ? 1 : 0) + (o.replay.empty() ? 0 : 1);
-  if (modes > 1) usage_error("--sweep and --replay are exclusive");
 
   std::vector<Job> jobs;
+  std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   if (!o.replay.empty()) {
-    jobs = replay_jobs(o);
+    jobs = replay_jobs(o, bad);
   } else if (o.sweep) {
     for (Case& c : sweep_grid(o.seed)) jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else {
@@ -187,22 +276,31 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
 
   // Kernel selection errors are usage errors; so is an explicitly named kernel that cannot run a
-  // hand-written case (the user asked for something impossible).
+  // hand-written case (the user asked for something impossible). A replayed file whose recorded kernel is
+  // not loaded is a bad input of its own (the other files still replay).
   std::vector<std::vector<const KernelEntry*>> kernels(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     try {
       kernels[i] = s.registry->select(s.device->backend(), jobs[i].kernel_pattern);
     } catch (const std::invalid_argument& e) {
-      usage_error(e.what());
+      if (o.replay.empty()) usage_error(e.what());
+      bad.push_back(jobs[i].origin + ": " + e.what());
+      continue;
     }
-    if (jobs[i].origin == "flags" && o.common.kernel != "all" && o.common.kernel.find_first_of("*?[,") == std::string::npos)
+    if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
+        o.common.kernel.find_first_of("*?[,") == std::string::npos)
       if (std::string why = unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem); !why.empty())
         usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
   }
+  for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
 
   Runner runner(s, o.common);
   int64_t total = 0;
   for (auto& k : kernels) total += static_cast<int64_t>(k.size());
+  if (total == 0) {
+    if (!bad.empty()) return 2;  // each bad input has had its line above
+    usage_error("nothing to check: no kernel selected");
+  }
   runner.begin(total);
   bool mismatch = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -212,8 +310,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       if (jobs[i].recorded && jobs[i].recorded->kernel == k->kernel.name) {
         const RecordedVerdict& rv = *jobs[i].recorded;
         const bool same = rv.verdict == j.result.verdict && rv.failure == j.result.failure;
-        std::printf("replay %s: recorded %s%s%s, now %s%s%s -> %s\n", jobs[i].origin.c_str(), verdict_name(rv.verdict),
-                    rv.failure != FailureClass::kNone ? "/" : "",
+        std::printf("replay %s: recorded %s%s%s, now %s%s%s -> %s\n", jobs[i].origin.c_str(),
+                    verdict_name(rv.verdict), rv.failure != FailureClass::kNone ? "/" : "",
                     rv.failure != FailureClass::kNone ? failure_class_name(rv.failure) : "",
                     verdict_name(j.result.verdict), j.result.failure != FailureClass::kNone ? "/" : "",
                     j.result.failure != FailureClass::kNone ? failure_class_name(j.result.failure) : "",
@@ -224,5 +322,11 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
   const int rc = runner.finish();
   if (mismatch) std::printf("note: a replayed verdict differs from the one recorded in its file\n");
+  if (!bad.empty()) {
+    // Input errors beat failures: a script must not read "failure found" while inputs went unchecked.
+    std::fprintf(stderr, "attn-check: %zu replay input(s) were bad and not checked:\n", bad.size());
+    for (const auto& b : bad) std::fprintf(stderr, "  %s\n", b.c_str());
+    return 2;
+  }
   return rc;
 }

@@ -38,6 +38,7 @@ struct Options {
 };
 
 void define_options(CLI::App& app, Options& o) {
+  using namespace cli;
   o.common.order = "shuffle";  // campaigns default to shuffled thread order: races show in either direction
   o.common.timeout_s = 10;
   o.common.out = "reports/fuzz";
@@ -45,49 +46,84 @@ void define_options(CLI::App& app, Options& o) {
   // attn-check's --workers counts emulator threads; here it counts fuzzing processes (each emulates with 1).
   app.remove_option(app.get_option("--workers"));
   auto* c = "Campaign";
-  app.add_option("--max-time,-t", o.max_time, "stop after this many seconds (0: run until Ctrl-C)")
-      ->group(c)
-      ->capture_default_str();
-  app.add_option("--workers,-j", o.fuzz_workers,
-                 "fuzzing worker processes (libFuzzer -fork=N); 0: one per core on cpu, one per GPU on GPUs")
-      ->group(c)
-      ->capture_default_str();
-  app.add_option("--gpus", o.gpus, "GPU worker groups (HIP_/CUDA_VISIBLE_DEVICES per group); 0: detect")
-      ->group(c)
-      ->capture_default_str();
-  app.add_option("--corpus", o.corpus, "resumable corpus directory of .case files (default OUT/fuzz-corpus)")
-      ->group(c);
-  app.add_option("--seeds", o.seeds,
-                 "extra read-only .case directories (default: the source tree's corpus/seed)")
-      ->group(c);
-  app.add_flag("--no-seeds", o.no_seeds, "do not read the seed corpus")->group(c);
-  app.add_option("--progress", o.progress, "seconds between progress lines")->group(c)->capture_default_str();
+  std::vector<CLI::Option*> campaign;
+  campaign.push_back(
+      app.add_option("--max-time,-t", o.max_time, "stop after this many seconds (0: run until Ctrl-C)")
+          ->group(c)
+          ->check(real_range(0, 31536000, false))
+          ->capture_default_str());
+  campaign.push_back(
+      app.add_option("--workers,-j", o.fuzz_workers,
+                     "fuzzing worker processes (libFuzzer -fork=N); 0: one per core on cpu, one per "
+                     "GPU on GPUs")
+          ->group(c)
+          ->check(int_range(0, 1024))
+          ->capture_default_str());
+  campaign.push_back(
+      app.add_option("--gpus", o.gpus, "GPU worker groups (HIP_/CUDA_VISIBLE_DEVICES per group); 0: detect")
+          ->group(c)
+          ->check(int_range(0, 64))
+          ->capture_default_str());
+  campaign.push_back(app.add_option("--corpus", o.corpus,
+                                    "resumable corpus directory of .case files (default OUT/fuzz-corpus)")
+                         ->group(c)
+                         ->check(non_empty()));
+  auto* seeds = app.add_option("--seeds", o.seeds,
+                               "extra read-only .case directories (default: the source tree's corpus/seed)")
+                    ->group(c)
+                    ->check(existing_dir());
+  campaign.push_back(seeds);
+  auto* no_seeds = app.add_flag("--no-seeds", o.no_seeds, "do not read the seed corpus")->group(c);
+  campaign.push_back(no_seeds);
+  seeds->excludes(no_seeds);
+  campaign.push_back(app.add_option("--progress", o.progress, "seconds between progress lines")
+                         ->group(c)
+                         ->check(real_range(0.1, 86400, false))
+                         ->capture_default_str());
   app.add_option("--max-seq", o.max_seq, "largest Sq and Sk the fuzzer generates")
       ->group(c)
+      ->check(int_range(1, 65536))
       ->capture_default_str();
   app.add_option("--max-d", o.max_d, "largest D and Dv the fuzzer generates")
       ->group(c)
+      ->check(int_range(1, 65536))
       ->capture_default_str();
-  app.add_option("--fuzzer-arg", o.fuzzer_args,
-                 "extra libFuzzer flag for the workers, e.g. -seed=1 (repeatable)")
-      ->group(c)
-      ->allow_extra_args(false);
+  campaign.push_back(app.add_option("--fuzzer-arg", o.fuzzer_args,
+                                    "extra libFuzzer flag for the workers, e.g. -seed=1 (repeatable)")
+                         ->group(c)
+                         ->allow_extra_args(false)
+                         ->check(CLI::Validator(
+                             [](std::string& in) {
+                               return in.size() >= 2 && in[0] == '-' && in[1] != '-'
+                                          ? std::string()
+                                          : "'" + in + "' is not a libFuzzer flag: need -NAME=VALUE";
+                             },
+                             "-FLAG")));
   app.add_option("--isolate", o.isolate,
                  "cpu launches in a forked child: auto (after a kernel first kills a worker), always, never")
       ->group(c)
-      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->check(one_of({"auto", "always", "never"}))
       ->capture_default_str();
-  app.add_option("--worker", o.worker,
-                 "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
-      ->group(c);
+  campaign.push_back(
+      app.add_option("--worker", o.worker,
+                     "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
+          ->group(c)
+          ->check(executable_file()));
   auto* m = "Mode";
-  app.add_option("--minimize", o.minimize,
-                 "shrink the failing case of FILE (same kernel and class) and write it")
-      ->group(m);
+  auto* minimize = app.add_option("--minimize", o.minimize,
+                                  "shrink the failing case of FILE (same kernel and class) and write it")
+                       ->group(m)
+                       ->check(existing_file());
   app.add_option("--minimize-time", o.minimize_time, "seconds the minimizer may spend")
       ->group(m)
+      ->check(real_range(0, 31536000, true))
+      ->needs(minimize)
       ->capture_default_str();
-  app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+  auto* list = app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+  // A minimization is not a campaign: campaign flags with --minimize would be silently ignored.
+  for (CLI::Option* x : campaign) minimize->excludes(x);
+  list->excludes(minimize);
+  for (CLI::Option* x : campaign) list->excludes(x);
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -101,7 +137,6 @@ std::string self_dir(const char* argv0) {
   if (ec) p = fs::absolute(argv0);
   return p.parent_path().string();
 }
-
 
 // GPU ids to give one worker group each: the visible-devices variable if set, else the devices that open.
 std::vector<std::string> gpu_groups(Backend b, int requested) {
@@ -143,18 +178,16 @@ int main(int argc, char** argv) {
                "attn-fuzz"};
   app.footer(R"(Examples:
   attn-fuzz --max-time 60                               # every kernel, cpu emulator when no GPU
-  attn-fuzz --kernel 'flash-*' --max-time 28800 -o reports/night    # overnight; Ctrl-C stops and summarizes
+  attn-fuzz --kernel 'flash-*' --max-time 28800 --out reports/night   # overnight; Ctrl-C stops and summarizes
   attn-fuzz --plugin build/lib/libattnfuzz_planted_cpu.so --kernel 'planted-*' --max-time 60
   attn-fuzz --backend nvidia --max-time 300             # one worker per visible GPU
   attn-fuzz --minimize reports/fuzz/failures/mask-0123456789abcdef.case
 Resume: run again with the same --out (or --corpus); the corpus of .case files is read back.
 Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usage or input error.)");
   define_options(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-fuzz"); rc >= 0) return rc;
+  if (o.common.no_isolate && app.count("--isolate") && o.isolate != "never")
+    usage_error("--no-isolate contradicts --isolate " + o.isolate);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + shell_quote(argv[i]);
 
@@ -194,7 +227,6 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.mp_bits = o.common.mp_bits;
   w.limits.max_seq = o.max_seq;
   w.limits.max_dim = o.max_d;
-  if (o.max_seq < 1 || o.max_d < 1) usage_error("--max-seq and --max-d must be >= 1");
   w.out = o.common.out;
   w.command = command_line;
   w.reports = !o.common.no_reports;
@@ -239,7 +271,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
               : backend == Backend::kCpu ? cores
                                          : static_cast<unsigned>(c.gpu_ids.size());
   c.max_time_s = o.max_time;
-  c.progress_s = o.progress > 0 ? o.progress : 5;
+  c.progress_s = o.progress;
   c.fuzzer_args = o.fuzzer_args;
   c.command_line = command_line;
   c.quiet = o.common.quiet;

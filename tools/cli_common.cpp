@@ -1,55 +1,258 @@
-// cli_common.cpp - shared tool plumbing: options, session, progress line, verdict lines, corpus saving, reports.
+// cli_common.cpp - shared tool plumbing: options, session, progress line, verdict lines, corpus saving,
+// reports.
 #include "tools/cli_common.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
-
 
 namespace fs = std::filesystem;
 
 namespace attnfuzz {
 
+namespace cli {
+
+namespace {
+// Whole-string integer parse (no sign for u64); false on junk or overflow.
+bool parse_i64(const std::string& s, int64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno == ERANGE || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
+    return false;
+  out = v;
+  return true;
+}
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.10g", v);
+  return b;
+}
+}  // namespace
+
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& in) -> std::string {
+        int64_t v = 0;
+        if (!parse_i64(in, v)) return "'" + in + "' is not " + range;
+        if (v < lo || v > hi) return in + " is out of range: " + range;
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator u64() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        const bool ok = !in.empty() && in.size() <= 20 &&
+                        in.find_first_not_of("0123456789") == std::string::npos &&
+                        (in.size() < 20 || in <= "18446744073709551615");
+        return ok ? std::string() : "'" + in + "' is not an integer in [0, 18446744073709551615]";
+      },
+      "UINT64");
+}
+
+CLI::Validator real_range(double lo, double hi, bool lo_open) {
+  const std::string range =
+      std::string("a finite number in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, lo_open, range](std::string& in) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(in.c_str(), &end);
+        if (in.empty() || end != in.c_str() + in.size() || std::isspace(static_cast<unsigned char>(in[0])))
+          return "'" + in + "' is not " + range;
+        if (!std::isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi)
+          return in + " is out of range: " + range;
+        return {};
+      },
+      std::string("NUMBER in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]");
+}
+
+CLI::Validator one_of(std::vector<std::string> allowed) {
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  return CLI::Validator(
+      [allowed, list](std::string& in) -> std::string {
+        for (const auto& a : allowed)
+          if (in == a) return {};
+        return "'" + in + "' is not one of: " + list;
+      },
+      "{" + list + "}");
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& in) { return in.empty() ? std::string("must not be empty") : std::string(); }, "TEXT");
+}
+
+CLI::Validator kernel_list() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        const std::string need = "a comma-separated list of kernel names or globs ('all'), none empty";
+        if (in.empty()) return "'' is empty: need " + need;
+        size_t start = 0;
+        while (true) {
+          const size_t comma = in.find(',', start);
+          if ((comma == std::string::npos ? in.size() : comma) == start)
+            return "'" + in + "' has an empty name: need " + need;
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+        return {};
+      },
+      "NAMES");
+}
+
+CLI::Validator existing_file() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::error_code ec;
+        if (in.empty()) return "'' is empty: need an existing file";
+        if (!fs::exists(in, ec)) return in + ": no such file";
+        if (!fs::is_regular_file(in, ec)) return in + ": not a regular file";
+        return {};
+      },
+      "FILE");
+}
+
+CLI::Validator existing_dir() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::error_code ec;
+        if (in.empty()) return "'' is empty: need an existing directory";
+        if (!fs::exists(in, ec)) return in + ": no such directory";
+        if (!fs::is_directory(in, ec)) return in + ": not a directory";
+        return {};
+      },
+      "DIR");
+}
+
+CLI::Validator executable_file() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::error_code ec;
+        if (in.empty()) return "'' is empty: need an executable file";
+        if (!fs::is_regular_file(in, ec)) return in + ": no such regular file";
+        if (::access(in.c_str(), X_OK) != 0) return in + ": not executable";
+        return {};
+      },
+      "FILE");
+}
+
+CLI::Validator checked_by(std::string (*parse)(const std::string&)) {
+  return CLI::Validator([parse](std::string& in) { return parse(in); }, "TEXT");
+}
+
+int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    std::fprintf(stderr, "%s: %s (see --help)\n", tool.c_str(), msg.c_str());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace cli
+
 void add_common_options(CLI::App& app, CommonOptions& o) {
+  using namespace cli;
   auto* k = "Kernels and device";
-  app.add_option("--kernel", o.kernel, "kernel names or globs, comma separated ('all')")->group(k)->capture_default_str();
-  app.add_option("--backend,-b", o.backend, "cpu | nvidia | amd | auto (a GPU backend with a device, else cpu)")
-      ->group(k)->capture_default_str();
-  app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")->group(k);
-  app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
-      ->group(k)->capture_default_str();
-  app.add_option("--order-seed", o.order_seed, "seed of --order shuffle")->group(k)->capture_default_str();
-  app.add_option("--workers", o.workers, "cpu emulator OS threads (0 = all cores)")->group(k)->capture_default_str();
-  app.add_option("--warp-size", o.warp_size, "cpu emulator warp size: 32 or 64")->group(k)->check(CLI::IsMember({32, 64}))
+  app.add_option("--kernel", o.kernel, "kernel names or globs, comma separated ('all')")
+      ->group(k)
+      ->check(kernel_list())
       ->capture_default_str();
-  app.add_option("--timeout", o.timeout_s, "seconds before a launch counts as a hang")->group(k)->capture_default_str();
-  app.add_flag("--no-isolate", o.no_isolate, "cpu: run launches in-process (faster; a crash ends the tool)")->group(k);
+  app.add_option("--backend,-b", o.backend,
+                 "cpu | nvidia | amd | auto (a GPU backend with a device, else cpu)")
+      ->group(k)
+      ->check(one_of({"cpu", "nvidia", "amd", "auto"}))
+      ->capture_default_str();
+  app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")
+      ->group(k)
+      ->check(existing_file());
+  app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
+      ->group(k)
+      ->check(one_of({"forward", "reverse", "shuffle"}))
+      ->capture_default_str();
+  app.add_option("--order-seed", o.order_seed, "seed of --order shuffle")
+      ->group(k)
+      ->check(u64())
+      ->capture_default_str();
+  app.add_option("--workers", o.workers, "cpu emulator OS threads (0 = all cores)")
+      ->group(k)
+      ->check(int_range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--warp-size", o.warp_size, "cpu emulator warp size: 32 or 64")
+      ->group(k)
+      ->check(one_of({"32", "64"}))
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout_s, "seconds before a launch counts as a hang")
+      ->group(k)
+      ->check(real_range(0, 86400, true))
+      ->capture_default_str();
+  app.add_flag("--no-isolate", o.no_isolate, "cpu: run launches in-process (faster; a crash ends the tool)")
+      ->group(k);
   auto* r = "Oracle and reports";
   app.add_option("--oracle-rows", o.oracle_rows,
                  "check about N query rows (tile edges, fully masked and non-finite rows always); 0 = all")
-      ->group(r)->capture_default_str();
-  app.add_option("--mp-bits", o.mp_bits, "bits of the multiprecision arbiter (>= 100)")->group(r)
-      ->check(CLI::Range(100, 4096))->capture_default_str();
-  app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")->group(r)
+      ->group(r)
+      ->check(int_range(0, kMaxElements))
       ->capture_default_str();
-  app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")->group(r);
+  app.add_option("--mp-bits", o.mp_bits, "bits of the multiprecision arbiter (>= 100)")
+      ->group(r)
+      ->check(int_range(100, 4096))
+      ->capture_default_str();
+  app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
+      ->group(r)
+      ->check(non_empty())
+      ->capture_default_str();
+  app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")
+      ->group(r);
   app.add_flag("--quiet", o.quiet, "only the summary")->group(r);
   auto* c = "Classification (check/README.md)";
-  app.add_flag("--no-classify", o.no_classify, "keep check's first class: run no detector experiments")->group(c);
+  auto* no_classify =
+      app.add_flag("--no-classify", o.no_classify, "keep check's first class: run no detector experiments")
+          ->group(c);
   app.add_option("--reruns", o.reruns, "GPU: bitwise reruns of a failing case (a difference = barrier-race)")
-      ->group(c)->capture_default_str();
-  app.add_flag("--tsan", o.tsan, "cpu: re-run failing cases in the ThreadSanitizer build of attn-check")->group(c);
+      ->group(c)
+      ->check(int_range(0, 1000))
+      ->capture_default_str();
+  auto* tsan =
+      app.add_flag("--tsan", o.tsan, "cpu: re-run failing cases in the ThreadSanitizer build of attn-check")
+          ->group(c);
   app.add_option("--tsan-binary", o.tsan_binary,
                  "TSan attn-check (default $ATTNFUZZ_TSAN_ATTN_CHECK, else " + default_tsan_binary() + ")")
-      ->group(c);
-  app.add_option("--tsan-plugin", o.tsan_plugins, "TSan-built twin of a --plugin (repeatable)")->group(c);
-  app.add_flag("--compute-sanitizer", o.compute_sanitizer,
-               "nvidia: run racecheck, synccheck and memcheck on failing cases (compute-sanitizer on PATH)")
-      ->group(c);
+      ->group(c)
+      ->check(executable_file())
+      ->needs(tsan);
+  app.add_option("--tsan-plugin", o.tsan_plugins, "TSan-built twin of a --plugin (repeatable)")
+      ->group(c)
+      ->check(existing_file())
+      ->needs(tsan);
+  auto* cs =
+      app.add_flag(
+             "--compute-sanitizer", o.compute_sanitizer,
+             "nvidia: run racecheck, synccheck and memcheck on failing cases (compute-sanitizer on PATH)")
+          ->group(c);
+  tsan->excludes(no_classify);
+  cs->excludes(no_classify);
 }
 
 namespace {
@@ -57,7 +260,6 @@ namespace {
   std::fprintf(stderr, "%s: %s\n", tool.c_str(), msg.c_str());
   std::exit(2);
 }
-
 
 std::string fmt_ratio(double r) {
   char b[32];
@@ -69,7 +271,8 @@ std::string fmt_ratio(double r) {
 
 std::string shape(const Problem& p) {
   char b[160];
-  std::snprintf(b, sizeof b, "%lldx%lld D=%lld%s %s", (long long)p.seq_q, (long long)p.seq_k, (long long)p.head_dim,
+  std::snprintf(b, sizeof b, "%lldx%lld D=%lld%s %s", (long long)p.seq_q, (long long)p.seq_k,
+                (long long)p.head_dim,
                 p.head_dim_v != p.head_dim ? ("/" + std::to_string(p.head_dim_v)).c_str() : "",
                 mask_to_string(p).c_str());
   return b;
@@ -90,7 +293,8 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
     }
   }
   DeviceOptions d;
-  if (!parse_thread_order(o.order, d.order)) die(tool, "unknown --order '" + o.order + "': forward, reverse or shuffle");
+  if (!parse_thread_order(o.order, d.order))
+    die(tool, "unknown --order '" + o.order + "': forward, reverse or shuffle");
   d.order_seed = o.order_seed;
   d.workers = o.workers;
   d.warp_size = o.warp_size;
@@ -152,10 +356,11 @@ void Runner::progress(bool final) {
   std::map<Verdict, int64_t> n;
   for (const auto& e : entries_) ++n[e.result.verdict];
   const double el = std::chrono::duration<double>(now - start_).count();
-  std::fprintf(stderr, "%s[%lld/%lld %3.0f%%] %.1fs  pass %lld  FAIL %lld  unsupported %lld  outside-contract %lld%s",
-               tty_ ? "\r" : "", (long long)done_, (long long)total_, 100.0 * done_ / std::max<int64_t>(total_, 1), el,
-               (long long)n[Verdict::kPass], (long long)n[Verdict::kFail], (long long)n[Verdict::kUnsupported],
-               (long long)n[Verdict::kOutsideContract], tty_ && !final ? "   " : "\n");
+  std::fprintf(
+      stderr, "%s[%lld/%lld %3.0f%%] %.1fs  pass %lld  FAIL %lld  unsupported %lld  outside-contract %lld%s",
+      tty_ ? "\r" : "", (long long)done_, (long long)total_, 100.0 * done_ / std::max<int64_t>(total_, 1), el,
+      (long long)n[Verdict::kPass], (long long)n[Verdict::kFail], (long long)n[Verdict::kUnsupported],
+      (long long)n[Verdict::kOutsideContract], tty_ && !final ? "   " : "\n");
   std::fflush(stderr);
 }
 
@@ -186,23 +391,26 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
       std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), e.what());
     }
     rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
-                 (r.backend != "cpu" ? " --backend " + r.backend : "");
+                         (r.backend != "cpu" ? " --backend " + r.backend : "");
     for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
-    if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
-      rec.replay_command += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
+    if (o_.order != CommonOptions{}.order ||
+        o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
+      rec.replay_command +=
+          " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
     if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
   }
   const bool single = total_ < 2;
   if (!o_.quiet && (single || r.verdict == Verdict::kFail)) {
     if (tty_ && !single) std::fprintf(stderr, "\r%*s\r", 100, "");
-    std::printf("%-16s %-18s %s  %s", verdict_name(r.verdict), r.kernel.c_str(), shape(the_case.problem).c_str(),
+    std::printf("%-16s %-18s %s  %s", verdict_name(r.verdict), r.kernel.c_str(),
+                shape(the_case.problem).c_str(),
                 r.verdict == Verdict::kFail ? failure_class_name(r.failure) : "");
     if (r.compared) std::printf("  err/bound %s", fmt_ratio(r.max_ratio).c_str());
     if (!r.reason.empty() && r.verdict != Verdict::kPass) std::printf("\n    %s", r.reason.c_str());
     if (r.verdict == Verdict::kFail && !r.worst.empty()) {
       const ElementReport& w = r.worst.front();
-      std::printf("\n    worst %s[b=%lld,h=%lld,s=%lld%s]: expected %.9g got %.9g bound %.3g", w.is_lse ? "LSE" : "O",
-                  (long long)w.b, (long long)w.h, (long long)w.s,
+      std::printf("\n    worst %s[b=%lld,h=%lld,s=%lld%s]: expected %.9g got %.9g bound %.3g",
+                  w.is_lse ? "LSE" : "O", (long long)w.b, (long long)w.h, (long long)w.s,
                   w.is_lse ? "" : (",d=" + std::to_string(w.d)).c_str(), w.expected, w.got, w.bound);
     }
     if (r.verdict == Verdict::kFail)
@@ -252,21 +460,31 @@ int Runner::finish() {
   for (const auto& r : entries_) {
     Row& row = rows[r.result.kernel];
     switch (r.result.verdict) {
-      case Verdict::kPass: ++row.pass; break;
-      case Verdict::kFail: ++row.fail; ++row.classes[failure_class_name(r.result.failure)]; break;
-      case Verdict::kUnsupported: ++row.unsupported; break;
-      case Verdict::kOutsideContract: ++row.outside; break;
+      case Verdict::kPass:
+        ++row.pass;
+        break;
+      case Verdict::kFail:
+        ++row.fail;
+        ++row.classes[failure_class_name(r.result.failure)];
+        break;
+      case Verdict::kUnsupported:
+        ++row.unsupported;
+        break;
+      case Verdict::kOutsideContract:
+        ++row.outside;
+        break;
     }
     if (r.result.verdict != Verdict::kUnsupported && !std::isnan(r.result.max_ratio))
       row.worst = std::max(row.worst, r.result.max_ratio);
   }
-  std::printf("\n%-22s %6s %6s %11s %9s %10s  %s\n", "kernel", "pass", "FAIL", "unsupported", "outside", "max err/bnd",
-              "failure classes");
+  std::printf("\n%-22s %6s %6s %11s %9s %10s  %s\n", "kernel", "pass", "FAIL", "unsupported", "outside",
+              "max err/bnd", "failure classes");
   for (const auto& [name, row] : rows) {
     std::string cls;
     for (const auto& [c, n] : row.classes) cls += (cls.empty() ? "" : ", ") + c + " x" + std::to_string(n);
-    std::printf("%-22s %6lld %6lld %11lld %9lld %10s  %s\n", name.c_str(), (long long)row.pass, (long long)row.fail,
-                (long long)row.unsupported, (long long)row.outside, fmt_ratio(row.worst).c_str(), cls.c_str());
+    std::printf("%-22s %6lld %6lld %11lld %9lld %10s  %s\n", name.c_str(), (long long)row.pass,
+                (long long)row.fail, (long long)row.unsupported, (long long)row.outside,
+                fmt_ratio(row.worst).c_str(), cls.c_str());
   }
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::printf("%lld check(s) in %.1f s: %s\n", (long long)entries_.size(), el,

@@ -1,4 +1,5 @@
-// cli_common.h - what attn-check and attn-fuzz share: device/kernel options, session set-up, checking and reporting.
+// cli_common.h - what attn-check and attn-fuzz share: device/kernel options, session set-up, checking and
+// reporting.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,32 +21,49 @@ namespace attnfuzz {
 
 // Options every tool has (one table: add_common_options).
 struct CommonOptions {
-  std::string kernel = "all";          // names or globs, comma separated
+  std::string kernel = "all";  // names or globs, comma separated
   std::string backend = "auto";
   std::vector<std::string> plugins;
   std::string out = "reports";
-  std::string order = "shuffle";       // cpu emulator thread order (shuffle: a missing barrier shows either way)
+  std::string order = "shuffle";  // cpu emulator thread order (shuffle: a missing barrier shows either way)
   uint64_t order_seed = 1;
   unsigned workers = 0;
   unsigned warp_size = 32;
   double timeout_s = 30;
   bool no_isolate = false;
-  int64_t oracle_rows = 0;             // 0 = every row; else a sampled budget
+  int64_t oracle_rows = 0;  // 0 = every row; else a sampled budget
   int mp_bits = 128;
   bool quiet = false;
   bool no_reports = false;
   // failure classification (check/classify.h)
   bool no_classify = false;
-  int reruns = 5;                        // GPU bitwise reruns of a failing case
-  bool tsan = false;                     // cpu: re-run failing cases in the TSan build of attn-check
+  int reruns = 5;     // GPU bitwise reruns of a failing case
+  bool tsan = false;  // cpu: re-run failing cases in the TSan build of attn-check
   std::string tsan_binary;
   std::vector<std::string> tsan_plugins;
-  bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
+  bool compute_sanitizer = false;  // nvidia: racecheck / synccheck / memcheck on failing cases
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
 
+// Validators of the option tables (one set for every tool): each refuses a value with one line naming the
+// allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").
+namespace cli {
+CLI::Validator int_range(int64_t lo, int64_t hi);               // an integer in [lo, hi]
+CLI::Validator u64();                                           // a 64-bit unsigned integer
+CLI::Validator real_range(double lo, double hi, bool lo_open);  // a finite number in [lo|(lo, hi]
+CLI::Validator one_of(std::vector<std::string> allowed);        // one of the words
+CLI::Validator non_empty();                                     // a non-empty string
+CLI::Validator kernel_list();                                   // NAME|GLOB[,NAME|GLOB...], no empty item
+CLI::Validator existing_file();                                 // a regular file that exists
+CLI::Validator existing_dir();                                  // a directory that exists
+CLI::Validator executable_file();                               // a regular file with execute permission
+CLI::Validator checked_by(std::string (*parse)(const std::string&));  // parse returns "" or the problem
+// Parses argv; on a usage error prints "TOOL: message" (one line) and returns 2, on --help 0; else -1.
+int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool);
+}  // namespace cli
+
 struct Session {
-  std::string tool;                    // "attn-check"
+  std::string tool;  // "attn-check"
   std::string command_line;
   CommonOptions opts;
   Registry* registry = nullptr;

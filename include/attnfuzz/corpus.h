@@ -95,7 +95,14 @@ std::vector<float> hex_to_floats(std::string_view hex, const std::string& what);
 std::string to_corpus_text(const CorpusFile& f);
 // origin names the source in error messages (a path, or "<memory>").
 CorpusFile parse_corpus(std::string_view text, const std::string& origin = "<memory>");
+// Reads a corpus file: a regular file of at most kMaxCorpusFileBytes (FIFOs, devices such as /dev/zero
+// and larger files are refused before reading; the read itself stops at the limit). Throws CorpusError.
 CorpusFile read_corpus_file(const std::filesystem::path& path);
+constexpr uint64_t kMaxCorpusFileBytes = uint64_t{64} << 20;
+// Every tool's bounded read of an input file (corpus, JSON sidecar, manifest): refuses what is not a
+// regular file or is larger than max_bytes without reading it, and never reads more than max_bytes + 1.
+// Returns "" and fills `out`, or a one-line reason ("x.json: not a regular file (a character device)").
+std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes, std::string& out);
 // Writes atomically (temporary file + rename). Throws CorpusError(kIo).
 void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f);
 

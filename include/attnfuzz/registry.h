@@ -10,9 +10,9 @@
 namespace attnfuzz {
 
 struct KernelEntry {
-  af_kernel kernel;     // copied from the kernel's table
-  Backend backend;      // what its launch function was compiled for
-  std::string origin;   // "built-in" or the plug-in's path
+  af_kernel kernel;    // copied from the kernel's table
+  Backend backend;     // what its launch function was compiled for
+  std::string origin;  // "built-in" or the plug-in's path
 };
 
 // Whether kernel k claims to support problem p (dtype, mask, limits, its own check). Empty = yes,
@@ -39,7 +39,8 @@ class Registry {
 
   const std::vector<KernelEntry>& all() const { return entries_; }
   // Entries for one backend whose names match a comma-separated list of names or globs ("all" = *).
-  // Throws std::invalid_argument naming a pattern that matched nothing.
+  // Throws std::invalid_argument naming a pattern that matched nothing, or when nothing is selected ("",
+  // ",").
   std::vector<const KernelEntry*> select(Backend backend, const std::string& patterns) const;
   const KernelEntry* find(Backend backend, const std::string& name) const;
 

@@ -450,5 +450,36 @@ TEST(Hash, StableAndSensitive) {
   EXPECT_NE(hash64(""), 0u);
 }
 
+// Outputs must not alias themselves (a correct kernel writing two elements to one address looks racy);
+// inputs may alias; padded, permuted and non-nested but injective layouts are fine.
+TEST(Validate, OutputStridesMustNotOverlap) {
+  Problem p = make_problem(2, 3, 3, 5, 7, 4, 4);
+  EXPECT_EQ(validate(p), "");
+  Problem o = p;
+  o.o_stride[0] = 0, o.o_stride[1] = 1, o.o_stride[2] = 0;
+  EXPECT_NE(validate(o).find("o strides [0, 1, 0] overlap"), std::string::npos) << validate(o);
+  o = p;
+  o.o_stride[2] = 3;  // heads step 3 < Dv = 4: neighbouring heads share an element
+  EXPECT_NE(validate(o).find("overlap"), std::string::npos);
+  Problem l = p;
+  l.lse_stride[2] = 0;
+  EXPECT_NE(validate(l).find("lse strides"), std::string::npos);
+  Problem in = p;
+  in.k_stride[0] = 0;  // every batch reads the same keys: allowed
+  in.v_stride[1] = 0;
+  EXPECT_EQ(validate(in), "");
+  Problem pad = p;  // padded rows and heads-major order
+  pad.o_stride[2] = 4 * 5 + 3, pad.o_stride[1] = 4, pad.o_stride[0] = 3 * (4 * 5 + 3);
+  EXPECT_EQ(validate(pad), "");
+  Problem odd =
+      make_problem(1, 3, 3, 2, 2, 1, 1);  // offsets s*3 + h*2: {0, 2, 4, 3, 5, 7}: not nested, injective
+  odd.o_stride[1] = 3, odd.o_stride[2] = 2, odd.o_stride[0] = 100;
+  EXPECT_EQ(validate(odd), "");
+  Problem clash =
+      make_problem(1, 3, 3, 4, 2, 1, 1);  // s*2 + h*3 over s < 4, h < 3: (3, 0) and (0, 2) meet at 6
+  clash.o_stride[1] = 2, clash.o_stride[2] = 3, clash.o_stride[0] = 100;
+  EXPECT_NE(validate(clash).find("overlap"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace attnfuzz

@@ -122,7 +122,7 @@ TEST(AttnCheck, BadInputIsExitTwoWithAMessage) {
       {"--mask diagonal", "mask"},
       {"--kernel no-such-kernel", "no kernel matches"},
       {"--kernel test-nomask-only --mask causal", "does not support"},
-      {"--backend tpu", "unknown backend"},
+      {"--backend tpu", "--backend: 'tpu' is not one of"},
       {"--dist weird", "dist"},
       {"--special nan@x", "special"},
       {"--no-such-flag", "no-such-flag"},

@@ -25,6 +25,8 @@ struct ClassifyOptions {
   bool poison = true;    // oob-read: guard poison NaN <-> finite
   bool schedule = true;  // barrier-race: cpu thread orders / GPU bitwise reruns
   bool mask = true;  // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
+  bool split_kv = true;  // split-kv: the failing case at every KV split count the kernel declares
+  bool tail = true;     // tail: the case padded (D/Dv, query rows, invisible keys) with its exact result kept
   bool reorder = true;  // rescale: the row's max key first vs last
   // cpu backend: the schedule detector tries forward, reverse and shuffle with these seeds (the order the
   // check ran with is skipped).
@@ -48,7 +50,8 @@ struct ClassifyOptions {
 };
 
 // Classes in the order they win when several detectors fire (check/README.md explains why):
-// oob-write > oob-read > barrier-race > mask > rescale > mask (model fit) > non-finite > precision.
+// oob-write > oob-read > barrier-race > mask > split-kv > tail > rescale > mask (model fit) > non-finite >
+// precision.
 const std::vector<FailureClass>& class_precedence();
 
 // What classification cost and decided.

@@ -97,5 +97,27 @@ struct SanitizerReport {
   std::vector<std::string> findings;  // first lines of each reported hazard / error
 };
 SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::string& text);
+// The class compute-sanitizer's reports show: memcheck write > memcheck read > racecheck / synccheck hazards
+// (barrier-race); kNone when every tool reported 0 errors (or could not say).
+FailureClass sanitizer_class(const std::vector<SanitizerReport>& reports);
+
+// ---- audit of passing cases (issue 11 item 7) ---------------------------------------------------------
+
+// What audit_passing_case did.
+struct AuditStats {
+  bool ran = false;    // an experiment ran (false: nothing to audit with on this backend)
+  bool found = false;  // a hazard turned the pass into a failure
+  int launches = 0;
+  double ms = 0;
+};
+
+// Race and memory checks on a case whose check PASSED (j.result.verdict == kPass; anything else is left
+// alone). On a GPU a missing barrier often gives deterministic, plausible output, so a pass proves little:
+//   nvidia: compute-sanitizer racecheck, synccheck and memcheck on the case (co.compute_sanitizer_binary);
+//   cpu:    the other thread orders (forward, reverse, shuffled); with co.tsan also the TSan build.
+// A hazard turns j.result into a failure: barrier-race (racecheck / synccheck / thread orders / TSan),
+// oob-write or oob-read (memcheck), with the tools' lines as evidence and an "audit" evidence line first.
+AuditStats audit_passing_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts,
+                              Judged& j, const ClassifyOptions& co = {});
 
 }  // namespace attnfuzz

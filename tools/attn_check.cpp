@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,15 @@ void define_options(CLI::App& app, Options& o) {
   app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")->group(m);
   app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
   npy::add_npy_options(app, o.npy);
+  auto* a = "Classification (check/README.md)";
+  app.add_flag("--audit", o.common.audit,
+               "audit passing checks for races / OOB: nvidia compute-sanitizer racecheck, synccheck, "
+               "memcheck; cpu other thread orders (and --tsan)")
+      ->group(a);
+  app.add_option("--audit-every", o.common.audit_every, "audit every N-th passing check of each kernel")
+      ->group(a)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -168,6 +178,13 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   if (o.list) {
     list_kernels(s);
     return 0;
+  }
+  if (o.common.audit) {
+    if (s.device->backend() == Backend::kAmd)
+      usage_error("--audit: no race / memory checker for the amd backend yet");
+    const std::string probe = "command -v " + shell_quote(s.classify.compute_sanitizer_binary) + " >/dev/null 2>&1";
+    if (s.device->backend() == Backend::kNvidia && std::system(probe.c_str()) != 0)
+      usage_error("--audit on nvidia needs " + s.classify.compute_sanitizer_binary + " on PATH");
   }
   const int modes = (o.sweep ? 1 : 0) + (o.replay.empty() ? 0 : 1);
   if (modes > 1) usage_error("--sweep and --replay are exclusive");

@@ -96,13 +96,16 @@ Finding reruns(Context& c);             // reruns.cpp: bitwise reruns with the s
 Finding poison_swap(Context& c);        // poison.cpp: oob-read
 Finding schedule(Context& c);           // schedule.cpp: cpu thread orders -> barrier-race
 Finding tsan(Context& c);               // sanitizers.cpp: ThreadSanitizer build of attn-check
-Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck / memcheck
-Finding mask(Context& c);               // mask.cpp: masked rows, masked NaN, other masks, perturbation
-Finding split_kv(Context& c);           // splitkv.cpp: the declared KV split count varied
-Finding tail(Context& c);               // tail.cpp: padding that keeps the exact result
-Finding reorder(Context& c);            // reorder.cpp: rescale
-Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with extra zero-score keys
-Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs
-Finding precision(Context& c);          // nonfinite.cpp: error / bound and where in the tile grid
+Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck / memcheck (nvidia only)
+// The three compute-sanitizer tools on the case, on whatever backend c.dev is (tests run it on the cpu with
+// a stand-in binary that prints canned reports).
+Finding compute_sanitizer_tools(Context& c);
+Finding mask(Context& c);        // mask.cpp: masked rows, masked NaN, other masks, perturbation
+Finding split_kv(Context& c);    // splitkv.cpp: the declared KV split count varied
+Finding tail(Context& c);        // tail.cpp: padding that keeps the exact result
+Finding reorder(Context& c);     // reorder.cpp: rescale
+Finding mask_model(Context& c);  // mask.cpp: rows equal to softmax with extra zero-score keys
+Finding nonfinite(Context& c);   // nonfinite.cpp: positions and their inputs
+Finding precision(Context& c);   // nonfinite.cpp: error / bound and where in the tile grid
 
 }  // namespace attnfuzz::detect

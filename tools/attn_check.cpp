@@ -32,6 +32,7 @@ struct Options {
   int64_t batch = 1, heads = 1, kv_heads = 0, sq = 7, sk = -1, d = 64, dv = 0;
   std::string mask = "none", scale, dtype = "f32", dist = "uniform";
   std::vector<std::string> specials;
+  std::vector<std::string> tunables;  // NAME=VALUE of the one --kernel's declared tunables
   uint64_t seed = 0;
   int repeat = 1;
   // modes
@@ -62,6 +63,10 @@ void define_options(CLI::App& app, Options& o) {
                  "(repeatable)")
       ->group(g);
   app.add_option("--seed", o.seed, "value seed")->group(g)->capture_default_str();
+  app.add_option("--tunable", o.tunables,
+                 "NAME=VALUE: a declared tunable of the one --kernel, e.g. num_splits=3 (repeatable; recorded "
+                 "in saved cases)")
+      ->group(g);
   app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")->group(g)->check(CLI::Range(1, 1000000));
   auto* m = "Mode";
   app.add_flag("--sweep", o.sweep, "run the built-in grid of edge shapes over every kernel that supports each case")
@@ -110,6 +115,34 @@ Case case_from_flags(const Options& o) {
   }
   if (std::string e = validate(c); !e.empty()) usage_error("invalid case: " + e);
   return c;
+}
+
+// Applies --tunable NAME=VALUE to p for the one kernel selected (tunables are indexed per kernel).
+void set_tunables(const std::vector<std::string>& items, const std::string& pattern,
+                  const std::vector<const KernelEntry*>& kernels, Problem& p) {
+  if (kernels.size() != 1 || pattern.find_first_of("*?[,") != std::string::npos || pattern == "all")
+    usage_error("--tunable needs exactly one --kernel NAME (tunables are declared per kernel)");
+  const af_kernel& k = kernels[0]->kernel;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    int32_t idx = -1;
+    for (int32_t t = 0; t < k.n_tunables; ++t)
+      if (name == k.tunables[t].name) idx = t;
+    if (eq == std::string::npos || idx < 0)
+      usage_error("--tunable '" + item + "': " + k.name + " declares " +
+                  (k.n_tunables ? "the tunables: " + tunables_to_string(k, Problem{}) + " (NAME=VALUE)"
+                                : std::string("no tunable")));
+    const af_tunable& tu = k.tunables[idx];
+    std::string accepted;
+    bool ok = false;
+    for (int32_t v = 0; v < tu.n_values; ++v) {
+      accepted += (v ? ", " : "") + std::to_string(tu.values[v]);
+      ok |= item.substr(eq + 1) == std::to_string(tu.values[v]);
+    }
+    if (!ok) usage_error("--tunable '" + item + "': " + name + " accepts " + accepted);
+    p.tunables[idx] = std::stoi(item.substr(eq + 1));
+  }
 }
 
 // A case to check, the kernels to check it with, and the verdict a replayed file recorded.
@@ -212,6 +245,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     } catch (const std::invalid_argument& e) {
       usage_error(e.what());
     }
+    if (!o.tunables.empty() && jobs[i].origin == "flags")
+      set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
     if (jobs[i].origin == "flags" && o.common.kernel != "all" && o.common.kernel.find_first_of("*?[,") == std::string::npos)
       if (std::string why = unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem); !why.empty())
         usage_error("kernel " + o.common.kernel + " does not support this case: " + why);

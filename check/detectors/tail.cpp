@@ -178,7 +178,9 @@ struct Judgement {
   std::string why;  // launch failure, canaries, unsupported, or nothing compared
 };
 
-Judgement judge_padded(const Problem& p, const Padded& x, const OracleResult& ex, const LaunchOutcome& out) {
+// A padding passes only if every row that failed as checked was computed (not sampled out) and passes.
+Judgement judge_padded(const Problem& p, const Padded& x, const OracleResult& ex, const LaunchOutcome& out,
+                       const std::vector<RowKey>& failed_rows) {
   Judgement j;
   j.ran = true;
   if (out.launch.status != LaunchStatus::kOk) {
@@ -217,6 +219,13 @@ Judgement judge_padded(const Problem& p, const Padded& x, const OracleResult& ex
     j.ran = false;
     j.why = "no original row inside the contract was computed";
   }
+  if (!j.fail)
+    for (const RowKey& r : failed_rows)
+      if (!ex.row(r.b, r.h, r.s + x.q_shift).computed) {
+        j.ran = false;
+        j.why = fmt("failing row %lld is not among the padded oracle's sampled rows", (long long)r.s);
+        break;
+      }
   return j;
 }
 
@@ -292,6 +301,7 @@ Finding tail(Context& c) {
     return f;
   }
   const int64_t max_work = std::max(kMaxGrowth * work(p), kMinWork);
+  const std::vector<RowKey> failed_rows = failing_rows(c);
   int experiments = 0;
   std::vector<std::string> passing, skipped;
   std::string line, axis;
@@ -299,30 +309,26 @@ Finding tail(Context& c) {
     if (!line.empty()) f.evidence.push_back({"tail", line});
     line.clear();
   };
-  for (const TailPadding& x : tail_paddings(p, &c.k.kernel)) {
-    if (x.axis != axis) flush();
-    axis = x.axis;
-    if (!x.refused.empty()) {
-      skipped.push_back(x.what + ": " + x.refused);
-      continue;
-    }
+  // One padding experiment of base (p, or the worst row alone); false when the device became unusable.
+  auto run_one = [&](const Problem& base, const Tensors& base_t, const TailPadding& x,
+                     const std::vector<RowKey>& rows, const std::string& prefix) {
     if (work(x.p) > max_work || experiments >= kMaxExperiments) {
-      skipped.push_back(x.what + ": over the experiment budget");
-      continue;
+      skipped.push_back(prefix + x.what + ": over the experiment budget");
+      return true;
     }
     ++experiments;
-    const Tensors t2 = tail_pad_tensors(p, c.tensors(), x);
+    const Tensors t2 = tail_pad_tensors(base, base_t, x);
     OracleOptions oo = c.opts.oracle;
     if (work(x.p) <= kFullOracleWork) oo.row_budget = 0;
     ++c.stats.oracles;
     const OracleResult ex = compute_oracle(x.p, t2.q.data(), t2.k.data(), t2.v.data(), oo);
     ++c.stats.launches;
     const LaunchOutcome out = launch_guarded(c.dev, c.k, x.p, t2, c.opts);
-    const Judgement j = judge_padded(p, x, ex, out);
-    std::string r = x.what + ": ";
+    const Judgement j = judge_padded(base, x, ex, out, rows);
+    std::string r = prefix + x.what + ": ";
     if (!j.ran) {
       skipped.push_back(r + "inconclusive (" + j.why + ")");
-      continue;
+      return c.dev.usable();
     }
     if (j.fail) {
       r += "FAIL" + (j.why.empty() ? fmt(" (%lld/%lld, err/bound %s)", (long long)j.failed,
@@ -330,12 +336,93 @@ Finding tail(Context& c) {
                                    : " (" + j.why + ")");
     } else {
       r += "pass" + fmt(" (err/bound %s)", num(j.ratio).c_str());
-      passing.push_back(x.what);
+      passing.push_back(prefix + x.what);
     }
     line += (line.empty() ? "" : "; ") + r;
-    if (!c.dev.usable()) break;
+    return c.dev.usable();
+  };
+  bool key_padded = false;
+  for (const TailPadding& x : tail_paddings(p, &c.k.kernel)) {
+    if (x.axis != axis) flush();
+    axis = x.axis;
+    if (!x.refused.empty()) {
+      skipped.push_back(x.what + ": " + x.refused);
+      continue;
+    }
+    key_padded |= x.axis == "Sk";
+    if (!run_one(p, c.tensors(), x, failed_rows, "")) break;
   }
   flush();
+  // Keys of a multi-row case that no padding can hide (no mask): the worst row alone (Sq = 1, its own keys,
+  // exactly its exact result) must fail as well; then its keys are padded like a decode case's.
+  int64_t wb = 0, wh = 0, ws = 0;
+  if (passing.empty() && !key_padded && p.seq_q > 1 && p.seq_k > 0 && c.dev.usable() &&
+      worst_row(c.j.result, wb, wh, ws)) {
+    const std::string prefix = fmt("row %lld alone (Sq 1): ", (long long)ws);
+    TailPadding alone;
+    alone.p = reshaped(p, 1, p.seq_k, p.head_dim, p.head_dim_v);
+    const KeyRange want = visible_keys(p, ws);
+    bool found = false;
+    for (int32_t kind : {AF_MASK_NONE, AF_MASK_WINDOW})
+      for (int32_t align : {AF_ALIGN_TOP_LEFT, AF_ALIGN_BOTTOM_RIGHT}) {
+        if (found) break;
+        Problem q1 = alone.p;
+        q1.mask_kind = kind;
+        q1.mask_align = align;
+        q1.window_left =
+            align == AF_ALIGN_TOP_LEFT ? (want.first == 0 ? AF_UNBOUNDED : -2) : p.seq_k - 1 - want.first;
+        q1.window_right = align == AF_ALIGN_TOP_LEFT ? want.last - 1 : (want.last == p.seq_k ? 0 : -2);
+        if (kind == AF_MASK_NONE) q1.window_left = q1.window_right = AF_UNBOUNDED;
+        if (!validate(q1).empty() || want.empty()) continue;
+        const KeyRange got = visible_keys(q1, 0);
+        if (got.first != want.first || got.last != want.last) continue;
+        if (!unsupported_reason(c.k.kernel, q1).empty()) continue;
+        alone.p = q1;
+        found = true;
+      }
+    if (found) {
+      Tensors t1;
+      t1.q.assign(static_cast<size_t>(q_elements(alone.p)), 0.0f);
+      t1.k.assign(static_cast<size_t>(k_elements(alone.p)), 0.0f);
+      t1.v.assign(static_cast<size_t>(v_elements(alone.p)), 0.0f);
+      for (int64_t b = 0; b < p.batch; ++b) {
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            t1.q[static_cast<size_t>(q_index(alone.p, b, 0, h, d))] =
+                c.tensors().q[static_cast<size_t>(q_index(p, b, ws, h, d))];
+        for (int64_t j = 0; j < p.seq_k; ++j)
+          for (int64_t h = 0; h < p.heads_kv; ++h) {
+            for (int64_t d = 0; d < p.head_dim; ++d)
+              t1.k[static_cast<size_t>(k_index(alone.p, b, j, h, d))] =
+                  c.tensors().k[static_cast<size_t>(k_index(p, b, j, h, d))];
+            for (int64_t d = 0; d < p.head_dim_v; ++d)
+              t1.v[static_cast<size_t>(v_index(alone.p, b, j, h, d))] =
+                  c.tensors().v[static_cast<size_t>(v_index(p, b, j, h, d))];
+          }
+      }
+      const std::vector<RowKey> row = {{wb, wh, 0}};
+      TailPadding same;
+      same.p = alone.p;
+      same.what = "as is";
+      const size_t before = passing.size();
+      run_one(alone.p, t1, same, row, prefix);
+      if (passing.size() > before) {  // the row alone passes: its failure needs the other rows
+        passing.pop_back();
+        line += " (the failure needs the other rows: no key padding tried)";
+      } else {
+        for (const Target& tg : targets(p.seq_k)) {
+          for (Padded& x : key_paddings(alone.p, tg.size)) {
+            if (!same_visibility(alone.p, x) || !unsupported_reason(c.k.kernel, x.p).empty()) continue;
+            x.what = fmt("Sk %lld -> %lld (%s)", (long long)p.seq_k, (long long)tg.size, tg.why.c_str()) +
+                     (x.k_shift ? ", keys in front" : "") + ", mask " + mask_to_string(x.p);
+            run_one(alone.p, t1, x, row, prefix);
+            break;  // the first exact padding per target
+          }
+        }
+      }
+      flush();
+    }
+  }
   for (size_t i = 0; i < skipped.size() && i < 3; ++i)
     f.evidence.push_back({"tail", "not tried: " + skipped[i]});
   const std::string as_checked = "as checked D " + residues(p.head_dim) +

@@ -143,6 +143,16 @@ TEST(TailDetector, PartialKeyTileVanishesWithInvisibleKeys) {
   EXPECT_NE(ev.find("%16=8"), std::string::npos) << ev;  // the failing residue of Sk
 }
 
+// No mask hides padded keys from every row of an unmasked multi-row case: the worst row alone (Sq = 1, same
+// exact result) is checked as is, then its keys are padded behind a window.
+TEST(TailDetector, UnmaskedKeyTailThroughTheWorstRowAlone) {
+  const CheckResult r = classify("planted-tail-tile-last-key", make(8, 40, 32, "none"));
+  const std::string ev = evidence(r);
+  EXPECT_EQ(failure_class_name(r.failure), std::string("tail")) << ev;
+  EXPECT_NE(ev.find("alone (Sq 1): as is: FAIL"), std::string::npos) << ev;
+  EXPECT_NE(ev.find("alone (Sq 1): Sk 40 -> 48 (x16), mask window:inf,39-tl: pass"), std::string::npos) << ev;
+}
+
 // A case file records the tunables it was checked with, so a failure that needs a split count replays
 // exactly; files without them read back with every tunable at 0 (= the kernel's default).
 TEST(Tunables, RecordedInCaseFilesForExactReplay) {

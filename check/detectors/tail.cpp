@@ -13,6 +13,8 @@
 // depends on a residue of the size, not on the values: `tail`.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
@@ -310,9 +312,46 @@ Finding tail(Context& c) {
     line.clear();
   };
   // One padding experiment of base (p, or the worst row alone); false when the device became unusable.
-  auto run_one = [&](const Problem& base, const Tensors& base_t, const TailPadding& x,
+  // Controls of key paddings that re-express the mask (a window instead of causal, the other alignment):
+  // the unpadded case under that mask form must still fail, or a mask bug could vanish with the form.
+  std::map<std::string, bool> control_fails;
+  std::function<bool(const Problem&, const Tensors&, const TailPadding&, const std::vector<RowKey>&,
+                     const std::string&)>
+      run_one;
+  auto control = [&](const Problem& base, const Tensors& base_t, const TailPadding& x,
                      const std::vector<RowKey>& rows, const std::string& prefix) {
+    for (Padded& y : key_paddings(base, base.seq_k)) {  // no key added: the same keys, the new mask form
+      if (y.p.mask_kind != x.p.mask_kind || y.p.mask_align != x.p.mask_align || !same_visibility(base, y))
+        continue;
+      const std::string key = prefix + describe(y.p);
+      auto it = control_fails.find(key);
+      if (it != control_fails.end()) return it->second;
+      y.what = "control: mask " + mask_to_string(y.p) + " (same keys, none added)";
+      const size_t before = passing.size();
+      control_fails[key] = false;  // also while it runs (no recursion)
+      run_one(base, base_t, y, rows, prefix);
+      const bool fails = passing.size() == before;
+      if (!fails) {
+        passing.pop_back();
+        line += " (the mask form alone makes the failure vanish: key paddings with it are not evidence)";
+      }
+      control_fails[key] = fails;
+      return fails;
+    }
+    return false;  // no exact re-expression of the mask: the padding cannot be trusted
+  };
+  run_one = [&](const Problem& base, const Tensors& base_t, const TailPadding& x,
+                const std::vector<RowKey>& rows, const std::string& prefix) {
     if (work(x.p) > max_work || experiments >= kMaxExperiments) {
+      skipped.push_back(prefix + x.what + ": over the experiment budget");
+      return true;
+    }
+    const bool mask_changed = x.p.mask_kind != base.mask_kind || x.p.mask_align != base.mask_align;
+    if (mask_changed && x.what.rfind("control:", 0) != 0 && !control(base, base_t, x, rows, prefix)) {
+      skipped.push_back(prefix + x.what + ": its mask form alone changes the outcome (or has no control)");
+      return c.dev.usable();
+    }
+    if (experiments >= kMaxExperiments) {
       skipped.push_back(prefix + x.what + ": over the experiment budget");
       return true;
     }

@@ -11,6 +11,7 @@ namespace attnfuzz {
 const std::vector<FailureClass>& class_precedence() {
   static const std::vector<FailureClass> order = {
       FailureClass::kOobWrite, FailureClass::kOobRead,   FailureClass::kBarrierRace, FailureClass::kMask,
+      FailureClass::kSplitKv,  FailureClass::kTail,  // split / padding experiments (check/README.md)
       FailureClass::kRescale,  FailureClass::kNonFinite, FailureClass::kPrecision};
   return order;
 }
@@ -63,6 +64,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)
     run("compute-sanitizer", detect::compute_sanitizer);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
+  if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
+  if (!decided && co.tail && !unreliable) run("tail", detect::tail);
   if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   if (r.failure == FailureClass::kNonFinite) run("non-finite", detect::nonfinite);  // evidence in every case

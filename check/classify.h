@@ -25,6 +25,8 @@ struct ClassifyOptions {
   bool poison = true;    // oob-read: guard poison NaN <-> finite
   bool schedule = true;  // barrier-race: cpu thread orders / GPU bitwise reruns
   bool mask = true;  // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
+  bool split_kv = true;  // split-kv: the failing case at every KV split count the kernel declares
+  bool tail = true;     // tail: the case padded (D/Dv, query rows, invisible keys) with its exact result kept
   bool reorder = true;  // rescale: the row's max key first vs last
   // cpu backend: the schedule detector tries forward, reverse and shuffle with these seeds (the order the
   // check ran with is skipped).
@@ -48,7 +50,8 @@ struct ClassifyOptions {
 };
 
 // Classes in the order they win when several detectors fire (check/README.md explains why):
-// oob-write > oob-read > barrier-race > mask > rescale > mask (model fit) > non-finite > precision.
+// oob-write > oob-read > barrier-race > mask > split-kv > tail > rescale > mask (model fit) > non-finite >
+// precision.
 const std::vector<FailureClass>& class_precedence();
 
 // What classification cost and decided.
@@ -94,5 +97,27 @@ struct SanitizerReport {
   std::vector<std::string> findings;  // first lines of each reported hazard / error
 };
 SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::string& text);
+// The class compute-sanitizer's reports show: memcheck write > memcheck read > racecheck / synccheck hazards
+// (barrier-race); kNone when every tool reported 0 errors (or could not say).
+FailureClass sanitizer_class(const std::vector<SanitizerReport>& reports);
+
+// ---- audit of passing cases (issue 11 item 7) ---------------------------------------------------------
+
+// What audit_passing_case did.
+struct AuditStats {
+  bool ran = false;    // an experiment ran (false: nothing to audit with on this backend)
+  bool found = false;  // a hazard turned the pass into a failure
+  int launches = 0;
+  double ms = 0;
+};
+
+// Race and memory checks on a case whose check PASSED (j.result.verdict == kPass; anything else is left
+// alone). On a GPU a missing barrier often gives deterministic, plausible output, so a pass proves little:
+//   nvidia: compute-sanitizer racecheck, synccheck and memcheck on the case (co.compute_sanitizer_binary);
+//   cpu:    the other thread orders (forward, reverse, shuffled); with co.tsan also the TSan build.
+// A hazard turns j.result into a failure: barrier-race (racecheck / synccheck / thread orders / TSan),
+// oob-write or oob-read (memcheck), with the tools' lines as evidence and an "audit" evidence line first.
+AuditStats audit_passing_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts,
+                              Judged& j, const ClassifyOptions& co = {});
 
 }  // namespace attnfuzz

@@ -1,8 +1,10 @@
 // corpus.cpp - reading and writing corpus files (format: corpus/README.md) and their JSON pieces.
 #include "attnfuzz/corpus.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -208,6 +210,10 @@ json problem_to_json(const Problem& p) {
     s[kStrideNames[i]] = {st[0], st[1], st[2]};
   }
   j["strides"] = s;
+  // ABI v2 tunables (values of the kernel's declared knobs; 0 = default): written only when one is set, so
+  // files without them (format 1 as before) read back with every tunable at its default.
+  if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; }))
+    j["tunables"] = std::vector<int32_t>(std::begin(p.tunables), std::end(p.tunables));
   return j;
 }
 
@@ -243,6 +249,16 @@ Problem problem_from_json(const json& j) {
         if (!a[n].is_number_integer()) corrupt(name + " is not an array of 3 integers");
         stride_of(p, i)[n] = a[n].get<int64_t>();
       }
+    }
+  }
+  if (j.contains("tunables")) {
+    const json& t = j["tunables"];
+    if (!t.is_array() || t.size() > AF_MAX_TUNABLES)
+      corrupt("problem.tunables is not an array of at most " + std::to_string(AF_MAX_TUNABLES) + " integers");
+    for (size_t n = 0; n < t.size(); ++n) {
+      if (!t[n].is_number_integer() || t[n].get<int64_t>() < 0 || t[n].get<int64_t>() > INT32_MAX)
+        corrupt("problem.tunables[" + std::to_string(n) + "] is not an integer >= 0 (0 = default)");
+      p.tunables[n] = static_cast<int32_t>(t[n].get<int64_t>());
     }
   }
   if (std::string e = validate(p); !e.empty()) corrupt("problem: " + e);

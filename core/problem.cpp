@@ -140,6 +140,8 @@ std::string validate(const Problem& p) {
     return "packed and paged sequence layouts are in ABI v2 but this tool cannot check them yet";
   for (float f : {p.q_descale, p.k_descale, p.v_descale, p.o_scale})
     if (f != 1.0f) return "descale factors other than 1 apply to fp8 only";
+  for (int32_t t : p.tunables)
+    if (t < 0) return bad("tunable", t, "need >= 0 (0 = the kernel's default)");
   if (p.mask_kind != AF_MASK_NONE && p.mask_kind != AF_MASK_CAUSAL && p.mask_kind != AF_MASK_WINDOW)
     return "mask kind " + std::to_string(p.mask_kind) + " is unknown";
   if (p.mask_align != AF_ALIGN_TOP_LEFT && p.mask_align != AF_ALIGN_BOTTOM_RIGHT)
@@ -320,7 +322,13 @@ std::string describe(const Problem& p) {
                 (long long)p.batch, (long long)p.heads_q, (long long)p.heads_kv, (long long)p.seq_q,
                 (long long)p.seq_k, (long long)p.head_dim, (long long)p.head_dim_v, mask_to_string(p).c_str(),
                 (double)p.scale, dtype_name(p.dtype));
-  return buf;
+  std::string out = buf;
+  // ABI v2 tunables, only when one is set (0 = the kernel's default).
+  if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; })) {
+    out += " tunables=";
+    for (int i = 0; i < AF_MAX_TUNABLES; ++i) out += (i ? "," : "") + std::to_string(p.tunables[i]);
+  }
+  return out;
 }
 
 }  // namespace attnfuzz

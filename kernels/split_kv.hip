@@ -8,8 +8,18 @@ namespace {
 constexpr int kThreads = 64;  // threads per block in both kernels
 constexpr int kMaxD = 256;    // largest D (the q row is staged in shared memory) and Dv (registers)
 constexpr int kAcc = kMaxD / kThreads;
-constexpr int64_t kMaxSplits = 8;     // at most this many KV splits per row
 constexpr int64_t kMinSplitKeys = 4;  // small so that short sequences are split too
+
+// The declared tunable (ABI v2): num_splits, the number of KV splits per row (fewer when Sk / 4 is
+// smaller). values[0] = 8 is the default; the split-kv detector re-runs a failing case with the others.
+const af_tunable kSplitKvTunables[] = {
+    {"num_splits",
+     "KV splits per row (at most ceil(Sk / 4))",
+     AF_TUNABLE_KV_SPLITS,
+     9,
+     {8, 1, 2, 3, 4, 5, 6, 7, 16}},
+};
+constexpr int64_t kDefaultSplits = 8;
 
 // The KV split: n splits of len keys each (split s covers [s * len, min((s + 1) * len, Sk))).
 struct Splits {
@@ -17,7 +27,8 @@ struct Splits {
 };
 __host__ __device__ inline Splits splits_of(const af_problem& p) {
   if (p.seq_k == 0) return {0, 0};
-  const int64_t n = min64(kMaxSplits, ceil_div(p.seq_k, kMinSplitKeys));
+  const int64_t want = p.tunables[0] >= 1 ? p.tunables[0] : kDefaultSplits;  // the tool always resolves it
+  const int64_t n = min64(want, ceil_div(p.seq_k, kMinSplitKeys));
   const int64_t len = ceil_div(p.seq_k, n);
   return {ceil_div(p.seq_k, len), len};
 }
@@ -154,10 +165,10 @@ int split_kv_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
 
 const af_kernel kSplitKvKernels[] = {
     {"split-kv", "split-kv",
-     "flash-decoding: up to 8 KV splits per row into partial (O, LSE) in the workspace, then a logsumexp "
-     "combine",
+     "flash-decoding: num_splits (default 8) KV splits per row into partial (O, LSE) in the workspace, "
+     "then a logsumexp combine",
      AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,
-     split_kv_workspace, split_kv_check, split_kv_launch},
+     split_kv_workspace, split_kv_check, split_kv_launch, /*features=*/0, /*n_tunables=*/1, kSplitKvTunables},
 };
 
 }  // namespace

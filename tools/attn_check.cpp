@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,7 @@ struct Options {
   int64_t batch = 1, heads = 1, kv_heads = 0, sq = 7, sk = -1, d = 64, dv = 0;
   std::string mask = "none", scale, dtype = "f32", dist = "uniform";
   std::vector<std::string> specials;
+  std::vector<std::string> tunables;  // NAME=VALUE of the one --kernel's declared tunables
   uint64_t seed = 0;
   int repeat = 1;
   // modes
@@ -121,6 +123,11 @@ void define_options(CLI::App& app, Options& o) {
                      "nan@k:masked (repeatable)")
           ->group(g)
           ->check(checked_by(check_special)));
+  shape.push_back(app.add_option("--tunable", o.tunables,
+                                 "NAME=VALUE: a declared tunable of the one --kernel, e.g. num_splits=3 "
+                                 "(repeatable; recorded in saved cases)")
+                      ->group(g)
+                      ->check(non_empty()));
   auto* seed = app.add_option("--seed", o.seed, "value seed")->group(g)->check(u64())->capture_default_str();
   shape.push_back(app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")
                       ->group(g)
@@ -148,6 +155,15 @@ void define_options(CLI::App& app, Options& o) {
   for (CLI::Option* x : {sweep, replay}) app.get_option("--npy-emit")->excludes(x);
   for (CLI::Option* x : {sweep, replay, seed}) list->excludes(x);
   for (CLI::Option* c : shape) list->excludes(c);
+  auto* a = "Classification (check/README.md)";
+  app.add_flag("--audit", o.common.audit,
+               "audit passing checks for races / OOB: nvidia compute-sanitizer racecheck, synccheck, "
+               "memcheck; cpu other thread orders (and --tsan)")
+      ->group(a);
+  app.add_option("--audit-every", o.common.audit_every, "audit every N-th passing check of each kernel")
+      ->group(a)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -182,6 +198,34 @@ Case case_from_flags(const Options& o) {
   }
   if (std::string e = validate(c); !e.empty()) usage_error("invalid case: " + e);
   return c;
+}
+
+// Applies --tunable NAME=VALUE to p for the one kernel selected (tunables are indexed per kernel).
+void set_tunables(const std::vector<std::string>& items, const std::string& pattern,
+                  const std::vector<const KernelEntry*>& kernels, Problem& p) {
+  if (kernels.size() != 1 || pattern.find_first_of("*?[,") != std::string::npos || pattern == "all")
+    usage_error("--tunable needs exactly one --kernel NAME (tunables are declared per kernel)");
+  const af_kernel& k = kernels[0]->kernel;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    int32_t idx = -1;
+    for (int32_t t = 0; t < k.n_tunables; ++t)
+      if (name == k.tunables[t].name) idx = t;
+    if (eq == std::string::npos || idx < 0)
+      usage_error("--tunable '" + item + "': " + k.name + " declares " +
+                  (k.n_tunables ? "the tunables: " + tunables_to_string(k, Problem{}) + " (NAME=VALUE)"
+                                : std::string("no tunable")));
+    const af_tunable& tu = k.tunables[idx];
+    std::string accepted;
+    bool ok = false;
+    for (int32_t v = 0; v < tu.n_values; ++v) {
+      accepted += (v ? ", " : "") + std::to_string(tu.values[v]);
+      ok |= item.substr(eq + 1) == std::to_string(tu.values[v]);
+    }
+    if (!ok) usage_error("--tunable '" + item + "': " + name + " accepts " + accepted);
+    p.tunables[idx] = std::stoi(item.substr(eq + 1));
+  }
 }
 
 // A case to check, the kernels to check it with, and the verdict a replayed file recorded.
@@ -259,6 +303,13 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     list_kernels(s);
     return 0;
   }
+  if (o.common.audit) {
+    if (s.device->backend() == Backend::kAmd)
+      usage_error("--audit: no race / memory checker for the amd backend yet");
+    const std::string probe = "command -v " + shell_quote(s.classify.compute_sanitizer_binary) + " >/dev/null 2>&1";
+    if (s.device->backend() == Backend::kNvidia && std::system(probe.c_str()) != 0)
+      usage_error("--audit on nvidia needs " + s.classify.compute_sanitizer_binary + " on PATH");
+  }
 
   std::vector<Job> jobs;
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
@@ -287,6 +338,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       bad.push_back(jobs[i].origin + ": " + e.what());
       continue;
     }
+    if (!o.tunables.empty() && jobs[i].origin == "flags")
+      set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
       if (std::string why = unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem); !why.empty())

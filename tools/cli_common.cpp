@@ -366,6 +366,10 @@ void Runner::progress(bool final) {
 
 const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
   last_ = check_case(*s_.device, k, pc, s_.run);
+  if (o_.audit && last_.result.verdict == Verdict::kPass && passes_[k.kernel.name]++ % o_.audit_every == 0) {
+    ++audited_;  // a pass is audited for races / OOB that did not show in the output (--audit)
+    audit_found_ += audit_passing_case(*s_.device, k, pc, s_.run, last_, s_.classify).found;
+  }
   classify_failure(*s_.device, k, pc, s_.run, last_, s_.classify);
   return record(pc.the_case(), std::move(last_), "");
 }
@@ -393,6 +397,9 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
     rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
                          (r.backend != "cpu" ? " --backend " + r.backend : "");
     for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
+    auto is_audit = [](const Evidence& e) { return e.detector == "audit"; };
+    if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))
+      rec.replay_command += " --audit --audit-every 1";  // the output passes: only the audit shows the hazard
     if (o_.order != CommonOptions{}.order ||
         o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
       rec.replay_command +=
@@ -487,6 +494,9 @@ int Runner::finish() {
                 fmt_ratio(row.worst).c_str(), cls.c_str());
   }
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (audited_)
+    std::printf("audit: %lld passing check(s) audited (every %lld. pass per kernel), %lld hazard(s) found\n",
+                (long long)audited_, (long long)o_.audit_every, (long long)audit_found_);
   std::printf("%lld check(s) in %.1f s: %s\n", (long long)entries_.size(), el,
               failures_ ? (std::to_string(failures_) + " FAILED").c_str() : "all passed");
   if (!o_.no_reports) {

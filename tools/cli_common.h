@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,7 +42,10 @@ struct CommonOptions {
   bool tsan = false;  // cpu: re-run failing cases in the TSan build of attn-check
   std::string tsan_binary;
   std::vector<std::string> tsan_plugins;
-  bool compute_sanitizer = false;  // nvidia: racecheck / synccheck / memcheck on failing cases
+  bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
+  // audit of passing cases (attn-check --audit; check/classify.h audit_passing_case)
+  bool audit = false;
+  int64_t audit_every = 8;               // every N-th passing check of each kernel (the first included)
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
 
@@ -98,6 +102,8 @@ class Runner {
   std::vector<RunEntry> entries_;
   Judged last_;
   int64_t total_ = 0, done_ = 0, failures_ = 0;
+  std::map<std::string, int64_t> passes_;  // passing checks per kernel (audit sampling)
+  int64_t audited_ = 0, audit_found_ = 0;
   std::chrono::steady_clock::time_point start_, last_progress_;
   bool tty_ = false;
 };

@@ -74,16 +74,38 @@ int run_command(const std::string& command, double timeout_s, std::string& outpu
 // The case written as a corpus file (once per context), for subprocess detectors.
 std::string case_file(Context& c);
 
+// ---- tail.cpp: the paddings the tail detector tries (exposed for tests) ----
+// One padding of a case: D/Dv zero columns, query rows or invisible keys added so that every original row's
+// exact O and LSE are unchanged (verified row by row). Original row s is padded row s + q_shift, key j is
+// key j + k_shift; the scale is kept explicitly.
+struct TailPadding {
+  Problem p{};
+  int64_t q_shift = 0, k_shift = 0;
+  std::string axis;     // "D,Dv", "Sq" or "Sk"
+  std::string what;     // "Sk 37 -> 48 (x16), mask window:inf,11-tl"
+  std::string refused;  // non-empty: no usable padding to this size (why); p is then unset
+};
+// Every padding target of p (next multiple of 8/16/32/64/128, next power of two, per axis), each with the
+// first exact padding that kernel k supports (k may be null: no support check).
+std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k);
+// The padded inputs: the original values at their new places, zeros elsewhere.
+Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& x);
+
 // ---- detectors, in precedence order ----
 Finding reruns(Context& c);             // reruns.cpp: bitwise reruns with the same settings
 Finding poison_swap(Context& c);        // poison.cpp: oob-read
 Finding schedule(Context& c);           // schedule.cpp: cpu thread orders -> barrier-race
 Finding tsan(Context& c);               // sanitizers.cpp: ThreadSanitizer build of attn-check
-Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck / memcheck
-Finding mask(Context& c);               // mask.cpp: masked rows, masked NaN, other masks, perturbation
-Finding reorder(Context& c);            // reorder.cpp: rescale
-Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with extra zero-score keys
-Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs
-Finding precision(Context& c);          // nonfinite.cpp: error / bound and where in the tile grid
+Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck / memcheck (nvidia only)
+// The three compute-sanitizer tools on the case, on whatever backend c.dev is (tests run it on the cpu with
+// a stand-in binary that prints canned reports).
+Finding compute_sanitizer_tools(Context& c);
+Finding mask(Context& c);        // mask.cpp: masked rows, masked NaN, other masks, perturbation
+Finding split_kv(Context& c);    // splitkv.cpp: the declared KV split count varied
+Finding tail(Context& c);        // tail.cpp: padding that keeps the exact result
+Finding reorder(Context& c);     // reorder.cpp: rescale
+Finding mask_model(Context& c);  // mask.cpp: rows equal to softmax with extra zero-score keys
+Finding nonfinite(Context& c);   // nonfinite.cpp: positions and their inputs
+Finding precision(Context& c);   // nonfinite.cpp: error / bound and where in the tile grid
 
 }  // namespace attnfuzz::detect

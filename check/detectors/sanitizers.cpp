@@ -177,7 +177,8 @@ SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::stri
   std::string line;
   static const std::regex summary(R"(ERROR SUMMARY: (\d+) error)");
   // racecheck (CUDA 13) ends with this line only; its warnings are hazards too (e.g. write-after-read).
-  static const std::regex race_summary(R"(RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\))");
+  static const std::regex race_summary(
+      R"(RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\))");
   int race_hazards = -1;
   while (std::getline(in, line)) {
     std::smatch m;
@@ -202,6 +203,26 @@ SanitizerReport parse_compute_sanitizer(const std::string& tool, const std::stri
   }
   if (race_hazards >= 0) rep.errors = std::max(rep.errors, race_hazards);
   return rep;
+}
+
+FailureClass sanitizer_class(const std::vector<SanitizerReport>& reports) {
+  int rank = 99;  // best class found: 0 oob-write, 1 oob-read, 2 barrier-race
+  for (const SanitizerReport& rep : reports) {
+    if (rep.errors <= 0) continue;
+    int r = 2;  // racecheck / synccheck: shared-memory hazards and barrier misuse
+    if (rep.tool == "memcheck") {
+      r = 99;
+      for (const std::string& x : rep.findings) {
+        if (x.find("write") != std::string::npos) r = std::min(r, 0);
+        if (x.find("read") != std::string::npos) r = std::min(r, 1);
+      }
+    }
+    rank = std::min(rank, r);
+  }
+  return rank == 0   ? FailureClass::kOobWrite
+         : rank == 1 ? FailureClass::kOobRead
+         : rank == 2 ? FailureClass::kBarrierRace
+                     : FailureClass::kNone;
 }
 
 namespace detect {
@@ -304,8 +325,12 @@ Finding tsan(Context& c) {
 }
 
 Finding compute_sanitizer(Context& c) {
+  if (c.dev.backend() != Backend::kNvidia) return {};
+  return compute_sanitizer_tools(c);
+}
+
+Finding compute_sanitizer_tools(Context& c) {
   Finding f;
-  if (c.dev.backend() != Backend::kNvidia) return f;
   std::string found;
   if (run_command("command -v " + shell_quote(c.co.compute_sanitizer_binary), 10, found) != 0) {
     f.evidence.push_back(
@@ -323,40 +348,29 @@ Finding compute_sanitizer(Context& c) {
     return f;
   }
   const std::string out_dir = (fs::path(file).parent_path() / "cs-out").string();
-  int rank = 99;  // best class found: 0 oob-write, 1 oob-read, 2 barrier-race
+  std::vector<SanitizerReport> reports;
   for (const char* tool : {"racecheck", "synccheck", "memcheck"}) {
     const std::string cmd = shell_quote(c.co.compute_sanitizer_binary) + " --tool " + tool + " " +
                             shell_quote(self) + " --replay " + shell_quote(file) + " --kernel " +
-                            shell_quote(c.k.kernel.name) +
-                            " --backend nvidia --oracle-rows 1 --no-reports --quiet --no-classify --out " +
+                            shell_quote(c.k.kernel.name) + " --backend " + backend_name(c.dev.backend()) +
+                            " --oracle-rows 1 --no-reports --quiet --no-classify --out " +
                             shell_quote(out_dir) + plugin_args(c.co.plugins);
     const auto t0 = std::chrono::steady_clock::now();
     std::string output;
     const int rc = run_command(cmd, c.co.tool_timeout_s, output);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const SanitizerReport rep = parse_compute_sanitizer(tool, output);
+    SanitizerReport rep = parse_compute_sanitizer(tool, output);
     std::string detail =
         fmt("%s: %s error(s) in %.1f s", tool, rep.errors < 0 ? "?" : std::to_string(rep.errors).c_str(), s);
     if (rc == 124) detail += " (timed out)";
     for (const std::string& x : rep.findings) detail += "; " + x;
     f.evidence.push_back({"compute-sanitizer", detail});
-    if (rep.errors > 0) {
-      int r = 2;
-      if (std::string(tool) == "memcheck") {
-        r = 99;
-        for (const std::string& x : rep.findings) {
-          if (x.find("write") != std::string::npos) r = std::min(r, 0);
-          if (x.find("read") != std::string::npos) r = std::min(r, 1);
-        }
-      }
-      rank = std::min(rank, r);
-    }
+    reports.push_back(std::move(rep));
   }
-  if (rank < 99) {
+  const FailureClass cls = sanitizer_class(reports);
+  if (cls != FailureClass::kNone) {
     f.fired = true;
-    f.cls = rank == 0   ? FailureClass::kOobWrite
-            : rank == 1 ? FailureClass::kOobRead
-                        : FailureClass::kBarrierRace;
+    f.cls = cls;
   }
   return f;
 }

@@ -21,7 +21,7 @@ Finding schedule(Context& c) {
   for (uint64_t s : c.co.shuffle_seeds) orders.push_back({ThreadOrder::kShuffle, s});
   const std::string checked = order_text(base.order, base.order_seed);
   const OracleResult& ex = c.pc.oracle(c.opts.oracle);
-  std::string table = checked + " (checked) FAIL";
+  std::string table = checked + " (checked) " + (c.j.result.verdict == Verdict::kFail ? "FAIL" : "pass");
   int differ = 0;
   BitDiff first;
   std::string first_order;

@@ -1,4 +1,4 @@
-// flash_bugs.hip - planted rescale, mask and OOB bugs in the tiled flash kernel (flash-bm16-bn16).
+// flash_bugs.hip - planted rescale, mask, OOB and tail bugs in the tiled flash kernel (flash-bm16-bn16).
 //
 // One copy of flash_kernel, templated on the bug it carries. Every deviation from kernels/flash.hip sits
 // behind `if constexpr (kBug == ...)` and is marked `// PLANTED:`; with FlashBug::kNone the kernel is the
@@ -21,6 +21,7 @@ enum class FlashBug {
   kCausalTopLeft,    // bottom-right alignment ignored (always top-left)
   kTailKUnbounded,   // last K/V tile loaded and scored past Sk (reads past the end of k and v)
   kTailQUnbounded,   // last Q tile stored past Sq (writes past the end of o)
+  kTailTileLastKey,  // last partial K tile: P.V stops one key early (the key stays in the sum l)
 };
 
 // The visible keys of row i as the planted kernel computes them (row_keys of kernels/common.h, except
@@ -151,7 +152,14 @@ __global__ void __launch_bounds__(NT)
       const int idx = t + e * NT;
       if (idx < BM * Dv) {
         const int r = idx / (int)Dv, d = idx % (int)Dv;
-        const int c_lo = (int)(max64(row_first[r], n0) - n0), c_hi = (int)(min64(row_last[r], n0 + BN) - n0);
+        const int c_lo = (int)(max64(row_first[r], n0) - n0);
+        int c_hi = (int)(min64(row_last[r], n0 + BN) - n0);
+        if constexpr (kBug == FlashBug::kTailTileLastKey) {
+          // PLANTED: tail-tile-last-key: in a partial last key tile the P.V loop ends at (Sk - 1) % BLOCK_N,
+          // the index of the tile's last key, instead of its count: key Sk - 1 is in the row's sum l but
+          // never in its output. Quiet when Sk % BLOCK_N == 0 (no partial tile) or no row sees key Sk - 1.
+          if (n0 + BN > p.seq_k) c_hi = (int)min64(c_hi, (p.seq_k - 1) % BN);
+        }
         float pv = 0.0f;
         for (int c = c_lo; c < c_hi; ++c) pv += s_tile[r][c] * kv_tile[c][d];
         if constexpr (kBug == FlashBug::kNoAccRescale) {
@@ -231,6 +239,8 @@ const af_kernel kFlashBugs[] = {
     AF_PLANTED_FLASH("planted-causal-top-left", kCausalTopLeft, "bottom-right alignment taken as top-left"),
     AF_PLANTED_FLASH("planted-tail-k-oob-read", kTailKUnbounded, "last K/V tile read and scored past Sk"),
     AF_PLANTED_FLASH("planted-tail-q-oob-write", kTailQUnbounded, "last Q tile stored past Sq"),
+    AF_PLANTED_FLASH("planted-tail-tile-last-key", kTailTileLastKey,
+                     "partial last K tile: P.V ends one key early"),
 };
 static_assert(sizeof(kFlashBugs) / sizeof(kFlashBugs[0]) == attnfuzz_planted::kFlashBugCount,
               "planted.h's count");

@@ -13,10 +13,10 @@
 
 namespace attnfuzz_planted {
 
-constexpr size_t kFlashBugCount = 7;         // flash_bugs.hip
+constexpr size_t kFlashBugCount = 8;         // flash_bugs.hip
 constexpr size_t kOnlineRowBugCount = 2;     // online_row_bugs.hip
 constexpr size_t kMaterializedBugCount = 2;  // materialized_bugs.hip
-constexpr size_t kSplitKvBugCount = 1;       // split_kv_bugs.hip
+constexpr size_t kSplitKvBugCount = 3;       // split_kv_bugs.hip
 
 const af_kernel* flash_bugs();         // kFlashBugCount entries
 const af_kernel* online_row_bugs();    // kOnlineRowBugCount entries

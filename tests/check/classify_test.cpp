@@ -182,7 +182,7 @@ TEST(Classify, TsanMissingBinaryIsEvidenceNotAnError) {
 TEST(Classify, PrecedenceIsDocumentedOrder) {
   std::string names;
   for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
-  EXPECT_EQ(names, "oob-write oob-read barrier-race mask rescale non-finite precision ");
+  EXPECT_EQ(names, "oob-write oob-read barrier-race mask split-kv tail rescale non-finite precision ");
 }
 
 // ---- report parsers ----

@@ -31,12 +31,21 @@ constexpr int kRandomCases = 8;
 
 // kernels/planted/README.md: the class each planted bug must get.
 const std::map<std::string, std::string> kExpected = {
-    {"planted-no-acc-rescale", "rescale"},     {"planted-no-sum-rescale", "rescale"},
-    {"planted-masked-score-zero", "mask"},     {"planted-causal-off-by-one", "mask"},
-    {"planted-causal-top-left", "mask"},       {"planted-tail-k-oob-read", "oob-read"},
-    {"planted-tail-q-oob-write", "oob-write"}, {"planted-no-score-barrier", "barrier-race"},
-    {"planted-masked-row-nan", "mask"},        {"planted-smem-reuse-race", "barrier-race"},
-    {"planted-no-max-sub", "non-finite"},      {"planted-combine-wrong-weight", "precision"},
+    {"planted-no-acc-rescale", "rescale"},
+    {"planted-no-sum-rescale", "rescale"},
+    {"planted-masked-score-zero", "mask"},
+    {"planted-causal-off-by-one", "mask"},
+    {"planted-causal-top-left", "mask"},
+    {"planted-tail-k-oob-read", "oob-read"},
+    {"planted-tail-q-oob-write", "oob-write"},
+    {"planted-no-score-barrier", "barrier-race"},
+    {"planted-masked-row-nan", "mask"},
+    {"planted-smem-reuse-race", "barrier-race"},
+    {"planted-no-max-sub", "non-finite"},
+    {"planted-combine-wrong-weight", "split-kv"},
+    {"planted-combine-drops-last-split", "split-kv"},
+    {"planted-headdim-unroll4", "tail"},
+    {"planted-tail-tile-last-key", "tail"},
 };
 
 int64_t work(const Problem& p) {

@@ -371,6 +371,34 @@ TEST_P(CorrectKernel, BitIdenticalAcrossThreadOrders) {
   }
 }
 
+// Every value of every declared tunable (ABI v2; e.g. split-kv's num_splits) is a correct kernel too:
+// the split-kv detector re-runs failing cases with each of them, so none may fail on its own.
+TEST_P(CorrectKernel, EveryAcceptedTunableValue) {
+  if (kernel().n_tunables == 0) GTEST_SKIP() << GetParam() << " declares no tunable";
+  struct S {
+    int64_t b, hq, hkv, sq, sk, d, dv;
+  };
+  const S shapes[] = {{1, 1, 1, 1, 1, 64, 64},   {1, 1, 1, 7, 13, 59, 59},   {2, 4, 2, 33, 31, 17, 24},
+                      {1, 2, 1, 1, 150, 32, 32}, {1, 1, 1, 17, 150, 13, 13}, {2, 2, 1, 5, 0, 13, 13},
+                      {1, 1, 1, 40, 9, 16, 16}};
+  int ran = 0;
+  for (int32_t t = 0; t < kernel().n_tunables; ++t) {
+    const af_tunable& tu = kernel().tunables[t];
+    ASSERT_GE(tu.n_values, 1);
+    for (int32_t vi = 0; vi < tu.n_values; ++vi)
+      for (const S& sh : shapes)
+        for (const char* mask : kMasks) {
+          Problem p = with_mask(make_problem(sh.b, sh.hq, sh.hkv, sh.sq, sh.sk, sh.d, sh.dv), mask);
+          resolve_tunables(kernel(), p);
+          p.tunables[t] = tu.values[vi];
+          SCOPED_TRACE(describe(p) + " " + tunables_to_string(kernel(), p));
+          ran += run_and_check(p, static_cast<uint64_t>(sh.sq * 131 + sh.sk + vi));
+          if (HasFailure()) return;
+        }
+  }
+  EXPECT_GT(ran, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, CorrectKernel,
                          ::testing::ValuesIn(std::vector<std::string>(std::begin(kCorrectKernels),
                                                                       std::end(kCorrectKernels))),

@@ -141,9 +141,31 @@ const Planted kPlanted[] = {
     {"planted-combine-wrong-weight",
      "planted/split-kv",
      "split-kv",
-     "precision",
+     "split-kv",
      {1, 1, 1, 4, 40, 32, 32, "none"},
      {1, 1, 1, 4, 4, 32, 32, "none"}},
+    // Sk = 37: 8 splits of 5 keys, the last of 2 is never combined. Quiet: Sk = 40, 8 splits of exactly 5.
+    {"planted-combine-drops-last-split",
+     "planted/split-kv",
+     "split-kv",
+     "split-kv",
+     {1, 1, 1, 4, 37, 32, 32, "none"},
+     {1, 1, 1, 4, 40, 32, 32, "none"}},
+    // D = 59: columns 56..58 never enter a score. Quiet: D = 64 (D % 4 == 0).
+    {"planted-headdim-unroll4",
+     "planted/split-kv",
+     "split-kv",
+     "tail",
+     {1, 1, 1, 4, 40, 59, 59, "none"},
+     {1, 1, 1, 4, 40, 64, 64, "none"}},
+    // Sk = 40: the partial key tile 32..39 loses key 39 from P.V (row 7 sees it under causal-br).
+    // Quiet: Sk = 48 (no partial key tile).
+    {"planted-tail-tile-last-key",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "tail",
+     {1, 1, 1, 8, 40, 32, 32, "causal-br"},
+     {1, 1, 1, 8, 48, 32, 32, "causal-br"}},
 };
 
 // Loads both plug-ins into the process-wide registry once.

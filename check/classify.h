@@ -26,6 +26,9 @@ struct ClassifyOptions {
   bool schedule = true;  // barrier-race: cpu thread orders / GPU bitwise reruns
   bool mask = true;  // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
   bool reorder = true;  // rescale: the row's max key first vs last
+  bool unwritten = true;  // unwritten: elements that keep the output poison under a second poison
+  bool empty_row = true;  // empty-row: rows with no key of positive weight not O = 0, LSE = -inf
+  bool lse = true;        // lse: O within bound, LSE beyond (relation: factor, offset, sign, row max)
   // cpu backend: the schedule detector tries forward, reverse and shuffle with these seeds (the order the
   // check ran with is skipped).
   std::vector<uint64_t> shuffle_seeds = {11, 12};
@@ -48,7 +51,8 @@ struct ClassifyOptions {
 };
 
 // Classes in the order they win when several detectors fire (check/README.md explains why):
-// oob-write > oob-read > barrier-race > mask > rescale > mask (model fit) > non-finite > precision.
+// oob-write > unwritten > oob-read > barrier-race > mask > empty-row > lse > rescale > non-finite >
+// precision > wrong (the mask-model fit runs after the reorder detector).
 const std::vector<FailureClass>& class_precedence();
 
 // What classification cost and decided.

@@ -120,17 +120,115 @@ TEST(Classify, MaskedNaNReachingTheOutputIsMask) {
   EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
 }
 
-TEST(Classify, FullyMaskedRowNotZeroIsMask) {
+TEST(Classify, FullyMaskedRowNotZeroIsEmptyRow) {
   const Outcome o = run("det-masked-row-nan", make(9, 4, 16, "causal-br"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_EQ(o.stats.decided_by, "empty-row");
+  EXPECT_NE(o.evidence.find("5 of 5 empty (b, h, row)s (no key of positive weight: no visible key under mask"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_NE(o.evidence.find("5 x O NaN (0 / 0"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("rows: 5 failing (b, h, row)s: 5 empty row(s)"), std::string::npos) << o.evidence;
+}
+
+// Issue 11: an empty row in a case without a mask (Sk = 0) is empty-row, never mask, and no evidence
+// speaks of a fully masked row next to visible keys.
+TEST(Classify, EmptyRowWithoutMaskIsNeverMask) {
+  const Outcome o = run("det-masked-row-nan", make(3, 0, 16, "none"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_NE(o.evidence.find("Sk = 0"), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("\nmask: "), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("fully masked"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, EmptyRowWithAFiniteLseSaysWhatWasWritten) {
+  const Outcome o = run("planted-masked-score-finite", make(9, 4, 16, "causal-br"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_NE(o.evidence.find("O = 0 but LSE not -inf"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("finite stand-in for -inf"), std::string::npos) << o.evidence;
+  // The non-finite evidence names the LSE, not an O element that matches.
+  EXPECT_NE(o.evidence.find("non-finite: 5 (b, h, row)s"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("; LSE[b=0,h=0,s=0]: expected -inf got -1e+30 (O of this row within bound)"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_EQ(o.evidence.find("O[b=0,s=0,h=0,d=0]: expected 0 got 0"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, UnwrittenElementsKeepTwoPoisons) {
+  const Outcome o = run("planted-last-q-tile-unstored", make(20, 16, 32, "none"));
+  EXPECT_CLASS(o, "unwritten");
+  EXPECT_EQ(o.stats.decided_by, "unwritten");
+  EXPECT_NE(o.evidence.find("128 O element(s) and 4 LSE element(s) keep the pre-launch poison under both "
+                            "0x7fbeefed (nan) and 0xc4d1a5e7 (-1677.18): never written"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_NE(o.evidence.find("last partial 16-row tile (Sq % 16 = 4)"), std::string::npos) << o.evidence;
+  // The same kernel on a whole number of tiles writes everything.
+  EXPECT_EQ(run("planted-last-q-tile-unstored", make(32, 16, 32, "none")).r.verdict, Verdict::kPass);
+}
+
+TEST(Classify, LseWithoutTheRowMaxIsLseWithTheRelation) {
+  const Outcome o = run("planted-lse-no-max", make(8, 40, 32, "causal-br"));
+  EXPECT_CLASS(o, "lse");
+  EXPECT_NE(o.evidence.find("O within its bound everywhere; LSE beyond it"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("the row max is not added back"), std::string::npos) << o.evidence;
+  EXPECT_EQ(run("planted-lse-no-max", make(8, 40, 32, "causal-br", "uniform:0.0001")).r.verdict, Verdict::kPass);
+}
+
+// Issue 11: a mask alignment bug that leaves rows without keys they must see (O = 0, LSE = -inf where the
+// exact values are finite) is mask, not non-finite, whichever of Sq and Sk is larger.
+TEST(Classify, RowsWrittenEmptyByAMaskBugAreMask) {
+  const Outcome sk_larger = run("det-br-sign-flip", make(4, 9, 16, "causal-br"));
+  EXPECT_CLASS(sk_larger, "mask");
+  EXPECT_NE(sk_larger.evidence.find("that must see keys were written as empty rows"), std::string::npos)
+      << sk_larger.evidence;
+  const Outcome sq_larger = run("det-always-br", make(9, 4, 16, "causal-tl"));
+  EXPECT_CLASS(sq_larger, "mask");
+  EXPECT_NE(sq_larger.evidence.find("that must see keys were written as empty rows"), std::string::npos)
+      << sq_larger.evidence;
+}
+
+// Issue 11: "O matches the exact result under mask X" is never said, nor decides, on NaN = NaN.
+TEST(Classify, NaNAgreementIsNotAMaskMatch) {
+  Case c = make(1, 3, 8, "causal-tl", "uniform:1", "nan@k:at=1,0");
+  SpecialValue sv;
+  ASSERT_EQ(parse_special("nan@k:at=2,0", sv), "");
+  c.values.specials.push_back(sv);
+  const Outcome o = run("det-ignore-mask", c);
   EXPECT_CLASS(o, "mask");
-  EXPECT_NE(o.evidence.find("fully masked rows are wrong"), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("O matches the exact result"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("agree only as NaN = NaN: not a match"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, FarBeyondTheBoundWithNoSignatureIsWrong) {
+  const Outcome o = run("det-far-off", make(5, 19, 16, "causal-br"));
+  EXPECT_CLASS(o, "wrong");
+  EXPECT_EQ(o.stats.decided_by, "wrong");
+  EXPECT_GT(o.r.max_ratio, detect::kPrecisionLimit);
+  EXPECT_NE(o.evidence.find("far beyond the bound"), std::string::npos) << o.evidence;
+}
+
+// Issue 11: a barrier race is not oob-read. The check runs after a launch of another case, so the racy
+// kernel's first reads see another launch's shared memory; the poison swap must prove determinism first.
+TEST(Classify, BarrierRaceIsNotOobReadAfterAnotherLaunch) {
+  const KernelEntry& k = kernel("det-no-barrier");
+  RunOptions ro;
+  for (int64_t other_sk : {5, 33}) {
+    PreparedCase other(make(2, other_sk, 16, "none", "uniform:3", "", 9));
+    check_case(device(ThreadOrder::kReverse), k, other, ro);
+    const Outcome o = run("det-no-barrier", make(4, 20, 16, "none"), ThreadOrder::kReverse);
+    EXPECT_CLASS(o, "barrier-race");
+    EXPECT_NE(o.stats.decided_by, "poison-swap") << o.evidence;
+  }
 }
 
 TEST(Classify, PoisonSwapFindsAnOutOfBoundsRead) {
   const Outcome o = run("det-read-past-end", make(4, 9, 16, "none"));
   EXPECT_CLASS(o, "oob-read");
   EXPECT_EQ(o.stats.decided_by, "poison-swap");
-  EXPECT_EQ(o.stats.launches, 1);
+  EXPECT_EQ(o.stats.launches, 2);  // a rerun under the same poison (determinism), then the swap
+  EXPECT_NE(o.evidence.find("deterministic under one poison"), std::string::npos) << o.evidence;
 }
 
 TEST(Classify, CanariesFindAnOutOfBoundsWriteAndNothingElseRuns) {
@@ -159,6 +257,7 @@ TEST(Classify, PrecisionWhenNoSignatureApplies) {
   const Outcome o = run("det-sloppy", make(5, 19, 16, "causal-br"));
   EXPECT_CLASS(o, "precision");
   EXPECT_TRUE(o.has("precision")) << o.evidence;
+  EXPECT_LE(o.r.max_ratio, detect::kPrecisionLimit);
   EXPECT_TRUE(o.has("poison-swap") && o.has("schedule") && o.has("reorder")) << o.evidence;
 }
 
@@ -182,7 +281,8 @@ TEST(Classify, TsanMissingBinaryIsEvidenceNotAnError) {
 TEST(Classify, PrecedenceIsDocumentedOrder) {
   std::string names;
   for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
-  EXPECT_EQ(names, "oob-write oob-read barrier-race mask rescale non-finite precision ");
+  EXPECT_EQ(names,
+            "oob-write unwritten oob-read barrier-race mask empty-row lse rescale non-finite precision wrong ");
 }
 
 // ---- report parsers ----

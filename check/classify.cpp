@@ -71,7 +71,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   run("rows", detect::row_kinds);  // evidence only: every kind of wrong row with counts
   if (co.unwritten) run("unwritten", detect::unwritten);
   if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
-  if (!decided && co.poison && !unreliable) unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
+  if (!decided && co.poison && !unreliable)
+    unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
   if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
   if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)

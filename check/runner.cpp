@@ -134,7 +134,8 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   }
   if (lo.unwritten)
     r.evidence.push_back({"poison", std::to_string(lo.unwritten) +
-                                        " output element(s) still hold the pre-launch poison " + hex32(opts.output_poison) +
+                                        " output element(s) still hold the pre-launch poison " +
+                                        hex32(opts.output_poison) +
                                         " (the unwritten detector relaunches with a second poison)"});
   const auto t0 = std::chrono::steady_clock::now();
   const OracleResult& exact = pc.oracle(opts.oracle);

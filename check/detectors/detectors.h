@@ -77,7 +77,8 @@ struct RowFailure {
   bool o_nonfinite = false;  // some O element a NaN/Inf mismatch
   bool lse_bad = false;      // LSE beyond its bound
   bool lse_nonfinite = false;
-  bool written_empty = false;  // the kernel wrote the empty-row result (O = 0 for every d, LSE = -inf or absent)
+  bool written_empty =
+      false;  // the kernel wrote the empty-row result (O = 0 for every d, LSE = -inf or absent)
 };
 std::vector<RowFailure> row_failures(const Context& c);
 // One line counting every kind of wrong row ("2 empty row(s) not O = 0 / LSE = -inf, 5 row(s) with keys
@@ -96,8 +97,8 @@ std::string case_file(Context& c);
 struct VariantMatch {
   int64_t real = 0, nan_pairs = 0;
 };
-VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Problem& v, const OracleResult& exv,
-                           const LaunchOutcome& out);
+VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Problem& v,
+                           const OracleResult& exv, const LaunchOutcome& out);
 
 // ---- detectors, in precedence order ----
 Finding reruns(Context& c);             // reruns.cpp: bitwise reruns with the same settings

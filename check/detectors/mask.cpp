@@ -1,5 +1,5 @@
-// mask.cpp - the mask detectors: rows with keys written empty, masked NaN reaching O, other-mask oracles, masked
-// K/V perturbation, zero-score model.
+// mask.cpp - the mask detectors: rows with keys written empty, masked NaN reaching O, other-mask oracles,
+// masked K/V perturbation, zero-score model.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -74,8 +74,8 @@ bool v_row_nonfinite(const Problem& p, const std::vector<float>& t, int64_t b, i
 
 }  // namespace
 
-VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Problem& v, const OracleResult& exv,
-                           const LaunchOutcome& out) {
+VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Problem& v,
+                           const OracleResult& exv, const LaunchOutcome& out) {
   VariantMatch m;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
@@ -89,7 +89,8 @@ VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Probl
         };
         for (int64_t d = 0; d < p.head_dim_v; ++d) {
           const size_t e = ex.o_at(b, s, h, d), ev = exv.o_at(b, s, h, d);
-          one(ex.o[e], exv.o[ev], ex.o_bound[e], exv.o_bound[ev], out.o[static_cast<size_t>(o_index(p, b, s, h, d))]);
+          one(ex.o[e], exv.o[ev], ex.o_bound[e], exv.o_bound[ev],
+              out.o[static_cast<size_t>(o_index(p, b, s, h, d))]);
         }
         if (!out.lse.empty()) {
           const size_t e = ex.lse_at(b, h, s), ev = exv.lse_at(b, h, s);

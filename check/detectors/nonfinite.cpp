@@ -73,20 +73,22 @@ Finding nonfinite(Context& c) {
     }
     std::string elem;
     if (d_bad >= 0) {
-      elem = o_name(r.b, r.s, r.h, d_bad) + ": expected " + num(ex.o[ex.o_at(r.b, r.s, r.h, d_bad)]) + " got " +
-             num(out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d_bad))]);
+      elem = o_name(r.b, r.s, r.h, d_bad) + ": expected " + num(ex.o[ex.o_at(r.b, r.s, r.h, d_bad)]) +
+             " got " + num(out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d_bad))]);
     } else {  // O of this row is fine: the mismatch is its LSE
       elem = fmt("LSE[b=%lld,h=%lld,s=%lld]: expected ", (long long)r.b, (long long)r.h, (long long)r.s) +
              num(ex.lse[ex.lse_at(r.b, r.h, r.s)]) + " got " +
              num(out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))]) + " (O of this row within bound)";
     }
-    const std::string keys = kr.empty() ? std::string("no visible key")
-                                        : fmt("keys [%lld, %lld) visible", (long long)kr.first, (long long)kr.last);
-    detail += "; " + elem + "; row " + kind_text(ex.row(r.b, r.h, r.s).kind) + ", " + keys +
-              fmt("; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows with NaN/Inf %lld; max "
-                  "visible |score| %s",
-                  q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad, (long long)masked_bad,
-                  num(max_abs).c_str());
+    const std::string keys = kr.empty()
+                                 ? std::string("no visible key")
+                                 : fmt("keys [%lld, %lld) visible", (long long)kr.first, (long long)kr.last);
+    detail +=
+        "; " + elem + "; row " + kind_text(ex.row(r.b, r.h, r.s).kind) + ", " + keys +
+        fmt("; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows with NaN/Inf %lld; max "
+            "visible |score| %s",
+            q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad, (long long)masked_bad,
+            num(max_abs).c_str());
     if (max_abs > 88.7) detail += " (extreme: exp(score) overflows fp32 past 88.7 without max subtraction)";
   }
   f.fired = true;
@@ -128,7 +130,8 @@ Finding precision(Context& c) {
   if (!(ratio <= kPrecisionLimit)) return f;  // far beyond the bound: wrong(), not precision
   f.fired = true;
   f.cls = FailureClass::kPrecision;
-  f.evidence.push_back({"precision", error_summary(c) + fmt("; close to right (max err/bound <= %g)", kPrecisionLimit) +
+  f.evidence.push_back({"precision", error_summary(c) +
+                                         fmt("; close to right (max err/bound <= %g)", kPrecisionLimit) +
                                          "; no other detector's signature applies"});
   return f;
 }
@@ -139,9 +142,10 @@ Finding wrong(Context& c) {
   if (!(ratio > kPrecisionLimit)) return f;
   f.fired = true;
   f.cls = FailureClass::kWrong;
-  f.evidence.push_back({"wrong", error_summary(c) + fmt("; far beyond the bound (max err/bound %s > %g, the "
-                                                        "precision limit)",
-                                                        num(ratio).c_str(), kPrecisionLimit) +
+  f.evidence.push_back({"wrong", error_summary(c) +
+                                     fmt("; far beyond the bound (max err/bound %s > %g, the "
+                                         "precision limit)",
+                                         num(ratio).c_str(), kPrecisionLimit) +
                                      "; no detector's signature applies (see the evidence above)"});
   return f;
 }

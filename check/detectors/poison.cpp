@@ -1,5 +1,6 @@
-// poison.cpp - the oob-read detector: a rerun shows the kernel deterministic under one poison, then a relaunch
-// with the guard zones' poison swapped (NaN <-> finite); changed output = a read outside the buffers.
+// poison.cpp - the oob-read detector: a rerun shows the kernel deterministic under one poison, then a
+// relaunch with the guard zones' poison swapped (NaN <-> finite); changed output = a read outside the
+// buffers.
 #include "check/detectors/detectors.h"
 
 namespace attnfuzz::detect {
@@ -13,18 +14,20 @@ Finding poison_swap(Context& c) {
   const LaunchOutcome again = c.launch(c.tensors());
   if (again.launch.status != LaunchStatus::kOk) {
     f.evidence.push_back({"poison-swap", std::string("the rerun under the same poison ended with ") +
-                                             launch_status_name(again.launch.status) + ": " + again.launch.message});
+                                             launch_status_name(again.launch.status) + ": " +
+                                             again.launch.message});
     return f;
   }
   const BitDiff same = bit_diff(c.problem(), c.original(), again);
   if (same.count != 0) {
     f.evidence.push_back(
-        {"poison-swap", fmt("not run: a rerun under the same guard poison already differs from the checked launch "
-                            "(%lld element(s), first ",
-                            (long long)same.count) +
-                            same.first() +
-                            "): the kernel is not deterministic, so a change under the other poison would not "
-                            "show a read of the guard zones; the schedule detectors decide"});
+        {"poison-swap",
+         fmt("not run: a rerun under the same guard poison already differs from the checked launch "
+             "(%lld element(s), first ",
+             (long long)same.count) +
+             same.first() +
+             "): the kernel is not deterministic, so a change under the other poison would not "
+             "show a read of the guard zones; the schedule detectors decide"});
     f.unreliable_baseline = true;
     return f;
   }

@@ -124,8 +124,9 @@ TEST(Classify, FullyMaskedRowNotZeroIsEmptyRow) {
   const Outcome o = run("det-masked-row-nan", make(9, 4, 16, "causal-br"));
   EXPECT_CLASS(o, "empty-row");
   EXPECT_EQ(o.stats.decided_by, "empty-row");
-  EXPECT_NE(o.evidence.find("5 of 5 empty (b, h, row)s (no key of positive weight: no visible key under mask"),
-            std::string::npos)
+  EXPECT_NE(
+      o.evidence.find("5 of 5 empty (b, h, row)s (no key of positive weight: no visible key under mask"),
+      std::string::npos)
       << o.evidence;
   EXPECT_NE(o.evidence.find("5 x O NaN (0 / 0"), std::string::npos) << o.evidence;
   EXPECT_NE(o.evidence.find("rows: 5 failing (b, h, row)s: 5 empty row(s)"), std::string::npos) << o.evidence;
@@ -172,7 +173,8 @@ TEST(Classify, LseWithoutTheRowMaxIsLseWithTheRelation) {
   EXPECT_CLASS(o, "lse");
   EXPECT_NE(o.evidence.find("O within its bound everywhere; LSE beyond it"), std::string::npos) << o.evidence;
   EXPECT_NE(o.evidence.find("the row max is not added back"), std::string::npos) << o.evidence;
-  EXPECT_EQ(run("planted-lse-no-max", make(8, 40, 32, "causal-br", "uniform:0.0001")).r.verdict, Verdict::kPass);
+  EXPECT_EQ(run("planted-lse-no-max", make(8, 40, 32, "causal-br", "uniform:0.0001")).r.verdict,
+            Verdict::kPass);
 }
 
 // Issue 11: a mask alignment bug that leaves rows without keys they must see (O = 0, LSE = -inf where the
@@ -281,8 +283,9 @@ TEST(Classify, TsanMissingBinaryIsEvidenceNotAnError) {
 TEST(Classify, PrecedenceIsDocumentedOrder) {
   std::string names;
   for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
-  EXPECT_EQ(names,
-            "oob-write unwritten oob-read barrier-race mask empty-row lse rescale non-finite precision wrong ");
+  EXPECT_EQ(
+      names,
+      "oob-write unwritten oob-read barrier-race mask empty-row lse rescale non-finite precision wrong ");
 }
 
 // ---- report parsers ----

@@ -25,7 +25,7 @@ enum class FlashBug {
   kMaskedScoreFinite,  // masked scores -1e30 instead of -inf: an empty row's LSE is finite
   kLseNoMax,           // LSE = log(l) without the row max added back
   kLastQTileUnstored,  // the last partial query tile is never stored
-  kScaleTwice,         // scores scaled twice (scale^2 q.k)
+  kGqaInterleaved,     // GQA: kv head h % Hkv (interleaved) instead of h / (Hq / Hkv) (grouped)
 };
 
 // The visible keys of row i as the planted kernel computes them (row_keys of kernels/common.h, except
@@ -65,7 +65,11 @@ __global__ void __launch_bounds__(NT)
   __shared__ int64_t row_first[BM], row_last[BM];
 
   const int t = threadIdx.x;
-  const int64_t i0 = (int64_t)blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, hk = kv_head_of(p, h);
+  const int64_t i0 = (int64_t)blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
+  // PLANTED: gqa-interleaved: the KV head of query head h is taken as h % Hkv (heads interleaved, as after
+  // repeat() instead of repeat_interleave()) instead of h / (Hq / Hkv). Same head for MHA (Hq = Hkv) and MQA
+  // (Hkv = 1); under GQA every query head whose group index differs reads another head's K and V.
+  const int64_t hk = kBug == FlashBug::kGqaInterleaved ? h % p.heads_kv : kv_head_of(p, h);
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int rows = (int)min64(BM, p.seq_q - i0);  // valid rows of this tile
 
@@ -122,9 +126,6 @@ __global__ void __launch_bounds__(NT)
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
         s = p.scale * dot;
-        // PLANTED: scale-twice: the scores are scaled twice (q pre-scaled by the caller's convention and the
-        // kernel's own scale): softmax at the wrong temperature. Exact only when scale = 1 (D = 1 by default).
-        if constexpr (kBug == FlashBug::kScaleTwice) s = p.scale * s;
       }
       s_tile[r][c] = s;
     }
@@ -257,7 +258,7 @@ const af_kernel kFlashBugs[] = {
                      "masked scores are -1e30 instead of -inf (empty rows get a finite LSE)"),
     AF_PLANTED_FLASH("planted-lse-no-max", kLseNoMax, "LSE written without the row max added back"),
     AF_PLANTED_FLASH("planted-last-q-tile-unstored", kLastQTileUnstored, "last partial query tile never stored"),
-    AF_PLANTED_FLASH("planted-scale-twice", kScaleTwice, "scores scaled twice (scale^2 q.k)"),
+    AF_PLANTED_FLASH("planted-gqa-interleaved", kGqaInterleaved, "GQA kv head h % Hkv instead of h / group"),
 };
 static_assert(sizeof(kFlashBugs) / sizeof(kFlashBugs[0]) == attnfuzz_planted::kFlashBugCount,
               "planted.h's count");

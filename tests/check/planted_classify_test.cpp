@@ -42,12 +42,12 @@ const std::map<std::string, std::string> kExpected = {
     {"planted-masked-row-nan", "empty-row"},
     {"planted-smem-reuse-race", "barrier-race"},
     {"planted-no-max-sub", "non-finite"},
-    {"planted-combine-wrong-weight", "precision"},
+    {"planted-combine-wrong-weight", "wrong"},
     // issue 11's classes
     {"planted-masked-score-finite", "empty-row"},
     {"planted-lse-no-max", "lse"},
     {"planted-last-q-tile-unstored", "unwritten"},
-    {"planted-scale-twice", "wrong"},
+    {"planted-gqa-interleaved", "wrong"},
 };
 
 int64_t work(const Problem& p) {

@@ -203,6 +203,17 @@ TEST(Classify, NaNAgreementIsNotAMaskMatch) {
   EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
 }
 
+// Issue 11: a missing rescale on large-magnitude inputs is rescale, not precision. The worst row has keys
+// of score -inf (weight 0); the reorder detector used to give up on them ("non-finite scores").
+TEST(Classify, MissingRescaleWithLargeScoresAndMinusInfKeysIsRescale) {
+  const Outcome o = run("planted-no-sum-rescale", make(17, 40, 16, "none", "uniform:30", "-inf@k:visible*2"));
+  EXPECT_CLASS(o, "rescale");
+  EXPECT_EQ(o.stats.decided_by, "reorder");
+  EXPECT_LE(o.r.max_ratio, detect::kPrecisionLimit);  // it would have been called precision
+  const Outcome big = run("planted-no-acc-rescale", make(17, 40, 16, "causal-br", "extreme:100", "inf@k:masked"));
+  EXPECT_CLASS(big, "rescale");
+}
+
 TEST(Classify, FarBeyondTheBoundWithNoSignatureIsWrong) {
   const Outcome o = run("det-far-off", make(5, 19, 16, "causal-br"));
   EXPECT_CLASS(o, "wrong");

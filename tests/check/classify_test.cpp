@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -44,6 +45,22 @@ Device& device(ThreadOrder order = ThreadOrder::kForward) {
     o.order = order;
     o.order_seed = 7;
     o.workers = 1;
+    d = open_device("cpu", o);
+  }
+  return *d;
+}
+
+// In-process launches (no fork per launch), one worker thread: how a campaign worker runs (attn-fuzz's
+// --isolate auto), where launches of different cases follow each other in one process.
+Device& inproc_device(ThreadOrder order) {
+  static std::map<ThreadOrder, std::unique_ptr<Device>> devs;
+  auto& d = devs[order];
+  if (!d) {
+    DeviceOptions o;
+    o.order = order;
+    o.order_seed = 7;
+    o.workers = 1;
+    o.isolate = false;
     d = open_device("cpu", o);
   }
   return *d;
@@ -214,6 +231,61 @@ TEST(Classify, MissingRescaleWithLargeScoresAndMinusInfKeysIsRescale) {
   EXPECT_CLASS(big, "rescale");
 }
 
+// Issue 11: classification is deterministic: replaying a case gives the recorded verdict and class,
+// whatever ran before it in the process (a campaign worker runs thousands of cases) and however many
+// emulator worker threads run the blocks (campaign workers use 1, attn-check all cores).
+TEST(Classify, DeterministicWhateverRanBeforeAndWorkerCount) {
+  load();
+  struct Run {
+    unsigned workers;
+    int64_t before_sk;  // a launch of another case first (0 = none)
+  };
+  for (const char* name : {"planted-no-score-barrier", "planted-smem-reuse-race", "planted-tail-k-oob-read"})
+    for (const Case& c : {make(4, 20, 64, "none"), make(37, 33, 16, "causal-br", "uniform:2", "", 5)}) {
+      std::string first;
+      for (const Run& run : {Run{1, 0}, Run{1, 7}, Run{1, 50}, Run{2, 0}, Run{3, 9}}) {
+        DeviceOptions o;
+        o.order = ThreadOrder::kShuffle;
+        o.order_seed = 7;
+        o.workers = run.workers;
+        o.isolate = false;  // as in a campaign worker
+        auto dev = open_device("cpu", o);
+        RunOptions ro;
+        if (run.before_sk) {
+          PreparedCase other(make(16, run.before_sk, 64, "none", "uniform:5", "", 99));
+          check_case(*dev, kernel(name), other, ro);
+        }
+        PreparedCase pc(c);
+        Judged j = check_case(*dev, kernel(name), pc, ro);
+        classify_failure(*dev, kernel(name), pc, ro, j);
+        const std::string got = std::string(verdict_name(j.result.verdict)) + " " +
+                                failure_class_name(j.result.failure) + " " + std::to_string(j.result.failed);
+        if (first.empty()) first = got;
+        EXPECT_EQ(got, first) << name << " " << describe(c) << " workers " << run.workers << " after Sk="
+                              << run.before_sk;
+      }
+    }
+}
+
+// The root of the nondeterminism: __shared__ is thread_local on the emulator, and with one worker the
+// blocks ran on the calling thread, so a racy kernel's first reads saw what the previous launch (another
+// case) left there. Each launch now runs on a fresh thread: the same case gives the same bits whatever
+// ran before.
+TEST(Classify, ALaunchDoesNotSeeEarlierLaunchesSharedMemory) {
+  const KernelEntry& k = kernel("det-no-barrier");
+  RunOptions ro;
+  std::vector<float> first;
+  for (int64_t before_sk : {3, 20, 64}) {
+    PreparedCase other(make(2, before_sk, 16, "none", "uniform:7", "", 3));
+    check_case(inproc_device(ThreadOrder::kReverse), k, other, ro);
+    PreparedCase pc(make(4, 20, 16, "none"));
+    const Judged j = check_case(inproc_device(ThreadOrder::kReverse), k, pc, ro);
+    if (first.empty()) first = j.outcome.o;
+    ASSERT_EQ(j.outcome.o.size(), first.size());
+    EXPECT_EQ(std::memcmp(j.outcome.o.data(), first.data(), first.size() * 4), 0) << "after Sk=" << before_sk;
+  }
+}
+
 TEST(Classify, FarBeyondTheBoundWithNoSignatureIsWrong) {
   const Outcome o = run("det-far-off", make(5, 19, 16, "causal-br"));
   EXPECT_CLASS(o, "wrong");
@@ -229,10 +301,16 @@ TEST(Classify, BarrierRaceIsNotOobReadAfterAnotherLaunch) {
   RunOptions ro;
   for (int64_t other_sk : {5, 33}) {
     PreparedCase other(make(2, other_sk, 16, "none", "uniform:3", "", 9));
-    check_case(device(ThreadOrder::kReverse), k, other, ro);
-    const Outcome o = run("det-no-barrier", make(4, 20, 16, "none"), ThreadOrder::kReverse);
-    EXPECT_CLASS(o, "barrier-race");
-    EXPECT_NE(o.stats.decided_by, "poison-swap") << o.evidence;
+    Device& dev = inproc_device(ThreadOrder::kReverse);
+    check_case(dev, k, other, ro);
+    PreparedCase pc(make(4, 20, 16, "none"));
+    Judged j = check_case(dev, k, pc, ro);
+    const ClassifyStats st = classify_failure(dev, k, pc, ro, j);
+    std::string ev;
+    for (const Evidence& e : j.result.evidence) ev += "\n" + e.detector + ": " + e.detail;
+    EXPECT_EQ(j.result.verdict, Verdict::kFail) << ev;
+    EXPECT_STREQ(failure_class_name(j.result.failure), "barrier-race") << ev;
+    EXPECT_NE(st.decided_by, "poison-swap") << ev;
   }
 }
 
@@ -331,10 +409,10 @@ TEST(TsanParser, NamesTheSharedVariableFromTheSource) {
       "WARNING: ThreadSanitizer: data race (pid=1)\n  Read of size 4 at 0x1 by main thread:\n"
       "    #0 f " +
       src +
-      ":61 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
+      ":71 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
       "    #0 f " +
       src +
-      ":57 (x+0x2)\n  Location is TLS of main thread.\n"
+      ":67 (x+0x2)\n  Location is TLS of main thread.\n"
       "SUMMARY: ThreadSanitizer: data race\n";
   const auto races = parse_tsan_report(text);
   ASSERT_EQ(races.size(), 1u);

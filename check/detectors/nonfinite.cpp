@@ -44,6 +44,12 @@ Finding nonfinite(Context& c) {
     const int64_t hk = kv_head(p, r.h);
     // The mismatching tensor: the first O element whose finiteness differs, else the LSE.
     int64_t d_bad = -1;
+    bool o_fails = false;
+    for (int64_t d = 0; d < p.head_dim_v; ++d)
+      o_fails |= judge_element(ex.o[ex.o_at(r.b, r.s, r.h, d)],
+                               out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))],
+                               ex.o_bound[ex.o_at(r.b, r.s, r.h, d)])
+                     .fail;
     for (int64_t d = 0; d < p.head_dim_v; ++d) {
       const double e = ex.o[ex.o_at(r.b, r.s, r.h, d)],
                    g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
@@ -78,7 +84,8 @@ Finding nonfinite(Context& c) {
     } else {  // O of this row is fine: the mismatch is its LSE
       elem = fmt("LSE[b=%lld,h=%lld,s=%lld]: expected ", (long long)r.b, (long long)r.h, (long long)r.s) +
              num(ex.lse[ex.lse_at(r.b, r.h, r.s)]) + " got " +
-             num(out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))]) + " (O of this row within bound)";
+             num(out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))]) +
+             (o_fails ? " (O of this row finite, but beyond its bound)" : " (O of this row within bound)");
     }
     const std::string keys = kr.empty()
                                  ? std::string("no visible key")

@@ -286,6 +286,23 @@ TEST(Classify, ALaunchDoesNotSeeEarlierLaunchesSharedMemory) {
   }
 }
 
+// Issue 11: the evidence lists every kind of wrong row with counts, not only the first finding. Bottom-right
+// taken as top-left with Sq > Sk: the 6 empty rows see keys, and the 6 rows with keys see the wrong ones.
+TEST(Classify, EvidenceCountsEveryKindOfWrongRow) {
+  const Outcome o = run("planted-causal-top-left", make(13, 7, 16, "causal-br"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("rows: 12 failing (b, h, row)s: 6 empty row(s) (no key of positive weight) not O = 0 / "
+                            "LSE = -inf, 6 row(s) with keys and finite O beyond the bound"),
+            std::string::npos)
+      << o.evidence;
+  // The non-finite evidence names the LSE of an empty row and says that its O is wrong too.
+  EXPECT_NE(o.evidence.find("LSE[b=0,h=0,s=0]: expected -inf got "), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("(O of this row finite, but beyond its bound); row empty (exact O = 0, LSE = -inf), no "
+                            "visible key"),
+            std::string::npos)
+      << o.evidence;
+}
+
 TEST(Classify, FarBeyondTheBoundWithNoSignatureIsWrong) {
   const Outcome o = run("det-far-off", make(5, 19, 16, "causal-br"));
   EXPECT_CLASS(o, "wrong");

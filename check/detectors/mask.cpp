@@ -184,14 +184,18 @@ Finding mask(Context& c) {
       continue;
     }
     const CheckResult r = judge(v, exv, out);
-    if (r.verdict != Verdict::kPass) continue;
+    // Rows outside the fp32 contract are not judged under either mask; the rest must all pass.
+    if (r.verdict != Verdict::kPass && r.verdict != Verdict::kOutsideContract) continue;
     // A match only counts where it is one: the elements that fail under the asked mask must match the
     // variant with values, not NaN = NaN (a NaN row under both says nothing about the mask).
     const VariantMatch vm = variant_match(p, ex, v, exv, out);
     if (vm.real == 0) {
-      f.evidence.push_back({"mask", fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not "
-                                        "a match",
-                                        mask_to_string(v).c_str(), (long long)vm.nan_pairs)});
+      f.evidence.push_back(
+          {"mask", vm.nan_pairs ? fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not a match",
+                                      mask_to_string(v).c_str(), (long long)vm.nan_pairs)
+                                : "mask " + mask_to_string(v) +
+                                      ": passes only because the failing elements are not judged under it "
+                                      "(outside the fp32 contract there): not a match"});
       continue;
     }
     fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " +

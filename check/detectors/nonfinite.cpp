@@ -119,6 +119,13 @@ std::string error_summary(Context& c) {
           num(r.max_ratio).c_str(), num(r.baseline_max_ratio).c_str(), (long long)r.failed,
           (long long)r.compared) +
       ranges(qrows) + fmt(" of Sq=%lld", (long long)c.problem().seq_q);
+  std::vector<int64_t> heads;
+  for (const RowKey& k : rows) heads.push_back(k.h);
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  if (c.problem().heads_q > 1)
+    detail += ", query heads h = " + ranges(heads) +
+              fmt(" of Hq=%lld (Hkv=%lld)", (long long)c.problem().heads_q, (long long)c.problem().heads_kv);
   int64_t b, h, s;
   if (worst_row(r, b, h, s)) {
     detail +=

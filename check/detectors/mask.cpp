@@ -147,7 +147,21 @@ Finding mask(Context& c) {
     std::string example;
     for (const RowKey& r : failing_rows(c, true)) {
       const RowInfo& ri = ex.row(r.b, r.h, r.s);
-      if (ri.kind == RowKind::kNaN) continue;  // the oracle itself is NaN here: not a masked leak
+      // Only rows with keys whose output holds a NaN/Inf the exact row has not: an empty row's mismatch
+      // (e.g. a finite LSE where -inf is exact, or 0 / 0) is the empty-row detector's, and a NaN row is NaN.
+      if (ri.kind != RowKind::kNormal) continue;
+      bool got_nonfinite = false;
+      for (int64_t d = 0; d < p.head_dim_v; ++d) {
+        const size_t e = ex.o_at(r.b, r.s, r.h, d);
+        const float g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
+        got_nonfinite |= std::isfinite(ex.o[e]) && !std::isfinite(g);
+      }
+      if (!out.lse.empty()) {
+        const size_t e = ex.lse_at(r.b, r.h, r.s);
+        const float g = out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))];
+        got_nonfinite |= std::isfinite(ex.lse[e]) && !std::isfinite(g);
+      }
+      if (!got_nonfinite) continue;
       const int64_t hk = kv_head(p, r.h);
       if (row_has_nonfinite(p, t.q, r.b, r.s, r.h, p.head_dim, true)) continue;
       const KeyRange kr = visible_keys(p, r.s);

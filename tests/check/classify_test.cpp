@@ -172,6 +172,14 @@ TEST(Classify, EmptyRowWithAFiniteLseSaysWhatWasWritten) {
   EXPECT_EQ(o.evidence.find("O[b=0,s=0,h=0,d=0]: expected 0 got 0"), std::string::npos) << o.evidence;
 }
 
+// Found by a campaign: NaN keys at masked positions and an empty row with a finite LSE were called mask
+// ("a NaN/Inf at masked positions reaches the output") although no NaN reached the output.
+TEST(Classify, EmptyRowWithMaskedNaNKeysIsStillEmptyRow) {
+  const Outcome o = run("planted-masked-score-finite", make(9, 4, 16, "causal-br", "uniform:1", "nan@k:masked*3"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_EQ(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
+}
+
 TEST(Classify, UnwrittenElementsKeepTwoPoisons) {
   const Outcome o = run("planted-last-q-tile-unstored", make(20, 16, 32, "none"));
   EXPECT_CLASS(o, "unwritten");

@@ -1,5 +1,5 @@
-// classify.h - refines a failed check's class with detectors (poison swap, thread orders, reruns, masks, key
-// order, sanitizers) and adds their evidence.
+// classify.h - refines a failed check's class with detectors (second output poison, poison swap, thread orders,
+// reruns, masks, empty rows, LSE relation, key order, sanitizers, error/bound limit) and adds their evidence.
 //
 // check_case() names a first class from what it saw directly: crash / hang / launch-error from the
 // launch, oob-write from the canaries, non-finite or precision from the comparison. classify_failure()
@@ -24,7 +24,7 @@ struct ClassifyOptions {
   // Detector switches (all on by default).
   bool poison = true;    // oob-read: guard poison NaN <-> finite
   bool schedule = true;  // barrier-race: cpu thread orders / GPU bitwise reruns
-  bool mask = true;  // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
+  bool mask = true;  // mask: rows written empty, masked NaN, shifted / other-alignment oracles, perturbation
   bool reorder = true;  // rescale: the row's max key first vs last
   bool unwritten = true;  // unwritten: elements that keep the output poison under a second poison
   bool empty_row = true;  // empty-row: rows with no key of positive weight not O = 0, LSE = -inf

@@ -22,6 +22,7 @@ struct Context {
   const ClassifyOptions& co;
   ClassifyStats& stats;
   std::string case_file;  // written on first use by subprocess detectors
+  bool deterministic = false;  // bitwise reruns already matched the checked launch (reruns detector)
 
   const Problem& problem() const { return pc.problem(); }
   const Tensors& tensors() const { return pc.tensors(); }

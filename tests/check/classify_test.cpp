@@ -347,6 +347,15 @@ TEST(Classify, PoisonSwapFindsAnOutOfBoundsRead) {
   EXPECT_NE(o.evidence.find("deterministic under one poison"), std::string::npos) << o.evidence;
 }
 
+TEST(Classify, PoisonSwapReusesIdenticalReruns) {
+  ClassifyOptions co;
+  co.cpu_reruns = 2;  // as on a GPU: bitwise reruns first; then the swap needs no determinism rerun of its own
+  const Outcome o = run("det-read-past-end", make(4, 9, 16, "none"), ThreadOrder::kForward, co);
+  EXPECT_CLASS(o, "oob-read");
+  EXPECT_EQ(o.stats.launches, 3);
+  EXPECT_NE(o.evidence.find("2 bitwise reruns are identical"), std::string::npos) << o.evidence;
+}
+
 TEST(Classify, CanariesFindAnOutOfBoundsWriteAndNothingElseRuns) {
   const Outcome o = run("det-write-past-end", make(3, 5, 16, "none"));
   EXPECT_CLASS(o, "oob-write");

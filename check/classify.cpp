@@ -9,10 +9,22 @@
 namespace attnfuzz {
 
 const std::vector<FailureClass>& class_precedence() {
+  // One line per class (check/README.md "Precedence" says why this order).
   static const std::vector<FailureClass> order = {
-      FailureClass::kOobWrite, FailureClass::kOobRead,   FailureClass::kBarrierRace, FailureClass::kMask,
-      FailureClass::kSplitKv,  FailureClass::kTail,  // split / padding experiments (check/README.md)
-      FailureClass::kRescale,  FailureClass::kNonFinite, FailureClass::kPrecision};
+      FailureClass::kOobWrite,     //
+      FailureClass::kUnwritten,    //
+      FailureClass::kOobRead,      //
+      FailureClass::kBarrierRace,  //
+      FailureClass::kMask,         //
+      FailureClass::kEmptyRow,     //
+      FailureClass::kLse,          //
+      FailureClass::kSplitKv,      // split / padding experiments (check/README.md)
+      FailureClass::kTail,         //
+      FailureClass::kRescale,      //
+      FailureClass::kNonFinite,    //
+      FailureClass::kPrecision,    //
+      FailureClass::kWrong,        //
+  };
   return order;
 }
 
@@ -57,19 +69,26 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   };
   const bool cpu = dev.backend() == Backend::kCpu;
   bool unreliable = false;
+  // Detectors in run order, one line each; the first that fires decides unless a later one ranks higher.
+  run("rows", detect::row_kinds);  // evidence only: every kind of wrong row with counts
+  if (co.unwritten) run("unwritten", detect::unwritten);
   if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
-  if (!decided && co.poison && !unreliable) run("poison-swap", detect::poison_swap);
+  if (!decided && co.poison && !unreliable)
+    unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
   if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
   if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)
     run("compute-sanitizer", detect::compute_sanitizer);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
+  if (!decided && co.empty_row) run("empty-row", detect::empty_row);
+  if (!decided && co.lse) run("lse", detect::lse);
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
   if (!decided && co.tail && !unreliable) run("tail", detect::tail);
   if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   if (r.failure == FailureClass::kNonFinite) run("non-finite", detect::nonfinite);  // evidence in every case
   if (!decided) run("precision", detect::precision);
+  if (!decided) run("wrong", detect::wrong);
   r.failure = cls;
   stats.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.evidence.push_back({"classify", std::string(failure_class_name(cls)) + " by " + stats.decided_by + " (" +

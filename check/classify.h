@@ -1,5 +1,5 @@
-// classify.h - refines a failed check's class with detectors (poison swap, thread orders, reruns, masks, key
-// order, sanitizers) and adds their evidence.
+// classify.h - refines a failed check's class with detectors (second output poison, poison swap, thread orders,
+// reruns, masks, empty rows, LSE relation, key order, sanitizers, error/bound limit) and adds their evidence.
 //
 // check_case() names a first class from what it saw directly: crash / hang / launch-error from the
 // launch, oob-write from the canaries, non-finite or precision from the comparison. classify_failure()
@@ -24,10 +24,13 @@ struct ClassifyOptions {
   // Detector switches (all on by default).
   bool poison = true;    // oob-read: guard poison NaN <-> finite
   bool schedule = true;  // barrier-race: cpu thread orders / GPU bitwise reruns
-  bool mask = true;  // mask: fully masked rows, masked NaN, shifted / other-alignment oracles, perturbation
+  bool mask = true;  // mask: rows written empty, masked NaN, shifted / other-alignment oracles, perturbation
   bool split_kv = true;  // split-kv: the failing case at every KV split count the kernel declares
-  bool tail = true;     // tail: the case padded (D/Dv, query rows, invisible keys) with its exact result kept
+  bool tail = true;      // tail: the case padded (D/Dv, query rows, invisible keys) with its exact result kept
   bool reorder = true;  // rescale: the row's max key first vs last
+  bool unwritten = true;  // unwritten: elements that keep the output poison under a second poison
+  bool empty_row = true;  // empty-row: rows with no key of positive weight not O = 0, LSE = -inf
+  bool lse = true;        // lse: O within bound, LSE beyond (relation: factor, offset, sign, row max)
   // cpu backend: the schedule detector tries forward, reverse and shuffle with these seeds (the order the
   // check ran with is skipped).
   std::vector<uint64_t> shuffle_seeds = {11, 12};
@@ -50,8 +53,8 @@ struct ClassifyOptions {
 };
 
 // Classes in the order they win when several detectors fire (check/README.md explains why):
-// oob-write > oob-read > barrier-race > mask > split-kv > tail > rescale > mask (model fit) > non-finite >
-// precision.
+// oob-write > unwritten > oob-read > barrier-race > mask > empty-row > lse > split-kv > tail > rescale >
+// non-finite > precision > wrong (the mask-model fit runs after the reorder detector).
 const std::vector<FailureClass>& class_precedence();
 
 // What classification cost and decided.

@@ -20,12 +20,12 @@ const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
 
 namespace {
 
-int64_t count_poison(const std::vector<float>& v) {
+int64_t count_poison(const std::vector<float>& v, uint32_t poison) {
   int64_t n = 0;
   for (float x : v) {
     uint32_t u;
     std::memcpy(&u, &x, 4);
-    n += u == kOutputPoison;
+    n += u == poison;
   }
   return n;
 }
@@ -56,9 +56,9 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   q.upload(t.q.data());
   kb.upload(t.k.data());
   v.upload(t.v.data());
-  o.fill_payload(kOutputPoison);
-  if (lse) lse->fill_payload(kOutputPoison);
-  if (ws) ws->fill_payload(kOutputPoison);
+  o.fill_payload(opts.output_poison);
+  if (lse) lse->fill_payload(opts.output_poison);
+  if (ws) ws->fill_payload(opts.output_poison);
   af_buffers b{};
   b.q = q.data();
   b.k = kb.data();
@@ -80,7 +80,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     out.canary_words += gb->changed_words();
     out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
   }
-  out.unwritten = count_poison(out.o) + count_poison(out.lse);
+  out.unwritten = count_poison(out.o, opts.output_poison) + count_poison(out.lse, opts.output_poison);
   return out;
 }
 
@@ -134,7 +134,9 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   }
   if (lo.unwritten)
     r.evidence.push_back({"poison", std::to_string(lo.unwritten) +
-                                        " output element(s) still hold the pre-launch poison: never written"});
+                                        " output element(s) still hold the pre-launch poison " +
+                                        hex32(opts.output_poison) +
+                                        " (the unwritten detector relaunches with a second poison)"});
   const auto t0 = std::chrono::steady_clock::now();
   const OracleResult& exact = pc.oracle(opts.oracle);
   r.oracle_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -16,9 +16,14 @@
 
 namespace attnfuzz {
 
+// A second, finite output poison (-1677.18f): the unwritten detector relaunches with it (an element that
+// keeps kOutputPoison and then this one was never written).
+constexpr uint32_t kOutputPoisonAlt = 0xc4d1a5e7u;
+
 struct RunOptions {
   size_t guard_bytes = 64 * 1024;     // each side of every buffer: a tail tile reading past the end lands here
   uint32_t guard_poison = kGuardPoison;
+  uint32_t output_poison = kOutputPoison;  // written into O / LSE / workspace before the launch
   size_t worst = 8;                   // worst elements kept in the result
   OracleOptions oracle;
 };
@@ -44,7 +49,7 @@ struct LaunchOutcome {
   std::vector<float> o, lse;          // downloaded outputs (lse empty if the kernel does not write it)
   std::vector<CanaryHit> canaries;    // changed guard words (first few per buffer)
   size_t canary_words = 0;            // total changed guard words
-  int64_t unwritten = 0;              // output elements still holding the pre-launch poison
+  int64_t unwritten = 0;              // output elements still holding the pre-launch poison (output_poison)
 };
 
 // Allocates guarded q/k/v/o/lse/workspace, uploads the inputs, poisons the outputs, launches, checks canaries.

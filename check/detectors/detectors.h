@@ -22,6 +22,7 @@ struct Context {
   const ClassifyOptions& co;
   ClassifyStats& stats;
   std::string case_file;  // written on first use by subprocess detectors
+  bool deterministic = false;  // bitwise reruns already matched the checked launch (reruns detector)
 
   const Problem& problem() const { return pc.problem(); }
   const Tensors& tensors() const { return pc.tensors(); }
@@ -69,6 +70,24 @@ struct RowKey {
   int64_t b, h, s;
 };
 std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only = false);
+// How one failing (b, h, s) row is wrong, from a fresh comparison of the original launch.
+struct RowFailure {
+  RowKey key;
+  RowKind kind;              // the oracle's row kind (normal, fully masked / empty, NaN)
+  bool o_bad = false;        // some O element beyond its bound
+  bool o_nonfinite = false;  // some O element a NaN/Inf mismatch
+  bool lse_bad = false;      // LSE beyond its bound
+  bool lse_nonfinite = false;
+  bool written_empty =
+      false;  // the kernel wrote the empty-row result (O = 0 for every d, LSE = -inf or absent)
+};
+std::vector<RowFailure> row_failures(const Context& c);
+// One line counting every kind of wrong row ("2 empty row(s) not O = 0 / LSE = -inf, 5 row(s) with keys
+// and O beyond the bound, ...").
+std::string row_kinds_text(const std::vector<RowFailure>& rows);
+// Above this max err/bound a failure with no signature is `wrong`, at or below it `precision`
+// (check/README.md: why 1000).
+constexpr double kPrecisionLimit = 1000;
 // Runs a shell command with a timeout; returns its exit status (124 on timeout) and stdout+stderr.
 int run_command(const std::string& command, double timeout_s, std::string& output);
 // The case written as a corpus file (once per context), for subprocess detectors.
@@ -90,6 +109,13 @@ struct TailPadding {
 std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k);
 // The padded inputs: the original values at their new places, zeros elsewhere.
 Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& x);
+// How an output that passes under another mask v matches it on the elements that fail under the asked mask:
+// with values (real) or only as NaN = NaN (nan_pairs, never counted as a match).
+struct VariantMatch {
+  int64_t real = 0, nan_pairs = 0;
+};
+VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Problem& v,
+                           const OracleResult& exv, const LaunchOutcome& out);
 
 // ---- detectors, in precedence order ----
 Finding reruns(Context& c);             // reruns.cpp: bitwise reruns with the same settings
@@ -100,12 +126,17 @@ Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck
 // The three compute-sanitizer tools on the case, on whatever backend c.dev is (tests run it on the cpu with
 // a stand-in binary that prints canned reports).
 Finding compute_sanitizer_tools(Context& c);
-Finding mask(Context& c);        // mask.cpp: masked rows, masked NaN, other masks, perturbation
-Finding split_kv(Context& c);    // splitkv.cpp: the declared KV split count varied
-Finding tail(Context& c);        // tail.cpp: padding that keeps the exact result
-Finding reorder(Context& c);     // reorder.cpp: rescale
-Finding mask_model(Context& c);  // mask.cpp: rows equal to softmax with extra zero-score keys
-Finding nonfinite(Context& c);   // nonfinite.cpp: positions and their inputs
-Finding precision(Context& c);   // nonfinite.cpp: error / bound and where in the tile grid
+Finding unwritten(Context& c);          // unwritten.cpp: output elements that keep two different poisons
+Finding mask(Context& c);               // mask.cpp: rows written empty, masked NaN, other masks, perturbation
+Finding empty_row(Context& c);          // empty_row.cpp: rows with no key of positive weight not O = 0
+Finding lse(Context& c);                // lse.cpp: O within bound, LSE beyond: the relation found
+Finding split_kv(Context& c);           // splitkv.cpp: the declared KV split count varied
+Finding tail(Context& c);               // tail.cpp: padding that keeps the exact result
+Finding reorder(Context& c);            // reorder.cpp: rescale
+Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with extra zero-score keys
+Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs
+Finding precision(Context& c);          // nonfinite.cpp: error / bound <= kPrecisionLimit, tile grid
+Finding wrong(Context& c);              // nonfinite.cpp: error / bound > kPrecisionLimit, no signature
+Finding row_kinds(Context& c);          // empty_row.cpp: every kind of wrong row with counts (never fires)
 
 }  // namespace attnfuzz::detect

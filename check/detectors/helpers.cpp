@@ -183,6 +183,73 @@ std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only) {
   return rows;
 }
 
+std::vector<RowFailure> row_failures(const Context& c) {
+  std::vector<RowFailure> rows;
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  if (out.o.empty()) return rows;
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo& ri = ex.row(b, h, s);
+        if (!ri.computed || !ri.inside_contract()) continue;
+        RowFailure f{{b, h, s}, ri.kind};
+        bool zero = true;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t e = ex.o_at(b, s, h, d);
+          const float g = out.o[static_cast<size_t>(o_index(p, b, s, h, d))];
+          const ElementJudgement jd = judge_element(ex.o[e], g, ex.o_bound[e]);
+          f.o_bad |= jd.fail;
+          f.o_nonfinite |= jd.nonfinite_mismatch;
+          zero &= g == 0.0f;
+        }
+        bool lse_empty = true;
+        if (!out.lse.empty()) {
+          const size_t e = ex.lse_at(b, h, s);
+          const float g = out.lse[static_cast<size_t>(lse_index(p, b, h, s))];
+          const ElementJudgement jd = judge_element(ex.lse[e], g, ex.lse_bound[e]);
+          f.lse_bad = jd.fail;
+          f.lse_nonfinite = jd.nonfinite_mismatch;
+          lse_empty = std::isinf(g) && g < 0;
+        }
+        f.written_empty = zero && lse_empty;
+        if (f.o_bad || f.lse_bad) rows.push_back(f);
+      }
+  return rows;
+}
+
+std::string row_kinds_text(const std::vector<RowFailure>& rows) {
+  int64_t empty_wrong = 0, nan_wrong = 0, as_empty = 0, o_nonfinite = 0, o_far = 0, lse_only = 0;
+  for (const RowFailure& r : rows) {
+    if (r.kind == RowKind::kFullyMasked)
+      ++empty_wrong;
+    else if (r.kind == RowKind::kNaN)
+      ++nan_wrong;
+    else if (r.written_empty)
+      ++as_empty;
+    else if (r.o_nonfinite)
+      ++o_nonfinite;
+    else if (r.o_bad)
+      ++o_far;
+    else
+      ++lse_only;
+  }
+  std::string out = fmt("%zu failing (b, h, row)s:", rows.size());
+  std::string sep = " ";
+  auto add = [&](int64_t n, const char* what) {
+    if (!n) return;
+    out += sep + fmt("%lld ", (long long)n) + what;
+    sep = ", ";
+  };
+  add(empty_wrong, "empty row(s) (no key of positive weight) not O = 0 / LSE = -inf");
+  add(nan_wrong, "NaN row(s) (exact O is NaN) not NaN");
+  add(as_empty, "row(s) with keys written as empty (O = 0, LSE = -inf)");
+  add(o_nonfinite, "row(s) with keys and NaN/Inf in O where the exact O is finite (or the reverse)");
+  add(o_far, "row(s) with keys and finite O beyond the bound");
+  add(lse_only, "row(s) with keys, O within bound and LSE beyond it");
+  return out;
+}
 
 int run_command(const std::string& command, double timeout_s, std::string& output) {
   output.clear();

@@ -1,5 +1,5 @@
-// mask.cpp - the mask detectors: wrong fully masked rows, masked NaN reaching O, other-mask oracles, masked
-// K/V perturbation, zero-score model.
+// mask.cpp - the mask detectors: rows with keys written empty, masked NaN reaching O, other-mask oracles,
+// masked K/V perturbation, zero-score model.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -74,6 +74,34 @@ bool v_row_nonfinite(const Problem& p, const std::vector<float>& t, int64_t b, i
 
 }  // namespace
 
+VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Problem& v,
+                           const OracleResult& exv, const LaunchOutcome& out) {
+  VariantMatch m;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo &ri = ex.row(b, h, s), &rv = exv.row(b, h, s);
+        if (!ri.computed || !ri.inside_contract() || !rv.computed || !rv.inside_contract()) continue;
+        auto one = [&](double e, double ev, double bound, double bound_v, double g) {
+          if (!judge_element(e, g, bound).fail) return;  // fine under the asked mask: proves nothing
+          if (judge_element(ev, g, bound_v).fail) return;
+          (std::isnan(g) ? m.nan_pairs : m.real)++;
+        };
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t e = ex.o_at(b, s, h, d), ev = exv.o_at(b, s, h, d);
+          one(ex.o[e], exv.o[ev], ex.o_bound[e], exv.o_bound[ev],
+              out.o[static_cast<size_t>(o_index(p, b, s, h, d))]);
+        }
+        if (!out.lse.empty()) {
+          const size_t e = ex.lse_at(b, h, s), ev = exv.lse_at(b, h, s);
+          one(ex.lse[e], exv.lse[ev], ex.lse_bound[e], exv.lse_bound[ev],
+              out.lse[static_cast<size_t>(lse_index(p, b, h, s))]);
+        }
+      }
+  (void)v;
+  return m;
+}
+
 Finding mask(Context& c) {
   Finding f;
   const Problem& p = c.problem();
@@ -87,30 +115,29 @@ Finding mask(Context& c) {
     f.evidence.push_back({"mask", std::move(detail)});
   };
 
-  // (a) Fully masked rows must be O = 0, LSE = -inf.
-  {
+  // (a) Rows that must see keys but were written as empty rows (O = 0 for every d, LSE = -inf): the kernel
+  // found no visible key where the mask gives some (an alignment or offset bug). Only with a mask: without
+  // one, a row written empty is not a mask bug.
+  if (p.mask_kind != AF_MASK_NONE) {
     std::vector<int64_t> rows;
+    int64_t n = 0;
     std::string example;
-    int64_t total = 0;
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t h = 0; h < p.heads_q; ++h)
-        for (int64_t s = 0; s < p.seq_q; ++s) {
-          const RowInfo& ri = ex.row(b, h, s);
-          if (!ri.computed || !ri.inside_contract() || ri.kind != RowKind::kFullyMasked) continue;
-          ++total;
-          if (!(row_ratio(p, ex, out, b, h, s) > 1)) continue;
-          if (std::find(rows.begin(), rows.end(), s) == rows.end()) rows.push_back(s);
-          if (example.empty())
-            example =
-                o_name(b, s, h, 0) + " = " + num(out.o[static_cast<size_t>(o_index(p, b, s, h, 0))]) +
-                (out.lse.empty() ? ""
-                                 : ", LSE = " + num(out.lse[static_cast<size_t>(lse_index(p, b, h, s))]));
-        }
-    if (!rows.empty()) {
+    for (const RowFailure& r : row_failures(c)) {
+      if (r.kind != RowKind::kNormal || !r.written_empty) continue;
+      if (std::find(rows.begin(), rows.end(), r.key.s) == rows.end()) rows.push_back(r.key.s);
+      if (n++ == 0) {
+        const KeyRange kr = visible_keys(p, r.key.s);
+        example = fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) under mask ", (long long)r.key.s,
+                      (long long)r.key.b, (long long)r.key.h, (long long)kr.first, (long long)kr.last) +
+                  mask_to_string(p) + " but got O = 0" + (out.lse.empty() ? "" : ", LSE = -inf");
+      }
+    }
+    if (n) {
       std::sort(rows.begin(), rows.end());
-      fire(fmt("fully masked rows are wrong (%zu query row(s) of %lld fully masked (b, h, row)s: s = ",
-               rows.size(), (long long)total) +
-           ranges(rows) + "): expected O = 0 and LSE = -inf, got " + example);
+      fire(fmt("%lld (b, h, row)s that must see keys were written as empty rows (no visible key found: "
+               "a mask alignment or offset bug; s = ",
+               (long long)n) +
+           ranges(rows) + "); " + example);
     }
   }
 
@@ -120,7 +147,21 @@ Finding mask(Context& c) {
     std::string example;
     for (const RowKey& r : failing_rows(c, true)) {
       const RowInfo& ri = ex.row(r.b, r.h, r.s);
-      if (ri.kind == RowKind::kNaN) continue;  // the oracle itself is NaN here: not a masked leak
+      // Only rows with keys whose output holds a NaN/Inf the exact row has not: an empty row's mismatch
+      // (e.g. a finite LSE where -inf is exact, or 0 / 0) is the empty-row detector's, and a NaN row is NaN.
+      if (ri.kind != RowKind::kNormal) continue;
+      bool got_nonfinite = false;
+      for (int64_t d = 0; d < p.head_dim_v; ++d) {
+        const size_t e = ex.o_at(r.b, r.s, r.h, d);
+        const float g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
+        got_nonfinite |= std::isfinite(ex.o[e]) && !std::isfinite(g);
+      }
+      if (!out.lse.empty()) {
+        const size_t e = ex.lse_at(r.b, r.h, r.s);
+        const float g = out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))];
+        got_nonfinite |= std::isfinite(ex.lse[e]) && !std::isfinite(g);
+      }
+      if (!got_nonfinite) continue;
       const int64_t hk = kv_head(p, r.h);
       if (row_has_nonfinite(p, t.q, r.b, r.s, r.h, p.head_dim, true)) continue;
       const KeyRange kr = visible_keys(p, r.s);
@@ -157,13 +198,27 @@ Finding mask(Context& c) {
       continue;
     }
     const CheckResult r = judge(v, exv, out);
-    if (r.verdict == Verdict::kPass) {
-      fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " +
-           mask_to_string(p) +
-           fmt("): all %lld compared elements within bound, max err/bound %s", (long long)r.compared,
-               num(r.max_ratio).c_str()));
-      break;
+    // Rows outside the fp32 contract are not judged under either mask; the rest must all pass.
+    if (r.verdict != Verdict::kPass && r.verdict != Verdict::kOutsideContract) continue;
+    // A match only counts where it is one: the elements that fail under the asked mask must match the
+    // variant with values, not NaN = NaN (a NaN row under both says nothing about the mask).
+    const VariantMatch vm = variant_match(p, ex, v, exv, out);
+    if (vm.real == 0) {
+      f.evidence.push_back(
+          {"mask", vm.nan_pairs ? fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not a match",
+                                      mask_to_string(v).c_str(), (long long)vm.nan_pairs)
+                                : "mask " + mask_to_string(v) +
+                                      ": passes only because the failing elements are not judged under it "
+                                      "(outside the fp32 contract there): not a match"});
+      continue;
     }
+    fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " +
+         mask_to_string(p) +
+         fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) match "
+             "with values",
+             (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real) +
+         (vm.nan_pairs ? fmt(" (%lld more only as NaN = NaN, not counted)", (long long)vm.nan_pairs) : ""));
+    break;
   }
 
   // (d) NaN written into K and V at the keys masked for a probe row must not change any row that does not

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "check/compare.h"
 #include "check/detectors/detectors.h"
 
 namespace attnfuzz::detect {
@@ -13,7 +14,7 @@ const char* kind_text(RowKind k) {
     case RowKind::kNormal:
       return "normal";
     case RowKind::kFullyMasked:
-      return "fully masked (exact O = 0)";
+      return "empty (exact O = 0, LSE = -inf)";
     case RowKind::kNaN:
       return "NaN (exact O is NaN)";
   }
@@ -41,11 +42,18 @@ Finding nonfinite(Context& c) {
   for (size_t i = 0; i < show; ++i) {
     const RowKey& r = rows[i];
     const int64_t hk = kv_head(p, r.h);
-    int64_t d_bad = 0;
+    // The mismatching tensor: the first O element whose finiteness differs, else the LSE.
+    int64_t d_bad = -1;
+    bool o_fails = false;
+    for (int64_t d = 0; d < p.head_dim_v; ++d)
+      o_fails |= judge_element(ex.o[ex.o_at(r.b, r.s, r.h, d)],
+                               out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))],
+                               ex.o_bound[ex.o_at(r.b, r.s, r.h, d)])
+                     .fail;
     for (int64_t d = 0; d < p.head_dim_v; ++d) {
       const double e = ex.o[ex.o_at(r.b, r.s, r.h, d)],
                    g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
-      if (std::isfinite(e) != std::isfinite(g)) {
+      if (judge_element(e, g, ex.o_bound[ex.o_at(r.b, r.s, r.h, d)]).nonfinite_mismatch) {
         d_bad = d;
         break;
       }
@@ -69,15 +77,25 @@ Finding nonfinite(Context& c) {
       if (bad) (vis ? vis_bad : masked_bad)++;
       if (vis && std::isfinite(dot)) max_abs = std::max(max_abs, std::fabs(double(p.scale) * dot));
     }
-    const double e = ex.o[ex.o_at(r.b, r.s, r.h, d_bad)],
-                 g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d_bad))];
+    std::string elem;
+    if (d_bad >= 0) {
+      elem = o_name(r.b, r.s, r.h, d_bad) + ": expected " + num(ex.o[ex.o_at(r.b, r.s, r.h, d_bad)]) +
+             " got " + num(out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d_bad))]);
+    } else {  // O of this row is fine: the mismatch is its LSE
+      elem = fmt("LSE[b=%lld,h=%lld,s=%lld]: expected ", (long long)r.b, (long long)r.h, (long long)r.s) +
+             num(ex.lse[ex.lse_at(r.b, r.h, r.s)]) + " got " +
+             num(out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))]) +
+             (o_fails ? " (O of this row finite, but beyond its bound)" : " (O of this row within bound)");
+    }
+    const std::string keys = kr.empty()
+                                 ? std::string("no visible key")
+                                 : fmt("keys [%lld, %lld) visible", (long long)kr.first, (long long)kr.last);
     detail +=
-        "; " + o_name(r.b, r.s, r.h, d_bad) + ": expected " + num(e) + " got " + num(g) + "; row " +
-        kind_text(ex.row(r.b, r.h, r.s).kind) +
-        fmt(", keys [%lld, %lld) visible; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows "
-            "with NaN/Inf %lld; max visible |score| %s",
-            (long long)kr.first, (long long)kr.last, q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad,
-            (long long)masked_bad, num(max_abs).c_str());
+        "; " + elem + "; row " + kind_text(ex.row(r.b, r.h, r.s).kind) + ", " + keys +
+        fmt("; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows with NaN/Inf %lld; max "
+            "visible |score| %s",
+            q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad, (long long)masked_bad,
+            num(max_abs).c_str());
     if (max_abs > 88.7) detail += " (extreme: exp(score) overflows fp32 past 88.7 without max subtraction)";
   }
   f.fired = true;
@@ -86,8 +104,9 @@ Finding nonfinite(Context& c) {
   return f;
 }
 
-Finding precision(Context& c) {
-  Finding f;
+namespace {
+// The precision / wrong evidence: err/bound, failing rows, the worst row's place in the tile grid.
+std::string error_summary(Context& c) {
   const CheckResult& r = c.j.result;
   const std::vector<RowKey> rows = failing_rows(c);
   std::vector<int64_t> qrows;
@@ -100,6 +119,13 @@ Finding precision(Context& c) {
           num(r.max_ratio).c_str(), num(r.baseline_max_ratio).c_str(), (long long)r.failed,
           (long long)r.compared) +
       ranges(qrows) + fmt(" of Sq=%lld", (long long)c.problem().seq_q);
+  std::vector<int64_t> heads;
+  for (const RowKey& k : rows) heads.push_back(k.h);
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  if (c.problem().heads_q > 1)
+    detail += ", query heads h = " + ranges(heads) +
+              fmt(" of Hq=%lld (Hkv=%lld)", (long long)c.problem().heads_q, (long long)c.problem().heads_kv);
   int64_t b, h, s;
   if (worst_row(r, b, h, s)) {
     detail +=
@@ -108,10 +134,33 @@ Finding precision(Context& c) {
     const KeyRange kr = visible_keys(c.problem(), s);
     detail += fmt(", %lld visible keys", (long long)(kr.empty() ? 0 : kr.last - kr.first));
   }
-  detail += "; no other detector's signature applies";
+  return detail;
+}
+}  // namespace
+
+Finding precision(Context& c) {
+  Finding f;
+  const double ratio = c.j.result.max_ratio;
+  if (!(ratio <= kPrecisionLimit)) return f;  // far beyond the bound: wrong(), not precision
   f.fired = true;
   f.cls = FailureClass::kPrecision;
-  f.evidence.push_back({"precision", detail});
+  f.evidence.push_back({"precision", error_summary(c) +
+                                         fmt("; close to right (max err/bound <= %g)", kPrecisionLimit) +
+                                         "; no other detector's signature applies"});
+  return f;
+}
+
+Finding wrong(Context& c) {
+  Finding f;
+  const double ratio = c.j.result.max_ratio;
+  if (!(ratio > kPrecisionLimit)) return f;
+  f.fired = true;
+  f.cls = FailureClass::kWrong;
+  f.evidence.push_back({"wrong", error_summary(c) +
+                                     fmt("; far beyond the bound (max err/bound %s > %g, the "
+                                         "precision limit)",
+                                         num(ratio).c_str(), kPrecisionLimit) +
+                                     "; no detector's signature applies (see the evidence above)"});
   return f;
 }
 

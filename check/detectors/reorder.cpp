@@ -25,8 +25,10 @@ Finding reorder(Context& c) {
       dot += double(t.q[static_cast<size_t>(q_index(p, b, s, h, d))]) *
              double(t.k[static_cast<size_t>(k_index(p, b, kr.first + j, hk, d))]);
     score[static_cast<size_t>(j)] = double(p.scale) * dot;
-    if (!std::isfinite(score[static_cast<size_t>(j)])) {
-      f.evidence.push_back({"reorder", "not applicable: the worst row has non-finite scores"});
+    // A -inf score is a key of weight 0: it sorts below every other key (max first: it comes last). A NaN or
+    // +inf score makes the whole row NaN: nothing to reorder.
+    if (std::isnan(score[static_cast<size_t>(j)]) || score[static_cast<size_t>(j)] == INFINITY) {
+      f.evidence.push_back({"reorder", "not applicable: the worst row has a NaN or +inf score"});
       return f;
     }
   }

@@ -36,6 +36,7 @@ Finding reruns(Context& c) {
                        differ, n) +
                        first.first() + fmt(" (%lld element(s))", (long long)first.count)});
   } else {
+    c.deterministic = true;
     f.evidence.push_back(
         {"reruns", fmt("%d bitwise reruns are identical%s", n,
                        cpu ? ""

@@ -1,4 +1,5 @@
-// flash_bugs.hip - planted rescale, mask, OOB and tail bugs in the tiled flash kernel (flash-bm16-bn16).
+// flash_bugs.hip - planted rescale, mask, OOB, tail, empty-row, unwritten, LSE and plainly wrong bugs in the
+// tiled flash kernel (flash-bm16-bn16).
 //
 // One copy of flash_kernel, templated on the bug it carries. Every deviation from kernels/flash.hip sits
 // behind `if constexpr (kBug == ...)` and is marked `// PLANTED:`; with FlashBug::kNone the kernel is the
@@ -22,6 +23,10 @@ enum class FlashBug {
   kTailKUnbounded,   // last K/V tile loaded and scored past Sk (reads past the end of k and v)
   kTailQUnbounded,   // last Q tile stored past Sq (writes past the end of o)
   kTailTileLastKey,  // last partial K tile: P.V stops one key early (the key stays in the sum l)
+  kMaskedScoreFinite,  // masked scores -1e30 instead of -inf: an empty row's LSE is finite
+  kLseNoMax,           // LSE = log(l) without the row max added back
+  kLastQTileUnstored,  // the last partial query tile is never stored
+  kGqaInterleaved,     // GQA: kv head h % Hkv (interleaved) instead of h / (Hq / Hkv) (grouped)
 };
 
 // The visible keys of row i as the planted kernel computes them (row_keys of kernels/common.h, except
@@ -61,7 +66,11 @@ __global__ void __launch_bounds__(NT)
   __shared__ int64_t row_first[BM], row_last[BM];
 
   const int t = threadIdx.x;
-  const int64_t i0 = (int64_t)blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, hk = kv_head_of(p, h);
+  const int64_t i0 = (int64_t)blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
+  // PLANTED: gqa-interleaved: the KV head of query head h is taken as h % Hkv (heads interleaved, as after
+  // repeat() instead of repeat_interleave()) instead of h / (Hq / Hkv). Same head for MHA (Hq = Hkv) and MQA
+  // (Hkv = 1); under GQA every query head whose group index differs reads another head's K and V.
+  const int64_t hk = kBug == FlashBug::kGqaInterleaved ? h % p.heads_kv : kv_head_of(p, h);
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int rows = (int)min64(BM, p.seq_q - i0);  // valid rows of this tile
 
@@ -110,6 +119,10 @@ __global__ void __launch_bounds__(NT)
       // PLANTED: masked-score-zero: a masked (or out-of-range) score is 0 instead of -inf, so it enters
       // the row max and adds exp(0 - m) to the row sum. Harmless only when the tile has no masked entry.
       if constexpr (kBug == FlashBug::kMaskedScoreZero) s = 0.0f;
+      // PLANTED: masked-score-finite: a masked score is -1e30 (a "safe" finite -inf) instead of -inf. Rows
+      // with a visible key are exact (exp(-1e30 - m) = 0), but a row with no visible key in a tile processed
+      // for its neighbours takes m = -1e30 and l > 0: O = 0 / l = 0 is right, LSE = -1e30 + log(l) is not -inf.
+      if constexpr (kBug == FlashBug::kMaskedScoreFinite) s = -1e30f;
       if (j >= row_first[r] && j < row_last[r]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
@@ -177,6 +190,10 @@ __global__ void __launch_bounds__(NT)
   // PLANTED: tail-q-oob-write: the last query tile is stored whole (BLOCK_M rows instead of the tile's
   // valid rows), so rows Sq .. of o are written: past the end of o (or into the next batch's rows).
   constexpr bool kStoreWholeTile = kBug == FlashBug::kTailQUnbounded;
+  // PLANTED: last-q-tile-unstored: the store is guarded by "whole tiles only" (rows == BLOCK_M), so the last
+  // partial query tile (Sq % 16 rows) is computed and never stored: O and LSE keep what was there before.
+  if constexpr (kBug == FlashBug::kLastQTileUnstored)
+    if (rows < BM) return;
   const int store_rows = kStoreWholeTile ? BM : rows;
   AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
@@ -186,7 +203,13 @@ __global__ void __launch_bounds__(NT)
       o[o_row(p, b, i0 + r, h) + d] = finish_o(acc[e], row_m[r], row_l[r]);
     }
   }
-  if (lse && t < rows) lse[lse_at(p, b, h, i0 + t)] = finish_lse(row_m[t], row_l[t]);
+  if (lse && t < rows) {
+    float x = finish_lse(row_m[t], row_l[t]);
+    // PLANTED: lse-no-max: LSE = log(l), the row max m not added back (the sum l is relative to m). O is
+    // right; LSE is off by the row max, so it passes only where every row max is ~0 (tiny inputs).
+    if constexpr (kBug == FlashBug::kLseNoMax) x = row_m[t] == neg_inf() ? neg_inf() : logf(row_l[t]);
+    lse[lse_at(p, b, h, i0 + t)] = x;
+  }
 }
 
 // The planted out-of-bounds accesses run at most BLOCK - 1 rows past the end of a buffer. The checker's
@@ -241,6 +264,11 @@ const af_kernel kFlashBugs[] = {
     AF_PLANTED_FLASH("planted-tail-q-oob-write", kTailQUnbounded, "last Q tile stored past Sq"),
     AF_PLANTED_FLASH("planted-tail-tile-last-key", kTailTileLastKey,
                      "partial last K tile: P.V ends one key early"),
+    AF_PLANTED_FLASH("planted-masked-score-finite", kMaskedScoreFinite,
+                     "masked scores are -1e30 instead of -inf (empty rows get a finite LSE)"),
+    AF_PLANTED_FLASH("planted-lse-no-max", kLseNoMax, "LSE written without the row max added back"),
+    AF_PLANTED_FLASH("planted-last-q-tile-unstored", kLastQTileUnstored, "last partial query tile never stored"),
+    AF_PLANTED_FLASH("planted-gqa-interleaved", kGqaInterleaved, "GQA kv head h % Hkv instead of h / group"),
 };
 static_assert(sizeof(kFlashBugs) / sizeof(kFlashBugs[0]) == attnfuzz_planted::kFlashBugCount,
               "planted.h's count");

@@ -427,7 +427,10 @@ int run_grid(dim3 g, dim3 bd, size_t dynamic_shared, void (*fn)(void*), void* ct
     }
   };
   if (W == 1) {
-    work(0);
+    // A fresh thread also for one worker: __shared__ is thread_local, so on the calling thread a block
+    // would start from what earlier launches (other cases) left there, and a racy kernel's output would
+    // depend on the launch history (issue 11: a replay gave another class).
+    std::thread(work, 0u).join();
   } else {
     std::vector<std::thread> ts;
     for (unsigned w = 0; w < W; ++w) ts.emplace_back(work, w);

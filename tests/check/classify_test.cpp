@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -44,6 +45,22 @@ Device& device(ThreadOrder order = ThreadOrder::kForward) {
     o.order = order;
     o.order_seed = 7;
     o.workers = 1;
+    d = open_device("cpu", o);
+  }
+  return *d;
+}
+
+// In-process launches (no fork per launch), one worker thread: how a campaign worker runs (attn-fuzz's
+// --isolate auto), where launches of different cases follow each other in one process.
+Device& inproc_device(ThreadOrder order) {
+  static std::map<ThreadOrder, std::unique_ptr<Device>> devs;
+  auto& d = devs[order];
+  if (!d) {
+    DeviceOptions o;
+    o.order = order;
+    o.order_seed = 7;
+    o.workers = 1;
+    o.isolate = false;
     d = open_device("cpu", o);
   }
   return *d;
@@ -120,17 +137,223 @@ TEST(Classify, MaskedNaNReachingTheOutputIsMask) {
   EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
 }
 
-TEST(Classify, FullyMaskedRowNotZeroIsMask) {
+TEST(Classify, FullyMaskedRowNotZeroIsEmptyRow) {
   const Outcome o = run("det-masked-row-nan", make(9, 4, 16, "causal-br"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_EQ(o.stats.decided_by, "empty-row");
+  EXPECT_NE(
+      o.evidence.find("5 of 5 empty (b, h, row)s (no key of positive weight: no visible key under mask"),
+      std::string::npos)
+      << o.evidence;
+  EXPECT_NE(o.evidence.find("5 x O NaN (0 / 0"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("rows: 5 failing (b, h, row)s: 5 empty row(s)"), std::string::npos) << o.evidence;
+}
+
+// Issue 11: an empty row in a case without a mask (Sk = 0) is empty-row, never mask, and no evidence
+// speaks of a fully masked row next to visible keys.
+TEST(Classify, EmptyRowWithoutMaskIsNeverMask) {
+  const Outcome o = run("det-masked-row-nan", make(3, 0, 16, "none"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_NE(o.evidence.find("Sk = 0"), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("\nmask: "), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("fully masked"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, EmptyRowWithAFiniteLseSaysWhatWasWritten) {
+  const Outcome o = run("planted-masked-score-finite", make(9, 4, 16, "causal-br"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_NE(o.evidence.find("O = 0 but LSE not -inf"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("finite stand-in for -inf"), std::string::npos) << o.evidence;
+  // The non-finite evidence names the LSE, not an O element that matches.
+  EXPECT_NE(o.evidence.find("non-finite: 5 (b, h, row)s"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("; LSE[b=0,h=0,s=0]: expected -inf got -1e+30 (O of this row within bound)"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_EQ(o.evidence.find("O[b=0,s=0,h=0,d=0]: expected 0 got 0"), std::string::npos) << o.evidence;
+}
+
+// Found by a campaign: NaN keys at masked positions and an empty row with a finite LSE were called mask
+// ("a NaN/Inf at masked positions reaches the output") although no NaN reached the output.
+TEST(Classify, EmptyRowWithMaskedNaNKeysIsStillEmptyRow) {
+  const Outcome o = run("planted-masked-score-finite", make(9, 4, 16, "causal-br", "uniform:1", "nan@k:masked*3"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_EQ(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, UnwrittenElementsKeepTwoPoisons) {
+  const Outcome o = run("planted-last-q-tile-unstored", make(20, 16, 32, "none"));
+  EXPECT_CLASS(o, "unwritten");
+  EXPECT_EQ(o.stats.decided_by, "unwritten");
+  EXPECT_NE(o.evidence.find("128 O element(s) and 4 LSE element(s) keep the pre-launch poison under both "
+                            "0x7fbeefed (nan) and 0xc4d1a5e7 (-1677.18): never written"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_NE(o.evidence.find("last partial 16-row tile (Sq % 16 = 4)"), std::string::npos) << o.evidence;
+  // The same kernel on a whole number of tiles writes everything.
+  EXPECT_EQ(run("planted-last-q-tile-unstored", make(32, 16, 32, "none")).r.verdict, Verdict::kPass);
+}
+
+TEST(Classify, LseWithoutTheRowMaxIsLseWithTheRelation) {
+  const Outcome o = run("planted-lse-no-max", make(8, 40, 32, "causal-br"));
+  EXPECT_CLASS(o, "lse");
+  EXPECT_NE(o.evidence.find("O within its bound everywhere; LSE beyond it"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("the row max is not added back"), std::string::npos) << o.evidence;
+  EXPECT_EQ(run("planted-lse-no-max", make(8, 40, 32, "causal-br", "uniform:0.0001")).r.verdict,
+            Verdict::kPass);
+}
+
+// Issue 11: a mask alignment bug that leaves rows without keys they must see (O = 0, LSE = -inf where the
+// exact values are finite) is mask, not non-finite, whichever of Sq and Sk is larger.
+TEST(Classify, RowsWrittenEmptyByAMaskBugAreMask) {
+  const Outcome sk_larger = run("det-br-sign-flip", make(4, 9, 16, "causal-br"));
+  EXPECT_CLASS(sk_larger, "mask");
+  EXPECT_NE(sk_larger.evidence.find("that must see keys were written as empty rows"), std::string::npos)
+      << sk_larger.evidence;
+  const Outcome sq_larger = run("det-always-br", make(9, 4, 16, "causal-tl"));
+  EXPECT_CLASS(sq_larger, "mask");
+  EXPECT_NE(sq_larger.evidence.find("that must see keys were written as empty rows"), std::string::npos)
+      << sq_larger.evidence;
+}
+
+// Issue 11: "O matches the exact result under mask X" is never said, nor decides, on NaN = NaN.
+TEST(Classify, NaNAgreementIsNotAMaskMatch) {
+  Case c = make(1, 3, 8, "causal-tl", "uniform:1", "nan@k:at=1,0");
+  SpecialValue sv;
+  ASSERT_EQ(parse_special("nan@k:at=2,0", sv), "");
+  c.values.specials.push_back(sv);
+  const Outcome o = run("det-ignore-mask", c);
   EXPECT_CLASS(o, "mask");
-  EXPECT_NE(o.evidence.find("fully masked rows are wrong"), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("O matches the exact result"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("agree only as NaN = NaN: not a match"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
+}
+
+// Issue 11: a missing rescale on large-magnitude inputs is rescale, not precision. The worst row has keys
+// of score -inf (weight 0); the reorder detector used to give up on them ("non-finite scores").
+TEST(Classify, MissingRescaleWithLargeScoresAndMinusInfKeysIsRescale) {
+  const Outcome o = run("planted-no-sum-rescale", make(17, 40, 16, "none", "uniform:30", "-inf@k:visible*2"));
+  EXPECT_CLASS(o, "rescale");
+  EXPECT_EQ(o.stats.decided_by, "reorder");
+  EXPECT_LE(o.r.max_ratio, detect::kPrecisionLimit);  // it would have been called precision
+  const Outcome big = run("planted-no-acc-rescale", make(17, 40, 16, "causal-br", "extreme:100", "inf@k:masked"));
+  EXPECT_CLASS(big, "rescale");
+}
+
+// Issue 11: classification is deterministic: replaying a case gives the recorded verdict and class,
+// whatever ran before it in the process (a campaign worker runs thousands of cases) and however many
+// emulator worker threads run the blocks (campaign workers use 1, attn-check all cores).
+TEST(Classify, DeterministicWhateverRanBeforeAndWorkerCount) {
+  load();
+  struct Run {
+    unsigned workers;
+    int64_t before_sk;  // a launch of another case first (0 = none)
+  };
+  for (const char* name : {"planted-no-score-barrier", "planted-smem-reuse-race", "planted-tail-k-oob-read"})
+    for (const Case& c : {make(4, 20, 64, "none"), make(37, 33, 16, "causal-br", "uniform:2", "", 5)}) {
+      std::string first;
+      for (const Run& run : {Run{1, 0}, Run{1, 7}, Run{1, 50}, Run{2, 0}, Run{3, 9}}) {
+        DeviceOptions o;
+        o.order = ThreadOrder::kShuffle;
+        o.order_seed = 7;
+        o.workers = run.workers;
+        o.isolate = false;  // as in a campaign worker
+        auto dev = open_device("cpu", o);
+        RunOptions ro;
+        if (run.before_sk) {
+          PreparedCase other(make(16, run.before_sk, 64, "none", "uniform:5", "", 99));
+          check_case(*dev, kernel(name), other, ro);
+        }
+        PreparedCase pc(c);
+        Judged j = check_case(*dev, kernel(name), pc, ro);
+        classify_failure(*dev, kernel(name), pc, ro, j);
+        const std::string got = std::string(verdict_name(j.result.verdict)) + " " +
+                                failure_class_name(j.result.failure) + " " + std::to_string(j.result.failed);
+        if (first.empty()) first = got;
+        EXPECT_EQ(got, first) << name << " " << describe(c) << " workers " << run.workers << " after Sk="
+                              << run.before_sk;
+      }
+    }
+}
+
+// The root of the nondeterminism: __shared__ is thread_local on the emulator, and with one worker the
+// blocks ran on the calling thread, so a racy kernel's first reads saw what the previous launch (another
+// case) left there. Each launch now runs on a fresh thread: the same case gives the same bits whatever
+// ran before.
+TEST(Classify, ALaunchDoesNotSeeEarlierLaunchesSharedMemory) {
+  const KernelEntry& k = kernel("det-no-barrier");
+  RunOptions ro;
+  std::vector<float> first;
+  for (int64_t before_sk : {3, 20, 64}) {
+    PreparedCase other(make(2, before_sk, 16, "none", "uniform:7", "", 3));
+    check_case(inproc_device(ThreadOrder::kReverse), k, other, ro);
+    PreparedCase pc(make(4, 20, 16, "none"));
+    const Judged j = check_case(inproc_device(ThreadOrder::kReverse), k, pc, ro);
+    if (first.empty()) first = j.outcome.o;
+    ASSERT_EQ(j.outcome.o.size(), first.size());
+    EXPECT_EQ(std::memcmp(j.outcome.o.data(), first.data(), first.size() * 4), 0) << "after Sk=" << before_sk;
+  }
+}
+
+// Issue 11: the evidence lists every kind of wrong row with counts, not only the first finding. Bottom-right
+// taken as top-left with Sq > Sk: the 6 empty rows see keys, and the 6 rows with keys see the wrong ones.
+TEST(Classify, EvidenceCountsEveryKindOfWrongRow) {
+  const Outcome o = run("planted-causal-top-left", make(13, 7, 16, "causal-br"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("rows: 12 failing (b, h, row)s: 6 empty row(s) (no key of positive weight) not O = 0 / "
+                            "LSE = -inf, 6 row(s) with keys and finite O beyond the bound"),
+            std::string::npos)
+      << o.evidence;
+  // The non-finite evidence names the LSE of an empty row and says that its O is wrong too.
+  EXPECT_NE(o.evidence.find("LSE[b=0,h=0,s=0]: expected -inf got "), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("(O of this row finite, but beyond its bound); row empty (exact O = 0, LSE = -inf), no "
+                            "visible key"),
+            std::string::npos)
+      << o.evidence;
+}
+
+TEST(Classify, FarBeyondTheBoundWithNoSignatureIsWrong) {
+  const Outcome o = run("det-far-off", make(5, 19, 16, "causal-br"));
+  EXPECT_CLASS(o, "wrong");
+  EXPECT_EQ(o.stats.decided_by, "wrong");
+  EXPECT_GT(o.r.max_ratio, detect::kPrecisionLimit);
+  EXPECT_NE(o.evidence.find("far beyond the bound"), std::string::npos) << o.evidence;
+}
+
+// Issue 11: a barrier race is not oob-read. The check runs after a launch of another case, so the racy
+// kernel's first reads see another launch's shared memory; the poison swap must prove determinism first.
+TEST(Classify, BarrierRaceIsNotOobReadAfterAnotherLaunch) {
+  const KernelEntry& k = kernel("det-no-barrier");
+  RunOptions ro;
+  for (int64_t other_sk : {5, 33}) {
+    PreparedCase other(make(2, other_sk, 16, "none", "uniform:3", "", 9));
+    Device& dev = inproc_device(ThreadOrder::kReverse);
+    check_case(dev, k, other, ro);
+    PreparedCase pc(make(4, 20, 16, "none"));
+    Judged j = check_case(dev, k, pc, ro);
+    const ClassifyStats st = classify_failure(dev, k, pc, ro, j);
+    std::string ev;
+    for (const Evidence& e : j.result.evidence) ev += "\n" + e.detector + ": " + e.detail;
+    EXPECT_EQ(j.result.verdict, Verdict::kFail) << ev;
+    EXPECT_STREQ(failure_class_name(j.result.failure), "barrier-race") << ev;
+    EXPECT_NE(st.decided_by, "poison-swap") << ev;
+  }
 }
 
 TEST(Classify, PoisonSwapFindsAnOutOfBoundsRead) {
   const Outcome o = run("det-read-past-end", make(4, 9, 16, "none"));
   EXPECT_CLASS(o, "oob-read");
   EXPECT_EQ(o.stats.decided_by, "poison-swap");
-  EXPECT_EQ(o.stats.launches, 1);
+  EXPECT_EQ(o.stats.launches, 2);  // a rerun under the same poison (determinism), then the swap
+  EXPECT_NE(o.evidence.find("deterministic under one poison"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, PoisonSwapReusesIdenticalReruns) {
+  ClassifyOptions co;
+  co.cpu_reruns = 2;  // as on a GPU: bitwise reruns first; then the swap needs no determinism rerun of its own
+  const Outcome o = run("det-read-past-end", make(4, 9, 16, "none"), ThreadOrder::kForward, co);
+  EXPECT_CLASS(o, "oob-read");
+  EXPECT_EQ(o.stats.launches, 3);
+  EXPECT_NE(o.evidence.find("2 bitwise reruns are identical"), std::string::npos) << o.evidence;
 }
 
 TEST(Classify, CanariesFindAnOutOfBoundsWriteAndNothingElseRuns) {
@@ -159,6 +382,7 @@ TEST(Classify, PrecisionWhenNoSignatureApplies) {
   const Outcome o = run("det-sloppy", make(5, 19, 16, "causal-br"));
   EXPECT_CLASS(o, "precision");
   EXPECT_TRUE(o.has("precision")) << o.evidence;
+  EXPECT_LE(o.r.max_ratio, detect::kPrecisionLimit);
   EXPECT_TRUE(o.has("poison-swap") && o.has("schedule") && o.has("reorder")) << o.evidence;
 }
 
@@ -182,7 +406,9 @@ TEST(Classify, TsanMissingBinaryIsEvidenceNotAnError) {
 TEST(Classify, PrecedenceIsDocumentedOrder) {
   std::string names;
   for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
-  EXPECT_EQ(names, "oob-write oob-read barrier-race mask split-kv tail rescale non-finite precision ");
+  EXPECT_EQ(names,
+            "oob-write unwritten oob-read barrier-race mask empty-row lse split-kv tail rescale non-finite "
+            "precision wrong ");
 }
 
 // ---- report parsers ----
@@ -217,10 +443,10 @@ TEST(TsanParser, NamesTheSharedVariableFromTheSource) {
       "WARNING: ThreadSanitizer: data race (pid=1)\n  Read of size 4 at 0x1 by main thread:\n"
       "    #0 f " +
       src +
-      ":61 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
+      ":71 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
       "    #0 f " +
       src +
-      ":57 (x+0x2)\n  Location is TLS of main thread.\n"
+      ":67 (x+0x2)\n  Location is TLS of main thread.\n"
       "SUMMARY: ThreadSanitizer: data race\n";
   const auto races = parse_tsan_report(text);
   ASSERT_EQ(races.size(), 1u);

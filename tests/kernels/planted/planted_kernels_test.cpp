@@ -120,7 +120,7 @@ const Planted kPlanted[] = {
     {"planted-masked-row-nan",
      "planted/online-row",
      "online-row",
-     "mask",
+     "empty-row",
      {1, 1, 1, 9, 4, 16, 16, "causal-br"},
      {1, 1, 1, 9, 9, 16, 16, "causal-tl"}},
     // Forward order: thread 0 overwrites red[0] before threads 1.. read the max. Quiet: reverse order.
@@ -166,6 +166,35 @@ const Planted kPlanted[] = {
      "tail",
      {1, 1, 1, 8, 40, 32, 32, "causal-br"},
      {1, 1, 1, 8, 48, 32, 32, "causal-br"}},
+    // Empty rows (causal-br, Sq > Sk) in the query tile of rows with keys get LSE = -1e30 + log l. Quiet:
+    // causal-tl, no empty row.
+    {"planted-masked-score-finite",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "empty-row",
+     {1, 1, 1, 9, 4, 16, 16, "causal-br"},
+     {1, 1, 1, 9, 9, 16, 16, "causal-tl"}},
+    // LSE off by the row max. Quiet: tiny inputs, every row max ~0.
+    {"planted-lse-no-max",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "lse",
+     {1, 1, 1, 8, 40, 32, 32, "causal-br"},
+     {1, 1, 1, 8, 40, 32, 32, "causal-br", "uniform:0.0001"}},
+    // Sq = 20: rows 16..19 (the last partial tile) never stored. Quiet: Sq = 32, two whole tiles.
+    {"planted-last-q-tile-unstored",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "unwritten",
+     {1, 1, 1, 20, 16, 32, 32, "none"},
+     {1, 1, 1, 32, 16, 32, 32, "none"}},
+    // GQA 4 query heads on 2 KV heads: heads 1 and 2 read the other KV head. Quiet: MQA (one KV head).
+    {"planted-gqa-interleaved",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "wrong",
+     {1, 4, 2, 33, 33, 32, 32, "causal-br"},
+     {1, 4, 1, 33, 33, 32, 32, "causal-br"}},
 };
 
 // Loads both plug-ins into the process-wide registry once.

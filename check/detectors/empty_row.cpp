@@ -1,0 +1,121 @@
+// empty_row.cpp - the empty-row detector (rows with no key of positive weight must be O = 0, LSE = -inf:
+// which rows, why empty, what the kernel wrote) and the summary of every kind of wrong row.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "check/compare.h"
+#include "check/detectors/detectors.h"
+
+namespace attnfuzz::detect {
+
+namespace {
+
+// Why row s has no key of positive weight.
+std::string why_empty(const Problem& p, int64_t s) {
+  if (p.seq_k == 0) return "Sk = 0";
+  const KeyRange kr = visible_keys(p, s);
+  if (kr.empty()) return "no visible key under mask " + mask_to_string(p);
+  return fmt("keys [%lld, %lld) visible, every visible score -inf", (long long)kr.first, (long long)kr.last);
+}
+
+}  // namespace
+
+Finding empty_row(Context& c) {
+  Finding f;
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  if (out.o.empty()) return f;
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  std::optional<OracleResult> unmasked;  // the oracle under mask none, computed on first need
+  struct Kind {
+    const char* what;
+    int64_t n = 0;
+    std::string example;
+  };
+  Kind k_nan{"O NaN (0 / 0, or exp(-inf - -inf) = exp(NaN))"}, k_inf{"O +-Inf"},
+      k_unmasked{"O equal to the unmasked result (the softmax over all Sk keys)"},
+      k_garbage{"O finite, not 0 and not the unmasked result"}, k_lse{"O = 0 but LSE not -inf"};
+  std::vector<int64_t> rows;
+  std::vector<std::string> reasons;
+  int64_t total = 0, wrong = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo& ri = ex.row(b, h, s);
+        if (!ri.computed || !ri.inside_contract() || ri.kind != RowKind::kFullyMasked) continue;
+        ++total;
+        if (!(row_ratio(p, ex, out, b, h, s) > 1)) continue;
+        ++wrong;
+        if (std::find(rows.begin(), rows.end(), s) == rows.end()) rows.push_back(s);
+        const std::string why = why_empty(p, s);
+        if (std::find(reasons.begin(), reasons.end(), why) == reasons.end() && reasons.size() < 3)
+          reasons.push_back(why);
+        bool nan = false, inf = false, zero = true;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const float g = out.o[static_cast<size_t>(o_index(p, b, s, h, d))];
+          nan |= std::isnan(g);
+          inf |= std::isinf(g);
+          zero &= g == 0.0f;
+        }
+        const float lse = out.lse.empty() ? -INFINITY : out.lse[static_cast<size_t>(lse_index(p, b, h, s))];
+        Kind* k = &k_garbage;
+        if (nan)
+          k = &k_nan;
+        else if (inf)
+          k = &k_inf;
+        else if (zero)
+          k = &k_lse;
+        else if (p.seq_k > 0) {
+          if (!unmasked) {
+            Problem none = p;
+            none.mask_kind = AF_MASK_NONE;
+            try {
+              unmasked = c.oracle(none, c.tensors());
+            } catch (const std::exception&) {
+              unmasked = OracleResult{};
+            }
+          }
+          if (!unmasked->o.empty() && unmasked->row(b, h, s).kind == RowKind::kNormal &&
+              row_ratio(p, *unmasked, out, b, h, s) <= 1)
+            k = &k_unmasked;
+        }
+        if (k->n++ == 0) {
+          k->example = o_name(b, s, h, 0) + " = " + num(out.o[static_cast<size_t>(o_index(p, b, s, h, 0))]) +
+                       (out.lse.empty() ? "" : ", LSE = " + num(lse));
+          if (k == &k_lse && std::isfinite(lse) && lse < -1e20)
+            k->example += " (a finite stand-in for -inf, e.g. a masked score of -1e30 / -FLT_MAX)";
+        }
+      }
+  if (!wrong) {
+    if (total)
+      f.evidence.push_back({"empty-row", fmt("%lld empty row(s), all O = 0 / LSE = -inf", (long long)total)});
+    return f;
+  }
+  std::sort(rows.begin(), rows.end());
+  std::string why;
+  for (const std::string& r : reasons) why += (why.empty() ? "" : "; ") + r;
+  std::string detail = fmt("%lld of %lld empty (b, h, row)s (no key of positive weight: ", (long long)wrong,
+                           (long long)total) +
+                       why + ") are not O = 0, LSE = -inf; query rows s = " + ranges(rows) +
+                       "; the kernel wrote";
+  std::string sep = " ";
+  for (const Kind* k : {&k_nan, &k_inf, &k_unmasked, &k_garbage, &k_lse})
+    if (k->n) {
+      detail += sep + fmt("%lld x ", (long long)k->n) + k->what + " (e.g. " + k->example + ")";
+      sep = "; ";
+    }
+  f.fired = true;
+  f.cls = FailureClass::kEmptyRow;
+  f.evidence.push_back({"empty-row", detail});
+  return f;
+}
+
+Finding row_kinds(Context& c) {
+  Finding f;
+  const std::vector<RowFailure> rows = row_failures(c);
+  if (!rows.empty()) f.evidence.push_back({"rows", row_kinds_text(rows)});
+  return f;
+}
+
+}  // namespace attnfuzz::detect

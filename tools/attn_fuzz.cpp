@@ -194,6 +194,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.mp_bits = o.common.mp_bits;
   w.limits.max_seq = o.max_seq;
   w.limits.max_dim = o.max_d;
+  w.limits.domain = value_domain(o.common);
   if (o.max_seq < 1 || o.max_d < 1) usage_error("--max-seq and --max-d must be >= 1");
   w.out = o.common.out;
   w.command = command_line;

@@ -34,6 +34,13 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)->capture_default_str();
   app.add_option("--mp-bits", o.mp_bits, "bits of the multiprecision arbiter (>= 100)")->group(r)
       ->check(CLI::Range(100, 4096))->capture_default_str();
+  app.add_option(
+         "--values", o.values,
+         "value domain of generated cases: ieee (NaN, +-Inf, subnormals, -0, FLT_MAX) | finite (the same "
+         "without NaN and Inf); replay uses the domain recorded in the file")
+      ->group(r)
+      ->check(CLI::IsMember({"ieee", "finite"}))
+      ->capture_default_str();
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")->group(r)
       ->capture_default_str();
   app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")->group(r);
@@ -50,6 +57,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("--compute-sanitizer", o.compute_sanitizer,
                "nvidia: run racecheck, synccheck and memcheck on failing cases (compute-sanitizer on PATH)")
       ->group(c);
+}
+
+ValueDomain value_domain(const CommonOptions& o) {
+  ValueDomain d = ValueDomain::kIeee;
+  (void)parse_value_domain(o.values, d);  // checked by the option table
+  return d;
 }
 
 namespace {

@@ -32,6 +32,7 @@ struct CommonOptions {
   bool no_isolate = false;
   int64_t oracle_rows = 0;             // 0 = every row; else a sampled budget
   int mp_bits = 128;
+  std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
   bool quiet = false;
   bool no_reports = false;
   // failure classification (check/classify.h)
@@ -43,6 +44,8 @@ struct CommonOptions {
   bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
+// The --values domain (add_common_options accepts only ieee and finite).
+ValueDomain value_domain(const CommonOptions& o);
 
 struct Session {
   std::string tool;                    // "attn-check"

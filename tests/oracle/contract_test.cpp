@@ -221,5 +221,46 @@ TEST(Contract, CorrectKernelsOnTheSiblingsAreNeverFail) {
           << describe(c) << " " << j.result.kernel << ": " << j.result.reason;
 }
 
+TEST(Contract, CorrectKernelsOnHandMadeSiblings) {
+  // Explicit inputs through every built-in kernel: never fail; the in-contract ones pass.
+  struct Sib {
+    const char* what;
+    int64_t sk, d;
+    std::vector<float> q, k, v;
+    bool inside;
+  };
+  const std::vector<Sib> sibs = {
+      {"-inf scores only, inf v", 2, 1, {1.0f}, {-kInf, -kInf}, {1.0f, kInf}, false},
+      {"-inf scores only, FLT_MAX v", 2, 1, {1.0f}, {-kInf, -kInf}, {1.0f, FLT_MAX}, true},
+      {"-inf key with an overflowing term",
+       2,
+       2,
+       {4.0f, 1.0f},
+       {0.5f, 0.5f, FLT_MAX, -kInf},
+       {1.0f, 2.0f},
+       false},
+      {"-inf key with a large term", 2, 2, {4.0f, 1.0f}, {0.5f, 0.5f, 1e30f, -kInf}, {1.0f, 2.0f}, true},
+      {"-inf key, overflowing partial sum",
+       2,
+       3,
+       {0.75f, 0.75f, 1.0f},
+       {1, 1, 1, FLT_MAX, FLT_MAX, -kInf},
+       {1.0f, 2.0f},
+       false},
+      {"overflowing P.V partial sum", 2, 1, {1.0f}, {1.0f, 1.0f}, {0.75f * FLT_MAX, 0.75f * FLT_MAX}, false},
+  };
+  for (const Sib& s : sibs) {
+    Case c = make_case(make_problem(1, 1, 1, 1, s.sk, s.d, 1), 0);
+    c.explicit_values = ExplicitValues{s.q, s.k, s.v};
+    ASSERT_EQ(validate(c), "") << s.what;
+    for (const Judged& j : check_all(c)) {
+      EXPECT_NE(j.result.verdict, Verdict::kFail)
+          << s.what << " " << j.result.kernel << ": " << j.result.reason;
+      EXPECT_EQ(j.result.verdict, s.inside ? Verdict::kPass : Verdict::kOutsideContract)
+          << s.what << " " << j.result.kernel << ": " << j.result.reason;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnfuzz

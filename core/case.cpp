@@ -124,6 +124,24 @@ const char* placement_name(Placement p) {
   return "?";
 }
 
+const char* value_domain_name(ValueDomain d) { return d == ValueDomain::kFinite ? "finite" : "ieee"; }
+
+std::string parse_value_domain(const std::string& text, ValueDomain& out) {
+  if (text == "ieee") {
+    out = ValueDomain::kIeee;
+  } else if (text == "finite") {
+    out = ValueDomain::kFinite;
+  } else {
+    return "unknown value domain '" + text + "': ieee or finite";
+  }
+  return {};
+}
+
+bool special_in_domain(SpecialKind k, ValueDomain d) {
+  return d == ValueDomain::kIeee ||
+         !(k == SpecialKind::kNaN || k == SpecialKind::kPosInf || k == SpecialKind::kNegInf);
+}
+
 namespace {
 
 // Shortest %g form that reads back as the same double.
@@ -306,6 +324,8 @@ std::string validate(const Case& c) {
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
   for (const SpecialValue& s : c.values.specials) {
+    if (!special_in_domain(s.kind, c.values.domain))
+      return "special value '" + to_string(s) + "' is not in the finite value domain (no NaN or Inf)";
     if (s.count < 0 || s.count > kMaxSpecialCount)
       return "special value '" + to_string(s) + "' has an invalid count (need 0 .. 2^24)";
     if (s.placement == Placement::kAt) {
@@ -325,6 +345,21 @@ std::string validate(const Case& c) {
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
+    if (c.values.domain == ValueDomain::kFinite) {
+      const Problem& p = c.problem;
+      for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
+        const std::vector<float>& buf = t == Tensor::kQ ? e.q : t == Tensor::kK ? e.k : e.v;
+        for (int64_t b = 0; b < p.batch; ++b)
+          for (int64_t s = 0; s < tensor_seq(p, t); ++s)
+            for (int64_t h = 0; h < tensor_heads(p, t); ++h)
+              for (int64_t d = 0; d < tensor_dim(p, t); ++d)
+                if (!std::isfinite(buf[static_cast<size_t>(tensor_index(p, t, b, h, s, d))]))
+                  return std::string("explicit ") + tensor_name(t) +
+                         " holds a NaN or Inf at (b=" + std::to_string(b) + ", s=" + std::to_string(s) +
+                         ", h=" + std::to_string(h) + ", d=" + std::to_string(d) +
+                         "): not in the finite value domain";
+      }
+    }
   }
   return {};
 }
@@ -336,6 +371,8 @@ std::string describe(const Case& c) {
   for (const SpecialValue& s : c.values.specials) t += " special=" + to_string(s);
   t += std::string(" seed=") + seed;
   if (c.explicit_values) t += " explicit";
+  if (c.values.domain != ValueDomain::kIeee)
+    t += std::string(" domain=") + value_domain_name(c.values.domain);
   return t;
 }
 
@@ -412,13 +449,19 @@ Tensors generate(const Case& c) {
     qk_half = denom > 0 ? std::sqrt(3.0 * dist.param / denom) : 1.0;
     v_half = 1.0;
   }
+  const bool finite = c.values.domain == ValueDomain::kFinite;
+  auto in_domain = [finite](double x) {
+    return finite ? static_cast<float>(
+                        std::clamp(x, -static_cast<double>(FLT_MAX), static_cast<double>(FLT_MAX)))
+                  : static_cast<float>(x);
+  };
   auto filler = [&](Tensor t, double half) {
     Rng rng(c.seed, 1 + static_cast<uint64_t>(t));
     std::vector<float>& buf = t == Tensor::kQ ? out.q : t == Tensor::kK ? out.k : out.v;
     if (dist.kind == Distribution::kNormal) {
-      fill(buf, p, t, [&] { return static_cast<float>(dist.param * rng.normal()); });
+      fill(buf, p, t, [&] { return in_domain(dist.param * rng.normal()); });
     } else {
-      fill(buf, p, t, [&] { return static_cast<float>(half * (2.0 * rng.uniform01() - 1.0)); });
+      fill(buf, p, t, [&] { return in_domain(half * (2.0 * rng.uniform01() - 1.0)); });
     }
   };
   filler(Tensor::kQ, qk_half);
@@ -525,11 +568,21 @@ const std::vector<SpecialKind>& special_kinds() {
   return k;
 }
 
+const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
+  static const std::vector<SpecialKind> finite = [] {
+    std::vector<SpecialKind> k;
+    for (SpecialKind x : special_kinds())
+      if (special_in_domain(x, ValueDomain::kFinite)) k.push_back(x);
+    return k;
+  }();
+  return d == ValueDomain::kFinite ? finite : special_kinds();
+}
+
 }  // namespace space
 
 // ------------------------------------------------------------------------------------------ sweep
 
-std::vector<Case> sweep_grid(uint64_t base_seed) {
+std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain) {
   std::vector<Case> grid;
   auto add = [&](std::string label, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
                  int64_t dv, const std::string& mask, ValueSpec values = {}) {
@@ -537,6 +590,7 @@ std::vector<Case> sweep_grid(uint64_t base_seed) {
     c.problem = make_problem(b, hq, hkv, sq, sk, d, dv);
     if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
     c.values = std::move(values);
+    c.values.domain = domain;
     std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
     std::replace(label.begin(), label.end(), ',', '.');
     c.label = std::move(label);
@@ -604,9 +658,13 @@ std::vector<Case> sweep_grid(uint64_t base_seed) {
   add("normal-0.01-65x65", 1, 1, 1, 65, 65, 64, 64, "none", dist(Distribution::kNormal, 0.01));
   add("uniform-100-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, 100));
   // Special values: masked ones must not reach any output, visible ones must poison exactly their rows.
-  auto special = [&](const std::string& text, int64_t sq, int64_t sk, const std::string& mask) {
+  auto special = [&](std::string text, int64_t sq, int64_t sk, const std::string& mask) {
     ValueSpec v;
     v.specials.push_back(sp(text));
+    if (!special_in_domain(v.specials.back().kind, domain)) {  // finite: huge at the same place instead
+      v.specials.back().kind = SpecialKind::kHuge;
+      text = to_string(v.specials.back());
+    }
     add("special-" + text + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask, 1, 1, 1, sq, sk,
         32, 32, mask, v);
   };

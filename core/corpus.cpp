@@ -276,6 +276,7 @@ json case_to_json(const Case& c) {
   json specials = json::array();
   for (const SpecialValue& s : c.values.specials) specials.push_back(to_string(s));
   values["specials"] = specials;
+  values["domain"] = value_domain_name(c.values.domain);
   j["values"] = values;
   j["seed"] = seed_to_hex(c.seed);
   if (c.explicit_values) {
@@ -305,6 +306,11 @@ Case case_from_json(const json& j) {
     const json& v = j["values"];
     if (v.contains("dist")) {
       if (std::string e = parse_distribution(get_string(v, "dist", "case.values"), c.values.dist); !e.empty())
+        corrupt("case.values: " + e);
+    }
+    if (v.contains("domain")) {  // absent in files written before value domains: ieee
+      if (std::string e = parse_value_domain(get_string(v, "domain", "case.values"), c.values.domain);
+          !e.empty())
         corrupt("case.values: " + e);
     }
     if (v.contains("specials")) {
@@ -343,6 +349,8 @@ json verdict_to_json(const RecordedVerdict& v) {
   j["signature"] = v.signature;
   j["reason"] = v.reason;
   j["max_ratio"] = json_number(v.max_ratio);
+  j["compared"] = v.compared;
+  j["failed"] = v.failed;
   return j;
 }
 
@@ -367,6 +375,9 @@ RecordedVerdict verdict_from_json(const json& j) {
   v.signature = opt_string(j, "signature", ctx);
   v.reason = opt_string(j, "reason", ctx);
   if (j.contains("max_ratio")) v.max_ratio = get_number(j, "max_ratio", ctx);
+  // Element counts (absent in files written before they were recorded: then -1, "not recorded").
+  v.compared = j.contains("compared") ? get_int(j, "compared", ctx) : -1;
+  v.failed = j.contains("failed") ? get_int(j, "failed", ctx) : -1;
   return v;
 }
 
@@ -540,7 +551,10 @@ void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f) {
 std::string case_hash(const CorpusFile& f) {
   Case c = f.the_case;
   c.label.clear();
-  std::string key = case_to_json(c).dump();
+  Json j = case_to_json(c);
+  // The ieee domain is the default (files without the field): leave it out so such files keep their names.
+  if (c.values.domain == ValueDomain::kIeee) j["values"].erase("domain");
+  std::string key = j.dump();
   if (f.verdict) key += "\nkernel=" + f.verdict->kernel;
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash64(key)));
@@ -575,6 +589,8 @@ RecordedVerdict recorded_verdict(const CheckResult& r, std::string signature) {
   v.signature = std::move(signature);
   v.reason = r.reason;
   v.max_ratio = r.max_ratio;
+  v.compared = r.compared;
+  v.failed = r.failed;
   return v;
 }
 

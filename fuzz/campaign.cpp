@@ -514,6 +514,8 @@ int run_campaign(const CampaignOptions& o) {
     e.result.failure = v.failure;
     e.result.reason = v.reason;
     e.result.max_ratio = v.max_ratio;
+    e.result.compared = v.compared;  // the counts of the saved check (summary.md "failed / compared")
+    e.result.failed = v.failed;
     e.result.evidence.push_back({"signature", v.signature});
     e.corpus_path = f.path.string();
     e.replay_command = replay_command(cfg, f.path.string());
@@ -622,6 +624,7 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
   FuzzLimits big;
   big.max_batch = big.max_heads = big.max_seq = big.max_dim = big.max_work = int64_t{1} << 40;
   big.max_specials = big.max_special_count = big.max_explicit = int64_t{1} << 30;
+  big.domain = cf.the_case.values.domain;  // shrinking keeps the recorded value domain
   const CaseDomain dom(big);
   int checks = 1;
   auto timed = [&](const Case& c) {

@@ -2,6 +2,7 @@
 #include "fuzz/codec.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -212,6 +213,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   FuzzInput in;
   in.kernel = r.u8();
   Case& c = in.the_case;
+  c.values.domain = lim.domain;
   // Shape.
   const int64_t batch = f.batch.read(r);
   const auto heads = head_menu(lim);
@@ -275,7 +277,8 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     const int64_t n = 1 + (t - 144) % lim.max_specials;
     for (int64_t i = 0; i < n; ++i) {
       SpecialValue s;
-      s.kind = space::special_kinds()[r.u8() % space::special_kinds().size()];
+      const auto& kinds = space::special_kinds(lim.domain);
+      s.kind = kinds[r.u8() % kinds.size()];
       s.tensor = static_cast<Tensor>(r.u8() % 3);
       s.placement = static_cast<Placement>(r.u8() % 5);
       s.count = 1 + r.u8() % lim.max_special_count;
@@ -296,7 +299,11 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     ExplicitValues e;
     for (auto [vec, n] : {std::pair{&e.q, q_elements(p)}, {&e.k, k_elements(p)}, {&e.v, v_elements(p)}}) {
       vec->resize(static_cast<size_t>(n));
-      for (float& x : *vec) x = bits_float(r.u32());
+      for (float& x : *vec) {
+        x = bits_float(r.u32());
+        if (lim.domain == ValueDomain::kFinite && !std::isfinite(x))
+          x = std::isnan(x) ? 0.0f : std::copysign(FLT_MAX, x);
+      }
     }
     if (static_cast<int64_t>(e.q.size() + e.k.size() + e.v.size()) <= lim.max_explicit)
       c.explicit_values = std::move(e);
@@ -363,7 +370,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
   const size_t ns = c.values.specials.size();
   w.u8(ns == 0 ? 0 : static_cast<uint8_t>(144 + ns - 1));
   for (const SpecialValue& s : c.values.specials) {
-    const auto& kinds = space::special_kinds();
+    const auto& kinds = space::special_kinds(lim.domain);  // a kind outside it decodes as another one
     w.u8(static_cast<uint8_t>(std::find(kinds.begin(), kinds.end(), s.kind) - kinds.begin()));
     w.u8(static_cast<uint8_t>(s.tensor));
     w.u8(static_cast<uint8_t>(s.placement));
@@ -383,6 +390,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
 }
 
 std::string in_domain(const Case& c, const FuzzLimits& l) {
+  if (c.values.domain != l.domain) return "value domain differs from the fuzz limits'";
   if (std::string e = attnfuzz::validate(c); !e.empty()) return e;
   const Problem& p = c.problem;
   if (p.batch > l.max_batch) return "batch above the fuzz limit";

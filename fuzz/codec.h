@@ -29,6 +29,9 @@ struct FuzzLimits {
   int64_t max_specials = 6;    // special-value entries
   int64_t max_special_count = 16;
   int64_t max_explicit = 1 << 16;  // explicit values are encoded only up to this many floats in total
+  // Value domain of every decoded case (not encoded in the bytes): under kFinite, special kinds are drawn
+  // from space::special_kinds(kFinite) and explicit NaN / Inf bits decode as 0 / +-FLT_MAX.
+  ValueDomain domain = ValueDomain::kIeee;
 };
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

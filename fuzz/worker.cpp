@@ -42,7 +42,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"max_work", c.limits.max_work},
                  {"max_specials", c.limits.max_specials},
                  {"max_special_count", c.limits.max_special_count},
-                 {"max_explicit", c.limits.max_explicit}};
+                 {"max_explicit", c.limits.max_explicit},
+                 {"values", value_domain_name(c.limits.domain)}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -78,6 +79,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
     lim("max_specials", c.limits.max_specials);
     lim("max_special_count", c.limits.max_special_count);
     lim("max_explicit", c.limits.max_explicit);
+    if (l.contains("values")) (void)parse_value_domain(l.at("values").get<std::string>(), c.limits.domain);
   }
   get("out", c.out);
   get("command", c.command);

@@ -1,6 +1,7 @@
 // variants.cpp - metamorphic variants for external kernels: emit inputs + manifest, then judge outputs and
 // relations.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -24,6 +25,7 @@ struct Variant {
   std::string name, relation, description;
   Tensors t;
   std::vector<int64_t> keys;  // perturbed keys (mask relation)
+  std::string tensor;         // "k" or "v": the tensor perturbed at those keys (mask relation)
 };
 
 // Permutes key rows of k and v per (b, kv head): new position i holds old key perm(b, hk)[i].
@@ -173,18 +175,35 @@ std::vector<std::string> emit_variants(const Case& c, int32_t cd, Layout layout,
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return vis[x] < vis[y]; });
   if (order.size() > 2) order.resize(2);
   if (!order.empty()) {
-    for (const auto& [name, val] :
-         {std::pair<const char*, float>{"masked-nan", std::numeric_limits<float>::quiet_NaN()},
-          {"masked-inf", std::numeric_limits<float>::infinity()}}) {
-      Variant m{name, "mask",
-                std::string("k[.., j, .., 0] and v[.., j, .., 0] = ") + (std::isnan(val) ? "NaN" : "+Inf") +
-                    " at keys some rows must not see",
+    // K alone and V alone, so that a score leak (masked K reaches the softmax) and a P.V leak (masked V
+    // read with weight 0: 0 * NaN = NaN) are told apart. Under the finite value domain: +-FLT_MAX.
+    const bool finite = c.values.domain == ValueDomain::kFinite;
+    struct Perturb {
+      const char* name;
+      float val;
+      bool k;
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const std::vector<Perturb> perturbs =
+        finite ? std::vector<Perturb>{{"masked-huge-k", FLT_MAX, true}, {"masked-huge-v", FLT_MAX, false}}
+               : std::vector<Perturb>{{"masked-nan-k", nan, true},
+                                      {"masked-inf-k", inf, true},
+                                      {"masked-nan-v", nan, false},
+                                      {"masked-inf-v", inf, false}};
+    for (const Perturb& pt : perturbs) {
+      const std::string what = std::isnan(pt.val) ? "NaN" : std::isinf(pt.val) ? "+Inf" : "FLT_MAX";
+      Variant m{pt.name, "mask",
+                std::string(pt.k ? "k" : "v") + "[.., j, .., 0] = " + what +
+                    " at keys some rows must not see (" + (pt.k ? "K" : "V") + " alone)",
                 base, order};
+      m.tensor = pt.k ? "k" : "v";
       for (int64_t b = 0; b < p.batch; ++b)
         for (int64_t hk = 0; hk < p.heads_kv; ++hk)
           for (int64_t j : order) {
-            m.t.k[k_index(p, b, j, hk, 0)] = val;
-            m.t.v[v_index(p, b, j, hk, 0)] = val;
+            if (pt.k)
+              m.t.k[k_index(p, b, j, hk, 0)] = pt.val;
+            else
+              m.t.v[v_index(p, b, j, hk, 0)] = pt.val;
           }
       vs.push_back(std::move(m));
     }
@@ -229,6 +248,7 @@ std::vector<std::string> emit_variants(const Case& c, int32_t cd, Layout layout,
     write_variant(dir / v.name, v, p, cd, layout, raw);
     json e = {{"name", v.name}, {"relation", v.relation}, {"description", v.description}};
     if (!v.keys.empty()) e["perturbed_keys"] = v.keys;
+    if (!v.tensor.empty()) e["perturbed_tensor"] = v.tensor;
     m["variants"].push_back(e);
     names.push_back(v.name);
   }
@@ -307,24 +327,38 @@ std::vector<VariantResult> evaluate_manifest(const fs::path& dir, const Override
       }
       std::vector<std::string> ks;
       for (auto j : keys) ks.push_back(std::to_string(j));
+      const std::string tensor = meta[i].value("perturbed_tensor", std::string("k and v"));
+      const std::string ks_text = "key(s) " + [&] {
+        std::string t;
+        for (const auto& k : ks) t += (t.empty() ? "" : ",") + k;
+        return t;
+      }();
+      // What a leak through this tensor means for the kernel engineer.
+      const std::string path =
+          tensor == "k"   ? "masked K reached the scores / softmax of these rows (a score leak: the mask is "
+                            "applied after the max or the row sum, or not at all)"
+          : tensor == "v" ? "masked V reached P.V of these rows (V read at masked keys, e.g. weight 0 times "
+                            "NaN/Inf = NaN: the P.V loop runs over masked keys)"
+                          : "masked K/V reached these rows";
       if (diff) {
         make_fail(res, FailureClass::kMask,
-                  "mask leak: perturbing masked keys changed " + std::to_string(diff) +
-                      " output element(s) of rows that never see them");
-        res.evidence.push_back({"mask-perturb",
-                                "NaN/Inf placed at keys that these rows must not see changed their "
-                                "output bits (first " +
-                                    first +
-                                    "); masked positions must never "
-                                    "contribute (if the kernel is not bitwise deterministic, compare two "
-                                    "runs of base first)"});
+                  "mask leak: perturbing " + tensor + " at masked " + ks_text + " changed " +
+                      std::to_string(diff) + " output element(s) of rows that never see them");
+        res.evidence.push_back(
+            {"mask-perturb", "values placed in " + tensor + " at " + ks_text +
+                                 ", which these rows must not see, changed their output bits "
+                                 "(first " +
+                                 first + "): " + path +
+                                 "; masked positions must never contribute (if the kernel is "
+                                 "not bitwise deterministic, compare two runs of base first)"});
       } else {
         res.evidence.push_back({"mask-perturb", std::to_string(rows) +
-                                                    " row(s) that never see the perturbed keys are "
-                                                    "bitwise equal to base"});
+                                                    " row(s) that never see the perturbed " + tensor +
+                                                    " at " + ks_text + " are bitwise equal to base"});
         if (res.verdict == Verdict::kFail && res.failure == FailureClass::kNonFinite) {
           res.failure = FailureClass::kMask;
-          res.evidence.push_back({"classify", "mask: NaN/Inf appear only with masked keys perturbed"});
+          res.evidence.push_back(
+              {"classify", "mask: NaN/Inf appear only with masked " + tensor + " perturbed"});
         }
       }
     } else if (rel == "order") {

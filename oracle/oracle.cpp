@@ -368,26 +368,49 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     }
   }
   const double sc = std::fabs(static_cast<double>(p.scale));
-  if (nan_row || nf == 0) {
-    // The exact row is NaN or fully masked by -inf scores; a kernel may still overflow a finite product
-    // sum on the way (inf + (-inf) = NaN): outside the contract then, like any other row.
-    if (amax_all > kRange || sc * amax_all > kRange) {
-      info.contract = ContractReason::kScoreRange;
-      info.contract_value = std::max(amax_all, sc * amax_all);
-    }
-    return nan_row ? fill(kNaN, kNaN, RowKind::kNaN) : fill(0.0, -kInf, RowKind::kFullyMasked);
-  }
-  if (amax > kRange || sc * amax > kRange) {
+  // fp32 contract on the scores (oracle/README.md "The fp32 contract"): every product term q_d k_jd of
+  // every visible key, and every partial sum of them an fp32 kernel could form in any order, must stay
+  // inside the fp32 range, scaled or not. a_j = sum_d |q_d k_jd| over the finite products bounds all of
+  // them, also for a key whose exact score is -inf (weight 0): there an overflowing finite term gives
+  // inf + (-inf) = NaN in every fp32 dot product. A kernel may also fold the scale (and log2 e) into q
+  // before the dot product, or sqrt(scale) into q and k (PyTorch's math backend): |scale q_d| and
+  // sqrt(|scale|) |k_jd| must not overflow either (sqrt(|scale|) |q_d| <= max(|q_d|, |scale q_d|)).
+  double qmax = 0;
+  for (int64_t d = 0; d < p.head_dim; ++d)
+    if (std::isfinite(qd[d])) qmax = std::max(qmax, std::fabs(qd[d]));
+  const double score_big = std::max({amax_all, sc * amax_all, sc * qmax});
+  if (score_big > kRange) {
     info.contract = ContractReason::kScoreRange;
-    info.contract_value = std::max(amax, sc * amax);
+    info.contract_value = score_big;
+  } else if (sc > 1) {
+    const double kcap = kRange / std::sqrt(sc);
+    for (int64_t j = kr.first; j < kr.last && info.contract == ContractReason::kInside; ++j)
+      for (int64_t d = 0; d < p.head_dim; ++d) {
+        const double x = std::fabs(static_cast<double>(r.k[j * r.k_row + d]));
+        if (std::isfinite(x) && x > kcap) {
+          info.contract = ContractReason::kScoreRange;
+          info.contract_value = std::sqrt(sc) * x;
+          break;
+        }
+      }
+  }
+  if (nan_row || nf == 0) {
+    // The exact row is NaN or fully masked by -inf scores. A fully masked row must be O = 0, but a
+    // visible infinite v meets a zero weight in P.V (0 * inf = NaN) in every kernel that accumulates
+    // before normalising: outside the contract, as in a normal row.
+    if (!nan_row && info.contract == ContractReason::kInside)
+      for (int64_t j = kr.first; j < kr.last; ++j)
+        if (hf.vinf[static_cast<size_t>(j)]) {
+          info.contract = ContractReason::kValueRange;
+          info.contract_value = kInf;
+          break;
+        }
+    return nan_row ? fill(kNaN, kNaN, RowKind::kNaN) : fill(0.0, -kInf, RowKind::kFullyMasked);
   }
   if (S.cd == AF_DTYPE_F16 && info.contract == ContractReason::kInside) {
     // fp16 contract: scores (possibly rounded to fp16, scaled or not) and q, k, v must stay well inside
     // fp16's range (65504); 2^15 leaves room for the exp2 factor and rounding up.
     constexpr double kHalfRange = 0x1p15;
-    double qmax = 0;
-    for (int64_t d = 0; d < p.head_dim; ++d)
-      if (std::isfinite(qd[d])) qmax = std::max(qmax, std::fabs(qd[d]));
     double big = std::max(sc * amax, qmax);
     for (int64_t j = kr.first; j < kr.last; ++j)
       for (int64_t d = 0; d < p.head_dim; ++d) {

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   int max_success = 50;
   uint64_t seed = 0;
   bool no_shrink = false, strict = false, quiet = false;
+  std::string values = "ieee";
   CLI::App app{
       "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu "
       "emulator. RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...)."};
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
                  "<build>/property-failures)");
   app.add_option("--table", table, "also write a Markdown table property x kernel to this file");
   app.add_flag("--quiet,-q", quiet, "no per-failure report");
+  app.add_option("--values", values, "value domain: ieee | finite (no NaN / Inf in cases and perturbations)")
+      ->check(CLI::IsMember({"ieee", "finite"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Property> props;
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
   o.strict = strict;
   o.out = out;
   o.quiet = quiet;
+  (void)parse_value_domain(values, o.domain);
   int failures = 0;
   std::map<std::pair<std::string, std::string>, std::string> cell;
   for (const KernelEntry* k : ks)

@@ -130,7 +130,7 @@ rc::Gen<ValueDist> gen_value_dist(bool extreme) {
   return weighted_one_of<ValueDist>({{4, uniform1}, {1, uniform}, {1, normal}, {2, extremes}});
 }
 
-rc::Gen<SpecialValue> gen_special() {
+rc::Gen<SpecialValue> gen_special(ValueDomain domain) {
   return rc::gen::apply(
       [](SpecialKind kind, Tensor t, Placement pl, int64_t count) {
         SpecialValue s;
@@ -140,7 +140,8 @@ rc::Gen<SpecialValue> gen_special() {
         s.count = count;
         return s;
       },
-      element_of(space::special_kinds()), element_of(std::vector<Tensor>{Tensor::kQ, Tensor::kK, Tensor::kV}),
+      element_of(space::special_kinds(domain)),
+      element_of(std::vector<Tensor>{Tensor::kQ, Tensor::kK, Tensor::kV}),
       element_of(std::vector<Placement>{Placement::kRandom, Placement::kVisible, Placement::kMasked,
                                         Placement::kHidden}),
       in_range(1, 3));
@@ -188,9 +189,11 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
          {1, element_of(std::vector<float>{1e-3f, 0.0f, 16.0f})}});
 
     c.values.dist = *gen_value_dist(limits.extreme);
+    c.values.domain = limits.domain;
     if (limits.specials && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
       // 1..3 specials; the container shrinks by dropping elements, each element toward nan@q:random*1.
-      c.values.specials = *rc::gen::resize(3, rc::gen::container<std::vector<SpecialValue>>(gen_special()));
+      c.values.specials =
+          *rc::gen::resize(3, rc::gen::container<std::vector<SpecialValue>>(gen_special(limits.domain)));
       if (c.values.specials.size() > 3) c.values.specials.resize(3);
     }
     c.seed = *rc::gen::map(in_range(0, (int64_t{1} << 32) - 1),

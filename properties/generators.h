@@ -40,6 +40,7 @@ struct CaseLimits {
   bool allow_empty_k = true;               // Sk = 0 may be drawn (rarely)
   bool specials = true;                    // special values (NaN, Inf, huge, subnormal, -0) may be placed
   bool extreme = true;                     // Distribution::kExtreme magnitudes may be drawn
+  ValueDomain domain = ValueDomain::kIeee;  // finite: no NaN / Inf special kinds (case.h ValueDomain)
 };
 
 // Size-independent choices that shrink toward their first option (rc::gen::elementOf and weightedOneOf do not
@@ -77,7 +78,8 @@ rc::Gen<std::string> gen_mask(const CaseLimits& limits);
 rc::Gen<ValueDist> gen_value_dist(bool extreme);
 // One special value: kind from space::special_kinds(), tensor q/k/v, placement random / visible /
 // masked / hidden, count 1..3. Shrinks toward nan@q:random*1.
-rc::Gen<SpecialValue> gen_special();
+// Under ValueDomain::kFinite the kind comes from space::special_kinds(kFinite) (shrinks toward subnormal).
+rc::Gen<SpecialValue> gen_special(ValueDomain domain = ValueDomain::kIeee);
 
 // A whole case within `limits`: shape (B, Hq/Hkv from space::head_configs(), Sq, Sk with Sq != Sk
 // half the time, D, Dv != D sometimes), mask, scale (default fp32(1/sqrt(D)) mostly), value

@@ -330,6 +330,13 @@ float fill_value(Fill f, Rng& rng) {
   return 0;
 }
 
+// The fills allowed by the case's value domain (finite: no NaN / Inf fills).
+std::vector<Fill> in_domain(const Case& c, std::vector<Fill> fills) {
+  if (c.values.domain == ValueDomain::kFinite)
+    std::erase_if(fills, [](Fill f) { return f == Fill::kNaN || f == Fill::kPosInf || f == Fill::kNegInf; });
+  return fills;
+}
+
 // ------------------------------------------------------------------------------------------ properties
 
 void prop_oracle(const KernelEntry& k, const Case& c) {
@@ -477,8 +484,8 @@ void prop_causal_prefix(const KernelEntry& k, const Case& c, bool strict) {
       sees = hidden[j];
     keep[i] = !sees;
   }
-  const std::vector<Fill> fills{Fill::kFresh,  Fill::kFreshLarge, Fill::kNaN,
-                                Fill::kPosInf, Fill::kNegInf,     Fill::kHuge};
+  const std::vector<Fill> fills =
+      in_domain(c, {Fill::kFresh, Fill::kFreshLarge, Fill::kNaN, Fill::kPosInf, Fill::kNegInf, Fill::kHuge});
   const Fill kf = *element_of(fills), vf = *element_of(fills);
   RC_TAG(std::string("k ") + fill_name(kf), std::string("v ") + fill_name(vf));
   const Tensors t = generate(c);
@@ -503,8 +510,8 @@ void prop_row_independence(const KernelEntry& k, const Case& c, bool strict) {
   if (!supported(k, p)) return;
   const int64_t row = *in_range(0, p.seq_q - 1);
   const int pattern = *in_range(0, 2);  // 0: keep only row; 1: keep rows of row's parity; 2: random half
-  const Fill f = *element_of(std::vector<Fill>{Fill::kFresh, Fill::kFreshLarge, Fill::kNaN, Fill::kPosInf,
-                                               Fill::kHuge, Fill::kZero});
+  const Fill f = *element_of(
+      in_domain(c, {Fill::kFresh, Fill::kFreshLarge, Fill::kNaN, Fill::kPosInf, Fill::kHuge, Fill::kZero}));
   RC_TAG(fill_name(f));
   Rng rng(c.seed, 31);
   std::vector<bool> keep(static_cast<size_t>(p.seq_q));
@@ -691,7 +698,8 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   PropertyOutcome out;
   const auto t0 = std::chrono::steady_clock::now();
   const std::string id = property_id(prop, k);
-  const CaseLimits limits = property_limits(prop, k.kernel);
+  CaseLimits limits = property_limits(prop, k.kernel);
+  limits.domain = o.domain;
   if (prop == Property::kCausalPrefix && k.kernel.masks != 0 &&
       (k.kernel.masks & ~AF_SUPPORTS_MASK_NONE) == 0) {
     out.passed = true;  // the kernel supports no mask: nothing is hidden from any row

@@ -46,6 +46,7 @@ struct PropertyOptions {
   std::filesystem::path out;  // where failing cases go; empty: $ATTNFUZZ_PROPERTY_OUT, else
                               // <build>/property-failures
   bool quiet = false;         // no report on stderr
+  ValueDomain domain = ValueDomain::kIeee;  // generated cases and perturbations (finite: no NaN / Inf)
 };
 
 struct PropertyOutcome {

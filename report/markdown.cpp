@@ -71,8 +71,10 @@ std::string markdown_summary(const RunRecord& r) {
     for (const RunEntry* e : failures) {
       const CheckResult& x = e->result;
       md << "| " << markdown_escape(x.kernel) << " | " << markdown_escape(case_name(e->the_case)) << " | "
-         << failure_class_name(x.failure) << " | " << num(x.max_ratio) << " | " << x.failed << " / "
-         << x.compared << " | " << (e->replay_command.empty() ? "" : code(e->replay_command)) << " | "
+         << failure_class_name(x.failure) << " | " << num(x.max_ratio) << " | "
+         << (x.compared < 0 ? std::string("not recorded")
+                            : std::to_string(x.failed) + " / " + std::to_string(x.compared))
+         << " | " << (e->replay_command.empty() ? "" : code(e->replay_command)) << " | "
          << (e->heatmap_path.empty() ? "" : "[svg](" + e->heatmap_path + ")") << " |\n";
     }
     md << "\n";

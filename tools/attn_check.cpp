@@ -190,6 +190,7 @@ Case case_from_flags(const Options& o) {
     }
   }
   Case c = make_case(p, o.seed);
+  c.values.domain = value_domain(o.common);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
     SpecialValue sv;
@@ -316,7 +317,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
   } else if (o.sweep) {
-    for (Case& c : sweep_grid(o.seed)) jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    for (Case& c : sweep_grid(o.seed, value_domain(o.common)))
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else {
     Case base = case_from_flags(o);
     for (int r = 0; r < o.repeat; ++r) {

@@ -219,6 +219,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)
       ->check(int_range(100, 4096))
       ->capture_default_str();
+  app.add_option("--values", o.values,
+                 "value domain of generated cases: ieee (NaN, +-Inf, subnormals, -0, FLT_MAX) | finite (the same "
+                 "without NaN and Inf); replay uses the domain recorded in the file")
+      ->group(r)
+      ->check(CLI::IsMember({"ieee", "finite"}))
+      ->capture_default_str();
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
       ->group(r)
       ->check(non_empty())
@@ -253,6 +259,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
           ->group(c);
   tsan->excludes(no_classify);
   cs->excludes(no_classify);
+}
+
+ValueDomain value_domain(const CommonOptions& o) {
+  ValueDomain d = ValueDomain::kIeee;
+  (void)parse_value_domain(o.values, d);  // checked by the option table
+  return d;
 }
 
 namespace {

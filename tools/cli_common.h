@@ -34,6 +34,7 @@ struct CommonOptions {
   bool no_isolate = false;
   int64_t oracle_rows = 0;  // 0 = every row; else a sampled budget
   int mp_bits = 128;
+  std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
   bool quiet = false;
   bool no_reports = false;
   // failure classification (check/classify.h)
@@ -48,6 +49,8 @@ struct CommonOptions {
   int64_t audit_every = 8;               // every N-th passing check of each kernel (the first included)
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
+// The --values domain (add_common_options accepts only ieee and finite).
+ValueDomain value_domain(const CommonOptions& o);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
 // allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").

@@ -93,9 +93,20 @@ struct SpecialValue {
 std::string parse_special(const std::string& text, SpecialValue& out);
 std::string to_string(const SpecialValue& s);  // canonical form of the above, e.g. "nan@k:masked*2"
 
+// Which fp values a case may hold in q, k and v (DESIGN.md "Value domains"). ieee: every fp32 value incl.
+// NaN and +-Inf. finite: no NaN / +-Inf (extreme magnitudes, FLT_MAX, subnormals and -0 stay), for kernels
+// whose contract excludes non-finite inputs. Stride gaps (kStrideGapBits) are not values of q, k or v.
+enum class ValueDomain : uint8_t { kIeee = 0, kFinite };
+const char* value_domain_name(ValueDomain d);  // "ieee", "finite"
+// "ieee" | "finite". Returns an error sentence or empty.
+std::string parse_value_domain(const std::string& text, ValueDomain& out);
+// Whether a special value of kind k may be placed under domain d (finite: not nan, inf, -inf).
+bool special_in_domain(SpecialKind k, ValueDomain d);
+
 struct ValueSpec {
   ValueDist dist;
   std::vector<SpecialValue> specials;  // applied in order, after the base values
+  ValueDomain domain = ValueDomain::kIeee;
 };
 
 // Values given verbatim (e.g. after minimization or from an external reproducer): each vector holds
@@ -117,11 +128,13 @@ struct Case {
 Case make_case(const Problem& p, uint64_t seed = 0);
 
 // Empty when the case can be generated, else a sentence naming the first problem
-// (includes validate(problem)).
+// (includes validate(problem)). Under ValueDomain::kFinite a NaN / Inf special value, or a NaN / Inf
+// explicit value at an addressed element, is a problem.
 std::string validate(const Case& c);
 
 // One line, e.g. "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130188912 f32
-// values=uniform:1 special=nan@k:masked seed=0x000000000000002a" (+ " explicit" when values are given).
+// values=uniform:1 special=nan@k:masked seed=0x000000000000002a" (+ " explicit" when values are given,
+// + " domain=finite" under the finite value domain).
 std::string describe(const Case& c);
 
 // ---------------------------------------------------------------------------------------------------
@@ -146,8 +159,9 @@ constexpr uint32_t kStrideGapBits = 0x7fe5a5a5u;
 
 // Deterministic values for the case. Order: base values of q, k, v in logical (b, s, h, d) order, each
 // tensor from its own stream (seed, 1 / 2 / 3); then specials from stream (seed, 4). Explicit values,
-// when present, are returned as they are (placed is then empty). Throws std::invalid_argument when
-// validate(c) is not empty.
+// when present, are returned as they are (placed is then empty). Under ValueDomain::kFinite a base value
+// that rounds to +-Inf in fp32 (e.g. normal with a huge sigma) is clamped to +-FLT_MAX. Throws
+// std::invalid_argument when validate(c) is not empty.
 Tensors generate(const Case& c);
 
 // Per key position, how many query rows see it (the mask does not depend on b or h). Size Sk.
@@ -171,6 +185,8 @@ const std::vector<std::string>& mask_forms();
 // Score magnitudes for Distribution::kExtreme: 1 .. 1e4, including the exp overflow edge (~88).
 const std::vector<double>& extreme_magnitudes();
 const std::vector<SpecialKind>& special_kinds();
+// The kinds allowed under d (for kFinite: subnormal, huge, -0), in special_kinds() order.
+const std::vector<SpecialKind>& special_kinds(ValueDomain d);
 
 }  // namespace space
 
@@ -178,7 +194,9 @@ const std::vector<SpecialKind>& special_kinds();
 // 16/32/64/128, Sq != Sk both ways, odd D, Dv != D, GQA/MQA, batch, masks (both alignments, windows,
 // fully masked rows, Sk = 0), extreme magnitudes and special values. About 100 cases, each with a
 // label; each seed is derived from base_seed and the label, so adding a case never changes another.
-std::vector<Case> sweep_grid(uint64_t base_seed = 0);
+// Under ValueDomain::kFinite every case has that domain and each NaN / Inf special-value case is
+// replaced by the same case with huge (+-FLT_MAX) values at the same tensor and placement.
+std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee);
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);

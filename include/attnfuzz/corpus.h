@@ -59,6 +59,8 @@ struct RecordedVerdict {
   std::string signature;  // dedup key within (kernel, class), chosen by the checker
   std::string reason;     // one line
   double max_ratio = 0;   // max |err| / bound (+inf for a NaN/Inf mismatch)
+  int64_t compared = 0;   // output elements compared, and how many of them failed (CheckResult's counts);
+  int64_t failed = 0;     // -1 when read from a file that does not record them
 };
 
 // The verdict to record for a check's result (signature: the dedup key the caller chose).

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <set>
 
 #include "attnfuzz/corpus.h"
@@ -120,6 +122,105 @@ TEST(Domain, CrossOverAndShrinksAreValid) {
     ASSERT_EQ(dom.validate(c.the_case), "");
     for (const Case& s : dom.shrinks(c.the_case)) ASSERT_EQ(validate(s), "") << describe(s);
   }
+}
+
+// Issue 11 item 3: under the finite domain no decoded, mutated, crossed-over or shrunk case holds NaN/Inf
+// in q/k/v, and the codec still round-trips.
+bool nonfinite_values(const Case& c) {
+  const Tensors t = generate(c);
+  const Problem& p = c.problem;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          if (!std::isfinite(t.q[q_index(p, b, s, h, d)])) return true;
+    for (int64_t s = 0; s < p.seq_k; ++s)
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          if (!std::isfinite(t.k[k_index(p, b, s, h, d)])) return true;
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          if (!std::isfinite(t.v[v_index(p, b, s, h, d)])) return true;
+      }
+  }
+  return false;
+}
+
+TEST(FiniteDomain, RandomBytesDecodeToFiniteCases) {
+  Rng rng(11);
+  FuzzLimits lim;
+  lim.domain = ValueDomain::kFinite;
+  FuzzLimits small = lim;
+  small.max_seq = small.max_dim = 24;  // explicit values (raw float bits) fit in the bytes more often
+  int explicit_cases = 0, specials = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const auto b = random_bytes(rng, i % 2 ? 64 : 4000);
+    const FuzzLimits& l = i % 3 ? lim : small;
+    const FuzzInput in = decode(b.data(), b.size(), l);
+    ASSERT_EQ(in.the_case.values.domain, ValueDomain::kFinite);
+    ASSERT_EQ(in_domain(in.the_case, l), "") << describe(in.the_case);
+    explicit_cases += in.the_case.explicit_values.has_value();
+    specials += !in.the_case.values.specials.empty();
+    if (i % 8 == 0 || in.the_case.explicit_values)
+      ASSERT_FALSE(nonfinite_values(in.the_case)) << describe(in.the_case);
+    const auto again = encode(in, l);
+    EXPECT_EQ(text(decode(again.data(), again.size(), l)), text(in));
+  }
+  EXPECT_GT(explicit_cases, 0);
+  EXPECT_GT(specials, 100);
+  // Explicit NaN / Inf bits (an ieee input's bytes) decode as 0 / +-FLT_MAX under finite.
+  Case e = make_case(make_problem(1, 1, 1, 2, 2, 2, 2), 1);
+  Tensors t = generate(e);
+  t.q[0] = NAN;
+  t.k[1] = INFINITY;
+  t.v[2] = -INFINITY;
+  e.explicit_values = ExplicitValues{t.q, t.k, t.v};
+  const auto eb = encode(FuzzInput{0, e}, FuzzLimits{});
+  const FuzzInput fin = decode(eb.data(), eb.size(), lim);
+  ASSERT_TRUE(fin.the_case.explicit_values.has_value());
+  EXPECT_EQ(fin.the_case.explicit_values->q[0], 0.0f);
+  EXPECT_EQ(fin.the_case.explicit_values->k[1], FLT_MAX);
+  EXPECT_EQ(fin.the_case.explicit_values->v[2], -FLT_MAX);
+  EXPECT_EQ(fin.the_case.explicit_values->q[1], t.q[1]);  // finite values untouched
+  EXPECT_FALSE(nonfinite_values(fin.the_case));
+  // The same bytes under ieee do give NaN/Inf somewhere (the domain is what removes them).
+  Rng r2(11);
+  int ieee_nonfinite = 0;
+  for (int i = 0; i < 400; ++i) {
+    const auto b = random_bytes(r2, 400);
+    const FuzzInput in = decode(b.data(), b.size(), FuzzLimits{});
+    ieee_nonfinite += nonfinite_values(in.the_case);
+  }
+  EXPECT_GT(ieee_nonfinite, 0);
+}
+
+TEST(FiniteDomain, MutationsCrossOversAndShrinksStayFinite) {
+  FuzzLimits lim;
+  lim.domain = ValueDomain::kFinite;
+  const CaseDomain dom(lim);
+  Rng rng(12);
+  FuzzInput in = dom.init(rng), other = dom.init(rng);
+  int with_specials = 0;
+  for (int i = 0; i < 1500; ++i) {
+    dom.mutate(in, rng);
+    if (i % 5 == 0) in = dom.cross_over(in, other, rng);
+    if (i % 50 == 0) other = dom.init(rng);
+    ASSERT_EQ(dom.validate(in.the_case), "") << describe(in.the_case);
+    with_specials += !in.the_case.values.specials.empty();
+    if (i % 4 == 0) ASSERT_FALSE(nonfinite_values(in.the_case)) << describe(in.the_case);
+    if (i % 100 == 0)
+      for (const Case& s : dom.shrinks(in.the_case)) ASSERT_EQ(s.values.domain, ValueDomain::kFinite);
+  }
+  EXPECT_GT(with_specials, 100);
+  // A case with a NaN special does not belong to a finite domain; decoding it there maps the kind.
+  Case nan_case = make_case(make_problem(1, 1, 1, 8, 8, 8, 8), 1);
+  SpecialValue s;
+  ASSERT_EQ(parse_special("nan@k:masked", s), "");
+  nan_case.values.specials.push_back(s);
+  EXPECT_NE(in_domain(nan_case, lim), "");
+  const auto b = encode(FuzzInput{0, nan_case}, lim);
+  const FuzzInput mapped = decode(b.data(), b.size(), lim);
+  ASSERT_EQ(mapped.the_case.values.specials.size(), 1u);
+  EXPECT_TRUE(special_in_domain(mapped.the_case.values.specials[0].kind, ValueDomain::kFinite));
 }
 
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {

@@ -111,8 +111,8 @@ TEST(Npy, RoundTripVerdictEqualsTheDirectVerdict) {
 TEST(Npy, WrongOutputsAreCaughtAndClassified) {
   const std::string dir = fresh("wrong");
   ASSERT_EQ(run("--npy-emit " + dir + " " + kCaseFlags).code, 0);
-  for (const char* v : {"base", "keys-max-first", "keys-max-last", "keys-reversed", "masked-nan",
-                        "masked-inf", "rows-changed"})
+  for (const char* v : {"base", "keys-max-first", "keys-max-last", "keys-reversed", "masked-nan-k",
+                        "masked-inf-k", "masked-nan-v", "masked-inf-v", "rows-changed"})
     compute_with_kernel(fs::path(dir) / v, "online-row");
   // Precision: one element of base off by 1e-3.
   {
@@ -126,16 +126,20 @@ TEST(Npy, WrongOutputsAreCaughtAndClassified) {
     EXPECT_TRUE(has(r.out, "replay: attn-check --npy")) << r.out;
     compute_with_kernel(fs::path(dir) / "base", "online-row");
   }
-  // Mask leak: a row that never sees the perturbed keys comes out NaN in the masked-inf variant.
-  {
-    Array o = read_array(fs::path(dir) / "masked-inf/o.npy");
+  // Mask leak: a row that never sees the perturbed keys comes out NaN in one variant. K alone and V alone
+  // are separate variants and their evidence names the path (scores vs P.V).
+  for (const char* variant : {"masked-inf-k", "masked-nan-v"}) {
+    Array o = read_array(fs::path(dir) / variant / "o.npy");
     o.data[0] = std::numeric_limits<float>::quiet_NaN();  // b=0, s=0, h=0, d=0: row 0 sees keys 0..8 only
-    write_array(fs::path(dir) / "masked-inf/o.npy", o.shape, o.data.data());
+    write_array(fs::path(dir) / variant / "o.npy", o.shape, o.data.data());
     Result r = run("--npy " + dir);
     EXPECT_EQ(r.code, 1) << r.out;
     EXPECT_TRUE(has(r.out, "mask")) << r.out;
-    EXPECT_TRUE(has(r.out, "masked-inf")) << r.out;
-    compute_with_kernel(fs::path(dir) / "masked-inf", "online-row");
+    EXPECT_TRUE(has(r.out, variant)) << r.out;
+    const bool k = std::string(variant).back() == 'k';
+    EXPECT_TRUE(has(r.out, k ? "masked K reached the scores" : "masked V reached P.V")) << r.out;
+    EXPECT_FALSE(has(r.out, k ? "masked V reached P.V" : "masked K reached the scores")) << r.out;
+    compute_with_kernel(fs::path(dir) / variant, "online-row");
   }
   // Order dependence with the rescale signature: wrong only when the max key comes last.
   {

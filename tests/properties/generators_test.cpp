@@ -5,6 +5,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <sstream>
 
@@ -56,6 +57,24 @@ RC_GTEST_PROP(Generators, LimitsAreHonoured, ()) {
   RC_ASSERT(p.head_dim <= 64);
   RC_ASSERT(c.values.specials.empty());
   RC_ASSERT(c.values.dist.kind != Distribution::kExtreme);
+}
+
+// Issue 11 item 3: under the finite domain the generators place no NaN/Inf (special kinds are subnormal,
+// huge, -0 only), and the generated values hold none.
+RC_GTEST_PROP(Generators, FiniteDomainHoldsNoNaNOrInf, ()) {
+  CaseLimits l;
+  l.domain = ValueDomain::kFinite;
+  const Case c = *gen_case(l);
+  RC_ASSERT(c.values.domain == ValueDomain::kFinite);
+  RC_ASSERT(validate(c).empty());
+  for (const SpecialValue& s : c.values.specials) RC_ASSERT(special_in_domain(s.kind, ValueDomain::kFinite));
+  const Tensors t = generate(c);
+  for (const PlacedSpecial& ps : t.placed)
+    RC_ASSERT(std::isfinite((ps.tensor == Tensor::kQ ? t.q : ps.tensor == Tensor::kK ? t.k : t.v)[ps.index]));
+  const Problem& p = c.problem;
+  for (int64_t s = 0; s < p.seq_k; ++s)
+    for (int64_t d = 0; d < p.head_dim_v; ++d) RC_ASSERT(std::isfinite(t.v[v_index(p, 0, s, 0, d)]));
+  RC_TAG(c.values.specials.empty() ? "no specials" : "specials");
 }
 
 TEST(Generators, KernelLimits) {

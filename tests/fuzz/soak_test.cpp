@@ -1,0 +1,110 @@
+// soak_test.cpp - the ctest-sized false-positive soak (issue 11 item 2): fixed seeds, a few thousand
+// generated cases through the campaign's own worker (fuzz/worker.h) over every built-in kernel; none may
+// fail.
+//
+// The full soak (>= 10^6 cases, many workers) is scripts/soak.sh; both use the fuzzer's case generation (the
+// codec's decoder of raw bytes, and CaseDomain's init / mutate chains) and the one runner.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fuzz/codec.h"
+#include "fuzz/worker.h"
+
+namespace attnfuzz::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SoakResult {
+  int64_t checks = 0, outside = 0, unsupported = 0;
+  std::vector<std::string> failures;
+};
+
+WorkerConfig soak_config(const std::string& name, ValueDomain domain) {
+  WorkerConfig cfg;
+  cfg.kernels = "all";  // the built-in kernels (no plug-in loaded)
+  cfg.backend = "cpu";
+  cfg.isolate = "never";
+  cfg.reports = false;
+  cfg.limits.domain = domain;
+  cfg.out = (fs::path(TEST_TMP) / name).string();
+  std::error_code ec;
+  fs::remove_all(cfg.out, ec);
+  fs::create_directories(cfg.out, ec);
+  return cfg;
+}
+
+void run_one(Worker& w, const FuzzInput& in, SoakResult& r) {
+  if (in.the_case.values.domain == ValueDomain::kFinite) {  // the domain holds for every generated case
+    const Tensors t = generate(in.the_case);
+    for (const auto* x : {&t.q, &t.k, &t.v})
+      for (size_t i = 0; i < x->size(); ++i) {
+        const float f = (*x)[i];
+        // Stride gaps hold the gap NaN (not a value of q, k or v); everything else must be finite.
+        if (std::isnan(f) && std::bit_cast<uint32_t>(f) == kStrideGapBits) continue;
+        ASSERT_TRUE(std::isfinite(f)) << describe(in.the_case);
+      }
+  }
+  const Worker::Outcome o = w.run(in);
+  if (!o.kernel) return;
+  ++r.checks;
+  if (o.result.verdict == Verdict::kOutsideContract) ++r.outside;
+  if (o.result.verdict == Verdict::kUnsupported) ++r.unsupported;
+  if (o.result.verdict == Verdict::kFail)
+    r.failures.push_back(o.result.kernel + " " + failure_class_name(o.result.failure) + ": " +
+                         describe(in.the_case) + " -- " + o.result.reason);
+}
+
+// Raw bytes decoded by the codec, as libFuzzer feeds the worker.
+SoakResult soak_bytes(uint64_t seed, int cases, ValueDomain domain) {
+  Worker w(soak_config("bytes-" + std::to_string(seed), domain));
+  FuzzLimits lim;
+  lim.domain = domain;
+  Rng rng(seed);
+  SoakResult r;
+  for (int i = 0; i < cases; ++i) {
+    std::vector<uint8_t> b(16 + rng.below(112));
+    for (auto& x : b) x = static_cast<uint8_t>(rng.next());
+    run_one(w, decode(b.data(), b.size(), lim), r);
+  }
+  return r;
+}
+
+// CaseDomain init, then chains of structured mutations (tile edges, magnitudes, specials, masks).
+SoakResult soak_mutations(uint64_t seed, int cases, ValueDomain domain) {
+  Worker w(soak_config("mutate-" + std::to_string(seed), domain));
+  FuzzLimits lim;
+  lim.domain = domain;
+  const CaseDomain dom(lim);
+  Rng rng(seed);
+  SoakResult r;
+  FuzzInput in = dom.init(rng);
+  for (int i = 0; i < cases; ++i) {
+    if (i % 16 == 0) in = dom.init(rng);
+    dom.mutate(in, rng);
+    run_one(w, in, r);
+  }
+  return r;
+}
+
+void expect_clean(const SoakResult& r, int cases) {
+  EXPECT_GT(r.checks, cases * 9 / 10);  // nearly every case runs on some kernel
+  EXPECT_TRUE(r.failures.empty()) << r.failures.size() << " false positive(s), first: " << r.failures.front();
+  std::printf("soak: %lld check(s), %lld outside-contract, %lld unsupported, %zu failure(s)\n",
+              (long long)r.checks, (long long)r.outside, (long long)r.unsupported, r.failures.size());
+}
+
+TEST(Soak, DecodedBytesIeee) { expect_clean(soak_bytes(0x50a4, 1200, ValueDomain::kIeee), 1200); }
+TEST(Soak, MutationChainsIeee) { expect_clean(soak_mutations(0x50a5, 1200, ValueDomain::kIeee), 1200); }
+TEST(Soak, FiniteDomain) {
+  expect_clean(soak_bytes(0x50a6, 400, ValueDomain::kFinite), 400);
+  expect_clean(soak_mutations(0x50a7, 400, ValueDomain::kFinite), 400);
+}
+
+}  // namespace
+}  // namespace attnfuzz::fuzz

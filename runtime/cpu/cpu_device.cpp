@@ -266,6 +266,10 @@ class CpuDevice final : public Device {
       sigemptyset(&sa.sa_mask);
       sigaction(SIGSEGV, &sa, nullptr);
       sigaction(SIGBUS, &sa, nullptr);
+      // The launching process's own handlers (a fuzzer's crash handler) must not run here: the parent
+      // reports what this child died of.
+      for (int sig : {SIGABRT, SIGILL, SIGFPE, SIGTRAP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2})
+        signal(sig, SIG_DFL);
       hipemu::config().deadline_s = 0;
       const int64_t limit = static_cast<int64_t>(opts_.leak_limit_bytes);
       int64_t heap0 = limit ? heap_in_use() : 0;

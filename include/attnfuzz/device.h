@@ -55,9 +55,9 @@ struct DeviceOptions {
   unsigned warp_size = 32;     // 32 or 64
   bool isolate = true;         // run each launch in a forked child: crashes and hangs cannot take the tool down
   size_t max_dynamic_shared = 64 * 1024;
-  // Heap a launch may leave allocated (malloc'd, never freed) before it counts as a leak: two launches of
-  // a kernel in a row over it (in-process), or one launch confirmed by a second (isolated), make the launch
-  // a crash "memory grows N MiB per launch". 0: not measured.
+  // Resident memory a launch may leave behind before it counts as a leak: two launches of a kernel in a
+  // row over it (in-process), or one launch confirmed by a second (isolated), make the launch a crash
+  // "memory grows N MiB per launch". 0: not measured.
   size_t leak_limit_bytes = size_t{4} << 20;
   // all backends
   double timeout_s = 30;       // a launch that takes longer is a hang

@@ -6,7 +6,6 @@
 // another mapping of the process; the fault address names the buffer. Launches measure the heap they leave
 // allocated (a leaking kernel), and in-process launches can be watched for hangs that pass no barrier.
 #include <fcntl.h>
-#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -44,7 +43,7 @@ struct ChildReport {
   char message[2000];
   uint64_t fault_address;  // set by the child's SIGSEGV / SIGBUS handler
   int fault_access;        // 0 unknown, 1 read, 2 write
-  int64_t grew[2];         // heap left allocated by the launch, and by the confirming second launch
+  int64_t grew[2];         // resident memory left by the launch, and by the confirming second launch
   int confirmed;           // the second launch ran
 };
 
@@ -67,10 +66,20 @@ void child_fault_handler(int sig, siginfo_t* si, void* ctx) {
   signal(sig, SIG_DFL);  // returning re-runs the access, which now ends the process with the signal
 }
 
-// Heap bytes allocated and not freed (malloc arenas + large mmap'd chunks): what a leaking launch grows.
-int64_t heap_in_use() {
-  const struct mallinfo2 m = mallinfo2();
-  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+// Resident memory of this process (/proc/self/statm, a few microseconds): what a leaking launch grows. (A
+// heap walk such as mallinfo2() would also see untouched allocations, but costs up to milliseconds on a
+// fragmented heap, on every launch.)
+int64_t resident_bytes() {
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  long long size = 0, resident = 0;
+  if (std::sscanf(buf, "%lld %lld", &size, &resident) != 2) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 std::string mib(int64_t bytes) {
@@ -81,7 +90,7 @@ std::string mib(int64_t bytes) {
 
 std::string leak_message(int64_t a, int64_t b, size_t limit) {
   return "memory grows " + mib(std::min(a, b)) + " per launch (" + mib(a) + ", then " + mib(b) +
-         " left allocated by two launches in a row; limit " + mib(static_cast<int64_t>(limit)) + "): a leak";
+         " kept by two launches in a row; limit " + mib(static_cast<int64_t>(limit)) + "): a leak";
 }
 
 // One watchdog thread for in-process launches: calls the hang handler when a launch outlives its timeout.
@@ -215,7 +224,7 @@ class CpuDevice final : public Device {
 
   LaunchResult launch_here(const af_kernel& k, const af_problem& p, const af_buffers& b) {
     const bool watch = opts_.timeout_s > 0 && g_hang_handler.load() != nullptr;
-    const int64_t heap0 = opts_.leak_limit_bytes ? heap_in_use() : 0;
+    const int64_t heap0 = opts_.leak_limit_bytes ? resident_bytes() : 0;
     if (watch) Watchdog::get().arm(k.name, opts_.timeout_s);
     const auto t0 = Clock::now();
     int rc = k.launch(&p, &b, nullptr);
@@ -227,7 +236,7 @@ class CpuDevice final : public Device {
     if (opts_.leak_limit_bytes) {
       // Two launches of this kernel in a row that each leave the limit allocated: a leak (one alone may
       // be a kernel library's one-time cache).
-      const int64_t grew = heap_in_use() - heap0;
+      const int64_t grew = resident_bytes() - heap0;
       Strike& s = strikes_[reinterpret_cast<const void*>(k.launch)];
       if (grew >= static_cast<int64_t>(opts_.leak_limit_bytes)) {
         if (s.count++ > 0 && r.status == LaunchStatus::kOk) {
@@ -272,18 +281,18 @@ class CpuDevice final : public Device {
         signal(sig, SIG_DFL);
       hipemu::config().deadline_s = 0;
       const int64_t limit = static_cast<int64_t>(opts_.leak_limit_bytes);
-      int64_t heap0 = limit ? heap_in_use() : 0;
+      int64_t heap0 = limit ? resident_bytes() : 0;
       int rc = k.launch(&p, &b, nullptr);
       if (rc == 0) rc = hipemu::take_last_error();
       rep->rc = rc;
       std::snprintf(rep->message, sizeof rep->message, "%s", hipemu::last_error_message().c_str());
       if (limit) {
-        rep->grew[0] = heap_in_use() - heap0;
+        rep->grew[0] = resident_bytes() - heap0;
         if (rc == 0 && rep->grew[0] >= limit) {  // confirm: does a second launch leave as much again?
-          heap0 = heap_in_use();
+          heap0 = resident_bytes();
           const int rc2 = k.launch(&p, &b, nullptr);
           hipemu::take_last_error();
-          rep->grew[1] = heap_in_use() - heap0;
+          rep->grew[1] = resident_bytes() - heap0;
           rep->confirmed = rc2 == 0;
         }
       }

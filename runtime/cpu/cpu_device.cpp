@@ -109,8 +109,11 @@ class Watchdog {
     }
     kernel_ = kernel;
     seconds_ = seconds;
+    armed_at_ = Clock::now();
     deadline_ =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+        armed_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    cpu0_ = cpu_seconds();
+    ++gen_;
     armed_ = true;
     cv_.notify_one();
   }
@@ -120,6 +123,14 @@ class Watchdog {
   }
 
  private:
+  // A launch counts as hung when the process has spent `seconds` of CPU time since it started (a slow
+  // launch on a loaded machine gets little CPU per wall second and is not blamed), or after ten times that
+  // in wall time (a kernel blocked without spinning).
+  static double cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
   void loop() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
@@ -128,24 +139,32 @@ class Watchdog {
         continue;
       }
       const auto d = deadline_;
+      const uint64_t gen = gen_;
       cv_.wait_until(lk, d);
-      if (armed_ && deadline_ == d && Clock::now() >= d) {
-        armed_ = false;
-        const HangHandler h = g_hang_handler.load();
-        const std::string k = kernel_;
-        const double s = seconds_;
-        lk.unlock();
-        if (h) h(k.c_str(), s);
-        lk.lock();
+      if (!armed_ || gen != gen_ || Clock::now() < d) continue;
+      const double used = cpu_seconds() - cpu0_;
+      if (used < seconds_ && Clock::now() < armed_at_ + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(10 * seconds_))) {
+        deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(std::max(0.05, seconds_ - used)));
+        continue;
       }
+      armed_ = false;
+      const HangHandler h = g_hang_handler.load();
+      const std::string k = kernel_;
+      const double s = seconds_;
+      lk.unlock();
+      if (h) h(k.c_str(), s);
+      lk.lock();
     }
   }
   std::mutex mu_;
   std::condition_variable cv_;
   bool started_ = false, armed_ = false;
-  Clock::time_point deadline_;
+  Clock::time_point deadline_, armed_at_;
   std::string kernel_;
-  double seconds_ = 0;
+  double seconds_ = 0, cpu0_ = 0;
+  uint64_t gen_ = 0;
 };
 
 class CpuDevice final : public Device {

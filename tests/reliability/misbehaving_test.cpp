@@ -82,7 +82,7 @@ TEST(Misbehaving, CampaignNamesEveryMisbehavingKernelAndKeepsItsDeadline) {
   const fs::path out = fresh("campaign");
   const double max_time = 60;
   const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
-                        " --kernel 'bad-*,online-row' --workers 2 --timeout 3 --max-time " +
+                        " --kernel 'bad-*,online-row' --workers 2 --timeout 5 --max-time " +
                         std::to_string(static_cast<int>(max_time)));
   EXPECT_EQ(r.rc, 1);
   const auto found = failures(out);

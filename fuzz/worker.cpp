@@ -370,6 +370,13 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
       skipped_quarantined = true;
       continue;
     }
+    // A kernel whose last kThrottleAfter checks all crashed (or faulted, or leaked) gets 1 in kThrottleAfter
+    // of the inputs that pick it: the rest go to the next kernel, so the healthy ones keep their pace.
+    if (auto it = dying_in_row_.find(kernels_[idx]->kernel.name);
+        it != dying_in_row_.end() && it->second >= kThrottleAfter && throttle_tick_++ % kThrottleAfter != 0) {
+      skipped_quarantined = true;
+      continue;
+    }
     if (unsupported_reason(kernels_[idx]->kernel, pc.problem()).empty()) {
       out.kernel = kernels_[idx];
       slot = idx;
@@ -405,6 +412,13 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   }
   ++verdicts_[verdict_name(r.verdict)];
   ++per_kernel_[r.kernel][verdict_name(r.verdict)];
+  {
+    bool dies = r.verdict == Verdict::kFail &&
+                (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang);
+    for (const Evidence& e : r.evidence) dies |= e.detector == "guard-page";
+    int& n = dying_in_row_[r.kernel];
+    n = dies ? n + 1 : 0;
+  }
   if (r.verdict == Verdict::kFail) {
     // The detectors cost several launches: run them on the first two failures of each (kernel, first
     // class, signature) in this process; later ones of the same kind are counted, not saved again.

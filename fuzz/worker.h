@@ -130,6 +130,9 @@ class Worker {
   std::vector<std::string> isolated_;     // kernels launched in a forked child (isolate = auto)
   std::vector<std::string> quarantined_;  // kernels that hung once: not run any more
   int64_t isolate_stamp_ = -1, quarantine_stamp_ = -1;
+  static constexpr int kThrottleAfter = 16;
+  std::map<std::string, int> dying_in_row_;  // per kernel: checks in a row that crashed / faulted / leaked
+  uint64_t throttle_tick_ = 0;
   void refresh_isolated();
   bool quarantined(const KernelEntry* k) const;
   friend void on_inprocess_hang(const char*, double);

@@ -11,8 +11,12 @@ size_t round4(size_t n) { return (n + 3) & ~size_t{3}; }
 
 GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t guard_bytes, uint32_t poison)
     : dev_(dev), name_(std::move(name)), bytes_(bytes), guard_(round4(guard_bytes)), poison_(poison) {
-  // Layout: [guard][payload rounded up to 4 bytes][guard]; the rounding slack belongs to the after-guard.
-  base_ = static_cast<char*>(dev_.alloc(guard_ + round4(bytes_) + guard_));
+  // Layout: [guard][payload rounded up to 4 bytes][guard up to the next page]: the after-guard takes the
+  // rounding slack, so every byte of the allocation outside the payload is checked (the cpu device fences
+  // whole pages; past the allocation an access faults).
+  const size_t total = (guard_ + round4(bytes_) + guard_ + 4095) / 4096 * 4096;
+  after_ = total - guard_ - round4(bytes_);
+  base_ = static_cast<char*>(dev_.alloc(total));
   payload_ = base_ + guard_;
   repoison(poison_);
 }
@@ -31,34 +35,54 @@ void GuardedBuffer::repoison(uint32_t poison) {
   poison_ = poison;
   dev_.fill(base_, &poison_, 4, guard_);
   // The after-guard starts at the payload's end; its first word may be partial when bytes_ % 4 != 0.
-  const size_t tail = round4(bytes_) - bytes_ + guard_;
+  const size_t tail = round4(bytes_) - bytes_ + after_;
   std::vector<unsigned char> host(tail);
-  for (size_t i = 0; i < tail; ++i) host[i] = reinterpret_cast<const unsigned char*>(&poison_)[(bytes_ + i) % 4];
+  for (size_t i = 0; i < tail; ++i)
+    host[i] = reinterpret_cast<const unsigned char*>(&poison_)[(bytes_ + i) % 4];
   dev_.to_device(static_cast<char*>(payload_) + bytes_, host.data(), tail);
 }
 
 std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
   std::vector<CanaryHit> hits;
   changed_ = 0;
-  const size_t total = guard_ + round4(bytes_) + guard_;
-  std::vector<unsigned char> host(total);
-  dev_.to_host(host.data(), base_, total);
+  const size_t total = guard_ + round4(bytes_) + after_;
+  std::vector<unsigned char> host;
+  // Only the guard zones are read back; whole poison words are compared as words.
   auto scan = [&](size_t from, size_t to) {  // byte range of the allocation that must hold poison
-    for (size_t i = from; i < to; i += 4) {
+    host.resize(to - from);
+    if (host.empty()) return;
+    dev_.to_host(host.data(), base_ + from, to - from);
+    const auto* pb = reinterpret_cast<const unsigned char*>(&poison_);
+    for (size_t i = from; i < to;) {
+      const size_t phase = (i - guard_) % 4, n = std::min<size_t>(4 - phase, to - i);
       uint32_t got = 0, want = 0;
-      const size_t n = std::min<size_t>(4, to - i);
-      std::memcpy(&got, &host[i], n);
-      for (size_t j = 0; j < n; ++j) reinterpret_cast<unsigned char*>(&want)[j] =
-          reinterpret_cast<const unsigned char*>(&poison_)[(i + j - guard_) % 4];
-      if (got == want) continue;
-      ++changed_;
-      if (hits.size() < max_hits)
-        hits.push_back({name_, static_cast<int64_t>(i) - static_cast<int64_t>(guard_), got, want});
+      if (phase == 0 && n == 4) {
+        std::memcpy(&got, &host[i - from], 4);
+        want = poison_;
+      } else {
+        std::memcpy(&got, &host[i - from], n);
+        for (size_t j = 0; j < n; ++j) reinterpret_cast<unsigned char*>(&want)[j] = pb[(phase + j) % 4];
+      }
+      if (got != want) {
+        ++changed_;
+        if (hits.size() < max_hits)
+          hits.push_back({name_, static_cast<int64_t>(i) - static_cast<int64_t>(guard_), got, want});
+      }
+      i += n;
     }
   };
   scan(0, guard_);
   scan(guard_ + bytes_, total);
   return hits;
+}
+
+int64_t GuardedBuffer::offset_of(uint64_t address) const {
+  return static_cast<int64_t>(address - reinterpret_cast<uintptr_t>(payload_));
+}
+
+uint64_t GuardedBuffer::distance_to(uint64_t address) const {
+  const uint64_t lo = reinterpret_cast<uintptr_t>(base_), hi = lo + guard_ + round4(bytes_) + after_;
+  return address < lo ? lo - address : address >= hi ? address - hi + 1 : 0;
 }
 
 }  // namespace attnfuzz

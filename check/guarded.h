@@ -36,18 +36,22 @@ class GuardedBuffer {
   size_t bytes() const { return bytes_; }
   const std::string& name() const { return name_; }
 
-  void upload(const void* host);           // host -> payload
-  void download(void* host) const;         // payload -> host
-  void fill_payload(uint32_t word);        // every 32-bit word of the payload
-  void repoison(uint32_t poison);          // refill both guard zones
+  void upload(const void* host);     // host -> payload
+  void download(void* host) const;   // payload -> host
+  void fill_payload(uint32_t word);  // every 32-bit word of the payload
+  void repoison(uint32_t poison);    // refill both guard zones
   // Guard words that no longer hold the poison (at most max_hits reported, in address order).
   std::vector<CanaryHit> check(size_t max_hits = 16) const;
   size_t changed_words() const { return changed_; }  // total changed guard words in the last check()
+  // Byte offset of an address from the payload's start (negative = before it), and its distance from the
+  // allocation (0 inside it): how the runner names the buffer whose guard pages a faulting access hit.
+  int64_t offset_of(uint64_t address) const;
+  uint64_t distance_to(uint64_t address) const;
 
  private:
   Device& dev_;
   std::string name_;
-  size_t bytes_, guard_;
+  size_t bytes_, guard_, after_;  // after_: the after-guard, up to the allocation's end (whole pages)
   uint32_t poison_;
   char* base_;
   void* payload_;

@@ -67,6 +67,20 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   b.workspace = ws ? ws->data() : nullptr;
   out.launch = dev.launch(k.kernel, p, b);
+  if (out.launch.status == LaunchStatus::kCrash && out.launch.fault_address) {
+    const uint64_t a = out.launch.fault_address;
+    const GuardedBuffer* near = nullptr;
+    for (const GuardedBuffer* gb : {&q, &kb, &v, &o, lse.get(), ws.get()})
+      if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
+    if (near && near->distance_to(a) <= (uint64_t{1} << 30)) {  // the cpu device fences 256 MiB each side
+      out.fault_buffer = near->name();
+      out.fault_offset = near->offset_of(a);
+      const int64_t end = static_cast<int64_t>(near->bytes());
+      out.fault_where = out.fault_offset < 0
+                            ? std::to_string(-out.fault_offset) + " bytes before the start of buffer " + near->name()
+                            : std::to_string(out.fault_offset - end) + " bytes past the end of buffer " + near->name();
+    }
+  }
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   o.download(out.o.data());
@@ -108,7 +122,21 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   };
   switch (lo.launch.status) {
     case LaunchStatus::kOk: break;
-    case LaunchStatus::kCrash: fail(FailureClass::kCrash, "the kernel crashed: " + lo.launch.message); break;
+    case LaunchStatus::kCrash:
+      if (!lo.fault_buffer.empty()) {  // it faulted in the guard pages of a buffer: out of bounds, and where
+        const int access = lo.launch.fault_access;  // 1 read, 2 write, 0 unknown
+        fail(access == 1 ? FailureClass::kOobRead : access == 2 ? FailureClass::kOobWrite : FailureClass::kCrash,
+             std::string("the kernel ") + (access == 1 ? "read" : access == 2 ? "wrote" : "accessed memory") + " " +
+                 lo.fault_where + ", in the guard pages around it (the access faulted)");
+        r.evidence.push_back({"guard-page", "buffer " + lo.fault_buffer + " byte offset " +
+                                                std::to_string(lo.fault_offset) +
+                                                (access == 1 ? ": read" : access == 2 ? ": write" : "")});
+      } else if (lo.launch.message.rfind("memory grows", 0) == 0) {
+        fail(FailureClass::kCrash, "the kernel leaks: " + lo.launch.message);
+      } else {
+        fail(FailureClass::kCrash, "the kernel crashed: " + lo.launch.message);
+      }
+      break;
     case LaunchStatus::kHang: fail(FailureClass::kHang, "the kernel hung: " + lo.launch.message); break;
     case LaunchStatus::kLaunchError:
       fail(FailureClass::kLaunchError, "launch error on a supported case: " + lo.launch.message);

@@ -50,6 +50,11 @@ struct LaunchOutcome {
   std::vector<CanaryHit> canaries;    // changed guard words (first few per buffer)
   size_t canary_words = 0;            // total changed guard words
   int64_t unwritten = 0;              // output elements still holding the pre-launch poison (output_poison)
+  // A crashing launch that faulted in the guard pages around a buffer (cpu backend): which buffer, the byte
+  // offset from its payload's start (negative = before it), and in words.
+  std::string fault_buffer;
+  int64_t fault_offset = 0;
+  std::string fault_where;  // "16777216 bytes past the end of buffer o"
 };
 
 // Allocates guarded q/k/v/o/lse/workspace, uploads the inputs, poisons the outputs, launches, checks canaries.

@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +33,7 @@ namespace attnfuzz::fuzz {
 namespace {
 
 std::atomic<int> g_signal{0};
+constexpr double kStopGraceS = 1.5;  // from SIGINT to SIGKILL of the worker processes when stopping
 void on_signal(int sig) { g_signal = sig; }
 
 std::string hex16(uint64_t h) {
@@ -73,12 +76,21 @@ int kernel_index_of(const CorpusFile& cf, const std::vector<const KernelEntry*>&
 }
 
 // The kernel a worker runs for an input (the selected one, or the next that supports the case).
-const KernelEntry* kernel_for(const FuzzInput& in, const std::vector<const KernelEntry*>& ks) {
+const KernelEntry* kernel_for(const FuzzInput& in, const std::vector<const KernelEntry*>& ks,
+                              const std::vector<std::string>& quarantined = {}) {
   for (size_t i = 0; i < ks.size(); ++i) {
     const KernelEntry* k = ks[(in.kernel + i) % ks.size()];
+    if (std::find(quarantined.begin(), quarantined.end(), k->kernel.name) != quarantined.end()) continue;
     if (unsupported_reason(k->kernel, in.the_case.problem).empty()) return k;
   }
   return nullptr;
+}
+
+std::vector<std::string> read_lines_all(const fs::path& p) {  // every line, duplicates too
+  std::ifstream f(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(f, l);) out.push_back(l);
+  return out;
 }
 
 struct Aggregate {
@@ -154,7 +166,14 @@ struct Failure {
   CorpusFile file;
 };
 
-std::vector<Failure> read_failures(const fs::path& dir) {
+// Failure files that do not read (corrupted, truncated): kept in OUT untouched and listed in the summary.
+struct Skipped {
+  fs::path path;
+  std::string why;
+};
+
+std::vector<Failure> read_failures(const fs::path& dir, std::vector<Skipped>* skipped = nullptr,
+                                   bool report_skips = true) {
   std::vector<Failure> out;
   std::error_code ec;
   std::vector<fs::path> files;
@@ -166,7 +185,10 @@ std::vector<Failure> read_failures(const fs::path& dir) {
       CorpusFile cf = read_corpus_file(f);
       if (cf.verdict && cf.verdict->verdict == Verdict::kFail) out.push_back({f, std::move(cf)});
     } catch (const CorpusError& e) {
-      std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());
+      if (skipped) {
+        if (report_skips) std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());
+        skipped->push_back({f, e.what()});
+      }
     }
   }
   return out;
@@ -174,9 +196,15 @@ std::vector<Failure> read_failures(const fs::path& dir) {
 
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
             const fs::path& log) {
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  ::setpgid(0, 0);  // its own group: the parent forwards signals and can stop every job at the end
+  if (pid != 0) {
+    if (pid > 0) ::setpgid(pid, pid);  // (both sides: no race with the first kill of the group)
+    return pid;
+  }
+  ::setpgid(0, 0);  // its own group: the parent signals it as a whole, and its jobs die with it
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with attn-fuzz; its jobs watch the lifeline pipe
+  if (::getppid() != parent) ::_exit(1);
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
     ::dup2(fd, 1);
@@ -199,8 +227,35 @@ int run_campaign(const CampaignOptions& o) {
   const fs::path out = cfg.out, work = out / "work", inputs = work / "inputs", artifacts = work / "artifacts";
   const fs::path failures = out / "failures", corpus = o.corpus_dir;
   std::error_code ec;
+  // One campaign per OUT: an exclusive lock that every process of the campaign inherits (the descriptor
+  // stays open across fork and exec), so it is held until the last of them is gone, orphans included.
+  fs::create_directories(out, ec);
+  const fs::path lock_path = out / "campaign.lock";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (lock_fd < 0) {
+    std::fprintf(stderr, "attn-fuzz: cannot open %s: %s\n", lock_path.c_str(), std::strerror(errno));
+    return 2;
+  }
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {0};
+    (void)!::pread(lock_fd, holder, sizeof holder - 1, 0);
+    for (char& c : holder)
+      if (c == '\n') c = 0;
+    std::fprintf(
+        stderr,
+        "attn-fuzz: %s is in use by another campaign (attn-fuzz pid %s, or its worker processes): wait "
+        "for it to end or use another --out\n",
+        out.c_str(), *holder ? holder : "?");
+    ::close(lock_fd);
+    return 2;
+  }
+  {
+    const std::string me = std::to_string(::getpid()) + "\n";
+    (void)!::ftruncate(lock_fd, 0);
+    (void)!::pwrite(lock_fd, me.data(), me.size(), 0);
+  }
   for (const fs::path& d : {inputs, artifacts, work / "stats", work / "dedup"}) fs::remove_all(d, ec);
-  fs::remove(work / "isolate.txt", ec);
+  for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt"}) fs::remove(work / f, ec);
   for (const fs::path& d : {out, work, inputs, artifacts, work / "stats", work / "dedup", failures, corpus}) {
     fs::create_directories(d, ec);
     if (ec) {
@@ -229,12 +284,15 @@ int run_campaign(const CampaignOptions& o) {
     std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
     return 2;
   }
-  // Failures of earlier runs in this directory stay claimed.
-  const std::vector<Failure> earlier = read_failures(failures);
+  // Failures of earlier runs in this directory stay claimed; a kernel that hung stays quarantined (a
+  // resumed campaign is the same campaign). Unreadable failure files are reported once and kept as they are.
+  std::vector<Skipped> skipped_failures;
+  const std::vector<Failure> earlier = read_failures(failures, &skipped_failures);
   for (const Failure& f : earlier) {
     const RecordedVerdict& v = *f.file.verdict;
     const std::string key = hex16(hash64(v.kernel + "|" + failure_class_name(v.failure) + "|" + v.signature));
     std::ofstream(work / "dedup" / key) << v.kernel << " " << failure_class_name(v.failure) << "\n";
+    if (v.failure == FailureClass::kHang) append_line((work / "quarantine.txt").string(), v.kernel);
   }
   // Corpus in: every .case file of the corpus and seed directories becomes libFuzzer inputs; a file that
   // does not read is reported and skipped.
@@ -295,6 +353,14 @@ int run_campaign(const CampaignOptions& o) {
     bool done = false;
   };
   std::vector<Master> masters;
+  // The lifeline: attn-fuzz holds the only write end; every worker process watches the read end and kills
+  // its process group when it reads end-of-file (attn-fuzz died, even by SIGKILL).
+  int life[2] = {-1, -1};
+  if (::pipe2(life, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "attn-fuzz: cannot create a pipe: %s\n", std::strerror(errno));
+    return 2;
+  }
+  ::fcntl(life[0], F_SETFD, 0);  // the read end is inherited through fork and exec
   // libFuzzer's per-input timeout: the second line behind the device's own launch timeout.
   const int lf_timeout = static_cast<int>(std::max(5.0, std::ceil(2 * cfg.timeout_s) + 3));
   std::printf(
@@ -322,7 +388,8 @@ int run_campaign(const CampaignOptions& o) {
       args.push_back("-max_total_time=" + std::to_string(static_cast<long>(std::ceil(o.max_time_s))));
     for (const auto& a : o.fuzzer_args) args.push_back(a);
     args.push_back(inputs.string());
-    std::vector<std::pair<std::string, std::string>> env{{kWorkerConfigEnv, fs::absolute(cfg_path).string()}};
+    std::vector<std::pair<std::string, std::string>> env{{kWorkerConfigEnv, fs::absolute(cfg_path).string()},
+                                                         {kLifelineEnv, std::to_string(life[0])}};
     if (!o.gpu_ids.empty()) {
       env.push_back({"HIP_VISIBLE_DEVICES", o.gpu_ids[g]});
       env.push_back({"CUDA_VISIBLE_DEVICES", o.gpu_ids[g]});
@@ -333,13 +400,15 @@ int run_campaign(const CampaignOptions& o) {
     m.tail = std::make_unique<LogTail>(m.log);
     masters.push_back(std::move(m));
   }
+  ::close(life[0]);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   struct sigaction old_int {
-  }, old_term{};
+  }, old_term{}, old_hup{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
 
   // Corpus out: new libFuzzer inputs become .case files (labelled with the kernel they select).
   std::set<std::string> synced = known;
@@ -367,20 +436,22 @@ int run_campaign(const CampaignOptions& o) {
   // libFuzzer artifacts: inputs that killed a worker process (a kernel that crashed or hung in-process).
   // Each becomes a crash or hang failure like any other, and its kernel is launched isolated from then on.
   std::set<std::string> artifacts_seen, isolated;
+  int64_t artifact_crashes = 0, artifact_hangs = 0;  // worker processes that died, as libFuzzer saved them
   auto scan_artifacts = [&]() {
-    bool changed = false;
     for (const auto& e : fs::directory_iterator(artifacts, ec)) {
       const std::string name = e.path().filename().string();
       if (artifacts_seen.count(name)) continue;
       const bool timeout = name.rfind("timeout-", 0) == 0;
       if (!timeout && name.rfind("crash-", 0) != 0 && name.rfind("oom-", 0) != 0) continue;
       artifacts_seen.insert(name);
+      ++(timeout ? artifact_hangs : artifact_crashes);
       const std::string bytes = read_all(e.path());
       const FuzzInput in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), lim);
-      const KernelEntry* k = kernel_for(in, kernels);
+      const KernelEntry* k = kernel_for(in, kernels, read_lines((work / "quarantine.txt").string()));
       if (!k) continue;
+      if (timeout) append_line((work / "quarantine.txt").string(), k->kernel.name);
       if (isolated.insert(k->kernel.name).second) {
-        changed = true;
+        if (cfg.isolate == "auto") append_line((work / "isolate.txt").string(), k->kernel.name);
         if (!o.quiet && cfg.isolate == "auto")
           std::printf("attn-fuzz: a worker process died in %s (%s): its launches are isolated from now on\n",
                       k->kernel.name, timeout ? "timeout" : "crash");
@@ -400,20 +471,16 @@ int run_campaign(const CampaignOptions& o) {
         std::fprintf(stderr, "attn-fuzz: warning: %s\n", err.what());
       }
     }
-    if (changed && cfg.isolate == "auto") {
-      std::string text;
-      for (const auto& n : isolated) text += n + "\n";
-      write_text_file(work / "isolate.txt.tmp", text);
-      fs::rename(work / "isolate.txt.tmp", work / "isolate.txt", ec);
-    }
   };
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   double next_progress = o.progress_s;
-  bool interrupted = false, forwarded = false;
-  double stop_deadline = -1;
+  bool interrupted = false;
+  // Worker processes that died: libFuzzer's counts, or the artifacts it saved if more (its counters lag),
+  // plus the processes the hang watchdog ended (work/deaths.txt).
+  int64_t worker_crashes = 0, worker_hangs = 0;
   auto progress = [&](bool final) {
     const Aggregate a = read_stats(work / "stats");
     FuzzerLine lf;
@@ -421,9 +488,19 @@ int run_campaign(const CampaignOptions& o) {
       m.tail->poll(m.line);
       lf.ft += m.line.ft;
       lf.corp += m.line.corp;
-      lf.crashes += m.line.crashes;
+      lf.crashes += m.line.crashes + m.line.ooms;
       lf.timeouts += m.line.timeouts;
     }
+    int64_t hooked_crashes = 0;  // in-process deaths the workers' crash hook recorded
+    for (const std::string& l : read_lines_all((work / "deaths.txt").string()))
+      hooked_crashes += l.rfind("crash ", 0) == 0;
+    worker_crashes = std::max({lf.crashes, artifact_crashes, hooked_crashes});
+    int64_t watchdog_hangs = 0;
+    for (const std::string& l : read_lines((work / "deaths.txt").string()))
+      watchdog_hangs += l.rfind("hang ", 0) == 0;
+    worker_hangs = std::max(lf.timeouts, artifact_hangs) + watchdog_hangs;
+    lf.crashes = worker_crashes;
+    lf.timeouts = worker_hangs;
     const double t = elapsed();
     std::string cls;
     for (const auto& [c, n] : a.classes) cls += (cls.empty() ? ": " : ", ") + c + " " + std::to_string(n);
@@ -436,6 +513,16 @@ int run_campaign(const CampaignOptions& o) {
         final ? "  (final)" : "");
     std::fflush(stdout);
     return a;
+  };
+  // Stopping: at --max-time (a little before, so the summary is written by then) or on SIGINT / SIGTERM /
+  // SIGHUP, every process group gets SIGINT (libFuzzer's orderly exit), then SIGKILL after a short grace.
+  const double stop_at =
+      o.max_time_s > 0 ? (o.max_time_s >= 10 ? o.max_time_s - kStopGraceS : o.max_time_s) : -1;
+  bool stopping = false;
+  double kill_at = -1;
+  auto signal_all = [&](int sig) {
+    for (auto& m : masters)
+      if (!m.done) ::kill(-m.pid, sig);
   };
   while (true) {
     bool all_done = true;
@@ -452,33 +539,34 @@ int run_campaign(const CampaignOptions& o) {
       }
     }
     if (all_done) break;
-    scan_artifacts();
-    if (g_signal && !forwarded) {
+    if (!stopping) scan_artifacts();
+    if (g_signal && !stopping) {
       interrupted = true;
-      forwarded = true;
       std::printf("attn-fuzz: %s: stopping the workers, then the summary\n", strsignal(g_signal));
-      for (auto& m : masters)
-        if (!m.done) ::kill(m.pid, SIGINT);
-      stop_deadline = elapsed() + 10;
+      std::fflush(stdout);
     }
-    if (o.max_time_s > 0 && stop_deadline < 0 && elapsed() > o.max_time_s + 30) stop_deadline = elapsed();
-    if (stop_deadline >= 0 && elapsed() > stop_deadline)
-      for (auto& m : masters)
-        if (!m.done) ::kill(-m.pid, SIGKILL);
-    if (!o.quiet && elapsed() >= next_progress) {
+    if (!stopping && (g_signal || (stop_at >= 0 && elapsed() >= stop_at))) {
+      stopping = true;
+      signal_all(SIGINT);
+      kill_at = elapsed() + kStopGraceS;
+    }
+    if (stopping && elapsed() >= kill_at) signal_all(SIGKILL);
+    if (!o.quiet && !stopping && elapsed() >= next_progress) {
       progress(false);
       sync_corpus();
       next_progress += o.progress_s;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(stopping ? 50 : 200));
   }
+  ::close(life[1]);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
   sync_corpus();
   for (auto& m : masters) {
     m.tail->poll(m.line);
-    const bool ok = WIFEXITED(m.status) && (WEXITSTATUS(m.status) == 0 || interrupted);
-    if (!ok && !interrupted) {
+    const bool ok = WIFEXITED(m.status) && WEXITSTATUS(m.status) == 0;
+    if (!ok && !stopping) {  // a process we stopped ends however its signal left it: not abnormal
       std::fprintf(stderr,
                    "attn-fuzz: a libFuzzer process ended abnormally (%s); its log: %s\n  last line: %s\n",
                    WIFEXITED(m.status) ? ("exit " + std::to_string(WEXITSTATUS(m.status))).c_str()
@@ -490,8 +578,12 @@ int run_campaign(const CampaignOptions& o) {
   const Aggregate a = progress(true);
   const double wall = elapsed();
 
-  // Summary: the distinct failures in this campaign directory, each with its replay command.
-  const std::vector<Failure> found = read_failures(failures);
+  // Summary: the distinct failures in this campaign directory, each with its replay command; the kernels
+  // quarantined (they hung) and isolated; failure files that could not be read (kept as they are).
+  std::vector<Skipped> skipped_now;
+  const std::vector<Failure> found = read_failures(failures, &skipped_now, false);
+  const std::vector<std::string> quarantined = read_lines((work / "quarantine.txt").string()),
+                                 isolated_now = read_lines((work / "isolate.txt").string());
   RunRecord rec;
   rec.tool.name = "attn-fuzz";
   rec.tool.command = o.command_line;
@@ -525,6 +617,19 @@ int run_campaign(const CampaignOptions& o) {
                 shape(e.the_case.problem).c_str(), e.replay_command.c_str());
     rec.entries.push_back(std::move(e));
   }
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string t;
+    for (const auto& x : v) t += (t.empty() ? "" : ", ") + x;
+    return t;
+  };
+  std::printf("worker processes that died: %lld crash(es), %lld hang(s)\n", (long long)worker_crashes,
+              (long long)worker_hangs);
+  if (!quarantined.empty())
+    std::printf("quarantined (hung once, not run again): %s\n", joined(quarantined).c_str());
+  if (!isolated_now.empty())
+    std::printf("isolated (launched in a forked child): %s\n", joined(isolated_now).c_str());
+  for (const Skipped& k : skipped_now)
+    std::printf("skipped unreadable failure file (kept as it is): %s\n", k.why.c_str());
   try {
     const ReportPaths paths = write_reports(rec, out);
     // Campaign facts on top of the shared report formats.
@@ -539,6 +644,13 @@ int run_campaign(const CampaignOptions& o) {
     camp["semantic_features"] = a.features;
     camp["distinct_failures"] = found.size();
     camp["interrupted"] = interrupted;
+    camp["worker_crashes"] = worker_crashes;
+    camp["worker_hangs"] = worker_hangs;
+    camp["quarantined"] = quarantined;
+    camp["isolated"] = isolated_now;
+    Json sk = Json::array();
+    for (const Skipped& k : skipped_now) sk.push_back({{"path", k.path.string()}, {"error", k.why}});
+    camp["skipped_failure_files"] = sk;
     camp["corpus"] = corpus.string();
     j["campaign"] = camp;
     write_text_file(paths.json, j.dump(2) + "\n");
@@ -549,7 +661,17 @@ int run_campaign(const CampaignOptions& o) {
        << static_cast<long long>(wall > 0 ? a.cases / wall : 0) << "/s), " << a.failing
        << " failing checks, **" << found.size() << " distinct failure(s)**"
        << (interrupted ? " (interrupted)" : "") << "\n"
-       << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n\n";
+       << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n"
+       << "- worker processes that died: " << worker_crashes << " crash(es), " << worker_hangs
+       << " hang(s)\n";
+    if (!quarantined.empty())
+      md << "- quarantined (hung once, not run again): " << joined(quarantined) << "\n";
+    if (!isolated_now.empty())
+      md << "- isolated (launched in a forked child): " << joined(isolated_now) << "\n";
+    for (const Skipped& k : skipped_now)
+      md << "- **skipped unreadable failure file** (kept as it is): `" << k.path.string()
+         << "`: " << markdown_escape(k.why) << "\n";
+    md << "\n";
     if (!found.empty()) {
       md << "| class | kernel | shape | replay |\n|---|---|---|---|\n";
       for (const RunEntry& e : rec.entries)
@@ -569,7 +691,8 @@ int run_campaign(const CampaignOptions& o) {
                  o.worker_binary.c_str());
     return 2;
   }
-  return found.empty() ? 0 : 1;
+  // An unreadable failure file still records a failure in this OUT: not a clean result.
+  return found.empty() && skipped_now.empty() ? 0 : 1;
 }
 
 // ------------------------------------------------------------------------------------------ minimize

@@ -2,9 +2,13 @@
 #include "fuzz/worker.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "attnfuzz/report.h"
 #if __has_include("check/classify.h")
@@ -97,7 +102,10 @@ WorkerConfig worker_config_from_env() {
 }
 
 std::string failure_signature(const CheckResult& r) {
-  // A crash or hang is one failure however it was seen (isolated launch or a dead worker process).
+  // A crash or hang is one failure however it was seen (isolated launch or a dead worker process); a leak
+  // is a crash of its own.
+  if (r.failure == FailureClass::kCrash && r.reason.find("memory grows") != std::string::npos)
+    return "crash:leak";
   if (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang)
     return failure_class_name(r.failure);
   return std::string(failure_class_name(r.failure)) + ":" +
@@ -119,6 +127,22 @@ bool refine_class(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
 
 std::string replay_command(const WorkerConfig& cfg, const std::string& case_path) {
   return "attn-check --replay " + case_path + (cfg.replay_flags.empty() ? "" : " " + cfg.replay_flags);
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::string l = line + "\n";
+  (void)!::write(fd, l.data(), l.size());
+  ::close(fd);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty() && std::find(out.begin(), out.end(), line) == out.end()) out.push_back(line);
+  return out;
 }
 
 namespace {
@@ -188,6 +212,113 @@ std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResu
   return path.string();
 }
 
+namespace {
+// What the in-process hang handler needs: the worker and the case being checked (one launch at a time).
+Worker* g_worker = nullptr;
+const Case* g_current = nullptr;
+
+// The crash hook: while a kernel runs in-process, a fatal signal first records which kernel killed the
+// worker process (work/deaths.txt "crash <kernel>", and work/isolate.txt so no worker runs it in-process
+// again), then goes on to libFuzzer's handler (which saves the input as a crash artifact).
+const char* volatile g_in_process_kernel = nullptr;
+char g_deaths_path[4096], g_isolate_path[4096];
+struct sigaction g_previous[NSIG];
+
+void write_line_raw(const char* path, const char* a, const char* b) {  // async-signal-safe
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  char buf[600];
+  size_t n = 0;
+  for (const char* s : {a, b, "\n"})
+    for (; *s && n < sizeof buf; ++s) buf[n++] = *s;
+  (void)!::write(fd, buf, n);
+  ::close(fd);
+}
+
+void crash_hook(int sig, siginfo_t* si, void* ctx) {
+  if (const char* k = g_in_process_kernel) {
+    g_in_process_kernel = nullptr;
+    write_line_raw(g_deaths_path, "crash ", k);
+    write_line_raw(g_isolate_path, "", k);
+  }
+  const struct sigaction& o = g_previous[sig];
+  if ((o.sa_flags & SA_SIGINFO) && o.sa_sigaction) {
+    o.sa_sigaction(sig, si, ctx);
+  } else if (!(o.sa_flags & SA_SIGINFO) && o.sa_handler != SIG_DFL && o.sa_handler != SIG_IGN) {
+    o.sa_handler(sig);
+  } else {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  }
+}
+
+void install_crash_hook(const std::string& out) {
+  const fs::path work = fs::path(out) / "work";
+  std::snprintf(g_deaths_path, sizeof g_deaths_path, "%s", (work / "deaths.txt").c_str());
+  std::snprintf(g_isolate_path, sizeof g_isolate_path, "%s", (work / "isolate.txt").c_str());
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) {
+    struct sigaction sa {};
+    sa.sa_sigaction = crash_hook;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, &g_previous[sig]);
+  }
+}
+}  // namespace
+
+void install_worker_crash_hook(const WorkerConfig& cfg) { install_crash_hook(cfg.out); }
+
+// Runs on the device's watchdog thread while the worker's thread spins inside a kernel: quarantine the
+// kernel, save the hang, count it, and end the process (libFuzzer's fork mode starts another).
+void on_inprocess_hang(const char* kernel, double seconds) {
+  Worker* w = g_worker;
+  if (!w) return;
+  const fs::path work = fs::path(w->cfg_.out) / "work";
+  append_line((work / "quarantine.txt").string(), kernel);
+  append_line((work / "deaths.txt").string(), std::string("hang ") + kernel);
+  if (g_current) {
+    CheckResult r;
+    r.kernel = kernel;
+    r.backend = w->cfg_.backend;
+    r.device = w->device_->name();
+    r.verdict = Verdict::kFail;
+    r.failure = FailureClass::kHang;
+    r.reason = "the kernel hung: it did not finish within " + std::to_string(seconds) +
+               " s (in-process launch; its worker process was ended)";
+    r.evidence.push_back({"launch", r.reason});
+    try {
+      save_failure(w->cfg_, *g_current, r, {});
+    } catch (const std::exception&) {
+    }
+  }
+  ++w->cases_;
+  ++w->verdicts_["fail"];
+  ++w->classes_["hang"];
+  ++w->per_kernel_[kernel]["fail"];
+  w->write_stats(true);
+  std::fprintf(stderr, "attn-fuzz-worker: %s hung (%.0f s): quarantined; this worker process ends\n", kernel,
+               seconds);
+  ::_exit(0);
+}
+
+void watch_lifeline() {
+  const char* v = std::getenv(kLifelineEnv);
+  if (!v || !*v) return;
+  const int fd = std::atoi(v);
+  std::thread([fd] {
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      const int n = ::poll(&p, 1, -1);
+      if (n < 0 && errno == EINTR) continue;
+      char c;
+      if (n > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL) || ::read(fd, &c, 1) <= 0)) break;
+      if (n < 0) break;
+    }
+    ::kill(0, SIGKILL);  // attn-fuzz is gone: this process group (libFuzzer, its jobs, their launches) ends
+    ::_exit(1);
+  }).detach();
+}
+
 Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8, 0) {
   Registry& reg = Registry::global();
   for (const auto& p : cfg_.plugins) reg.load_plugin(p);
@@ -213,9 +344,18 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
                 std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json"))
           .string();
   last_stats_ = std::chrono::steady_clock::now();
+  g_worker = this;
 }
 
-Worker::~Worker() { write_stats(true); }
+Worker::~Worker() {
+  set_inprocess_hang_handler(nullptr);
+  g_worker = nullptr;
+  write_stats(true);
+}
+
+bool Worker::quarantined(const KernelEntry* k) const {
+  return std::find(quarantined_.begin(), quarantined_.end(), k->kernel.name) != quarantined_.end();
+}
 
 Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
@@ -224,8 +364,21 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());
   const size_t n = kernels_.size();
   size_t slot = 0;
+  refresh_isolated();
+  bool skipped_quarantined = false;
   for (size_t i = 0; i < n; ++i) {
     const size_t idx = (in.kernel + i) % n;
+    if (quarantined(kernels_[idx])) {
+      skipped_quarantined = true;
+      continue;
+    }
+    // A kernel whose last kThrottleAfter checks all crashed (or faulted, or leaked) gets 1 in kThrottleAfter
+    // of the inputs that pick it: the rest go to the next kernel, so the healthy ones keep their pace.
+    if (auto it = dying_in_row_.find(kernels_[idx]->kernel.name);
+        it != dying_in_row_.end() && it->second >= kThrottleAfter && throttle_tick_++ % kThrottleAfter != 0) {
+      skipped_quarantined = true;
+      continue;
+    }
     if (unsupported_reason(kernels_[idx]->kernel, pc.problem()).empty()) {
       out.kernel = kernels_[idx];
       slot = idx;
@@ -233,12 +386,11 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     }
   }
   if (!out.kernel) {
-    ++verdicts_["unsupported"];
+    ++verdicts_[skipped_quarantined ? "quarantined" : "unsupported"];
     write_stats(false);
     return out;
   }
   if (cfg_.isolate == "auto") {
-    refresh_isolated();
     DeviceOptions d = device_->options();
     const bool iso =
         std::find(isolated_.begin(), isolated_.end(), out.kernel->kernel.name) != isolated_.end();
@@ -247,7 +399,11 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
       device_->set_options(d);
     }
   }
+  g_current = &pc.the_case();
+  if (!device_->options().isolate) g_in_process_kernel = out.kernel->kernel.name;
   Judged j = check_case(*device_, *out.kernel, pc, run_);
+  g_in_process_kernel = nullptr;
+  g_current = nullptr;
   out.result = j.result;
   const CheckResult& r = out.result;
   const auto ids = result_features(cf, r);
@@ -258,6 +414,13 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   }
   ++verdicts_[verdict_name(r.verdict)];
   ++per_kernel_[r.kernel][verdict_name(r.verdict)];
+  {
+    bool dies = r.verdict == Verdict::kFail &&
+                (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang);
+    for (const Evidence& e : r.evidence) dies |= e.detector == "guard-page";
+    int& n = dying_in_row_[r.kernel];
+    n = dies ? n + 1 : 0;
+  }
   if (r.verdict == Verdict::kFail) {
     // The detectors cost several launches: run them on the first two failures of each (kernel, first
     // class, signature) in this process; later ones of the same kind are counted, not saved again.
@@ -265,6 +428,17 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     const bool classify = raw_failures_[raw]++ < 2;
     if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
     ++classes_[failure_class_name(r.failure)];
+    const fs::path work = fs::path(cfg_.out) / "work";
+    if (r.failure == FailureClass::kHang) {  // one timeout is all a spinning kernel may cost
+      append_line((work / "quarantine.txt").string(), r.kernel);
+      quarantined_.push_back(r.kernel);
+    } else if (r.failure == FailureClass::kCrash && cfg_.isolate == "auto" &&
+               r.reason.find("memory grows") != std::string::npos &&
+               std::find(isolated_.begin(), isolated_.end(), r.kernel) ==
+                   isolated_.end()) {  // a leak: isolate it
+      append_line((work / "isolate.txt").string(), r.kernel);
+      isolated_.push_back(r.kernel);
+    }
     try {
       if (classify) out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map);
     } catch (const std::exception& e) {
@@ -275,15 +449,23 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   return out;
 }
 
+// Re-reads the isolate and quarantine lists when they changed (a stat each per input: ~1 us).
 void Worker::refresh_isolated() {
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_isolate_check_ < std::chrono::milliseconds(500)) return;
-  last_isolate_check_ = now;
-  std::ifstream f(fs::path(cfg_.out) / "work" / "isolate.txt");
-  std::vector<std::string> names;
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) names.push_back(line);
-  isolated_ = std::move(names);
+  const fs::path work = fs::path(cfg_.out) / "work";
+  auto stamp = [](const fs::path& p) -> int64_t {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return -1;
+    return static_cast<int64_t>(st.st_size) ^ (static_cast<int64_t>(st.st_mtim.tv_nsec) << 20);
+  };
+  const fs::path iso = work / "isolate.txt", quar = work / "quarantine.txt";
+  if (const int64_t s = stamp(iso); s != isolate_stamp_) {
+    isolate_stamp_ = s;
+    isolated_ = read_lines(iso.string());
+  }
+  if (const int64_t s = stamp(quar); s != quarantine_stamp_) {
+    quarantine_stamp_ = s;
+    quarantined_ = read_lines(quar.string());
+  }
 }
 
 void Worker::write_stats(bool force) {

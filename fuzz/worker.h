@@ -10,7 +10,11 @@
 //   wins <out>/work/stats/<pid>-<ns>.json     running totals of this process (cases, verdicts, classes,
 //   features)
 // and reads
-//   <out>/work/isolate.txt               kernels to launch isolated (one name a line; written by the parent)
+//   <out>/work/isolate.txt               kernels to launch isolated (one name a line; appended by the parent
+//                                        after a worker process died in one, by a worker after a leak)
+//   <out>/work/quarantine.txt            kernels not run any more (one name a line; appended by whoever saw
+//                                        one hang: a spinning kernel costs one timeout, then none)
+//   <out>/work/deaths.txt                "hang <kernel>" per worker process its hang watchdog ended
 // and nothing on stdout per input (libFuzzer's own lines are what the parent parses for coverage).
 #pragma once
 
@@ -74,6 +78,24 @@ bool refine_class(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
 // The replay command of a saved failure.
 std::string replay_command(const WorkerConfig& cfg, const std::string& case_path);
 
+// The in-process hang handler of a libFuzzer worker process (set_inprocess_hang_handler): quarantines the
+// kernel, saves the hang, counts it and ends the process.
+void on_inprocess_hang(const char* kernel, double seconds);
+
+// Chains a handler in front of libFuzzer's fatal-signal handlers (install after libFuzzer's): a kernel that
+// kills the worker process in-process is recorded (work/deaths.txt, work/isolate.txt) before the artifact.
+void install_worker_crash_hook(const WorkerConfig& cfg);
+
+// The environment variable naming the read end of attn-fuzz's lifeline pipe: when it reads end-of-file, the
+// campaign parent is gone, and every worker process of its group is killed.
+inline constexpr const char* kLifelineEnv = "ATTNFUZZ_LIFELINE_FD";
+// Starts the thread that watches the lifeline (no-op when the variable is unset).
+void watch_lifeline();
+
+// Appends one line to a campaign list file (O_APPEND: whole lines from concurrent writers), and reads one.
+void append_line(const std::string& path, const std::string& line);
+std::vector<std::string> read_lines(const std::string& path);
+
 class Worker {
  public:
   explicit Worker(WorkerConfig cfg);  // loads plug-ins, opens the device; throws on bad configuration
@@ -105,8 +127,15 @@ class Worker {
   std::vector<uint8_t> seen_;  // kCounterBytes bits: features seen by this process
   std::string stats_path_;
   std::chrono::steady_clock::time_point last_stats_, last_isolate_check_;
-  std::vector<std::string> isolated_;  // kernels launched in a forked child (isolate = auto)
+  std::vector<std::string> isolated_;     // kernels launched in a forked child (isolate = auto)
+  std::vector<std::string> quarantined_;  // kernels that hung once: not run any more
+  int64_t isolate_stamp_ = -1, quarantine_stamp_ = -1;
+  static constexpr int kThrottleAfter = 16;
+  std::map<std::string, int> dying_in_row_;  // per kernel: checks in a row that crashed / faulted / leaked
+  uint64_t throttle_tick_ = 0;
   void refresh_isolated();
+  bool quarantined(const KernelEntry* k) const;
+  friend void on_inprocess_hang(const char*, double);
 };
 
 }  // namespace attnfuzz::fuzz

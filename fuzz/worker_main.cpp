@@ -34,7 +34,10 @@ WorkerConfig& config() {
 Worker& worker() {
   static std::unique_ptr<Worker> w = [] {
     try {
-      return std::make_unique<Worker>(config());
+      auto w = std::make_unique<Worker>(config());
+      set_inprocess_hang_handler(&on_inprocess_hang);  // a spin that passes no barrier costs one timeout
+      install_worker_crash_hook(config());             // libFuzzer's handlers are installed by now
+      return w;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "attn-fuzz-worker: %s\n", e.what());
       std::exit(2);
@@ -58,7 +61,8 @@ size_t emit(const FuzzInput& in, uint8_t* data, size_t max_size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  (void)config();  // a bad configuration stops here, before libFuzzer starts
+  watch_lifeline();  // the fork-mode parent and every job die with attn-fuzz
+  (void)config();    // a bad configuration stops here, before libFuzzer starts
   return 0;
 }
 

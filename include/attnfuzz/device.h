@@ -36,6 +36,10 @@ struct LaunchResult {
   LaunchStatus status = LaunchStatus::kOk;
   std::string message;  // backend's words: error name, signal, emulator diagnostics
   double ms = 0;        // wall time of the launch incl. synchronisation
+  // cpu backend: where a crashing launch faulted (0: unknown) and how (0 unknown, 1 read, 2 write), so the
+  // runner can name the buffer whose guard pages it hit.
+  uint64_t fault_address = 0;
+  int fault_access = 0;
 };
 
 // Emulator schedule within a round (cpu backend only).
@@ -51,6 +55,10 @@ struct DeviceOptions {
   unsigned warp_size = 32;     // 32 or 64
   bool isolate = true;         // run each launch in a forked child: crashes and hangs cannot take the tool down
   size_t max_dynamic_shared = 64 * 1024;
+  // Resident memory a launch may leave behind before it counts as a leak: two launches of a kernel in a
+  // row over it (in-process), or one launch confirmed by a second (isolated), make the launch a crash
+  // "memory grows N MiB per launch". 0: not measured.
+  size_t leak_limit_bytes = size_t{4} << 20;
   // all backends
   double timeout_s = 30;       // a launch that takes longer is a hang
   int gpu_index = 0;
@@ -87,5 +95,11 @@ bool backend_available(Backend b, std::string* why = nullptr);
 // clear message when the backend is not built or has no device.
 std::unique_ptr<Device> open_device(const std::string& backend, const DeviceOptions& opts);
 std::unique_ptr<Device> open_device(Backend backend, const DeviceOptions& opts);
+
+// cpu backend, in-process launches (isolate = false): called from a watchdog thread when a launch runs
+// past its timeout without reaching a barrier (the launching thread cannot be stopped). The handler
+// records what it must and ends the process; unset (the default), such a launch just runs on.
+using HangHandler = void (*)(const char* kernel, double seconds);
+void set_inprocess_hang_handler(HangHandler h);
 
 }  // namespace attnfuzz

@@ -1,0 +1,135 @@
+// misbehaving_test.cpp - kernels that write far out of bounds, leak, spin, segfault or abort get their
+// verdict in attn-check and in campaigns (isolate auto and always), and never cost the campaign its deadline.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "tests/reliability/reliability_util.h"
+
+namespace attnfuzz::reliability {
+namespace {
+
+const std::string kPlugin = std::string(" --plugin ") + BAD_PLUGIN;
+
+// attn-check's verdict line for a kernel: class and the reason line under it.
+std::pair<std::string, std::string> check_verdict(const std::string& out, const std::string& kernel) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream w(line);
+    std::string verdict, name;
+    w >> verdict >> name;
+    if (verdict != "fail" || name != kernel) continue;
+    const std::string cls = line.substr(line.find_last_of(' ') + 1);
+    std::string reason;
+    std::getline(in, reason);
+    return {cls, reason};
+  }
+  return {"", ""};
+}
+
+TEST(Misbehaving, AttnCheckGivesEachItsVerdict) {
+  const fs::path out = fresh("check");
+  const Outcome r = run(std::string(ATTN_CHECK) + kPlugin +
+                        " --kernel 'bad-*' --timeout 5 --no-reports --out " + out.string());
+  EXPECT_EQ(r.rc, 1);
+  const std::map<std::string, std::pair<std::string, std::string>> want = {
+      {"bad-write-16m", {"oob-write", "16777216 bytes past the end of buffer o"}},
+      {"bad-write-80k", {"oob-write", "81920 bytes past the end of buffer o"}},
+      {"bad-leak-8m", {"crash", "memory grows 8.0 MiB per launch"}},
+      {"bad-spin", {"hang", "did not finish"}},
+      {"bad-segfault", {"crash", "signal 11"}},
+      {"bad-abort", {"crash", "signal 6"}}};
+  for (const auto& [kernel, w] : want) {
+    const auto [cls, reason] = check_verdict(r.out, kernel);
+    EXPECT_EQ(cls, w.first) << kernel;
+    EXPECT_NE(reason.find(w.second), std::string::npos) << kernel << ": " << reason;
+  }
+}
+
+// Every launch of a far out-of-bounds writer is caught, attributed to O: isolated launches, many cases.
+TEST(Misbehaving, EveryLaunchOfAnOutOfBoundsWriterIsCaughtAndBlamesO) {
+  const fs::path out = fresh("oob-always");
+  const Outcome r =
+      run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
+          " --kernel bad-write-16m,bad-write-80k --isolate always --workers 2 --max-time 30 --no-seeds");
+  EXPECT_EQ(r.rc, 1);
+  const auto found = failures(out);
+  for (const std::string k : {"bad-write-16m", "bad-write-80k"}) {
+    ASSERT_TRUE(found.count(k)) << k;
+    for (auto [it, end] = found.equal_range(k); it != end; ++it) {
+      EXPECT_EQ(it->second.first, "oob-write") << k;
+      EXPECT_NE(it->second.second.find("past the end of buffer o"), std::string::npos) << it->second.second;
+    }
+  }
+  // Not one check of either kernel passed.
+  const Json j = Json::parse(read_text(out / "report.json"));
+  const Json& per = j.at("campaign").at("per_kernel");
+  int64_t checks = 0;
+  for (const std::string k : {"bad-write-16m", "bad-write-80k"}) {
+    ASSERT_TRUE(per.contains(k)) << k;
+    EXPECT_FALSE(per.at(k).contains("pass")) << k << ": " << per.at(k).dump();
+    for (const auto& [v, n] : per.at(k).items()) checks += n.get<int64_t>();
+  }
+  EXPECT_GT(checks, 10);
+}
+
+// All six in one campaign next to a healthy built-in kernel: each is named, the spinner costs one timeout and
+// is quarantined, the campaign ends by its deadline with honest counters and the healthy kernel keeps
+// running.
+TEST(Misbehaving, CampaignNamesEveryMisbehavingKernelAndKeepsItsDeadline) {
+  const fs::path out = fresh("campaign");
+  const double max_time = 60;
+  const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
+                        " --kernel 'bad-*,online-row' --workers 2 --timeout 5 --max-time " +
+                        std::to_string(static_cast<int>(max_time)));
+  EXPECT_EQ(r.rc, 1);
+  const auto found = failures(out);
+  for (const std::string k :
+       {"bad-write-16m", "bad-write-80k", "bad-leak-8m", "bad-spin", "bad-segfault", "bad-abort"})
+    EXPECT_TRUE(found.count(k)) << k << " was not named";
+  auto classes = [&](const std::string& k) {
+    std::set<std::string> c;
+    for (auto [it, end] = found.equal_range(k); it != end; ++it) c.insert(it->second.first);
+    return c;
+  };
+  EXPECT_EQ(classes("bad-spin"), std::set<std::string>{"hang"});
+  for (const std::string k : {"bad-write-16m", "bad-write-80k"})
+    for (const auto& c : classes(k)) EXPECT_TRUE(c == "oob-write" || c == "crash") << k << ": " << c;
+  bool leak = false;
+  for (auto [it, end] = found.equal_range("bad-leak-8m"); it != end; ++it)
+    leak |= it->second.second.find("memory grows") != std::string::npos;
+  EXPECT_TRUE(leak) << "no leak verdict for bad-leak-8m";
+  EXPECT_FALSE(found.count("online-row"));
+  const Json camp = Json::parse(read_text(out / "report.json")).at("campaign");
+  EXPECT_EQ(camp.at("quarantined"), Json::array({"bad-spin"}));
+  EXPECT_GE(camp.at("worker_hangs").get<int64_t>() + camp.at("worker_crashes").get<int64_t>(), 1);
+  EXPECT_EQ(r.out.find("ended abnormally"), std::string::npos);
+  EXPECT_NE(read_text(out / "summary.md").find("quarantined (hung once, not run again): bad-spin"),
+            std::string::npos);
+  // The healthy kernel kept being checked; the campaign ended by its deadline (generous: a loaded machine).
+  EXPECT_GT(camp.at("per_kernel").value("online-row", Json::object()).value("pass", int64_t{0}), 10);
+  EXPECT_LT(r.secs, max_time + 20);
+  EXPECT_TRUE(wait_gone(out, 10).empty());
+}
+
+// A corrupted failure file is reported, listed in the summary, kept byte for byte, and the exit status says
+// OUT holds a failure record.
+TEST(Misbehaving, CorruptedFailureFileIsSkippedListedAndKept) {
+  const fs::path out = fresh("corrupt-failure");
+  fs::create_directories(out / "failures");
+  const std::string junk = "ATTNFUZZ-CASE 1\n{\"format\": 1, \"tool\": {\"name\": \"attn-fuzz\"";
+  std::ofstream(out / "failures" / "crash-0123456789abcdef.case") << junk;
+  const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() +
+                        " --kernel online-row --workers 1 --max-time 8 --no-seeds");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("skipping unreadable failure file"), std::string::npos);
+  EXPECT_EQ(read_text(out / "failures" / "crash-0123456789abcdef.case"), junk);
+  EXPECT_NE(read_text(out / "summary.md").find("crash-0123456789abcdef.case"), std::string::npos);
+  const Json camp = Json::parse(read_text(out / "report.json")).at("campaign");
+  EXPECT_EQ(camp.at("skipped_failure_files").size(), 1u);
+}
+
+}  // namespace
+}  // namespace attnfuzz::reliability

@@ -7,6 +7,33 @@ namespace attnfuzz {
 
 namespace {
 size_t round4(size_t n) { return (n + 3) & ~size_t{3}; }
+
+// The poison word as seen from a byte offset `phase` (0..3) into it: byte i of the result is poison byte
+// (phase + i) % 4.
+uint32_t rotated_poison(uint32_t poison, size_t phase) {
+  unsigned char in[4], out[4];
+  std::memcpy(in, &poison, 4);
+  for (size_t i = 0; i < 4; ++i) out[i] = in[(phase + i) % 4];
+  uint32_t r;
+  std::memcpy(&r, out, 4);
+  return r;
+}
+
+// True when n bytes at p repeat `word` (byte i == byte i % 4 of word): the fast path of check(), a loop over
+// whole words the compiler vectorises. Any difference sends check() to its word-by-word scan, which gives the
+// hits.
+bool holds_pattern(const unsigned char* p, size_t n, uint32_t word) {
+  uint32_t diff = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    uint32_t w;
+    std::memcpy(&w, p + i, 4);
+    diff |= w ^ word;
+  }
+  const auto* wb = reinterpret_cast<const unsigned char*>(&word);
+  for (size_t j = 0; i < n; ++i, ++j) diff |= p[i] ^ wb[j];
+  return diff == 0;
+}
 }  // namespace
 
 GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t guard_bytes, uint32_t poison)
@@ -30,26 +57,33 @@ void GuardedBuffer::fill_payload(uint32_t word) { dev_.fill(payload_, &word, 4, 
 void GuardedBuffer::repoison(uint32_t poison) {
   poison_ = poison;
   dev_.fill(base_, &poison_, 4, guard_);
-  // The after-guard starts at the payload's end; its first word may be partial when bytes_ % 4 != 0.
+  // The after-guard starts at the payload's end; its first word may be partial when bytes_ % 4 != 0: its byte
+  // i holds poison byte (bytes_ + i) % 4, i.e. the poison word rotated by bytes_ % 4, repeated.
   const size_t tail = round4(bytes_) - bytes_ + guard_;
-  std::vector<unsigned char> host(tail);
-  for (size_t i = 0; i < tail; ++i) host[i] = reinterpret_cast<const unsigned char*>(&poison_)[(bytes_ + i) % 4];
-  dev_.to_device(static_cast<char*>(payload_) + bytes_, host.data(), tail);
+  const uint32_t rotated = rotated_poison(poison_, bytes_ % 4);
+  dev_.fill(static_cast<char*>(payload_) + bytes_, &rotated, 4, tail);
 }
 
 std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
   std::vector<CanaryHit> hits;
   changed_ = 0;
   const size_t total = guard_ + round4(bytes_) + guard_;
-  std::vector<unsigned char> host(total);
-  dev_.to_host(host.data(), base_, total);
+  // Only the two guard zones are read back (the payload is not checked here); each is compared with its
+  // pattern at once, and scanned word by word only when it differs.
+  std::vector<unsigned char> host;
   auto scan = [&](size_t from, size_t to) {  // byte range of the allocation that must hold poison
+    if (from >= to) return;
+    host.resize(to - from);
+    dev_.to_host(host.data(), base_ + from, to - from);
+    // Byte i of the allocation holds poison byte (i - guard_) % 4 (guard_ is a multiple of 4).
+    if (holds_pattern(host.data(), to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
     for (size_t i = from; i < to; i += 4) {
       uint32_t got = 0, want = 0;
       const size_t n = std::min<size_t>(4, to - i);
-      std::memcpy(&got, &host[i], n);
-      for (size_t j = 0; j < n; ++j) reinterpret_cast<unsigned char*>(&want)[j] =
-          reinterpret_cast<const unsigned char*>(&poison_)[(i + j - guard_) % 4];
+      std::memcpy(&got, &host[i - from], n);
+      for (size_t j = 0; j < n; ++j)
+        reinterpret_cast<unsigned char*>(&want)[j] =
+            reinterpret_cast<const unsigned char*>(&poison_)[(i + j - guard_) % 4];
       if (got == want) continue;
       ++changed_;
       if (hits.size() < max_hits)

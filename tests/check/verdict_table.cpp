@@ -129,6 +129,8 @@ int main(int argc, char** argv) {
     auto dev = open_device("cpu", d);
     const auto kernels = Registry::global().select(Backend::kCpu, "all");
     RunOptions run;
+    run.pool = std::make_shared<BufferPool>(*dev);  // as a campaign worker runs (fuzz/worker.cpp)
+    run.oracle.threads = 1;
     std::vector<Row> rows;
     // 1. The corpus, every file on every kernel.
     std::vector<fs::path> files;

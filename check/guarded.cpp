@@ -1,7 +1,9 @@
 // guarded.cpp - guard zones around device buffers: fill with poison, find changed canaries.
 #include "check/guarded.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace attnfuzz {
 
@@ -19,20 +21,12 @@ uint32_t rotated_poison(uint32_t poison, size_t phase) {
   return r;
 }
 
-// True when n bytes at p repeat `word` (byte i == byte i % 4 of word): the fast path of check(), a loop over
-// whole words the compiler vectorises. Any difference sends check() to its word-by-word scan, which gives the
-// hits.
+// True when n bytes at p repeat `word` (byte i == byte i % 4 of word): the first word matches and the bytes
+// are 4-periodic (p[i] == p[i + 4], one memcmp of the buffer with itself shifted by a word). Any difference
+// sends check() to its word-by-word scan, which finds the hits.
 bool holds_pattern(const unsigned char* p, size_t n, uint32_t word) {
-  uint32_t diff = 0;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    uint32_t w;
-    std::memcpy(&w, p + i, 4);
-    diff |= w ^ word;
-  }
-  const auto* wb = reinterpret_cast<const unsigned char*>(&word);
-  for (size_t j = 0; i < n; ++i, ++j) diff |= p[i] ^ wb[j];
-  return diff == 0;
+  if (n <= 4) return std::memcmp(p, &word, n) == 0;
+  return std::memcmp(p, &word, 4) == 0 && std::memcmp(p, p + 4, n - 4) == 0;
 }
 }  // namespace
 
@@ -70,13 +64,12 @@ std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
   const size_t total = guard_ + round4(bytes_) + guard_;
   // Only the two guard zones are read back (the payload is not checked here); each is compared with its
   // pattern at once, and scanned word by word only when it differs.
-  std::vector<unsigned char> host;
+  std::unique_ptr<unsigned char[]> host(new unsigned char[std::max(guard_, total - guard_ - bytes_)]);
   auto scan = [&](size_t from, size_t to) {  // byte range of the allocation that must hold poison
     if (from >= to) return;
-    host.resize(to - from);
-    dev_.to_host(host.data(), base_ + from, to - from);
+    dev_.to_host(host.get(), base_ + from, to - from);
     // Byte i of the allocation holds poison byte (i - guard_) % 4 (guard_ is a multiple of 4).
-    if (holds_pattern(host.data(), to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
+    if (holds_pattern(host.get(), to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
     for (size_t i = from; i < to; i += 4) {
       uint32_t got = 0, want = 0;
       const size_t n = std::min<size_t>(4, to - i);

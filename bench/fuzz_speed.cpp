@@ -162,6 +162,10 @@ void in_process(const Options& o, const std::string& shapes, const fs::path& dir
     all.run(decode(b.data(), b.size(), lim));
   }
   const double worker_ms_per = el * 1000 / static_cast<double>(n_all);
+  if (const auto pool = all.run_options().pool)
+    std::printf("%s_buffer_pool_hit_pct=%.1f  (guarded buffers reused between cases)\n", tag.c_str(),
+                100.0 * static_cast<double>(pool->hits()) /
+                    static_cast<double>(std::max<int64_t>(1, pool->hits() + pool->misses())));
   std::printf("%s_all_kernels_cases_per_s=%.1f  (one worker, in process, mutate excluded)\n", tag.c_str(),
               static_cast<double>(n_all) / el);
   std::printf("%s_all_kernels_cases_per_s_with_mutate=%.1f\n", tag.c_str(),

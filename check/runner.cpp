@@ -41,6 +41,7 @@ std::string hex32(uint32_t u) {
 
 std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t bytes, size_t guard,
                                                 uint32_t poison) {
+  std::lock_guard<std::mutex> lk(mu_);
   for (size_t i = kept_.size(); i-- > 0;) {  // newest first
     Kept& k = kept_[i];
     if (k.guard != guard || k.buf->bytes() != bytes || k.buf->name() != name) continue;
@@ -61,6 +62,7 @@ std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t 
 
 void BufferPool::give(std::unique_ptr<GuardedBuffer> b, size_t guard, uint32_t poison) {
   if (!b || max_ == 0) return;
+  std::lock_guard<std::mutex> lk(mu_);
   if (kept_.size() >= max_) kept_.erase(kept_.begin());
   kept_.push_back({guard, poison, std::move(b)});
 }

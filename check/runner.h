@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,7 @@ class BufferPool {
   };
   Device& dev_;
   size_t max_;
+  std::mutex mu_;           // take / give from several threads are safe (workers use one thread)
   std::vector<Kept> kept_;  // oldest first
   int64_t hits_ = 0, misses_ = 0;
 };

@@ -1,12 +1,33 @@
 // guarded.cpp - guard zones around device buffers: fill with poison, find changed canaries.
 #include "check/guarded.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace attnfuzz {
 
 namespace {
 size_t round4(size_t n) { return (n + 3) & ~size_t{3}; }
+
+// The poison word as seen from a byte offset `phase` (0..3) into it: byte i of the result is poison byte
+// (phase + i) % 4.
+uint32_t rotated_poison(uint32_t poison, size_t phase) {
+  unsigned char in[4], out[4];
+  std::memcpy(in, &poison, 4);
+  for (size_t i = 0; i < 4; ++i) out[i] = in[(phase + i) % 4];
+  uint32_t r;
+  std::memcpy(&r, out, 4);
+  return r;
+}
+
+// True when n bytes at p repeat `word` (byte i == byte i % 4 of word): the first word matches and the bytes
+// are 4-periodic (p[i] == p[i + 4], one memcmp of the buffer with itself shifted by a word). Any difference
+// sends check() to its word-by-word scan, which finds the hits.
+bool holds_pattern(const unsigned char* p, size_t n, uint32_t word) {
+  if (n <= 4) return std::memcmp(p, &word, n) == 0;
+  return std::memcmp(p, &word, 4) == 0 && std::memcmp(p, p + 4, n - 4) == 0;
+}
 }  // namespace
 
 GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t guard_bytes, uint32_t poison)
@@ -34,12 +55,11 @@ void GuardedBuffer::fill_payload(uint32_t word) { dev_.fill(payload_, &word, 4, 
 void GuardedBuffer::repoison(uint32_t poison) {
   poison_ = poison;
   dev_.fill(base_, &poison_, 4, guard_);
-  // The after-guard starts at the payload's end; its first word may be partial when bytes_ % 4 != 0.
+  // The after-guard starts at the payload's end; its first word may be partial when bytes_ % 4 != 0: its byte
+  // i holds poison byte (bytes_ + i) % 4, i.e. the poison word rotated by bytes_ % 4, repeated.
   const size_t tail = round4(bytes_) - bytes_ + after_;
-  std::vector<unsigned char> host(tail);
-  for (size_t i = 0; i < tail; ++i)
-    host[i] = reinterpret_cast<const unsigned char*>(&poison_)[(bytes_ + i) % 4];
-  dev_.to_device(static_cast<char*>(payload_) + bytes_, host.data(), tail);
+  const uint32_t rotated = rotated_poison(poison_, bytes_ % 4);
+  dev_.fill(static_cast<char*>(payload_) + bytes_, &rotated, 4, tail);
 }
 
 std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
@@ -52,6 +72,8 @@ std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
     host.resize(to - from);
     if (host.empty()) return;
     dev_.to_host(host.data(), base_ + from, to - from);
+    // Byte i of the allocation holds poison byte (i - guard_) % 4: one compare when nothing changed.
+    if (holds_pattern(host.data(), to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
     const auto* pb = reinterpret_cast<const unsigned char*>(&poison_);
     for (size_t i = from; i < to;) {
       const size_t phase = (i - guard_) % 4, n = std::min<size_t>(4 - phase, to - i);

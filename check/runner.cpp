@@ -14,7 +14,8 @@ namespace attnfuzz {
 PreparedCase::PreparedCase(Case c) : case_(std::move(c)), tensors_(generate(case_)) {}
 
 const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
-  if (!oracle_) oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(), o);
+  if (!oracle_)
+    oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(), o);
   return *oracle_;
 }
 
@@ -38,6 +39,34 @@ std::string hex32(uint32_t u) {
 
 }  // namespace
 
+std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t bytes, size_t guard,
+                                                uint32_t poison) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = kept_.size(); i-- > 0;) {  // newest first
+    Kept& k = kept_[i];
+    if (k.guard != guard || k.buf->bytes() != bytes || k.buf->name() != name) continue;
+    std::unique_ptr<GuardedBuffer> b = std::move(k.buf);
+    const uint32_t had = k.poison;
+    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+    // A stray write of another launch may have reached a kept buffer's guards: never hand that on (it would
+    // read as this launch's out-of-bounds write); free it and look further.
+    b->check(0);
+    if (b->changed_words()) continue;
+    if (had != poison) b->repoison(poison);
+    ++hits_;
+    return b;
+  }
+  ++misses_;
+  return std::make_unique<GuardedBuffer>(dev_, name, bytes, guard, poison);
+}
+
+void BufferPool::give(std::unique_ptr<GuardedBuffer> b, size_t guard, uint32_t poison) {
+  if (!b || max_ == 0) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (kept_.size() >= max_) kept_.erase(kept_.begin());
+  kept_.push_back({guard, poison, std::move(b)});
+}
+
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& case_problem, const Tensors& t,
                              const RunOptions& opts) {
   LaunchOutcome out;
@@ -45,32 +74,37 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   resolve_tunables(k.kernel, p);  // the kernel always sees accepted tunable values
   const size_t g = opts.guard_bytes;
   const uint32_t poison = opts.guard_poison;
-  GuardedBuffer q(dev, "q", t.q.size() * 4, g, poison), kb(dev, "k", t.k.size() * 4, g, poison),
-      v(dev, "v", t.v.size() * 4, g, poison);
-  GuardedBuffer o(dev, "o", static_cast<size_t>(o_elements(p)) * 4, g, poison);
+  BufferPool* pool = opts.pool && &opts.pool->device() == &dev ? opts.pool.get() : nullptr;
+  auto make = [&](const char* name, size_t bytes) {
+    return pool ? pool->take(name, bytes, g, poison)
+                : std::make_unique<GuardedBuffer>(dev, name, bytes, g, poison);
+  };
+  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * 4), kb = make("k", t.k.size() * 4),
+                                 v = make("v", t.v.size() * 4);
+  std::unique_ptr<GuardedBuffer> o = make("o", static_cast<size_t>(o_elements(p)) * 4);
   const bool want_lse = k.kernel.writes_lse != 0;
   std::unique_ptr<GuardedBuffer> lse, ws;
-  if (want_lse) lse = std::make_unique<GuardedBuffer>(dev, "lse", static_cast<size_t>(lse_elements(p)) * 4, g, poison);
+  if (want_lse) lse = make("lse", static_cast<size_t>(lse_elements(p)) * 4);
   const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
-  if (ws_bytes) ws = std::make_unique<GuardedBuffer>(dev, "workspace", ws_bytes, g, poison);
-  q.upload(t.q.data());
-  kb.upload(t.k.data());
-  v.upload(t.v.data());
-  o.fill_payload(opts.output_poison);
+  if (ws_bytes) ws = make("workspace", ws_bytes);
+  q->upload(t.q.data());
+  kb->upload(t.k.data());
+  v->upload(t.v.data());
+  o->fill_payload(opts.output_poison);
   if (lse) lse->fill_payload(opts.output_poison);
   if (ws) ws->fill_payload(opts.output_poison);
   af_buffers b{};
-  b.q = q.data();
-  b.k = kb.data();
-  b.v = v.data();
-  b.o = o.data();
+  b.q = q->data();
+  b.k = kb->data();
+  b.v = v->data();
+  b.o = o->data();
   b.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   b.workspace = ws ? ws->data() : nullptr;
   out.launch = dev.launch(k.kernel, p, b);
   if (out.launch.status == LaunchStatus::kCrash && out.launch.fault_address) {
     const uint64_t a = out.launch.fault_address;
     const GuardedBuffer* near = nullptr;
-    for (const GuardedBuffer* gb : {&q, &kb, &v, &o, lse.get(), ws.get()})
+    for (const GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get()})
       if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
     if (near && near->distance_to(a) <= (uint64_t{1} << 30)) {  // the cpu device fences 256 MiB each side
       out.fault_buffer = near->name();
@@ -83,18 +117,22 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
-  o.download(out.o.data());
+  o->download(out.o.data());
   if (lse) {
     out.lse.resize(static_cast<size_t>(lse_elements(p)));
     lse->download(out.lse.data());
   }
-  for (GuardedBuffer* gb : {&q, &kb, &v, &o, lse.get(), ws.get()}) {
+  for (GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get()}) {
     if (!gb) continue;
     auto hits = gb->check();
     out.canary_words += gb->changed_words();
     out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
   }
   out.unwritten = count_poison(out.o, opts.output_poison) + count_poison(out.lse, opts.output_poison);
+  // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
+  if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws})
+      if (*gb) pool->give(std::move(*gb), g, poison);
   return out;
 }
 
@@ -149,15 +187,16 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   if (lo.canary_words) {
     const CanaryHit& h = lo.canaries.front();
     const int64_t elem = h.offset >= 0 ? h.offset / 4 : -((-h.offset + 3) / 4);
-    fail(FailureClass::kOobWrite, std::to_string(lo.canary_words) + " guard word(s) overwritten; first: buffer " +
-                                      h.buffer + " element " + std::to_string(elem) + " (" +
+    fail(FailureClass::kOobWrite, std::to_string(lo.canary_words) +
+                                      " guard word(s) overwritten; first: buffer " + h.buffer + " element " +
+                                      std::to_string(elem) + " (" +
                                       (h.offset < 0 ? "before the start" : "past the end") + ")");
     for (const CanaryHit& c : lo.canaries) {
       float f;
       std::memcpy(&f, &c.got, 4);
-      r.evidence.push_back({"canary", "buffer " + c.buffer + " byte offset " + std::to_string(c.offset) + ": " +
-                                          hex32(c.got) + " (" + std::to_string(f) + ") instead of poison " +
-                                          hex32(c.expected)});
+      r.evidence.push_back({"canary", "buffer " + c.buffer + " byte offset " + std::to_string(c.offset) +
+                                          ": " + hex32(c.got) + " (" + std::to_string(f) +
+                                          ") instead of poison " + hex32(c.expected)});
     }
   }
   if (lo.unwritten)

@@ -1,8 +1,11 @@
-// runner.h - runs one kernel on one case on a device and judges it: guarded buffers, launch, canaries, oracle, compare.
+// runner.h - runs one kernel on one case on a device and judges it: guarded buffers, launch, canaries,
+// oracle, compare.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,13 +22,48 @@ namespace attnfuzz {
 // A second, finite output poison (-1677.18f): the unwritten detector relaunches with it (an element that
 // keeps kOutputPoison and then this one was never written).
 constexpr uint32_t kOutputPoisonAlt = 0xc4d1a5e7u;
+class BufferPool;
 
 struct RunOptions {
-  size_t guard_bytes = 64 * 1024;     // each side of every buffer: a tail tile reading past the end lands here
+  size_t guard_bytes = 64 * 1024;  // each side of every buffer: a tail tile reading past the end lands here
   uint32_t guard_poison = kGuardPoison;
   uint32_t output_poison = kOutputPoison;  // written into O / LSE / workspace before the launch
   size_t worst = 8;                   // worst elements kept in the result
   OracleOptions oracle;
+  // Reuse guarded buffers between launches on the pool's device (none: allocate and free per launch).
+  std::shared_ptr<BufferPool> pool;
+};
+
+// Guarded buffers kept between launches on one device (issue 17). A campaign checks thousands of cases, and
+// successive inputs (mutations of one corpus entry) often have the same buffer sizes: reuse saves the
+// allocation (an mmap on the cpu backend, hipMalloc / hipFree on GPUs) and the guard fill. A buffer goes back
+// to the pool only when its launch ended normally and every guard word still held the poison, and a reused
+// buffer is indistinguishable from a fresh one: its guards hold the same poison (refilled if another poison
+// is asked for) and every payload byte is uploaded or filled before each launch. The pool must be destroyed
+// before its device (it frees its buffers there).
+class BufferPool {
+ public:
+  explicit BufferPool(Device& dev, size_t max_buffers = 32) : dev_(dev), max_(max_buffers) {}
+  Device& device() const { return dev_; }
+  // A buffer of exactly this name, size and guard: a kept one whose guards are still intact (repoisoned when
+  // `poison` differs), or a new one.
+  std::unique_ptr<GuardedBuffer> take(const std::string& name, size_t bytes, size_t guard, uint32_t poison);
+  // Keeps b for a later take() (the oldest kept buffer is freed beyond max_buffers).
+  void give(std::unique_ptr<GuardedBuffer> b, size_t guard, uint32_t poison);
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  struct Kept {
+    size_t guard;
+    uint32_t poison;
+    std::unique_ptr<GuardedBuffer> buf;
+  };
+  Device& dev_;
+  size_t max_;
+  std::mutex mu_;           // take / give from several threads are safe (workers use one thread)
+  std::vector<Kept> kept_;  // oldest first
+  int64_t hits_ = 0, misses_ = 0;
 };
 
 // A case with its values and (computed on first use) its exact result: shared by every kernel checked on it.
@@ -57,7 +95,8 @@ struct LaunchOutcome {
   std::string fault_where;  // "16777216 bytes past the end of buffer o"
 };
 
-// Allocates guarded q/k/v/o/lse/workspace, uploads the inputs, poisons the outputs, launches, checks canaries.
+// Allocates guarded q/k/v/o/lse/workspace, uploads the inputs, poisons the outputs, launches, checks
+// canaries.
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
                              const RunOptions& opts);
 

@@ -3,14 +3,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace attnfuzz {
 
 const char* backend_name(Backend b) {
   switch (b) {
-    case Backend::kCpu: return "cpu";
-    case Backend::kNvidia: return "nvidia";
-    case Backend::kAmd: return "amd";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kNvidia:
+      return "nvidia";
+    case Backend::kAmd:
+      return "amd";
   }
   return "?";
 }
@@ -26,19 +30,26 @@ bool parse_backend(const std::string& text, Backend& out) {
 
 const char* launch_status_name(LaunchStatus s) {
   switch (s) {
-    case LaunchStatus::kOk: return "ok";
-    case LaunchStatus::kLaunchError: return "launch-error";
-    case LaunchStatus::kCrash: return "crash";
-    case LaunchStatus::kHang: return "hang";
+    case LaunchStatus::kOk:
+      return "ok";
+    case LaunchStatus::kLaunchError:
+      return "launch-error";
+    case LaunchStatus::kCrash:
+      return "crash";
+    case LaunchStatus::kHang:
+      return "hang";
   }
   return "?";
 }
 
 const char* thread_order_name(ThreadOrder o) {
   switch (o) {
-    case ThreadOrder::kForward: return "forward";
-    case ThreadOrder::kReverse: return "reverse";
-    case ThreadOrder::kShuffle: return "shuffle";
+    case ThreadOrder::kForward:
+      return "forward";
+    case ThreadOrder::kReverse:
+      return "reverse";
+    case ThreadOrder::kShuffle:
+      return "shuffle";
   }
   return "?";
 }
@@ -54,10 +65,16 @@ bool parse_thread_order(const std::string& text, ThreadOrder& out) {
 
 void Device::fill(void* dst, const void* pattern, size_t pattern_bytes, size_t bytes) {
   if (bytes == 0) return;
-  std::vector<unsigned char> host(bytes);
-  for (size_t i = 0; i < bytes; i += pattern_bytes)
-    std::memcpy(host.data() + i, pattern, std::min(pattern_bytes, bytes - i));
-  to_device(dst, host.data(), bytes);
+  std::unique_ptr<unsigned char[]> host(new unsigned char[bytes]);
+  // The pattern once, then doubling copies of what is already filled: byte i == pattern[i % pattern_bytes].
+  size_t have = std::min(pattern_bytes, bytes);
+  std::memcpy(host.get(), pattern, have);
+  while (have < bytes) {
+    const size_t n = std::min(have - have % pattern_bytes, bytes - have);
+    std::memcpy(host.get() + have, host.get(), n);
+    have += n;
+  }
+  to_device(dst, host.get(), bytes);
 }
 
 }  // namespace attnfuzz

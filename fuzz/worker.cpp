@@ -334,7 +334,10 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
   d.isolate = cfg_.isolate == "always";
   device_ = open_device(cfg_.backend, d);
   kernels_ = reg.select(device_->backend(), cfg_.kernels);
+  run_.pool = std::make_shared<BufferPool>(*device_);  // guarded buffers reused between cases (issue 17)
   run_.oracle.row_budget = cfg_.oracle_rows;
+  run_.oracle.threads =
+      1;  // like the device: parallelism comes from worker processes, not a thread per core per case
   run_.oracle.mp_bits = cfg_.mp_bits;
   std::error_code ec;
   const fs::path stats = fs::path(cfg_.out) / "work" / "stats";

@@ -20,6 +20,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--backend,-b", o.backend, "cpu | nvidia | amd | auto (a GPU backend with a device, else cpu)")
       ->group(k)->capture_default_str();
   app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")->group(k);
+  app.add_option("--adapter", o.adapter,
+                 "run the kernels of an adapter process started with this shell command (adapters/PROTOCOL.md), "
+                 "e.g. 'python3 -m attnfuzz.adapters.numpy_ref'")
+      ->group(k);
   app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
       ->group(k)->capture_default_str();
   app.add_option("--order-seed", o.order_seed, "seed of --order shuffle")->group(k)->capture_default_str();
@@ -50,6 +54,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("--compute-sanitizer", o.compute_sanitizer,
                "nvidia: run racecheck, synccheck and memcheck on failing cases (compute-sanitizer on PATH)")
       ->group(c);
+}
+
+std::string adapter_flag(const CommonOptions& o) {
+  return o.adapter.empty() ? std::string() : " --adapter " + shell_quote(o.adapter);
 }
 
 namespace {
@@ -96,6 +104,7 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
   d.warp_size = o.warp_size;
   d.timeout_s = o.timeout_s;
   d.isolate = !o.no_isolate;
+  d.adapter_command = o.adapter;
   if (!(o.timeout_s > 0)) die(tool, "--timeout must be > 0");
   try {
     s.device = open_device(o.backend, d);
@@ -186,7 +195,9 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
       std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), e.what());
     }
     rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
-                 (r.backend != "cpu" ? " --backend " + r.backend : "");
+                         (r.backend == "adapter" ? adapter_flag(o_)
+                          : r.backend != "cpu"   ? " --backend " + r.backend
+                                                 : "");
     for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
     if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
       rec.replay_command += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);

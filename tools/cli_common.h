@@ -23,6 +23,7 @@ struct CommonOptions {
   std::string kernel = "all";          // names or globs, comma separated
   std::string backend = "auto";
   std::vector<std::string> plugins;
+  std::string adapter;                 // --adapter CMD: kernels of an external process (adapters/PROTOCOL.md)
   std::string out = "reports";
   std::string order = "shuffle";       // cpu emulator thread order (shuffle: a missing barrier shows either way)
   uint64_t order_seed = 1;
@@ -43,6 +44,8 @@ struct CommonOptions {
   bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
+// " --adapter 'CMD'" when o names one (replay commands), else empty.
+std::string adapter_flag(const CommonOptions& o);
 
 struct Session {
   std::string tool;                    // "attn-check"

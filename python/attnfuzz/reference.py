@@ -51,7 +51,7 @@ def attention(q, k, v, p, bug=None):
                         continue
                     e = np.exp(s - m)
                     l = e.sum()
-                    w = e > 0  # zero-weight keys (-inf scores) contribute nothing, even a NaN / inf in v
+                    w = e != 0  # zero-weight keys (-inf scores) contribute nothing, even a NaN / inf in v
                     o[b, i, h, :] = (e[w] @ V[first:last][w]) / l
                     lse[b, h, i] = m + np.log(l)
     if bug == "lse-error":

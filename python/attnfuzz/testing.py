@@ -64,8 +64,26 @@ def adapter_command(fn=None, *, target=None, masks=ALL_MASKS, lse=False, gqa=Tru
         args.append("--no-empty-keys")
     if max_head_dim:
         args += ["--max-head-dim", str(max_head_dim)]
-    path = os.pathsep.join(p for p in sys.path if p)
+    path = os.pathsep.join(_extra_path())
     return "PYTHONPATH=" + shlex.quote(path) + " " + " ".join(shlex.quote(a) for a in args)
+
+
+_default_path = None
+
+
+def _extra_path():
+    """The entries of sys.path a fresh interpreter would not have (test dirs, the package): the child's
+    PYTHONPATH, short enough to read in a replay command."""
+    global _default_path
+    if _default_path is None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        try:
+            out = subprocess.run([sys.executable, "-c", "import sys; print(repr(sys.path))"], env=env,
+                                 stdout=subprocess.PIPE, text=True, check=True).stdout
+            _default_path = set(eval(out))  # a repr of a list of str from our own interpreter
+        except (subprocess.CalledProcessError, OSError, SyntaxError):
+            _default_path = set()
+    return [os.path.abspath(p) for p in sys.path if p and p not in _default_path]
 
 
 def _failures(report_path):

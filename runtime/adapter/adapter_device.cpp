@@ -233,7 +233,10 @@ std::string AdapterDevice::exit_text() {
   if (r != pid_) return "the adapter closed its pipes";
   pid_ = -1;  // reaped
   if (WIFSIGNALED(st)) return "the adapter was killed by " + signal_text(WTERMSIG(st));
-  return "the adapter exited with status " + std::to_string(WEXITSTATUS(st));
+  const int code = WEXITSTATUS(st);
+  std::string t = "the adapter exited with status " + std::to_string(code);
+  if (code > 128 && code < 128 + 65) t += " (a shell reporting " + signal_text(code - 128) + ")";
+  return t;
 }
 
 std::string AdapterDevice::stderr_tail() {

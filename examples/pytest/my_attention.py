@@ -17,7 +17,7 @@ def blocked_attention(q, k, v, p, block=16):
                     m, l, acc = -np.inf, 0.0, np.zeros(Dv)
                     for t in range(first, last, block):
                         s = p.scale * (K[t:min(t + block, last)] @ q[b, i, h].astype(np.float64))
-                        m_new = max(m, s.max())
+                        m_new = np.maximum(m, s.max())  # NaN propagates (builtin max(-inf, nan) is -inf)
                         if m_new == -np.inf:
                             continue
                         w = np.exp(s - m_new)

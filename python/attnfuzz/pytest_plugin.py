@@ -26,10 +26,12 @@ class _AttnFuzz:
             kw["fuzz_seconds"] = override
         self._n += 1
         kw.setdefault("out_dir", self._tmp / f"attnfuzz-{self._n}")
+        failure = None
         try:
             return check_attention(fn, **kw)
         except AssertionError as e:
-            pytest.fail(str(e), pytrace=False)
+            failure = str(e)
+        pytest.fail(failure, pytrace=False)  # outside the except: no chained traceback
 
 
 @pytest.fixture

@@ -22,8 +22,7 @@ def blocked_attention(q, k, v, p, block=16):
                             continue
                         w = np.exp(s - m_new)
                         alpha = np.exp(m - m_new)
-                        keep = w != 0  # skip zero weights (a NaN in v there must not leak), keep NaN weights
-                        acc = acc * alpha + w[keep] @ V[t:min(t + block, last)][keep]
+                        acc = acc * alpha + w @ V[t:min(t + block, last)]  # IEEE: 0 * NaN in v is NaN
                         l = l * alpha + w.sum()
                         m = m_new
                     o[b, i, h] = 0.0 if l == 0 else acc / l  # empty row: O = 0

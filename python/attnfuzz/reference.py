@@ -43,16 +43,16 @@ def attention(q, k, v, p, bug=None):
                             mnew = max(mrun, np.max(st))
                             pt = np.exp(st - mnew)
                             l = l * np.exp(mrun - mnew) + pt.sum()
-                            w = pt > 0
-                            acc = acc + pt[w] @ V[first + t:first + t + 16][w]  # BUG: acc not rescaled
+                            acc = acc + pt @ V[first + t:first + t + 16]  # BUG: acc not rescaled
                             mrun = mnew
                         o[b, i, h, :] = acc / l
                         lse[b, h, i] = mrun + np.log(l)
                         continue
                     e = np.exp(s - m)
                     l = e.sum()
-                    w = e != 0  # zero-weight keys (-inf scores) contribute nothing, even a NaN / inf in v
-                    o[b, i, h, :] = (e[w] @ V[first:last][w]) / l
+                    # Every visible key takes part, IEEE: a zero weight (underflow or a -inf score) times a
+                    # NaN / inf in v is NaN, as the oracle says (attn-props and attn-fuzz found both).
+                    o[b, i, h, :] = (e @ V[first:last]) / l
                     lse[b, h, i] = m + np.log(l)
     if bug == "lse-error":
         lse = lse * np.log2(np.e)

@@ -205,6 +205,19 @@ TEST(Adapter, AttnFuzzCampaignFindsThePlantedMaskLeakWithAReplayableCase) {
   EXPECT_TRUE(has(again.out, "reproduced")) << again.out;
 }
 
+TEST(Adapter, PropertiesRunOnAdapterKernels) {
+  NEED_NUMPY();
+  if (std::string(ATTN_PROPS).empty()) GTEST_SKIP() << "attn-props is not built (RapidCheck missing)";
+  Result ok =
+      sh(std::string(ATTN_PROPS) + " --adapter " + q(numpy_adapter()) + " -n 15 --out " + fresh("props"));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(has(ok.out, "key-permutation    numpy-ref")) << ok.out;
+  Result bad = sh(std::string(ATTN_PROPS) + " --adapter " + q(numpy_adapter("--bug mask-leak")) +
+                  " --property oracle -n 30 --out " + fresh("props-bad"));
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_TRUE(has(bad.out, "--adapter ")) << bad.out;  // the replay commands carry the adapter
+}
+
 TEST(Adapter, PytestEntryPointPassesACorrectKernelAndFailsAPlantedOne) {
   NEED_NUMPY();
   if (sh(py() + " -c 'import pytest'").code != 0) GTEST_SKIP() << "python3-pytest is not installed";

@@ -11,7 +11,8 @@ DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 def to_device(a, device, dtype="f32"):
     """numpy [B, S, H, D] -> torch [B, H, S, D] on device."""
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=DTYPES[dtype]).transpose(1, 2)
+    return torch.from_numpy(np.array(a, copy=True)).to(  # a writable copy (protocol buffers are read-only)
+        device=device, dtype=DTYPES[dtype]).transpose(1, 2)
 
 
 def from_device(o):

@@ -92,7 +92,7 @@ def flash_attention(q, k, v, p, ieee=True, device="cuda"):
     """q, k, v numpy float32 [B, S, H, D]; returns O [B, Sq, Hq, Dv], LSE [B, Hq, Sq] (numpy float32)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
-    Q, K, V = (torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (q, k, v))
+    Q, K, V = (torch.from_numpy(np.array(x, copy=True)).to(device) for x in (q, k, v))
     O = torch.zeros((B, Sq, Hq, Dv), dtype=torch.float32, device=device)
     L = torch.empty((B, Hq, Sq), dtype=torch.float32, device=device)
     BLOCK_D = max(16, triton.next_power_of_2(D))
@@ -127,7 +127,8 @@ def main(argv=None):
 
     name = "triton-flash" + ("" if ieee else "-tf32")
     serve([Kernel(name, run, family="triton", description=f"Triton flash forward (tutorial algorithm), "
-                  f"{a.precision} dots", lse=True, max_head_dim=256, max_head_dim_v=256)], name="triton_flash")
+                  f"{a.precision} dots", lse=True, max_head_dim=256, max_head_dim_v=256,
+                  empty_keys=False)], name="triton_flash")
 
 
 if __name__ == "__main__":

@@ -227,7 +227,8 @@ TEST(Adapter, PytestEntryPointPassesACorrectKernelAndFailsAPlantedOne) {
   Result ok = sh(pytest + "examples/pytest --basetemp " + fresh("pytest") + fuzz);
   EXPECT_EQ(ok.code, 0) << ok.out;
   EXPECT_TRUE(has(ok.out, "1 passed")) << ok.out;
-  Result bad = sh(pytest + "tests/adapters/pytest_planted --basetemp " + fresh("pytest-planted"));
+  Result bad =
+      sh(pytest + "tests/adapters/pytest_planted/planted_leaky.py --basetemp " + fresh("pytest-planted"));
   EXPECT_EQ(bad.code, 1) << bad.out;
   EXPECT_TRUE(has(bad.out, "1 failed")) << bad.out;
   EXPECT_TRUE(has(bad.out, "[mask] leaky-attention")) << bad.out;

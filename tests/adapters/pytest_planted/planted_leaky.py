@@ -1,4 +1,5 @@
-"""Must FAIL under pytest with the class mask and a replay command (tests/adapters checks the output)."""
+"""Must FAIL under pytest with the class mask and a replay command (tests/adapters runs it by path; its name
+keeps a plain `pytest` run from collecting it)."""
 
 from leaky_attention import leaky_attention
 

@@ -68,12 +68,19 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     return f;
   };
   const bool cpu = dev.backend() == Backend::kCpu;
+  const DeviceCapabilities caps = dev.capabilities();
+  if (!caps.memory_guards || !caps.thread_schedule)  // an adapter: say which detectors cannot apply
+    r.evidence.push_back({"scope", std::string("external implementation: the tool controls the inputs, not the "
+                                               "device memory or the schedule; not applicable: ") +
+                                       (caps.memory_guards ? "" : "guard canaries, unwritten-output poison, poison swap") +
+                                       (!caps.memory_guards && !caps.thread_schedule ? ", " : "") +
+                                       (caps.thread_schedule ? "" : "thread orders, TSan, compute-sanitizer")});
   bool unreliable = false;
   // Detectors in run order, one line each; the first that fires decides unless a later one ranks higher.
   run("rows", detect::row_kinds);  // evidence only: every kind of wrong row with counts
   if (co.unwritten) run("unwritten", detect::unwritten);
   if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
-  if (!decided && co.poison && !unreliable)
+  if (!decided && co.poison && caps.memory_guards && !unreliable)
     unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
   if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);

@@ -15,12 +15,14 @@ const char* backend_name(Backend b) {
       return "nvidia";
     case Backend::kAmd:
       return "amd";
+    case Backend::kAdapter:
+      return "adapter";
   }
   return "?";
 }
 
 bool parse_backend(const std::string& text, Backend& out) {
-  for (Backend b : {Backend::kCpu, Backend::kNvidia, Backend::kAmd})
+  for (Backend b : {Backend::kCpu, Backend::kNvidia, Backend::kAmd, Backend::kAdapter})
     if (text == backend_name(b)) {
       out = b;
       return true;

@@ -33,6 +33,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["kernels"] = c.kernels;
   j["backend"] = c.backend;
   j["plugins"] = c.plugins;
+  j["adapter"] = c.adapter;
   j["order"] = c.order;
   j["order_seed"] = c.order_seed;
   j["warp_size"] = c.warp_size;
@@ -64,6 +65,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("kernels", c.kernels);
   get("backend", c.backend);
   get("plugins", c.plugins);
+  get("adapter", c.adapter);
   get("order", c.order);
   get("order_seed", c.order_seed);
   get("warp_size", c.warp_size);
@@ -332,6 +334,7 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
   if (cfg_.isolate != "auto" && cfg_.isolate != "always" && cfg_.isolate != "never")
     throw std::runtime_error("isolate must be auto, always or never, not " + cfg_.isolate);
   d.isolate = cfg_.isolate == "always";
+  d.adapter_command = cfg_.adapter;  // opening it registers the adapter's kernels
   device_ = open_device(cfg_.backend, d);
   kernels_ = reg.select(device_->backend(), cfg_.kernels);
   run_.pool = std::make_shared<BufferPool>(*device_);  // guarded buffers reused between cases (issue 17)

@@ -40,6 +40,7 @@ struct WorkerConfig {
   std::string kernels = "all";  // --kernel patterns
   std::string backend = "cpu";
   std::vector<std::string> plugins;
+  std::string adapter;  // backend "adapter": the adapter command each worker process starts (PROTOCOL.md)
   std::string order = "shuffle";  // cpu emulator thread order (shuffle finds races in either direction)
   uint64_t order_seed = 1;
   unsigned warp_size = 32;

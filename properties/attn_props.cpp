@@ -14,7 +14,7 @@ using namespace attnfuzz;
 using namespace attnfuzz::props;
 
 int main(int argc, char** argv) {
-  std::string properties = "all", kernels = "all", out, table;
+  std::string properties = "all", kernels = "all", out, table, adapter;
   std::vector<std::string> plugins;
   int max_success = 50;
   uint64_t seed = 0;
@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--kernel,-k", kernels, "kernel names or globs, comma separated ('all')")
       ->capture_default_str();
   app.add_option("--plugin", plugins, "load kernels from a cpu plug-in shared library (repeatable)");
+  app.add_option("--adapter", adapter,
+                 "run the properties on the kernels of this adapter process (adapters/PROTOCOL.md)");
   app.add_option("--max-success,-n", max_success, "cases per (property, kernel)")->capture_default_str();
   app.add_option("--seed", seed, "RapidCheck seed (0: fixed per property and kernel)")->capture_default_str();
   app.add_flag("--no-shrink", no_shrink, "report the first failing case without shrinking");
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
   std::vector<const KernelEntry*> ks;
   try {
     for (const auto& p : plugins) Registry::global().load_plugin(p);
-    ks = Registry::global().select(Backend::kCpu, kernels);
+    if (!adapter.empty()) use_adapter(adapter);
+    ks = Registry::global().select(adapter.empty() ? Backend::kCpu : Backend::kAdapter, kernels);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn-props: %s\n", e.what());
     return 2;

@@ -115,7 +115,10 @@ std::string property_id(Property p, const KernelEntry& k) {
 
 namespace {
 
-// The cpu devices, one per thread order, made once per process.
+std::string g_adapter_command;  // use_adapter(): every "device" is the adapter
+
+// The cpu devices, one per thread order, made once per process (with an adapter: three adapter devices,
+// the orders do not apply there).
 struct Devices {
   std::unique_ptr<Device> forward, reverse, shuffle;
   RunOptions run;
@@ -126,11 +129,13 @@ struct Devices {
     o.workers = 1;
     if (const char* e = std::getenv("ATTNFUZZ_PROPERTY_ISOLATE"); e && std::string(e) == "0")
       o.isolate = false;
-    forward = open_device("cpu", o);
+    o.adapter_command = g_adapter_command;
+    const char* backend = g_adapter_command.empty() ? "cpu" : "adapter";
+    forward = open_device(backend, o);
     o.order = ThreadOrder::kReverse;
-    reverse = open_device("cpu", o);
+    reverse = open_device(backend, o);
     o.order = ThreadOrder::kShuffle;
-    shuffle = open_device("cpu", o);
+    shuffle = open_device(backend, o);
     run.oracle.baseline = false;  // relations need bounds only
   }
 };
@@ -649,7 +654,6 @@ std::filesystem::path out_dir(const PropertyOptions& o) {
   return ATTNFUZZ_PROPERTY_DEFAULT_OUT;
 }
 
-
 // Saves the recorded minimal failure's cases with the kernel's verdict on each, and their replay commands.
 void save_failure(Property prop, const KernelEntry& k, const PropertyOptions& o, PropertyOutcome& out) {
   const FailureRecord f = g_failure;
@@ -679,8 +683,11 @@ void save_failure(Property prop, const KernelEntry& k, const PropertyOptions& o,
       out.saved.push_back(path);
       std::string cmd =
           "attn-check --replay " + shell_quote(path.string()) + " --kernel " + shell_quote(k.kernel.name);
-      if (k.origin != "built-in") cmd += " --plugin " + shell_quote(k.origin);
-      cmd += f.flags;
+      if (k.backend == Backend::kAdapter)
+        cmd += " --adapter " + shell_quote(g_adapter_command);
+      else if (k.origin != "built-in")
+        cmd += " --plugin " + shell_quote(k.origin);
+      if (k.backend != Backend::kAdapter) cmd += f.flags;  // thread orders: emulator only
       out.replay.push_back(
           role + " (verdict " + verdict_name(r.verdict) +
           (r.verdict == Verdict::kFail ? std::string(" [") + failure_class_name(r.failure) + "]" : "") +
@@ -757,6 +764,11 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
     std::cerr << "  RapidCheck: " << out.rc_message << "\n";
   }
   return out;
+}
+
+void use_adapter(const std::string& command) {
+  g_adapter_command = command;
+  devices();  // opens the adapter now: its kernels must be registered before selection
 }
 
 }  // namespace attnfuzz::props

@@ -63,6 +63,10 @@ struct PropertyOutcome {
   double seconds = 0;
 };
 
+// Runs the properties on the kernels of an adapter process (adapters/PROTOCOL.md) instead of the cpu
+// emulator: call before the first property; opens the adapter (registering its kernels). Throws DeviceError.
+void use_adapter(const std::string& command);
+
 // RapidCheck id of a (property, kernel) run: "<property>/<kernel>", the key of RC_PARAMS reproduce=.
 std::string property_id(Property p, const KernelEntry& k);
 

@@ -4,6 +4,7 @@
 namespace attnfuzz {
 
 std::unique_ptr<Device> make_cpu_device(const DeviceOptions& o);
+std::unique_ptr<Device> make_adapter_device(const DeviceOptions& o);
 #if defined(ATTNFUZZ_HAVE_NVIDIA)
 std::unique_ptr<Device> make_nvidia_device(const DeviceOptions& o);
 bool probe_nvidia(std::string* why);
@@ -42,6 +43,7 @@ bool backend_available(Backend b, std::string* why) {
       if (why) *why = "the amd backend is not built (configure with -DATTNFUZZ_AMD=ON)";
       return false;
 #endif
+    case Backend::kAdapter: return true;  // open_device says what is wrong with the command
   }
   return false;
 }
@@ -50,6 +52,7 @@ std::unique_ptr<Device> open_device(Backend b, const DeviceOptions& o) {
   std::string why;
   if (!backend_available(b, &why)) throw DeviceError(why);
   switch (b) {
+    case Backend::kAdapter: return make_adapter_device(o);
 #if defined(ATTNFUZZ_HAVE_NVIDIA)
     case Backend::kNvidia: return make_nvidia_device(o);
 #endif
@@ -61,13 +64,18 @@ std::unique_ptr<Device> open_device(Backend b, const DeviceOptions& o) {
 }
 
 std::unique_ptr<Device> open_device(const std::string& backend, const DeviceOptions& o) {
+  if (!o.adapter_command.empty()) {  // --adapter CMD: the adapter backend, whatever "auto" would pick
+    if (backend != "auto" && backend != "adapter")
+      throw DeviceError("--adapter runs kernels in the adapter process: drop --backend " + backend);
+    return make_adapter_device(o);
+  }
   if (backend == "auto") {
     for (Backend b : built_backends())
       if (backend_available(b)) return open_device(b, o);
     return make_cpu_device(o);
   }
   Backend b;
-  if (!parse_backend(backend, b)) throw DeviceError("unknown backend '" + backend + "': use cpu, nvidia, amd or auto");
+  if (!parse_backend(backend, b)) throw DeviceError("unknown backend '" + backend + "': use cpu, nvidia, amd, auto or adapter (with --adapter CMD)");
   return open_device(b, o);
 }
 

@@ -141,7 +141,7 @@ std::string self_dir(const char* argv0) {
 // GPU ids to give one worker group each: the visible-devices variable if set, else the devices that open.
 std::vector<std::string> gpu_groups(Backend b, int requested) {
   std::vector<std::string> ids;
-  if (b == Backend::kCpu) return ids;
+  if (b == Backend::kCpu || b == Backend::kAdapter) return ids;
   const char* env = std::getenv(b == Backend::kNvidia ? "CUDA_VISIBLE_DEVICES" : "HIP_VISIBLE_DEVICES");
   if (env && *env) {
     std::string s = env;
@@ -181,6 +181,7 @@ int main(int argc, char** argv) {
   attn-fuzz --kernel 'flash-*' --max-time 28800 --out reports/night   # overnight; Ctrl-C stops and summarizes
   attn-fuzz --plugin build/lib/libattnfuzz_planted_cpu.so --kernel 'planted-*' --max-time 60
   attn-fuzz --backend nvidia --max-time 300             # one worker per visible GPU
+  attn-fuzz --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --backend flash' --max-time 300
   attn-fuzz --minimize reports/fuzz/failures/mask-0123456789abcdef.case
 Resume: run again with the same --out (or --corpus); the corpus of .case files is read back.
 Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usage or input error.)");
@@ -195,7 +196,11 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   CommonOptions session_opts = o.common;
   session_opts.backend = o.common.backend;
   Backend backend = Backend::kCpu;
-  if (o.common.backend == "auto") {
+  if (!o.common.adapter.empty()) {
+    if (o.common.backend != "auto" && o.common.backend != "adapter")
+      usage_error("--adapter runs kernels in the adapter process: drop --backend " + o.common.backend);
+    backend = Backend::kAdapter;
+  } else if (o.common.backend == "auto") {
     for (Backend b : built_backends())
       if (backend_available(b)) {
         backend = b;
@@ -217,6 +222,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   WorkerConfig w;
   w.kernels = o.common.kernel;
   w.backend = backend_name(backend);
+  w.adapter = o.common.adapter;
   for (const auto& p : o.common.plugins) w.plugins.push_back(fs::absolute(p).string());
   w.order = o.common.order;
   w.order_seed = o.common.order_seed;
@@ -241,7 +247,9 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   if (backend == Backend::kCpu && w.warp_size != 32)
     flags += (flags.empty() ? "" : " ") + std::string("--warp-size ") + std::to_string(w.warp_size);
   for (const auto& p : o.common.plugins) flags += (flags.empty() ? "" : " ") + ("--plugin " + shell_quote(p));
-  if (backend != Backend::kCpu)
+  if (backend == Backend::kAdapter)
+    flags += (flags.empty() ? "" : " ") + std::string("--adapter ") + shell_quote(o.common.adapter);
+  else if (backend != Backend::kCpu)
     flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
   w.replay_flags = flags;
 
@@ -266,11 +274,12 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
 #endif
   }
   c.gpu_ids = gpu_groups(backend, o.gpus);
-  if (backend != Backend::kCpu && c.gpu_ids.empty()) usage_error("no GPU of backend " + w.backend + " found");
+  if (backend != Backend::kCpu && backend != Backend::kAdapter && c.gpu_ids.empty()) usage_error("no GPU of backend " + w.backend + " found");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  c.workers = o.fuzz_workers             ? o.fuzz_workers
-              : backend == Backend::kCpu ? cores
-                                         : static_cast<unsigned>(c.gpu_ids.size());
+  c.workers = o.fuzz_workers                 ? o.fuzz_workers
+              : backend == Backend::kCpu     ? cores
+              : backend == Backend::kAdapter ? 1  // each worker process starts its own adapter
+                                             : static_cast<unsigned>(c.gpu_ids.size());
   c.max_time_s = o.max_time;
   c.progress_s = o.progress;
   c.fuzzer_args = o.fuzzer_args;

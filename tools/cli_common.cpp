@@ -187,6 +187,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")
       ->group(k)
       ->check(existing_file());
+  app.add_option("--adapter", o.adapter,
+                 "run the kernels of an adapter process started with this shell command (adapters/PROTOCOL.md), "
+                 "e.g. 'python3 -m attnfuzz.adapters.numpy_ref'")
+      ->group(k)
+      ->check(non_empty());
   app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
       ->group(k)
       ->check(one_of({"forward", "reverse", "shuffle"}))
@@ -267,6 +272,10 @@ ValueDomain value_domain(const CommonOptions& o) {
   return d;
 }
 
+std::string adapter_flag(const CommonOptions& o) {
+  return o.adapter.empty() ? std::string() : " --adapter " + shell_quote(o.adapter);
+}
+
 namespace {
 [[noreturn]] void die(const std::string& tool, const std::string& msg) {
   std::fprintf(stderr, "%s: %s\n", tool.c_str(), msg.c_str());
@@ -312,6 +321,7 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
   d.warp_size = o.warp_size;
   d.timeout_s = o.timeout_s;
   d.isolate = !o.no_isolate;
+  d.adapter_command = o.adapter;
   if (!(o.timeout_s > 0)) die(tool, "--timeout must be > 0");
   try {
     s.device = open_device(o.backend, d);
@@ -407,7 +417,9 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
       std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), e.what());
     }
     rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
-                         (r.backend != "cpu" ? " --backend " + r.backend : "");
+                         (r.backend == "adapter" ? adapter_flag(o_)
+                          : r.backend != "cpu"   ? " --backend " + r.backend
+                                                 : "");
     for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
     auto is_audit = [](const Evidence& e) { return e.detector == "audit"; };
     if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))

@@ -25,6 +25,7 @@ struct CommonOptions {
   std::string kernel = "all";  // names or globs, comma separated
   std::string backend = "auto";
   std::vector<std::string> plugins;
+  std::string adapter;                 // --adapter CMD: kernels of an external process (adapters/PROTOCOL.md)
   std::string out = "reports";
   std::string order = "shuffle";  // cpu emulator thread order (shuffle: a missing barrier shows either way)
   uint64_t order_seed = 1;
@@ -68,6 +69,9 @@ CLI::Validator checked_by(std::string (*parse)(const std::string&));  // parse r
 // Parses argv; on a usage error prints "TOOL: message" (one line) and returns 2, on --help 0; else -1.
 int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool);
 }  // namespace cli
+
+// " --adapter 'CMD'" when o names one (replay commands), else empty.
+std::string adapter_flag(const CommonOptions& o);
 
 struct Session {
   std::string tool;  // "attn-check"

@@ -12,9 +12,10 @@
 
 namespace attnfuzz {
 
-enum class Backend { kCpu, kNvidia, kAmd };
+// kAdapter: kernels of an external process started with --adapter CMD (runtime/adapter, adapters/PROTOCOL.md).
+enum class Backend { kCpu, kNvidia, kAmd, kAdapter };
 const char* backend_name(Backend b);
-// "cpu" | "nvidia" | "amd"; nullopt-like: returns false on unknown text.
+// "cpu" | "nvidia" | "amd" | "adapter"; nullopt-like: returns false on unknown text.
 bool parse_backend(const std::string& text, Backend& out);
 
 // Thrown for device-layer failures that are the tool's or the machine's fault (no device, out of
@@ -62,6 +63,16 @@ struct DeviceOptions {
   // all backends
   double timeout_s = 30;       // a launch that takes longer is a hang
   int gpu_index = 0;
+  // adapter backend: the command line of the adapter process (run with /bin/sh -c)
+  std::string adapter_command;
+};
+
+// What the tool controls on a device. An adapter receives copies of the inputs and returns outputs: the
+// device memory and the thread schedule are the adapter's, so the detectors that work on them (guard
+// poison and canaries, poison swap, thread orders, TSan, compute-sanitizer) do not apply (DESIGN.md).
+struct DeviceCapabilities {
+  bool memory_guards = true;    // the kernel reads and writes the tool's guarded buffers
+  bool thread_schedule = true;  // the tool runs the kernel's threads (cpu) or its sanitizers can (GPU)
 };
 
 class Device {
@@ -79,6 +90,7 @@ class Device {
   virtual LaunchResult launch(const af_kernel& k, const af_problem& p, const af_buffers& b) = 0;
   // After a crash or hang on a GPU the context is unusable; the tool must stop using the device.
   virtual bool usable() const { return true; }
+  virtual DeviceCapabilities capabilities() const { return {}; }
   const DeviceOptions& options() const { return opts_; }
   void set_options(const DeviceOptions& o) { opts_ = o; }
 

@@ -1,0 +1,232 @@
+"""The adapter side of adapters/PROTOCOL.md: wrap any attention callable and serve it to attn-check / attn-fuzz.
+
+    from attnfuzz import Kernel, serve
+    def my_attention(q, k, v, problem):          # numpy float32 [B, S, H, D] in, O [B, Sq, Hq, Dv] out
+        ...
+    serve([Kernel("mine", my_attention, masks=["none", "causal-br"])])
+
+Pure Python + numpy. A kernel returns O, or (O, LSE) when declared with lse=True (LSE [B, Hq, Sq], natural
+log). Anything it raises is sent back as an error (the tool reports a launch-error and keeps going); a
+kernel that cannot run a problem says so in supports() (declared with check=True), not by raising.
+"""
+
+import json
+import os
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
+_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": None}  # bf16 travels as raw uint16
+
+
+class ProtocolError(Exception):
+    """The peer broke the framing; the stream cannot be trusted any more."""
+
+
+class Problem:
+    """One attention problem as the tool sent it (PROTOCOL.md "problem")."""
+
+    def __init__(self, d):
+        self.raw = d
+        self.batch = int(d["batch"])
+        self.heads_q = int(d["heads_q"])
+        self.heads_kv = int(d["heads_kv"])
+        self.seq_q = int(d["seq_q"])
+        self.seq_k = int(d["seq_k"])
+        self.head_dim = int(d["head_dim"])
+        self.head_dim_v = int(d["head_dim_v"])
+        self.scale = float(np.float32(d["scale"]))
+        self.dtype = d["dtype"]
+        self.mask = d["mask"]                  # "none", "causal-br", "window:3,inf-tl", ...
+        self.mask_kind = d["mask_kind"]        # "none" | "causal" | "window"
+        self.mask_align = d["mask_align"]      # "top-left" | "bottom-right"
+        self.window_left = int(d["window_left"])    # -1 = unbounded (causal and none normalised)
+        self.window_right = int(d["window_right"])
+        self.diagonal_offset = int(d["diagonal_offset"])  # 0 top-left, Sk - Sq bottom-right
+
+    def visible(self):
+        """bool [Sq, Sk]: visible(i, j) <=> j - (i + off) in [-left, right]."""
+        i = np.arange(self.seq_q)[:, None]
+        j = np.arange(self.seq_k)[None, :]
+        rel = j - (i + self.diagonal_offset)
+        ok = np.ones((self.seq_q, self.seq_k), dtype=bool)
+        if self.window_left >= 0:
+            ok &= rel >= -self.window_left
+        if self.window_right >= 0:
+            ok &= rel <= self.window_right
+        return ok
+
+    def key_range(self, i):
+        """The visible keys of row i are exactly [first, last) (an interval; empty when first >= last)."""
+        off = i + self.diagonal_offset
+        first = 0 if self.window_left < 0 else max(0, off - self.window_left)
+        last = self.seq_k if self.window_right < 0 else min(self.seq_k, off + self.window_right + 1)
+        return first, max(first, last)
+
+    def __repr__(self):
+        return (f"Problem(B={self.batch} Hq={self.heads_q} Hkv={self.heads_kv} Sq={self.seq_q} Sk={self.seq_k} "
+                f"D={self.head_dim} Dv={self.head_dim_v} mask={self.mask} scale={self.scale} {self.dtype})")
+
+
+class Kernel:
+    """One kernel an adapter serves: a name, the callable, and what it supports (PROTOCOL.md "kernels")."""
+
+    def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
+                 gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
+                 empty_keys=True, supports=None):
+        self.name, self.fn, self.supports = name, fn, supports
+        self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
+                     "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
+                     "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
+                     "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
+                     "check": supports is not None}
+        self.lse = lse
+
+
+def _read_exact(f, n):
+    buf = f.read(n) if n else b""
+    if buf is None or len(buf) < n:
+        return None
+    return buf
+
+
+def read_message(f):
+    """(header dict, payload bytes), or None at a clean end of stream."""
+    raw = f.read(4)
+    if not raw:
+        return None
+    if len(raw) < 4:
+        raise ProtocolError("truncated length prefix")
+    (n,) = struct.unpack("<I", raw)
+    if n == 0 or n > (1 << 20):
+        raise ProtocolError(f"header length {n}")
+    h = _read_exact(f, n)
+    if h is None:
+        raise ProtocolError("truncated header")
+    header = json.loads(h.decode("utf-8"))
+    nbytes = int(header.get("payload_bytes", 0))
+    payload = _read_exact(f, nbytes)
+    if payload is None:
+        raise ProtocolError("truncated payload")
+    return header, payload
+
+
+def write_message(f, header, arrays=()):
+    """Writes header (payload_bytes filled in) and the arrays' bytes, C order little-endian."""
+    blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes() for a in arrays]
+    header = dict(header)
+    header["payload_bytes"] = sum(len(b) for b in blobs)
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    f.write(struct.pack("<I", len(h)))
+    f.write(h)
+    for b in blobs:
+        f.write(b)
+    f.flush()
+
+
+def tensor_desc(name, a, dtype="f32"):
+    return {"name": name, "dtype": dtype, "shape": [int(x) for x in a.shape]}
+
+
+def split_tensors(header, payload):
+    """{name: numpy array} from a message's tensor list."""
+    out, off = {}, 0
+    for t in header.get("tensors", []):
+        dt = _DTYPES.get(t["dtype"])
+        if dt is None:
+            raise ProtocolError(f"dtype {t['dtype']} is not handled by this helper yet")
+        shape = tuple(int(x) for x in t["shape"])
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if off + n > len(payload):
+            raise ProtocolError("payload shorter than its tensors")
+        out[t["name"]] = np.frombuffer(payload, dtype=dt, count=n // dt.itemsize, offset=off).reshape(shape)
+        off += n
+    if off != len(payload):
+        raise ProtocolError("payload longer than its tensors")
+    return out
+
+
+def _protocol_streams():
+    """The protocol's pipes; fd 1 is pointed at stderr so a stray print() cannot corrupt the stream."""
+    inp = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
+    out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return inp, out
+
+
+def _as_f32(x, shape, what):
+    a = np.asarray(x)
+    if a.dtype != np.float32:
+        a = a.astype(np.float32)
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{what} has shape {tuple(a.shape)}, expected {tuple(shape)}")
+    return a
+
+
+def serve(kernels, name=None, inp=None, out=None):
+    """Runs the adapter loop until the tool says bye or closes the pipe."""
+    if inp is None or out is None:
+        inp, out = _protocol_streams()
+    by_name = {k.name: k for k in kernels}
+    if len(by_name) != len(kernels):
+        raise ValueError("kernel names must be unique")
+    name = name or os.path.basename(sys.argv[0] or "adapter")
+    while True:
+        msg = read_message(inp)
+        if msg is None:
+            return
+        h, payload = msg
+        t = h.get("type")
+        if t == "hello":
+            write_message(out, {"type": "hello", "protocol": PROTOCOL_VERSION, "name": name,
+                                "kernels": [k.decl for k in kernels]})
+        elif t == "bye":
+            return
+        elif t == "check":
+            k = by_name.get(h.get("kernel"))
+            reason = None
+            if k is None:
+                reason = "unknown kernel"
+            elif k.supports is not None:
+                try:
+                    reason = k.supports(Problem(h["problem"]))
+                except Exception as e:  # a broken supports() must not hide the kernel: let the launch tell
+                    print(f"attnfuzz adapter: supports() raised {e!r}", file=sys.stderr)
+                    reason = None
+            write_message(out, {"type": "check", "id": h.get("id"), "supported": not reason,
+                                "reason": reason or ""})
+        elif t == "run":
+            rid = h.get("id")
+            try:
+                k = by_name.get(h.get("kernel"))
+                if k is None:
+                    raise ValueError(f"unknown kernel {h.get('kernel')!r}")
+                p = Problem(h["problem"])
+                ts = split_tensors(h, payload)
+                res = k.fn(ts["q"], ts["k"], ts["v"], p)
+                lse = None
+                if isinstance(res, tuple):
+                    res, lse = res
+                o = _as_f32(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), "O")
+                arrays, descs = [o], [tensor_desc("o", o)]
+                if h.get("want_lse"):
+                    if lse is None:
+                        raise ValueError("the kernel returned no LSE")
+                    lse = _as_f32(lse, (p.batch, p.heads_q, p.seq_q), "LSE")
+                    arrays.append(lse)
+                    descs.append(tensor_desc("lse", lse))
+            except ProtocolError:
+                raise
+            except Exception as e:  # the kernel's own exception: reported per case, the loop goes on
+                tb = traceback.format_exc(limit=4).strip().splitlines()
+                write_message(out, {"type": "error", "id": rid,
+                                    "message": f"{type(e).__name__}: {e}" + (f" [{tb[-3].strip()}]" if len(tb) > 2 else "")})
+                continue
+            write_message(out, {"type": "result", "id": rid, "tensors": descs}, arrays)
+        else:
+            write_message(out, {"type": "error", "id": h.get("id"), "message": f"unknown message type {t!r}"})

@@ -1,0 +1,79 @@
+"""PyTorch FlexAttention as an attn-fuzz kernel: masks through mask_mod (causal, both alignments, windows).
+
+    attn-fuzz --adapter 'python3 -m attnfuzz.adapters.flex' --timeout 120 --max-time 300
+
+--no-compile runs flex_attention eagerly (a slow reference path); compiled, every new shape compiles
+(seconds), hence the larger --timeout. LSE comes from return_lse=True.
+"""
+
+import argparse
+
+import numpy as np
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from attnfuzz.adapter import Kernel, serve
+from attnfuzz.adapters import _torch_common as T
+
+
+def make(device, dtype, compiled):
+    torch._dynamo.config.cache_size_limit = 256  # fuzzing visits many shapes
+    fa = torch.compile(flex_attention) if compiled else flex_attention
+    refused = {}
+
+    def call(q, k, v, p):
+        Q, K, V = (T.to_device(x, device, dtype) for x in (q, k, v))
+        # Captured tensors, not Python ints: one compiled mask_mod serves every window.
+        off, left, right = (torch.tensor(x, device=device) for x in
+                            (p.diagonal_offset, p.window_left, p.window_right))
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            rel = kv_idx - (q_idx + off)
+            return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
+
+        bm = None
+        if p.mask_kind != "none":
+            bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
+        o, lse = fa(Q, K, V, block_mask=bm, scale=p.scale, enable_gqa=p.heads_q != p.heads_kv, return_lse=True)
+        return T.from_device(o), lse.to(torch.float32).cpu().numpy()
+
+    def run(q, k, v, p):
+        try:
+            return call(q, k, v, p)
+        except RuntimeError as e:
+            T.fatal_cuda_error(e)
+            raise
+
+    def supports(p):
+        # flex refuses some shapes (head dims, lengths) by raising: probe each new shape once on zeros.
+        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask)
+        if key not in refused:
+            z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
+            try:
+                call(z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
+                     z(p.seq_k, p.heads_kv, p.head_dim_v), p)
+                refused[key] = None
+            except Exception as e:
+                T.fatal_cuda_error(e)
+                refused[key] = f"flex_attention refuses it: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return refused[key]
+
+    # KV_LEN = 0 is not a flex configuration (empty_keys=False).
+    return Kernel("flex" + ("" if compiled else "-eager"), run, family="torch-flex",
+                  description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}), "
+                              f"{dtype} on {device}",
+                  dtypes=[dtype], lse=True, empty_keys=False, supports=supports)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="f32", choices=list(T.DTYPES))
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    serve([make(a.device, a.dtype, not a.no_compile)], name="flex")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+// adapter.h - the adapter backend of the device layer: an external process that runs kernels
+// (adapters/PROTOCOL.md).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnfuzz/device.h"
+
+namespace attnfuzz {
+
+// Version of adapters/PROTOCOL.md this tool speaks (the hello messages carry it).
+inline constexpr int kAdapterProtocolVersion = 1;
+
+// One kernel as its adapter declared it.
+struct AdapterKernel {
+  std::string name, family, description;
+  uint32_t dtypes = 0, masks = 0;
+  int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
+  bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
+};
+
+// Opened by open_device() when DeviceOptions::adapter_command is set. Starting it runs the handshake and
+// registers the declared kernels in Registry::global() under Backend::kAdapter (throws DeviceError with a
+// clear sentence when the command does not start or does not speak the protocol).
+class AdapterDevice final : public Device {
+ public:
+  explicit AdapterDevice(const DeviceOptions& o);
+  ~AdapterDevice() override;
+  Backend backend() const override { return Backend::kAdapter; }
+  std::string name() const override;
+  void* alloc(size_t bytes) override;
+  void free(void* p) override;
+  void to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void synchronize() override {}
+  LaunchResult launch(const af_kernel& k, const af_problem& p, const af_buffers& b) override;
+  DeviceCapabilities capabilities() const override { return {false, false}; }
+
+  // Asks the adapter whether `kernel` runs p (kernels that declared "check": true). Empty = yes or no
+  // answer (a broken adapter shows in the launch that follows).
+  std::string remote_check(const std::string& kernel, const af_problem& p);
+  // Times the child was started (1 + restarts).
+  int starts() const { return starts_; }
+  const std::vector<AdapterKernel>& declared() const { return declared_; }
+
+ private:
+  using Json = nlohmann::ordered_json;
+  using Clock = std::chrono::steady_clock;
+  enum class Io { kOk, kEof, kTimeout, kBad };
+  struct Piece {
+    const void* data;
+    size_t bytes;
+  };
+  std::string start();  // spawn + hello; empty or why not
+  void stop();          // kill the process group, reap
+  void register_kernels();
+  static std::vector<AdapterKernel> parse_kernels(const Json& list);
+  static Json problem_json(const af_problem& p);
+  Io send(const Json& header, const std::vector<Piece>& payload, Clock::time_point deadline);
+  Io recv(Json& header, std::vector<unsigned char>& payload, Clock::time_point deadline,
+          size_t max_payload = size_t{1} << 20);
+  Io write_all(const void* data, size_t n, Clock::time_point deadline);
+  Io read_all(void* data, size_t n, Clock::time_point deadline);
+  std::string io_trouble(Io r);
+  std::string exit_text();
+  std::string stderr_tail();
+
+  std::string command_, adapter_name_, log_path_, bad_;
+  off_t log_offset_ = 0;
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1, starts_ = 0;
+  int64_t next_id_ = 0;
+  std::vector<AdapterKernel> declared_;
+  std::map<void*, size_t> sizes_;
+};
+
+}  // namespace attnfuzz

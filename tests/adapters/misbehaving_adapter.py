@@ -1,0 +1,89 @@
+"""Adapters that misbehave on purpose, for tests/adapters: crash, hang, garbage of every kind.
+
+    python3 misbehaving_adapter.py MODE      MODE: crash-on-run, segv-on-run, exit-on-run, hang-on-run,
+        bad-json, bad-shape, bad-dtype, truncated, wrong-id, huge-header, stdout-print, raise, no-hello,
+        bad-hello, flaky (crashes on every 3rd run and computes correctly otherwise)
+The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
+"""
+
+import json
+import os
+import signal
+import struct
+import sys
+import time
+
+import numpy as np
+
+from attnfuzz import adapter as A
+from attnfuzz.reference import attention
+
+MODE = sys.argv[1]
+
+
+def main():
+    inp, out = A._protocol_streams()
+    runs = 0
+    while True:
+        msg = A.read_message(inp)
+        if msg is None:
+            return
+        h, payload = msg
+        if h["type"] == "hello":
+            if MODE == "no-hello":
+                time.sleep(3600)
+            if MODE == "bad-hello":
+                A.write_message(out, {"type": "hello", "protocol": 99, "kernels": []})
+                continue
+            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving",
+                                  "kernels": [{"name": "bad-" + MODE, "lse": False}]})
+            continue
+        if h["type"] != "run":
+            return
+        runs += 1
+        ts = A.split_tensors(h, payload)
+        p = A.Problem(h["problem"])
+        o, _ = attention(ts["q"], ts["k"], ts["v"], p)
+        good = {"type": "result", "id": h["id"], "tensors": [A.tensor_desc("o", o)]}
+        if MODE == "flaky":
+            if runs % 3 == 0:
+                os._exit(3)
+            A.write_message(out, good, [o])
+        elif MODE == "crash-on-run":
+            raise SystemExit(5)
+        elif MODE == "segv-on-run":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif MODE == "exit-on-run":
+            os._exit(0)
+        elif MODE == "hang-on-run":
+            time.sleep(3600)
+        elif MODE == "bad-json":
+            out.write(struct.pack("<I", 9) + b"{not json")
+            out.flush()
+        elif MODE == "bad-shape":
+            bad = np.zeros((o.shape[0], o.shape[1] + 1) + o.shape[2:], np.float32)
+            A.write_message(out, {"type": "result", "id": h["id"], "tensors": [A.tensor_desc("o", bad)]}, [bad])
+        elif MODE == "bad-dtype":
+            o64 = o.astype(np.float64)
+            A.write_message(out, {"type": "result", "id": h["id"], "tensors": [A.tensor_desc("o", o64, "f64")]},
+                            [o64])
+        elif MODE == "truncated":
+            blob = o.tobytes()
+            hdr = json.dumps(dict(good, payload_bytes=len(blob))).encode()
+            out.write(struct.pack("<I", len(hdr)) + hdr + blob[: len(blob) // 2])
+            out.flush()
+            os._exit(0)
+        elif MODE == "wrong-id":
+            A.write_message(out, dict(good, id=h["id"] + 7), [o])
+        elif MODE == "huge-header":
+            out.write(struct.pack("<I", 1 << 30))
+            out.flush()
+        elif MODE == "stdout-print":  # writes to the real protocol pipe, as a careless adapter would
+            out.write(b"hello from a print\n")
+            out.flush()
+        elif MODE == "raise":
+            A.write_message(out, {"type": "error", "id": h["id"], "message": "ValueError: planted"})
+
+
+if __name__ == "__main__":
+    main()

@@ -17,9 +17,9 @@ const std::vector<FailureClass>& class_precedence() {
       FailureClass::kBarrierRace,  //
       FailureClass::kMask,         //
       FailureClass::kEmptyRow,     //
+      FailureClass::kSplitKv,      // split / padding experiments (check/README.md): before lse, since a tail
+      FailureClass::kTail,         // or combine bug can leave O right and LSE wrong; the experiment proves cause
       FailureClass::kLse,          //
-      FailureClass::kSplitKv,      // split / padding experiments (check/README.md)
-      FailureClass::kTail,         //
       FailureClass::kRescale,      //
       FailureClass::kNonFinite,    //
       FailureClass::kPrecision,    //
@@ -88,9 +88,9 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     run("compute-sanitizer", detect::compute_sanitizer);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
   if (!decided && co.empty_row) run("empty-row", detect::empty_row);
-  if (!decided && co.lse) run("lse", detect::lse);
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
   if (!decided && co.tail && !unreliable) run("tail", detect::tail);
+  if (!decided && co.lse) run("lse", detect::lse);
   if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   if (r.failure == FailureClass::kNonFinite) run("non-finite", detect::nonfinite);  // evidence in every case

@@ -53,7 +53,7 @@ struct ClassifyOptions {
 };
 
 // Classes in the order they win when several detectors fire (check/README.md explains why):
-// oob-write > unwritten > oob-read > barrier-race > mask > empty-row > lse > split-kv > tail > rescale >
+// oob-write > unwritten > oob-read > barrier-race > mask > empty-row > split-kv > tail > lse > rescale >
 // non-finite > precision > wrong (the mask-model fit runs after the reorder detector).
 const std::vector<FailureClass>& class_precedence();
 

@@ -154,35 +154,6 @@ bool worst_row(const CheckResult& r, int64_t& b, int64_t& h, int64_t& s) {
   return true;
 }
 
-std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only) {
-  std::vector<RowKey> rows;
-  const Problem& p = c.problem();
-  const LaunchOutcome& out = c.original();
-  if (out.o.empty()) return rows;
-  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < p.heads_q; ++h)
-      for (int64_t s = 0; s < p.seq_q; ++s) {
-        const RowInfo& ri = ex.row(b, h, s);
-        if (!ri.computed || !ri.inside_contract()) continue;
-        bool bad = false;
-        for (int64_t d = 0; d < p.head_dim_v && !bad; ++d) {
-          const size_t e = ex.o_at(b, s, h, d);
-          const ElementJudgement jd =
-              judge_element(ex.o[e], out.o[static_cast<size_t>(o_index(p, b, s, h, d))], ex.o_bound[e]);
-          bad = nonfinite_only ? jd.nonfinite_mismatch : jd.fail;
-        }
-        if (!bad && !out.lse.empty()) {
-          const size_t e = ex.lse_at(b, h, s);
-          const ElementJudgement jd =
-              judge_element(ex.lse[e], out.lse[static_cast<size_t>(lse_index(p, b, h, s))], ex.lse_bound[e]);
-          bad = nonfinite_only ? jd.nonfinite_mismatch : jd.fail;
-        }
-        if (bad) rows.push_back({b, h, s});
-      }
-  return rows;
-}
-
 std::vector<RowFailure> row_failures(const Context& c) {
   std::vector<RowFailure> rows;
   const Problem& p = c.problem();
@@ -216,6 +187,14 @@ std::vector<RowFailure> row_failures(const Context& c) {
         f.written_empty = zero && lse_empty;
         if (f.o_bad || f.lse_bad) rows.push_back(f);
       }
+  return rows;
+}
+
+std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only) {
+  // A NaN/Inf mismatch always fails (judge_element), so row_failures() holds every row either filter wants.
+  std::vector<RowKey> rows;
+  for (const RowFailure& f : row_failures(c))
+    if (nonfinite_only ? f.o_nonfinite || f.lse_nonfinite : f.o_bad || f.lse_bad) rows.push_back(f.key);
   return rows;
 }
 

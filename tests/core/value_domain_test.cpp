@@ -9,28 +9,12 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/corpus.h"
+#include "nonfinite_values.h"
 
 namespace attnfuzz {
 namespace {
 
-// Whether an element of q/k/v (stride gaps excepted) is NaN or Inf.
-bool has_nonfinite(const Case& c, const Tensors& t) {
-  const Problem& p = c.problem;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t s = 0; s < p.seq_q; ++s)
-      for (int64_t h = 0; h < p.heads_q; ++h)
-        for (int64_t d = 0; d < p.head_dim; ++d)
-          if (!std::isfinite(t.q[q_index(p, b, s, h, d)])) return true;
-    for (int64_t s = 0; s < p.seq_k; ++s)
-      for (int64_t h = 0; h < p.heads_kv; ++h) {
-        for (int64_t d = 0; d < p.head_dim; ++d)
-          if (!std::isfinite(t.k[k_index(p, b, s, h, d)])) return true;
-        for (int64_t d = 0; d < p.head_dim_v; ++d)
-          if (!std::isfinite(t.v[v_index(p, b, s, h, d)])) return true;
-      }
-  }
-  return false;
-}
+bool has_nonfinite(const Case& c, const Tensors& t) { return test_util::has_nonfinite(c.problem, t); }
 
 TEST(ValueDomain, Names) {
   ValueDomain d = ValueDomain::kIeee;

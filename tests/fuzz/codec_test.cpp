@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "../core/nonfinite_values.h"
 #include "attnfuzz/corpus.h"
 #include "fuzz/campaign.h"
 #include "fuzz/features.h"
@@ -126,24 +127,7 @@ TEST(Domain, CrossOverAndShrinksAreValid) {
 
 // Issue 11 item 3: under the finite domain no decoded, mutated, crossed-over or shrunk case holds NaN/Inf
 // in q/k/v, and the codec still round-trips.
-bool nonfinite_values(const Case& c) {
-  const Tensors t = generate(c);
-  const Problem& p = c.problem;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t s = 0; s < p.seq_q; ++s)
-      for (int64_t h = 0; h < p.heads_q; ++h)
-        for (int64_t d = 0; d < p.head_dim; ++d)
-          if (!std::isfinite(t.q[q_index(p, b, s, h, d)])) return true;
-    for (int64_t s = 0; s < p.seq_k; ++s)
-      for (int64_t h = 0; h < p.heads_kv; ++h) {
-        for (int64_t d = 0; d < p.head_dim; ++d)
-          if (!std::isfinite(t.k[k_index(p, b, s, h, d)])) return true;
-        for (int64_t d = 0; d < p.head_dim_v; ++d)
-          if (!std::isfinite(t.v[v_index(p, b, s, h, d)])) return true;
-      }
-  }
-  return false;
-}
+bool nonfinite_values(const Case& c) { return test_util::has_nonfinite(c.problem, generate(c)); }
 
 TEST(FiniteDomain, RandomBytesDecodeToFiniteCases) {
   Rng rng(11);

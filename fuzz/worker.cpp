@@ -392,6 +392,11 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     }
   }
   if (!out.kernel) {
+    // libFuzzer ends a fork job whose inputs set no counter ("no interesting inputs were found") and the
+    // campaign sees a dead worker: an input that no kernel runs still records its verdict, once per slot.
+    CheckResult skipped;
+    skipped.verdict = Verdict::kUnsupported;
+    if (n > 0) record_features(in.kernel % n, result_features(CaseFeatures{}, skipped));
     ++verdicts_[skipped_quarantined ? "quarantined" : "unsupported"];
     write_stats(false);
     return out;

@@ -94,7 +94,8 @@ std::vector<std::string> read_lines_all(const fs::path& p) {  // every line, dup
 }
 
 struct Aggregate {
-  int64_t cases = 0, failing = 0;
+  int64_t cases = 0, failing = 0;  // cases: inputs checked on a kernel
+  int64_t skipped = 0;             // inputs that no selected kernel ran (unsupported by all, or quarantined)
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, std::map<std::string, int64_t>> kernels;
   int64_t features = 0;
@@ -122,6 +123,9 @@ Aggregate read_stats(const fs::path& dir) {
   }
   for (uint8_t b : bits) a.features += __builtin_popcount(b);
   a.failing = a.verdicts.count("fail") ? a.verdicts["fail"] : 0;
+  for (const char* v : {"unsupported", "quarantined"})
+    if (auto it = a.verdicts.find(v); it != a.verdicts.end()) a.skipped += it->second;
+  a.cases -= a.skipped;
   return a;
 }
 
@@ -361,8 +365,11 @@ int run_campaign(const CampaignOptions& o) {
     return 2;
   }
   ::fcntl(life[0], F_SETFD, 0);  // the read end is inherited through fork and exec
-  // libFuzzer's per-input timeout: the second line behind the device's own launch timeout.
-  const int lf_timeout = static_cast<int>(std::max(5.0, std::ceil(2 * cfg.timeout_s) + 3));
+  // libFuzzer's per-input timeout: the second line behind the device's own launch timeout. An adapter input
+  // may also restart the adapter (a handshake of up to 120 s: importing torch under load) and classify a
+  // failure with ~10 relaunches, each under the adapter's own timeout: a shorter line killed healthy workers.
+  const double lf_line = cfg.backend == "adapter" ? 120 + 10 * cfg.timeout_s : 2 * cfg.timeout_s;
+  const int lf_timeout = static_cast<int>(std::max(5.0, std::ceil(lf_line) + 3));
   std::printf(
       "attn-fuzz %s: %zu kernel(s) on %s, %u worker(s)%s, corpus %s (%lld case file(s), %lld seed(s)%s), "
       "out %s%s\n",
@@ -507,10 +514,10 @@ int run_campaign(const CampaignOptions& o) {
     const size_t distinct = read_failures(failures).size();
     std::printf(
         "attn-fuzz [%5.0fs] cases %lld (%.0f/s)  failing %lld%s  distinct %zu  features %lld  corpus %lld"
-        "  worker crashes %lld hangs %lld%s\n",
+        "  worker crashes %lld hangs %lld%s%s\n",
         t, (long long)a.cases, t > 0 ? a.cases / t : 0.0, (long long)a.failing, cls.c_str(), distinct,
         (long long)a.features, (long long)lf.corp, (long long)lf.crashes, (long long)lf.timeouts,
-        final ? "  (final)" : "");
+        a.skipped ? ("  skipped " + std::to_string(a.skipped)).c_str() : "", final ? "  (final)" : "");
     std::fflush(stdout);
     return a;
   };
@@ -520,6 +527,12 @@ int run_campaign(const CampaignOptions& o) {
       o.max_time_s > 0 ? (o.max_time_s >= 10 ? o.max_time_s - kStopGraceS : o.max_time_s) : -1;
   bool stopping = false;
   double kill_at = -1;
+  auto all_quarantined = [&] {
+    const std::vector<std::string> q = read_lines((work / "quarantine.txt").string());
+    for (const KernelEntry* k : kernels)
+      if (std::find(q.begin(), q.end(), k->kernel.name) == q.end()) return false;
+    return !kernels.empty();
+  };
   auto signal_all = [&](int sig) {
     for (auto& m : masters)
       if (!m.done) ::kill(-m.pid, sig);
@@ -544,6 +557,15 @@ int run_campaign(const CampaignOptions& o) {
       interrupted = true;
       std::printf("attn-fuzz: %s: stopping the workers, then the summary\n", strsignal(g_signal));
       std::fflush(stdout);
+    }
+    // Every selected kernel hung once and is quarantined: nothing is left to check (the workers would only
+    // count skipped inputs until --max-time).
+    if (!stopping && !g_signal && all_quarantined()) {
+      std::printf("attn-fuzz: every selected kernel hung and is quarantined: nothing left to check, stopping\n");
+      std::fflush(stdout);
+      stopping = true;
+      signal_all(SIGINT);
+      kill_at = elapsed() + kStopGraceS;
     }
     if (!stopping && (g_signal || (stop_at >= 0 && elapsed() >= stop_at))) {
       stopping = true;
@@ -637,6 +659,7 @@ int run_campaign(const CampaignOptions& o) {
     Json camp;
     camp["cases"] = a.cases;
     camp["cases_per_s"] = wall > 0 ? a.cases / wall : 0.0;
+    camp["skipped_inputs"] = a.skipped;  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
     camp["failing_checks"] = a.failing;
     camp["failing_by_class"] = a.classes;
     camp["verdicts"] = a.verdicts;
@@ -686,9 +709,15 @@ int run_campaign(const CampaignOptions& o) {
     std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());
     return 2;
   }
-  if (a.cases == 0) {  // checking nothing is an input error, never a pass (e.g. --worker /bin/true)
-    std::fprintf(stderr, "attn-fuzz: no case was checked: the workers (%s) reported no check\n",
-                 o.worker_binary.c_str());
+  if (a.cases == 0 && found.empty()) {  // checking nothing is an input error, never a pass
+    if (a.skipped > 0)
+      std::fprintf(stderr,
+                   "attn-fuzz: no case was checked: the selected kernels refused all %lld input(s) the campaign "
+                   "drew (see --max-seq / --max-d and what the kernels support: --list)\n",
+                   (long long)a.skipped);
+    else  // e.g. --worker /bin/true
+      std::fprintf(stderr, "attn-fuzz: no case was checked: the workers (%s) reported no check\n",
+                   o.worker_binary.c_str());
     return 2;
   }
   // An unreadable failure file still records a failure in this OUT: not a clean result.

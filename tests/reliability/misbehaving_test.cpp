@@ -116,6 +116,25 @@ TEST(Misbehaving, CampaignNamesEveryMisbehavingKernelAndKeepsItsDeadline) {
 
 // A corrupted failure file is reported, listed in the summary, kept byte for byte, and the exit status says
 // OUT holds a failure record.
+// A campaign whose only kernel hangs names the hang and stops: with every kernel quarantined there is nothing
+// left to check (it used to count skipped inputs, ~4,500/s, as cases until --max-time).
+TEST(Misbehaving, CampaignStopsWhenEveryKernelIsQuarantined) {
+  const fs::path out = fresh("campaign-all-quarantined");
+  const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
+                        " --kernel bad-spin --workers 1 --timeout 2 --max-time 300");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("nothing left to check"), std::string::npos) << r.out;
+  const Json camp = Json::parse(read_text(out / "report.json")).at("campaign");
+  EXPECT_EQ(camp.at("quarantined"), Json::array({"bad-spin"}));
+  EXPECT_EQ(camp.at("cases").get<int64_t>() + camp.at("skipped_inputs").get<int64_t>(),
+            [&] {
+              int64_t n = 0;
+              for (const auto& [v, c] : camp.at("verdicts").items()) n += c.get<int64_t>();
+              return n;
+            }());
+  EXPECT_TRUE(wait_gone(out, 10).empty());
+}
+
 TEST(Misbehaving, CorruptedFailureFileIsSkippedListedAndKept) {
   const fs::path out = fresh("corrupt-failure");
   fs::create_directories(out / "failures");

@@ -746,7 +746,7 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
         dist(Distribution::kExtreme, mag));
   for (double a : space::lowp_uniform_widths(dtype))
     add("lowp-uniform-" + shortest(a) + "-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, a));
-  add("lowp-long-4x1024", 1, 1, 1, 4, 1024, 32, 32, "none", dist(Distribution::kVBias, 1));
+  add("lowp-long-4x2048", 1, 1, 1, 4, 2048, 32, 32, "none", dist(Distribution::kVBias, 1));
   add("lowp-long-3x700-causal-br", 1, 1, 1, 3, 700, 16, 16, "causal-br", dist(Distribution::kVBias, 1));
   add("lowp-long-uniform-4x1024", 1, 1, 1, 4, 1024, 32, 32, "none");
   special("huge@v:visible*4", 33, 33, "none");

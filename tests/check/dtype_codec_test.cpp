@@ -159,7 +159,7 @@ TEST(DtypeCodec, BuiltInKernelsPassTheirDtypeSweep) {
   for (int32_t dt : {AF_DTYPE_F16, AF_DTYPE_BF16, AF_DTYPE_FP8_E4M3}) {
     for (const Case& c : sweep_grid(0, ValueDomain::kIeee, dt)) {
       const Problem& p = c.problem;
-      if (p.batch * p.heads_q * p.seq_q * std::max<int64_t>(p.seq_k, 1) * p.head_dim > (int64_t{1} << 17)) continue;
+      if (p.batch * p.heads_q * p.seq_q * std::max<int64_t>(p.seq_k, 1) * p.head_dim > (int64_t{1} << 15)) continue;
       PreparedCase pc(c);
       for (const KernelEntry* k : Registry::global().select(Backend::kCpu, "all")) {
         if (k->origin != "built-in") continue;

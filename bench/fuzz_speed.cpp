@@ -8,6 +8,7 @@
 // reads its report (what libFuzzer's fork mode and the worker processes add); with --backend nvidia it also
 // samples nvidia-smi's GPU utilisation. Usage:
 //   fuzz_speed [--seconds S | --cases N] [--backend cpu] [--kernel PATTERN] [--shapes small|default|both]
+//   [--dtype f32|f16|bf16|fp8-e4m3|fp8-e5m2|each]  (each: every dtype side by side, tags <shapes>_<dtype>)
 //   [--seed N] fuzz_speed --campaign [--backend nvidia] [--workers N] [--seconds S] [--shapes small|default]
 //              [--attn-fuzz PATH] [--plugin SO] [--kernel PATTERN]
 #include <unistd.h>
@@ -49,6 +50,7 @@ struct Options {
   std::string backend = "cpu";
   std::string kernels = "all";
   std::string shapes = "both";
+  std::string dtype = "f32";  // dtype of every case (FuzzLimits::dtype), or "each": every dtype side by side
   uint64_t seed = 1;
   int64_t cases = 0;  // > 0: this many cases per loop instead of --seconds (deterministic, for profilers)
   bool campaign = false;
@@ -113,9 +115,12 @@ void print_stages(const std::string& tag, const Stages& s, double mutate_ms, dou
 }
 
 // One shape set, in process: per kernel cases/s through Worker::run, then the staged breakdown.
-void in_process(const Options& o, const std::string& shapes, const fs::path& dir) {
-  const FuzzLimits lim = limits_for(shapes);
-  const std::string tag = shapes == "small" ? "small" : "default";
+void in_process(const Options& o, const std::string& shapes, const std::string& dtype, const fs::path& dir) {
+  FuzzLimits lim = limits_for(shapes);
+  lim.dtype = *parse_dtype(dtype);
+  std::string tag = shapes == "small" ? "small" : "default";
+  if (dtype != "f32") tag += "_" + dtype;  // f32 keeps the names earlier runs printed
+  std::replace(tag.begin(), tag.end(), '-', '_');
   double mutate_ms = 0;
   const auto inputs = make_inputs(lim, o.seed, 4096, mutate_ms);
   WorkerConfig cfg;
@@ -318,6 +323,8 @@ int main(int argc, char** argv) {
       o.kernels = val();
     else if (a == "--shapes")
       o.shapes = val();
+    else if (a == "--dtype")
+      o.dtype = val();
     else if (a == "--seed")
       o.seed = std::strtoull(val().c_str(), nullptr, 10);
     else if (a == "--cases")
@@ -336,6 +343,7 @@ int main(int argc, char** argv) {
   if (o.shapes != "small" && o.shapes != "default" && o.shapes != "both")
     return usage("--shapes small|default|both");
   if (!(o.seconds > 0) || o.workers < 1) return usage("--seconds > 0 and --workers >= 1");
+  if (o.dtype != "each" && !parse_dtype(o.dtype)) return usage("--dtype f32|f16|bf16|fp8-e4m3|fp8-e5m2|each");
   char tmpl[] = "/tmp/fuzz_speed.XXXXXX";
   if (!mkdtemp(tmpl)) return usage("cannot create a temporary directory");
   const fs::path dir = tmpl;
@@ -344,8 +352,11 @@ int main(int argc, char** argv) {
     if (o.campaign) {
       rc = campaign(o, dir);
     } else {
+      std::vector<std::string> dts{o.dtype};
+      if (o.dtype == "each") dts = {"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"};
       for (const std::string s : {"small", "default"})
-        if (o.shapes == "both" || o.shapes == s) in_process(o, s, dir);
+        for (const std::string& dt : dts)
+          if (o.shapes == "both" || o.shapes == s) in_process(o, s, dt, dir);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_speed: %s\n", e.what());

@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "check/compare.h"
+#include "check/dtype_codec.h"
+#include "oracle/lowp.h"
 
 namespace attnfuzz {
 
@@ -75,22 +77,32 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   const size_t g = opts.guard_bytes;
   const uint32_t poison = opts.guard_poison;
   BufferPool* pool = opts.pool && &opts.pool->device() == &dev ? opts.pool.get() : nullptr;
-  auto make = [&](const char* name, size_t bytes) {
-    return pool ? pool->take(name, bytes, g, poison)
-                : std::make_unique<GuardedBuffer>(dev, name, bytes, g, poison);
+  // q, k, v and o hold elements of the case's dtype (check/dtype_codec.h), poisoned in that format; lse and the
+  // workspace stay fp32.
+  const size_t eb = static_cast<size_t>(dtype_bytes(p.dtype));
+  const uint32_t fpoison = format_poison(p.dtype, poison);
+  auto make = [&](const char* name, size_t bytes, uint32_t pw = 0) {
+    if (!pw) pw = poison;
+    return pool ? pool->take(name, bytes, g, pw) : std::make_unique<GuardedBuffer>(dev, name, bytes, g, pw);
   };
-  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * 4), kb = make("k", t.k.size() * 4),
-                                 v = make("v", t.v.size() * 4);
-  std::unique_ptr<GuardedBuffer> o = make("o", static_cast<size_t>(o_elements(p)) * 4);
+  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison), kb = make("k", t.k.size() * eb, fpoison),
+                                 v = make("v", t.v.size() * eb, fpoison);
+  std::unique_ptr<GuardedBuffer> o = make("o", static_cast<size_t>(o_elements(p)) * eb, fpoison);
   const bool want_lse = k.kernel.writes_lse != 0;
   std::unique_ptr<GuardedBuffer> lse, ws;
   if (want_lse) lse = make("lse", static_cast<size_t>(lse_elements(p)) * 4);
   const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes);
-  q->upload(t.q.data());
-  kb->upload(t.k.data());
-  v->upload(t.v.data());
-  o->fill_payload(opts.output_poison);
+  if (p.dtype == AF_DTYPE_F32) {
+    q->upload(t.q.data());
+    kb->upload(t.k.data());
+    v->upload(t.v.data());
+  } else {
+    q->upload(encode_tensor(t.q, p.dtype).data());
+    kb->upload(encode_tensor(t.k, p.dtype).data());
+    v->upload(encode_tensor(t.v, p.dtype).data());
+  }
+  o->fill_payload(format_poison(p.dtype, opts.output_poison));
   if (lse) lse->fill_payload(opts.output_poison);
   if (ws) ws->fill_payload(opts.output_poison);
   af_buffers b{};
@@ -117,7 +129,13 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
-  o->download(out.o.data());
+  if (p.dtype == AF_DTYPE_F32) {
+    o->download(out.o.data());
+  } else {
+    std::vector<unsigned char> raw(o->bytes());
+    o->download(raw.data());
+    decode_output(raw.data(), out.o.size(), p.dtype, p.o_scale, opts.output_poison, out.o.data());
+  }
   if (lse) {
     out.lse.resize(static_cast<size_t>(lse_elements(p)));
     lse->download(out.lse.data());
@@ -132,7 +150,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
     for (auto* gb : {&q, &kb, &v, &o, &lse, &ws})
-      if (*gb) pool->give(std::move(*gb), g, poison);
+      if (*gb) pool->give(std::move(*gb), g, (gb == &lse || gb == &ws) ? poison : fpoison);
   return out;
 }
 
@@ -186,7 +204,8 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   }
   if (lo.canary_words) {
     const CanaryHit& h = lo.canaries.front();
-    const int64_t elem = h.offset >= 0 ? h.offset / 4 : -((-h.offset + 3) / 4);
+    const int64_t es = h.buffer == "lse" || h.buffer == "workspace" ? 4 : dtype_bytes(p.dtype);
+    const int64_t elem = h.offset >= 0 ? h.offset / es : -((-h.offset + es - 1) / es);
     fail(FailureClass::kOobWrite, std::to_string(lo.canary_words) +
                                       " guard word(s) overwritten; first: buffer " + h.buffer + " element " +
                                       std::to_string(elem) + " (" +

@@ -12,6 +12,8 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "oracle/lowp.h"
+
 namespace attnfuzz {
 
 // ----------------------------------------------------------------------------------------------- RNG
@@ -77,6 +79,8 @@ const char* distribution_name(Distribution d) {
       return "normal";
     case Distribution::kExtreme:
       return "extreme";
+    case Distribution::kVBias:
+      return "vbias";
   }
   return "?";
 }
@@ -180,7 +184,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 std::string parse_distribution(const std::string& text, ValueDist& out) {
   const std::string err = "value distribution '" + text +
-                          "' is invalid: use uniform[:A], normal[:SIGMA] or extreme:MAG (A, SIGMA, MAG > 0)";
+                          "' is invalid: use uniform[:A], normal[:SIGMA], extreme:MAG or vbias[:A] (A, SIGMA, MAG > 0)";
   const auto colon = text.find(':');
   const std::string name = text.substr(0, colon);
   ValueDist d;
@@ -190,6 +194,8 @@ std::string parse_distribution(const std::string& text, ValueDist& out) {
     d.kind = Distribution::kNormal;
   else if (name == "extreme")
     d.kind = Distribution::kExtreme;
+  else if (name == "vbias")
+    d.kind = Distribution::kVBias;
   else
     return err;
   if (colon == std::string::npos) {
@@ -394,7 +400,15 @@ std::vector<int64_t> key_visibility_counts(const Problem& p) {
 
 namespace {
 
-float special_value(SpecialKind k, Rng& rng) {
+float special_value(SpecialKind k, Rng& rng, int32_t dtype) {
+  if (dtype != AF_DTYPE_F32 && (k == SpecialKind::kSubnormal || k == SpecialKind::kHuge)) {
+    // The format's own subnormals and largest value (an fp32 subnormal would round to 0 in the format).
+    const uint64_t r = rng.next();
+    const double sign = (r >> 63) ? -1.0 : 1.0;
+    if (k == SpecialKind::kHuge) return static_cast<float>(sign * dtype_max(dtype));
+    const uint64_t mants = (uint64_t{1} << (dtype_precision(dtype) - 1)) - 1;  // 2^(p-1) - 1 subnormals
+    return static_cast<float>(sign * std::ldexp(static_cast<double>(r % mants + 1), dtype_quantum_exp(dtype)));
+  }
   switch (k) {
     case SpecialKind::kNaN:
       return std::bit_cast<float>(0x7fc00000u);
@@ -430,10 +444,18 @@ void fill(std::vector<float>& out, const Problem& p, Tensor t, Draw draw) {
 Tensors generate(const Case& c) {
   if (std::string e = validate(c); !e.empty()) throw std::invalid_argument(e);
   Tensors out;
+  // Low precision: every value becomes the value the dtype stores (case.h; identity for f32).
+  auto store = [&](Tensors& t) {
+    if (c.problem.dtype == AF_DTYPE_F32) return;
+    const bool sat = c.values.domain == ValueDomain::kFinite;
+    for (auto* buf : {&t.q, &t.k, &t.v})
+      for (float& x : *buf) x = to_stored(x, c.problem.dtype, sat);
+  };
   if (c.explicit_values) {
     out.q = c.explicit_values->q;
     out.k = c.explicit_values->k;
     out.v = c.explicit_values->v;
+    store(out);
     return out;
   }
   const Problem& p = c.problem;
@@ -460,6 +482,8 @@ Tensors generate(const Case& c) {
     std::vector<float>& buf = t == Tensor::kQ ? out.q : t == Tensor::kK ? out.k : out.v;
     if (dist.kind == Distribution::kNormal) {
       fill(buf, p, t, [&] { return in_domain(dist.param * rng.normal()); });
+    } else if (dist.kind == Distribution::kVBias && t == Tensor::kV) {
+      fill(buf, p, t, [&] { return in_domain(half * rng.uniform01()); });
     } else {
       fill(buf, p, t, [&] { return in_domain(half * (2.0 * rng.uniform01() - 1.0)); });
     }
@@ -468,7 +492,10 @@ Tensors generate(const Case& c) {
   filler(Tensor::kK, qk_half);
   filler(Tensor::kV, v_half);
 
-  if (c.values.specials.empty()) return out;
+  if (c.values.specials.empty()) {
+    store(out);
+    return out;
+  }
   Rng rng(c.seed, 4);
   // Candidate sequence positions per (tensor, placement), computed lazily.
   std::vector<int64_t> key_count;
@@ -509,10 +536,11 @@ Tensors generate(const Case& c) {
         ps.d = static_cast<int64_t>(rng.below(tensor_dim(p, sv.tensor)));
       }
       ps.index = tensor_index(p, sv.tensor, ps.b, ps.h, ps.s, ps.d);
-      buf[ps.index] = special_value(sv.kind, rng);
+      buf[ps.index] = special_value(sv.kind, rng, p.dtype);
       out.placed.push_back(ps);
     }
   }
+  store(out);
   return out;
 }
 
@@ -561,6 +589,32 @@ const std::vector<double>& extreme_magnitudes() {
   return m;
 }
 
+const std::vector<int32_t>& dtypes() {
+  static const std::vector<int32_t> d{AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16, AF_DTYPE_FP8_E4M3,
+                                      AF_DTYPE_FP8_E5M2};
+  return d;
+}
+
+std::vector<double> lowp_extreme_magnitudes(int32_t dtype) {
+  switch (dtype) {
+    case AF_DTYPE_F16: return {11, 3000};  // exp(11.1) > 65504; at D = 64 q.k > 65504 > scale * q.k
+    case AF_DTYPE_BF16: return {89};
+    case AF_DTYPE_FP8_E4M3: return {6, 11};  // exp(6.1) > 448
+    case AF_DTYPE_FP8_E5M2: return {11};     // exp(11) > 57344
+    default: return {};
+  }
+}
+
+std::vector<double> lowp_uniform_widths(int32_t dtype) {
+  if (dtype == AF_DTYPE_F32) return {};
+  return {8 * std::ldexp(1.0, dtype_quantum_exp(dtype)), 2 * dtype_min_normal(dtype), dtype_max(dtype) / 4};
+}
+
+const std::vector<float>& fp8_descales() {
+  static const std::vector<float> d{1.0f, 0.5f, 2.0f, 0.125f, 8.0f, 0.375f, 3.25f, 0.01171875f, 0x1.2p-9f};
+  return d;
+}
+
 const std::vector<SpecialKind>& special_kinds() {
   static const std::vector<SpecialKind> k{SpecialKind::kNaN,    SpecialKind::kPosInf,
                                           SpecialKind::kNegInf, SpecialKind::kSubnormal,
@@ -582,13 +636,17 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
 
 // ------------------------------------------------------------------------------------------ sweep
 
-std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain) {
+std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dtype) {
   std::vector<Case> grid;
   auto add = [&](std::string label, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
                  int64_t dv, const std::string& mask, ValueSpec values = {}) {
     Case c;
     c.problem = make_problem(b, hq, hkv, sq, sk, d, dv);
     if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+    if (dtype != AF_DTYPE_F32) {
+      c.problem.dtype = dtype;
+      label = std::string(dtype_name(dtype)) + "-" + label;
+    }
     c.values = std::move(values);
     c.values.domain = domain;
     std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
@@ -680,6 +738,36 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain) {
   special("subnormal@q:random*64", 33, 33, "none");
   special("subnormal@v:random*64", 33, 33, "causal-br");
   special("-0@k:random*16", 17, 17, "none");
+  if (dtype == AF_DTYPE_F32) return grid;
+  // Low precision (issue 13): exp overflow in the format without max subtraction, the format's subnormal
+  // range, its smallest normals and values near its largest, long rows (half-precision sums drift with Sk).
+  for (double mag : space::lowp_extreme_magnitudes(dtype))
+    add("lowp-extreme-" + shortest(mag) + "-65x65", 1, 1, 1, 65, 65, 64, 64, "causal-br",
+        dist(Distribution::kExtreme, mag));
+  for (double a : space::lowp_uniform_widths(dtype))
+    add("lowp-uniform-" + shortest(a) + "-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, a));
+  add("lowp-long-4x2048", 1, 1, 1, 4, 2048, 32, 32, "none", dist(Distribution::kVBias, 1));
+  add("lowp-long-3x700-causal-br", 1, 1, 1, 3, 700, 16, 16, "causal-br", dist(Distribution::kVBias, 1));
+  add("lowp-long-uniform-4x1024", 1, 1, 1, 4, 1024, 32, 32, "none");
+  special("huge@v:visible*4", 33, 33, "none");
+  special("subnormal@k:random*64", 33, 33, "causal-br");
+  if (dtype == AF_DTYPE_FP8_E4M3 || dtype == AF_DTYPE_FP8_E5M2) {
+    // Descale factors: q and k scale the scores, v the output; o_scale keeps |O| o_scale in range.
+    const float triples[][4] = {{0.5f, 0.25f, 2.0f, 0.25f},
+                                {0.375f, 3.25f, 0.125f, 1.0f},
+                                {4.0f, 2.0f, 0.01171875f, 8.0f},
+                                {0.125f, 0.125f, 8.0f, 0.0625f}};
+    int n = 0;
+    for (const auto& t : triples) {
+      for (const char* m : {"none", "causal-br"}) {
+        add("descale-" + std::to_string(n) + "-40x70-" + m, 1, 2, 1, 40, 70, 32, 32, m,
+            dist(Distribution::kUniform, n % 2 ? 4.0 : 1.0));
+        Problem& p = grid.back().problem;
+        p.q_descale = t[0], p.k_descale = t[1], p.v_descale = t[2], p.o_scale = t[3];
+      }
+      ++n;
+    }
+  }
   return grid;
 }
 

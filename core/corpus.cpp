@@ -203,6 +203,10 @@ json problem_to_json(const Problem& p) {
   j["scale_bits"] = hex32(std::bit_cast<uint32_t>(p.scale));
   j["mask"] = mask_to_string(p);
   j["dtype"] = dtype_name(p.dtype);
+  // fp8 descale factors and output scale (ABI v2): written for fp8 cases only, as exact bits.
+  if (p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2)
+    j["descale_bits"] = {hex32(std::bit_cast<uint32_t>(p.q_descale)), hex32(std::bit_cast<uint32_t>(p.k_descale)),
+                         hex32(std::bit_cast<uint32_t>(p.v_descale)), hex32(std::bit_cast<uint32_t>(p.o_scale))};
   json s;
   Problem copy = p;
   for (int i = 0; i < 5; ++i) {
@@ -238,6 +242,17 @@ Problem problem_from_json(const json& j) {
     const auto dt = parse_dtype(d);
     if (!dt) corrupt("problem.dtype '" + d + "' is unknown");
     p.dtype = *dt;
+  }
+  if (j.contains("descale_bits")) {  // q, k, v descale and o_scale, fp32 bits
+    const json& a = j["descale_bits"];
+    if (!a.is_array() || a.size() != 4) corrupt("problem.descale_bits is not an array of 4 hex strings");
+    float* f[] = {&p.q_descale, &p.k_descale, &p.v_descale, &p.o_scale};
+    for (int n = 0; n < 4; ++n) {
+      if (!a[n].is_string()) corrupt("problem.descale_bits is not an array of 4 hex strings");
+      const uint64_t bits = parse_u64(a[n].get<std::string>(), "problem.descale_bits");
+      if (bits > 0xffffffffu) corrupt("problem.descale_bits holds a value wider than 32 bits");
+      *f[n] = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    }
   }
   if (j.contains("strides")) {
     const json& s = j["strides"];

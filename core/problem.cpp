@@ -132,14 +132,10 @@ std::string validate(const Problem& p) {
   if (p.head_dim < 1) return bad("d", p.head_dim, "need >= 1");
   if (p.head_dim_v < 1) return bad("dv", p.head_dim_v, "need >= 1");
   if (!std::isfinite(p.scale)) return "scale is not finite";
-  if (p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2)
-    return std::string("dtype ") + dtype_name(p.dtype) + " is in ABI v2 but this tool cannot check it yet";
-  if (p.dtype != AF_DTYPE_F32 && p.dtype != AF_DTYPE_F16 && p.dtype != AF_DTYPE_BF16)
-    return "dtype " + std::to_string(p.dtype) + " is unknown";
+  if (p.dtype < AF_DTYPE_F32 || p.dtype > AF_DTYPE_FP8_E5M2) return "dtype " + std::to_string(p.dtype) + " is unknown";
   if (p.q_layout != AF_SEQ_DENSE || p.kv_layout != AF_SEQ_DENSE)
     return "packed and paged sequence layouts are in ABI v2 but this tool cannot check them yet";
-  for (float f : {p.q_descale, p.k_descale, p.v_descale, p.o_scale})
-    if (f != 1.0f) return "descale factors other than 1 apply to fp8 only";
+  if (std::string e = validate_descales(p); !e.empty()) return e;
   for (int32_t t : p.tunables)
     if (t < 0) return bad("tunable", t, "need >= 0 (0 = the kernel's default)");
   if (p.mask_kind != AF_MASK_NONE && p.mask_kind != AF_MASK_CAUSAL && p.mask_kind != AF_MASK_WINDOW)
@@ -292,6 +288,28 @@ std::string parse_mask(const std::string& text, Problem& p) {
   return err;
 }
 
+std::string validate_descales(const Problem& p) {
+  const bool fp8 = p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2;
+  const char* names[] = {"q_descale", "k_descale", "v_descale", "o_scale"};
+  const float f[] = {p.q_descale, p.k_descale, p.v_descale, p.o_scale};
+  for (int i = 0; i < 4; ++i) {
+    if (!fp8) {
+      if (f[i] != 1.0f) return std::string(names[i]) + " other than 1 applies to fp8 only";
+      continue;
+    }
+    // stored * descale must be exact in fp32 (fp8 has <= 4 significand bits): the oracle then judges the
+    // exact real inputs; stored / o_scale must be exact: o_scale is a power of two.
+    int e = 0;
+    const double m = std::frexp(static_cast<double>(f[i]), &e);
+    const bool bits_ok = i == 3 ? m == 0.5 : std::ldexp(m, 16) == std::nearbyint(std::ldexp(m, 16));
+    if (!(f[i] > 0) || !std::isfinite(f[i]) || e < -15 || e > 17 || (e == 17 && m != 0.5) || !bits_ok)
+      return std::string(names[i]) + " = " + std::to_string(f[i]) + " is invalid: " +
+             (i == 3 ? "need a power of two in [2^-16, 2^16]"
+                     : "need a value in [2^-16, 2^16] with at most 16 significand bits");
+  }
+  return {};
+}
+
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
     case AF_DTYPE_F32:
@@ -312,6 +330,8 @@ std::optional<int32_t> parse_dtype(const std::string& text) {
   if (text == "f32" || text == "fp32" || text == "float32") return AF_DTYPE_F32;
   if (text == "f16" || text == "fp16" || text == "float16") return AF_DTYPE_F16;
   if (text == "bf16" || text == "bfloat16") return AF_DTYPE_BF16;
+  if (text == "fp8-e4m3" || text == "e4m3" || text == "fp8") return AF_DTYPE_FP8_E4M3;
+  if (text == "fp8-e5m2" || text == "e5m2") return AF_DTYPE_FP8_E5M2;
   return std::nullopt;
 }
 
@@ -323,6 +343,11 @@ std::string describe(const Problem& p) {
                 (long long)p.seq_k, (long long)p.head_dim, (long long)p.head_dim_v, mask_to_string(p).c_str(),
                 (double)p.scale, dtype_name(p.dtype));
   std::string out = buf;
+  if (p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2) {
+    std::snprintf(buf, sizeof buf, " descale=%.9g,%.9g,%.9g o_scale=%.9g", (double)p.q_descale,
+                  (double)p.k_descale, (double)p.v_descale, (double)p.o_scale);
+    out += buf;
+  }
   // ABI v2 tunables, only when one is set (0 = the kernel's default).
   if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; })) {
     out += " tunables=";

@@ -15,6 +15,7 @@ namespace {
 constexpr uint8_t kRaw = 224;
 constexpr int64_t kSame = -1000;  // menu sentinel: "same as the previous dimension" (Sk = Sq, Dv = D)
 constexpr uint8_t kExplicitTag = 0xA5;
+constexpr uint8_t kDtypeTag[5] = {0, 225, 226, 243, 244};  // f32, f16, bf16, fp8-e4m3, fp8-e5m2 (decode)
 
 class Reader {
  public:
@@ -140,6 +141,11 @@ const std::vector<float>& scale_menu() {
   static const std::vector<float> m{1.f, 0.5f, 2.f, 0.125f, 8.f, 1e-3f, 30.f, -1.f, 0.f, 1e-20f};
   return m;
 }
+const std::vector<float>& o_scale_menu() {
+  static const std::vector<float> m{1.f, 0.5f, 2.f, 0.125f, 8.f, 0.0625f};
+  return m;
+}
+bool fp8(int32_t dtype) { return dtype == AF_DTYPE_FP8_E4M3 || dtype == AF_DTYPE_FP8_E5M2; }
 const std::vector<double>& param_menu(Distribution d) {
   static const std::vector<double> plain{1, 0.5, 2, 4, 10, 100, 1e-3, 1e3, 1e-20, 1e18};
   return d == Distribution::kExtreme ? space::extreme_magnitudes() : plain;
@@ -252,7 +258,20 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     p.scale = scale_menu()[(t - 160) % scale_menu().size()];
   }
   // Dtype.
-  if (const uint8_t t = r.u8(); t >= kRaw) p.dtype = (t - kRaw) % 3;
+  // Tags >= kRaw: (t - kRaw) % 3 picks f32 / f16 / bf16 as before issue 13; from 240 on, the f16 and bf16
+  // residues pick fp8-e4m3 and fp8-e5m2 (kDtypeTag: the tag encode writes for each dtype).
+  if (const uint8_t t = r.u8(); t >= kRaw) {
+    const int res = (t - kRaw) % 3;
+    p.dtype = res == 0 ? AF_DTYPE_F32 : t < 240 ? res : res == 1 ? AF_DTYPE_FP8_E4M3 : AF_DTYPE_FP8_E5M2;
+  }
+  if (lim.dtype >= 0) p.dtype = lim.dtype;
+  if (fp8(p.dtype)) {  // descales: menu indices
+    const auto& dm = space::fp8_descales();
+    p.q_descale = dm[r.u8() % dm.size()];
+    p.k_descale = dm[r.u8() % dm.size()];
+    p.v_descale = dm[r.u8() % dm.size()];
+    p.o_scale = o_scale_menu()[r.u8() % o_scale_menu().size()];
+  }
   // Layout: contiguous, or raw strides kept when they are non-overlapping and modest.
   if (r.u8() >= 208) {
     Problem s = p;
@@ -263,9 +282,10 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   c.problem = p;
   // Values.
   const uint8_t dk = r.u8();
-  c.values.dist.kind = dk < 96    ? Distribution::kUniform
-                       : dk < 144 ? Distribution::kNormal
-                                  : Distribution::kExtreme;
+  c.values.dist.kind = dk < 96                                    ? Distribution::kUniform
+                       : dk < 144                                 ? Distribution::kNormal
+                       : dk < 208 || p.dtype == AF_DTYPE_F32 ? Distribution::kExtreme
+                                                                  : Distribution::kVBias;  // low precision only
   if (const uint8_t t = r.u8(); t >= kRaw) {
     const double a = bits_double(r.u64());
     c.values.dist.param = std::isfinite(a) && a > 0 ? a : 1.0;
@@ -348,7 +368,14 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       w.u32(float_bits(p.scale));
     }
   }
-  w.u8(p.dtype == AF_DTYPE_F32 ? 0 : static_cast<uint8_t>(kRaw + p.dtype));
+  w.u8(kDtypeTag[std::clamp<int32_t>(p.dtype, 0, 4)]);
+  if (fp8(p.dtype)) {
+    const auto& dm = space::fp8_descales();
+    for (float x : {p.q_descale, p.k_descale, p.v_descale})
+      w.u8(static_cast<uint8_t>(std::find(dm.begin(), dm.end(), x) - dm.begin()));
+    const auto& om = o_scale_menu();
+    w.u8(static_cast<uint8_t>(std::find(om.begin(), om.end(), p.o_scale) - om.begin()));
+  }
   if (contiguous(p)) {
     w.u8(0);
   } else {
@@ -357,7 +384,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       for (int i = 0; i < 3; ++i) w.varint(static_cast<uint64_t>(st[i]));
   }
   const Distribution dk = c.values.dist.kind;
-  w.u8(dk == Distribution::kUniform ? 0 : dk == Distribution::kNormal ? 96 : 144);
+  w.u8(dk == Distribution::kUniform ? 0 : dk == Distribution::kNormal ? 96 : dk == Distribution::kExtreme ? 144 : 208);
   const auto& pm = param_menu(dk);
   auto pit = std::find_if(pm.begin(), pm.end(),
                           [&](double x) { return double_bits(x) == double_bits(c.values.dist.param); });
@@ -391,6 +418,16 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
 
 std::string in_domain(const Case& c, const FuzzLimits& l) {
   if (c.values.domain != l.domain) return "value domain differs from the fuzz limits'";
+  if (l.dtype >= 0 && c.problem.dtype != l.dtype) return "dtype differs from the fuzz limits'";
+  if (c.problem.dtype == AF_DTYPE_F32 && c.values.dist.kind == Distribution::kVBias)
+    return "vbias values are a low-precision fuzz input (f32 cases decode that tag as extreme)";
+  if (fp8(c.problem.dtype)) {
+    const auto& dm = space::fp8_descales();
+    const auto& om = o_scale_menu();
+    for (float x : {c.problem.q_descale, c.problem.k_descale, c.problem.v_descale})
+      if (std::find(dm.begin(), dm.end(), x) == dm.end()) return "a descale outside the fuzz menu";
+    if (std::find(om.begin(), om.end(), c.problem.o_scale) == om.end()) return "o_scale outside the fuzz menu";
+  }
   if (std::string e = attnfuzz::validate(c); !e.empty()) return e;
   const Problem& p = c.problem;
   if (p.batch > l.max_batch) return "batch above the fuzz limit";
@@ -473,6 +510,7 @@ Problem reshaped(const Problem& p, int64_t b, int64_t hq, int64_t hkv, int64_t s
   n.window_left = p.window_left;
   n.window_right = p.window_right;
   n.dtype = p.dtype;
+  n.q_descale = p.q_descale, n.k_descale = p.k_descale, n.v_descale = p.v_descale, n.o_scale = p.o_scale;
   if (float_bits(p.scale) != float_bits(default_scale(p.head_dim))) n.scale = p.scale;
   return n;
 }
@@ -562,7 +600,9 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
     int64_t b = p.batch, hq = p.heads_q, hkv = p.heads_kv, sq = p.seq_q, sk = p.seq_k, d = p.head_dim,
             dv = p.head_dim_v;
     bool reshape_needed = false;
-    switch (rng.below(14)) {
+    uint64_t op = rng.below(lim_.dtype == AF_DTYPE_F32 ? 14 : 15);
+    if (lim_.dtype == AF_DTYPE_F32 && op == 13) op = 14;  // f32: the draws of before issue 13 (no dtype step)
+    switch (op) {
       case 0:  // Sq near a tile boundary, +-1, decode
         switch (rng.below(4)) {
           case 0:
@@ -644,7 +684,7 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
         } else if (rng.below(2)) {
           dist.param = std::ldexp(dist.param, static_cast<int>(rng.below(9)) - 4);
         } else {
-          dist.kind = static_cast<Distribution>(rng.below(3));
+          dist.kind = static_cast<Distribution>(rng.below(p.dtype == AF_DTYPE_F32 ? 3 : 4));
           const auto& m = param_menu(dist.kind);
           dist.param = m[rng.below(m.size())];
         }
@@ -720,6 +760,30 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
             st[0] = std::max<int64_t>(s, 1) * st[1];
           }
         }
+        break;
+      case 13:  // dtype (unless the limits fix it), fp8 descales, or the dtype's stress inputs (case.h space::)
+        switch (rng.below(3)) {
+          case 0:
+            if (lim_.dtype < 0) p.dtype = space::dtypes()[rng.below(space::dtypes().size())];
+            break;
+          case 1:
+            if (fp8(p.dtype)) {
+              const auto& dm = space::fp8_descales();
+              float* f[] = {&p.q_descale, &p.k_descale, &p.v_descale};
+              *f[rng.below(3)] = dm[rng.below(dm.size())];
+              if (rng.below(2)) p.o_scale = o_scale_menu()[rng.below(o_scale_menu().size())];
+            }
+            break;
+          default: {
+            const auto ext = space::lowp_extreme_magnitudes(p.dtype);
+            const auto uni = space::lowp_uniform_widths(p.dtype);
+            if (!ext.empty() && rng.below(2))
+              c.values.dist = {Distribution::kExtreme, ext[rng.below(ext.size())]};
+            else if (!uni.empty())
+              c.values.dist = {Distribution::kUniform, uni[rng.below(uni.size())]};
+          }
+        }
+        if (!fp8(p.dtype)) p.q_descale = p.k_descale = p.v_descale = p.o_scale = 1.0f;
         break;
       default:  // explicit values: nudge one, drop them, or (rarely) materialize
         if (c.explicit_values) {

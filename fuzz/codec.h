@@ -32,6 +32,10 @@ struct FuzzLimits {
   // Value domain of every decoded case (not encoded in the bytes): under kFinite, special kinds are drawn
   // from space::special_kinds(kFinite) and explicit NaN / Inf bits decode as 0 / +-FLT_MAX.
   ValueDomain domain = ValueDomain::kIeee;
+  // The dtype of every decoded case (attn-fuzz --dtype, default f32), or -1 ("any"): the bytes choose among
+  // all five. fp8 cases draw q/k/v_descale from space::fp8_descales() and o_scale from a menu of powers of
+  // two. Under f32 the decoder and the mutator consume bytes and random numbers exactly as before issue 13.
+  int32_t dtype = AF_DTYPE_F32;
 };
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

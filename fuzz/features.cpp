@@ -29,7 +29,9 @@ enum Base : uint16_t {
   kCrossRatioTiles = 366,   // ratio 12 x max-change tiles 4 = 48
   kCrossSpecialMask = 414,  // special kind 6 x mask 5 = 30
   kCrossDistLogit = 444,    // dist 3 x logit 11 = 33
-  kEnd = 477,
+  kDtype = 488,              // dtype 5 (kCrossDistLogit spans 4 dists x 11 since vbias)
+  kCrossDtypeVerdict = 493,  // dtype 5 x pass / fail / other 3 = 15
+  kEnd = 508,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -182,6 +184,8 @@ CaseFeatures case_features(const Case& c, const Tensors& t) {
   add(kCrossMask + (f.mask * 5 + f.tail16_k) * 2 + (f.fully_masked != 0));
   for (int k : f.special_kinds) add(kCrossSpecialMask + k * 5 + f.mask);
   add(kCrossDistLogit + f.dist * 11 + f.logit);
+  f.dtype = std::clamp<int>(p.dtype, 0, 4);
+  add(kDtype + f.dtype);
   return f;
 }
 
@@ -202,6 +206,8 @@ std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult&
       add(kVerdict + 3 + std::min(static_cast<int>(r.failure), 10));
       break;
   }
+  add(kCrossDtypeVerdict + cf.dtype * 3 +
+      (r.verdict == Verdict::kPass ? 0 : r.verdict == Verdict::kFail ? 1 : 2));
   if (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail) {
     const int rb = ratio_bucket(r.max_ratio);
     add(kRatio + rb);

@@ -31,6 +31,7 @@ struct CaseFeatures {
   int max_change_tiles = 0;  // 0 .. 3: key tiles (of 16) after the first where some row's running max rose
   int logit = 0;             // logit magnitude bucket 0 .. 10
   int dist = 0;              // Distribution
+  int dtype = 0;             // af_dtype 0 .. 4
   std::vector<int> special_kinds;  // index into space::special_kinds() of every placed value
 };
 CaseFeatures case_features(const Case& c, const Tensors& t);

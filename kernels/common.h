@@ -101,6 +101,81 @@ __host__ __device__ inline float finish_o(float acc, float m, float l) {
   return m == neg_inf() ? 0.0f : acc / l;
 }
 
+// ---- element types (issue 13) ------------------------------------------------------------------------
+//
+// Elem<T> for the stored element types: f32 (float), f16 (__half), bf16 (__hip_bfloat16), fp8 (af_fp8_e4m3,
+// attnfuzz/lowp_types.h). load: the stored value as float (exact); store: a float rounded once to T; round:
+// a float rounded to T and back (P rounded to the input type before P.V, as FlashAttention does). Kernels
+// keep every score, sum and accumulator in fp32; for f32 every function is the identity, so the f32 paths
+// compute bit-identically to before. kFp8: the case has descale factors (real = stored * descale).
+template <class T>
+struct Elem;
+template <>
+struct Elem<float> {
+  static constexpr bool kFp8 = false;
+  __host__ __device__ static float load(float x) { return x; }
+  __host__ __device__ static float store(float x) { return x; }
+  __host__ __device__ static float round(float x) { return x; }
+};
+template <>
+struct Elem<__half> {
+  static constexpr bool kFp8 = false;
+  __host__ __device__ static float load(__half x) { return __half2float(x); }
+  __host__ __device__ static __half store(float x) { return __float2half_rn(x); }
+  __host__ __device__ static float round(float x) { return __half2float(__float2half_rn(x)); }
+};
+template <>
+struct Elem<__hip_bfloat16> {
+  static constexpr bool kFp8 = false;
+  __host__ __device__ static float load(__hip_bfloat16 x) { return __bfloat162float(x); }
+  __host__ __device__ static __hip_bfloat16 store(float x) { return __float2bfloat16(x); }
+  __host__ __device__ static float round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+};
+template <>
+struct Elem<af_fp8_e4m3> {
+  static constexpr bool kFp8 = true;
+  __host__ __device__ static float load(af_fp8_e4m3 x) { return af_fp8_to_float(x); }
+  __host__ __device__ static af_fp8_e4m3 store(float x) { return af_float_to_e4m3(x); }
+  __host__ __device__ static float round(float x) { return af_fp8_to_float(af_float_to_e4m3(x)); }
+};
+
+// The score scale a kernel of element type T applies to the stored q.k: scale, times q_descale * k_descale
+// (rounded to fp32, as FlashAttention 3 folds them) for fp8.
+template <class T>
+__host__ __device__ inline float score_scale(const af_problem& p) {
+  return Elem<T>::kFp8 ? p.scale * p.q_descale * p.k_descale : p.scale;
+}
+// The stored output element of a finished fp32 O: fp8 applies v_descale and o_scale (stored = fp8(O o_scale)).
+template <class T>
+__host__ __device__ inline T store_o(const af_problem& p, float o) {
+  return Elem<T>::kFp8 ? Elem<T>::store(o * p.v_descale * p.o_scale) : Elem<T>::store(o);
+}
+
+// Calls f(T{}) with the element type of p.dtype among those in `dtypes` (AF_SUPPORTS_* bits); returns
+// hipErrorInvalidValue for any other dtype.
+template <class F>
+inline int dispatch_dtype(const af_problem& p, uint32_t dtypes, F f) {
+  if (!((1u << p.dtype) & dtypes)) return (int)hipErrorInvalidValue;
+  switch (p.dtype) {
+    case AF_DTYPE_F32: return f(float{});
+    case AF_DTYPE_F16: return f(__half{});
+    case AF_DTYPE_BF16: return f(__hip_bfloat16{});
+    case AF_DTYPE_FP8_E4M3: return f(af_fp8_e4m3{});
+    default: return (int)hipErrorInvalidValue;
+  }
+}
+
+// "flash supports f16, bf16, f32" style refusal for a dtype outside `dtypes`.
+inline int check_dtype(const af_problem* p, uint32_t dtypes, char* why, size_t why_len) {
+  if ((1u << p->dtype) & dtypes) return 0;
+  if (why && why_len) {
+    snprintf(why, why_len, "supports %s%s%s%s", (dtypes & AF_SUPPORTS_F32) ? "f32 " : "",
+             (dtypes & AF_SUPPORTS_F16) ? "f16 " : "", (dtypes & AF_SUPPORTS_BF16) ? "bf16 " : "",
+             (dtypes & AF_SUPPORTS_FP8_E4M3) ? "fp8-e4m3 " : "");
+  }
+  return 1;
+}
+
 // ---- host-side support checks ------------------------------------------------------------------------
 
 // Writes a reason into why (may be NULL) and returns 1.

@@ -16,10 +16,13 @@ constexpr int kMaxD = 128;  // largest D and Dv (the tiles hold whole rows in sh
 //   3. weights and V ready    -> acc = alpha * acc + sum over visible j of P_ij V_j
 //   4. tile consumed          -> the next tile may overwrite kv_tile and s_tile
 // Only visible keys are multiplied into the output; masked K/V are never read from s_tile / kv_tile.
-template <int BM, int BN, int NT>
+// Element type T (common.h Elem): q, k, v loaded into the fp32 tiles exactly; scores, m, l and the accumulators
+// fp32; the weights rounded to T for P.V only (l sums the unrounded ones, as FlashAttention does); O rounded
+// to T once on store. fp8 folds q/k descales into the score scale and applies v_descale, o_scale on store.
+template <class T, int BM, int BN, int NT>
 __global__ void __launch_bounds__(NT)
-    flash_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
-                 const float* __restrict__ v, float* __restrict__ o, float* __restrict__ lse) {
+    flash_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
+                 const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
   static_assert(NT >= BM, "one thread per row updates the softmax state");
   static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
   constexpr int kAcc = BM * kMaxD / NT;
@@ -37,7 +40,7 @@ __global__ void __launch_bounds__(NT)
   for (int64_t idx = t; idx < BM * D; idx += NT) {
     const int r = (int)(idx / D);
     const int64_t d = idx % D;
-    q_tile[r][d] = r < rows ? q[q_row(p, b, i0 + r, h) + d] : 0.0f;
+    q_tile[r][d] = r < rows ? Elem<T>::load(q[q_row(p, b, i0 + r, h) + d]) : 0.0f;
   }
   if (t < BM) {
     const KeySpan keys = t < rows ? row_keys(p, i0 + t) : KeySpan{0, 0};
@@ -63,7 +66,7 @@ __global__ void __launch_bounds__(NT)
     for (int64_t idx = t; idx < BN * D; idx += NT) {
       const int c = (int)(idx / D);
       const int64_t d = idx % D, j = n0 + c;
-      kv_tile[c][d] = (j >= lo && j < hi) ? k[k_row(p, b, j, hk) + d] : 0.0f;
+      kv_tile[c][d] = (j >= lo && j < hi) ? Elem<T>::load(k[k_row(p, b, j, hk) + d]) : 0.0f;
     }
     __syncthreads();  // 1
 
@@ -74,7 +77,7 @@ __global__ void __launch_bounds__(NT)
       if (j >= row_first[r] && j < row_last[r]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
-        s = p.scale * dot;
+        s = score_scale<T>(p) * dot;
       }
       s_tile[r][c] = s;
     }
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(NT)
     for (int64_t idx = t; idx < BN * Dv; idx += NT) {
       const int c = (int)(idx / Dv);
       const int64_t d = idx % Dv, j = n0 + c;
-      kv_tile[c][d] = (j >= lo && j < hi) ? v[v_row(p, b, j, hk) + d] : 0.0f;
+      kv_tile[c][d] = (j >= lo && j < hi) ? Elem<T>::load(v[v_row(p, b, j, hk) + d]) : 0.0f;
     }
     if (t < BM) {
       float tile_max = neg_inf();
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(NT)
         const int r = idx / (int)Dv, d = idx % (int)Dv;
         const int c_lo = (int)(max64(row_first[r], n0) - n0), c_hi = (int)(min64(row_last[r], n0 + BN) - n0);
         float pv = 0.0f;
-        for (int c = c_lo; c < c_hi; ++c) pv += s_tile[r][c] * kv_tile[c][d];
+        for (int c = c_lo; c < c_hi; ++c) pv += Elem<T>::round(s_tile[r][c]) * kv_tile[c][d];
         acc[e] = acc[e] * row_alpha[r] + pv;
       }
     }
@@ -121,15 +124,15 @@ __global__ void __launch_bounds__(NT)
     const int idx = t + e * NT;
     if (idx < rows * Dv) {
       const int r = idx / (int)Dv, d = idx % (int)Dv;
-      o[o_row(p, b, i0 + r, h) + d] = finish_o(acc[e], row_m[r], row_l[r]);
+      o[o_row(p, b, i0 + r, h) + d] = store_o<T>(p, finish_o(acc[e], row_m[r], row_l[r]));
     }
   }
   if (lse && t < rows) lse[lse_at(p, b, h, i0 + t)] = finish_lse(row_m[t], row_l[t]);
 }
 
-template <int BM, int BN, int NT>
+template <int BM, int BN, int NT, uint32_t DT>
 int flash_check(const af_problem* p, char* why, size_t why_len) {
-  if (p->dtype != AF_DTYPE_F32) return unsupported(why, why_len, "flash supports f32 only");
+  if (check_dtype(p, DT, why, why_len)) return 1;
   if (p->head_dim > kMaxD || p->head_dim_v > kMaxD)
     return unsupported(why, why_len, "flash supports D, Dv <= 128");
   if (!grid_fits(ceil_div(p->seq_q, BM), p->heads_q, p->batch, NT))
@@ -137,33 +140,39 @@ int flash_check(const af_problem* p, char* why, size_t why_len) {
   return 0;
 }
 
-template <int BM, int BN, int NT>
+template <int BM, int BN, int NT, uint32_t DT>
 int flash_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   (void)stream;  // unused by the cpu emulator
   const af_problem p = *pp;
-  if (flash_check<BM, BN, NT>(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
-  void (*kernel)(af_problem, const float*, const float*, const float*, float*, float*) =
-      flash_kernel<BM, BN, NT>;
-  hipLaunchKernelGGL(kernel, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
-                     dim3(NT), 0, (hipStream_t)stream, p, static_cast<const float*>(buf->q),
-                     static_cast<const float*>(buf->k), static_cast<const float*>(buf->v),
-                     static_cast<float*>(buf->o), buf->lse);
-  return (int)hipGetLastError();
+  if (flash_check<BM, BN, NT, DT>(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  return dispatch_dtype(p, DT, [&](auto tag) {
+    using T = decltype(tag);
+    void (*kernel)(af_problem, const T*, const T*, const T*, T*, float*) = flash_kernel<T, BM, BN, NT>;
+    hipLaunchKernelGGL(kernel, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
+                       dim3(NT), 0, (hipStream_t)stream, p, static_cast<const T*>(buf->q),
+                       static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), static_cast<T*>(buf->o),
+                       buf->lse);
+    return (int)hipGetLastError();
+  });
 }
 
-#define AF_FLASH_ENTRY(BM, BN, NT)                                                                         \
+constexpr uint32_t kHalves = AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16;
+constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
+
+#define AF_FLASH_ENTRY(BM, BN, NT, DT)                                                                     \
   {                                                                                                        \
     "flash-bm" #BM "-bn" #BN, "flash",                                                                     \
         "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip", \
-        AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,       \
-        nullptr, flash_check<BM, BN, NT>, flash_launch<BM, BN, NT>                                         \
+        DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
+        nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>                                 \
   }
 
+// Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors.
 const af_kernel kFlashKernels[] = {
-    AF_FLASH_ENTRY(16, 16, 64),
-    AF_FLASH_ENTRY(16, 32, 64),
-    AF_FLASH_ENTRY(16, 64, 64),
-    AF_FLASH_ENTRY(32, 32, 128),
+    AF_FLASH_ENTRY(16, 16, 64, kHalves),
+    AF_FLASH_ENTRY(16, 32, 64, kWithFp8),
+    AF_FLASH_ENTRY(16, 64, 64, kHalves),
+    AF_FLASH_ENTRY(32, 32, 128, kHalves),
 };
 
 #undef AF_FLASH_ENTRY

@@ -8,6 +8,7 @@ namespace {
 constexpr int kThreads = 64;  // threads per block in both kernels
 constexpr int kMaxD = 256;    // largest D (the q row is staged in shared memory) and Dv (registers)
 constexpr int kAcc = kMaxD / kThreads;
+constexpr uint32_t kDtypes = AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16;
 constexpr int64_t kMinSplitKeys = 4;  // small so that short sequences are split too
 
 // The declared tunable (ABI v2): num_splits, the number of KV splits per row (fewer when Sk / 4 is
@@ -44,9 +45,12 @@ __host__ __device__ inline int64_t row_count(const af_problem& p) { return p.bat
 // Two barriers per chunk: scores complete before they are read; weights complete before they are read.
 // A chunk's writes of score[] come after the previous chunk's barrier 2 (all reads of score[] precede
 // it), its writes of weight[] after its own barrier 1 (all reads of the old weight[] precede that).
+// Element type T (common.h Elem): fp32 scores, state, partials and combine; the weights rounded to T for
+// P.V only; O rounded to T once, by the combine.
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-    split_partial_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
-                         const float* __restrict__ v, float* __restrict__ o_part,
+    split_partial_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, float* __restrict__ o_part,
                          float* __restrict__ lse_part, Splits sp) {
   __shared__ float q_vec[kMaxD];
   __shared__ float score[kThreads];
@@ -57,8 +61,8 @@ __global__ void __launch_bounds__(kThreads)
   const KeySpan keys = row_keys(p, i);
   const int64_t lo = max64(keys.first, s * sp.len), hi = min64(keys.last, (s + 1) * sp.len);
 
-  const float* qr = q + q_row(p, b, i, h);
-  for (int64_t d = t; d < p.head_dim; d += kThreads) q_vec[d] = qr[d];
+  const T* qr = q + q_row(p, b, i, h);
+  for (int64_t d = t; d < p.head_dim; d += kThreads) q_vec[d] = Elem<T>::load(qr[d]);
   __syncthreads();
 
   float m = neg_inf(), l = 0.0f;
@@ -69,10 +73,10 @@ __global__ void __launch_bounds__(kThreads)
     const int n = (int)min64(kThreads, hi - c0);  // keys in this chunk, all visible
     float mine = neg_inf();
     if (t < n) {
-      const float* kr = k + k_row(p, b, c0 + t, hk);
+      const T* kr = k + k_row(p, b, c0 + t, hk);
       float dot = 0.0f;
-      for (int64_t d = 0; d < p.head_dim; ++d) dot += q_vec[d] * kr[d];
-      mine = p.scale * dot;
+      for (int64_t d = 0; d < p.head_dim; ++d) dot += q_vec[d] * Elem<T>::load(kr[d]);
+      mine = score_scale<T>(p) * dot;
     }
     score[t] = mine;
     __syncthreads();  // 1
@@ -86,13 +90,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < n; ++c) sum += weight[c];
     l = l * alpha + sum;
     m = m_new;
-    const float* vc = v + v_row(p, b, c0, hk);
+    const T* vc = v + v_row(p, b, c0, hk);
     AF_UNROLL
     for (int e = 0; e < kAcc; ++e) {
       const int64_t d = t + e * kThreads;
       if (d >= p.head_dim_v) continue;
       float pv = 0.0f;
-      for (int c = 0; c < n; ++c) pv += weight[c] * vc[c * p.v_stride[1] + d];
+      for (int c = 0; c < n; ++c) pv += Elem<T>::round(weight[c]) * Elem<T>::load(vc[c * p.v_stride[1] + d]);
       acc[e] = acc[e] * alpha + pv;
     }
   }
@@ -108,9 +112,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // Block (i, h, b): M = max_s LSE_s, w_s = exp(LSE_s - M) (0 for an empty split), O = sum w_s O_s / sum w_s,
 // LSE = M + log(sum w_s); a row whose every split is empty gets O = 0, LSE = -inf.
+template <class T>
 __global__ void __launch_bounds__(kThreads)
     split_combine_kernel(af_problem p, const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                         float* __restrict__ o, float* __restrict__ lse, Splits sp) {
+                         T* __restrict__ o, float* __restrict__ lse, Splits sp) {
   const int t = threadIdx.x;
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t row = (b * p.heads_q + h) * p.seq_q + i;
@@ -119,12 +124,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t s = 0; s < sp.n; ++s) m = nan_max(m, lp[s]);
   float l = 0.0f;
   for (int64_t s = 0; s < sp.n; ++s) l += softmax_weight(lp[s], m);
-  float* orow = o + o_row(p, b, i, h);
+  T* orow = o + o_row(p, b, i, h);
   for (int64_t d = t; d < p.head_dim_v; d += kThreads) {
     float acc = 0.0f;
     for (int64_t s = 0; s < sp.n; ++s)
       acc += softmax_weight(lp[s], m) * o_part[(row * sp.n + s) * p.head_dim_v + d];
-    orow[d] = finish_o(acc, m, l);
+    orow[d] = store_o<T>(p, finish_o(acc, m, l));
   }
   if (lse && t == 0) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
 }
@@ -135,7 +140,7 @@ size_t split_kv_workspace(const af_problem* p) {
 }
 
 int split_kv_check(const af_problem* p, char* why, size_t why_len) {
-  if (p->dtype != AF_DTYPE_F32) return unsupported(why, why_len, "split-kv supports f32 only");
+  if (check_dtype(p, kDtypes, why, why_len)) return 1;
   if (p->head_dim > kMaxD || p->head_dim_v > kMaxD)
     return unsupported(why, why_len, "split-kv supports D, Dv <= 256");
   if (!grid_fits(p->seq_q * max64(splits_of(*p).n, 1), p->heads_q, p->batch, kThreads))
@@ -150,24 +155,27 @@ int split_kv_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const Splits sp = splits_of(p);
   float* o_part = static_cast<float*>(buf->workspace);
   float* lse_part = o_part + row_count(p) * sp.n * p.head_dim_v;
-  if (sp.n > 0) {
-    hipLaunchKernelGGL(
-        split_partial_kernel, dim3((unsigned)(p.seq_q * sp.n), (unsigned)p.heads_q, (unsigned)p.batch),
-        dim3(kThreads), 0, (hipStream_t)stream, p, static_cast<const float*>(buf->q),
-        static_cast<const float*>(buf->k), static_cast<const float*>(buf->v), o_part, lse_part, sp);
-    if (int e = (int)hipGetLastError()) return e;
-  }
-  hipLaunchKernelGGL(split_combine_kernel, dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch),
-                     dim3(kThreads), 0, (hipStream_t)stream, p, (const float*)o_part, (const float*)lse_part,
-                     static_cast<float*>(buf->o), buf->lse, sp);
-  return (int)hipGetLastError();
+  return dispatch_dtype(p, kDtypes, [&](auto tag) {
+    using T = decltype(tag);
+    if (sp.n > 0) {
+      hipLaunchKernelGGL(
+          split_partial_kernel<T>, dim3((unsigned)(p.seq_q * sp.n), (unsigned)p.heads_q, (unsigned)p.batch),
+          dim3(kThreads), 0, (hipStream_t)stream, p, static_cast<const T*>(buf->q),
+          static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), o_part, lse_part, sp);
+      if (int e = (int)hipGetLastError()) return e;
+    }
+    hipLaunchKernelGGL(split_combine_kernel<T>, dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch),
+                       dim3(kThreads), 0, (hipStream_t)stream, p, (const float*)o_part, (const float*)lse_part,
+                       static_cast<T*>(buf->o), buf->lse, sp);
+    return (int)hipGetLastError();
+  });
 }
 
 const af_kernel kSplitKvKernels[] = {
     {"split-kv", "split-kv",
      "flash-decoding: num_splits (default 8) KV splits per row into partial (O, LSE) in the workspace, "
      "then a logsumexp combine",
-     AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,
+     kDtypes, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,
      split_kv_workspace, split_kv_check, split_kv_launch, /*features=*/0, /*n_tunables=*/1, kSplitKvTunables},
 };
 

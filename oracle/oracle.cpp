@@ -226,11 +226,12 @@ void fast_row(const RowRef& r, RowWork& w) {
 
 // ---- the per-element fp32 bound (README "bound") ----
 // Fills o_bound / lse_bound for a row whose value path has run.
+// out_eta: the absolute underflow error of storing O (fp8: eta / o_scale; else 0, inside `floor`).
 void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, const OracleOptions& opts,
-               int32_t cd, double* o_bound, double* lse_bound) {
+               int32_t cd, double out_eta, double* o_bound, double* lse_bound) {
   const BoundModel& M = opts.model;
   // Low-precision compute (README "fp16 / bf16 bound"): uc = 0 for fp32 kernels.
-  const LowpBoundModel& H = opts.lowp;
+  const LowpBoundModel& H = is_fp8(cd) ? opts.lowp_fp8 : opts.lowp;
   const double uc = cd == AF_DTYPE_F32 ? 0 : unit_roundoff(cd), eta = cd == AF_DTYPE_F32 ? 0 : underflow_error(cd);
   const int64_t n = r.last - r.first;
   int64_t nf = 0;
@@ -275,7 +276,15 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
   }
   const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0) + uc * H.c_acc;
   // Flushed weights and products; in c, every weight may lose up to eta absolutely (fp16 subnormal p).
-  const double floor = 2 * kFltMin * static_cast<double>(nf + 2) * (1 + hf.vmax) + 2 * eta * (nf + 2) * (1 + hf.vmax);
+  // fp8 (README "fp8 bound"): only a weight whose p_j = exp(s_j - m_run) >= exp(s_j - m) = w_j L can fall
+  // below the format's smallest normal loses up to eta absolutely; count those instead of every key.
+  double nsmall = static_cast<double>(nf + 2);
+  if (is_fp8(cd)) {
+    nsmall = 2;
+    for (int64_t j = 0; j < n; ++j)
+      if (!w.nonfinite[j] && w.w[j] * w.L < 2 * dtype_min_normal(cd)) nsmall += 1;
+  }
+  const double floor = 2 * kFltMin * static_cast<double>(nf + 2) * (1 + hf.vmax) + 2 * eta * nsmall * (1 + hf.vmax) + out_eta;
   const double sf = opts.safety_factor;
   // Common-mode weight error (weights that do not sum to 1: split-KV logsumexp combine, LSE-domain
   // normalisation) acts on |O| itself, plus the fp32 rounding of the output.
@@ -318,7 +327,8 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     if (S.cd == AF_DTYPE_F32)
       reference_fp32_row(p, S.q, S.k, S.v, b, h, s, &R.base_o[oi], &R.base_lse[li]);
     else
-      reference_lowp_row(p, S.q, S.k, S.v, b, h, s, S.cd, LowpStyle::kMath, &R.base_o[oi], &R.base_lse[li]);
+      reference_lowp_row(p, S.q, S.k, S.v, b, h, s, S.cd, is_fp8(S.cd) ? LowpStyle::kFlash : LowpStyle::kMath,
+                         &R.base_o[oi], &R.base_lse[li]);
   }
   auto fill = [&](double ov, double lv, RowKind kind) {
     info.kind = kind;
@@ -422,6 +432,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
       info.contract_value = big;
     }
   }
+  const double out_eta = is_fp8(S.cd) ? underflow_error(S.cd) / std::fabs(static_cast<double>(p.o_scale)) : 0;
   const bool mp_first = opts.force_multiprecision;
   if (mp_first) {
     R.mp_bits_used = oracle_detail::mp_row(r, w, opts.mp_bits, opts.mp_backend);
@@ -431,7 +442,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     info.path = RowPath::kFast;
   }
   double* ob = &R.o_bound[oi];
-  bound_row(r, w, hf, qsum, opts, S.cd, ob, &R.lse_bound[li]);
+  bound_row(r, w, hf, qsum, opts, S.cd, out_eta, ob, &R.lse_bound[li]);
   if (!mp_first) {
     // Self-check: certified when the fast path's own error is negligible against the bound (and, with
     // certify_values, against the value itself).
@@ -447,7 +458,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
       info.path = RowPath::kMultiprecision;
       info.fell_back = true;
       ++cnt.fallback;
-      bound_row(r, w, hf, qsum, opts, S.cd, ob, &R.lse_bound[li]);
+      bound_row(r, w, hf, qsum, opts, S.cd, out_eta, ob, &R.lse_bound[li]);
     }
   }
   info.path == RowPath::kFast ? ++cnt.fast : ++cnt.mp;
@@ -456,6 +467,11 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     if (S.cd == AF_DTYPE_F16 && hf.vmax > vrange) {
       info.contract = ContractReason::kValueRange;
       info.contract_value = hf.vmax;
+    }
+    // fp8: the stored output fp8(O * o_scale) must fit the format (|O| <= max |v|).
+    if (is_fp8(S.cd) && hf.vmax * std::fabs(static_cast<double>(p.o_scale)) > dtype_max(S.cd)) {
+      info.contract = ContractReason::kValueRange;
+      info.contract_value = hf.vmax * std::fabs(static_cast<double>(p.o_scale));
     }
     for (int64_t j = r.first; j < r.last && info.contract == ContractReason::kInside; ++j)
       if (hf.vinf[static_cast<size_t>(j)]) {  // README: a visible infinite v is outside the fp32 contract
@@ -545,8 +561,26 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string why = validate(p); !why.empty()) throw std::invalid_argument("oracle: " + why);
   const int32_t cd = opts.compute_dtype < 0 ? p.dtype : opts.compute_dtype;
-  if (cd != AF_DTYPE_F32 && cd != AF_DTYPE_F16 && cd != AF_DTYPE_BF16)
+  if (cd < AF_DTYPE_F32 || cd > AF_DTYPE_FP8_E5M2)
     throw std::invalid_argument("oracle: unknown compute dtype " + std::to_string(cd));
+  if (is_fp8(p.dtype) && (p.q_descale != 1 || p.k_descale != 1 || p.v_descale != 1)) {
+    // fp8 (README "fp8 inputs"): the real inputs are stored * descale, exact in fp32 (validate_descales), so
+    // the exact result of the real inputs is the exact result of the scaled copies.
+    auto scaled = [](const float* x, int64_t n, float f) {
+      std::vector<float> out(x, x + n);
+      for (float& e : out) e *= f;  // exact: <= 4 + 16 significand bits, exponent in range
+      return out;
+    };
+    const std::vector<float> qs = scaled(q, q_elements(p), p.q_descale), ks = scaled(k, k_elements(p), p.k_descale),
+                             vs = scaled(v, v_elements(p), p.v_descale);
+    Problem p1 = p;
+    p1.q_descale = p1.k_descale = p1.v_descale = 1.0f;
+    OracleOptions o1 = opts;
+    o1.compute_dtype = cd;
+    OracleResult R = compute_oracle(p1, qs.data(), ks.data(), vs.data(), o1);
+    R.problem = p;
+    return R;
+  }
   if (opts.mp_bits < 100) throw std::invalid_argument("oracle: mp_bits must be >= 100");
   OracleResult R;
   R.problem = p;

@@ -52,11 +52,14 @@ struct OracleOptions {
   uint64_t sample_seed = 1;           // seed of the random part of the sample
   double safety_factor = 2.0;         // multiplies the first-order bound (README: measurement)
   BoundModel model{};
-  // The precision the kernel computed in (af_dtype): AF_DTYPE_F32, AF_DTYPE_F16 or AF_DTYPE_BF16; -1 =
+  // The precision the kernel computed in (af_dtype): AF_DTYPE_F32, F16, BF16, FP8_E4M3, FP8_E5M2; -1 =
   // the problem's dtype. f16 / bf16 add the LowpBoundModel terms, use the fp16 contract (exact scores
   // and q, k, v within 2^15) for f16, and make the baseline a plain f16 / bf16 reference.
   int32_t compute_dtype = -1;
   LowpBoundModel lowp{};
+  // fp8 compute (README "fp8 bound"): scores in fp32 from the exact stored inputs (no c_in, c_s), P rounded to
+  // the fp8 format before P.V, fp32 accumulation, the output rounded once.
+  LowpBoundModel lowp_fp8{0, 0, 1, 2, 1};
   bool baseline = true;  // also run the plain fp32 reference on the computed rows
 };
 
@@ -113,7 +116,9 @@ struct OracleResult {
 };
 
 // Computes the exact result of DESIGN.md's semantics for p. q, k, v are host fp32 arrays laid out with
-// p's strides, holding the stored input values (f16 / bf16 inputs widened exactly). Throws
+// p's strides, holding the stored input values (f16 / bf16 / fp8 inputs widened exactly). For fp8 the real
+// inputs are stored * q/k/v_descale (exact, see validate_descales) and the result is the real O (not scaled
+// by o_scale). Throws
 // std::invalid_argument when p is malformed (validate(p) non-empty) or the compute dtype is unknown,
 // std::runtime_error when the requested multiprecision backend is not built in.
 OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,

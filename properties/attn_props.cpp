@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   app.add_option("--values", values, "value domain: ieee | finite (no NaN / Inf in cases and perturbations)")
       ->check(CLI::IsMember({"ieee", "finite"}))
       ->capture_default_str();
+  std::string dtype = "f32";
+  app.add_option("--dtype", dtype, "dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Property> props;
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
   o.out = out;
   o.quiet = quiet;
   (void)parse_value_domain(values, o.domain);
+  o.dtype = *parse_dtype(dtype);
   int failures = 0;
   std::map<std::pair<std::string, std::string>, std::string> cell;
   for (const KernelEntry* k : ks)

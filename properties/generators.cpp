@@ -190,6 +190,20 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
 
     c.values.dist = *gen_value_dist(limits.extreme);
     c.values.domain = limits.domain;
+    c.problem.dtype = limits.dtype;
+    if (limits.dtype != AF_DTYPE_F32) {
+      std::vector<ValueDist> stress;
+      if (limits.extreme)
+        for (double m : space::lowp_extreme_magnitudes(limits.dtype)) stress.push_back({Distribution::kExtreme, m});
+      for (double a : space::lowp_uniform_widths(limits.dtype)) stress.push_back({Distribution::kUniform, a});
+      if (!stress.empty() && *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
+        c.values.dist = *element_of(stress);
+      if (limits.dtype == AF_DTYPE_FP8_E4M3 || limits.dtype == AF_DTYPE_FP8_E5M2) {
+        c.problem.q_descale = *element_of(space::fp8_descales());
+        c.problem.k_descale = *element_of(space::fp8_descales());
+        c.problem.v_descale = *element_of(space::fp8_descales());
+      }
+    }
     if (limits.specials && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
       // 1..3 specials; the container shrinks by dropping elements, each element toward nan@q:random*1.
       c.values.specials =

@@ -41,6 +41,8 @@ struct CaseLimits {
   bool specials = true;                    // special values (NaN, Inf, huge, subnormal, -0) may be placed
   bool extreme = true;                     // Distribution::kExtreme magnitudes may be drawn
   ValueDomain domain = ValueDomain::kIeee;  // finite: no NaN / Inf special kinds (case.h ValueDomain)
+  int32_t dtype = AF_DTYPE_F32;  // dtype of every case; not f32: 1 time in 4 the dtype's stress inputs
+                                 // (space::lowp_*); fp8: descales from space::fp8_descales(), o_scale 1
 };
 
 // Size-independent choices that shrink toward their first option (rc::gen::elementOf and weightedOneOf do not
@@ -83,7 +85,8 @@ rc::Gen<SpecialValue> gen_special(ValueDomain domain = ValueDomain::kIeee);
 
 // A whole case within `limits`: shape (B, Hq/Hkv from space::head_configs(), Sq, Sk with Sq != Sk
 // half the time, D, Dv != D sometimes), mask, scale (default fp32(1/sqrt(D)) mostly), value
-// distribution, 0..3 special values (none half the time) and a seed. Always passes validate(Case).
+// distribution, 0..3 special values (none half the time), limits.dtype (with fp8 descales) and a seed.
+// Always passes validate(Case).
 rc::Gen<Case> gen_case(const CaseLimits& limits = {});
 
 }  // namespace props

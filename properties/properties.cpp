@@ -707,6 +707,7 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   const std::string id = property_id(prop, k);
   CaseLimits limits = property_limits(prop, k.kernel);
   limits.domain = o.domain;
+  limits.dtype = o.dtype;
   if (prop == Property::kCausalPrefix && k.kernel.masks != 0 &&
       (k.kernel.masks & ~AF_SUPPORTS_MASK_NONE) == 0) {
     out.passed = true;  // the kernel supports no mask: nothing is hidden from any row

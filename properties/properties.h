@@ -47,6 +47,7 @@ struct PropertyOptions {
                               // <build>/property-failures
   bool quiet = false;         // no report on stderr
   ValueDomain domain = ValueDomain::kIeee;  // generated cases and perturbations (finite: no NaN / Inf)
+  int32_t dtype = AF_DTYPE_F32;             // dtype of generated cases (CaseLimits::dtype)
 };
 
 struct PropertyOutcome {

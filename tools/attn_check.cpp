@@ -32,7 +32,7 @@ struct Options {
   CommonOptions common;
   // the case
   int64_t batch = 1, heads = 1, kv_heads = 0, sq = 7, sk = -1, d = 64, dv = 0;
-  std::string mask = "none", scale, dtype = "f32", dist = "uniform";
+  std::string mask = "none", scale, dist = "uniform", descale;
   std::vector<std::string> specials;
   std::vector<std::string> tunables;  // NAME=VALUE of the one --kernel's declared tunables
   uint64_t seed = 0;
@@ -56,8 +56,36 @@ std::string check_special(const std::string& t) {
   SpecialValue v;
   return parse_special(t, v);
 }
-std::string check_dtype(const std::string& t) {
-  return parse_dtype(t) ? std::string() : "'" + t + "' is not a dtype: f32, f16 or bf16";
+// "Q,K,V[,O]": fp8 descale factors of q, k, v and the output scale (default 1).
+std::string parse_descale(const std::string& t, Problem& p) {
+  float f[4] = {1, 1, 1, 1};
+  size_t pos = 0;
+  int n = 0;
+  for (; n < 4 && pos <= t.size(); ++n) {
+    const size_t comma = t.find(',', pos);
+    const std::string item = t.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      f[n] = std::stof(item, &used);
+      if (used != item.size()) throw std::invalid_argument("trailing text");
+    } catch (const std::exception&) {
+      return "'" + t + "' is not Q,K,V[,O] (fp8 descale factors and output scale)";
+    }
+    if (comma == std::string::npos) {
+      ++n;
+      break;
+    }
+    pos = comma + 1;
+  }
+  if (n < 3) return "'" + t + "' is not Q,K,V[,O] (fp8 descale factors and output scale)";
+  p.q_descale = f[0], p.k_descale = f[1], p.v_descale = f[2], p.o_scale = f[3];
+  return {};
+}
+std::string check_descale(const std::string& t) {
+  Problem p = make_problem(1, 1, 1, 1, 1, 1, 1);
+  p.dtype = AF_DTYPE_FP8_E4M3;
+  if (std::string e = parse_descale(t, p); !e.empty()) return e;
+  return validate_descales(p);
 }
 std::string check_scale(const std::string& t) {
   try {
@@ -108,10 +136,11 @@ void define_options(CLI::App& app, Options& o) {
   npy_shared.push_back(app.add_option("--scale", o.scale, "score scale (default fp32(1/sqrt(D)))")
                            ->group(g)
                            ->check(checked_by(check_scale)));
-  shape.push_back(app.add_option("--dtype", o.dtype, "f32 (f16, bf16 later)")
+  shape.push_back(app.add_option("--descale", o.descale,
+                                 "fp8 only: Q,K,V[,O] = q/k/v_descale (real value = stored * descale) and o_scale "
+                                 "(stored o = fp8(O * o_scale)), default 1,1,1,1")
                       ->group(g)
-                      ->check(checked_by(check_dtype))
-                      ->capture_default_str());
+                      ->check(checked_by(check_descale)));
   shape.push_back(app.add_option("--dist", o.dist,
                                  "uniform[:A] | normal[:SIGMA] | extreme:MAG (scores of magnitude ~MAG)")
                       ->group(g)
@@ -176,10 +205,12 @@ Case case_from_flags(const Options& o) {
   Problem p = make_problem(o.batch, o.heads, o.kv_heads ? o.kv_heads : o.heads, o.sq, o.sk < 0 ? o.sq : o.sk,
                            o.d, o.dv ? o.dv : o.d);
   if (std::string e = parse_mask(o.mask, p); !e.empty()) usage_error(e);
-  if (auto dt = parse_dtype(o.dtype))
-    p.dtype = *dt;
-  else
-    usage_error("unknown --dtype '" + o.dtype + "': use f32");
+  p.dtype = case_dtype(o.common);
+  if (!o.descale.empty()) {
+    if (p.dtype != AF_DTYPE_FP8_E4M3 && p.dtype != AF_DTYPE_FP8_E5M2)
+      usage_error("--descale applies to --dtype fp8-e4m3 or fp8-e5m2 only");
+    if (std::string e = parse_descale(o.descale, p); !e.empty()) usage_error("--descale " + e);
+  }
   if (!o.scale.empty()) {
     try {
       size_t used = 0;
@@ -284,6 +315,8 @@ int main(int argc, char** argv) {
   attn-check --sweep                          # edge shapes x every kernel, cpu emulator when no GPU
   attn-check --kernel 'flash-*' --sq 4096 --d 128 --dist extreme:1e4 --oracle-rows 512
   attn-check --special nan@k:masked --mask causal-tl --sq 33 --sk 33
+  attn-check --dtype f16 --sweep                # every f16 kernel over the f16 edge grid
+  attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-fp8-e4m3 --sq 40
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
@@ -297,6 +330,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     return npy::run_npy_emit(o.npy, case_from_flags(o), cmd);
   }
   Session s = open_session(o.common, "attn-check", argc, argv);
+  if (case_dtype(o.common) < 0) usage_error("--dtype any is for attn-fuzz: name one dtype");
+  if (!o.replay.empty() && app.count("--dtype")) usage_error("--dtype does not apply to --replay (files record it)");
   if (npy::npy_mode(o.npy))
     return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s,
                         o.common);
@@ -317,7 +352,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
   } else if (o.sweep) {
-    for (Case& c : sweep_grid(o.seed, value_domain(o.common)))
+    for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else {
     Case base = case_from_flags(o);

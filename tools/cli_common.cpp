@@ -230,6 +230,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)
       ->check(CLI::IsMember({"ieee", "finite"}))
       ->capture_default_str();
+  app.add_option("--dtype", o.dtype,
+                 "element type of q, k, v, o in generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (fp8: with "
+                 "descale factors); attn-fuzz also any; replay uses the dtype recorded in the file")
+      ->group(r)
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2", "any"}))
+      ->capture_default_str();
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
       ->group(r)
       ->check(non_empty())
@@ -270,6 +276,11 @@ ValueDomain value_domain(const CommonOptions& o) {
   ValueDomain d = ValueDomain::kIeee;
   (void)parse_value_domain(o.values, d);  // checked by the option table
   return d;
+}
+
+int32_t case_dtype(const CommonOptions& o) {
+  if (auto d = parse_dtype(o.dtype)) return *d;
+  return -1;  // "any" (the option table accepts nothing else)
 }
 
 std::string adapter_flag(const CommonOptions& o) {

@@ -36,6 +36,7 @@ struct CommonOptions {
   int64_t oracle_rows = 0;  // 0 = every row; else a sampled budget
   int mp_bits = 128;
   std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
+  std::string dtype = "f32";    // dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (attn-fuzz: | any)
   bool quiet = false;
   bool no_reports = false;
   // failure classification (check/classify.h)
@@ -52,6 +53,8 @@ struct CommonOptions {
 void add_common_options(CLI::App& app, CommonOptions& o);
 // The --values domain (add_common_options accepts only ieee and finite).
 ValueDomain value_domain(const CommonOptions& o);
+// The --dtype of generated cases (af_dtype), or -1 for "any".
+int32_t case_dtype(const CommonOptions& o);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
 // allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").

@@ -9,6 +9,37 @@
 namespace attnfuzz::detect {
 
 namespace {
+// The exact factor between the stored q.k and the score: scale (times q_descale * k_descale for fp8).
+double score_factor(const Problem& p) {
+  const bool fp8 = p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2;
+  return double(p.scale) * (fp8 ? double(p.q_descale) * double(p.k_descale) : 1.0);
+}
+
+// Where a low-precision kernel overflows on this row (issue 13): exp(score) past the format's max without max
+// subtraction, the unscaled q.k past it (cast before the scale), or a jump of the running max past fp32's
+// exp range (a weight taken relative to a max that is not final yet).
+std::string lowp_overflow_text(const Problem& p, double max_abs, double max_dot, double max_jump) {
+  std::string t;
+  if (p.dtype == AF_DTYPE_F32) return t;
+  const char* name = dtype_name(p.dtype);
+  const double fmax = p.dtype == AF_DTYPE_F16         ? 65504.0
+                      : p.dtype == AF_DTYPE_BF16      ? 0x1.fep127
+                      : p.dtype == AF_DTYPE_FP8_E4M3  ? 448.0
+                                                      : 57344.0;
+  const double ln_max = std::log(fmax);
+  if (max_abs > ln_max)
+    t += fmt(" (%s: exp(score) overflows %s past %.4g: stage exp, if taken without max subtraction)", name,
+             name, ln_max);
+  if (max_dot > fmax)
+    t += fmt(" (%s: the unscaled q.k reaches %s > %.6g: stage score, if cast to %s before the scale)", name,
+             num(max_dot).c_str(), fmax, name);
+  if (max_jump > 88.7)
+    t += fmt(" (the running max jumps by %s > 88.7 at a later key: stage weight, exp(s - old max) overflows "
+             "if a weight is taken before the row max is final)",
+             num(max_jump).c_str());
+  return t;
+}
+
 const char* kind_text(RowKind k) {
   switch (k) {
     case RowKind::kNormal:
@@ -62,7 +93,7 @@ Finding nonfinite(Context& c) {
     for (int64_t d = 0; d < p.head_dim; ++d)
       q_bad += !std::isfinite(t.q[static_cast<size_t>(q_index(p, r.b, r.s, r.h, d))]);
     const KeyRange kr = visible_keys(p, r.s);
-    double max_abs = 0;
+    double max_abs = 0, max_dot = 0, max_jump = 0, run_max = -INFINITY;
     for (int64_t j = 0; j < p.seq_k; ++j) {
       bool bad = false;
       double dot = 0;
@@ -75,7 +106,13 @@ Finding nonfinite(Context& c) {
         bad |= !std::isfinite(t.v[static_cast<size_t>(v_index(p, r.b, j, hk, d))]);
       const bool vis = !kr.empty() && j >= kr.first && j < kr.last;
       if (bad) (vis ? vis_bad : masked_bad)++;
-      if (vis && std::isfinite(dot)) max_abs = std::max(max_abs, std::fabs(double(p.scale) * dot));
+      if (vis && std::isfinite(dot)) {
+        const double sj = score_factor(p) * dot;
+        max_abs = std::max(max_abs, std::fabs(sj));
+        max_dot = std::max(max_dot, std::fabs(dot));
+        if (std::isfinite(run_max) && sj > run_max) max_jump = std::max(max_jump, sj - run_max);
+        run_max = std::max(run_max, sj);
+      }
     }
     std::string elem;
     if (d_bad >= 0) {
@@ -97,6 +134,7 @@ Finding nonfinite(Context& c) {
             q_bad ? "has NaN/Inf" : "finite", (long long)vis_bad, (long long)masked_bad,
             num(max_abs).c_str());
     if (max_abs > 88.7) detail += " (extreme: exp(score) overflows fp32 past 88.7 without max subtraction)";
+    detail += lowp_overflow_text(p, max_abs, max_dot, max_jump);
   }
   f.fired = true;
   f.cls = FailureClass::kNonFinite;
@@ -105,6 +143,32 @@ Finding nonfinite(Context& c) {
 }
 
 namespace {
+// Low-precision cases with long rows (issue 13): the same kernel on the first Sk/4 and Sk/2 keys. An error that
+// grows with Sk points at a sum kept in half precision (row sum l, output accumulator) that drifts.
+std::string sk_growth_text(Context& c) {
+  const Problem& p = c.problem();
+  if (p.dtype == AF_DTYPE_F32 || p.seq_k < 64) return {};
+  std::vector<std::pair<int64_t, double>> pts;
+  for (int64_t div : {4, 2}) {
+    Problem q = p;
+    q.seq_k = p.seq_k / div;  // the same strides: the first keys of every sequence, values unchanged
+    if (!validate(q).empty() || !unsupported_reason(c.k.kernel, q).empty()) return {};
+    ++c.stats.launches;
+    const LaunchOutcome out = launch_guarded(c.dev, c.k, q, c.tensors(), c.opts);
+    if (out.launch.status != LaunchStatus::kOk) return {};
+    const CheckResult r = judge(q, c.oracle(q, c.tensors()), out);
+    pts.push_back({q.seq_k, r.max_ratio});
+  }
+  pts.push_back({p.seq_k, c.j.result.max_ratio});
+  std::string t = "; max err/bound at Sk = ";
+  for (size_t i = 0; i < pts.size(); ++i) t += (i ? ", " : "") + fmt("%lld", (long long)pts[i].first);
+  t += ": ";
+  for (size_t i = 0; i < pts.size(); ++i) t += (i ? ", " : "") + num(pts[i].second);
+  if (pts[0].second < pts[1].second && pts[1].second < pts[2].second && pts[2].second > 2 * pts[0].second)
+    t += std::string(" (the error grows with Sk: a sum kept in ") + dtype_name(p.dtype) + " drifts)";
+  return t;
+}
+
 // The precision / wrong evidence: err/bound, failing rows, the worst row's place in the tile grid.
 std::string error_summary(Context& c) {
   const CheckResult& r = c.j.result;
@@ -134,6 +198,7 @@ std::string error_summary(Context& c) {
     const KeyRange kr = visible_keys(c.problem(), s);
     detail += fmt(", %lld visible keys", (long long)(kr.empty() ? 0 : kr.last - kr.first));
   }
+  detail += sk_growth_text(c);
   return detail;
 }
 }  // namespace

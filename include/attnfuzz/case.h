@@ -45,14 +45,17 @@ enum class Distribution {
              // the RMS of the scores s = scale * q.k over random q, k is param (= MAG), so a row's
              // largest |s| is typically 2-3 x MAG. MAG = 30 already overflows exp(s) without max
              // subtraction in ~1/3 of rows; MAG = 100 makes every row do.
+  kVBias,    // q, k uniform in [-param, param], v uniform in [0, param]: O keeps a non-zero mean at any Sk, so
+             // errors of sums that drift with Sk (half-precision row sums / accumulators) stay visible
 };
-const char* distribution_name(Distribution d);  // "uniform", "normal", "extreme"
+const char* distribution_name(Distribution d);  // "uniform", "normal", "extreme", "vbias"
 
 struct ValueDist {
   Distribution kind = Distribution::kUniform;
   double param = 1.0;  // uniform: half-width a > 0; normal: sigma > 0; extreme: MAG > 0
 };
-// "uniform[:A]", "normal[:SIGMA]", "extreme:MAG" (A, SIGMA default 1). Returns an error sentence or empty.
+// "uniform[:A]", "normal[:SIGMA]", "extreme:MAG", "vbias[:A]" (A, SIGMA default 1). Returns an error sentence
+// or empty.
 std::string parse_distribution(const std::string& text, ValueDist& out);
 std::string to_string(const ValueDist& d);  // "uniform:1", "extreme:30" (shortest round-trip form)
 
@@ -92,6 +95,13 @@ struct SpecialValue {
 // Examples: "nan@k:masked", "inf@v:visible*3", "-inf@q:at=0,0,5,3". Returns an error sentence or empty.
 std::string parse_special(const std::string& text, SpecialValue& out);
 std::string to_string(const SpecialValue& s);  // canonical form of the above, e.g. "nan@k:masked*2"
+
+// Low-precision cases (problem.dtype f16 / bf16 / fp8): q, k and v hold the values the device buffers store
+// (the "stored" values; for fp8 the real input is stored * descale), each exactly representable in the dtype
+// and kept here as floats (every such value is an fp32 value). generate() rounds every base value, special
+// value and explicit value to the dtype (oracle/lowp.h to_stored): a special takes the format's own value
+// (huge = +-max of the format, subnormal = a subnormal of the format, inf = +-Inf except in fp8-e4m3, which
+// has no Inf and stores +-448 instead, the saturating conversion's result).
 
 // Which fp values a case may hold in q, k and v (DESIGN.md "Value domains"). ieee: every fp32 value incl.
 // NaN and +-Inf. finite: no NaN / +-Inf (extreme magnitudes, FLT_MAX, subnormals and -0 stay), for kernels
@@ -184,6 +194,18 @@ const std::vector<std::pair<int64_t, int64_t>>& head_configs();
 const std::vector<std::string>& mask_forms();
 // Score magnitudes for Distribution::kExtreme: 1 .. 1e4, including the exp overflow edge (~88).
 const std::vector<double>& extreme_magnitudes();
+// Every dtype of the ABI: f32, f16, bf16, fp8-e4m3, fp8-e5m2.
+const std::vector<int32_t>& dtypes();
+// Inputs that stress a low-precision dtype (issue 13), empty for f32. Extreme score magnitudes that
+// overflow exp(s) in the format without max subtraction (f16 ~11, e4m3 ~6, e5m2 ~11, bf16 ~89), and for
+// f16 scores whose unscaled q.k overflows 65504 while scale * q.k does not (extreme:3000 at D = 64).
+std::vector<double> lowp_extreme_magnitudes(int32_t dtype);
+// Uniform half-widths for the dtype: the format's subnormal range (8 quanta), just above its smallest normal,
+// and near its largest finite value (a quarter of max: products and sums leave the range). Empty for f32.
+std::vector<double> lowp_uniform_widths(int32_t dtype);
+// fp8 descale factors worth trying (exact in the sense of validate_descales): 1, powers of two, and
+// non-powers with a few significand bits (0.375, 3.25, ...).
+const std::vector<float>& fp8_descales();
 const std::vector<SpecialKind>& special_kinds();
 // The kinds allowed under d (for kFinite: subnormal, huge, -0), in special_kinds() order.
 const std::vector<SpecialKind>& special_kinds(ValueDomain d);
@@ -196,7 +218,10 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d);
 // label; each seed is derived from base_seed and the label, so adding a case never changes another.
 // Under ValueDomain::kFinite every case has that domain and each NaN / Inf special-value case is
 // replaced by the same case with huge (+-FLT_MAX) values at the same tensor and placement.
-std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee);
+// With dtype other than f32 every case has that dtype and its label starts with the dtype ("f16-tail-..."),
+// and the grid adds the space::lowp_* inputs of the dtype (and, for fp8, cases with descale factors).
+std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee,
+                             int32_t dtype = AF_DTYPE_F32);
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);

@@ -8,7 +8,17 @@
 #include "attnfuzz/hip_cuda.h"
 #define AF_BACKEND_NAME "nvidia"
 #else
+#include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+#if __has_include(<hip/hip_bf16.h>)
+#include <hip/hip_bf16.h>  // ROCm >= 6: __hip_bfloat16, __bfloat162float, __float2bfloat16
+#else
+#include <hip/hip_bfloat16.h>  // older ROCm (Debian's 5.2): hip_bfloat16 under the newer names
+typedef hip_bfloat16 __hip_bfloat16;
+__host__ __device__ inline float __bfloat162float(__hip_bfloat16 b) { return static_cast<float>(b); }
+__host__ __device__ inline __hip_bfloat16 __float2bfloat16(float f) { return hip_bfloat16::round_to_bfloat16(f); }
+#endif
+#include "attnfuzz/lowp_types.h"
 #define AF_BACKEND_NAME "amd"
 #endif
 

@@ -153,3 +153,22 @@ inline int atomicCAS(int* p, int cmp, int v) {
   return cmp;
 }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// Half types (hip_fp16.h / hip_bf16.h in ROCm, cuda_fp16.h / cuda_bf16.h through hip_cuda.h): software
+// types with the same conversion functions, round to nearest even (attnfuzz/lowp_types.h).
+#include "attnfuzz/lowp_types.h"
+struct __half {
+  uint16_t __x;
+};
+struct __hip_bfloat16 {
+  uint16_t data;
+};
+inline float __half2float(__half h) { return af_minifloat_to_float(h.__x, 5, 10, true); }
+inline __half __float2half_rn(float f) { return __half{(uint16_t)af_float_to_minifloat(f, 5, 10, true, false)}; }
+inline __half __float2half(float f) { return __float2half_rn(f); }
+inline float __bfloat162float(__hip_bfloat16 b) { return af_bits_float((uint32_t)b.data << 16); }
+inline __hip_bfloat16 __float2bfloat16(float f) {
+  const uint32_t u = af_float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __hip_bfloat16{(uint16_t)((u >> 16) | 0x40)};  // quiet NaN
+  return __hip_bfloat16{(uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}

@@ -1,6 +1,8 @@
 // hip_cuda.h - the project's HIP-to-CUDA shim for nvcc (Debian HIP 5.2's nvidia headers break on CUDA 13).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
@@ -46,3 +48,8 @@ typedef cudaDeviceProp hipDeviceProp_t;
 #define __shfl_xor(v, m, ...) __shfl_xor_sync(0xffffffffu, (v), (m), ##__VA_ARGS__)
 #define __shfl_down(v, d, ...) __shfl_down_sync(0xffffffffu, (v), (d), ##__VA_ARGS__)
 #define __shfl_up(v, d, ...) __shfl_up_sync(0xffffffffu, (v), (d), ##__VA_ARGS__)
+
+// HIP's bfloat16 type name (hip_bf16.h) for CUDA's; __half, __half2float, __float2half_rn, __bfloat162float and
+// __float2bfloat16 are the same names in both. fp8: attnfuzz/lowp_types.h.
+typedef __nv_bfloat16 __hip_bfloat16;
+#include "attnfuzz/lowp_types.h"

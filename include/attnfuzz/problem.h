@@ -55,10 +55,17 @@ std::string mask_to_string(const Problem& p);
 // mask_kind/align/window_*; returns an error sentence or empty.
 std::string parse_mask(const std::string& text, Problem& p);
 
+// "f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2". parse_dtype also takes fp32, fp16, float16, bfloat16, e4m3,
+// fp8 (= fp8-e4m3), e5m2.
 const char* dtype_name(int32_t dtype);
 std::optional<int32_t> parse_dtype(const std::string& text);
+// Empty when the descale factors fit the dtype: 1 for every non-fp8 dtype; for fp8, q/k/v_descale in
+// [2^-16, 2^16] with at most 16 significand bits (stored * descale is then exact in fp32) and o_scale a power
+// of two in [2^-16, 2^16] (stored / o_scale exact). Part of validate().
+std::string validate_descales(const Problem& p);
 
-// One line: "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130189 f32".
+// One line: "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130189 f32" (fp8 adds
+// " descale=Q,K,V o_scale=O").
 std::string describe(const Problem& p);
 
 // Element counts of each tensor (spanning the strides) and of the LSE.

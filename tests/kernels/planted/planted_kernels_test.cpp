@@ -42,6 +42,8 @@ struct Spec {
   const char* special = "";  // "" or a parse_special text
   ThreadOrder order = ThreadOrder::kForward;
   uint64_t seed = 1;
+  int32_t dtype = AF_DTYPE_F32;        // issue 13: the low-precision planted kernels
+  float descale[4] = {1, 1, 1, 1};     // fp8: q, k, v descale and o_scale
 };
 
 struct Planted {
@@ -195,6 +197,49 @@ const Planted kPlanted[] = {
      "wrong",
      {1, 4, 2, 33, 33, 32, 32, "causal-br"},
      {1, 4, 1, 33, 33, 32, 32, "causal-br"}},
+    // ---- low precision (issue 13): the correct kernel is online-row in the same dtype (flash-bm16-bn32 for
+    // fp8, which online-row does not take) ----
+    // Scores of magnitude ~30-90: exp(s) > 65504 in fp16. Quiet: uniform:1 (|s| < 2).
+    {"planted-f16-exp-no-max-sub",
+     "planted/lowp",
+     "online-row",
+     "non-finite",
+     {1, 1, 1, 8, 40, 32, 32, "none", "extreme:30", "", kFwd, 1, AF_DTYPE_F16},
+     {1, 1, 1, 8, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_F16}},
+    // 2048 keys with v in [0, 1]: l passes 1024, where fp16 drops weights below 0.5. Quiet: 64 keys.
+    {"planted-f16-sum-half",
+     "planted/lowp",
+     "online-row",
+     "precision",
+     {1, 1, 1, 4, 2048, 32, 32, "none", "vbias:1", "", kFwd, 1, AF_DTYPE_F16},
+     {1, 1, 1, 4, 64, 32, 32, "none", "vbias:1", "", kFwd, 1, AF_DTYPE_F16}},
+    {"planted-f16-acc-half",
+     "planted/lowp",
+     "online-row",
+     "precision",
+     {1, 1, 1, 4, 2048, 32, 32, "none", "vbias:1", "", kFwd, 1, AF_DTYPE_F16},
+     {1, 1, 1, 4, 64, 32, 32, "none", "vbias:1", "", kFwd, 1, AF_DTYPE_F16}},
+    // D = 64, scores ~3000 RMS: the unscaled q.k passes 65504, scale * q.k does not. Quiet: uniform:1.
+    {"planted-f16-scale-after-cast",
+     "planted/lowp",
+     "online-row",
+     "non-finite",
+     {1, 1, 1, 8, 40, 64, 64, "none", "extreme:3000", "", kFwd, 1, AF_DTYPE_F16},
+     {1, 1, 1, 8, 40, 64, 64, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_F16}},
+    // Scores ~300 RMS: the running max jumps by more than 88.7. Quiet: uniform:1.
+    {"planted-bf16-p-early-max",
+     "planted/lowp",
+     "online-row",
+     "rescale",
+     {1, 1, 1, 8, 40, 32, 32, "none", "extreme:300", "", kFwd, 1, AF_DTYPE_BF16},
+     {1, 1, 1, 8, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_BF16}},
+    // q_descale * k_descale = 4: scores 4x too large. Quiet: q_descale * k_descale = 1 (v_descale 4).
+    {"planted-fp8-descale-twice",
+     "planted/lowp",
+     "flash-bm16-bn32",
+     "lse",
+     {1, 2, 1, 16, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_FP8_E4M3, {2, 2, 1, 1}},
+     {1, 2, 1, 16, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_FP8_E4M3, {0.5f, 2, 4, 0.125f}}},
 };
 
 // Loads both plug-ins into the process-wide registry once.
@@ -228,6 +273,8 @@ Device& cpu_device(ThreadOrder order) {
 Case make_spec_case(const Spec& s) {
   Problem p = make_problem(s.b, s.hq, s.hkv, s.sq, s.sk, s.d, s.dv);
   EXPECT_EQ(parse_mask(s.mask, p), "") << s.mask;
+  p.dtype = s.dtype;
+  p.q_descale = s.descale[0], p.k_descale = s.descale[1], p.v_descale = s.descale[2], p.o_scale = s.descale[3];
   Case c = make_case(p, s.seed);
   EXPECT_EQ(parse_distribution(s.values, c.values.dist), "") << s.values;
   if (*s.special) {
@@ -267,7 +314,11 @@ TEST(PlantedPlugin, LoadsAndListsEveryPlantedKernel) {
     EXPECT_EQ(std::string(e.kernel.family).rfind("planted/", 0), 0u) << e.kernel.name;
     ASSERT_NE(e.kernel.description, nullptr) << e.kernel.name;
     EXPECT_NE(std::string(e.kernel.description), "") << e.kernel.name;
-    EXPECT_EQ(e.kernel.dtypes, AF_SUPPORTS_F32) << e.kernel.name;
+    if (std::string(e.kernel.family) == "planted/lowp")  // one low-precision dtype each (issue 13)
+      EXPECT_TRUE(e.kernel.dtypes != AF_SUPPORTS_F32 && (e.kernel.dtypes & (e.kernel.dtypes - 1)) == 0)
+          << e.kernel.name;
+    else
+      EXPECT_EQ(e.kernel.dtypes, AF_SUPPORTS_F32) << e.kernel.name;
     EXPECT_EQ(e.kernel.masks, AF_SUPPORTS_ALL_MASKS) << e.kernel.name;
     EXPECT_EQ(e.kernel.writes_lse, 1) << e.kernel.name;
     listed.insert(e.kernel.name);

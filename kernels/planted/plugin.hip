@@ -9,7 +9,8 @@ namespace {
 using namespace attnfuzz_planted;
 
 constexpr size_t kPlantedCount =
-    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount;
+    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kVarlenBugCount +
+    kPagedDecodeBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -25,6 +26,8 @@ bool gather_planted_kernels() {
   append(online_row_bugs(), kOnlineRowBugCount);
   append(materialized_bugs(), kMaterializedBugCount);
   append(split_kv_bugs(), kSplitKvBugCount);
+  append(varlen_bugs(), kVarlenBugCount);
+  append(paged_decode_bugs(), kPagedDecodeBugCount);
   return at == kPlantedCount;
 }
 

@@ -12,6 +12,8 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "core/sequences.h"
+
 namespace attnfuzz {
 
 // ----------------------------------------------------------------------------------------------- RNG
@@ -320,6 +322,7 @@ constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
 
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
+  if (std::string e = validate_sequences(c); !e.empty()) return e;
   const double a = c.values.dist.param;
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
@@ -345,7 +348,7 @@ std::string validate(const Case& c) {
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
-    if (c.values.domain == ValueDomain::kFinite) {
+    if (c.values.domain == ValueDomain::kFinite && !has_sequences(c.problem)) {  // sequences: on the view
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
         const std::vector<float>& buf = t == Tensor::kQ ? e.q : t == Tensor::kK ? e.k : e.v;
@@ -371,6 +374,7 @@ std::string describe(const Case& c) {
   for (const SpecialValue& s : c.values.specials) t += " special=" + to_string(s);
   t += std::string(" seed=") + seed;
   if (c.explicit_values) t += " explicit";
+  t += describe_sequences(c);
   if (c.values.domain != ValueDomain::kIeee)
     t += std::string(" domain=") + value_domain_name(c.values.domain);
   return t;
@@ -429,6 +433,7 @@ void fill(std::vector<float>& out, const Problem& p, Tensor t, Draw draw) {
 
 Tensors generate(const Case& c) {
   if (std::string e = validate(c); !e.empty()) throw std::invalid_argument(e);
+  if (has_sequences(c.problem)) return detail::generate_sequences(c);
   Tensors out;
   if (c.explicit_values) {
     out.q = c.explicit_values->q;

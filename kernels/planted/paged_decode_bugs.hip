@@ -65,10 +65,10 @@ __device__ inline int64_t planted_key_count(const af_problem& p, const SeqShape&
 template <DecodeBug kBug>
 __device__ inline Splits planted_splits(const af_problem& p, int64_t kv_len) {
   if constexpr (kBug == DecodeBug::kSplitEmptyCombined) {
-    // The batch's split (from its longest sequence) for every sequence, as FlashAttention's num_splits:
-    // by itself correct, wrong with the early exit in the partial dispatch.
-    (void)kv_len;
-    return splits_of(p, p.seq_k);
+    // The batch's split (from its longest sequence) for every sequence with keys, as FlashAttention's
+    // num_splits (a sequence without keys is finished up front: no split, O = 0, LSE = -inf): by itself
+    // correct, wrong with the early exit in the partial dispatch.
+    return kv_len <= 0 ? Splits{0, 0} : splits_of(p, p.seq_k);
   }
   return splits_of(p, kv_len);
 }

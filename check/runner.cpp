@@ -2,6 +2,7 @@
 #include "check/runner.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -9,13 +10,17 @@
 
 #include "check/compare.h"
 #include "check/dtype_codec.h"
+#include "check/sequences.h"
 #include "oracle/lowp.h"
 
 namespace attnfuzz {
 
-PreparedCase::PreparedCase(Case c) : case_(std::move(c)), tensors_(generate(case_)) {}
+PreparedCase::PreparedCase(Case c)
+    : case_(std::move(c)), tensors_(generate(case_)), view_(dense_view(case_.problem, tensors_)) {}
 
 const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
+  if (!oracle_ && has_sequences(case_.problem))
+    oracle_ = sequence_oracle(case_.problem, tensors_, o);
   if (!oracle_)
     oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(), o);
   return *oracle_;
@@ -87,20 +92,48 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   };
   std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison), kb = make("k", t.k.size() * eb, fpoison),
                                  v = make("v", t.v.size() * eb, fpoison);
+  // Sequence layouts: the arrays in guarded buffers, the K/V gaps holding this launch's guard poison.
+  const bool seqs = has_sequences(p);
+  std::unique_ptr<GuardedBuffer> cu_q, cu_k, used_k, table;
+  auto make_ints = [&](const char* name, const std::vector<int32_t>& a) {
+    std::unique_ptr<GuardedBuffer> gb;
+    if (!a.empty()) {
+      gb = make(name, a.size() * 4);
+      gb->upload(a.data());
+    }
+    return gb;
+  };
+  Tensors gapped;
+  if (seqs) {
+    cu_q = make_ints("cu_seqlens_q", t.cu_seqlens_q);
+    cu_k = make_ints("cu_seqlens_k", t.cu_seqlens_k);
+    used_k = make_ints("seqused_k", t.seqused_k);
+    table = make_ints("block_table", t.block_table);
+    gapped.k = t.k;
+    gapped.v = t.v;
+    gapped.cu_seqlens_k = t.cu_seqlens_k;
+    gapped.seqused_k = t.seqused_k;
+    gapped.block_table = t.block_table;
+    fill_outside(p, gapped, poison);
+  }
   std::unique_ptr<GuardedBuffer> o = make("o", static_cast<size_t>(o_elements(p)) * eb, fpoison);
   const bool want_lse = k.kernel.writes_lse != 0;
   std::unique_ptr<GuardedBuffer> lse, ws;
   if (want_lse) lse = make("lse", static_cast<size_t>(lse_elements(p)) * 4);
   const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes);
+  // K/V gaps of a sequence layout hold the fp32 guard poison; in a narrow dtype it is encoded as that format's
+  // NaN (or, for the finite second poison, its nearest value).
+  const std::vector<float>& kin = seqs ? gapped.k : t.k;
+  const std::vector<float>& vin = seqs ? gapped.v : t.v;
   if (p.dtype == AF_DTYPE_F32) {
     q->upload(t.q.data());
-    kb->upload(t.k.data());
-    v->upload(t.v.data());
+    kb->upload(kin.data());
+    v->upload(vin.data());
   } else {
     q->upload(encode_tensor(t.q, p.dtype).data());
-    kb->upload(encode_tensor(t.k, p.dtype).data());
-    v->upload(encode_tensor(t.v, p.dtype).data());
+    kb->upload(encode_tensor(kin, p.dtype).data());
+    v->upload(encode_tensor(vin, p.dtype).data());
   }
   o->fill_payload(format_poison(p.dtype, opts.output_poison));
   if (lse) lse->fill_payload(opts.output_poison);
@@ -112,11 +145,19 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.o = o->data();
   b.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   b.workspace = ws ? ws->data() : nullptr;
+  auto ints = [](const std::unique_ptr<GuardedBuffer>& gb) {
+    return gb ? static_cast<const int32_t*>(gb->data()) : nullptr;
+  };
+  b.cu_seqlens_q = ints(cu_q);
+  b.cu_seqlens_k = ints(cu_k);
+  b.seqused_k = ints(used_k);
+  b.block_table = ints(table);
   out.launch = dev.launch(k.kernel, p, b);
   if (out.launch.status == LaunchStatus::kCrash && out.launch.fault_address) {
     const uint64_t a = out.launch.fault_address;
     const GuardedBuffer* near = nullptr;
-    for (const GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get()})
+    for (const GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(),
+                                    cu_k.get(), used_k.get(), table.get()})
       if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
     if (near && near->distance_to(a) <= (uint64_t{1} << 30)) {  // the cpu device fences 256 MiB each side
       out.fault_buffer = near->name();
@@ -140,17 +181,43 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     out.lse.resize(static_cast<size_t>(lse_elements(p)));
     lse->download(out.lse.data());
   }
-  for (GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get()}) {
+  for (GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
+                            used_k.get(), table.get()}) {
     if (!gb) continue;
     auto hits = gb->check();
     out.canary_words += gb->changed_words();
     out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
   }
-  out.unwritten = count_poison(out.o, opts.output_poison) + count_poison(out.lse, opts.output_poison);
+  const bool clean_guards = out.canary_words == 0;
+  if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
+    int64_t off = 0;
+    uint32_t bits = 0;
+    const int64_t n = output_gap_writes(p, t, out.lse, opts.output_poison, out.seq_gap_write, off, bits);
+    if (n) {
+      out.canaries.insert(out.canaries.begin(), CanaryHit{"lse", off, bits, opts.output_poison});
+      out.canary_words += static_cast<size_t>(n);
+    }
+    std::vector<float> vo, vl;
+    outputs_to_view(p, t, out.o, out.lse, std::bit_cast<float>(opts.output_poison), vo, vl);
+    out.o = std::move(vo);
+    out.lse = std::move(vl);
+    const Problem w = dense_view(p, t);
+    out.unwritten = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t s = 0; s < seq_len_q(p, t, b); ++s)
+        for (int64_t h = 0; h < p.heads_q; ++h) {
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            out.unwritten += std::bit_cast<uint32_t>(out.o[o_index(w, b, s, h, d)]) == opts.output_poison;
+          if (!out.lse.empty())
+            out.unwritten += std::bit_cast<uint32_t>(out.lse[lse_index(w, b, h, s)]) == opts.output_poison;
+        }
+  } else {
+    out.unwritten = count_poison(out.o, opts.output_poison) + count_poison(out.lse, opts.output_poison);
+  }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
-  if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws})
-      if (*gb) pool->give(std::move(*gb), g, (gb == &lse || gb == &ws) ? poison : fpoison);
+  if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table})
+      if (*gb) pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o) ? fpoison : poison);
   return out;
 }
 
@@ -202,9 +269,13 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
     r.evidence.push_back({"launch", lo.launch.message});
     return j;
   }
+  if (lo.canary_words && !lo.seq_gap_write.empty())
+    fail(FailureClass::kOobWrite, std::to_string(lo.canary_words) +
+                                      " output element(s) outside every sequence written; first: " + lo.seq_gap_write);
   if (lo.canary_words) {
     const CanaryHit& h = lo.canaries.front();
-    const int64_t es = h.buffer == "lse" || h.buffer == "workspace" ? 4 : dtype_bytes(p.dtype);
+    const bool narrow = h.buffer == "q" || h.buffer == "k" || h.buffer == "v" || h.buffer == "o";
+    const int64_t es = narrow ? dtype_bytes(p.dtype) : 4;
     const int64_t elem = h.offset >= 0 ? h.offset / es : -((-h.offset + es - 1) / es);
     fail(FailureClass::kOobWrite, std::to_string(lo.canary_words) +
                                       " guard word(s) overwritten; first: buffer " + h.buffer + " element " +
@@ -229,7 +300,7 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   CheckResult cmp;
   CompareOptions co;
   co.worst = opts.worst;
-  j.ratio_map = compare_output(p, exact, lo.o.data(), lo.lse.empty() ? nullptr : lo.lse.data(), cmp, co);
+  j.ratio_map = compare_output(pc.view(), exact, lo.o.data(), lo.lse.empty() ? nullptr : lo.lse.data(), cmp, co);
   r.worst = std::move(cmp.worst);
   r.max_ratio = cmp.max_ratio;
   r.max_abs_err = cmp.max_abs_err;

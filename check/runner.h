@@ -72,12 +72,16 @@ class PreparedCase {
   explicit PreparedCase(Case c);
   const Case& the_case() const { return case_; }
   const Problem& problem() const { return case_.problem; }
+  // Where outputs, the oracle and reports index the case: problem() itself when dense, its dense_view() for a
+  // sequence layout (varlen / KV cache / paged: LaunchOutcome o / lse are then in the view too).
+  const Problem& view() const { return view_; }
   const Tensors& tensors() const { return tensors_; }
   const OracleResult& oracle(const OracleOptions& o);  // computed once
 
  private:
   Case case_;
   Tensors tensors_;
+  Problem view_;
   std::optional<OracleResult> oracle_;
 };
 
@@ -93,10 +97,13 @@ struct LaunchOutcome {
   std::string fault_buffer;
   int64_t fault_offset = 0;
   std::string fault_where;  // "16777216 bytes past the end of buffer o"
+  // Sequence layouts: o / lse above are in the dense view (rows past a sequence hold the output poison);
+  // seq_gap_write names the first output element outside every sequence that the launch wrote (a canary).
+  std::string seq_gap_write;
 };
 
-// Allocates guarded q/k/v/o/lse/workspace, uploads the inputs, poisons the outputs, launches, checks
-// canaries.
+// Allocates guarded q/k/v/o/lse/workspace (and the sequence arrays), uploads the inputs (elements outside
+// every sequence rewritten with the guard poison), poisons the outputs, launches, checks canaries.
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
                              const RunOptions& opts);
 

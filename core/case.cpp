@@ -12,6 +12,7 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "core/sequences.h"
 #include "oracle/lowp.h"
 
 namespace attnfuzz {
@@ -326,6 +327,7 @@ constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
 
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
+  if (std::string e = validate_sequences(c); !e.empty()) return e;
   const double a = c.values.dist.param;
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
@@ -351,7 +353,7 @@ std::string validate(const Case& c) {
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
-    if (c.values.domain == ValueDomain::kFinite) {
+    if (c.values.domain == ValueDomain::kFinite && !has_sequences(c.problem)) {  // sequences: on the view
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
         const std::vector<float>& buf = t == Tensor::kQ ? e.q : t == Tensor::kK ? e.k : e.v;
@@ -377,6 +379,7 @@ std::string describe(const Case& c) {
   for (const SpecialValue& s : c.values.specials) t += " special=" + to_string(s);
   t += std::string(" seed=") + seed;
   if (c.explicit_values) t += " explicit";
+  t += describe_sequences(c);
   if (c.values.domain != ValueDomain::kIeee)
     t += std::string(" domain=") + value_domain_name(c.values.domain);
   return t;
@@ -444,13 +447,19 @@ void fill(std::vector<float>& out, const Problem& p, Tensor t, Draw draw) {
 Tensors generate(const Case& c) {
   if (std::string e = validate(c); !e.empty()) throw std::invalid_argument(e);
   Tensors out;
-  // Low precision: every value becomes the value the dtype stores (case.h; identity for f32).
+  // Low precision: every value becomes the value the dtype stores (case.h; identity for f32; NaN, and so the
+  // gap poison of sequence layouts, passes through).
   auto store = [&](Tensors& t) {
     if (c.problem.dtype == AF_DTYPE_F32) return;
     const bool sat = c.values.domain == ValueDomain::kFinite;
     for (auto* buf : {&t.q, &t.k, &t.v})
       for (float& x : *buf) x = to_stored(x, c.problem.dtype, sat);
   };
+  if (has_sequences(c.problem)) {
+    out = detail::generate_sequences(c);
+    store(out);
+    return out;
+  }
   if (c.explicit_values) {
     out.q = c.explicit_values->q;
     out.k = c.explicit_values->k;

@@ -213,7 +213,13 @@ json problem_to_json(const Problem& p) {
     const int64_t* st = stride_of(copy, i);
     s[kStrideNames[i]] = {st[0], st[1], st[2]};
   }
-  j["strides"] = s;
+  if (!has_sequences(p)) {
+    j["strides"] = s;
+  } else {  // sequence layouts: strides follow from the case's "sequences" (set_sequence_fields)
+    j["q_layout"] = p.q_layout == AF_SEQ_PACKED ? "packed" : "dense";
+    j["kv_layout"] = p.kv_layout == AF_SEQ_PACKED ? "packed" : p.kv_layout == AF_SEQ_PAGED ? "paged" : "dense";
+    if (p.kv_layout == AF_SEQ_PAGED) j["page_size"] = p.page_size;
+  }
   // ABI v2 tunables (values of the kernel's declared knobs; 0 = default): written only when one is set, so
   // files without them (format 1 as before) read back with every tunable at its default.
   if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; }))
@@ -276,7 +282,23 @@ Problem problem_from_json(const json& j) {
       p.tunables[n] = static_cast<int32_t>(t[n].get<int64_t>());
     }
   }
-  if (std::string e = validate(p); !e.empty()) corrupt("problem: " + e);
+  // Sequence layouts: the derived fields come from the case's "sequences"; case_from_json validates.
+  const bool seqs = j.contains("q_layout") || j.contains("kv_layout");
+  if (seqs) {
+    const std::string ql = j.contains("q_layout") ? get_string(j, "q_layout", ctx) : "dense";
+    const std::string kl = j.contains("kv_layout") ? get_string(j, "kv_layout", ctx) : "dense";
+    if (ql != "dense" && ql != "packed") corrupt("problem.q_layout '" + ql + "' is not dense or packed");
+    if (kl != "dense" && kl != "packed" && kl != "paged")
+      corrupt("problem.kv_layout '" + kl + "' is not dense, packed or paged");
+    p.q_layout = ql == "packed" ? AF_SEQ_PACKED : AF_SEQ_DENSE;
+    p.kv_layout = kl == "packed" ? AF_SEQ_PACKED : kl == "paged" ? AF_SEQ_PAGED : AF_SEQ_DENSE;
+    if (j.contains("page_size")) {
+      const int64_t ps = get_int(j, "page_size", ctx);
+      if (ps < 16 || ps > 256) corrupt("problem.page_size is not in 16 .. 256");
+      p.page_size = static_cast<int32_t>(ps);
+    }
+  }
+  if (std::string e = seqs ? std::string() : validate(p); !e.empty()) corrupt("problem: " + e);
   return p;
 }
 
@@ -294,6 +316,17 @@ json case_to_json(const Case& c) {
   values["domain"] = value_domain_name(c.values.domain);
   j["values"] = values;
   j["seed"] = seed_to_hex(c.seed);
+  if (has_sequences(c.problem)) {  // per-sequence lengths and pages (case.h SeqLayout)
+    json q = json::object();
+    if (!c.seqs.q.empty()) q["seqlens_q"] = c.seqs.q;
+    if (!c.seqs.k.empty()) q["seqlens_k"] = c.seqs.k;
+    if (!c.seqs.used.empty()) q["seqused_k"] = c.seqs.used;
+    if (c.problem.kv_layout == AF_SEQ_PAGED) {
+      q["page_order"] = seed_to_hex(c.seqs.page_order);
+      q["spare_pages"] = c.seqs.spare_pages;
+    }
+    j["sequences"] = q;
+  }
   if (c.explicit_values) {
     j["explicit"] = {{"q", floats_to_hex(c.explicit_values->q)},
                      {"k", floats_to_hex(c.explicit_values->k)},
@@ -339,6 +372,30 @@ Case case_from_json(const json& j) {
         c.values.specials.push_back(sv);
       }
     }
+  }
+  if (j.contains("sequences")) {
+    const json& q = j["sequences"];
+    if (!q.is_object()) corrupt("case.sequences is not a JSON object");
+    auto lengths = [&](const char* key, std::vector<int64_t>& out) {
+      if (!q.contains(key)) return;
+      const json& a = q[key];
+      if (!a.is_array()) corrupt(std::string("case.sequences.") + key + " is not an array of lengths");
+      for (const json& x : a) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (int64_t{1} << 30))
+          corrupt(std::string("case.sequences.") + key + " holds an invalid length");
+        out.push_back(x.get<int64_t>());
+      }
+    };
+    lengths("seqlens_q", c.seqs.q);
+    lengths("seqlens_k", c.seqs.k);
+    lengths("seqused_k", c.seqs.used);
+    if (q.contains("page_order")) {
+      const json& o = q["page_order"];
+      if (!o.is_string()) corrupt("case.sequences.page_order is not a hex string");
+      c.seqs.page_order = parse_u64(o.get<std::string>(), "case.sequences.page_order");
+    }
+    if (q.contains("spare_pages")) c.seqs.spare_pages = get_int(q, "spare_pages", "case.sequences");
+    if (std::string e = set_sequence_fields(c); !e.empty()) corrupt("case.sequences: " + e);
   }
   if (j.contains("explicit")) {
     const json& e = j["explicit"];

@@ -107,15 +107,68 @@ std::string strides_text(const int64_t* s) {
 }
 }  // namespace
 
-int64_t q_elements(const Problem& p) { return span(p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim); }
-int64_t k_elements(const Problem& p) { return span(p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim); }
-int64_t v_elements(const Problem& p) { return span(p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v); }
-int64_t o_elements(const Problem& p) { return span(p.o_stride, p.batch, p.seq_q, p.heads_q, p.head_dim_v); }
+// Sequence layouts (ABI v2): packed [total, H, D] (stride[0] unused), paged [num_pages, page_size, H, D].
+int64_t q_elements(const Problem& p) {
+  if (p.q_layout == AF_SEQ_PACKED) return span(p.q_stride, 1, p.total_q, p.heads_q, p.head_dim);
+  return span(p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim);
+}
+int64_t o_elements(const Problem& p) {
+  if (p.q_layout == AF_SEQ_PACKED) return span(p.o_stride, 1, p.total_q, p.heads_q, p.head_dim_v);
+  return span(p.o_stride, p.batch, p.seq_q, p.heads_q, p.head_dim_v);
+}
+namespace {
+int64_t kv_elements(const Problem& p, const int64_t* stride, int64_t dim) {
+  if (p.kv_layout == AF_SEQ_PACKED) return span(stride, 1, p.total_k, p.heads_kv, dim);
+  if (p.kv_layout == AF_SEQ_PAGED) return span(stride, p.num_pages, p.page_size, p.heads_kv, dim);
+  return span(stride, p.batch, p.seq_k, p.heads_kv, dim);
+}
+}  // namespace
+int64_t k_elements(const Problem& p) { return kv_elements(p, p.k_stride, p.head_dim); }
+int64_t v_elements(const Problem& p) { return kv_elements(p, p.v_stride, p.head_dim_v); }
 int64_t lse_elements(const Problem& p) {
   if (p.batch <= 0 || p.heads_q <= 0 || p.seq_q <= 0) return 0;
   return (p.batch - 1) * p.lse_stride[0] + (p.heads_q - 1) * p.lse_stride[1] +
          (p.seq_q - 1) * p.lse_stride[2] + 1;
 }
+
+namespace {
+// The sequence-layout fields (ABI v2) taken alone; the per-sequence lengths are checked with the case
+// (validate_sequences in core/sequences.cpp).
+std::string validate_layout(const Problem& p) {
+  const int64_t lim = kMaxElements;
+  if (p.q_layout != AF_SEQ_DENSE && p.q_layout != AF_SEQ_PACKED)
+    return "q layout " + std::to_string(p.q_layout) + " is unknown (dense or packed)";
+  if (p.kv_layout != AF_SEQ_DENSE && p.kv_layout != AF_SEQ_PACKED && p.kv_layout != AF_SEQ_PAGED)
+    return "kv layout " + std::to_string(p.kv_layout) + " is unknown (dense, packed or paged)";
+  if (p.reserved1 != 0) return "reserved1 must be 0";
+  if (p.q_layout == AF_SEQ_PACKED) {
+    if (p.total_q < p.seq_q || p.total_q > lim) return "total_q = " + std::to_string(p.total_q) + " is invalid";
+  } else if (p.total_q != 0) {
+    return "total_q is set but q is dense";
+  }
+  if (p.kv_layout == AF_SEQ_PACKED) {
+    if (p.total_k < p.seq_k || p.total_k > lim) return "total_k = " + std::to_string(p.total_k) + " is invalid";
+  } else if (p.total_k != 0) {
+    return "total_k is set but K/V are not packed";
+  }
+  if (p.kv_layout == AF_SEQ_PAGED) {
+    if (p.page_size < 16 || p.page_size > 256)
+      return "page size " + std::to_string(p.page_size) + " is invalid: need 16 .. 256";
+    if (p.num_pages < 1 || p.num_pages > lim / p.page_size)
+      return "num_pages = " + std::to_string(p.num_pages) + " is invalid";
+    if (p.max_pages_per_seq < 1 || p.max_pages_per_seq > p.num_pages)
+      return "max_pages_per_seq = " + std::to_string(p.max_pages_per_seq) + " is invalid";
+    if (p.kv_capacity != p.max_pages_per_seq * p.page_size || p.seq_k > p.kv_capacity)
+      return "paged K/V need kv_capacity = max_pages_per_seq * page_size >= seq_k (seqused_k is required)";
+  } else if (p.page_size != 0 || p.num_pages != 0 || p.max_pages_per_seq != 0) {
+    return "page fields are set but K/V are not paged";
+  }
+  if (p.kv_capacity < 0 || p.kv_capacity > lim) return "kv_capacity = " + std::to_string(p.kv_capacity) + " is invalid";
+  if (p.kv_layout == AF_SEQ_DENSE && p.kv_capacity != 0 && p.kv_capacity != p.seq_k)
+    return "a dense KV cache has kv_capacity = sk";
+  return {};
+}
+}  // namespace
 
 std::string validate(const Problem& p) {
   auto bad = [](const char* what, int64_t v, const char* need) {
@@ -133,8 +186,7 @@ std::string validate(const Problem& p) {
   if (p.head_dim_v < 1) return bad("dv", p.head_dim_v, "need >= 1");
   if (!std::isfinite(p.scale)) return "scale is not finite";
   if (p.dtype < AF_DTYPE_F32 || p.dtype > AF_DTYPE_FP8_E5M2) return "dtype " + std::to_string(p.dtype) + " is unknown";
-  if (p.q_layout != AF_SEQ_DENSE || p.kv_layout != AF_SEQ_DENSE)
-    return "packed and paged sequence layouts are in ABI v2 but this tool cannot check them yet";
+  if (std::string e = validate_layout(p); !e.empty()) return e;
   if (std::string e = validate_descales(p); !e.empty()) return e;
   for (int32_t t : p.tunables)
     if (t < 0) return bad("tunable", t, "need >= 0 (0 = the kernel's default)");
@@ -166,7 +218,10 @@ std::string validate(const Problem& p) {
   for (int64_t e : ext)
     if (e < 0 || e > lim) return "the strides span more than " + std::to_string(lim) + " elements";
   // Outputs must be injective (q, k and v may alias: they are only read).
-  if (!injective({{p.o_stride[0], p.batch},
+  if (p.q_layout == AF_SEQ_PACKED) {
+    if (!injective({{p.o_stride[1], p.total_q}, {p.o_stride[2], p.heads_q}, {1, p.head_dim_v}}))
+      return "o strides " + strides_text(p.o_stride) + " overlap: distinct elements of packed o would share memory";
+  } else if (!injective({{p.o_stride[0], p.batch},
                   {p.o_stride[1], p.seq_q},
                   {p.o_stride[2], p.heads_q},
                   {1, p.head_dim_v}}))

@@ -157,6 +157,8 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   if (p.kv_layout == AF_SEQ_PACKED && !(k.features & AF_FEATURE_KV_PACKED))
     return "packed (varlen) k/v not supported";
   if (p.kv_layout == AF_SEQ_PAGED && !(k.features & AF_FEATURE_KV_PAGED)) return "paged k/v not supported";
+  if (p.kv_capacity > 0 && !(k.features & AF_FEATURE_SEQUSED_K))
+    return "a KV cache with seqused_k (used length below capacity) not supported";
   if (k.max_head_dim && p.head_dim > k.max_head_dim)
     return "D = " + std::to_string(p.head_dim) + " exceeds the kernel's max " +
            std::to_string(k.max_head_dim);

@@ -211,6 +211,128 @@ void fit(Problem& p, const FuzzLimits& l) {
   set_contiguous_strides(p);
 }
 
+// ---- sequence layouts (issue 15): an optional trailing section, read only without explicit values ----
+// Layout byte: < 128 dense (so inputs that end early stay dense), else (t - 128) % 5 picks varlen,
+// varlen with seqused_k, kvcache, paged, decode. Lengths: a menu byte (zero, single tokens, tile residues)
+// or kRaw + varint; encode always writes kRaw + varint (exact).
+enum SeqKind { kSeqDense = -1, kSeqVarlen = 0, kSeqVarlenUsed, kSeqKvCache, kSeqPaged, kSeqDecode, kSeqKinds };
+
+const std::vector<int64_t>& length_menu() {
+  static const std::vector<int64_t> m{0, 1, 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 7, 113};
+  return m;
+}
+int64_t read_len(Reader& r, int64_t max) {
+  const uint8_t t = r.u8();
+  const int64_t x = t < kRaw ? length_menu()[t % length_menu().size()]
+                             : static_cast<int64_t>(r.varint() % static_cast<uint64_t>(max + 1));
+  return std::min(x, max);
+}
+void write_len(Writer& w, int64_t x) {
+  w.u8(kRaw);
+  w.varint(static_cast<uint64_t>(x));
+}
+int seq_kind(const Case& c) {
+  const Problem& p = c.problem;
+  if (!has_sequences(p)) return kSeqDense;
+  if (p.kv_layout == AF_SEQ_PAGED) return kSeqPaged;  // decode decodes to a paged case with Sq <= 8
+  if (p.kv_layout == AF_SEQ_PACKED) return c.seqs.used.empty() ? kSeqVarlen : kSeqVarlenUsed;
+  return kSeqKvCache;
+}
+
+// Reads the section into c (whose problem is dense and within the limits); keeps c valid.
+void read_sequences(Reader& r, Case& c, const FuzzLimits& lim) {
+  const uint8_t t = r.u8();
+  if (t < 128) return;
+  const int kind = (t - 128) % kSeqKinds;
+  Problem& p = c.problem;
+  const int64_t B = p.batch, max = lim.max_seq;
+  SeqLayout& s = c.seqs;
+  s = {};
+  auto lens = [&](std::vector<int64_t>& v, int64_t cap) {
+    v.resize(static_cast<size_t>(B));
+    for (auto& x : v) x = read_len(r, cap);
+  };
+  if (kind == kSeqVarlen || kind == kSeqVarlenUsed) {
+    p.q_layout = p.kv_layout = AF_SEQ_PACKED;
+    lens(s.q, max);
+    lens(s.k, max);
+    if (std::all_of(s.q.begin(), s.q.end(), [](int64_t x) { return x == 0; })) s.q[0] = 1;
+    if (kind == kSeqVarlenUsed) {
+      s.used.resize(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) s.used[b] = std::min(read_len(r, max), s.k[b]);
+      if (*std::max_element(s.k.begin(), s.k.end()) == 0) s.k[0] = 1;
+    }
+  } else if (kind == kSeqKvCache) {
+    if (p.seq_k < 1) p.seq_k = 1;
+    lens(s.used, p.seq_k);
+  } else {
+    p.kv_layout = AF_SEQ_PAGED;
+    if (kind == kSeqDecode) p.seq_q = 1 + (p.seq_q - 1) % 8;
+    p.page_size = static_cast<int32_t>(space::page_sizes()[r.u8() % space::page_sizes().size()]);
+    lens(s.used, max);
+    const uint8_t o = r.u8();
+    s.page_order = o < 128 ? 0 : r.u64();
+    s.spare_pages = r.u8() % 4;
+    if (std::all_of(s.used.begin(), s.used.end(), [](int64_t x) { return x == 0; }) && s.spare_pages == 0)
+      s.spare_pages = 1;
+  }
+  // Work budget over the largest lengths: halve them until it fits.
+  for (;;) {
+    Case trial = c;
+    if (!set_sequence_fields(trial).empty() || work(trial.problem) <= lim.max_work) break;
+    for (auto* v : {&s.q, &s.k, &s.used})
+      for (auto& x : *v) x /= 2;
+    if (!s.q.empty() && std::all_of(s.q.begin(), s.q.end(), [](int64_t x) { return x == 0; })) s.q[0] = 1;
+    if (p.kv_layout == AF_SEQ_DENSE) p.seq_k = std::max<int64_t>(1, p.seq_k / 2);
+  }
+  if (!set_sequence_fields(c).empty()) {  // cannot happen for the lengths above; stay dense to stay total
+    p.q_layout = p.kv_layout = AF_SEQ_DENSE;
+    p.page_size = 0;
+    s = {};
+    set_sequence_fields(c);
+    set_contiguous_strides(p);
+  }
+  // Sequence layouts take random and at= special placements only; at= inside the largest lengths.
+  for (SpecialValue& sv : c.values.specials)
+    if (sv.placement != Placement::kRandom && sv.placement != Placement::kAt) sv.placement = Placement::kRandom;
+  std::erase_if(c.values.specials, [&](const SpecialValue& sv) {
+    return sv.placement == Placement::kAt &&
+           (sv.b >= p.batch || sv.s >= (sv.tensor == Tensor::kQ ? p.seq_q : p.seq_k));
+  });
+}
+
+void write_sequences(Writer& w, const Case& c) {
+  const int kind = seq_kind(c);
+  if (kind == kSeqDense) {
+    w.u8(0);
+    return;
+  }
+  const Problem& p = c.problem;
+  const SeqLayout& s = c.seqs;
+  w.u8(static_cast<uint8_t>(128 + kind));
+  auto lens = [&](const std::vector<int64_t>& v) {
+    for (int64_t b = 0; b < p.batch; ++b) write_len(w, b < static_cast<int64_t>(v.size()) ? v[b] : 0);
+  };
+  if (kind == kSeqVarlen || kind == kSeqVarlenUsed) {
+    lens(s.q);
+    lens(s.k);
+    if (kind == kSeqVarlenUsed) lens(s.used);
+  } else if (kind == kSeqKvCache) {
+    lens(s.used);
+  } else {
+    const auto& ps = space::page_sizes();
+    w.u8(static_cast<uint8_t>(std::find(ps.begin(), ps.end(), p.page_size) - ps.begin()));
+    lens(s.used);
+    if (s.page_order) {
+      w.u8(128);
+      w.u64(s.page_order);
+    } else {
+      w.u8(0);
+    }
+    w.u8(static_cast<uint8_t>(s.spare_pages));
+  }
+}
+
 }  // namespace
 
 FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
@@ -328,6 +450,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     if (static_cast<int64_t>(e.q.size() + e.k.size() + e.v.size()) <= lim.max_explicit)
       c.explicit_values = std::move(e);
   }
+  if (!c.explicit_values) read_sequences(r, c, lim);
   return in;
 }
 
@@ -376,7 +499,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
     const auto& om = o_scale_menu();
     w.u8(static_cast<uint8_t>(std::find(om.begin(), om.end(), p.o_scale) - om.begin()));
   }
-  if (contiguous(p)) {
+  if (contiguous(p) || has_sequences(p)) {  // sequence layouts: strides follow from the lengths
     w.u8(0);
   } else {
     w.u8(208);
@@ -412,6 +535,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       for (float x : *vec) w.u32(float_bits(x));
   } else {
     w.u8(0);
+    write_sequences(w, c);
   }
   return std::move(w.out);
 }
@@ -437,7 +561,10 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
   if (work(p) > l.max_work) return "work above the fuzz budget";
   if (p.mask_kind == AF_MASK_WINDOW && (p.window_left > 2 * l.max_seq || p.window_right > 2 * l.max_seq))
     return "window side above the fuzz limit";
-  if (!contiguous(p) && !strides_ok(p)) return "strides overlap or pad too much";
+  if (!has_sequences(p) && !contiguous(p) && !strides_ok(p)) return "strides overlap or pad too much";
+  if (has_sequences(p) && c.explicit_values) return "explicit values of a sequence layout are not encoded";
+  if (p.kv_layout == AF_SEQ_PAGED && (!c.seqs.k.empty() || c.seqs.spare_pages > 3))
+    return "paged slots beyond the used lengths / more than 3 spare pages are not encoded";
   if (static_cast<int64_t>(c.values.specials.size()) > l.max_specials) return "too many special values";
   for (const SpecialValue& s : c.values.specials)
     if (s.count < 1 || s.count > l.max_special_count) return "special count outside 1 .. max_special_count";
@@ -474,7 +601,8 @@ int64_t near_vector(Rng& rng, int64_t max_d) {
 Case reshape(const Case& c, Problem np) {
   Case n = c;
   n.problem = np;
-  if (!c.explicit_values) return n;
+  if (has_sequences(np) || has_sequences(c.problem)) n.explicit_values.reset();  // not encoded with a layout
+  if (!n.explicit_values) return n;
   const Problem& p = c.problem;
   ExplicitValues e;
   e.q.assign(static_cast<size_t>(q_elements(np)), 0.f);
@@ -562,6 +690,75 @@ SpecialValue random_special(Rng& rng, const Problem& p) {
   return s;
 }
 
+// One structured change of a case's sequence layout: switch to a layout with a length list of the case space,
+// change one length (zero, one, a tile residue, one long), the page size, order or spare pages, or go dense.
+void mutate_sequences(Case& c, Rng& rng, const FuzzLimits& lim) {
+  Problem& p = c.problem;
+  SeqLayout& s = c.seqs;
+  const bool seqs = has_sequences(p);
+  const uint64_t what = seqs ? rng.below(4) : 0;
+  c.explicit_values.reset();  // explicit values of a sequence layout are not encoded
+  if (what == 0) {  // a layout with a list from the case space
+    const auto lists = space::seq_length_lists(lim.max_seq);
+    std::vector<int64_t> l = lists[rng.below(lists.size())];
+    if (static_cast<int64_t>(l.size()) > lim.max_batch) l.resize(static_cast<size_t>(lim.max_batch));
+    p.batch = static_cast<int64_t>(l.size());
+    s = {};
+    p.q_layout = p.kv_layout = AF_SEQ_DENSE;
+    p.page_size = 0;
+    p.kv_capacity = 0;
+    switch (rng.below(4)) {
+      case 0:
+        p.q_layout = p.kv_layout = AF_SEQ_PACKED;
+        s.q = l;
+        s.k = l;
+        if (rng.below(2)) std::reverse(s.k.begin(), s.k.end());
+        break;
+      case 1:
+        p.seq_k = std::max<int64_t>(1, *std::max_element(l.begin(), l.end()));
+        s.used = l;
+        p.kv_capacity = p.seq_k;
+        break;
+      default:
+        p.kv_layout = AF_SEQ_PAGED;
+        p.page_size = static_cast<int32_t>(pick(rng, space::page_sizes()));
+        s.used = l;
+        if (rng.below(2)) p.seq_q = 1 + static_cast<int64_t>(rng.below(8));  // decode
+        s.page_order = rng.below(2) ? rng.next() : 0;
+        s.spare_pages = static_cast<int64_t>(rng.below(3));
+    }
+    return;
+  }
+  if (what == 1) {  // one length
+    std::vector<int64_t>* lists[] = {&s.q, &s.k, &s.used};
+    std::vector<int64_t>& v = *lists[rng.below(3)];
+    if (v.empty()) return;
+    int64_t& x = v[rng.below(v.size())];
+    const int64_t t = pick(rng, space::tile_sizes());
+    const int64_t cand[] = {0, 1, t - 1, t, t + 1, x + 1, std::max<int64_t>(0, x - 1), lim.max_seq};
+    x = std::clamp<int64_t>(cand[rng.below(8)], 0, lim.max_seq);
+    if (&v == &s.k && !s.used.empty()) {  // keep used <= slots
+      for (size_t b = 0; b < s.used.size() && b < s.k.size(); ++b) s.used[b] = std::min(s.used[b], s.k[b]);
+    } else if (&v == &s.used && !s.k.empty()) {
+      for (size_t b = 0; b < s.used.size() && b < s.k.size(); ++b) s.k[b] = std::max(s.used[b], s.k[b]);
+    }
+    return;
+  }
+  if (what == 2 && p.kv_layout == AF_SEQ_PAGED) {  // pages
+    p.page_size = static_cast<int32_t>(pick(rng, space::page_sizes()));
+    s.page_order = rng.below(3) ? rng.next() : 0;
+    s.spare_pages = static_cast<int64_t>(rng.below(4));
+    return;
+  }
+  // back to dense
+  s = {};
+  p.q_layout = p.kv_layout = AF_SEQ_DENSE;
+  p.page_size = 0;
+  p.kv_capacity = 0;
+  p.total_q = p.total_k = p.num_pages = p.max_pages_per_seq = 0;
+  set_contiguous_strides(p);
+}
+
 void set_window_side(Rng& rng, const Problem& p, int64_t& side) {
   const int64_t t = pick(rng, space::tile_sizes());
   const int64_t cand[] = {AF_UNBOUNDED, 0, 1, t - 1, t, t + 1, std::abs(p.seq_k - p.seq_q), 3};
@@ -600,9 +797,15 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
     int64_t b = p.batch, hq = p.heads_q, hkv = p.heads_kv, sq = p.seq_q, sk = p.seq_k, d = p.head_dim,
             dv = p.head_dim_v;
     bool reshape_needed = false;
-    uint64_t op = rng.below(lim_.dtype == AF_DTYPE_F32 ? 14 : 15);
-    if (lim_.dtype == AF_DTYPE_F32 && op == 13) op = 14;  // f32: the draws of before issue 13 (no dtype step)
+    // Steps 0-12 and 14 are those of before issue 13; 13 changes the dtype (not under a fixed f32 campaign,
+    // whose draws stay as before); 15 changes the sequence layout (issue 15).
+    uint64_t op = rng.below(lim_.dtype == AF_DTYPE_F32 ? 15 : 16);
+    if (lim_.dtype == AF_DTYPE_F32 && op == 13) op = 15;
     switch (op) {
+      case 15:  // sequence layouts (issue 15): a layout, a length, the pages
+        mutate_sequences(c, rng, lim_);
+        p = c.problem;
+        break;
       case 0:  // Sq near a tile boundary, +-1, decode
         switch (rng.below(4)) {
           case 0:
@@ -809,6 +1012,11 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
     if (reshape_needed) {
       if (hq % hkv) hkv = 1;
       Problem np = reshaped(p, b, hq, hkv, sq, sk, d, dv);
+      // A sequence layout survives a reshape (the codec resizes the length lists to the new batch).
+      np.q_layout = p.q_layout;
+      np.kv_layout = p.kv_layout;
+      np.page_size = p.page_size;
+      np.kv_capacity = p.kv_capacity;
       fit(np, lim_);
       c = reshape(c, np);
     } else {
@@ -836,7 +1044,19 @@ FuzzInput CaseDomain::cross_over(const FuzzInput& a, const FuzzInput& b, Rng& rn
       c.problem.window_left = op.window_left;
       c.problem.window_right = op.window_right;
       break;
-    default: {  // the other's sequence lengths
+    default: {  // the other's sequence lengths (its per-sequence layout when it has one)
+      if (has_sequences(op) && rng.below(2)) {
+        c.problem.batch = op.batch;
+        c.problem.q_layout = op.q_layout;
+        c.problem.kv_layout = op.kv_layout;
+        c.problem.page_size = op.page_size;
+        c.problem.kv_capacity = op.kv_capacity;
+        c.problem.seq_q = op.seq_q;
+        c.problem.seq_k = op.seq_k;
+        c.seqs = other.the_case.seqs;
+        c.explicit_values.reset();
+        break;
+      }
       Problem np = reshaped(c.problem, c.problem.batch, c.problem.heads_q, c.problem.heads_kv, op.seq_q,
                             op.seq_k, c.problem.head_dim, c.problem.head_dim_v);
       fit(np, lim_);
@@ -866,16 +1086,57 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
   };
   const int64_t B = p.batch, Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seq_q, Sk = p.seq_k, D = p.head_dim,
                 Dv = p.head_dim_v;
-  shape(1, Hq, Hk, Sq, Sk, D, Dv);
-  shape(1 == B ? B : B - 1, Hq, Hk, Sq, Sk, D, Dv);
-  shape(B, 1, 1, Sq, Sk, D, Dv);
-  shape(B, Hk, Hk, Sq, Sk, D, Dv);
-  shape(B, Hq / Hk, 1, Sq, Sk, D, Dv);
-  for (int64_t sq : {int64_t{1}, Sq / 2, Sq - 1}) shape(B, Hq, Hk, sq, Sk, D, Dv);
-  for (int64_t sk : {int64_t{1}, Sk / 2, Sk - 1, Sq}) shape(B, Hq, Hk, Sq, sk, D, Dv);
-  for (int64_t sq : {Sq / 2, Sq - 1}) shape(B, Hq, Hk, sq, std::min(Sk, sq), D, Dv);  // both shrink together
-  for (int64_t d : {int64_t{1}, D / 2, D - 1}) shape(B, Hq, Hk, Sq, Sk, d, Dv == D ? d : Dv);
-  for (int64_t dv : {int64_t{1}, Dv / 2, Dv - 1, D}) shape(B, Hq, Hk, Sq, Sk, D, dv);
+  if (has_sequences(p)) {  // sequence layouts: fewer sequences, shorter ones, plainer pages, heads and dims
+    auto seq = [&](auto change) {
+      Case n = c;
+      change(n);
+      if (set_sequence_fields(n).empty() && attnfuzz::validate(n).empty() && !(n.seqs == c.seqs && n.problem.batch == B))
+        out.push_back(std::move(n));
+    };
+    for (int64_t drop = B - 1; drop >= 0 && B > 1; --drop)
+      seq([&](Case& n) {
+        for (auto* v : {&n.seqs.q, &n.seqs.k, &n.seqs.used})
+          if (!v->empty()) v->erase(v->begin() + drop);
+        n.problem.batch = B - 1;
+      });
+    for (int div : {2, 0})
+      for (auto member : {&SeqLayout::q, &SeqLayout::k, &SeqLayout::used})
+        seq([&](Case& n) {
+          for (int64_t& x : n.seqs.*member) x = div ? x / div : std::min<int64_t>(x, 1);
+          if (member == &SeqLayout::k)
+            for (size_t b = 0; b < n.seqs.used.size() && b < n.seqs.k.size(); ++b)
+              n.seqs.used[b] = std::min(n.seqs.used[b], n.seqs.k[b]);
+        });
+    seq([&](Case& n) { n.seqs.page_order = 0; });
+    seq([&](Case& n) { n.seqs.spare_pages = 0; });
+    for (auto [hq, hk] : {std::pair{int64_t{1}, int64_t{1}}, std::pair{Hk, Hk}})
+      if (hq < Hq)
+        seq([&](Case& n) {
+          n.problem.heads_q = hq;
+          n.problem.heads_kv = hk;
+          fix_specials(n);
+        });
+    for (int64_t d : {int64_t{1}, D / 2})
+      if (d >= 1 && d < D)
+        seq([&](Case& n) {
+          n.problem.head_dim = d;
+          if (Dv == D) n.problem.head_dim_v = d;
+          n.problem.scale = float_bits(p.scale) == float_bits(default_scale(D)) ? default_scale(d) : p.scale;
+          fix_specials(n);
+        });
+  }
+  if (!has_sequences(p)) {  // dense reshapes (they would drop a sequence layout)
+    shape(1, Hq, Hk, Sq, Sk, D, Dv);
+    shape(1 == B ? B : B - 1, Hq, Hk, Sq, Sk, D, Dv);
+    shape(B, 1, 1, Sq, Sk, D, Dv);
+    shape(B, Hk, Hk, Sq, Sk, D, Dv);
+    shape(B, Hq / Hk, 1, Sq, Sk, D, Dv);
+    for (int64_t sq : {int64_t{1}, Sq / 2, Sq - 1}) shape(B, Hq, Hk, sq, Sk, D, Dv);
+    for (int64_t sk : {int64_t{1}, Sk / 2, Sk - 1, Sq}) shape(B, Hq, Hk, Sq, sk, D, Dv);
+    for (int64_t sq : {Sq / 2, Sq - 1}) shape(B, Hq, Hk, sq, std::min(Sk, sq), D, Dv);  // both shrink together
+    for (int64_t d : {int64_t{1}, D / 2, D - 1}) shape(B, Hq, Hk, Sq, Sk, d, Dv == D ? d : Dv);
+    for (int64_t dv : {int64_t{1}, Dv / 2, Dv - 1, D}) shape(B, Hq, Hk, Sq, Sk, D, dv);
+  }
   // Specials: remove each, then smaller counts (with explicit values they are provenance only).
   const size_t n_specials = c.explicit_values ? 0 : c.values.specials.size();
   for (size_t i = 0; i < n_specials; ++i) {
@@ -971,6 +1232,7 @@ std::string CaseDomain::print(const FuzzInput& in) const {
 }
 
 Case materialize(const Case& c) {
+  if (has_sequences(c.problem)) return c;  // explicit values of a sequence layout are not encoded
   if (c.explicit_values) return c;
   Case n = c;
   Tensors t = generate(c);

@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
+
+#include "check/sequences.h"
 
 namespace attnfuzz::fuzz {
 
@@ -31,7 +35,10 @@ enum Base : uint16_t {
   kCrossDistLogit = 444,    // dist 3 x logit 11 = 33
   kDtype = 488,              // dtype 5 (kCrossDistLogit spans 4 dists x 11 since vbias)
   kCrossDtypeVerdict = 493,  // dtype 5 x pass / fail / other 3 = 15
-  kEnd = 508,
+  kSeq = 508,  // sequence layouts: layout 6, k lengths mod 16 / 32 classes 10, q lengths mod 16 5, zero-length,
+               // single-token, one long among short, page size 5, shuffled, spare pages, partial last page,
+               // used < slots, decode = 34
+  kEnd = 542,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -82,7 +89,67 @@ int ratio_bucket(double r) {
   return 11;
 }
 
+namespace {
+
+// The features of a dense case (case_features without the sequence view).
+CaseFeatures dense_case_features(const Case& c, const Tensors& t);
+
+// Sequence-layout features (issue 15): which layout, per-sequence length residues and edge lists, pages.
+void sequence_features(const Case& c, const Tensors& t, const std::function<void(int)>& add) {
+  const Problem& p = c.problem;
+  const std::string l = layout_name(p);
+  static const char* kLayouts[] = {"varlen", "varlen-q", "varlen-k", "kvcache", "paged"};
+  int li = 5;
+  for (int i = 0; i < 5; ++i)
+    if (l.rfind(kLayouts[i], 0) == 0) li = i;
+  add(kSeq + li);
+  std::vector<int64_t> kl, ql;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    kl.push_back(seq_len_k(p, t, b));
+    ql.push_back(seq_len_q(p, t, b));
+  }
+  for (int64_t x : kl) {
+    add(kSeq + 6 + tail_class(x, 16));
+    add(kSeq + 11 + tail_class(x, 32));
+  }
+  for (int64_t x : ql) add(kSeq + 16 + tail_class(x, 16));
+  auto any = [](const std::vector<int64_t>& v, auto pred) { return std::any_of(v.begin(), v.end(), pred); };
+  if (any(kl, [](int64_t x) { return x == 0; }) || any(ql, [](int64_t x) { return x == 0; })) add(kSeq + 21);
+  if (any(kl, [](int64_t x) { return x == 1; }) || any(ql, [](int64_t x) { return x == 1; })) add(kSeq + 22);
+  std::vector<int64_t> sorted = kl;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.size() > 1 && sorted.back() > 4 * std::max<int64_t>(1, sorted[sorted.size() / 2 - (sorted.size() % 2 == 0)]))
+    add(kSeq + 23);
+  if (p.kv_layout == AF_SEQ_PAGED) {
+    add(kSeq + 24 + std::min(4, log2_bucket(p.page_size / 16, 5) - 1));
+    if (c.seqs.page_order) add(kSeq + 29);
+    if (c.seqs.spare_pages) add(kSeq + 30);
+    if (any(kl, [&](int64_t x) { return x % p.page_size != 0; })) add(kSeq + 31);
+    if (p.seq_q <= 8 && p.q_layout == AF_SEQ_DENSE) add(kSeq + 33);
+  }
+  for (int64_t b = 0; b < p.batch; ++b)
+    if (seq_len_k(p, t, b) < seq_slots_k(p, t, b)) {
+      add(kSeq + 32);
+      break;
+    }
+}
+
+}  // namespace
+
 CaseFeatures case_features(const Case& c, const Tensors& t) {
+  if (has_sequences(c.problem)) {  // the dense view's features, plus the layout's own
+    Case v = c;
+    v.problem = dense_view(c.problem, t);
+    v.seqs = {};
+    CaseFeatures f = case_features(v, sequence_view_tensors(c.problem, t));
+    sequence_features(c, t, [&](int id) { f.ids.push_back(static_cast<uint16_t>(id)); });
+    return f;
+  }
+  return dense_case_features(c, t);
+}
+
+namespace {
+CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
   CaseFeatures f;
   const Problem& p = c.problem;
   auto add = [&](int id) { f.ids.push_back(static_cast<uint16_t>(id)); };
@@ -188,6 +255,8 @@ CaseFeatures case_features(const Case& c, const Tensors& t) {
   add(kDtype + f.dtype);
   return f;
 }
+
+}  // namespace
 
 std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult& r) {
   std::vector<uint16_t> ids = cf.ids;

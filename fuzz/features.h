@@ -19,7 +19,7 @@
 namespace attnfuzz::fuzz {
 
 inline constexpr size_t kKernelSlots = 32;         // kernels beyond this share slots (index mod 32)
-inline constexpr size_t kFeaturesPerKernel = 512;  // feature ids are < this
+inline constexpr size_t kFeaturesPerKernel = 1024;  // feature ids are < this
 inline constexpr size_t kCounterBytes = kKernelSlots * kFeaturesPerKernel;
 
 // Features of the case alone (computed once per input from the problem and the generated values).

@@ -56,18 +56,92 @@ struct KeySpan {
   int64_t first, last;
 };
 
-// visible(i, j) <=> j - (i + off) in [-left, right], off = 0 (top-left) or Sk - Sq (bottom-right);
+// visible(i, j) <=> j - (i + off) in [-left, right], off = 0 (top-left) or sk - sq (bottom-right);
 // causal = (left unbounded, right 0); none = everything. Mirrors attnfuzz::visible_keys (core/problem.cpp).
-__host__ __device__ inline KeySpan row_keys(const af_problem& p, int64_t i) {
-  if (p.mask_kind == AF_MASK_NONE) return {0, p.seq_k};
-  const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+// sq, sk: the lengths of the sequence row i belongs to (a varlen batch aligns its mask per sequence).
+__host__ __device__ inline KeySpan row_keys_in(const af_problem& p, int64_t sq, int64_t sk, int64_t i) {
+  if (p.mask_kind == AF_MASK_NONE) return {0, sk};
+  const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? sk - sq : 0;
   const int64_t c = i + off;  // the key on the diagonal
   const int64_t left = p.mask_kind == AF_MASK_WINDOW ? p.window_left : AF_UNBOUNDED;
   const int64_t right = p.mask_kind == AF_MASK_CAUSAL ? 0 : p.window_right;
   const int64_t first = left == AF_UNBOUNDED ? 0 : max64(0, c - left);
-  int64_t last = right == AF_UNBOUNDED ? p.seq_k : min64(p.seq_k, c + right + 1);
+  int64_t last = right == AF_UNBOUNDED ? sk : min64(sk, c + right + 1);
   if (last < first) last = first;
   return {first, last};
+}
+// The dense problem: every sequence has seq_q queries and seq_k keys.
+__host__ __device__ inline KeySpan row_keys(const af_problem& p, int64_t i) {
+  return row_keys_in(p, p.seq_q, p.seq_k, i);
+}
+
+// ---- varlen / KV cache / paged KV (ABI v2; DESIGN.md "Varlen, KV cache, paged KV") ---------------------
+//
+// Sequence b has Sq_b queries (cu_seqlens_q[b + 1] - cu_seqlens_q[b] when q is packed, else seq_q) and Sk_b
+// keys: seqused_k[b] when given (a KV cache used below its capacity), else the packed length
+// cu_seqlens_k[b + 1] - cu_seqlens_k[b], kv_capacity when paged, seq_k when dense. O follows q's layout;
+// LSE stays [B, Hq, seq_q] (seq_q = the largest Sq_b) and only its first Sq_b rows of sequence b are written.
+
+// The index arrays of a launch (af_buffers' v2 pointers), passed to kernels by value.
+struct SeqIndex {
+  const int32_t* cu_q;         // [B + 1] when q is packed
+  const int32_t* cu_k;         // [B + 1] when k / v are packed
+  const int32_t* used_k;       // [B] or NULL
+  const int32_t* block_table;  // [B, max_pages_per_seq] when k / v are paged
+};
+inline SeqIndex seq_index(const af_buffers& b) {
+  return {b.cu_seqlens_q, b.cu_seqlens_k, b.seqused_k, b.block_table};
+}
+
+// Sequence b: its lengths and the packed row of its token 0 (0 for a dense layout).
+struct SeqShape {
+  int64_t b, sq, sk, q_first, k_first;
+};
+__host__ __device__ inline SeqShape seq_shape(const af_problem& p, const SeqIndex& x, int64_t b) {
+  SeqShape s{b, p.seq_q, p.seq_k, 0, 0};
+  if (p.q_layout == AF_SEQ_PACKED) {
+    s.q_first = x.cu_q[b];
+    s.sq = x.cu_q[b + 1] - s.q_first;
+  }
+  if (p.kv_layout == AF_SEQ_PACKED) {
+    s.k_first = x.cu_k[b];
+    s.sk = x.cu_k[b + 1] - s.k_first;
+  } else if (p.kv_layout == AF_SEQ_PAGED) {
+    s.sk = p.kv_capacity;
+  }
+  if (x.used_k) s.sk = x.used_k[b];
+  return s;
+}
+// Visible keys of row i of sequence s (per-sequence mask alignment).
+__host__ __device__ inline KeySpan seq_row_keys(const af_problem& p, const SeqShape& s, int64_t i) {
+  return row_keys_in(p, s.sq, s.sk, i);
+}
+
+// Element offsets of token t of sequence s, head h. Packed: row q_first + t (stride[0] unused).
+__host__ __device__ inline int64_t seq_q_row(const af_problem& p, const SeqShape& s, int64_t t, int64_t h) {
+  return (p.q_layout == AF_SEQ_PACKED ? 0 : s.b * p.q_stride[0]) + (s.q_first + t) * p.q_stride[1] +
+         h * p.q_stride[2];
+}
+__host__ __device__ inline int64_t seq_o_row(const af_problem& p, const SeqShape& s, int64_t t, int64_t h) {
+  return (p.q_layout == AF_SEQ_PACKED ? 0 : s.b * p.o_stride[0]) + (s.q_first + t) * p.o_stride[1] +
+         h * p.o_stride[2];
+}
+// K / V: paged layouts find key t in pool page block_table[b, t / page_size], slot t % page_size.
+__host__ __device__ inline int64_t seq_kv_row(const af_problem& p, const int64_t* stride, const SeqIndex& x,
+                                              const SeqShape& s, int64_t t, int64_t hk) {
+  if (p.kv_layout == AF_SEQ_PAGED) {
+    const int64_t page = x.block_table[s.b * p.max_pages_per_seq + t / p.page_size];
+    return page * stride[0] + (t % p.page_size) * stride[1] + hk * stride[2];
+  }
+  return (p.kv_layout == AF_SEQ_PACKED ? 0 : s.b * stride[0]) + (s.k_first + t) * stride[1] + hk * stride[2];
+}
+__host__ __device__ inline int64_t seq_k_row(const af_problem& p, const SeqIndex& x, const SeqShape& s, int64_t t,
+                                             int64_t hk) {
+  return seq_kv_row(p, p.k_stride, x, s, t, hk);
+}
+__host__ __device__ inline int64_t seq_v_row(const af_problem& p, const SeqIndex& x, const SeqShape& s, int64_t t,
+                                             int64_t hk) {
+  return seq_kv_row(p, p.v_stride, x, s, t, hk);
 }
 
 // ---- online softmax, IEEE-consistent (DESIGN.md "Non-finite inputs") ------------------------------------

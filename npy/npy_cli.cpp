@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "npy/external.h"
+#include "npy/sequences.h"
 
 namespace fs = std::filesystem;
 
@@ -138,6 +139,13 @@ int run_npy(const NpyOptions& o, const SharedCaseFlags& f, Session& s, const Com
 
     Runner runner(s, common);
     std::error_code ec;
+    if (!o.dir.empty() && is_sequence_dir(o.dir)) {  // a varlen / KV-cache / paged case (npy/sequences.h)
+      Case c;
+      Judged j = judge_sequence_dir(o.dir, oo, s.run.worst, c);
+      runner.begin(1);
+      runner.record(c, std::move(j), "attn-check --npy " + quote(o.dir));
+      return runner.finish();
+    }
     if (!o.dir.empty() && fs::exists(fs::path(o.dir) / kManifestName, ec)) {
       auto results = evaluate_manifest(o.dir, ov, oo, s.run.worst);
       runner.begin(static_cast<int64_t>(results.size()));
@@ -183,6 +191,19 @@ int run_npy_emit(const NpyOptions& o, const Case& c, const std::string& command_
       auto d = parse_compute_dtype(o.compute_dtype);
       if (!d) return input_error("--compute-dtype must be fp32, fp16 or bf16, not '" + o.compute_dtype + "'");
       cd = *d;
+    }
+    if (has_sequences(c.problem)) {  // varlen / KV cache / paged: the layout's tensors and int32 arrays
+      if (!o.layout.empty() || !o.compute_dtype.empty() || o.bf16_raw)
+        return input_error("--npy-emit of a sequence layout writes float32 tensors in their layout: no --layout, "
+                           "--compute-dtype or --bf16-raw");
+      emit_sequence_case(c, o.emit, command_line);
+      std::printf("wrote %s to %s: q.npy k.npy v.npy, the int32 arrays and case.json
+next: write o.npy (and "
+                  "optionally lse.npy) into it, then run
+  attn-check --npy %s
+",
+                  describe(c).c_str(), o.emit.c_str(), quote(o.emit).c_str());
+      return 0;
     }
     const auto names = emit_variants(c, cd, l, o.bf16_raw, o.emit, command_line);
     std::printf("wrote %zu variant(s) of %s to %s: ", names.size(), describe(c).c_str(), o.emit.c_str());

@@ -218,5 +218,98 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
   });
 }
 
+rc::Gen<std::vector<int64_t>> gen_seq_lengths(int64_t max, int64_t max_n) {
+  return rc::gen::exec([max, max_n]() {
+    const int how = *weighted_one_of<int>({{2, rc::gen::just(0)}, {2, rc::gen::just(1)}, {1, rc::gen::just(2)}});
+    const int64_t n = *in_range(1, std::max<int64_t>(1, max_n));
+    std::vector<int64_t> v;
+    if (how == 0) {  // from the case space's lists
+      const auto lists = space::seq_length_lists(max);
+      if (!lists.empty()) v = *element_of(lists);
+      if (static_cast<int64_t>(v.size()) > max_n) v.resize(static_cast<size_t>(max_n));
+    } else if (how == 1) {  // each length: zero, one, a tile residue, any
+      std::vector<int64_t> edges{1, 0};
+      for (int64_t t : space::tile_sizes())
+        for (int64_t x : {t - 1, t, t + 1})
+          if (x <= max) edges.push_back(x);
+      for (int64_t i = 0; i < n; ++i)
+        v.push_back(*weighted_one_of<int64_t>({{3, element_of(edges)}, {1, in_range(0, max)}}));
+    } else {  // one long among short ones
+      const int64_t long_at = *in_range(0, n - 1);
+      for (int64_t i = 0; i < n; ++i) v.push_back(i == long_at ? *in_range(std::min<int64_t>(max, 64), max) : *in_range(0, 3));
+    }
+    if (v.empty()) v.push_back(1);
+    return v;
+  });
+}
+
+rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features) {
+  return rc::gen::exec([limits, features]() {
+    std::vector<int> kinds;  // 0 varlen, 1 varlen + seqused, 2 kvcache, 3 paged, 4 decode
+    const bool used = features & AF_FEATURE_SEQUSED_K;
+    if ((features & AF_FEATURE_Q_PACKED) && (features & AF_FEATURE_KV_PACKED)) kinds.push_back(0);
+    if ((features & AF_FEATURE_Q_PACKED) && (features & AF_FEATURE_KV_PACKED) && used) kinds.push_back(1);
+    if (used) kinds.push_back(2);
+    if ((features & AF_FEATURE_KV_PAGED) && used) kinds.push_back(3), kinds.push_back(4);
+    if (kinds.empty()) throw rc::GenerationFailure("the kernel declares no sequence layout");
+    const int kind = *element_of(kinds);
+    std::vector<std::pair<int64_t, int64_t>> heads;
+    for (auto hc : space::head_configs())
+      if (hc.first <= limits.max_bh) heads.push_back(hc);
+    if (heads.empty()) heads.push_back({1, 1});
+    const auto [hq, hkv] = *element_of(heads);
+    const int64_t max = std::min<int64_t>(limits.max_seq, 130);
+    std::vector<int64_t> lens = *gen_seq_lengths(max, 4);
+    const int64_t B = static_cast<int64_t>(lens.size());
+    const int64_t d = *gen_head_dim(limits.dv_eq_d ? std::min(limits.max_d, limits.max_dv) : limits.max_d);
+    const int64_t dv = std::min(d, limits.max_dv);
+    Case c;
+    c.problem = make_problem(B, hq, hkv, 1, 1, d, dv);
+    const std::string mask = *gen_mask(limits);
+    if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+    Problem& p = c.problem;
+    SeqLayout& s = c.seqs;
+    if (kind <= 1) {
+      p.q_layout = p.kv_layout = AF_SEQ_PACKED;
+      s.q = lens;
+      if (*std::max_element(s.q.begin(), s.q.end()) == 0) s.q[0] = 1;
+      s.k = *weighted_one_of<std::vector<int64_t>>({{1, rc::gen::just(s.q)}, {1, rc::gen::container<std::vector<int64_t>>(static_cast<size_t>(B), in_range(0, max))}});
+      if (kind == 1) {
+        for (int64_t& x : s.k) x = std::max<int64_t>(x, 1);
+        for (int64_t x : s.k) s.used.push_back(*in_range(0, x));
+      }
+    } else {
+      p.seq_q = kind == 4 ? *in_range(1, 8) : *gen_seq_len(1, std::min<int64_t>(max, 40));
+      s.used = lens;
+      if (kind == 2) {
+        p.seq_k = *std::max_element(lens.begin(), lens.end()) + *element_of(std::vector<int64_t>{0, 1, 16});
+        p.seq_k = std::max<int64_t>(p.seq_k, 1);
+      } else {
+        p.kv_layout = AF_SEQ_PAGED;
+        p.page_size = static_cast<int32_t>(*element_of(space::page_sizes()));
+        s.page_order = *weighted_one_of<uint64_t>({{1, rc::gen::just<uint64_t>(0)}, {2, rc::gen::map(in_range(1, 1 << 30), [](int64_t x) { return static_cast<uint64_t>(x); })}});
+        s.spare_pages = *in_range(0, 2);
+        if (*weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
+          s.k = lens;
+          for (int64_t& x : s.k) x += p.page_size;  // a reserved page past the used length
+        }
+        if (std::all_of(lens.begin(), lens.end(), [](int64_t x) { return x == 0; }) && s.spare_pages == 0)
+          s.spare_pages = 1;
+      }
+    }
+    if (std::string e = set_sequence_fields(c); !e.empty()) throw std::logic_error("gen_sequence_case: " + e);
+    c.values.dist = *gen_value_dist(limits.extreme);
+    c.values.domain = limits.domain;
+    if (limits.specials && *weighted_one_of<bool>({{2, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
+      SpecialValue sv = *gen_special(limits.domain);
+      sv.placement = Placement::kRandom;
+      c.values.specials.push_back(sv);
+    }
+    c.seed = *rc::gen::map(in_range(0, (int64_t{1} << 32) - 1), [](int64_t x) { return static_cast<uint64_t>(x); });
+    if (std::string e = validate(c); !e.empty()) throw std::logic_error("gen_sequence_case made an invalid case: " + e);
+    return c;
+  });
+}
+
 }  // namespace props
 }  // namespace attnfuzz

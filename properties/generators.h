@@ -89,5 +89,17 @@ rc::Gen<SpecialValue> gen_special(ValueDomain domain = ValueDomain::kIeee);
 // Always passes validate(Case).
 rc::Gen<Case> gen_case(const CaseLimits& limits = {});
 
+// Per-sequence length lists (issue 15): a list of space::seq_length_lists(), or n lengths each drawn from
+// zero, one, tile residues (t - 1, t, t + 1 for t in 16/32/64/128) and any length, or one long sequence among
+// short ones. Every length <= max. Shrinks toward {1}.
+rc::Gen<std::vector<int64_t>> gen_seq_lengths(int64_t max, int64_t max_n = 4);
+
+// A sequence-layout case within `limits` for a kernel declaring `features` (AF_FEATURE_*): varlen (packed q
+// and K/V, cross lengths, with or without seqused_k), a KV cache (dense K/V, used below capacity), paged
+// (page size 16..256, shuffled tables, spare pages, reserved slots) or decode (1..8 query tokens) - whichever
+// the features allow; heads, dims and mask as gen_case; random-placement specials. Always passes validate.
+// Throws rc::GenerationFailure when the features allow no layout.
+rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features);
+
 }  // namespace props
 }  // namespace attnfuzz

@@ -20,6 +20,7 @@
 #include "attnfuzz/device.h"
 #include "attnfuzz/problem.h"
 #include "check/runner.h"
+#include "check/sequences.h"
 #include "oracle/oracle.h"
 
 #ifndef ATTNFUZZ_PROPERTY_DEFAULT_OUT
@@ -60,6 +61,9 @@ const PropertyInfo kInfo[] = {
      "than bound(batched) + bound(single) in any O or LSE element"},
     {Property::kDeterminism, "determinism",
      "forward, reverse and shuffled emulator thread orders give bit-identical O and LSE"},
+    {Property::kPacking, "packing",
+     "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
+     "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
 };
 
 const PropertyInfo& info(Property p) {
@@ -625,6 +629,60 @@ void prop_determinism(const KernelEntry& k, const Case& c) {
 
 }  // namespace
 
+// Packing (issue 15): sequence b of a sequence-layout batch, run alone as a batch of one in the same layout
+// with the same values, gives the same rows.
+void prop_packing(const KernelEntry& k, const Case& c, bool strict) {
+  const Problem& p = c.problem;
+  if (!has_sequences(p) || !supported(k, p)) return;
+  Device& dev = *devices().forward;
+  auto run_seq = [&](const Case& x) {  // outputs and oracle in the dense view
+    Run r;
+    r.t = generate(x);
+    r.out = launch_guarded(dev, k, x.problem, r.t, devices().run);
+    if (r.out.launch.status == LaunchStatus::kOk) r.exact = sequence_oracle(x.problem, r.t, devices().run.oracle);
+    return r;
+  };
+  const Run ra = run_seq(c);
+  require_launched(ra, "batch", {{"batch", c}});
+  const Problem wa = dense_view(p, ra.t);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t sq = seq_len_q(p, ra.t, b), sk = seq_len_k(p, ra.t, b);
+    if (sq == 0) continue;
+    Case one = c;
+    one.problem.batch = 1;
+    one.values.specials.clear();
+    one.explicit_values.reset();
+    for (auto* v : {&one.seqs.q, &one.seqs.k, &one.seqs.used})
+      if (!v->empty()) *v = {(*v)[static_cast<size_t>(b)]};
+    if (!set_sequence_fields(one).empty()) continue;
+    Tensors ot = generate(one);  // the layout and its arrays; the values are sequence b's
+    const Problem& po = one.problem;
+    for (int64_t s = 0; s < sq; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d) ot.q[q_offset(po, ot, 0, s, h, d)] = ra.t.q[q_offset(p, ra.t, b, s, h, d)];
+    for (int64_t s = 0; s < sk; ++s)
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        for (int64_t d = 0; d < p.head_dim; ++d) ot.k[k_offset(po, ot, 0, s, h, d)] = ra.t.k[k_offset(p, ra.t, b, s, h, d)];
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          ot.v[v_offset(po, ot, 0, s, h, d)] = ra.t.v[v_offset(p, ra.t, b, s, h, d)];
+      }
+    one = with_values(one, ot.q, ot.k, ot.v, "packing-sequence-" + std::to_string(b));
+    if (!supported(k, po)) continue;
+    const std::vector<std::pair<std::string, Case>> cases{{"batch", c}, {"alone", one}};
+    const Run rb = run_seq(one);
+    require_launched(rb, "alone", cases);
+    std::vector<RowPair> rows;
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < sq; ++s) rows.push_back({b, h, s, 0, h, s});
+    std::string why;
+    if (!relate(wa, ra, dense_view(po, rb.t), rb, rows, strict, true, why)) {
+      why = "batch vs sequence " + std::to_string(b) + " alone: " + why;
+      record(why, cases);
+      RC_FAIL(why);
+    }
+  }
+}
+
 void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
   switch (p) {
     case Property::kOracle:
@@ -641,6 +699,8 @@ void check_property(Property p, const KernelEntry& k, const Case& c, bool strict
       return prop_batch_head(k, c, strict);
     case Property::kDeterminism:
       return prop_determinism(k, c);
+    case Property::kPacking:
+      return prop_packing(k, c, strict);
   }
 }
 
@@ -713,7 +773,13 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
     out.passed = true;  // the kernel supports no mask: nothing is hidden from any row
     return out;
   }
-  const rc::Gen<Case> gen = gen_case(limits);
+  const uint32_t f = k.kernel.features;
+  const bool layouts = ((f & AF_FEATURE_Q_PACKED) && (f & AF_FEATURE_KV_PACKED)) || (f & AF_FEATURE_SEQUSED_K);
+  if (prop == Property::kPacking && !layouts) {
+    out.passed = true;  // the kernel takes dense batches only: nothing is packed
+    return out;
+  }
+  const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);
   const bool strict = o.strict;
   auto body = [prop, &k, gen, strict]() {
     const Case c = *gen;

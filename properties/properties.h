@@ -26,6 +26,7 @@ enum class Property {
   kRowIndependence,  // changing other query rows (to anything) keeps a row's O, LSE
   kBatchHead,        // a batched multi-head run equals one single-head run per (b, h)
   kDeterminism,      // forward, reverse and shuffled emulator thread orders give the same bits
+  kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

@@ -42,6 +42,7 @@ struct Options {
   std::vector<std::string> replay;
   bool list = false;
   npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
+  SequenceOptions seqs;  // --seq-layout, --seqlens-q, ... (tools/cli_common.h)
 };
 
 std::string check_mask(const std::string& t) {
@@ -157,6 +158,8 @@ void define_options(CLI::App& app, Options& o) {
                                  "(repeatable; recorded in saved cases)")
                       ->group(g)
                       ->check(non_empty()));
+  for (CLI::Option* x : add_sequence_options(app, o.seqs, "Sequences (varlen, KV cache, paged KV)"))
+    shape.push_back(x);
   auto* seed = app.add_option("--seed", o.seed, "value seed")->group(g)->check(u64())->capture_default_str();
   shape.push_back(app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")
                       ->group(g)
@@ -221,6 +224,7 @@ Case case_from_flags(const Options& o) {
     }
   }
   Case c = make_case(p, o.seed);
+  if (std::string e = apply_sequence_options(o.seqs, c); !e.empty()) usage_error(e);
   c.values.domain = value_domain(o.common);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
@@ -319,6 +323,9 @@ int main(int argc, char** argv) {
   attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-fp8-e4m3 --sq 40
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
+  attn-check --seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --heads 4 --kv-heads 2
+  attn-check --seq-layout paged --sq 1 --seqused-k 33,1,200 --page-size 16 --page-order 7 --spare-pages 2
+  attn-check --seq-layout varlen --sweep          # also kvcache, paged, decode
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
 2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
@@ -351,6 +358,11 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
+  } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
+    for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
+      c.values.domain = value_domain(o.common);
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    }
   } else if (o.sweep) {
     for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});

@@ -283,6 +283,102 @@ int32_t case_dtype(const CommonOptions& o) {
   return -1;  // "any" (the option table accepts nothing else)
 }
 
+std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o, const char* group) {
+  using namespace cli;
+  const std::string lengths = "comma-separated lengths, one per sequence (batch = their count)";
+  auto list = CLI::Validator(
+      [](std::string& in) -> std::string {
+        if (in.empty() || in.find_first_not_of("0123456789,") != std::string::npos || in.front() == ',' ||
+            in.back() == ',' || in.find(",,") != std::string::npos)
+          return "'" + in + "' is not a comma-separated list of lengths >= 0 (e.g. 3,0,17)";
+        return {};
+      },
+      "N[,N...]");
+  app.add_option("--seq-layout", o.layout,
+                 "sequence layout: dense | varlen (packed q and K/V, cu_seqlens) | varlen-q | varlen-k | kvcache "
+                 "(dense K/V with seqused-k) | paged (paged K/V, seqused-k) | decode (paged, 1..8 query tokens); "
+                 "with --sweep: that layout's sweep")
+      ->group(group)
+      ->check(one_of({"dense", "varlen", "varlen-q", "varlen-k", "kvcache", "paged", "decode"}));
+  std::vector<CLI::Option*> v;
+  v.push_back(app.add_option("--seqlens-q", o.seqlens_q, "query tokens per sequence (packed q): " + lengths)
+                  ->group(group)
+                  ->check(list));
+  v.push_back(app.add_option("--seqlens-k", o.seqlens_k,
+                             "key slots per sequence (packed K/V: cu_seqlens_k differences; paged: pages reserved, "
+                             "default = seqused-k): " + lengths)
+                  ->group(group)
+                  ->check(list));
+  v.push_back(app.add_option("--seqused-k", o.seqused_k,
+                             "keys in use per sequence (KV cache; <= its slots, or <= --sk for kvcache): " + lengths)
+                  ->group(group)
+                  ->check(list));
+  v.push_back(app.add_option("--page-size", o.page_size, "tokens per page of paged K/V")
+                  ->group(group)
+                  ->check(int_range(16, 256))
+                  ->capture_default_str());
+  v.push_back(app.add_option("--page-order", o.page_order, "paged: 0 = pool pages in order, else a shuffle seed")
+                  ->group(group)
+                  ->check(u64())
+                  ->capture_default_str());
+  v.push_back(app.add_option("--spare-pages", o.spare_pages, "paged: unreferenced (poisoned) pool pages")
+                  ->group(group)
+                  ->check(int_range(0, 1 << 20))
+                  ->capture_default_str());
+  return v;
+}
+
+std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
+  auto parse = [](const std::string& text, std::vector<int64_t>& out) {
+    out.clear();
+    size_t start = 0;
+    while (start <= text.size() && !text.empty()) {
+      const size_t comma = text.find(',', start);
+      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item.empty() || item.size() > 9) return false;
+      out.push_back(std::stoll(item));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return true;
+  };
+  const std::string L = o.layout.empty() ? "dense" : o.layout;
+  SeqLayout& s = c.seqs;
+  s = {};
+  if (!parse(o.seqlens_q, s.q) || !parse(o.seqlens_k, s.k) || !parse(o.seqused_k, s.used))
+    return "a length list is malformed or holds a length above 10^9";
+  Problem& p = c.problem;
+  const bool any = !s.q.empty() || !s.k.empty() || !s.used.empty();
+  if (L == "dense") {
+    if (any) return "--seqlens-q / --seqlens-k / --seqused-k need --seq-layout (varlen, kvcache, paged, ...)";
+    return {};
+  }
+  p.q_layout = (L == "varlen" || L == "varlen-q" || !s.q.empty()) ? AF_SEQ_PACKED : AF_SEQ_DENSE;
+  p.kv_layout = (L == "varlen" || L == "varlen-k") ? AF_SEQ_PACKED
+                : (L == "paged" || L == "decode") ? AF_SEQ_PAGED
+                                                  : AF_SEQ_DENSE;
+  if (p.kv_layout == AF_SEQ_PACKED && s.k.empty()) {
+    if (s.q.empty()) return "--seq-layout " + L + " needs --seqlens-k";
+    s.k = s.q;  // self-attention: each sequence's keys are its queries
+  }
+  if (p.q_layout == AF_SEQ_PACKED && s.q.empty()) return "--seq-layout " + L + " needs --seqlens-q";
+  if ((L == "kvcache" || p.kv_layout == AF_SEQ_PAGED) && s.used.empty())
+    return "--seq-layout " + L + " needs --seqused-k (the keys in use of every sequence)";
+  if (p.kv_layout == AF_SEQ_PAGED) {
+    p.page_size = static_cast<int32_t>(o.page_size);
+    s.page_order = o.page_order;
+    s.spare_pages = o.spare_pages;
+  } else if (o.page_order || o.spare_pages) {
+    return "--page-order and --spare-pages apply to --seq-layout paged or decode";
+  }
+  if (L == "decode" && (p.q_layout != AF_SEQ_DENSE || p.seq_q < 1 || p.seq_q > 8))
+    return "--seq-layout decode takes a dense q of 1..8 query tokens per sequence (--sq 1..8)";
+  const std::vector<int64_t>* first = !s.q.empty() ? &s.q : !s.used.empty() ? &s.used : &s.k;
+  p.batch = static_cast<int64_t>(first->size());
+  if (std::string e = set_sequence_fields(c); !e.empty()) return e;
+  return {};
+}
+
 std::string adapter_flag(const CommonOptions& o) {
   return o.adapter.empty() ? std::string() : " --adapter " + shell_quote(o.adapter);
 }

@@ -73,6 +73,22 @@ CLI::Validator checked_by(std::string (*parse)(const std::string&));  // parse r
 int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool);
 }  // namespace cli
 
+// Sequence-layout options (varlen / KV cache / paged KV / decode; README "Varlen, KV cache, paged KV"), one
+// table for every tool that builds a case from flags.
+struct SequenceOptions {
+  std::string layout;  // "" (dense) | dense | varlen | varlen-q | varlen-k | kvcache | paged | decode
+  std::string seqlens_q, seqlens_k, seqused_k;  // comma-separated per-sequence lengths
+  int64_t page_size = 16;
+  uint64_t page_order = 0;  // 0: pages in order; else the seed of the pool's shuffle
+  int64_t spare_pages = 0;
+};
+// Adds --seq-layout, --seqlens-q, --seqlens-k, --seqused-k, --page-size, --page-order, --spare-pages to group
+// `group`; returns the per-case options (all but --seq-layout, which also selects a layout sweep).
+std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o, const char* group);
+// Applies them to a dense case built from the shape flags (batch = the number of listed lengths; for kvcache
+// --sk is the capacity). Returns an error sentence or empty; the case is validated by the caller.
+std::string apply_sequence_options(const SequenceOptions& o, Case& c);
+
 // " --adapter 'CMD'" when o names one (replay commands), else empty.
 std::string adapter_flag(const CommonOptions& o);
 

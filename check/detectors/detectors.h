@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,13 @@ struct Context {
   ClassifyStats& stats;
   std::string case_file;  // written on first use by subprocess detectors
   bool deterministic = false;  // bitwise reruns already matched the checked launch (reruns detector)
+  std::optional<Tensors> view_t;  // sequence layouts: q / k / v in the dense view (view_tensors())
 
-  const Problem& problem() const { return pc.problem(); }
+  // The problem outputs are indexed by (the dense view for a sequence layout); launches use pc.problem().
+  const Problem& problem() const { return pc.view(); }
   const Tensors& tensors() const { return pc.tensors(); }
+  // The inputs indexed like problem(): tensors() when dense, the dense view's q / k / v for a sequence layout.
+  const Tensors& view_tensors();
   const LaunchOutcome& original() const { return j.outcome; }
   // A guarded launch of the kernel on t (same problem), counted.
   LaunchOutcome launch(const Tensors& t, const RunOptions& o);
@@ -120,6 +125,7 @@ VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Probl
 // ---- detectors, in precedence order ----
 Finding reruns(Context& c);             // reruns.cpp: bitwise reruns with the same settings
 Finding poison_swap(Context& c);        // poison.cpp: oob-read
+Finding sequence_isolation(Context& c); // sequences.cpp: oob-read across a varlen / paged sequence boundary
 Finding schedule(Context& c);           // schedule.cpp: cpu thread orders -> barrier-race
 Finding tsan(Context& c);               // sanitizers.cpp: ThreadSanitizer build of attn-check
 Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck / memcheck (nvidia only)

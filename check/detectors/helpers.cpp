@@ -19,12 +19,19 @@
 #include "attnfuzz/corpus.h"
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
+#include "check/sequences.h"
 
 namespace attnfuzz::detect {
 
 LaunchOutcome Context::launch(const Tensors& t, const RunOptions& o) {
   ++stats.launches;
-  return launch_guarded(dev, k, problem(), t, o);
+  return launch_guarded(dev, k, pc.problem(), t, o);
+}
+
+const Tensors& Context::view_tensors() {
+  if (!has_sequences(pc.problem())) return pc.tensors();
+  if (!view_t) view_t = sequence_view_tensors(pc.problem(), pc.tensors());
+  return *view_t;
 }
 
 OracleResult Context::oracle(const Problem& p, const Tensors& t) {

@@ -61,7 +61,7 @@ Finding lse(Context& c) {
       ++nonfinite;
       continue;
     }
-    pts.push_back({ex.lse[e], g, row_max(p, c.tensors(), r.key.b, r.key.h, r.key.s),
+    pts.push_back({ex.lse[e], g, row_max(p, c.view_tensors(), r.key.b, r.key.h, r.key.s),
                    std::max(8 * ex.lse_bound[e], 1e-5 * (1 + std::fabs(g)))});
   }
   std::sort(srows.begin(), srows.end());

@@ -6,6 +6,7 @@
 
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
+#include "check/sequences.h"
 
 namespace attnfuzz::detect {
 
@@ -102,7 +103,67 @@ VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Probl
   return m;
 }
 
+namespace {
+
+// Sequence layouts: the other-mask test (c) alone, each variant aligned per sequence like the asked mask (the
+// per-sequence oracle of the layout problem with the variant's mask); outputs are compared in the dense view.
+Finding mask_sequences(Context& c) {
+  Finding f;
+  const Problem& lp = c.pc.problem();
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  if (out.o.empty()) return f;
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  std::vector<std::pair<Problem, std::string>> variants;
+  for (const Problem& lv : mask_variants(lp)) variants.push_back({lv, mask_to_string(lv) + ", aligned per sequence"});
+  // A bottom-right mask aligned with the batch's largest lengths (off = max Sk - max Sq for every sequence,
+  // instead of Sk_b - Sq_b): the same top-left window for all sequences, j - i in [off - left, off + right],
+  // when its sides are not negative.
+  if (lp.mask_kind != AF_MASK_NONE && lp.mask_align == AF_ALIGN_BOTTOM_RIGHT) {
+    const int64_t off = lp.seq_k - lp.seq_q, l = window_left(lp), r = window_right(lp);
+    Problem bm = lp;
+    bm.mask_kind = AF_MASK_WINDOW;
+    bm.mask_align = AF_ALIGN_TOP_LEFT;
+    bm.window_left = l == AF_UNBOUNDED ? AF_UNBOUNDED : l - off;
+    bm.window_right = r == AF_UNBOUNDED ? AF_UNBOUNDED : r + off;
+    if ((bm.window_left == AF_UNBOUNDED || bm.window_left >= 0) &&
+        (bm.window_right == AF_UNBOUNDED || bm.window_right >= 0))
+      variants.push_back({bm, mask_to_string(lp) + fmt(" aligned with the batch's largest lengths (offset %lld = "
+                                                       "max Sk - max Sq for every sequence, instead of Sk_b - Sq_b)",
+                                                       (long long)off)});
+  }
+  for (const auto& [lv, label] : variants) {
+    OracleResult exv;
+    try {
+      ++c.stats.oracles;
+      exv = sequence_oracle(lv, c.tensors(), c.opts.oracle);
+    } catch (const std::exception&) {
+      continue;
+    }
+    Problem v = p;
+    v.mask_kind = lv.mask_kind, v.mask_align = lv.mask_align;
+    v.window_left = lv.window_left, v.window_right = lv.window_right;
+    const CheckResult r = judge(v, exv, out);
+    if (r.verdict != Verdict::kPass && r.verdict != Verdict::kOutsideContract) continue;
+    const VariantMatch vm = variant_match(p, ex, v, exv, out);
+    if (vm.real == 0) continue;
+    f.fired = true;
+    f.cls = FailureClass::kMask;
+    f.evidence.push_back(
+        {"mask", "O matches the exact result under mask " + label + " (the case asks for " +
+                     mask_to_string(lp) +
+                     fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) "
+                         "match with values",
+                         (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real)});
+    break;
+  }
+  return f;
+}
+
+}  // namespace
+
 Finding mask(Context& c) {
+  if (has_sequences(c.pc.problem())) return mask_sequences(c);
   Finding f;
   const Problem& p = c.problem();
   const Tensors& t = c.tensors();

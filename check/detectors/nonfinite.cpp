@@ -58,7 +58,7 @@ Finding nonfinite(Context& c) {
   const std::vector<RowKey> rows = failing_rows(c, true);
   if (rows.empty()) return f;
   const Problem& p = c.problem();
-  const Tensors& t = c.tensors();
+  const Tensors& t = c.view_tensors();
   const LaunchOutcome& out = c.original();
   const OracleResult& ex = c.pc.oracle(c.opts.oracle);
   std::vector<int64_t> qrows;

@@ -2,6 +2,7 @@
 // relaunch with the guard zones' poison swapped (NaN <-> finite); changed output = a read outside the
 // buffers.
 #include "check/detectors/detectors.h"
+#include "check/sequences.h"
 
 namespace attnfuzz::detect {
 
@@ -56,6 +57,10 @@ Finding poison_swap(Context& c) {
                             " around q, k, v, o, lse and workspace changes: the kernel "
                             "reads outside its buffers; first " +
                             d.first()});
+    if (has_sequences(c.pc.problem()))  // the poison also fills every gap between and after sequences
+      f.evidence.push_back({"poison-swap", "the gaps outside every sequence hold the same poison; O[b=" +
+                                               std::to_string(d.b) + "] is " +
+                                               sequence_text(c.pc.problem(), c.tensors(), d.b)});
   } else {
     f.evidence.push_back(
         {"poison-swap", "output bit-identical under " + what + ": no read of the guard zones"});

@@ -48,8 +48,8 @@ Finding split_kv(Context& c) {
     return f;
   }
   const af_tunable& tu = k.tunables[knob];
-  Problem checked = c.problem();
-  resolve_tunables(k, checked);  // the values the original launch ran with
+  Problem checked = c.pc.problem();  // what the kernel ran (a sequence layout's own problem, not its dense view)
+  resolve_tunables(k, checked);      // the values the original launch ran with
   const OracleResult& ex = c.pc.oracle(c.opts.oracle);
 
   std::vector<AtCount> runs;
@@ -83,7 +83,7 @@ Finding split_kv(Context& c) {
       a.fail = true;
       a.why = std::to_string(out.canary_words) + " guard word(s) overwritten";
     } else {
-      const CheckResult r = judge(p, ex, out);
+      const CheckResult r = judge(c.problem(), ex, out);  // outputs come back indexed like the view
       a.fail = r.verdict == Verdict::kFail;
       a.ratio = r.max_ratio;
     }

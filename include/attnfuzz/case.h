@@ -125,6 +125,21 @@ struct ExplicitValues {
   std::vector<float> q, k, v;
 };
 
+// Varlen batches, KV cache and paged KV (DESIGN.md "Varlen, KV cache, paged KV"): the per-sequence lengths
+// and the page arrangement behind the problem's q_layout / kv_layout. Empty vectors where a layout is dense.
+// The problem's derived fields (seq_q, seq_k, total_q, total_k, kv_capacity, num_pages, max_pages_per_seq,
+// strides) follow from these through set_sequence_fields(); validate() checks that they agree.
+struct SeqLayout {
+  std::vector<int64_t> q;     // packed q: query tokens of each sequence (B entries, >= 0); empty: dense q
+  std::vector<int64_t> k;     // packed / paged K/V: key slots of each sequence (packed: the cu_seqlens_k
+                              // differences; paged: the sequence has ceil(k / page_size) pages); empty: dense
+  std::vector<int64_t> used;  // seqused_k: keys in use of each sequence (<= its slots; dense K/V: <= Sk);
+                              // empty: no seqused_k buffer (every slot is a key). Required when paged.
+  uint64_t page_order = 0;    // paged: 0 = pool pages in sequence order, else the seed of the pool's shuffle
+  int64_t spare_pages = 0;    // paged: pool pages no sequence references (poisoned, like every gap)
+  bool operator==(const SeqLayout&) const = default;
+};
+
 // A test case. When explicit_values is set it *is* the input, and values/seed are provenance only.
 struct Case {
   Problem problem{};
@@ -132,6 +147,7 @@ struct Case {
   uint64_t seed = 0;
   std::optional<ExplicitValues> explicit_values;
   std::string label;  // optional human name ("tail-33x33-causal"), not part of the case's identity
+  SeqLayout seqs;     // per-sequence lengths and pages when has_sequences(problem)
 };
 
 // A case with make_problem(...) shape, uniform:1 values and the given seed.
@@ -161,6 +177,10 @@ struct Tensors {
   std::vector<float> q, k, v;         // q_elements / k_elements / v_elements(problem) floats
   std::vector<PlacedSpecial> placed;  // every special value written, in order
   int64_t unplaced = 0;               // specials asked for but with no position of that placement
+  // Sequence arrays as the kernel receives them (af_buffers), derived from Case::seqs; empty where unused:
+  // cu_seqlens_q [B+1] (packed q), cu_seqlens_k [B+1] (packed K/V), seqused_k [B] (kv_capacity > 0),
+  // block_table [B, max_pages_per_seq] (paged; entries past a sequence's pages name a spare page, or 0).
+  std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k, block_table;
 };
 
 // Bit pattern written into stride gaps (elements no index of the problem addresses): a quiet NaN
@@ -173,6 +193,59 @@ constexpr uint32_t kStrideGapBits = 0x7fe5a5a5u;
 // that rounds to +-Inf in fp32 (e.g. normal with a huge sigma) is clamped to +-FLT_MAX. Throws
 // std::invalid_argument when validate(c) is not empty.
 Tensors generate(const Case& c);
+
+// ---------------------------------------------------------------------------------------------------
+// Sequences (varlen / KV cache / paged KV). Implemented in core/sequences.cpp.
+
+// Bit pattern generate() writes into every q / k / v element outside a sequence (capacity tails, slots of a
+// last page past the used length, unreferenced pool pages): a NaN whose payload names it. The runner
+// rewrites these elements with its guard poison before each upload, so the poison-swap detector swaps them
+// together with the guard zones.
+constexpr uint32_t kSeqGapBits = 0x7fe5a5aau;
+
+// Whether p uses a sequence layout: q or K/V not dense, or a KV cache (kv_capacity > 0 <=> seqused_k is
+// passed). A kernel needs the matching AF_FEATURE_* bits (feature_bits).
+bool has_sequences(const Problem& p);
+uint32_t feature_bits(const Problem& p);
+// "dense", "varlen" (packed q and K/V), "varlen-q", "varlen-k", "kvcache" (dense K/V with seqused_k),
+// "paged"; "+seqused" is appended to a packed K/V with seqused_k.
+std::string layout_name(const Problem& p);
+
+// Sets the problem's derived fields from c.seqs and its layouts (q_layout, kv_layout, page_size, and for
+// dense K/V seq_k = capacity): seq_q / seq_k (max lengths; seq_q >= 1), total_q, total_k, kv_capacity,
+// num_pages, max_pages_per_seq and contiguous strides in the layout (packed [total, H, D], stride[0] = 0;
+// paged [num_pages, page_size, H, D]; LSE [B, Hq, seq_q]). kv_capacity > 0 exactly when seqused_k is
+// passed (dense: Sk; packed: the largest slot count; paged: max_pages_per_seq * page_size). Returns an
+// error sentence or empty.
+std::string set_sequence_fields(Case& c);
+// Empty when c.seqs agrees with the problem (called by validate(Case)).
+std::string validate_sequences(const Case& c);
+// " layout=paged seqlens-q=1,1 seqlens-k=.. seqused-k=.. page-size=16 pages=7+2 order=0x.." (empty if dense).
+std::string describe_sequences(const Case& c);
+
+// Per-sequence lengths from the problem and the arrays: query tokens, keys (the used length), key slots.
+int64_t seq_len_q(const Problem& p, const Tensors& t, int64_t b);
+int64_t seq_len_k(const Problem& p, const Tensors& t, int64_t b);
+int64_t seq_slots_k(const Problem& p, const Tensors& t, int64_t b);
+// Element offsets of token s of sequence b in the layout (dense: q_index etc.; packed: row cu[b] + s;
+// paged: page block_table[b, s / P], slot s % P). LSE stays [B, Hq, seq_q] in every layout (lse_index):
+// rows s >= seq_len_q(b) are not part of the output and must keep the pre-launch poison (canaries).
+int64_t q_offset(const Problem& p, const Tensors& t, int64_t b, int64_t s, int64_t h, int64_t d);
+int64_t k_offset(const Problem& p, const Tensors& t, int64_t b, int64_t s, int64_t h, int64_t d);
+int64_t v_offset(const Problem& p, const Tensors& t, int64_t b, int64_t s, int64_t h, int64_t d);
+int64_t o_offset(const Problem& p, const Tensors& t, int64_t b, int64_t s, int64_t h, int64_t d);
+int64_t lse_offset(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t s);
+
+// The dense view: B sequences as a dense [B, Sq, H, D] problem (Sq = seq_q, Sk = the largest used key
+// length, contiguous strides, dense layouts, same heads / dims / mask / scale / dtype). Outputs, the oracle
+// and reports index a sequence-layout case through it: O[b, s, h, d] is token s of sequence b, and rows
+// s >= seq_len_q(b) do not exist. (The mask of the view is nominal: it aligns per sequence.)
+Problem dense_view(const Problem& p, const Tensors& t);
+// Sequence b alone as a dense problem (B = 1, Sq = seq_len_q(b), Sk = seq_len_k(b)) and its q, k, v.
+Problem sequence_problem(const Problem& p, const Tensors& t, int64_t b);
+Tensors sequence_tensors(const Problem& p, const Tensors& t, int64_t b);
+// Writes `bits` into every q / k / v element that lies outside every sequence (see kSeqGapBits).
+void fill_outside(const Problem& p, Tensors& t, uint32_t bits);
 
 // Per key position, how many query rows see it (the mask does not depend on b or h). Size Sk.
 std::vector<int64_t> key_visibility_counts(const Problem& p);
@@ -210,7 +283,21 @@ const std::vector<SpecialKind>& special_kinds();
 // The kinds allowed under d (for kFinite: subnormal, huge, -0), in special_kinds() order.
 const std::vector<SpecialKind>& special_kinds(ValueDomain d);
 
+// Page sizes of paged K/V: 16, 32, 64, 128, 256.
+const std::vector<int64_t>& page_sizes();
+// Per-sequence length lists worth hitting (each entry <= max_len): residues 0, 1 and -1 mod 16/32/64/128,
+// zero-length and single-token sequences, one long sequence among short ones, equal lengths.
+std::vector<std::vector<int64_t>> seq_length_lists(int64_t max_len = 300);
+
 }  // namespace space
+
+// The sequence-layout sweeps of attn-check --layout L --sweep (L in sequence_layouts()): "varlen" (packed q
+// and K/V), "kvcache" (dense K/V with seqused_k), "paged" (paged K/V, page sizes 16..256, shuffled tables,
+// spare pages), "decode" (1..8 query tokens per sequence over a paged or cached K/V). Each crosses the
+// length lists with masks (per-sequence alignment, windows), GQA / MQA and head dims; labelled, seeds
+// derived from base_seed and the label. Empty for an unknown layout.
+std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_seed = 0);
+const std::vector<std::string>& sequence_layouts();
 
 // The built-in edge-shape grid of attn-check --sweep (issue 4): 1x1, 7x13, 13x7, tails around
 // 16/32/64/128, Sq != Sk both ways, odd D, Dv != D, GQA/MQA, batch, masks (both alignments, windows,

@@ -9,7 +9,8 @@ namespace {
 using namespace attnfuzz_planted;
 
 constexpr size_t kPlantedCount =
-    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kLowpBugCount;
+    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kLowpBugCount +
+    kVarlenBugCount + kPagedDecodeBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -26,6 +27,8 @@ bool gather_planted_kernels() {
   append(materialized_bugs(), kMaterializedBugCount);
   append(split_kv_bugs(), kSplitKvBugCount);
   append(lowp_bugs(), kLowpBugCount);
+  append(varlen_bugs(), kVarlenBugCount);
+  append(paged_decode_bugs(), kPagedDecodeBugCount);
   return at == kPlantedCount;
 }
 

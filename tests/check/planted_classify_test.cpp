@@ -1,8 +1,9 @@
 // planted_classify_test.cpp - issue 5's classification test: every planted kernel found and rightly
 // classified within one fixed case budget; no correct kernel fails.
 //
-// The budget is the same for every kernel: the built-in sweep grid (sweep_grid(0)), sampled down to cases of
-// at most kMaxWork multiply-adds so CI stays fast, plus kRandomCases seeded random cases. Every kernel is
+// The budget is the same for every kernel: the built-in sweep grid (sweep_grid(0)) and the sequence-layout
+// sweeps (layout_sweep_grid), sampled down to cases of at most kMaxWork multiply-adds so CI stays fast, plus
+// kRandomCases seeded random cases. Every kernel is
 // checked on the cpu backend in shuffled thread order (one fixed seed: the forward order hides races that
 // need a thread to run before thread 0), and the first failing case of each planted kernel is classified
 // with the default ClassifyOptions. Nothing here depends on which kernel is running: the expected class
@@ -58,6 +59,16 @@ const std::map<std::string, std::string> kExpected = {
     {"planted-f16-scale-after-cast", "non-finite"},
     {"planted-bf16-p-early-max", "rescale"},  // reordering the keys (max first) makes it pass
     {"planted-fp8-descale-twice", "lse"},      // O inside fp8's wide bound; LSE off by q_descale x k_descale
+    // issue 15: varlen, KV cache, paged KV, decode
+    {"planted-varlen-cu-off-by-one", "oob-read"},
+    {"planted-varlen-causal-batch-max", "mask"},
+    {"planted-varlen-seqused-ignored", "oob-read"},
+    {"planted-varlen-gqa-packed", "wrong"},
+    {"planted-paged-last-page-whole", "oob-read"},
+    {"planted-paged-page-size-16", "oob-read"},
+    {"planted-decode-kvlen-mod32", "tail"},
+    {"planted-decode-window-sq1", "mask"},
+    {"planted-decode-empty-split", "split-kv"},
 };
 
 int64_t work(const Problem& p) {
@@ -75,6 +86,10 @@ const std::vector<Case>& budget() {
         if ((c.label.find("-lowp-") != std::string::npos || c.label.find("-descale-") != std::string::npos) &&
             work(c.problem) <= kMaxWork)
           out.push_back(std::move(c));
+    // The sequence-layout sweeps (varlen, kvcache, paged, decode), sampled down alike.
+    for (const std::string& layout : sequence_layouts())
+      for (Case& c : layout_sweep_grid(layout, 0))
+        if (work(c.problem) <= kMaxWork) out.push_back(std::move(c));
     Rng rng(0xC1A55, 0);
     const auto lens = space::edge_seq_lengths(80);
     const auto dims = space::edge_head_dims(64);

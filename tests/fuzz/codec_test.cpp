@@ -114,6 +114,44 @@ TEST(Domain, MutationsStayInTheDomainAndReachTheSpace) {
   EXPECT_TRUE(explicit_values);
 }
 
+// Issue 15: the mutator reaches every sequence layout, each such input round-trips exactly, its shrinks stay
+// valid sequence cases, and its features name the layout.
+TEST(Domain, SequenceLayoutsAreReachedRoundTripAndShrink) {
+  Rng rng(15);
+  const CaseDomain dom;
+  FuzzInput in = dom.init(rng);
+  std::set<std::string> layouts;
+  bool zero_len = false, shuffled = false, decode_q = false;
+  int seq_inputs = 0;
+  for (int i = 0; i < 4000; ++i) {
+    dom.mutate(in, rng);
+    ASSERT_EQ(dom.validate(in.the_case), "") << dom.print(in);
+    const Case& c = in.the_case;
+    if (!has_sequences(c.problem)) continue;
+    ++seq_inputs;
+    layouts.insert(layout_name(c.problem));
+    for (const auto* v : {&c.seqs.q, &c.seqs.k, &c.seqs.used}) zero_len |= std::count(v->begin(), v->end(), 0) > 0;
+    shuffled |= c.seqs.page_order != 0;
+    decode_q |= c.problem.kv_layout == AF_SEQ_PAGED && c.problem.seq_q <= 8;
+    FuzzInput plain = in;
+    plain.the_case.label.clear();
+    const auto e = encode(plain);
+    ASSERT_EQ(text(decode(e.data(), e.size())), text(plain)) << dom.print(in);
+    if (seq_inputs % 50 == 1) {
+      for (const Case& s : dom.shrinks(c)) ASSERT_EQ(validate(s), "") << describe(s);
+      const CaseFeatures f = case_features(c, generate(c));
+      EXPECT_TRUE(std::any_of(f.ids.begin(), f.ids.end(), [](uint16_t id) { return id >= 477; }));
+    }
+  }
+  EXPECT_GT(seq_inputs, 400);
+  EXPECT_TRUE(layouts.count("varlen"));
+  EXPECT_TRUE(layouts.count("kvcache"));
+  EXPECT_TRUE(layouts.count("paged"));
+  EXPECT_TRUE(zero_len);
+  EXPECT_TRUE(shuffled);
+  EXPECT_TRUE(decode_q);
+}
+
 TEST(Domain, CrossOverAndShrinksAreValid) {
   Rng rng(6);
   const CaseDomain dom;

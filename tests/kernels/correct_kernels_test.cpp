@@ -23,7 +23,7 @@ namespace {
 // The correct kernels shipped in kernels/*.hip (planted-bug kernels have family "planted/...").
 const char* const kCorrectKernels[] = {"materialized",    "online-row",      "flash-bm16-bn16",
                                        "flash-bm16-bn32", "flash-bm16-bn64", "flash-bm32-bn32",
-                                       "split-kv"};
+                                       "split-kv",        "varlen-bm16-bn16", "varlen-bm32-bn32"};
 
 // Poison for output and workspace buffers: a quiet NaN with a payload no arithmetic produces.
 constexpr uint32_t kPoisonBits = 0x7fc0dead;

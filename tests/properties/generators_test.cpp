@@ -18,6 +18,38 @@ bool in_space_or_range(int64_t x, const std::vector<int64_t>& edges, int64_t lo,
   return std::find(edges.begin(), edges.end(), x) != edges.end() || (x >= lo && x <= hi);
 }
 
+// Issue 15: sequence cases are valid, bounded and use only the layouts the features allow.
+RC_GTEST_PROP(Generators, SequenceCasesAreValidAndFollowTheFeatures, ()) {
+  const CaseLimits l;
+  const uint32_t all = AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K;
+  const Case c = *gen_sequence_case(l, all);
+  RC_ASSERT(validate(c).empty());
+  RC_ASSERT(has_sequences(c.problem));
+  RC_ASSERT(c.problem.seq_q <= 130 && c.problem.seq_k <= 130 + 256);
+  const Case paged = *gen_sequence_case(l, AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K);
+  RC_ASSERT(validate(paged).empty());
+  RC_ASSERT(paged.problem.q_layout == AF_SEQ_DENSE);
+  RC_ASSERT(paged.problem.kv_layout != AF_SEQ_PACKED);
+  const Case packed = *gen_sequence_case(l, AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED);
+  RC_ASSERT(packed.problem.q_layout == AF_SEQ_PACKED && packed.problem.kv_layout == AF_SEQ_PACKED);
+  RC_ASSERT(packed.seqs.used.empty());
+}
+
+TEST(Generators, SequenceLengthsReachTheEdges) {
+  bool zero = false, one = false, residue = false, long_short = false;
+  for (int i = 0; i < 400; ++i) {
+    const auto v = *gen_seq_lengths(130, 4);
+    for (int64_t x : v) {
+      zero |= x == 0;
+      one |= x == 1;
+      residue |= x > 16 && (x % 16 == 1 || x % 16 == 15);
+    }
+    const auto mx = *std::max_element(v.begin(), v.end());
+    long_short |= v.size() > 1 && mx >= 64 && std::count_if(v.begin(), v.end(), [](int64_t x) { return x <= 3; }) >= 1;
+  }
+  EXPECT_TRUE(zero && one && residue && long_short);
+}
+
 RC_GTEST_PROP(Generators, CasesAreValidAndBounded, ()) {
   const CaseLimits l;
   const Case c = *gen_case(l);

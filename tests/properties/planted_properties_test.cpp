@@ -90,7 +90,9 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            Catch{Property::kCausalPrefix, "planted-causal-off-by-one"},
                                            Catch{Property::kRowIndependence, "test-row-leak-tile-max"},
                                            Catch{Property::kBatchHead, "planted-tail-k-oob-read"},
-                                           Catch{Property::kDeterminism, "planted-no-score-barrier"}),
+                                           Catch{Property::kDeterminism, "planted-no-score-barrier"},
+                                           Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
+                                           Catch{Property::kPacking, "planted-varlen-cu-off-by-one"}),
                          catch_name);
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "attnfuzz/registry.h"
 #include "attnfuzz/verdict.h"
 #include "check/runner.h"
+#include "tools/cli_common.h"
 
 #ifndef ATTNFUZZ_PLANTED_PLUGIN
 #error "ATTNFUZZ_PLANTED_PLUGIN (path of libattnfuzz_planted_cpu.so) must be defined"
@@ -35,6 +37,9 @@ namespace attnfuzz {
 namespace {
 
 // One case: shape, mask, values (distribution and specials), seed, and the emulator's thread order.
+// mask is the README's case text after the shape: the mask, then for a sequence layout attn-check's flags
+// ("none --seq-layout varlen --seqlens-q 3,17 --seqlens-k 5,40"; the batch is then the number of lengths, Sq and
+// Sk follow from the lists, except decode's Sq and kvcache's capacity Sk).
 struct Spec {
   int64_t b, hq, hkv, sq, sk, d, dv;
   const char* mask;
@@ -240,6 +245,75 @@ const Planted kPlanted[] = {
      "lse",
      {1, 2, 1, 16, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_FP8_E4M3, {2, 2, 1, 1}},
      {1, 2, 1, 16, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_FP8_E4M3, {0.5f, 2, 4, 0.125f}}},
+    // ---- varlen / KV cache / paged KV / decode (issue 15) ----
+    // Each sequence takes one key too many: the next sequence's first key, and past the end of k for the
+    // last. Quiet: causal top-left with Sq_b <= Sk_b (no row sees key Sk_b).
+    {"planted-varlen-cu-off-by-one",
+     "planted/varlen",
+     "varlen-bm16-bn16",
+     "oob-read",
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout varlen --seqlens-q 3,17 --seqlens-k 5,40"},
+     {1, 2, 1, 1, 0, 32, 32, "causal-tl --seq-layout varlen --seqlens-q 3,17 --seqlens-k 5,40"}},
+    // Offsets 7 and 0 per sequence, 5 from the batch maxima. Quiet: equal lengths.
+    {"planted-varlen-causal-batch-max",
+     "planted/varlen",
+     "varlen-bm16-bn16",
+     "mask",
+     {1, 2, 1, 1, 0, 32, 32, "causal-br --seq-layout varlen --seqlens-q 3,5 --seqlens-k 10,5"},
+     {1, 2, 1, 1, 0, 32, 32, "causal-br --seq-layout varlen --seqlens-q 4,4 --seqlens-k 9,9"}},
+    // KV cache of capacity 64 used to 17 and 33: the poisoned tails are read. Quiet: used = capacity.
+    {"planted-varlen-seqused-ignored",
+     "planted/varlen",
+     "varlen-bm16-bn16",
+     "oob-read",
+     {1, 2, 1, 4, 64, 32, 32, "none --seq-layout kvcache --seqused-k 17,33"},
+     {1, 2, 1, 4, 64, 32, 32, "none --seq-layout kvcache --seqused-k 64,64"}},
+    // GQA 4 on 2 over packed K/V: query heads 1 and 2 read the other kv head. Quiet: MQA.
+    {"planted-varlen-gqa-packed",
+     "planted/varlen",
+     "varlen-bm16-bn16",
+     "wrong",
+     {1, 4, 2, 1, 0, 32, 32, "causal-br --seq-layout varlen --seqlens-q 7,20 --seqlens-k 7,20"},
+     {1, 4, 1, 1, 0, 32, 32, "causal-br --seq-layout varlen --seqlens-q 7,20 --seqlens-k 7,20"}},
+    // Used 17 of 2 pages of 16: slots 17..31 of the last page are scored. Quiet: used 16 and 48.
+    {"planted-paged-last-page-whole",
+     "planted/paged-decode",
+     "paged-decode",
+     "oob-read",
+     {1, 2, 1, 1, 0, 64, 64, "none --seq-layout decode --seqused-k 17,40 --page-size 16 --page-order 3"},
+     {1, 2, 1, 1, 0, 64, 64, "none --seq-layout decode --seqused-k 16,48 --page-size 16 --page-order 3"}},
+    // Pages of 32 looked up as pages of 16: keys 16..19 of sequence 0 come from its unused second page.
+    // Quiet: page size 16.
+    {"planted-paged-page-size-16",
+     "planted/paged-decode",
+     "paged-decode",
+     "oob-read",
+     {1, 2, 1, 1, 0, 64, 64,
+      "none --seq-layout decode --seqlens-k 64,32 --seqused-k 20,9 --page-size 32 --page-order 5"},
+     {1, 2, 1, 1, 0, 64, 64,
+      "none --seq-layout decode --seqlens-k 64,32 --seqused-k 20,9 --page-size 16 --page-order 5"}},
+    // kv_len 33 (% 32 == 1): key 32's value comes from K. Quiet: kv_len 34.
+    {"planted-decode-kvlen-mod32",
+     "planted/paged-decode",
+     "paged-decode",
+     "tail",
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 33,8 --page-size 16"},
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 34,8 --page-size 16"}},
+    // One query token, window 8 left of the last key: key Sk - 9 is dropped. Quiet: two query tokens.
+    {"planted-decode-window-sq1",
+     "planted/paged-decode",
+     "paged-decode",
+     "mask",
+     {1, 2, 1, 1, 0, 32, 32, "window:8,0-br --seq-layout decode --seqused-k 40,20 --page-size 16"},
+     {1, 2, 1, 2, 0, 32, 32, "window:8,0-br --seq-layout decode --seqused-k 40,20 --page-size 16"}},
+    // 8 splits of 8 keys from the longest sequence (64): the short one (5 keys) leaves 7 splits unwritten.
+    // Quiet: equal lengths.
+    {"planted-decode-empty-split",
+     "planted/paged-decode",
+     "paged-decode",
+     "split-kv",
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 64,5 --page-size 16"},
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 64,64 --page-size 16"}},
 };
 
 // Loads both plug-ins into the process-wide registry once.
@@ -270,12 +344,35 @@ Device& cpu_device(ThreadOrder order) {
   return *d;
 }
 
+// "--seq-layout L --seqlens-q .. --seqlens-k .. --seqused-k .. --page-size P --page-order N --spare-pages N" into
+// the one option table's SequenceOptions (tools/cli_common.h); "" when there are none.
+std::string parse_layout_flags(std::istringstream& in, SequenceOptions& o) {
+  for (std::string flag, value; in >> flag;) {
+    if (!(in >> value)) return flag + " needs a value";
+    if (flag == "--seq-layout") o.layout = value;
+    else if (flag == "--seqlens-q") o.seqlens_q = value;
+    else if (flag == "--seqlens-k") o.seqlens_k = value;
+    else if (flag == "--seqused-k") o.seqused_k = value;
+    else if (flag == "--page-size") o.page_size = std::stoll(value);
+    else if (flag == "--page-order") o.page_order = std::stoull(value);
+    else if (flag == "--spare-pages") o.spare_pages = std::stoll(value);
+    else return "unknown flag " + flag;
+  }
+  return {};
+}
+
 Case make_spec_case(const Spec& s) {
   Problem p = make_problem(s.b, s.hq, s.hkv, s.sq, s.sk, s.d, s.dv);
-  EXPECT_EQ(parse_mask(s.mask, p), "") << s.mask;
+  std::istringstream words(s.mask);
+  std::string mask;
+  words >> mask;
+  EXPECT_EQ(parse_mask(mask, p), "") << s.mask;
   p.dtype = s.dtype;
   p.q_descale = s.descale[0], p.k_descale = s.descale[1], p.v_descale = s.descale[2], p.o_scale = s.descale[3];
   Case c = make_case(p, s.seed);
+  SequenceOptions so;
+  EXPECT_EQ(parse_layout_flags(words, so), "") << s.mask;
+  if (!so.layout.empty()) EXPECT_EQ(apply_sequence_options(so, c), "") << s.mask;
   EXPECT_EQ(parse_distribution(s.values, c.values.dist), "") << s.values;
   if (*s.special) {
     SpecialValue sv;

@@ -61,6 +61,7 @@ std::string shape(const Problem& p) {
                 (long long)p.head_dim,
                 p.head_dim_v != p.head_dim ? ("/" + std::to_string(p.head_dim_v)).c_str() : "",
                 mask_to_string(p).c_str());
+  if (has_sequences(p)) return std::string(b) + " " + layout_name(p);  // Sq x Sk: the largest lengths
   return b;
 }
 

@@ -197,11 +197,8 @@ int run_npy_emit(const NpyOptions& o, const Case& c, const std::string& command_
         return input_error("--npy-emit of a sequence layout writes float32 tensors in their layout: no --layout, "
                            "--compute-dtype or --bf16-raw");
       emit_sequence_case(c, o.emit, command_line);
-      std::printf("wrote %s to %s: q.npy k.npy v.npy, the int32 arrays and case.json
-next: write o.npy (and "
-                  "optionally lse.npy) into it, then run
-  attn-check --npy %s
-",
+      std::printf("wrote %s to %s: q.npy k.npy v.npy, the int32 arrays and case.json\nnext: write o.npy (and "
+                  "optionally lse.npy) into it, then run\n  attn-check --npy %s\n",
                   describe(c).c_str(), o.emit.c_str(), quote(o.emit).c_str());
       return 0;
     }

@@ -403,6 +403,8 @@ std::string shape(const Problem& p) {
                 (long long)p.head_dim,
                 p.head_dim_v != p.head_dim ? ("/" + std::to_string(p.head_dim_v)).c_str() : "",
                 mask_to_string(p).c_str());
+  // Sequence layouts: Sq x Sk are the largest lengths; name the layout and the batch of sequences.
+  if (has_sequences(p)) return std::string(b) + " " + layout_name(p) + " B=" + std::to_string(p.batch);
   return b;
 }
 }  // namespace

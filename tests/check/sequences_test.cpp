@@ -188,6 +188,14 @@ TEST(SequenceCase, InvalidInputsAreRefusedWithAReason) {
   Case z = varlen_case({3, 4}, {3, 4});
   z.problem.total_q = 8;  // disagrees with the lengths
   EXPECT_NE(validate(z), "");
+  // Finite domain with explicit values: a NaN in a sequence is refused, the NaN gaps are not values.
+  Case f = paged_case({17, 2}, 16, 0, 1);
+  f.values.domain = ValueDomain::kFinite;
+  const Tensors t = generate(f);
+  f.explicit_values = ExplicitValues{t.q, t.k, t.v};
+  EXPECT_EQ(validate(f), "");
+  f.explicit_values->k[k_offset(f.problem, t, 1, 1, 0, 3)] = NAN;
+  EXPECT_NE(validate(f).find("sequence 1"), std::string::npos);
 }
 
 TEST(SequenceCase, CorpusRoundTripKeepsTheBits) {

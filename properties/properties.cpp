@@ -555,6 +555,7 @@ void prop_batch_head(const KernelEntry& k, const Case& c, bool strict) {
       p1.window_left = p.window_left;
       p1.window_right = p.window_right;
       p1.dtype = p.dtype;
+      p1.q_descale = p.q_descale, p1.k_descale = p.k_descale, p1.v_descale = p.v_descale, p1.o_scale = p.o_scale;
       one.values.specials.clear();
       std::vector<float> q(static_cast<size_t>(q_elements(p1))), kk(static_cast<size_t>(k_elements(p1))),
           v(static_cast<size_t>(v_elements(p1)));

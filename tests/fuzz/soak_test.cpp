@@ -47,6 +47,8 @@ void run_one(Worker& w, const FuzzInput& in, SoakResult& r) {
         const float f = (*x)[i];
         // Stride gaps hold the gap NaN (not a value of q, k or v); everything else must be finite.
         if (std::isnan(f) && std::bit_cast<uint32_t>(f) == kStrideGapBits) continue;
+        // Sequence layouts: the gaps outside every sequence hold the gap poison (case.h kSeqGapBits).
+        if (std::isnan(f) && std::bit_cast<uint32_t>(f) == kSeqGapBits) continue;
         ASSERT_TRUE(std::isfinite(f)) << describe(in.the_case);
       }
   }
@@ -93,7 +95,9 @@ SoakResult soak_mutations(uint64_t seed, int cases, ValueDomain domain) {
 }
 
 void expect_clean(const SoakResult& r, int cases) {
-  EXPECT_GT(r.checks, cases * 9 / 10);  // nearly every case runs on some kernel
+  // Nearly every case runs on some kernel. Sequence layouts (issue 15: about 1 in 8 decoded inputs) are taken
+  // by fewer built-ins (the varlen / paged-decode kernels: f32, D <= 128 / 256), so a few of those find none.
+  EXPECT_GT(r.checks, cases * 85 / 100);
   EXPECT_TRUE(r.failures.empty()) << r.failures.size() << " false positive(s), first: " << r.failures.front();
   std::printf("soak: %lld check(s), %lld outside-contract, %lld unsupported, %zu failure(s)\n",
               (long long)r.checks, (long long)r.outside, (long long)r.unsupported, r.failures.size());

@@ -679,10 +679,10 @@ int run_campaign(const CampaignOptions& o) {
     }
     std::printf(
         "sync %s as %s: published %lld corpus entr(ies), %lld failure(s); imported %lld corpus entr(ies)%s%s%s "
-        "(%lld run by the workers), %zu failure(s); %lld round(s), %.2f s\n",
+        "(%lld run by the workers), %zu failure(s); %lld round(s), %.2f s (%.2f s CPU)\n",
         o.sync_dir.c_str(), name.c_str(), (long long)st.published_corpus, (long long)st.published_failures,
         (long long)in_corpus, per.empty() ? "" : " (", per.c_str(), per.empty() ? "" : ")",
-        (long long)st.imported_inputs_run, imported.size(), (long long)st.rounds, st.seconds);
+        (long long)st.imported_inputs_run, imported.size(), (long long)st.rounds, st.seconds, st.cpu_seconds);
   }
   std::printf("worker processes that died: %lld crash(es), %lld hang(s)\n", (long long)worker_crashes,
               (long long)worker_hangs);
@@ -737,6 +737,7 @@ int run_campaign(const CampaignOptions& o) {
       sj["imported_inputs_run"] = st.imported_inputs_run;
       sj["rounds"] = st.rounds;
       sj["seconds"] = st.seconds;
+      sj["cpu_seconds"] = st.cpu_seconds;
       Json fl = Json::array();
       for (const ImportedFailure& f : imported)
         fl.push_back({{"kernel", f.verdict.kernel},

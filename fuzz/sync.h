@@ -75,7 +75,8 @@ struct SyncTotals {
   std::map<std::string, int64_t> imported_corpus;  // per campaign
   int64_t imported_inputs_run = 0;                 // imported corpus entries the local workers ran
   int64_t rounds = 0;
-  double seconds = 0;                              // time spent in rounds
+  double seconds = 0;                              // wall time spent in rounds
+  double cpu_seconds = 0;                          // CPU time of the parent in rounds
 };
 
 class Sync {

@@ -15,7 +15,9 @@ interval=${4:-5}
 py=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--kernel "$kernel" --max-time "$secs" --workers 1 --max-seq 64 --max-d 64 --no-seeds --quiet)
+# Not --quiet: a quiet campaign converts libFuzzer's inputs into .case files only at the end (inflating its
+# wall time), a syncing one every round; with progress lines both do it every 5 s, as campaigns normally do.
+common=(--kernel "$kernel" --max-time "$secs" --workers 1 --max-seq 64 --max-d 64 --no-seeds --progress 5)
 pair() {  # pair DIR [sync args...]: two campaigns at once; prints their summed cases/s
   local d=$1; shift
   "$bin/attn-fuzz" "${common[@]}" --out "$d/a" "$@" ${1:+--name a} > "$d.a.log" 2>&1 &

@@ -756,6 +756,7 @@ int run_campaign(const CampaignOptions& o) {
        << "- " << static_cast<long long>(wall) << " s, " << a.cases << " cases ("
        << static_cast<long long>(wall > 0 ? a.cases / wall : 0) << "/s), " << a.failing
        << " failing checks, **" << found.size() << " distinct failure(s)**"
+       << (sync ? " found here, " + std::to_string(imported.size()) + " imported" : std::string())
        << (interrupted ? " (interrupted)" : "") << "\n"
        << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n"
        << "- worker processes that died: " << worker_crashes << " crash(es), " << worker_hangs

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,6 +26,7 @@
 #include <thread>
 
 #include "attnfuzz/report.h"
+#include "fuzz/sync.h"
 
 namespace fs = std::filesystem;
 
@@ -100,6 +102,7 @@ struct Aggregate {
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, std::map<std::string, int64_t>> kernels;
   int64_t features = 0;
+  std::string features_hex;  // the union bitmap (merged summaries take the union over campaigns)
 };
 
 Aggregate read_stats(const fs::path& dir) {
@@ -122,7 +125,12 @@ Aggregate read_stats(const fs::path& dir) {
       // a stats file being replaced right now: counted next time
     }
   }
-  for (uint8_t b : bits) a.features += __builtin_popcount(b);
+  static const char* hex = "0123456789abcdef";
+  for (uint8_t b : bits) {
+    a.features += __builtin_popcount(b);
+    a.features_hex += hex[b >> 4];
+    a.features_hex += hex[b & 15];
+  }
   a.failing = a.verdicts.count("fail") ? a.verdicts["fail"] : 0;
   for (const char* v : {"unsupported", "quarantined"})
     if (auto it = a.verdicts.find(v); it != a.verdicts.end()) a.skipped += it->second;
@@ -298,6 +306,28 @@ int run_campaign(const CampaignOptions& o) {
     const std::string key = hex16(hash64(v.kernel + "|" + failure_class_name(v.failure) + "|" + v.signature));
     std::ofstream(work / "dedup" / key) << v.kernel << " " << failure_class_name(v.failure) << "\n";
     if (v.failure == FailureClass::kHang) append_line((work / "quarantine.txt").string(), v.kernel);
+  }
+  // --sync: what the other campaigns published so far comes in first (their corpus entries are then loaded
+  // with the local corpus; their failures are claimed, so local workers do not save them again).
+  std::unique_ptr<Sync> sync;
+  const std::string name = o.name.empty() ? default_campaign_name() : o.name;
+  const std::time_t started_unix = std::time(nullptr);
+  if (!o.sync_dir.empty()) {
+    SyncConfig sc;
+    sc.dir = o.sync_dir;
+    sc.name = name;
+    sc.out = out;
+    sc.corpus = corpus;
+    sc.limits = cfg.limits;
+    for (const KernelEntry* k : kernels) sc.kernels.push_back(k->kernel.name);
+    sc.quiet = o.quiet;
+    try {
+      sync = std::make_unique<Sync>(sc);
+      sync->start();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attn-fuzz: --sync %s: %s\n", o.sync_dir.c_str(), e.what());
+      return 2;
+    }
   }
   // Corpus in: every .case file of the corpus and seed directories becomes libFuzzer inputs; a file that
   // does not read is reported and skipped.
@@ -484,7 +514,7 @@ int run_campaign(const CampaignOptions& o) {
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  double next_progress = o.progress_s;
+  double next_progress = o.progress_s, next_sync = o.sync_interval_s;
   bool interrupted = false;
   // Worker processes that died: libFuzzer's counts, or the artifacts it saved if more (its counters lag),
   // plus the processes the hang watchdog ended (work/deaths.txt).
@@ -579,6 +609,11 @@ int run_campaign(const CampaignOptions& o) {
       sync_corpus();
       next_progress += o.progress_s;
     }
+    if (sync && !stopping && elapsed() >= next_sync) {
+      sync_corpus();
+      sync->round();
+      next_sync += o.sync_interval_s;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(stopping ? 50 : 200));
   }
   ::close(life[1]);
@@ -598,8 +633,10 @@ int run_campaign(const CampaignOptions& o) {
     }
   }
   scan_artifacts();
+  if (sync) sync->round();  // the last publish: everything this campaign found is in DIR
   const Aggregate a = progress(true);
   const double wall = elapsed();
+  const std::vector<ImportedFailure> imported = sync ? sync->imported_failures() : std::vector<ImportedFailure>{};
 
   // Summary: the distinct failures in this campaign directory, each with its replay command; the kernels
   // quarantined (they hung) and isolated; failure files that could not be read (kept as they are).
@@ -614,8 +651,9 @@ int run_campaign(const CampaignOptions& o) {
   rec.device = found.empty() ? cfg.backend : found.front().file.verdict->device;
   rec.wall_s = wall;
   std::printf(
-      "\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s\n", wall,
+      "\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s%s\n", wall,
       (long long)a.cases, wall > 0 ? a.cases / wall : 0.0, (long long)a.failing, found.size(),
+      sync ? (" found here, " + std::to_string(imported.size()) + " imported").c_str() : "",
       interrupted ? " (interrupted)" : "");
   if (!found.empty()) std::printf("%-13s %-30s %-34s %s\n", "class", "kernel", "shape", "replay");
   for (const Failure& f : found) {
@@ -645,6 +683,30 @@ int run_campaign(const CampaignOptions& o) {
     for (const auto& x : v) t += (t.empty() ? "" : ", ") + x;
     return t;
   };
+  if (!imported.empty()) {
+    std::printf("imported from other campaigns (--sync %s; first found there, not saved again here):\n",
+                o.sync_dir.c_str());
+    std::printf("%-13s %-30s %-34s %s\n", "class", "kernel", "shape", "found by");
+    for (const ImportedFailure& f : imported)
+      std::printf("%-13s %-30s %-34s %s\n", failure_class_name(f.verdict.failure), f.verdict.kernel.c_str(),
+                  shape(f.the_case.problem).c_str(), f.from.c_str());
+  }
+  SyncTotals st;
+  if (sync) {
+    st = sync->totals();
+    std::string per;
+    int64_t in_corpus = 0;
+    for (const auto& [from, n] : st.imported_corpus) {
+      per += (per.empty() ? "" : ", ") + from + " " + std::to_string(n);
+      in_corpus += n;
+    }
+    std::printf(
+        "sync %s as %s: published %lld corpus entr(ies), %lld failure(s); imported %lld corpus entr(ies)%s%s%s "
+        "(%lld run by the workers), %zu failure(s); %lld round(s), %.2f s (%.2f s CPU)\n",
+        o.sync_dir.c_str(), name.c_str(), (long long)st.published_corpus, (long long)st.published_failures,
+        (long long)in_corpus, per.empty() ? "" : " (", per.c_str(), per.empty() ? "" : ")",
+        (long long)st.imported_inputs_run, imported.size(), (long long)st.rounds, st.seconds, st.cpu_seconds);
+  }
   std::printf("worker processes that died: %lld crash(es), %lld hang(s)\n", (long long)worker_crashes,
               (long long)worker_hangs);
   if (!quarantined.empty())
@@ -676,6 +738,40 @@ int run_campaign(const CampaignOptions& o) {
     for (const Skipped& k : skipped_now) sk.push_back({{"path", k.path.string()}, {"error", k.why}});
     camp["skipped_failure_files"] = sk;
     camp["corpus"] = corpus.string();
+    camp["name"] = name;
+    camp["started_at"] = [&] {
+      std::tm tm{};
+      gmtime_r(&started_unix, &tm);
+      char b[32];
+      std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      return std::string(b);
+    }();
+    camp["started_unix"] = static_cast<int64_t>(started_unix);
+    camp["wall_s"] = wall;
+    camp["backend"] = cfg.backend;
+    camp["replay_flags"] = cfg.replay_flags;
+    camp["features_hex"] = a.features_hex;
+    if (sync) {
+      Json sj;
+      sj["dir"] = o.sync_dir;
+      sj["interval_s"] = o.sync_interval_s;
+      sj["published_corpus"] = st.published_corpus;
+      sj["published_failures"] = st.published_failures;
+      sj["imported_corpus"] = st.imported_corpus;
+      sj["imported_inputs_run"] = st.imported_inputs_run;
+      sj["rounds"] = st.rounds;
+      sj["seconds"] = st.seconds;
+      sj["cpu_seconds"] = st.cpu_seconds;
+      Json fl = Json::array();
+      for (const ImportedFailure& f : imported)
+        fl.push_back({{"kernel", f.verdict.kernel},
+                      {"class", failure_class_name(f.verdict.failure)},
+                      {"signature", f.verdict.signature},
+                      {"from", f.from},
+                      {"file", f.path.string()}});
+      sj["imported_failures"] = fl;
+      camp["sync"] = sj;
+    }
     j["campaign"] = camp;
     write_text_file(paths.json, j.dump(2) + "\n");
     std::ostringstream md;
@@ -684,6 +780,7 @@ int run_campaign(const CampaignOptions& o) {
        << "- " << static_cast<long long>(wall) << " s, " << a.cases << " cases ("
        << static_cast<long long>(wall > 0 ? a.cases / wall : 0) << "/s), " << a.failing
        << " failing checks, **" << found.size() << " distinct failure(s)**"
+       << (sync ? " found here, " + std::to_string(imported.size()) + " imported" : std::string())
        << (interrupted ? " (interrupted)" : "") << "\n"
        << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n"
        << "- worker processes that died: " << worker_crashes << " crash(es), " << worker_hangs
@@ -695,7 +792,27 @@ int run_campaign(const CampaignOptions& o) {
     for (const Skipped& k : skipped_now)
       md << "- **skipped unreadable failure file** (kept as it is): `" << k.path.string()
          << "`: " << markdown_escape(k.why) << "\n";
+    if (sync) {
+      int64_t in_corpus = 0;
+      std::string per;
+      for (const auto& [from, n] : st.imported_corpus) {
+        per += (per.empty() ? "" : ", ") + markdown_escape(from) + " " + std::to_string(n);
+        in_corpus += n;
+      }
+      md << "- sync `" << o.sync_dir << "` as **" << markdown_escape(name) << "**: published " << st.published_corpus
+         << " corpus entries and " << st.published_failures << " failures; imported " << in_corpus
+         << " corpus entries" << (per.empty() ? "" : " (" + per + ")") << ", " << st.imported_inputs_run
+         << " of them run by the workers, and " << imported.size() << " failures\n";
+    }
     md << "\n";
+    if (!imported.empty()) {
+      md << "Imported from other campaigns (first found there):\n\n| class | kernel | shape | found by |\n"
+            "|---|---|---|---|\n";
+      for (const ImportedFailure& f : imported)
+        md << "| " << failure_class_name(f.verdict.failure) << " | " << markdown_escape(f.verdict.kernel) << " | "
+           << markdown_escape(shape(f.the_case.problem)) << " | " << markdown_escape(f.from) << " |\n";
+      md << "\n";
+    }
     if (!found.empty()) {
       md << "| class | kernel | shape | replay |\n|---|---|---|---|\n";
       for (const RunEntry& e : rec.entries)
@@ -722,7 +839,7 @@ int run_campaign(const CampaignOptions& o) {
     return 2;
   }
   // An unreadable failure file still records a failure in this OUT: not a clean result.
-  return found.empty() && skipped_now.empty() ? 0 : 1;
+  return found.empty() && skipped_now.empty() && imported.empty() ? 0 : 1;
 }
 
 // ------------------------------------------------------------------------------------------ minimize

@@ -22,6 +22,10 @@ struct CampaignOptions {
   std::vector<std::string> fuzzer_args;  // extra libFuzzer flags
   std::string command_line;
   bool quiet = false;
+  // --sync DIR (fuzz/sync.h): publish / import corpus entries and distinct failures every sync_interval_s
+  std::string sync_dir;
+  std::string name;  // this campaign's name (in DIR and in merged summaries); default <host>-<pid>
+  double sync_interval_s = 30;
 };
 
 // Runs a campaign; returns the exit status (0 no failure, 1 distinct failures found, 2 error).

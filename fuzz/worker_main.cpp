@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "fuzz/codec.h"
+#include "fuzz/sync.h"
 #include "fuzz/worker.h"
 
 using namespace attnfuzz;
@@ -73,6 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  // --sync: an entry another campaign published, not yet run here, goes first (fork mode never re-reads
+  // the corpus directory; libFuzzer keeps the input if it adds features, and the parent saves it).
+  if (auto in = take_synced_input(config().out, max_size)) {
+    std::memcpy(data, in->data(), in->size());
+    return in->size();
+  }
   Rng rng(seed, 0x6d75);
   // Mostly structured mutations; now and then libFuzzer's byte mutations (the decoder keeps them valid).
   if (rng.below(10) == 0) return LLVMFuzzerMutate(data, size, max_size);

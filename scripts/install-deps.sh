@@ -15,6 +15,7 @@ PACKAGES=(
   hipcc libamdhip64-dev                    # amd backend (Debian ROCm 5.2)
   libxml2-utils                            # xmllint: tests check that SVG and JUnit are well formed
   python3-numpy python3-pytest             # adapters: the numpy reference adapter and the pytest entry point (tests/adapters)
+  slurm-wlm munge                          # tests/scripts/slurm_array_test.sh: a single-node Slurm runs scripts/slurm
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

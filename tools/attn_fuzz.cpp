@@ -10,6 +10,7 @@
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
 #include "fuzz/campaign.h"
+#include "fuzz/sync.h"
 #include "tools/cli_common.h"
 
 namespace fs = std::filesystem;
@@ -35,6 +36,9 @@ struct Options {
   std::string minimize;
   double minimize_time = 60;
   bool list = false;
+  std::string sync, name;
+  double sync_interval = 30;
+  std::vector<std::string> merge;
 };
 
 void define_options(CLI::App& app, Options& o) {
@@ -109,6 +113,28 @@ void define_options(CLI::App& app, Options& o) {
                      "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
           ->group(c)
           ->check(executable_file()));
+  auto* sy = "Campaigns beyond one machine (fuzz/README.md)";
+  auto* sync = app.add_option("--sync", o.sync,
+                              "share corpus entries and distinct failures with the other campaigns syncing "
+                              "through DIR (a shared file system; created if missing)")
+                   ->group(sy)
+                   ->check(writable_dir());
+  campaign.push_back(sync);
+  campaign.push_back(app.add_option("--sync-interval", o.sync_interval, "seconds between sync rounds")
+                         ->group(sy)
+                         ->check(real_range(0.1, 86400, false))
+                         ->needs(sync)
+                         ->capture_default_str());
+  campaign.push_back(
+      app.add_option("--name", o.name, "this campaign's name in DIR and merged summaries (default HOST-PID)")
+          ->group(sy)
+          ->check(checked_by(&campaign_name_problem)));
+  auto* merge = app.add_option("--merge", o.merge,
+                               "write one deduplicated summary of these campaign directories (their --out) "
+                               "into --out (default reports/merged)")
+                    ->group(sy)
+                    ->check(existing_dir())
+                    ->expected(1, -1);
   auto* m = "Mode";
   auto* minimize = app.add_option("--minimize", o.minimize,
                                   "shrink the failing case of FILE (same kernel and class) and write it")
@@ -124,6 +150,10 @@ void define_options(CLI::App& app, Options& o) {
   for (CLI::Option* x : campaign) minimize->excludes(x);
   list->excludes(minimize);
   for (CLI::Option* x : campaign) list->excludes(x);
+  // A merge is not a campaign either (it only reads campaign directories).
+  for (CLI::Option* x : campaign) merge->excludes(x);
+  merge->excludes(minimize);
+  merge->excludes(list);
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -183,6 +213,8 @@ int main(int argc, char** argv) {
   attn-fuzz --backend nvidia --max-time 300             # one worker per visible GPU
   attn-fuzz --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --backend flash' --max-time 300
   attn-fuzz --minimize reports/fuzz/failures/mask-0123456789abcdef.case
+  attn-fuzz --max-time 3600 --sync /shared/sync --out /shared/run/a   # many campaigns share one DIR
+  attn-fuzz --merge /shared/run/a /shared/run/b --out /shared/run/merged
 Resume: run again with the same --out (or --corpus); the corpus of .case files is read back.
 Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usage or input error.)");
   define_options(app, o);
@@ -191,6 +223,9 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
     usage_error("--no-isolate contradicts --isolate " + o.isolate);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + shell_quote(argv[i]);
+  if (!o.merge.empty())
+    return merge_campaigns(o.merge, app.count("--out") ? o.common.out : std::string("reports/merged"),
+                           command_line, o.common.quiet);
 
   // Plug-ins and the backend, through the shared session code (it also checks that --out is writable).
   CommonOptions session_opts = o.common;
@@ -286,5 +321,8 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.fuzzer_args = o.fuzzer_args;
   c.command_line = command_line;
   c.quiet = o.common.quiet;
+  c.sync_dir = o.sync;
+  c.name = o.name;
+  c.sync_interval_s = o.sync_interval;
   return run_campaign(c);
 }

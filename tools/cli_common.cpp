@@ -148,6 +148,20 @@ CLI::Validator executable_file() {
       "FILE");
 }
 
+CLI::Validator writable_dir() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::error_code ec;
+        if (in.empty()) return "'' is empty: need a directory";
+        if (fs::exists(in, ec) && !fs::is_directory(in, ec)) return in + ": not a directory";
+        fs::create_directories(in, ec);
+        if (ec) return in + ": cannot create the directory: " + ec.message();
+        if (::access(in.c_str(), W_OK | X_OK) != 0) return in + ": not writable";
+        return {};
+      },
+      "DIR");
+}
+
 CLI::Validator checked_by(std::string (*parse)(const std::string&)) {
   return CLI::Validator([parse](std::string& in) { return parse(in); }, "TEXT");
 }

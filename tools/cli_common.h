@@ -68,6 +68,7 @@ CLI::Validator kernel_list();                                   // NAME|GLOB[,NA
 CLI::Validator existing_file();                                 // a regular file that exists
 CLI::Validator existing_dir();                                  // a directory that exists
 CLI::Validator executable_file();                               // a regular file with execute permission
+CLI::Validator writable_dir();  // a directory this process can write (created, with its parents, if missing)
 CLI::Validator checked_by(std::string (*parse)(const std::string&));  // parse returns "" or the problem
 // Parses argv; on a usage error prints "TOOL: message" (one line) and returns 2, on --help 0; else -1.
 int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool);

@@ -1,0 +1,638 @@
+// sync.cpp - attn-fuzz --sync (publish / import of corpus entries and distinct failures through a shared
+// directory, atomic renames only) and attn-fuzz --merge (one deduplicated summary over many campaigns).
+#include "fuzz/sync.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "attnfuzz/report.h"
+#include "fuzz/worker.h"
+
+namespace fs = std::filesystem;
+
+namespace attnfuzz::fuzz {
+
+namespace {
+
+double cpu_seconds() {  // this process (the campaign parent is single-threaded: the rounds' own CPU time)
+  struct timespec t {};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+std::string hex16(uint64_t h) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  if (::gethostname(h, sizeof h - 1) != 0 || !*h) return "host";
+  std::string s = h;
+  for (char& c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
+  return s;
+}
+
+// Names a reader looks at: final names only (temporaries start with '.').
+bool visible(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return !n.empty() && n[0] != '.';
+}
+
+std::vector<fs::path> list(const fs::path& dir, const std::string& ext) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code ec2;
+    if (!visible(e.path()) || !e.is_regular_file(ec2)) continue;
+    if (ext.empty() || e.path().extension() == ext) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<fs::path> subdirs(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code ec2;
+    if (visible(e.path()) && e.is_directory(ec2)) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool read_text(const fs::path& p, std::string& out) {
+  return read_regular_file(p, kMaxCorpusFileBytes, out).empty();
+}
+
+bool mtime_of(const fs::path& p, struct timespec& t) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return false;
+  t = st.st_mtim;
+  return true;
+}
+
+std::string iso_utc(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+// The sidecars of a failure file that travel with it (its report and heatmap), then the file itself.
+const char* const kSidecars[] = {".json", ".svg"};
+
+// Copies a failure (sidecars first, the .case last, mtime kept) from one directory to another.
+bool copy_failure(const fs::path& src_case, const fs::path& dst_dir, const std::string& case_text) {
+  struct timespec t {};
+  const bool have_t = mtime_of(src_case, t);
+  const std::string stem = src_case.stem().string();
+  for (const char* ext : kSidecars) {
+    std::string side;
+    const fs::path sp = src_case.parent_path() / (stem + ext);
+    if (read_text(sp, side)) publish_file(dst_dir, stem + ext, side, have_t ? &t : nullptr);
+  }
+  return publish_file(dst_dir, src_case.filename().string(), case_text, have_t ? &t : nullptr);
+}
+
+void claim(const fs::path& dedup, const std::string& key, const RecordedVerdict& v, bool exclusive,
+           bool* claimed) {
+  const int fd = ::open((dedup / key).c_str(), O_CREAT | O_WRONLY | (exclusive ? O_EXCL : O_TRUNC), 0644);
+  if (claimed) *claimed = fd >= 0;
+  if (fd < 0) return;
+  const std::string line = v.kernel + " " + failure_class_name(v.failure) + " " + v.signature + "\n";
+  (void)!::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string default_campaign_name() { return host_name() + "-" + std::to_string(::getpid()); }
+
+std::string campaign_name_problem(const std::string& name) {
+  if (name.empty()) return "a campaign name must not be empty";
+  if (name[0] == '.') return "'" + name + "': a campaign name must not start with '.'";
+  if (name.size() > 128) return "'" + name + "': a campaign name has at most 128 characters";
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return "'" + name + "': a campaign name has only letters, digits, '.', '_' and '-'";
+  return {};
+}
+
+std::string sync_dir_problem(const std::string& dir) {
+  if (dir.empty()) return "'' is empty: need a directory (created if missing)";
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) return dir + ": not a directory";
+  fs::create_directories(dir, ec);
+  if (ec) return dir + ": cannot create the directory: " + ec.message();
+  const fs::path probe = fs::path(dir) / (".write-test." + default_campaign_name());
+  const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  if (fd < 0) return dir + ": not writable: " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
+}
+
+std::string failure_key(const RecordedVerdict& v) {
+  return hex16(hash64(v.kernel + "|" + failure_class_name(v.failure) + "|" + v.signature));
+}
+
+bool publish_file(const fs::path& dir, const std::string& name, const std::string& text,
+                  const struct timespec* mtime) {
+  static std::atomic<uint64_t> counter{0};
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path tmp = dir / ("." + name + "." + host_name() + "." + std::to_string(::getpid()) + "." +
+                              std::to_string(counter++));
+  const int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  size_t done = 0;
+  bool ok = true;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (ok && mtime) {
+    const struct timespec ts[2] = {*mtime, *mtime};
+    ::futimens(fd, ts);
+  }
+  if (::close(fd) != 0) ok = false;
+  if (ok && ::rename(tmp.c_str(), (dir / name).c_str()) != 0) ok = false;
+  if (!ok) ::unlink(tmp.c_str());
+  return ok;
+}
+
+// ------------------------------------------------------------------------------------------------ Sync
+
+Sync::Sync(SyncConfig c) : c_(std::move(c)) {
+  if (std::string why = campaign_name_problem(c_.name); !why.empty()) throw std::runtime_error(why);
+  if (std::string why = sync_dir_problem(c_.dir.string()); !why.empty()) throw std::runtime_error(why);
+  mine_ = c_.dir / c_.name;
+  std::error_code ec;
+  for (const fs::path& d : {mine_ / "corpus", mine_ / "failures", c_.out / "imported",
+                            c_.out / "work" / "sync-in" / "taken"}) {
+    fs::create_directories(d, ec);
+    if (ec) throw std::runtime_error(d.string() + ": cannot create the directory: " + ec.message());
+  }
+}
+
+void Sync::start() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = cpu_seconds();
+  // Failures imported by an earlier run of this campaign stay claimed (and a hang stays quarantined).
+  for (const fs::path& from : subdirs(c_.out / "imported"))
+    for (const fs::path& f : list(from, kCaseFileExtension)) {
+      try {
+        const CorpusFile cf = read_corpus_file(f);
+        if (!cf.verdict) continue;
+        claim(c_.out / "work" / "dedup", failure_key(*cf.verdict), *cf.verdict, false, nullptr);
+        if (cf.verdict->failure == FailureClass::kHang)
+          append_line((c_.out / "work" / "quarantine.txt").string(), cf.verdict->kernel);
+        failures_seen_.insert(from.filename().string() + "/" + f.filename().string());
+      } catch (const CorpusError&) {
+      }
+    }
+  for (const fs::path& f : list(mine_ / "corpus", kCaseFileExtension)) corpus_seen_.insert(f.filename().string());
+  for (const fs::path& f : list(mine_ / "failures", kCaseFileExtension))
+    published_failures_.insert(f.filename().string());
+  import();
+  t_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t_.cpu_seconds += cpu_seconds() - c0;
+}
+
+void Sync::round() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = cpu_seconds();
+  import();  // first: names the others published are not published again
+  publish();
+  ++t_.rounds;
+  t_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t_.cpu_seconds += cpu_seconds() - c0;
+}
+
+void Sync::publish() {
+  for (const fs::path& f : list(c_.corpus, kCaseFileExtension)) {
+    const std::string name = f.filename().string();
+    if (corpus_seen_.count(name)) continue;
+    std::string text;  // written whole by this campaign (or imported, then seen): no second parse here
+    if (!read_text(f, text)) continue;
+    if (publish_file(mine_ / "corpus", name, text)) {
+      corpus_seen_.insert(name);
+      ++t_.published_corpus;
+    }
+  }
+  for (const fs::path& f : list(c_.out / "failures", kCaseFileExtension)) {
+    const std::string name = f.filename().string();
+    if (published_failures_.count(name)) continue;
+    std::string text;
+    if (!read_text(f, text)) continue;
+    try {
+      (void)parse_corpus(text, f.string());
+    } catch (const CorpusError&) {
+      published_failures_.insert(name);  // listed as unreadable in the campaign's summary
+      continue;
+    }
+    if (copy_failure(f, mine_ / "failures", text)) {
+      published_failures_.insert(name);
+      ++t_.published_failures;
+    }
+  }
+}
+
+void Sync::import() {
+  const fs::path inbox = c_.out / "work" / "sync-in", dedup = c_.out / "work" / "dedup";
+  for (const fs::path& other : subdirs(c_.dir)) {
+    const std::string from = other.filename().string();
+    if (from == c_.name) continue;
+    // Corpus entries: into the local corpus (a resumed campaign loads them) and the workers' inbox.
+    for (const fs::path& f : list(other / "corpus", kCaseFileExtension)) {
+      const std::string name = f.filename().string();
+      if (!corpus_seen_.insert(name).second) continue;
+      std::error_code ec;
+      if (fs::exists(c_.corpus / name, ec)) continue;  // found here too
+      std::string text;
+      CorpusFile cf;
+      try {
+        if (!read_text(f, text)) continue;
+        cf = parse_corpus(text, f.string());
+      } catch (const CorpusError& e) {
+        if (!c_.quiet) std::fprintf(stderr, "attn-fuzz: sync: skipping %s\n", e.what());
+        continue;
+      }
+      if (!publish_file(c_.corpus, name, text)) continue;
+      FuzzInput in;
+      in.the_case = cf.the_case;
+      std::string kernel = cf.verdict ? cf.verdict->kernel : "";
+      if (cf.the_case.label.rfind("fuzz-", 0) == 0) kernel = cf.the_case.label.substr(5);
+      const auto k = std::find(c_.kernels.begin(), c_.kernels.end(), kernel);
+      in.kernel = k == c_.kernels.end() ? 0 : static_cast<uint32_t>(k - c_.kernels.begin());
+      const auto b = encode(in, c_.limits);
+      const FuzzInput back = decode(b.data(), b.size(), c_.limits);
+      const auto nb = encode(back, c_.limits);  // normalised into this campaign's limits
+      const std::string bytes(nb.begin(), nb.end());
+      publish_file(inbox, hex16(hash64(bytes)), bytes);
+      ++t_.imported_corpus[from];
+    }
+    // Failures: a (kernel, class, signature) nobody here has claimed is claimed and kept in OUT/imported.
+    for (const fs::path& f : list(other / "failures", kCaseFileExtension)) {
+      if (!failures_seen_.insert(from + "/" + f.filename().string()).second) continue;
+      std::string text;
+      CorpusFile cf;
+      try {
+        if (!read_text(f, text)) continue;
+        cf = parse_corpus(text, f.string());
+      } catch (const CorpusError& e) {
+        if (!c_.quiet) std::fprintf(stderr, "attn-fuzz: sync: skipping %s\n", e.what());
+        continue;
+      }
+      if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) continue;
+      bool claimed = false;
+      claim(dedup, failure_key(*cf.verdict), *cf.verdict, true, &claimed);
+      if (!claimed) continue;  // found here too (or imported from a third campaign)
+      if (!copy_failure(f, c_.out / "imported" / from, text)) continue;
+      if (cf.verdict->failure == FailureClass::kHang)
+        append_line((c_.out / "work" / "quarantine.txt").string(), cf.verdict->kernel);
+      if (!c_.quiet) {
+        std::printf("attn-fuzz: sync: imported %s %s from %s\n", failure_class_name(cf.verdict->failure),
+                    cf.verdict->kernel.c_str(), from.c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+SyncTotals Sync::totals() const {
+  SyncTotals t = t_;
+  t.imported_inputs_run = static_cast<int64_t>(list(c_.out / "work" / "sync-in" / "taken", "").size());
+  return t;
+}
+
+std::vector<ImportedFailure> Sync::imported_failures() const {
+  std::vector<ImportedFailure> out;
+  for (const fs::path& from : subdirs(c_.out / "imported"))
+    for (const fs::path& f : list(from, kCaseFileExtension)) {
+      try {
+        CorpusFile cf = read_corpus_file(f);
+        if (!cf.verdict) continue;
+        struct timespec t {};
+        mtime_of(f, t);
+        out.push_back({from.filename().string(), f, *cf.verdict, cf.the_case, t.tv_sec});
+      } catch (const CorpusError&) {
+      }
+    }
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> take_synced_input(const std::string& out, size_t max_size) {
+  // While the inbox had something, look again at once (drain it); when empty, look once a second.
+  static auto next_look = std::chrono::steady_clock::time_point{};
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_look) return std::nullopt;
+  const fs::path inbox = fs::path(out) / "work" / "sync-in", taken = inbox / "taken";
+  for (const fs::path& f : list(inbox, "")) {
+    const fs::path mine = taken / f.filename();
+    if (::rename(f.c_str(), mine.c_str()) != 0) continue;  // another worker took it
+    std::string bytes;
+    if (!read_regular_file(mine, 1 << 24, bytes).empty() || bytes.size() > max_size) continue;
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  }
+  next_look = now + std::chrono::seconds(1);
+  return std::nullopt;
+}
+
+// ----------------------------------------------------------------------------------------------- merge
+
+namespace {
+
+struct MergedFailure {
+  RecordedVerdict verdict;
+  Case the_case;
+  fs::path path;  // the file it was read from
+  std::string first_by;
+  std::time_t found_at = 0;
+  double found_at_exact = 0;  // with the nanoseconds of the mtime: who was first within a second
+  double found_after_s = -1;  // since its finder started (-1: unknown)
+  std::string replay_flags;
+  std::set<std::string> also_by;
+};
+
+struct CampaignInfo {
+  std::string name, dir, started_at;
+  std::time_t started = 0;
+  Json stats;  // report.json's "campaign" section (empty when the campaign left none)
+  int64_t own = 0, imported = 0, first = 0;
+};
+
+}  // namespace
+
+int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out_dir,
+                    const std::string& command_line, bool quiet) {
+  std::vector<CampaignInfo> camps;
+  std::map<std::string, MergedFailure> by_key;
+  std::vector<uint8_t> feature_union;
+  bool have_union = true;
+  for (const std::string& d : dirs) {
+    CampaignInfo ci;
+    ci.dir = d;
+    ci.name = fs::path(d).lexically_normal().filename().string();
+    if (ci.name.empty()) ci.name = fs::path(d).lexically_normal().parent_path().filename().string();
+    std::string text;
+    const fs::path rj = fs::path(d) / "report.json";
+    std::error_code ec;
+    const bool has_report = read_text(rj, text);
+    if (has_report) {
+      try {
+        const Json j = Json::parse(text);
+        if (j.contains("campaign")) ci.stats = j.at("campaign");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "attn-fuzz: %s: not a readable report: %s\n", rj.c_str(), e.what());
+        return 2;
+      }
+    }
+    if (ci.stats.is_null() && !fs::is_directory(fs::path(d) / "failures", ec)) {
+      std::fprintf(stderr,
+                   "attn-fuzz: %s is not a campaign directory (no report.json with a campaign section, no "
+                   "failures/)\n",
+                   d.c_str());
+      return 2;
+    }
+    if (ci.stats.is_null() && !quiet)
+      std::fprintf(stderr, "attn-fuzz: %s has no campaign report (still running, or killed): failures only\n",
+                   d.c_str());
+    if (ci.stats.is_object()) {
+      ci.name = ci.stats.value("name", ci.name);
+      ci.started = ci.stats.value("started_unix", int64_t{0});
+      ci.started_at = ci.stats.value("started_at", std::string());
+      const std::string hex = ci.stats.value("features_hex", std::string());
+      if (hex.empty()) have_union = false;
+      if (feature_union.size() < hex.size() / 2) feature_union.resize(hex.size() / 2, 0);
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        feature_union[i / 2] |= static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    } else {
+      have_union = false;
+    }
+    const std::string flags = ci.stats.is_object() ? ci.stats.value("replay_flags", std::string()) : "";
+    auto take = [&](const fs::path& f, const std::string& by, bool own) {
+      CorpusFile cf;
+      try {
+        cf = read_corpus_file(f);
+      } catch (const CorpusError& e) {
+        std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());
+        return;
+      }
+      if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) return;
+      struct timespec t {};
+      mtime_of(f, t);
+      ++(own ? ci.own : ci.imported);
+      const std::string key = failure_key(*cf.verdict);
+      auto it = by_key.find(key);
+      const double exact = static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+      if (it == by_key.end() || exact < it->second.found_at_exact) {
+        MergedFailure m;
+        m.verdict = *cf.verdict;
+        m.the_case = cf.the_case;
+        m.path = f;
+        m.first_by = by;
+        m.found_at = t.tv_sec;
+        m.found_at_exact = exact;
+        m.replay_flags = flags;
+        if (it != by_key.end()) {
+          m.also_by = it->second.also_by;
+          m.also_by.insert(it->second.first_by);
+        }
+        m.also_by.erase(by);
+        by_key[key] = std::move(m);
+      } else if (it->second.first_by != by) {
+        it->second.also_by.insert(by);
+      }
+    };
+    for (const fs::path& f : list(fs::path(d) / "failures", kCaseFileExtension)) take(f, ci.name, true);
+    for (const fs::path& from : subdirs(fs::path(d) / "imported"))
+      for (const fs::path& f : list(from, kCaseFileExtension)) take(f, from.filename().string(), false);
+    camps.push_back(std::move(ci));
+  }
+  for (auto& [key, m] : by_key) {
+    (void)key;
+    for (CampaignInfo& c : camps)
+      if (c.name == m.first_by) {
+        ++c.first;
+        if (c.started > 0) m.found_after_s = static_cast<double>(m.found_at - c.started);
+      }
+  }
+  // Output: the distinct failures (case + heatmap copied), then the reports.
+  const fs::path out = out_dir, fdir = out / "failures";
+  std::error_code ec;
+  fs::create_directories(fdir, ec);
+  if (ec) {
+    std::fprintf(stderr, "attn-fuzz: cannot create %s: %s\n", fdir.c_str(), ec.message().c_str());
+    return 2;
+  }
+  std::vector<const MergedFailure*> order;
+  for (const auto& [k, m] : by_key) order.push_back(&m);
+  std::sort(order.begin(), order.end(), [](const MergedFailure* a, const MergedFailure* b) {
+    return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact : a->path < b->path;
+  });
+  RunRecord rec;
+  rec.tool.name = "attn-fuzz";
+  rec.tool.command = command_line;
+  int64_t cases = 0, features_sum = 0;
+  double rate = 0, wall = 0;
+  for (const CampaignInfo& c : camps)
+    if (c.stats.is_object()) {
+      cases += c.stats.value("cases", int64_t{0});
+      rate += c.stats.value("cases_per_s", 0.0);
+      features_sum += c.stats.value("semantic_features", int64_t{0});
+      wall = std::max(wall, c.stats.value("wall_s", 0.0));
+      if (rec.backend.empty()) rec.backend = c.stats.value("backend", std::string());
+    }
+  rec.wall_s = wall;
+  Json jf = Json::array();
+  for (const MergedFailure* m : order) {
+    std::string text;
+    if (!read_text(m->path, text) || !copy_failure(m->path, fdir, text)) {
+      std::fprintf(stderr, "attn-fuzz: cannot copy %s into %s\n", m->path.c_str(), fdir.c_str());
+      return 2;
+    }
+    const fs::path saved = fdir / m->path.filename();
+    RunEntry e;
+    e.the_case = m->the_case;
+    e.result.kernel = m->verdict.kernel;
+    e.result.backend = m->verdict.backend;
+    e.result.device = m->verdict.device;
+    e.result.verdict = m->verdict.verdict;
+    e.result.failure = m->verdict.failure;
+    e.result.reason = m->verdict.reason;
+    e.result.max_ratio = m->verdict.max_ratio;
+    e.result.compared = m->verdict.compared;
+    e.result.failed = m->verdict.failed;
+    e.result.evidence.push_back({"signature", m->verdict.signature});
+    e.result.evidence.push_back({"first-found-by", m->first_by + " at " + iso_utc(m->found_at)});
+    e.corpus_path = saved.string();
+    e.replay_command = "attn-check --replay " + shell_quote(saved.string()) +
+                       (m->replay_flags.empty() ? "" : " " + m->replay_flags);
+    const fs::path svg = fdir / (m->path.stem().string() + ".svg");
+    if (fs::exists(svg, ec)) e.heatmap_path = fs::relative(svg, out, ec).string();
+    if (rec.device.empty()) rec.device = m->verdict.device;
+    Json a = Json::array();
+    for (const auto& b : m->also_by) a.push_back(b);
+    jf.push_back({{"kernel", m->verdict.kernel},
+                  {"class", failure_class_name(m->verdict.failure)},
+                  {"signature", m->verdict.signature},
+                  {"file", saved.string()},
+                  {"first_found_by", m->first_by},
+                  {"found_at", iso_utc(m->found_at)},
+                  {"found_after_s", m->found_after_s},
+                  {"also_found_by", a},
+                  {"replay", e.replay_command}});
+    rec.entries.push_back(std::move(e));
+  }
+  int64_t union_features = 0;
+  for (uint8_t b : feature_union) union_features += __builtin_popcount(b);
+  Json jc = Json::array();
+  for (const CampaignInfo& c : camps) {
+    Json x;
+    x["name"] = c.name;
+    x["dir"] = c.dir;
+    x["started_at"] = c.started_at;
+    x["report"] = c.stats.is_object();
+    for (const char* k : {"cases", "cases_per_s", "wall_s", "semantic_features", "interrupted"})
+      if (c.stats.is_object() && c.stats.contains(k)) x[k] = c.stats[k];
+    x["distinct_failures_found"] = c.own;
+    x["failures_imported"] = c.imported;
+    x["first_found"] = c.first;
+    if (c.stats.is_object() && c.stats.contains("sync")) x["sync"] = c.stats["sync"];
+    jc.push_back(std::move(x));
+  }
+  if (!quiet) {
+    std::printf("attn-fuzz --merge: %zu campaign(s), %lld case(s) (%.0f/s together), %zu distinct failure(s)\n",
+                camps.size(), (long long)cases, rate, order.size());
+    std::printf("%-24s %10s %8s %9s %6s %6s %8s\n", "campaign", "cases", "cases/s", "features", "found", "first",
+                "imported");
+    for (const CampaignInfo& c : camps)
+      std::printf("%-24s %10lld %8.1f %9lld %6lld %6lld %8lld\n", c.name.c_str(),
+                  (long long)(c.stats.is_object() ? c.stats.value("cases", int64_t{0}) : -1),
+                  c.stats.is_object() ? c.stats.value("cases_per_s", 0.0) : 0.0,
+                  (long long)(c.stats.is_object() ? c.stats.value("semantic_features", int64_t{0}) : -1),
+                  (long long)c.own, (long long)c.first, (long long)c.imported);
+    if (!order.empty())
+      std::printf("%-13s %-30s %-22s %-16s %-20s %s\n", "class", "kernel", "signature", "first found by", "at",
+                  "replay");
+    for (size_t i = 0; i < order.size(); ++i)
+      std::printf("%-13s %-30s %-22s %-16s %-20s %s\n", failure_class_name(order[i]->verdict.failure),
+                  order[i]->verdict.kernel.c_str(), order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
+                  iso_utc(order[i]->found_at).c_str(), rec.entries[i].replay_command.c_str());
+  }
+  try {
+    const ReportPaths paths = write_reports(rec, out);
+    Json j = report_to_json(rec);
+    Json mj;
+    mj["campaigns"] = jc;
+    mj["cases"] = cases;
+    mj["cases_per_s"] = rate;
+    mj["semantic_features_union"] = have_union && !camps.empty() ? Json(union_features) : Json(nullptr);
+    mj["distinct_failures"] = order.size();
+    mj["failures"] = jf;
+    j["merge"] = mj;
+    write_text_file(paths.json, j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+    std::ostringstream md;
+    md << "# attn-fuzz merged campaigns\n\n- command: `" << command_line << "`\n- " << camps.size()
+       << " campaign(s), " << cases << " cases (" << static_cast<long long>(rate) << "/s together), **"
+       << order.size() << " distinct failure(s)**";
+    if (have_union && !camps.empty()) md << "; semantic features covered together: " << union_features;
+    md << "\n\n| campaign | started | cases | cases/s | features | failures found | first found | imported |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    for (const CampaignInfo& c : camps) {
+      const bool s = c.stats.is_object();
+      md << "| " << markdown_escape(c.name) << " | " << markdown_escape(c.started_at) << " | "
+         << (s ? std::to_string(c.stats.value("cases", int64_t{0})) : "?") << " | "
+         << (s ? std::to_string(static_cast<long long>(c.stats.value("cases_per_s", 0.0))) : "?") << " | "
+         << (s ? std::to_string(c.stats.value("semantic_features", int64_t{0})) : "?") << " | " << c.own << " | "
+         << c.first << " | " << c.imported << " |\n";
+    }
+    md << "\n";
+    if (!order.empty()) {
+      md << "| class | kernel | signature | first found by | at | after | also found by | replay |\n"
+         << "|---|---|---|---|---|---|---|---|\n";
+      for (size_t i = 0; i < order.size(); ++i) {
+        const MergedFailure& m = *order[i];
+        std::string also;
+        for (const auto& b : m.also_by) also += (also.empty() ? "" : ", ") + b;
+        md << "| " << failure_class_name(m.verdict.failure) << " | " << markdown_escape(m.verdict.kernel) << " | "
+           << markdown_escape(m.verdict.signature) << " | " << markdown_escape(m.first_by) << " | " << iso_utc(m.found_at) << " | "
+           << (m.found_after_s >= 0 ? std::to_string(static_cast<long long>(m.found_after_s)) + " s" : "?")
+           << " | " << markdown_escape(also) << " | `" << rec.entries[i].replay_command << "` |\n";
+      }
+      md << "\n";
+    }
+    md << markdown_summary(rec);
+    write_text_file(paths.markdown, md.str());
+    if (!quiet)
+      std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());
+    return 2;
+  }
+  return order.empty() ? 0 : 1;
+}
+
+}  // namespace attnfuzz::fuzz

@@ -1,0 +1,326 @@
+// sync_test.cpp - attn-fuzz --sync and --merge: publish / import through a shared directory, dedup of
+// failures across campaigns, atomicity (a partially written file is never imported), the merged summary,
+// and two real campaigns syncing through a temporary directory.
+#include "fuzz/sync.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "attnfuzz/corpus.h"
+
+namespace fs = std::filesystem;
+
+namespace attnfuzz::fuzz {
+namespace {
+
+fs::path fresh(const std::string& name) {
+  const fs::path d = fs::path(TEST_TMP) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+Case some_case(uint64_t seed) {
+  Rng rng(seed);
+  const CaseDomain dom;
+  return dom.init(rng).the_case;
+}
+
+CorpusFile failure_file(uint64_t seed, const std::string& kernel, FailureClass cls, const std::string& sig) {
+  CorpusFile f;
+  f.the_case = some_case(seed);
+  RecordedVerdict v;
+  v.kernel = kernel;
+  v.backend = "cpu";
+  v.device = "test";
+  v.verdict = Verdict::kFail;
+  v.failure = cls;
+  v.signature = sig;
+  v.reason = "planted";
+  f.verdict = v;
+  return f;
+}
+
+// A campaign directory as run_campaign leaves it (what Sync reads and writes).
+struct FakeCampaign {
+  fs::path out;
+  SyncConfig cfg;
+  FakeCampaign(const fs::path& root, const std::string& name, const fs::path& sync_dir) {
+    out = root / name;
+    for (const char* d : {"failures", "fuzz-corpus", "work/dedup"}) fs::create_directories(out / d);
+    cfg.dir = sync_dir;
+    cfg.name = name;
+    cfg.out = out;
+    cfg.corpus = out / "fuzz-corpus";
+    cfg.kernels = {"k0", "k1"};
+    cfg.quiet = true;
+  }
+  fs::path add_corpus(uint64_t seed) {
+    CorpusFile f;
+    f.the_case = some_case(seed);
+    f.the_case.label = "fuzz-k1";
+    return save_to_corpus_dir(cfg.corpus, f);
+  }
+  // A failure found here: claimed in work/dedup like a worker does, saved in failures/.
+  fs::path add_failure(const CorpusFile& f) {
+    std::ofstream(out / "work" / "dedup" / failure_key(*f.verdict)) << "x\n";
+    return save_to_corpus_dir(out / "failures", f);
+  }
+};
+
+std::set<std::string> names(const fs::path& dir) {
+  std::set<std::string> s;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) s.insert(e.path().filename().string());
+  return s;
+}
+
+TEST(Sync, CorpusEntriesCrossBothWaysAndFeedTheWorkers) {
+  const fs::path root = fresh("cross"), dir = root / "sync";
+  FakeCampaign a(root, "a", dir), b(root, "b", dir);
+  const std::string ea = a.add_corpus(1).filename().string(), eb = b.add_corpus(2).filename().string();
+  Sync sa(a.cfg), sb(b.cfg);
+  sa.start();
+  sb.start();
+  sa.round();  // a publishes ea
+  sb.round();  // b imports ea, publishes eb
+  sa.round();  // a imports eb
+  EXPECT_TRUE(names(a.cfg.corpus).count(eb));
+  EXPECT_TRUE(names(b.cfg.corpus).count(ea));
+  EXPECT_EQ(sa.totals().imported_corpus.at("b"), 1);
+  EXPECT_EQ(sb.totals().imported_corpus.at("a"), 1);
+  // b publishes only what it found itself, not what it imported from a
+  EXPECT_EQ(names(dir / "b" / "corpus"), std::set<std::string>{eb});
+  EXPECT_EQ(names(dir / "a" / "corpus"), std::set<std::string>{ea});
+  // the imported entry waits in the workers' inbox as a fuzzer input of the kernel it was labelled with
+  ASSERT_EQ(names(a.out / "work" / "sync-in").size(), 1u);
+  auto in = take_synced_input(a.out.string(), 1 << 20);
+  ASSERT_TRUE(in.has_value());
+  const FuzzInput got = decode(in->data(), in->size(), a.cfg.limits);
+  EXPECT_EQ(got.kernel, 1u);
+  EXPECT_EQ(describe(got.the_case), describe(read_corpus_file(a.cfg.corpus / eb).the_case));
+  EXPECT_TRUE(names(a.out / "work" / "sync-in").empty());
+  EXPECT_EQ(sa.totals().imported_inputs_run, 1);
+  // another round imports nothing again
+  sa.round();
+  EXPECT_EQ(sa.totals().imported_corpus.at("b"), 1);
+}
+
+TEST(Sync, FailuresAreDeduplicatedAcrossCampaigns) {
+  const fs::path root = fresh("dedup"), dir = root / "sync";
+  FakeCampaign a(root, "a", dir), b(root, "b", dir), c(root, "c", dir);
+  // a and b both found (k0, mask, mask:compare) on different cases; a also found (k1, nan, ...)
+  a.add_failure(failure_file(10, "k0", FailureClass::kMask, "mask:compare"));
+  a.add_failure(failure_file(11, "k1", FailureClass::kNonFinite, "non-finite:compare"));
+  b.add_failure(failure_file(12, "k0", FailureClass::kMask, "mask:compare"));
+  Sync sa(a.cfg), sb(b.cfg), sc(c.cfg);
+  for (Sync* s : {&sa, &sb, &sc}) s->start();
+  for (int i = 0; i < 2; ++i)
+    for (Sync* s : {&sa, &sb, &sc}) s->round();
+  // a imports nothing (it has both keys); b imports only the key it lacks; c imports each key once
+  EXPECT_TRUE(sa.imported_failures().empty());
+  const auto ib = sb.imported_failures();
+  ASSERT_EQ(ib.size(), 1u);
+  EXPECT_EQ(ib[0].verdict.kernel, "k1");
+  EXPECT_EQ(ib[0].from, "a");
+  const auto ic = sc.imported_failures();
+  ASSERT_EQ(ic.size(), 2u);
+  std::set<std::string> keys;
+  for (const auto& f : ic) keys.insert(failure_key(f.verdict));
+  EXPECT_EQ(keys.size(), 2u);
+  // the imported keys are claimed: a local worker's save_failure of the same key is a duplicate
+  for (const auto& f : ic) EXPECT_TRUE(fs::exists(c.out / "work" / "dedup" / failure_key(f.verdict)));
+  // resume: a new Sync over the same OUT re-claims the imported keys after the campaign cleared work/dedup
+  fs::remove_all(c.out / "work" / "dedup");
+  fs::create_directories(c.out / "work" / "dedup");
+  Sync sc2(c.cfg);
+  sc2.start();
+  for (const auto& f : ic) EXPECT_TRUE(fs::exists(c.out / "work" / "dedup" / failure_key(f.verdict)));
+  EXPECT_EQ(sc2.imported_failures().size(), 2u);
+}
+
+TEST(Sync, PartiallyWrittenFilesAreNeverImported) {
+  const fs::path root = fresh("atomic"), dir = root / "sync";
+  FakeCampaign a(root, "a", dir);
+  Sync sa(a.cfg);
+  sa.start();
+  CorpusFile f;
+  f.the_case = some_case(5);
+  const std::string text = to_corpus_text(f);
+  // a writer in the middle of its write: the temporary name (what publish_file uses) ...
+  fs::create_directories(dir / "w" / "corpus");
+  fs::create_directories(dir / "w" / "failures");
+  std::ofstream(dir / "w" / "corpus" / ".case-x.case.host.1.0") << text.substr(0, text.size() / 2);
+  // ... and a foreign writer that writes in place (not atomic): truncated under its final name
+  std::ofstream(dir / "w" / "corpus" / "case-trunc.case") << text.substr(0, text.size() / 2);
+  const CorpusFile ff = failure_file(6, "k0", FailureClass::kMask, "mask:compare");
+  const std::string ft = to_corpus_text(ff);
+  std::ofstream(dir / "w" / "failures" / "mask-trunc.case") << ft.substr(0, ft.size() - 20);
+  sa.round();
+  EXPECT_TRUE(names(a.cfg.corpus).empty());
+  EXPECT_TRUE(names(a.out / "work" / "sync-in").empty());
+  EXPECT_TRUE(sa.imported_failures().empty());
+  EXPECT_FALSE(fs::exists(a.out / "work" / "dedup" / failure_key(*ff.verdict)));
+
+  // publish_file under a concurrent reader: every visible file is whole, no temporary is left behind
+  std::string big(1 << 20, 'x');
+  std::atomic<bool> done{false};
+  std::atomic<int> partial{0}, seen{0};
+  const fs::path pub = root / "pub";
+  fs::create_directories(pub);
+  std::thread reader([&] {
+    while (!done) {
+      for (const auto& e : fs::directory_iterator(pub)) {
+        if (e.path().filename().string()[0] == '.') continue;
+        std::ifstream in(e.path(), std::ios::binary);
+        std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        ++seen;
+        if (s.size() != big.size() + 1) ++partial;
+      }
+    }
+  });
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(publish_file(pub, "f" + std::to_string(i % 4), big + char('a' + i)));
+  done = true;
+  reader.join();
+  EXPECT_GT(seen.load(), 0);
+  EXPECT_EQ(partial.load(), 0);
+  EXPECT_EQ(names(pub), (std::set<std::string>{"f0", "f1", "f2", "f3"}));
+}
+
+TEST(Sync, BadNamesAndDirectoriesAreRefused) {
+  EXPECT_EQ(campaign_name_problem("task-0"), "");
+  EXPECT_NE(campaign_name_problem(".hidden"), "");
+  EXPECT_NE(campaign_name_problem("a/b"), "");
+  EXPECT_NE(campaign_name_problem(""), "");
+  const fs::path root = fresh("baddir");
+  std::ofstream(root / "file") << "x";
+  EXPECT_NE(sync_dir_problem((root / "file").string()), "");
+  EXPECT_EQ(sync_dir_problem((root / "new" / "dir").string()), "");
+  EXPECT_TRUE(fs::is_directory(root / "new" / "dir"));
+}
+
+TEST(Merge, EachDistinctFailureOnceWithWhoFoundItFirst) {
+  const fs::path root = fresh("merge");
+  FakeCampaign a(root, "a", root / "sync"), b(root, "b", root / "sync");
+  const fs::path fa = a.add_failure(failure_file(20, "k0", FailureClass::kMask, "mask:compare"));
+  const fs::path fb = b.add_failure(failure_file(21, "k0", FailureClass::kMask, "mask:compare"));  // same key
+  const fs::path fb2 = b.add_failure(failure_file(22, "k1", FailureClass::kRescale, "rescale:compare"));
+  // b found the shared one first
+  auto set_mtime = [](const fs::path& p, time_t t) {
+    struct timespec ts[2] = {{t, 0}, {t, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), ts, 0), 0);
+  };
+  set_mtime(fa, 2000000000);
+  set_mtime(fb, 1999999000);
+  set_mtime(fb2, 2000000500);
+  auto report = [](const fs::path& out, const std::string& name, int64_t cases) {
+    Json j;
+    j["campaign"] = {{"name", name}, {"cases", cases}, {"cases_per_s", cases / 10.0}, {"wall_s", 10.0},
+                     {"semantic_features", 7}, {"started_unix", 1999998000}, {"started_at", "x"},
+                     {"replay_flags", "--order shuffle --order-seed 1"}, {"features_hex", "0f00"}};
+    std::ofstream(out / "report.json") << j.dump();
+  };
+  report(a.out, "a", 100);
+  report(b.out, "b", 300);
+  const fs::path out = root / "merged";
+  EXPECT_EQ(merge_campaigns({a.out.string(), b.out.string()}, out.string(), "attn-fuzz --merge", true), 1);
+  std::ifstream in(out / "report.json");
+  const Json j = Json::parse(in);
+  const Json& fl = j.at("merge").at("failures");
+  ASSERT_EQ(fl.size(), 2u);
+  EXPECT_EQ(fl[0].at("kernel"), "k0");
+  EXPECT_EQ(fl[0].at("first_found_by"), "b");
+  EXPECT_EQ(fl[0].at("also_found_by"), Json::array({"a"}));
+  EXPECT_EQ(fl[0].at("found_after_s"), 1000.0);
+  EXPECT_EQ(fl[1].at("kernel"), "k1");
+  EXPECT_EQ(j.at("results").size(), 2u);
+  EXPECT_EQ(j.at("merge").at("cases"), 400);
+  EXPECT_EQ(j.at("merge").at("semantic_features_union"), 4);
+  const Json& cs = j.at("merge").at("campaigns");
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(cs[0].at("first_found"), 0);
+  EXPECT_EQ(cs[1].at("first_found"), 2);
+  EXPECT_TRUE(fs::exists(out / "junit.xml"));
+  EXPECT_TRUE(fs::exists(out / "failures" / fb.filename()));
+  std::ifstream md(out / "summary.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--replay"), std::string::npos);
+  EXPECT_NE(text.find("--order shuffle --order-seed 1"), std::string::npos);
+  // a directory that is no campaign: exit 2
+  fs::create_directories(root / "empty");
+  EXPECT_EQ(merge_campaigns({(root / "empty").string()}, out.string(), "x", true), 2);
+}
+
+#ifdef ATTN_FUZZ
+int sh(const std::string& cmd) {
+  std::printf("$ %s\n", cmd.c_str());
+  std::fflush(stdout);
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// Two real campaigns (one worker each) syncing through a temporary directory, then the merge.
+TEST(Sync, TwoCampaignsSyncThroughATempDirAndMerge) {
+  const fs::path root = fresh("two"), dir = root / "sync";
+  const std::string common = std::string(" --plugin ") + PLANTED_PLUGIN +
+                             " --kernel 'planted-*' --no-seeds --workers 1 --max-time 14 --sync-interval 2 --progress 5"
+                             " --timeout 5 --sync " + dir.string();
+  const std::string a = std::string(ATTN_FUZZ) + common + " --name a --out " + (root / "a").string() + " > " +
+                        (root / "a.log").string() + " 2>&1",
+                    b = std::string(ATTN_FUZZ) + common + " --name b --out " + (root / "b").string() + " > " +
+                        (root / "b.log").string() + " 2>&1";
+  EXPECT_EQ(sh("(" + a + ") & (" + b + "); rb=$?; wait $!; ra=$?; cat " + (root / "a.log").string() + " " +
+               (root / "b.log").string() + "; [ $ra -eq 1 ] && [ $rb -eq 1 ]"),
+            0);
+  std::set<std::string> all_keys;
+  for (const char* n : {"a", "b"}) {
+    std::ifstream in(root / n / "report.json");
+    const Json c = Json::parse(in).at("campaign");
+    EXPECT_EQ(c.at("name"), n);
+    const Json& s = c.at("sync");
+    EXPECT_GT(s.at("published_corpus").get<int64_t>(), 0) << n;
+    EXPECT_GT(s.at("imported_corpus").value(n == std::string("a") ? "b" : "a", int64_t{0}), 0) << n;
+    // no (kernel, class, signature) is both found here and imported
+    std::set<std::string> own;
+    for (const auto& e : fs::directory_iterator(root / n / "failures"))
+      if (e.path().extension() == ".case") own.insert(failure_key(*read_corpus_file(e.path()).verdict));
+    for (const Json& f : s.at("imported_failures")) {
+      const std::string key =
+          failure_key(*read_corpus_file(f.at("file").get<std::string>()).verdict);
+      EXPECT_FALSE(own.count(key)) << n << " imported a failure it also saved: " << f.dump();
+      own.insert(key);
+    }
+    all_keys.insert(own.begin(), own.end());
+  }
+  EXPECT_EQ(sh(std::string(ATTN_FUZZ) + " --merge " + (root / "a").string() + " " + (root / "b").string() +
+               " --out " + (root / "m").string()),
+            1);
+  std::ifstream in(root / "m" / "report.json");
+  const Json m = Json::parse(in).at("merge");
+  std::set<std::string> merged;
+  for (const Json& f : m.at("failures")) {
+    RecordedVerdict v;
+    v.kernel = f.at("kernel");
+    ASSERT_TRUE(parse_failure_class(f.at("class"), v.failure));
+    v.signature = f.at("signature");
+    EXPECT_TRUE(merged.insert(failure_key(v)).second) << "listed twice: " << f.dump();
+  }
+  EXPECT_EQ(merged, all_keys);
+  // bad --sync: one line, exit 2
+  EXPECT_EQ(sh(std::string(ATTN_FUZZ) + " --sync " + (root / "a.log").string() + " --max-time 1 2>&1 | grep -c . | grep -qx 1 && " +
+               ATTN_FUZZ + " --sync " + (root / "a.log").string() + " --max-time 1; test $? -eq 2"),
+            0);
+}
+#endif
+
+}  // namespace
+}  // namespace attnfuzz::fuzz

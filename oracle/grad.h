@@ -56,4 +56,9 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
                                const float* dout, const float* o, const float* lse,
                                const GradOptions& opts = {});
 
+// The key positions computed under a k_budget (GradOptions::k_budget): every key when budget <= 0 or
+// budget >= Sk; else 0, Sk-1, both sides of every 16/32/64/128 tile boundary, keys whose k or v holds a
+// NaN or Inf, plus seeded random keys until about `budget`. Ascending, no duplicates.
+std::vector<int64_t> sample_keys(const Problem& p, const float* k, const float* v, int64_t budget, uint64_t seed);
+
 }  // namespace attnfuzz

@@ -17,10 +17,12 @@ constexpr size_t kFlashBugCount = 12;        // flash_bugs.hip
 constexpr size_t kOnlineRowBugCount = 2;     // online_row_bugs.hip
 constexpr size_t kMaterializedBugCount = 2;  // materialized_bugs.hip
 constexpr size_t kSplitKvBugCount = 3;       // split_kv_bugs.hip
+constexpr size_t kBackwardBugCount = 8;      // backward_bugs.hip
 
 const af_kernel* flash_bugs();         // kFlashBugCount entries
 const af_kernel* online_row_bugs();    // kOnlineRowBugCount entries
 const af_kernel* materialized_bugs();  // kMaterializedBugCount entries
 const af_kernel* split_kv_bugs();      // kSplitKvBugCount entries
+const af_kernel* backward_bugs();      // kBackwardBugCount entries
 
 }  // namespace attnfuzz_planted

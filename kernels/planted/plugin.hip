@@ -9,7 +9,7 @@ namespace {
 using namespace attnfuzz_planted;
 
 constexpr size_t kPlantedCount =
-    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount;
+    kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kBackwardBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -25,6 +25,7 @@ bool gather_planted_kernels() {
   append(online_row_bugs(), kOnlineRowBugCount);
   append(materialized_bugs(), kMaterializedBugCount);
   append(split_kv_bugs(), kSplitKvBugCount);
+  append(backward_bugs(), kBackwardBugCount);
   return at == kPlantedCount;
 }
 

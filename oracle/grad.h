@@ -19,6 +19,10 @@ struct GradOptions {
                          // plus seeded random ones
   uint64_t sample_seed = 1;
   bool force_multiprecision = false;  // every row and column on the arbiter path
+  // The exact forward of the same problem and inputs (compute_oracle with row_budget 0, same fwd options),
+  // when the caller already has it (e.g. to give the kernel its O and LSE): the gradient oracle then skips
+  // its own forward pass (about half of its time). nullptr: computed here.
+  const OracleResult* forward = nullptr;
 };
 
 // Exact gradients in double, contiguous (not with the problem's strides): dQ [B, Sq, Hq, D],

@@ -1,5 +1,7 @@
 // bwd_kernels_test.cpp - every built-in backward launch (cpu backend) against the gradient oracle's bound:
 // shapes, masks of both alignments, GQA, Dv != D, padded strides, empty rows, NaN, and fed by its own forward.
+#include <memory>
+
 #include "tests/kernels/bwd_harness.h"
 
 namespace attnfuzz {
@@ -78,6 +80,48 @@ TEST(BwdKernels, NaNInDoReachesTheGradientsItShould) {
     in.lse[lse_index(p, 0, 0, 12)] = static_cast<float>(F.lse[F.lse_at(0, 0, 12)]);
     const Grads g = run_bwd(*dev, e->kernel, p, in.q, in.k, in.v, in.dout, in.o, in.lse);
     expect_within(e->kernel.name, p, oracle(p, in, in.o, in.lse), g, worst);
+  }
+}
+
+TEST(BwdKernels, EveryThreadOrderGivesTheSameBits) {
+  // No barrier race: forward, reverse and shuffled fiber orders give bit-identical gradients (one emulator
+  // OS thread, so the atomic dQ adds also come in one order), all inside the bound.
+  std::vector<std::unique_ptr<Device>> devs;
+  for (ThreadOrder order : {ThreadOrder::kForward, ThreadOrder::kReverse, ThreadOrder::kShuffle}) {
+    DeviceOptions o;
+    o.order = order;
+    o.order_seed = 3;
+    devs.push_back(open_device(Backend::kCpu, o));
+  }
+  double worst = 0;
+  for (const KernelEntry* e : bwd_kernels()) {
+    Problem p = make_problem(1, 4, 2, 35, 41, 20, 12);
+    ASSERT_EQ(parse_mask("window:9,4-br", p), "");
+    const BwdInputs in = inputs(p, 11);
+    std::vector<Grads> g;
+    for (auto& d : devs) g.push_back(run_bwd(*d, e->kernel, p, in.q, in.k, in.v, in.dout, in.o, in.lse));
+    expect_within(e->kernel.name, p, oracle(p, in, in.o, in.lse), g[0], worst);
+    for (size_t x = 1; x < g.size(); ++x) {
+      EXPECT_EQ(0, std::memcmp(g[0].dq.data(), g[x].dq.data(), g[0].dq.size() * 4)) << e->kernel.name << " order " << x;
+      EXPECT_EQ(0, std::memcmp(g[0].dk.data(), g[x].dk.data(), g[0].dk.size() * 4)) << e->kernel.name << " order " << x;
+      EXPECT_EQ(0, std::memcmp(g[0].dv.data(), g[x].dv.data(), g[0].dv.size() * 4)) << e->kernel.name << " order " << x;
+    }
+  }
+}
+
+TEST(BwdKernels, DeterministicVariantIsBitwiseRepeatableWithConcurrentBlocks) {
+  // flash-bm16-bn32's dQ pass has a fixed order: with blocks on two OS threads its gradients do not change.
+  DeviceOptions o;
+  o.workers = 2;
+  auto dev = open_device(Backend::kCpu, o);
+  const af_kernel& k = Registry::global().find(Backend::kCpu, "flash-bm16-bn32")->kernel;
+  Problem p = make_problem(1, 2, 1, 64, 160, 32, 32);
+  const BwdInputs in = inputs(p, 21);
+  const Grads a = run_bwd(*dev, k, p, in.q, in.k, in.v, in.dout, in.o, in.lse);
+  for (int r = 0; r < 3; ++r) {
+    const Grads b = run_bwd(*dev, k, p, in.q, in.k, in.v, in.dout, in.o, in.lse);
+    EXPECT_EQ(0, std::memcmp(a.dq.data(), b.dq.data(), a.dq.size() * 4));
+    EXPECT_EQ(0, std::memcmp(a.dk.data(), b.dk.data(), a.dk.size() * 4));
   }
 }
 

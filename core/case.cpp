@@ -126,6 +126,16 @@ const char* placement_name(Placement p) {
 
 const char* value_domain_name(ValueDomain d) { return d == ValueDomain::kFinite ? "finite" : "ieee"; }
 
+const char* pass_name(Pass p) { return p == Pass::kBwd ? "bwd" : p == Pass::kFwdBwd ? "fwdbwd" : "fwd"; }
+
+std::string parse_pass(const std::string& text, Pass& out) {
+  if (text == "fwd") out = Pass::kFwd;
+  else if (text == "bwd") out = Pass::kBwd;
+  else if (text == "fwdbwd" || text == "fwd+bwd") out = Pass::kFwdBwd;
+  else return "unknown pass '" + text + "' (fwd, bwd or fwdbwd)";
+  return {};
+}
+
 std::string parse_value_domain(const std::string& text, ValueDomain& out) {
   if (text == "ieee") {
     out = ValueDomain::kIeee;
@@ -345,6 +355,9 @@ std::string validate(const Case& c) {
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
+    if (!e.dout.empty() && !has_backward(c.pass)) return "explicit dO is given for a forward case";
+    if (!e.dout.empty())
+      if (auto m = check("dO", e.dout.size(), o_elements(c.problem)); !m.empty()) return m;
     if (c.values.domain == ValueDomain::kFinite) {
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
@@ -373,6 +386,7 @@ std::string describe(const Case& c) {
   if (c.explicit_values) t += " explicit";
   if (c.values.domain != ValueDomain::kIeee)
     t += std::string(" domain=") + value_domain_name(c.values.domain);
+  if (c.pass != Pass::kFwd) t += std::string(" pass=") + pass_name(c.pass);
   return t;
 }
 
@@ -427,7 +441,32 @@ void fill(std::vector<float>& out, const Problem& p, Tensor t, Draw draw) {
 
 }  // namespace
 
+namespace {
+// dO of a backward case: uniform in [-1, 1] from its own stream (seed, 5), in logical (b, s, h, d) order,
+// stride gaps kStrideGapBits. Forward cases have none (q, k, v never depend on it).
+std::vector<float> generate_dout(const Case& c) {
+  const Problem& p = c.problem;
+  std::vector<float> out(static_cast<size_t>(o_elements(p)), std::bit_cast<float>(kStrideGapBits));
+  Rng rng(c.seed, 5);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          out[static_cast<size_t>(o_index(p, b, s, h, d))] = static_cast<float>(2.0 * rng.uniform01() - 1.0);
+  return out;
+}
+Tensors generate_qkv(const Case& c);
+}  // namespace
+
 Tensors generate(const Case& c) {
+  Tensors out = generate_qkv(c);
+  if (has_backward(c.pass))
+    out.dout = c.explicit_values && !c.explicit_values->dout.empty() ? c.explicit_values->dout : generate_dout(c);
+  return out;
+}
+
+namespace {
+Tensors generate_qkv(const Case& c) {
   if (std::string e = validate(c); !e.empty()) throw std::invalid_argument(e);
   Tensors out;
   if (c.explicit_values) {
@@ -515,6 +554,7 @@ Tensors generate(const Case& c) {
   }
   return out;
 }
+}  // namespace
 
 // ------------------------------------------------------------------------------------------ space
 
@@ -582,7 +622,7 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
 
 // ------------------------------------------------------------------------------------------ sweep
 
-std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain) {
+std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, Pass pass) {
   std::vector<Case> grid;
   auto add = [&](std::string label, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
                  int64_t dv, const std::string& mask, ValueSpec values = {}) {
@@ -591,6 +631,7 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain) {
     if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
     c.values = std::move(values);
     c.values.domain = domain;
+    c.pass = pass;
     std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
     std::replace(label.begin(), label.end(), ',', '.');
     c.label = std::move(label);

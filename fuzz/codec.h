@@ -32,6 +32,10 @@ struct FuzzLimits {
   // Value domain of every decoded case (not encoded in the bytes): under kFinite, special kinds are drawn
   // from space::special_kinds(kFinite) and explicit NaN / Inf bits decode as 0 / +-FLT_MAX.
   ValueDomain domain = ValueDomain::kIeee;
+  // Passes a decoded case may have, bit (1 << Pass). The pass is the last field of the bytes (0 when they run
+  // out: forward, so inputs written before it decode as they did); a pass outside the set decodes as the
+  // lowest one in it. With more than one, the mutator also changes the pass.
+  uint8_t passes = 1u << static_cast<int>(Pass::kFwd);
 };
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

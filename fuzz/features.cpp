@@ -29,7 +29,10 @@ enum Base : uint16_t {
   kCrossRatioTiles = 366,   // ratio 12 x max-change tiles 4 = 48
   kCrossSpecialMask = 414,  // special kind 6 x mask 5 = 30
   kCrossDistLogit = 444,    // dist 3 x logit 11 = 33
-  kEnd = 477,
+  kPass = 477,              // pass fwd / bwd / fwdbwd 3 x fully masked 3 = 9 (issue 14)
+  kGradTensor = 486,        // a backward failure's tensor: dQ, dK, dV = 3
+  kPassRatio = 489,         // backward passes: ratio 12
+  kEnd = 501,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -182,6 +185,8 @@ CaseFeatures case_features(const Case& c, const Tensors& t) {
   add(kCrossMask + (f.mask * 5 + f.tail16_k) * 2 + (f.fully_masked != 0));
   for (int k : f.special_kinds) add(kCrossSpecialMask + k * 5 + f.mask);
   add(kCrossDistLogit + f.dist * 11 + f.logit);
+  f.pass = static_cast<int>(c.pass);
+  add(kPass + f.pass * 3 + f.fully_masked);
   return f;
 }
 
@@ -207,7 +212,10 @@ std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult&
     add(kRatio + rb);
     add(kCrossRatioMask + rb * 5 + cf.mask);
     add(kCrossRatioTiles + rb * 4 + cf.max_change_tiles);
+    if (cf.pass != 0) add(kPassRatio + rb);
   }
+  if (r.verdict == Verdict::kFail && !r.tensor.empty() && r.tensor[0] == 'd')
+    add(kGradTensor + (r.tensor == "dQ" ? 0 : r.tensor == "dK" ? 1 : 2));
   return ids;
 }
 

@@ -49,7 +49,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"max_specials", c.limits.max_specials},
                  {"max_special_count", c.limits.max_special_count},
                  {"max_explicit", c.limits.max_explicit},
-                 {"values", value_domain_name(c.limits.domain)}};
+                 {"values", value_domain_name(c.limits.domain)},
+                 {"passes", c.limits.passes}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -87,6 +88,9 @@ WorkerConfig worker_config_from_json(const Json& j) {
     lim("max_special_count", c.limits.max_special_count);
     lim("max_explicit", c.limits.max_explicit);
     if (l.contains("values")) (void)parse_value_domain(l.at("values").get<std::string>(), c.limits.domain);
+    if (l.contains("passes") && l.at("passes").is_number_unsigned() && l.at("passes").get<uint64_t>() > 0 &&
+        l.at("passes").get<uint64_t>() < 8)
+      c.limits.passes = static_cast<uint8_t>(l.at("passes").get<uint64_t>());
   }
   get("out", c.out);
   get("command", c.command);

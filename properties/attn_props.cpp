@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   int max_success = 50;
   uint64_t seed = 0;
   bool no_shrink = false, strict = false, quiet = false;
-  std::string values = "ieee";
+  std::string values = "ieee", pass = "fwd";
   CLI::App app{
       "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu "
       "emulator. RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...)."};
@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet,-q", quiet, "no per-failure report");
   app.add_option("--values", values, "value domain: ieee | finite (no NaN / Inf in cases and perturbations)")
       ->check(CLI::IsMember({"ieee", "finite"}))
+      ->capture_default_str();
+  app.add_option("--pass", pass,
+                 "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation and determinism "
+                 "on dQ / dK / dV; kernels without a backward launch are not run)")
+      ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -75,6 +80,7 @@ int main(int argc, char** argv) {
   o.out = out;
   o.quiet = quiet;
   (void)parse_value_domain(values, o.domain);
+  (void)parse_pass(pass, o.pass);
   int failures = 0;
   std::map<std::pair<std::string, std::string>, std::string> cell;
   for (const KernelEntry* k : ks)

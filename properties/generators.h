@@ -41,6 +41,7 @@ struct CaseLimits {
   bool specials = true;                    // special values (NaN, Inf, huge, subnormal, -0) may be placed
   bool extreme = true;                     // Distribution::kExtreme magnitudes may be drawn
   ValueDomain domain = ValueDomain::kIeee;  // finite: no NaN / Inf special kinds (case.h ValueDomain)
+  Pass pass = Pass::kFwd;                   // the pass of every generated case (bwd / fwdbwd: dO generated too)
 };
 
 // Size-independent choices that shrink toward their first option (rc::gen::elementOf and weightedOneOf do not

@@ -191,6 +191,7 @@ Case case_from_flags(const Options& o) {
   }
   Case c = make_case(p, o.seed);
   c.values.domain = value_domain(o.common);
+  c.pass = case_pass(o.common);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
     SpecialValue sv;
@@ -284,6 +285,7 @@ int main(int argc, char** argv) {
   attn-check --sweep                          # edge shapes x every kernel, cpu emulator when no GPU
   attn-check --kernel 'flash-*' --sq 4096 --d 128 --dist extreme:1e4 --oracle-rows 512
   attn-check --special nan@k:masked --mask causal-tl --sq 33 --sk 33
+  attn-check --pass bwd --sweep                # dQ, dK, dV of every kernel with a backward launch
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
@@ -317,7 +319,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
   } else if (o.sweep) {
-    for (Case& c : sweep_grid(o.seed, value_domain(o.common)))
+    for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_pass(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else {
     Case base = case_from_flags(o);
@@ -344,8 +346,9 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
-      if (std::string why = unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem); !why.empty())
-        usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
+      for (const std::string& why : {unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem),
+                                     pass_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.pass)})
+        if (!why.empty()) usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
   }
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
 

@@ -234,6 +234,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.limits.max_seq = o.max_seq;
   w.limits.max_dim = o.max_d;
   w.limits.domain = value_domain(o.common);
+  w.limits.passes = static_cast<uint8_t>(1u << static_cast<int>(case_pass(o.common)));
   w.out = o.common.out;
   w.command = command_line;
   w.reports = !o.common.no_reports;

@@ -36,6 +36,7 @@ struct CommonOptions {
   int64_t oracle_rows = 0;  // 0 = every row; else a sampled budget
   int mp_bits = 128;
   std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
+  std::string pass = "fwd";     // pass of generated cases: fwd | bwd | fwdbwd (case.h Pass)
   bool quiet = false;
   bool no_reports = false;
   // failure classification (check/classify.h)
@@ -52,6 +53,8 @@ struct CommonOptions {
 void add_common_options(CLI::App& app, CommonOptions& o);
 // The --values domain (add_common_options accepts only ieee and finite).
 ValueDomain value_domain(const CommonOptions& o);
+// The --pass of generated cases (add_common_options accepts only fwd, bwd and fwdbwd).
+Pass case_pass(const CommonOptions& o);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
 // allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").
@@ -104,6 +107,8 @@ class Runner {
  private:
   void progress(bool final);
   std::string write_heatmap(const RunEntry& e, const std::vector<double>& ratio_map);
+  // Backward checks: one SVG per gradient tensor with a failing element; returns the failing tensor's.
+  std::string write_grad_heatmaps(const RunEntry& e, const std::vector<GradMap>& maps);
   Session& s_;
   CommonOptions o_;
   std::vector<RunEntry> entries_;

@@ -46,7 +46,7 @@ Finding schedule(Context& c) {
       continue;
     }
     const BitDiff d = bit_diff(c.problem(), c.original(), out);
-    const CheckResult r = judge(c.problem(), ex, out);
+    const CheckResult r = out.backward ? judge_outcome(c, out) : judge(c.problem(), ex, out);
     table += ", " + name + " " + (r.verdict == Verdict::kFail ? "FAIL" : "pass") +
              (d.count ? fmt(" (%lld bits differ)", (long long)d.count) : " (identical)");
     if (d.count) {

@@ -113,7 +113,17 @@ struct ValueSpec {
 // exactly q_elements / k_elements / v_elements(problem) floats laid out with the problem's strides.
 struct ExplicitValues {
   std::vector<float> q, k, v;
+  std::vector<float> dout;  // backward cases: dO (o_elements floats, o strides); empty = generated from the seed
 };
+
+// Which pass a case checks (issue 14). kFwd: O and LSE. kBwd: the backward launch alone, given the oracle's
+// exact O and LSE rounded to the dtype, judged on dQ, dK, dV. kFwdBwd: the kernel's own forward O and LSE
+// feed its backward launch (as training does); O / LSE and dQ / dK / dV are all judged.
+enum class Pass : uint8_t { kFwd = 0, kBwd, kFwdBwd };
+const char* pass_name(Pass p);  // "fwd", "bwd", "fwdbwd"
+// "fwd" | "bwd" | "fwdbwd" (also "fwd+bwd"). Returns an error sentence or empty.
+std::string parse_pass(const std::string& text, Pass& out);
+inline bool has_backward(Pass p) { return p != Pass::kFwd; }
 
 // A test case. When explicit_values is set it *is* the input, and values/seed are provenance only.
 struct Case {
@@ -122,6 +132,7 @@ struct Case {
   uint64_t seed = 0;
   std::optional<ExplicitValues> explicit_values;
   std::string label;  // optional human name ("tail-33x33-causal"), not part of the case's identity
+  Pass pass = Pass::kFwd;  // which pass is checked; backward cases also generate dO
 };
 
 // A case with make_problem(...) shape, uniform:1 values and the given seed.
@@ -134,7 +145,7 @@ std::string validate(const Case& c);
 
 // One line, e.g. "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130188912 f32
 // values=uniform:1 special=nan@k:masked seed=0x000000000000002a" (+ " explicit" when values are given,
-// + " domain=finite" under the finite value domain).
+// + " domain=finite" under the finite value domain, + " pass=bwd" / " pass=fwdbwd" for backward cases).
 std::string describe(const Case& c);
 
 // ---------------------------------------------------------------------------------------------------
@@ -151,6 +162,7 @@ struct Tensors {
   std::vector<float> q, k, v;         // q_elements / k_elements / v_elements(problem) floats
   std::vector<PlacedSpecial> placed;  // every special value written, in order
   int64_t unplaced = 0;               // specials asked for but with no position of that placement
+  std::vector<float> dout;            // backward cases: dO, o_elements(problem) floats with o strides; else empty
 };
 
 // Bit pattern written into stride gaps (elements no index of the problem addresses): a quiet NaN
@@ -158,8 +170,9 @@ struct Tensors {
 constexpr uint32_t kStrideGapBits = 0x7fe5a5a5u;
 
 // Deterministic values for the case. Order: base values of q, k, v in logical (b, s, h, d) order, each
-// tensor from its own stream (seed, 1 / 2 / 3); then specials from stream (seed, 4). Explicit values,
-// when present, are returned as they are (placed is then empty). Under ValueDomain::kFinite a base value
+// tensor from its own stream (seed, 1 / 2 / 3); then specials from stream (seed, 4); for a backward case
+// dO uniform in [-1, 1] from stream (seed, 5) (so q, k, v keep the bits of the forward case). Explicit
+// values, when present, are returned as they are (placed is then empty; dO generated when not given). Under ValueDomain::kFinite a base value
 // that rounds to +-Inf in fp32 (e.g. normal with a huge sigma) is clamped to +-FLT_MAX. Throws
 // std::invalid_argument when validate(c) is not empty.
 Tensors generate(const Case& c);
@@ -196,7 +209,9 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d);
 // label; each seed is derived from base_seed and the label, so adding a case never changes another.
 // Under ValueDomain::kFinite every case has that domain and each NaN / Inf special-value case is
 // replaced by the same case with huge (+-FLT_MAX) values at the same tensor and placement.
-std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee);
+// With a backward pass every case gets that pass (same labels and seeds: q, k, v are the forward grid's).
+std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee,
+                             Pass pass = Pass::kFwd);
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);

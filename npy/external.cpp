@@ -481,6 +481,32 @@ Judged judge_external(const External& e, const OracleOptions& base, size_t worst
   CheckResult gr;
   j.grad_maps = compare_gradients(p, g, e.dq.data(), e.dk.data(), e.dv.data(), gr, co);
   merge_gradient_judgement(r, gr);
+  if (r.verdict == Verdict::kFail && !r.tensor.empty() && r.tensor[0] == 'd') {
+    // From the gradients alone: empty-row (dQ of a query row with no visible key must be 0), else precision /
+    // wrong by the limit; the classes that need the kernel are named as undeterminable.
+    std::vector<int64_t> rows;
+    for (int64_t s = 0; s < p.seq_q; ++s) {
+      if (!visible_keys(p, s).empty()) continue;
+      bool bad = false;
+      for (int64_t b = 0; b < p.batch && !bad; ++b)
+        for (int64_t h = 0; h < p.heads_q && !bad; ++h)
+          for (int64_t d = 0; d < p.head_dim && !bad; ++d) bad = e.dq[static_cast<size_t>(q_index(p, b, s, h, d))] != 0.0f;
+      if (bad) rows.push_back(s);
+    }
+    if (!rows.empty()) {
+      r.failure = FailureClass::kEmptyRow;
+      std::string list;
+      for (size_t i = 0; i < rows.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(rows[i]);
+      r.evidence.push_back({"empty-row", "query rows s = " + list + (rows.size() > 8 ? ", ..." : "") +
+                                             " see no key (LSE = -inf): their dQ must be 0 and is not"});
+    } else if (r.failure == FailureClass::kPrecision && r.max_ratio > 1000) {
+      r.failure = FailureClass::kWrong;
+    }
+    for (const Evidence& ev : gr.evidence)
+      if (ev.detector == "compare") r.evidence.push_back({"gradients", ev.detail});
+    r.evidence.push_back({"scope", "gradients computed elsewhere: oob-read / oob-write, unwritten and barrier-race "
+                                   "need the kernel and cannot be told from the files"});
+  }
   j.outcome.backward = true;
   j.outcome.dq = e.dq;
   j.outcome.dk = e.dk;

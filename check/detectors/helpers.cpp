@@ -118,6 +118,44 @@ BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& 
   return r;
 }
 
+BitDiff launch_diff(Context& c, const LaunchOutcome& a, const LaunchOutcome& x) {
+  const Problem& p = c.problem();
+  if (!a.backward || !x.backward) return bit_diff(p, a, x);
+  LaunchOutcome fa, fx;  // O / LSE only: every bit counts
+  fa.o = a.o, fa.lse = a.lse, fx.o = x.o, fx.lse = x.lse;
+  BitDiff r = bit_diff(p, fa, fx);
+  if (r.count < 0) return r;
+  if (a.dq.size() != x.dq.size() || a.dk.size() != x.dk.size() || a.dv.size() != x.dv.size()) {
+    r.count = -1;
+    return r;
+  }
+  const GradResult& g = c.pc.grad(c.opts.oracle);
+  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx, const int64_t* st,
+                  int64_t seq, int64_t heads, int64_t dim, const std::vector<double>& bound) {
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) {
+            const size_t i = static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d);
+            if (bits(va[i]) == bits(vx[i])) continue;
+            const double bd = bound[static_cast<size_t>(((b * seq + s) * heads + h) * dim + d)];
+            const ElementJudgement jd = judge_element(va[i], vx[i], std::isnan(bd) ? 0.0 : bd);
+            if (!jd.nonfinite_mismatch && (std::isnan(bd) || !jd.fail)) {
+              ++r.within_bound;
+              continue;
+            }
+            if (r.count++ == 0) {
+              r.tensor = name;
+              r.b = b, r.s = s, r.h = h, r.d = d, r.a = va[i], r.x = vx[i];
+            }
+          }
+  };
+  grad("dQ", a.dq, x.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound);
+  grad("dK", a.dk, x.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound);
+  grad("dV", a.dv, x.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound);
+  return r;
+}
+
 CheckResult judge_outcome(Context& c, const LaunchOutcome& out) {
   if (!out.backward) return judge(c.problem(), c.pc.oracle(c.opts.oracle), out);
   CheckResult r;

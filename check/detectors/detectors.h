@@ -62,7 +62,8 @@ struct BitDiff {
 // Backward outcomes: also the addressed elements of dQ, dK and dV.
 BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x);
 // What the schedule / rerun / poison-swap detectors compare. Forward: every bit (bit_diff). Backward: O / LSE
-// bits, and gradient elements that differ by more than the gradient oracle's bound or as a NaN/Inf mismatch:
+// bits, and gradient elements that differ by more than max(the gradient oracle's bound, 1e-4 of the larger
+// magnitude) or as a NaN/Inf mismatch:
 // a correct kernel accumulating dQ with atomics rounds differently from launch to launch, within the bound
 // (within_bound counts those differences, which decide nothing).
 BitDiff launch_diff(Context& c, const LaunchOutcome& a, const LaunchOutcome& x);

@@ -26,10 +26,9 @@ void PreparedCase::make_given(const OracleOptions& o) {
   OracleOptions every = o;
   every.row_budget = 0;  // a backward launch needs O and LSE of every row
   every.baseline = false;
-  std::optional<OracleResult> own;
   const OracleResult& ex = o.row_budget == 0 ? oracle(o)
-                                             : own.emplace(compute_oracle(p, tensors_.q.data(), tensors_.k.data(),
-                                                                          tensors_.v.data(), every));
+                                             : full_.emplace(compute_oracle(p, tensors_.q.data(), tensors_.k.data(),
+                                                                            tensors_.v.data(), every));
   const bool lowp = p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16;
   auto round = [&](double x) {
     const float f = static_cast<float>(x);
@@ -67,11 +66,17 @@ GradOptions grad_options(const OracleOptions& o) {
   return g;
 }
 
+const OracleResult& PreparedCase::full_forward(const OracleOptions& o) {
+  make_given(o);
+  return full_ ? *full_ : *oracle_;
+}
+
 const GradResult& PreparedCase::grad(const OracleOptions& o) {
   if (!grad_) {
-    make_given(o);
+    GradOptions g = grad_options(o);
+    g.forward = &full_forward(o);  // the gradient oracle skips its own forward pass
     grad_ = compute_grad_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
-                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), grad_options(o));
+                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), g);
   }
   return *grad_;
 }
@@ -337,8 +342,10 @@ std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out,
   co.worst = opts.worst;
   if (pc.the_case().pass == Pass::kBwd)
     return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  GradOptions go = grad_options(opts.oracle);
+  go.forward = &pc.full_forward(opts.oracle);
   const GradResult g = compute_grad_oracle(p, t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
-                                           out.lse.data(), grad_options(opts.oracle));
+                                           out.lse.data(), go);
   return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
 }
 

@@ -82,12 +82,15 @@ class PreparedCase {
   const std::vector<float>& given_lse(const OracleOptions& o);
   // The gradient oracle for the given o / lse (computed once).
   const GradResult& grad(const OracleOptions& o);
+  // The exact forward of every row (oracle() when it is unsampled), which the gradient oracle reuses.
+  const OracleResult& full_forward(const OracleOptions& o);
 
  private:
   void make_given(const OracleOptions& o);
   Case case_;
   Tensors tensors_;
   std::optional<OracleResult> oracle_;
+  std::optional<OracleResult> full_;  // the unsampled forward when oracle() is sampled
   std::optional<std::vector<float>> given_o_, given_lse_;
   std::optional<GradResult> grad_;
 };

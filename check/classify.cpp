@@ -76,6 +76,20 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
                                        (!caps.memory_guards && !caps.thread_schedule ? ", " : "") +
                                        (caps.thread_schedule ? "" : "thread orders, TSan, compute-sanitizer")});
   bool unreliable = false;
+  if (c.gradient_failure()) {  // a backward failure in dQ / dK / dV: the detectors that apply to gradients
+    r.evidence.push_back({"scope", "backward failure in " + r.tensor +
+                                       ": detectors for gradients (split-kv, tail, lse, rescale, mask-model are "
+                                       "forward signatures and do not run)"});
+    if (co.unwritten) run("unwritten", detect::unwritten);
+    if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
+    if (!decided && co.poison && caps.memory_guards && !unreliable)
+      unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
+    if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
+    if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
+    if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
+    if (!decided && co.empty_row) run("empty-row", detect::empty_row);
+    if (!decided && co.mask && !unreliable) run("mask", detect::mask);
+  } else {
   // Detectors in run order, one line each; the first that fires decides unless a later one ranks higher.
   run("rows", detect::row_kinds);  // evidence only: every kind of wrong row with counts
   if (co.unwritten) run("unwritten", detect::unwritten);
@@ -104,6 +118,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (!decided && co.lse) run("lse", detect::lse);
   if (!seqs && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!seqs && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
+  }
   if (r.failure == FailureClass::kNonFinite) run("non-finite", detect::nonfinite);  // evidence in every case
   if (!decided) run("precision", detect::precision);
   if (!decided) run("wrong", detect::wrong);

@@ -22,7 +22,10 @@ std::string fmt(const char* f, double a) {
 
 std::string where(const ElementReport& e) {
   char buf[96];
-  if (e.is_lse)
+  if (!e.tensor.empty())
+    std::snprintf(buf, sizeof buf, "%s[b=%lld,%s=%lld,h=%lld,d=%lld]", e.tensor.c_str(), (long long)e.b,
+                  e.tensor == "dQ" ? "s" : "j", (long long)e.s, (long long)e.h, (long long)e.d);
+  else if (e.is_lse)
     std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h,
                   (long long)e.s);
   else
@@ -194,6 +197,95 @@ std::vector<double> compare_output(const Problem& p, const OracleResult& exact, 
     r.evidence.push_back({"compare", buf});
   }
   return map;
+}
+
+std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, const float* dq, const float* dk,
+                                       const float* dv, CheckResult& r, const CompareOptions& opts) {
+  std::vector<GradMap> maps = {{"dQ", p.seq_q, p.head_dim, {}}, {"dK", p.seq_k, p.head_dim, {}},
+                               {"dV", p.seq_k, p.head_dim_v, {}}};
+  for (GradMap& m : maps) m.ratio.assign(static_cast<size_t>(m.rows * m.cols), kNaN);
+  if (!g.inside_contract) {
+    r.verdict = Verdict::kOutsideContract;
+    r.failure = FailureClass::kNone;
+    r.reason = "the exact backward leaves the fp32 contract: " + g.why;
+    r.evidence.push_back({"compare", r.reason});
+    return maps;
+  }
+  Worst worst{opts.worst};
+  int64_t compared = 0, failed = 0, nonfinite = 0, per_failed[3] = {0, 0, 0}, per_compared[3] = {0, 0, 0};
+  double max_ratio = 0, max_abs = 0, per_max[3] = {0, 0, 0};
+  auto one = [&](int t, int64_t b, int64_t s, int64_t h, int64_t d, double expected, double bound, float got) {
+    ElementReport e;
+    e.tensor = maps[t].tensor;
+    e.b = b, e.h = h, e.s = s, e.d = d;
+    e.expected = expected;
+    e.got = got;
+    e.bound = bound;
+    const ElementJudgement j = judge_element(e.expected, e.got, e.bound);
+    e.ratio = j.ratio;
+    ++compared, ++per_compared[t];
+    worst.add(e);
+    if (j.fail) ++failed, ++per_failed[t];
+    if (j.nonfinite_mismatch) ++nonfinite;
+    max_ratio = std::max(max_ratio, j.ratio);
+    per_max[t] = std::max(per_max[t], j.ratio);
+    if (std::isfinite(j.err)) max_abs = std::max(max_abs, j.err);
+    double& m = maps[t].ratio[static_cast<size_t>(s * maps[t].cols + d)];
+    if (std::isnan(m) || j.ratio > m) m = j.ratio;
+  };
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        if (!g.q_computed[static_cast<size_t>((b * p.seq_q + s) * p.heads_q + h)]) continue;
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const size_t i = g.dq_at(b, s, h, d);
+          one(0, b, s, h, d, g.dq[i], g.dq_bound[i], dq[q_index(p, b, s, h, d)]);
+        }
+      }
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t j = 0; j < p.seq_k; ++j)
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        if (!g.k_computed[static_cast<size_t>((b * p.seq_k + j) * p.heads_kv + h)]) continue;
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const size_t i = g.dk_at(b, j, h, d);
+          one(1, b, j, h, d, g.dk[i], g.dk_bound[i], dk[k_index(p, b, j, h, d)]);
+        }
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t i = g.dv_at(b, j, h, d);
+          one(2, b, j, h, d, g.dv[i], g.dv_bound[i], dv[v_index(p, b, j, h, d)]);
+        }
+      }
+  r.worst = worst.sorted();
+  r.compared = compared;
+  r.failed = failed;
+  r.max_ratio = max_ratio;
+  r.max_abs_err = max_abs;
+  r.oracle_ms = g.ms;
+  char buf[384];
+  std::snprintf(buf, sizeof buf,
+                "dQ %lld of %lld beyond the bound (max ratio %.3g), dK %lld of %lld (%.3g), dV %lld of %lld "
+                "(%.3g)",
+                (long long)per_failed[0], (long long)per_compared[0], per_max[0], (long long)per_failed[1],
+                (long long)per_compared[1], per_max[1], (long long)per_failed[2], (long long)per_compared[2],
+                per_max[2]);
+  const std::string counts = buf;
+  if (failed > 0) {
+    r.verdict = Verdict::kFail;
+    r.failure = nonfinite > 0 ? FailureClass::kNonFinite : FailureClass::kPrecision;
+    const ElementReport& w = r.worst.front();
+    r.tensor = w.tensor;
+    std::snprintf(buf, sizeof buf, "%lld of %lld gradient elements beyond their bound (%lld NaN/Inf mismatches); worst %s",
+                  (long long)failed, (long long)compared, (long long)nonfinite, where(w).c_str());
+    r.reason = buf;
+    r.reason += " expected " + fmt("%.9g", w.expected) + " got " + fmt("%.9g", w.got) + " bound " +
+                fmt("%.3g", w.bound) + " ratio " + fmt("%.3g", w.ratio);
+    r.evidence.push_back({"compare", r.reason + "; " + counts});
+  } else {
+    r.verdict = Verdict::kPass;
+    r.failure = FailureClass::kNone;
+    r.evidence.push_back({"compare", std::to_string(compared) + " gradient elements within their bound: " + counts});
+  }
+  return maps;
 }
 
 }  // namespace attnfuzz

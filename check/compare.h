@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attnfuzz/verdict.h"
+#include "oracle/grad.h"
 #include "oracle/oracle.h"
 
 namespace attnfuzz {
@@ -38,5 +39,21 @@ struct CompareOptions {
 // names the contract instead of blaming the kernel); otherwise kPass.
 std::vector<double> compare_output(const Problem& p, const OracleResult& exact, const float* o,
                                    const float* lse, CheckResult& r, const CompareOptions& opts = {});
+
+// One gradient tensor's heatmap: |err| / bound, max over batch and heads, rows x cols row-major (dQ: Sq x D,
+// dK: Sk x D, dV: Sk x Dv); +inf for a NaN/Inf mismatch, NaN where nothing was compared.
+struct GradMap {
+  std::string tensor;  // "dQ", "dK", "dV"
+  int64_t rows = 0, cols = 0;
+  std::vector<double> ratio;
+};
+
+// The backward counterpart of compare_output: dq, dk, dv (host floats with p's q / k / v strides) against
+// the gradient oracle g, element by element with judge_element, only where g computed them (sampling).
+// Fills r like compare_output (ElementReport::tensor names dQ / dK / dV) and r.tensor with the tensor of the
+// worst failing element; evidence "compare" counts failures per tensor. Outside the fp32 contract
+// (!g.inside_contract) nothing is judged: kOutsideContract with g.why. Returns the three maps.
+std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, const float* dq, const float* dk,
+                                       const float* dv, CheckResult& r, const CompareOptions& opts = {});
 
 }  // namespace attnfuzz

@@ -26,6 +26,67 @@ const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
   return *oracle_;
 }
 
+void PreparedCase::make_given(const OracleOptions& o) {
+  if (given_o_) return;
+  const Problem& p = case_.problem;
+  OracleOptions every = o;
+  every.row_budget = 0;  // a backward launch needs O and LSE of every row
+  every.baseline = false;
+  const OracleResult& ex = o.row_budget == 0 ? oracle(o)
+                                             : full_.emplace(compute_oracle(p, tensors_.q.data(), tensors_.k.data(),
+                                                                            tensors_.v.data(), every));
+  const bool lowp = p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16;
+  auto round = [&](double x) {
+    const float f = static_cast<float>(x);
+    return lowp ? round_to_dtype(f, p.dtype) : f;
+  };
+  std::vector<float> go(static_cast<size_t>(o_elements(p)), 0.0f), gl(static_cast<size_t>(lse_elements(p)), 0.0f);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        gl[static_cast<size_t>(lse_index(p, b, h, s))] = static_cast<float>(ex.lse[ex.lse_at(b, h, s)]);
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          go[static_cast<size_t>(o_index(p, b, s, h, d))] = round(ex.o[ex.o_at(b, s, h, d)]);
+      }
+  given_o_ = std::move(go);
+  given_lse_ = std::move(gl);
+}
+
+const std::vector<float>& PreparedCase::given_o(const OracleOptions& o) {
+  make_given(o);
+  return *given_o_;
+}
+
+const std::vector<float>& PreparedCase::given_lse(const OracleOptions& o) {
+  make_given(o);
+  return *given_lse_;
+}
+
+GradOptions grad_options(const OracleOptions& o) {
+  GradOptions g;
+  g.fwd = o;
+  g.q_budget = o.row_budget;
+  g.k_budget = o.row_budget;
+  g.sample_seed = o.sample_seed;
+  g.force_multiprecision = o.force_multiprecision;
+  return g;
+}
+
+const OracleResult& PreparedCase::full_forward(const OracleOptions& o) {
+  make_given(o);
+  return full_ ? *full_ : *oracle_;
+}
+
+const GradResult& PreparedCase::grad(const OracleOptions& o) {
+  if (!grad_) {
+    GradOptions g = grad_options(o);
+    g.forward = &full_forward(o);  // the gradient oracle skips its own forward pass
+    grad_ = compute_grad_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
+                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), g);
+  }
+  return *grad_;
+}
+
 namespace {
 
 int64_t count_poison(const std::vector<float>& v, uint32_t poison) {
@@ -221,6 +282,183 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   return out;
 }
 
+namespace {
+// Addressed elements of a [B, S, H, D] tensor with strides st that hold the poison.
+int64_t count_poison_addressed(const std::vector<float>& v, const int64_t* st, int64_t n0, int64_t n1, int64_t n2,
+                               int64_t n3, uint32_t poison) {
+  int64_t n = 0;
+  for (int64_t a = 0; a < n0; ++a)
+    for (int64_t b = 0; b < n1; ++b)
+      for (int64_t c = 0; c < n2; ++c)
+        for (int64_t d = 0; d < n3; ++d) {
+          uint32_t u;
+          std::memcpy(&u, &v[static_cast<size_t>(a * st[0] + b * st[1] + c * st[2] + d)], 4);
+          n += u == poison;
+        }
+  return n;
+}
+}  // namespace
+
+LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Problem& case_problem, const Tensors& t,
+                                 const std::vector<float>& o_in, const std::vector<float>& lse_in,
+                                 const RunOptions& opts) {
+  LaunchOutcome out;
+  out.backward = true;
+  Problem p = case_problem;
+  resolve_tunables(k.kernel, p);
+  for (int i = 0; i < 3; ++i) {  // the gradients are laid out like their tensors (oracle/grad.h)
+    p.do_stride[i] = p.o_stride[i];
+    p.dq_stride[i] = p.q_stride[i];
+    p.dk_stride[i] = p.k_stride[i];
+    p.dv_stride[i] = p.v_stride[i];
+  }
+  const size_t g = opts.guard_bytes;
+  const uint32_t poison = opts.guard_poison;
+  BufferPool* pool = opts.pool && &opts.pool->device() == &dev ? opts.pool.get() : nullptr;
+  auto make = [&](const char* name, size_t bytes) {
+    return pool ? pool->take(name, bytes, g, poison)
+                : std::make_unique<GuardedBuffer>(dev, name, bytes, g, poison);
+  };
+  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * 4), kb = make("k", t.k.size() * 4),
+                                 v = make("v", t.v.size() * 4), o = make("o", o_in.size() * 4),
+                                 lse = make("lse", lse_in.size() * 4), dout = make("dout", t.dout.size() * 4),
+                                 dq = make("dq", t.q.size() * 4), dk = make("dk", t.k.size() * 4),
+                                 dv = make("dv", t.v.size() * 4), ws;
+  const size_t ws_bytes = k.kernel.bwd_workspace_bytes ? k.kernel.bwd_workspace_bytes(&p) : 0;
+  if (ws_bytes) ws = make("workspace", ws_bytes);
+  q->upload(t.q.data());
+  kb->upload(t.k.data());
+  v->upload(t.v.data());
+  o->upload(o_in.data());
+  lse->upload(lse_in.data());
+  dout->upload(t.dout.data());
+  for (GuardedBuffer* gb : {dq.get(), dk.get(), dv.get(), ws.get()})
+    if (gb) gb->fill_payload(opts.output_poison);
+  af_buffers b{};
+  b.q = q->data();
+  b.k = kb->data();
+  b.v = v->data();
+  b.o = o->data();
+  b.lse = static_cast<float*>(lse->data());
+  b.workspace = ws ? ws->data() : nullptr;
+  b.dout = dout->data();
+  b.dq = dq->data();
+  b.dk = dk->data();
+  b.dv = dv->data();
+  af_kernel bwd = k.kernel;  // the device layer launches `launch`: hand it the backward entry point
+  bwd.launch = k.kernel.launch_bwd;
+  bwd.workspace_bytes = k.kernel.bwd_workspace_bytes;
+  const std::vector<GuardedBuffer*> all = {q.get(), kb.get(), v.get(), o.get(), lse.get(), dout.get(),
+                                           dq.get(), dk.get(), dv.get(), ws.get()};
+  out.launch = dev.launch(bwd, p, b);
+  if (out.launch.status == LaunchStatus::kCrash && out.launch.fault_address) {
+    const uint64_t a = out.launch.fault_address;
+    const GuardedBuffer* near = nullptr;
+    for (const GuardedBuffer* gb : all)
+      if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
+    if (near && near->distance_to(a) <= (uint64_t{1} << 30)) {
+      out.fault_buffer = near->name();
+      out.fault_offset = near->offset_of(a);
+      const int64_t end = static_cast<int64_t>(near->bytes());
+      out.fault_where = out.fault_offset < 0
+                            ? std::to_string(-out.fault_offset) + " bytes before the start of buffer " + near->name()
+                            : std::to_string(out.fault_offset - end) + " bytes past the end of buffer " + near->name();
+    }
+  }
+  if (!dev.usable()) return out;
+  out.o = o_in;
+  out.lse = lse_in;
+  out.dq.resize(t.q.size());
+  out.dk.resize(t.k.size());
+  out.dv.resize(t.v.size());
+  dq->download(out.dq.data());
+  dk->download(out.dk.data());
+  dv->download(out.dv.data());
+  for (GuardedBuffer* gb : all) {
+    if (!gb) continue;
+    auto hits = gb->check();
+    out.canary_words += gb->changed_words();
+    out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
+  }
+  out.unwritten =
+      count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +
+      count_poison_addressed(out.dk, p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim, opts.output_poison) +
+      count_poison_addressed(out.dv, p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v, opts.output_poison);
+  if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws})
+      if (*gb) pool->give(std::move(*gb), g, poison);
+  return out;
+}
+
+LaunchOutcome launch_for_pass(Device& dev, const KernelEntry& k, PreparedCase& pc, const Tensors& t,
+                              const RunOptions& opts) {
+  const Problem& p = pc.problem();
+  switch (pc.the_case().pass) {
+    case Pass::kFwd: return launch_guarded(dev, k, p, t, opts);
+    case Pass::kBwd: return launch_guarded_bwd(dev, k, p, t, pc.given_o(opts.oracle), pc.given_lse(opts.oracle), opts);
+    case Pass::kFwdBwd: break;
+  }
+  LaunchOutcome fwd = launch_guarded(dev, k, p, t, opts);
+  if (fwd.launch.status != LaunchStatus::kOk || !dev.usable() || fwd.canary_words) return fwd;
+  std::vector<float> lse = fwd.lse;
+  if (lse.empty()) lse.assign(static_cast<size_t>(lse_elements(p)), 0.0f);  // refused earlier: no LSE written
+  LaunchOutcome bwd = launch_guarded_bwd(dev, k, p, t, fwd.o, lse, opts);
+  bwd.o = std::move(fwd.o);
+  bwd.lse = std::move(fwd.lse);
+  bwd.unwritten += fwd.unwritten;
+  bwd.launch.ms += fwd.launch.ms;
+  return bwd;
+}
+
+std::string pass_unsupported_reason(const af_kernel& k, Pass pass) {
+  if (!has_backward(pass)) return {};
+  if (!k.launch_bwd) return "the kernel has no backward launch (launch_bwd): it does not claim backward cases";
+  if (pass == Pass::kFwdBwd && !k.writes_lse)
+    return "fwd+bwd feeds the kernel's own forward LSE to its backward, and the kernel does not write LSE";
+  return {};
+}
+
+std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
+                                     CheckResult& r) {
+  const Problem& p = pc.problem();
+  const Tensors& t = pc.tensors();
+  CompareOptions co;
+  co.worst = opts.worst;
+  if (pc.the_case().pass == Pass::kBwd)
+    return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  GradOptions go = grad_options(opts.oracle);
+  go.forward = &pc.full_forward(opts.oracle);
+  const GradResult g = compute_grad_oracle(p, t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
+                                           out.lse.data(), go);
+  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+}
+
+void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {
+  const bool had_output = r.compared > 0;  // fwd+bwd: O / LSE were compared first
+  r.compared += cmp.compared;
+  r.failed += cmp.failed;
+  r.max_ratio = std::max(r.max_ratio, cmp.max_ratio);
+  r.max_abs_err = std::max(r.max_abs_err, cmp.max_abs_err);
+  r.oracle_ms += cmp.oracle_ms;
+  if (!had_output || (r.verdict != Verdict::kFail && cmp.verdict == Verdict::kFail)) {
+    r.worst = std::move(cmp.worst);
+  } else {
+    r.worst.insert(r.worst.end(), cmp.worst.begin(), cmp.worst.end());
+  }
+  r.evidence.insert(r.evidence.end(), cmp.evidence.begin(), cmp.evidence.end());
+  if (cmp.verdict == Verdict::kFail) {
+    if (r.verdict != Verdict::kFail) {  // the first failure found names the class
+      r.tensor = cmp.tensor;
+      r.verdict = Verdict::kFail;
+      r.failure = cmp.failure;
+      r.reason = cmp.reason;
+    }
+  } else if (r.verdict != Verdict::kFail && cmp.verdict == Verdict::kOutsideContract) {
+    r.verdict = Verdict::kOutsideContract;
+    r.reason = cmp.reason;
+  }
+}
+
 Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts) {
   Judged j;
   CheckResult& r = j.result;
@@ -233,7 +471,13 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
     r.reason = why;
     return j;
   }
-  j.outcome = launch_guarded(dev, k, p, pc.tensors(), opts);
+  const Pass pass = pc.the_case().pass;
+  if (std::string why = pass_unsupported_reason(k.kernel, pass); !why.empty()) {
+    r.verdict = Verdict::kUnsupported;
+    r.reason = why;
+    return j;
+  }
+  j.outcome = launch_for_pass(dev, k, pc, pc.tensors(), opts);
   const LaunchOutcome& lo = j.outcome;
   r.launch_ms = lo.launch.ms;
   auto fail = [&](FailureClass c, std::string reason) {
@@ -281,6 +525,7 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
                                       " guard word(s) overwritten; first: buffer " + h.buffer + " element " +
                                       std::to_string(elem) + " (" +
                                       (h.offset < 0 ? "before the start" : "past the end") + ")");
+    if (lo.backward) r.tensor = h.buffer == "dq" ? "dQ" : h.buffer == "dk" ? "dK" : h.buffer == "dv" ? "dV" : h.buffer;
     for (const CanaryHit& c : lo.canaries) {
       float f;
       std::memcpy(&f, &c.got, 4);
@@ -294,6 +539,14 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
                                         " output element(s) still hold the pre-launch poison " +
                                         hex32(opts.output_poison) +
                                         " (the unwritten detector relaunches with a second poison)"});
+  if (pass == Pass::kBwd) {  // backward alone: only the gradients are outputs
+    CheckResult cmp;
+    const auto t0 = std::chrono::steady_clock::now();
+    j.grad_maps = judge_gradients(pc, lo, opts, cmp);
+    r.oracle_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    merge_gradient_judgement(r, cmp);
+    return j;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const OracleResult& exact = pc.oracle(opts.oracle);
   r.oracle_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -310,9 +563,16 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   r.evidence.insert(r.evidence.end(), cmp.evidence.begin(), cmp.evidence.end());
   if (cmp.verdict == Verdict::kFail) {
     fail(cmp.failure, cmp.reason);
+    if (pass == Pass::kFwdBwd && r.tensor.empty())
+      r.tensor = !r.worst.empty() && r.worst.front().is_lse ? "LSE" : "O";
   } else if (r.verdict != Verdict::kFail && cmp.verdict == Verdict::kOutsideContract) {
     r.verdict = Verdict::kOutsideContract;
     r.reason = cmp.reason;
+  }
+  if (pass == Pass::kFwdBwd && lo.backward) {  // the kernel's own forward fed its backward: judge that too
+    CheckResult g;
+    j.grad_maps = judge_gradients(pc, lo, opts, g);
+    merge_gradient_judgement(r, g);
   }
   return j;
 }

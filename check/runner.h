@@ -14,7 +14,9 @@
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
 #include "attnfuzz/verdict.h"
+#include "check/compare.h"
 #include "check/guarded.h"
+#include "oracle/grad.h"
 #include "oracle/oracle.h"
 
 namespace attnfuzz {
@@ -77,13 +79,28 @@ class PreparedCase {
   const Problem& view() const { return view_; }
   const Tensors& tensors() const { return tensors_; }
   const OracleResult& oracle(const OracleOptions& o);  // computed once
+  // Backward cases. The o / lse a backward launch judged alone is given: the exact forward of every row
+  // rounded to the dtype, with the problem's o / lse strides (a fully masked row: O = 0, LSE = -inf).
+  const std::vector<float>& given_o(const OracleOptions& o);
+  const std::vector<float>& given_lse(const OracleOptions& o);
+  // The gradient oracle for the given o / lse (computed once).
+  const GradResult& grad(const OracleOptions& o);
+  // The exact forward of every row (oracle() when it is unsampled), which the gradient oracle reuses.
+  const OracleResult& full_forward(const OracleOptions& o);
 
  private:
+  void make_given(const OracleOptions& o);
   Case case_;
   Tensors tensors_;
   Problem view_;
   std::optional<OracleResult> oracle_;
+  std::optional<OracleResult> full_;  // the unsampled forward when oracle() is sampled
+  std::optional<std::vector<float>> given_o_, given_lse_;
+  std::optional<GradResult> grad_;
 };
+
+// The gradient oracle's options for a run: the forward analysis of o, query / key budgets = its row budget.
+GradOptions grad_options(const OracleOptions& o);
 
 // The raw outcome of one launch on guarded buffers.
 struct LaunchOutcome {
@@ -100,6 +117,10 @@ struct LaunchOutcome {
   // Sequence layouts: o / lse above are in the dense view (rows past a sequence hold the output poison);
   // seq_gap_write names the first output element outside every sequence that the launch wrote (a canary).
   std::string seq_gap_write;
+  // Backward launches (the case's pass has one): the gradients downloaded (q / k / v strides), and the o /
+  // lse the backward launch was given (fwd+bwd: the kernel's own forward, also in o / lse above).
+  std::vector<float> dq, dk, dv;
+  bool backward = false;  // launch / canaries / unwritten are the backward launch's
 };
 
 // Allocates guarded q/k/v/o/lse/workspace (and the sequence arrays), uploads the inputs (elements outside
@@ -107,12 +128,40 @@ struct LaunchOutcome {
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
                              const RunOptions& opts);
 
+// The backward launch (k.kernel.launch_bwd) on guarded buffers: q, k, v, o, lse, dout (t.dout) uploaded as
+// inputs, dq / dk / dv and the workspace (bwd_workspace_bytes) poisoned; the gradient strides are the
+// tensors' own (dO like o, dQ like q, dK / dV like k / v). unwritten counts addressed gradient elements
+// still holding the output poison. Crashes are attributed to the nearest buffer like launch_guarded.
+LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
+                                 const std::vector<float>& o, const std::vector<float>& lse,
+                                 const RunOptions& opts);
+
+// The launch a case's pass asks for, on pc's problem and inputs t: forward (launch_guarded); backward
+// alone (launch_guarded_bwd given pc's given_o / given_lse); fwd+bwd (the forward, then the backward given
+// its own o / lse: the result has both, launch / canaries / unwritten of the first launch that went wrong).
+LaunchOutcome launch_for_pass(Device& dev, const KernelEntry& k, PreparedCase& pc, const Tensors& t,
+                              const RunOptions& opts);
+
 // What check_case produces: the verdict and, for the heatmap, |err|/bound over (query row x Dv).
 struct Judged {
   CheckResult result;
   std::vector<double> ratio_map;  // Sq x Dv (s * Dv + d), max over batch and heads; NaN = not compared
   LaunchOutcome outcome;
+  std::vector<GradMap> grad_maps;  // backward cases: dQ, dK, dV heatmaps (empty for forward)
 };
+
+// Why kernel k cannot run case c's pass ("" = it can): no launch_bwd for a backward case; fwd+bwd also needs
+// the kernel's forward LSE.
+std::string pass_unsupported_reason(const af_kernel& k, Pass pass);
+
+// Judges a backward outcome's gradients against the gradient oracle for the o / lse it was given (pc's
+// cached oracle when pass is bwd; computed for the kernel's own forward in fwd+bwd). Fills r (verdict,
+// reason, worst, tensor, evidence) and returns the heatmaps.
+std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
+                                     CheckResult& r);
+// Folds a gradient comparison cmp into r, whose own findings (launch, canaries, O / LSE) come first: counts
+// and evidence add up, and a gradient failure names the class only when r has not failed yet.
+void merge_gradient_judgement(CheckResult& r, CheckResult& cmp);
 
 // The whole check of one kernel on one case: support, launch, canaries, oracle, comparison, verdict.
 Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts);

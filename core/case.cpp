@@ -131,6 +131,16 @@ const char* placement_name(Placement p) {
 
 const char* value_domain_name(ValueDomain d) { return d == ValueDomain::kFinite ? "finite" : "ieee"; }
 
+const char* pass_name(Pass p) { return p == Pass::kBwd ? "bwd" : p == Pass::kFwdBwd ? "fwdbwd" : "fwd"; }
+
+std::string parse_pass(const std::string& text, Pass& out) {
+  if (text == "fwd") out = Pass::kFwd;
+  else if (text == "bwd") out = Pass::kBwd;
+  else if (text == "fwdbwd" || text == "fwd+bwd") out = Pass::kFwdBwd;
+  else return "unknown pass '" + text + "' (fwd, bwd or fwdbwd)";
+  return {};
+}
+
 std::string parse_value_domain(const std::string& text, ValueDomain& out) {
   if (text == "ieee") {
     out = ValueDomain::kIeee;
@@ -328,6 +338,12 @@ constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
   if (std::string e = validate_sequences(c); !e.empty()) return e;
+  // The gradient oracle and the backward launch are defined for dense fp32 problems (issues 13-15 landed
+  // together; backward in narrow dtypes and sequence layouts is not checked yet).
+  if (has_backward(c.pass) && c.problem.dtype != AF_DTYPE_F32)
+    return std::string("the backward pass is checked in f32 only, not ") + dtype_name(c.problem.dtype) + " (yet)";
+  if (has_backward(c.pass) && has_sequences(c.problem))
+    return "the backward pass is checked on dense batches only, not on sequence layouts (yet)";
   const double a = c.values.dist.param;
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
@@ -353,6 +369,9 @@ std::string validate(const Case& c) {
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
+    if (!e.dout.empty() && !has_backward(c.pass)) return "explicit dO is given for a forward case";
+    if (!e.dout.empty())
+      if (auto m = check("dO", e.dout.size(), o_elements(c.problem)); !m.empty()) return m;
     if (c.values.domain == ValueDomain::kFinite && !has_sequences(c.problem)) {  // sequences: on the view
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
@@ -382,6 +401,7 @@ std::string describe(const Case& c) {
   t += describe_sequences(c);
   if (c.values.domain != ValueDomain::kIeee)
     t += std::string(" domain=") + value_domain_name(c.values.domain);
+  if (c.pass != Pass::kFwd) t += std::string(" pass=") + pass_name(c.pass);
   return t;
 }
 
@@ -444,7 +464,32 @@ void fill(std::vector<float>& out, const Problem& p, Tensor t, Draw draw) {
 
 }  // namespace
 
+namespace {
+// dO of a backward case: uniform in [-1, 1] from its own stream (seed, 5), in logical (b, s, h, d) order,
+// stride gaps kStrideGapBits. Forward cases have none (q, k, v never depend on it).
+std::vector<float> generate_dout(const Case& c) {
+  const Problem& p = c.problem;
+  std::vector<float> out(static_cast<size_t>(o_elements(p)), std::bit_cast<float>(kStrideGapBits));
+  Rng rng(c.seed, 5);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          out[static_cast<size_t>(o_index(p, b, s, h, d))] = static_cast<float>(2.0 * rng.uniform01() - 1.0);
+  return out;
+}
+Tensors generate_qkv(const Case& c);
+}  // namespace
+
 Tensors generate(const Case& c) {
+  Tensors out = generate_qkv(c);
+  if (has_backward(c.pass))
+    out.dout = c.explicit_values && !c.explicit_values->dout.empty() ? c.explicit_values->dout : generate_dout(c);
+  return out;
+}
+
+namespace {
+Tensors generate_qkv(const Case& c) {
   if (std::string e = validate(c); !e.empty()) throw std::invalid_argument(e);
   Tensors out;
   // Low precision: every value becomes the value the dtype stores (case.h; identity for f32; NaN, and so the
@@ -552,6 +597,7 @@ Tensors generate(const Case& c) {
   store(out);
   return out;
 }
+}  // namespace
 
 // ------------------------------------------------------------------------------------------ space
 
@@ -645,7 +691,7 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
 
 // ------------------------------------------------------------------------------------------ sweep
 
-std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dtype) {
+std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dtype, Pass pass) {
   std::vector<Case> grid;
   auto add = [&](std::string label, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
                  int64_t dv, const std::string& mask, ValueSpec values = {}) {
@@ -658,6 +704,7 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
     }
     c.values = std::move(values);
     c.values.domain = domain;
+    c.pass = pass;
     std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
     std::replace(label.begin(), label.end(), ',', '.');
     c.label = std::move(label);

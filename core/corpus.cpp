@@ -327,10 +327,13 @@ json case_to_json(const Case& c) {
     }
     j["sequences"] = q;
   }
+  // Backward cases only (issue 14): forward files stay as they were, so their names and hashes do not move.
+  if (c.pass != Pass::kFwd) j["pass"] = pass_name(c.pass);
   if (c.explicit_values) {
     j["explicit"] = {{"q", floats_to_hex(c.explicit_values->q)},
                      {"k", floats_to_hex(c.explicit_values->k)},
                      {"v", floats_to_hex(c.explicit_values->v)}};
+    if (!c.explicit_values->dout.empty()) j["explicit"]["dout"] = floats_to_hex(c.explicit_values->dout);
   }
   return j;
 }
@@ -403,7 +406,11 @@ Case case_from_json(const json& j) {
     ev.q = hex_to_floats(get_string(e, "q", "case.explicit"), "case.explicit.q");
     ev.k = hex_to_floats(get_string(e, "k", "case.explicit"), "case.explicit.k");
     ev.v = hex_to_floats(get_string(e, "v", "case.explicit"), "case.explicit.v");
+    if (e.contains("dout")) ev.dout = hex_to_floats(get_string(e, "dout", "case.explicit"), "case.explicit.dout");
     c.explicit_values = std::move(ev);
+  }
+  if (j.contains("pass")) {  // absent in files written before backward cases: forward
+    if (std::string e = parse_pass(get_string(j, "pass", ctx), c.pass); !e.empty()) corrupt("case: " + e);
   }
   if (std::string e = validate(c); !e.empty()) corrupt("case: " + e);
   return c;

@@ -450,7 +450,40 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     if (static_cast<int64_t>(e.q.size() + e.k.size() + e.v.size()) <= lim.max_explicit)
       c.explicit_values = std::move(e);
   }
+  const Problem dense = c.problem;  // before any sequence layout (a backward case may need it back)
   if (!c.explicit_values) read_sequences(r, c, lim);
+  // Pass (issue 14), and a backward case's explicit dO (flag 0x80) when its values are explicit.
+  const uint8_t pt = r.u8();
+  c.pass = static_cast<Pass>((pt & 0x7f) % 3);
+  if (!(lim.passes & (1u << static_cast<int>(c.pass))))
+    for (int i = 0; i < 3; ++i)
+      if (lim.passes & (1u << i)) {
+        c.pass = static_cast<Pass>(i);
+        break;
+      }
+  if ((pt & 0x80) && c.explicit_values && has_backward(c.pass)) {
+    std::vector<float>& dout = c.explicit_values->dout;
+    dout.resize(static_cast<size_t>(o_elements(p)));
+    for (float& x : dout) {
+      x = bits_float(r.u32());
+      if (!std::isfinite(x)) x = std::isnan(x) ? 0.0f : std::copysign(FLT_MAX, x);  // dO finite
+    }
+  }
+  // Backward cases are dense f32 (validate(Case)): a backward pass drawn for a sequence layout or a narrow
+  // dtype becomes the forward pass when the limits allow it; else the case goes back to dense f32.
+  if (has_backward(c.pass) && (has_sequences(c.problem) || c.problem.dtype != AF_DTYPE_F32)) {
+    if ((lim.passes & (1u << static_cast<int>(Pass::kFwd))) || lim.dtype > AF_DTYPE_F32) {
+      c.pass = Pass::kFwd;
+      if (c.explicit_values) c.explicit_values->dout.clear();
+    } else {
+      if (has_sequences(c.problem)) {
+        c.problem = dense;
+        c.seqs = {};
+      }
+      c.problem.dtype = AF_DTYPE_F32;
+      c.problem.q_descale = c.problem.k_descale = c.problem.v_descale = c.problem.o_scale = 1.0f;
+    }
+  }
   return in;
 }
 
@@ -537,6 +570,10 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
     w.u8(0);
     write_sequences(w, c);
   }
+  const bool dout = c.explicit_values && !c.explicit_values->dout.empty() && has_backward(c.pass);
+  w.u8(static_cast<uint8_t>(static_cast<int>(c.pass) | (dout ? 0x80 : 0)));
+  if (dout)
+    for (float x : c.explicit_values->dout) w.u32(float_bits(x));
   return std::move(w.out);
 }
 
@@ -552,6 +589,10 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
       if (std::find(dm.begin(), dm.end(), x) == dm.end()) return "a descale outside the fuzz menu";
     if (std::find(om.begin(), om.end(), c.problem.o_scale) == om.end()) return "o_scale outside the fuzz menu";
   }
+  if (!(l.passes & (1u << static_cast<int>(c.pass)))) return "pass outside the fuzz limits' passes";
+  if (c.explicit_values)
+    for (float x : c.explicit_values->dout)
+      if (!std::isfinite(x)) return "explicit dO holds a NaN or Inf";
   if (std::string e = attnfuzz::validate(c); !e.empty()) return e;
   const Problem& p = c.problem;
   if (p.batch > l.max_batch) return "batch above the fuzz limit";
@@ -625,6 +666,9 @@ Case reshape(const Case& c, Problem np) {
               o.v[static_cast<size_t>(v_index(p, b, s, h, d))];
       }
   }
+  if (np.batch == p.batch && np.seq_q == p.seq_q && np.heads_q == p.heads_q && np.head_dim_v == p.head_dim_v &&
+      o_elements(np) == o_elements(p))
+    e.dout = o.dout;  // dO keeps its place when O's shape does; otherwise it comes from the seed again
   n.explicit_values = std::move(e);
   return n;
 }
@@ -1009,6 +1053,15 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
           c.seed = rng.next();
         }
     }
+    if (__builtin_popcount(lim_.passes) > 1 && rng.below(8) == 0) {  // another allowed pass
+      const int now = static_cast<int>(c.pass);
+      for (int i = 1; i < 3; ++i)
+        if (lim_.passes & (1u << ((now + i) % 3))) {
+          c.pass = static_cast<Pass>((now + i) % 3);
+          break;
+        }
+      if (c.explicit_values && !has_backward(c.pass)) c.explicit_values->dout.clear();
+    }
     if (reshape_needed) {
       if (hq % hkv) hkv = 1;
       Problem np = reshaped(p, b, hq, hkv, sq, sk, d, dv);
@@ -1236,7 +1289,7 @@ Case materialize(const Case& c) {
   if (c.explicit_values) return c;
   Case n = c;
   Tensors t = generate(c);
-  n.explicit_values = ExplicitValues{std::move(t.q), std::move(t.k), std::move(t.v)};
+  n.explicit_values = ExplicitValues{std::move(t.q), std::move(t.k), std::move(t.v), std::move(t.dout)};
   return n;
 }
 

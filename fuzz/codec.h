@@ -36,6 +36,10 @@ struct FuzzLimits {
   // all five. fp8 cases draw q/k/v_descale from space::fp8_descales() and o_scale from a menu of powers of
   // two. Under f32 the decoder and the mutator consume bytes and random numbers exactly as before issue 13.
   int32_t dtype = AF_DTYPE_F32;
+  // Passes a decoded case may have, bit (1 << Pass). The pass is the last field of the bytes (0 when they run
+  // out: forward, so inputs written before it decode as they did); a pass outside the set decodes as the
+  // lowest one in it. With more than one, the mutator also changes the pass.
+  uint8_t passes = 1u << static_cast<int>(Pass::kFwd);
 };
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

@@ -38,7 +38,10 @@ enum Base : uint16_t {
   kSeq = 508,  // sequence layouts: layout 6, k lengths mod 16 / 32 classes 10, q lengths mod 16 5, zero-length,
                // single-token, one long among short, page size 5, shuffled, spare pages, partial last page,
                // used < slots, decode = 34
-  kEnd = 542,
+  kPass = 542,        // pass fwd / bwd / fwdbwd 3 x fully masked 3 = 9 (issue 14)
+  kGradTensor = 551,  // a backward failure's tensor: dQ, dK, dV = 3
+  kPassRatio = 554,   // backward passes: ratio 12
+  kEnd = 566,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -253,6 +256,8 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
   add(kCrossDistLogit + f.dist * 11 + f.logit);
   f.dtype = std::clamp<int>(p.dtype, 0, 4);
   add(kDtype + f.dtype);
+  f.pass = static_cast<int>(c.pass);
+  add(kPass + f.pass * 3 + f.fully_masked);
   return f;
 }
 
@@ -282,7 +287,10 @@ std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult&
     add(kRatio + rb);
     add(kCrossRatioMask + rb * 5 + cf.mask);
     add(kCrossRatioTiles + rb * 4 + cf.max_change_tiles);
+    if (cf.pass != 0) add(kPassRatio + rb);
   }
+  if (r.verdict == Verdict::kFail && !r.tensor.empty() && r.tensor[0] == 'd')
+    add(kGradTensor + (r.tensor == "dQ" ? 0 : r.tensor == "dK" ? 1 : 2));
   return ids;
 }
 

@@ -4,7 +4,8 @@
 // each input, bucketed after). attn-fuzz sets one counter per semantic feature, per kernel: tile-tail classes
 // (S mod tile, D mod vector width), mask kind x alignment x window sides, fully masked rows, running-max
 // changes and the key tiles they happen in (from the inputs, not the kernel), logit magnitude, special-value
-// kind x tensor x where it landed, verdict and class, and the error/bound ratio, plus a few cross products.
+// kind x tensor x where it landed, verdict and class, and the error/bound ratio, plus a few cross products; the pass (fwd / bwd / fwdbwd) with
+// fully masked rows, a backward failure's gradient tensor and a backward ratio bucket.
 // So an input is "new" when it makes some kernel do something semantically new, not when it takes a new
 // branch of the decoder.
 #pragma once
@@ -32,6 +33,7 @@ struct CaseFeatures {
   int logit = 0;             // logit magnitude bucket 0 .. 10
   int dist = 0;              // Distribution
   int dtype = 0;             // af_dtype 0 .. 4
+  int pass = 0;              // Pass (fwd, bwd, fwdbwd)
   std::vector<int> special_kinds;  // index into space::special_kinds() of every placed value
 };
 CaseFeatures case_features(const Case& c, const Tensors& t);

@@ -50,7 +50,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"max_special_count", c.limits.max_special_count},
                  {"max_explicit", c.limits.max_explicit},
                  {"values", value_domain_name(c.limits.domain)},
-                 {"dtype", c.limits.dtype < 0 ? std::string("any") : std::string(dtype_name(c.limits.dtype))}};
+                 {"dtype", c.limits.dtype < 0 ? std::string("any") : std::string(dtype_name(c.limits.dtype))},
+                 {"passes", c.limits.passes}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -92,6 +93,9 @@ WorkerConfig worker_config_from_json(const Json& j) {
       const auto d = parse_dtype(l.at("dtype").get<std::string>());
       c.limits.dtype = d ? *d : -1;
     }
+    if (l.contains("passes") && l.at("passes").is_number_unsigned() && l.at("passes").get<uint64_t>() > 0 &&
+        l.at("passes").get<uint64_t>() < 8)
+      c.limits.passes = static_cast<uint8_t>(l.at("passes").get<uint64_t>());
   }
   get("out", c.out);
   get("command", c.command);

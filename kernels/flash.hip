@@ -1,4 +1,5 @@
-// flash.hip - tiled flash attention: a BLOCK_M query tile sweeps BLOCK_N key tiles, softmax state on chip.
+// flash.hip - tiled flash attention: a BLOCK_M query tile sweeps BLOCK_N key tiles, softmax state on chip;
+// FlashAttention-2 style backward (key-tile blocks; dQ by atomicAdd, or deterministic in its own pass).
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -156,23 +157,293 @@ int flash_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   });
 }
 
+
+// ---- backward (FlashAttention-2 style) -----------------------------------------------------------------
+//
+// Workspace: Delta [B, Hq, Sq] = rowsum(dO * o) (fp32), written by bwd_pre_kernel, which also zeroes dQ
+// when dQ is accumulated by atomics. bwd_kv_kernel: one block per (key tile of BN keys, kv head, batch)
+// keeps its dK / dV tile in registers while it sweeps every query head of the GQA group and every BM-row
+// query tile that sees one of its keys: P = exp(s - lse) recomputed from the given LSE (0 where the mask
+// hides the key or the row is empty), dS = P (dP - Delta). Only visible (i, j) pairs reach a gradient.
+// With kAtomicDq each block adds its dS K contribution to dQ with atomicAdd (order across key blocks is
+// whatever the hardware does); otherwise bwd_dq_kernel computes dQ in its own pass, one block per query
+// tile sweeping the key tiles in order (deterministic).
+
+__host__ __device__ inline int64_t delta_at(const af_problem& p, int64_t b, int64_t h, int64_t i) {
+  return (b * p.heads_q + h) * p.seq_q + i;
+}
+__host__ __device__ inline int64_t do_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.do_stride[0] + s * p.do_stride[1] + h * p.do_stride[2];
+}
+__host__ __device__ inline int64_t dq_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.dq_stride[0] + s * p.dq_stride[1] + h * p.dq_stride[2];
+}
+__host__ __device__ inline int64_t dk_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.dk_stride[0] + s * p.dk_stride[1] + h * p.dk_stride[2];
+}
+__host__ __device__ inline int64_t dv_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.dv_stride[0] + s * p.dv_stride[1] + h * p.dv_stride[2];
+}
+
+constexpr int kPreThreads = 128;
+
+// One thread per query row (b, h, i): Delta_i = sum_d dO_id o_id; optionally dQ_i = 0.
+__global__ void __launch_bounds__(kPreThreads)
+    bwd_pre_kernel(af_problem p, const float* __restrict__ o, const float* __restrict__ dout, float* delta,
+                   float* dq, int zero_dq) {
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = r % p.seq_q, h = (r / p.seq_q) % p.heads_q, b = r / (p.seq_q * p.heads_q);
+    const float* orow = o + o_row(p, b, i, h);
+    const float* g = dout + do_row(p, b, i, h);
+    float acc = 0.0f;
+    for (int64_t d = 0; d < p.head_dim_v; ++d) acc += g[d] * orow[d];
+    delta[delta_at(p, b, h, i)] = acc;
+    if (zero_dq)
+      for (int64_t d = 0; d < p.head_dim; ++d) dq[dq_row(p, b, i, h) + d] = 0.0f;
+  }
+}
+
+// P_ij and dS_ij of a visible pair (row i with lse / Delta, key row kc / vc on chip).
+__device__ inline void bwd_pair(const af_problem& p, const float* qi, const float* gi, const float* kc,
+                                const float* vc, float lse, float delta, float& P, float& dS) {
+  float dot = 0.0f, dp = 0.0f;
+  for (int64_t d = 0; d < p.head_dim; ++d) dot += qi[d] * kc[d];
+  for (int64_t d = 0; d < p.head_dim_v; ++d) dp += gi[d] * vc[d];
+  P = expf(p.scale * dot - lse);
+  dS = P * (dp - delta);
+}
+
+template <int BM, int BN, int NT, bool kAtomicDq>
+__global__ void __launch_bounds__(NT)
+    bwd_kv_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
+                  const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ dout,
+                  const float* __restrict__ delta, float* dq, float* __restrict__ dk, float* __restrict__ dv) {
+  static_assert((BN * kMaxD) % NT == 0, "accumulators split evenly over the threads");
+  constexpr int kAcc = BN * kMaxD / NT;
+  __shared__ float k_tile[BN][kMaxD];
+  __shared__ float v_tile[BN][kMaxD];
+  __shared__ float p_tile[BM][BN];
+  __shared__ float ds_tile[BM][BN];
+  __shared__ float row_lse[BM], row_delta[BM];
+  __shared__ int64_t row_first[BM], row_last[BM];
+
+  const int t = threadIdx.x;
+  const int64_t j0 = (int64_t)blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z;
+  const int64_t D = p.head_dim, Dv = p.head_dim_v, G = p.heads_q / p.heads_kv;
+  const int cols = (int)min64(BN, p.seq_k - j0);
+  for (int64_t idx = t; idx < BN * D; idx += NT) {
+    const int c = (int)(idx / D);
+    k_tile[c][idx % D] = c < cols ? k[k_row(p, b, j0 + c, hk) + idx % D] : 0.0f;
+  }
+  for (int64_t idx = t; idx < BN * Dv; idx += NT) {
+    const int c = (int)(idx / Dv);
+    v_tile[c][idx % Dv] = c < cols ? v[v_row(p, b, j0 + c, hk) + idx % Dv] : 0.0f;
+  }
+  float dk_acc[kAcc], dv_acc[kAcc];
+  AF_UNROLL
+  for (int e = 0; e < kAcc; ++e) dk_acc[e] = dv_acc[e] = 0.0f;
+
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+    for (int64_t i0 = 0; i0 < p.seq_q; i0 += BM) {
+      if (t < BM) {
+        const int64_t i = i0 + t;
+        const KeySpan keys = i < p.seq_q ? row_keys(p, i) : KeySpan{0, 0};
+        const float l = i < p.seq_q ? lse[lse_at(p, b, h, i)] : neg_inf();
+        // The row's visible keys inside this tile; none for an empty row (lse = -inf).
+        row_first[t] = l == neg_inf() ? j0 : max64(keys.first, j0);
+        row_last[t] = l == neg_inf() ? j0 : min64(keys.last, j0 + cols);
+        row_lse[t] = l;
+        row_delta[t] = i < p.seq_q ? delta[delta_at(p, b, h, i)] : 0.0f;
+      }
+      __syncthreads();
+      bool any = false;
+      for (int r = 0; r < BM; ++r) any = any || row_first[r] < row_last[r];
+      if (any) {
+        for (int idx = t; idx < BM * BN; idx += NT) {
+          const int r = idx / BN, c = idx % BN;
+          const int64_t j = j0 + c;
+          float P = 0.0f, dS = 0.0f;
+          if (j >= row_first[r] && j < row_last[r])
+            bwd_pair(p, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c], v_tile[c],
+                     row_lse[r], row_delta[r], P, dS);
+          p_tile[r][c] = P;
+          ds_tile[r][c] = dS;
+        }
+        __syncthreads();
+        AF_UNROLL
+        for (int e = 0; e < kAcc; ++e) {
+          const int idx = t + e * NT;
+          const int c = idx / kMaxD, d = idx % kMaxD;
+          const int64_t j = j0 + c;
+          if (c >= cols) continue;
+          float sk = 0.0f, sv = 0.0f;
+          for (int r = 0; r < BM; ++r) {
+            if (j < row_first[r] || j >= row_last[r]) continue;  // masked: never reaches a gradient
+            if (d < D) sk += ds_tile[r][c] * q[q_row(p, b, i0 + r, h) + d];
+            if (d < Dv) sv += p_tile[r][c] * dout[do_row(p, b, i0 + r, h) + d];
+          }
+          dk_acc[e] += sk;
+          dv_acc[e] += sv;
+        }
+        if (kAtomicDq) {
+          for (int64_t idx = t; idx < BM * D; idx += NT) {
+            const int r = (int)(idx / D);
+            const int64_t d = idx % D;
+            if (row_first[r] >= row_last[r]) continue;
+            float acc = 0.0f;
+            for (int64_t j = row_first[r]; j < row_last[r]; ++j) acc += ds_tile[r][j - j0] * k_tile[j - j0][d];
+            atomicAdd(&dq[dq_row(p, b, i0 + r, h) + d], p.scale * acc);
+          }
+        }
+      }
+      __syncthreads();  // before the next query tile overwrites the row state and tiles
+    }
+  }
+  AF_UNROLL
+  for (int e = 0; e < kAcc; ++e) {
+    const int idx = t + e * NT;
+    const int c = idx / kMaxD, d = idx % kMaxD;
+    if (c >= cols) continue;
+    if (d < D) dk[dk_row(p, b, j0 + c, hk) + d] = p.scale * dk_acc[e];
+    if (d < Dv) dv[dv_row(p, b, j0 + c, hk) + d] = dv_acc[e];
+  }
+}
+
+// Deterministic dQ: one block per (BM-row query tile, head, batch) sweeping its key tiles in order.
+template <int BM, int BN, int NT>
+__global__ void __launch_bounds__(NT)
+    bwd_dq_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
+                  const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ dout,
+                  const float* __restrict__ delta, float* __restrict__ dq) {
+  static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
+  constexpr int kAcc = BM * kMaxD / NT;
+  __shared__ float k_tile[BN][kMaxD];
+  __shared__ float v_tile[BN][kMaxD];
+  __shared__ float ds_tile[BM][BN];
+  __shared__ float row_lse[BM], row_delta[BM];
+  __shared__ int64_t row_first[BM], row_last[BM];
+  const int t = threadIdx.x;
+  const int64_t i0 = (int64_t)blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, hk = kv_head_of(p, h);
+  const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  const int rows = (int)min64(BM, p.seq_q - i0);
+  if (t < BM) {
+    const KeySpan keys = t < rows ? row_keys(p, i0 + t) : KeySpan{0, 0};
+    const float l = t < rows ? lse[lse_at(p, b, h, i0 + t)] : neg_inf();
+    row_first[t] = l == neg_inf() ? 0 : keys.first;
+    row_last[t] = l == neg_inf() ? 0 : keys.last;
+    row_lse[t] = l;
+    row_delta[t] = t < rows ? delta[delta_at(p, b, h, i0 + t)] : 0.0f;
+  }
+  float acc[kAcc];
+  AF_UNROLL
+  for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
+  __syncthreads();
+  int64_t lo = p.seq_k, hi = 0;
+  for (int r = 0; r < BM; ++r)
+    if (row_first[r] < row_last[r]) lo = min64(lo, row_first[r]), hi = max64(hi, row_last[r]);
+  for (int64_t n0 = lo < hi ? lo - lo % BN : hi; n0 < hi; n0 += BN) {
+    for (int64_t idx = t; idx < BN * D; idx += NT) {
+      const int c = (int)(idx / D);
+      const int64_t j = n0 + c;
+      k_tile[c][idx % D] = (j >= lo && j < hi) ? k[k_row(p, b, j, hk) + idx % D] : 0.0f;
+    }
+    for (int64_t idx = t; idx < BN * Dv; idx += NT) {
+      const int c = (int)(idx / Dv);
+      const int64_t j = n0 + c;
+      v_tile[c][idx % Dv] = (j >= lo && j < hi) ? v[v_row(p, b, j, hk) + idx % Dv] : 0.0f;
+    }
+    __syncthreads();
+    for (int idx = t; idx < BM * BN; idx += NT) {
+      const int r = idx / BN, c = idx % BN;
+      const int64_t j = n0 + c;
+      float P = 0.0f, dS = 0.0f;
+      if (j >= row_first[r] && j < row_last[r])
+        bwd_pair(p, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c], v_tile[c],
+                 row_lse[r], row_delta[r], P, dS);
+      ds_tile[r][c] = dS;
+    }
+    __syncthreads();
+    AF_UNROLL
+    for (int e = 0; e < kAcc; ++e) {
+      const int idx = t + e * NT;
+      const int r = idx / kMaxD, d = idx % kMaxD;
+      if (d >= D) continue;
+      const int64_t c_lo = max64(row_first[r], n0) - n0, c_hi = min64(row_last[r], n0 + BN) - n0;
+      float s = 0.0f;
+      for (int64_t c = c_lo; c < c_hi; ++c) s += ds_tile[r][c] * k_tile[c][d];
+      acc[e] += s;
+    }
+    __syncthreads();
+  }
+  AF_UNROLL
+  for (int e = 0; e < kAcc; ++e) {
+    const int idx = t + e * NT;
+    const int r = idx / kMaxD, d = idx % kMaxD;
+    if (r < rows && d < D) dq[dq_row(p, b, i0 + r, h) + d] = p.scale * acc[e];
+  }
+}
+
+size_t flash_bwd_workspace(const af_problem* p) {
+  return (size_t)(p->batch * p->heads_q * p->seq_q) * sizeof(float);
+}
+
+template <int BM, int BN, int NT, bool kAtomicDq>
+int flash_bwd_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
+  const af_problem p = *pp;
+  if (p.dtype != AF_DTYPE_F32 || p.head_dim > kMaxD || p.head_dim_v > kMaxD ||
+      !grid_fits(max64(ceil_div(p.seq_k, BN), 1), p.heads_kv, p.batch, NT) ||
+      !grid_fits(ceil_div(p.seq_q, BM), p.heads_q, p.batch, NT))
+    return (int)hipErrorInvalidValue;
+  const float* q = static_cast<const float*>(buf->q);
+  const float* k = static_cast<const float*>(buf->k);
+  const float* v = static_cast<const float*>(buf->v);
+  const float* o = static_cast<const float*>(buf->o);
+  const float* dout = static_cast<const float*>(buf->dout);
+  float* delta = static_cast<float*>(buf->workspace);
+  float* dq = static_cast<float*>(buf->dq);
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  hipLaunchKernelGGL(bwd_pre_kernel, dim3((unsigned)min64(ceil_div(rows, kPreThreads), 1 << 16)), dim3(kPreThreads), 0,
+                     (hipStream_t)stream, p, o, dout, delta, dq, kAtomicDq ? 1 : 0);
+  if (int e = (int)hipGetLastError()) return e;
+  if (p.seq_k > 0) {
+    void (*kv)(af_problem, const float*, const float*, const float*, const float*, const float*, const float*,
+               float*, float*, float*) = bwd_kv_kernel<BM, BN, NT, kAtomicDq>;
+    hipLaunchKernelGGL(kv, dim3((unsigned)ceil_div(p.seq_k, BN), (unsigned)p.heads_kv, (unsigned)p.batch), dim3(NT),
+                       0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout, (const float*)delta, dq,
+                       static_cast<float*>(buf->dk), static_cast<float*>(buf->dv));
+    if (int e = (int)hipGetLastError()) return e;
+  }
+  if (!kAtomicDq) {
+    void (*dqk)(af_problem, const float*, const float*, const float*, const float*, const float*, const float*,
+                float*) = bwd_dq_kernel<BM, BN, NT>;
+    hipLaunchKernelGGL(dqk, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch), dim3(NT), 0,
+                       (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout, (const float*)delta, dq);
+  }
+  return (int)hipGetLastError();
+}
+
 constexpr uint32_t kHalves = AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16;
 constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
 
-#define AF_FLASH_ENTRY(BM, BN, NT, DT)                                                                     \
+#define AF_FLASH_ENTRY(BM, BN, NT, DT, BWD_DESC, BWD_WS, BWD)                                             \
   {                                                                                                        \
     "flash-bm" #BM "-bn" #BN, "flash",                                                                     \
-        "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip", \
+        "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip"  \
+        BWD_DESC,                                                                                          \
         DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
-        nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>                                 \
+        nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD     \
   }
 
 // Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors.
 const af_kernel kFlashKernels[] = {
-    AF_FLASH_ENTRY(16, 16, 64, kHalves),
-    AF_FLASH_ENTRY(16, 32, 64, kWithFp8),
-    AF_FLASH_ENTRY(16, 64, 64, kHalves),
-    AF_FLASH_ENTRY(32, 32, 128, kHalves),
+    AF_FLASH_ENTRY(16, 16, 64, kHalves, "; backward (f32) FA2-style, key tiles of 16, dQ by atomicAdd",
+                   flash_bwd_workspace, (flash_bwd_launch<16, 16, 64, true>)),
+    AF_FLASH_ENTRY(16, 32, 64, kWithFp8, "; backward (f32) deterministic, key tiles of 32, dQ in its own pass",
+                   flash_bwd_workspace, (flash_bwd_launch<16, 32, 128, false>)),
+    AF_FLASH_ENTRY(16, 64, 64, kHalves, "", nullptr, nullptr),
+    AF_FLASH_ENTRY(32, 32, 128, kHalves, "; backward (f32) FA2-style, key tiles of 32, dQ by atomicAdd",
+                   flash_bwd_workspace, (flash_bwd_launch<32, 32, 128, true>)),
 };
 
 #undef AF_FLASH_ENTRY

@@ -138,6 +138,8 @@ Files files_in(const fs::path& dir) {
   Files f{dir / "q.npy", dir / "k.npy", dir / "v.npy", dir / "o.npy", {}};
   std::error_code ec;
   if (fs::exists(dir / "lse.npy", ec)) f.lse = dir / "lse.npy";
+  if (fs::exists(dir / "do.npy", ec))
+    f.dout = dir / "do.npy", f.dq = dir / "dq.npy", f.dk = dir / "dk.npy", f.dv = dir / "dv.npy";
   return f;
 }
 
@@ -206,6 +208,26 @@ External load_external(const Files& files, const Spec& spec) {
            shape_text(l.shape));
     e.lse = std::move(l.data);
   }
+  if (!files.dout.empty() || !files.dq.empty() || !files.dk.empty() || !files.dv.empty()) {
+    if (files.dout.empty() || files.dq.empty() || files.dk.empty() || files.dv.empty())
+      fail("backward: give do, dq, dk and dv together (do.npy, dq.npy, dk.npy, dv.npy)");
+    struct G {
+      const char* name;
+      const fs::path* path;
+      std::vector<float>* out;
+      int64_t s, h, d;
+    };
+    for (const G& g : {G{"do", &files.dout, &e.dout, Sq, Hq, Dv}, G{"dq", &files.dq, &e.dq, Sq, Hq, D},
+                       G{"dk", &files.dk, &e.dk, Sk, Hkv, D}, G{"dv", &files.dv, &e.dv, Sk, Hkv, Dv}}) {
+      Array a = read_array(*g.path, spec.bf16_raw);
+      const std::vector<int64_t> want = bshd ? std::vector<int64_t>{B, g.s, g.h, g.d} : std::vector<int64_t>{B, g.h, g.s, g.d};
+      if (a.shape != want)
+        fail(std::string("shape mismatch: ") + g.name + " must be " + shape_text(want) + " (like " +
+             (g.name[1] == 'o' ? "o" : g.name[1] == 'q' ? "q" : g.name[1] == 'k' ? "k" : "v") + "), got " +
+             shape_text(a.shape));
+      *g.out = bshd ? std::move(a.data) : transpose_sh(a.data, B, g.h, g.s, g.d, false);
+    }
+  }
   for (const auto& [name, a] : {std::pair<const char*, const Array*>{"q", &q}, {"k", &k}, {"v", &v}}) {
     if (a->f64_inexact)
       e.notes.push_back(std::string(name) +
@@ -228,6 +250,7 @@ External load_external(const Files& files, const Spec& spec) {
 Case case_of(const External& e) {
   Case c = make_case(e.problem, 0);
   c.label = e.label;
+  if (!e.dq.empty()) c.pass = Pass::kFwdBwd;
   return c;
 }
 
@@ -432,8 +455,62 @@ Judged judge_external(const External& e, const OracleOptions& base, size_t worst
                                      compute_dtype_name(e.compute_dtype) +
                                      " with fp32 accumulation (oracle/README.md)"});
   if (r.verdict == Verdict::kFail) classify_output(e, ex, opts, r);
+  if (r.verdict == Verdict::kFail) r.tensor = !r.worst.empty() && r.worst.front().is_lse ? "LSE" : "O";
   j.outcome.o = e.o;
   j.outcome.lse = e.lse;
+  if (e.dq.empty()) return j;
+  // Backward: the gradient oracle for the o / lse the backward was given (the files'; without lse.npy the
+  // exact LSE, rounded to fp32).
+  const Problem& p = e.problem;
+  std::vector<float> lse = e.lse;
+  if (lse.empty()) {
+    lse.assign(static_cast<size_t>(lse_elements(p)), 0.0f);
+    OracleOptions every = opts;
+    every.row_budget = 0;
+    every.baseline = false;
+    const OracleResult full = opts.row_budget == 0 ? ex : compute_oracle(p, e.q.data(), e.k.data(), e.v.data(), every);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t s = 0; s < p.seq_q; ++s)
+          lse[static_cast<size_t>(lse_index(p, b, h, s))] = static_cast<float>(full.lse[full.lse_at(b, h, s)]);
+    r.evidence.push_back({"input", "no lse.npy: the backward is judged as if given the exact LSE"});
+  }
+  GradOptions go = grad_options(opts);
+  const GradResult g = compute_grad_oracle(p, e.q.data(), e.k.data(), e.v.data(), e.dout.data(), e.o.data(),
+                                           lse.data(), go);
+  CheckResult gr;
+  j.grad_maps = compare_gradients(p, g, e.dq.data(), e.dk.data(), e.dv.data(), gr, co);
+  merge_gradient_judgement(r, gr);
+  if (r.verdict == Verdict::kFail && !r.tensor.empty() && r.tensor[0] == 'd') {
+    // From the gradients alone: empty-row (dQ of a query row with no visible key must be 0), else precision /
+    // wrong by the limit; the classes that need the kernel are named as undeterminable.
+    std::vector<int64_t> rows;
+    for (int64_t s = 0; s < p.seq_q; ++s) {
+      if (!visible_keys(p, s).empty()) continue;
+      bool bad = false;
+      for (int64_t b = 0; b < p.batch && !bad; ++b)
+        for (int64_t h = 0; h < p.heads_q && !bad; ++h)
+          for (int64_t d = 0; d < p.head_dim && !bad; ++d) bad = e.dq[static_cast<size_t>(q_index(p, b, s, h, d))] != 0.0f;
+      if (bad) rows.push_back(s);
+    }
+    if (!rows.empty()) {
+      r.failure = FailureClass::kEmptyRow;
+      std::string list;
+      for (size_t i = 0; i < rows.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(rows[i]);
+      r.evidence.push_back({"empty-row", "query rows s = " + list + (rows.size() > 8 ? ", ..." : "") +
+                                             " see no key (LSE = -inf): their dQ must be 0 and is not"});
+    } else if (r.failure == FailureClass::kPrecision && r.max_ratio > 1000) {
+      r.failure = FailureClass::kWrong;
+    }
+    for (const Evidence& ev : gr.evidence)
+      if (ev.detector == "compare") r.evidence.push_back({"gradients", ev.detail});
+    r.evidence.push_back({"scope", "gradients computed elsewhere: oob-read / oob-write, unwritten and barrier-race "
+                                   "need the kernel and cannot be told from the files"});
+  }
+  j.outcome.backward = true;
+  j.outcome.dq = e.dq;
+  j.outcome.dk = e.dk;
+  j.outcome.dv = e.dv;
   return j;
 }
 

@@ -55,14 +55,17 @@ std::string sidecar_text(const Spec& spec);  // the JSON written next to emitted
 // The tensors of one external computation. lse is optional.
 struct Files {
   std::filesystem::path q, k, v, o, lse;
+  // Backward (issue 14): dO given to the backward and the gradients it computed; all four or none.
+  std::filesystem::path dout, dq, dk, dv;
 };
-// DIR/q.npy, k.npy, v.npy, o.npy and lse.npy when present.
+// DIR/q.npy, k.npy, v.npy, o.npy and lse.npy when present; do.npy, dq.npy, dk.npy, dv.npy when do.npy is.
 Files files_in(const std::filesystem::path& dir);
 
 // One external computation as a problem with contiguous [B, S, H, D] tensors (converted from bhsd).
 struct External {
   Problem problem{};
   std::vector<float> q, k, v, o, lse;  // lse empty when no LSE file was given
+  std::vector<float> dout, dq, dk, dv;  // backward files ([B, S, H, D] like o, q, k, v); empty without do.npy
   int32_t compute_dtype = 0;
   Stored stored = Stored::kF32;    // q's storage
   std::vector<std::string> notes;  // facts about the files worth a line in the evidence
@@ -74,7 +77,8 @@ Case case_of(const External& e);  // problem + label, for reports (values are in
 
 // The verdict of one output: oracle (opts.compute_dtype set from e), NaN-safe comparison, then the
 // output-only classification (mask: fully masked rows, other alignment / shifted window; non-finite
-// positions; precision), with the undeterminable classes named in the evidence.
+// positions; precision), with the undeterminable classes named in the evidence. With gradients, dQ / dK / dV
+// are also judged against the gradient oracle for the given o (and lse, else the exact LSE), as fwd+bwd.
 Judged judge_external(const External& e, const OracleOptions& opts, size_t worst = 8);
 
 // ---- metamorphic variants (--npy-emit / --npy on a manifest directory) ----

@@ -19,6 +19,10 @@ struct GradOptions {
                          // plus seeded random ones
   uint64_t sample_seed = 1;
   bool force_multiprecision = false;  // every row and column on the arbiter path
+  // The exact forward of the same problem and inputs (compute_oracle with row_budget 0, same fwd options),
+  // when the caller already has it (e.g. to give the kernel its O and LSE): the gradient oracle then skips
+  // its own forward pass (about half of its time). nullptr: computed here.
+  const OracleResult* forward = nullptr;
 };
 
 // Exact gradients in double, contiguous (not with the problem's strides): dQ [B, Sq, Hq, D],
@@ -55,5 +59,10 @@ struct GradResult {
 GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k, const float* v,
                                const float* dout, const float* o, const float* lse,
                                const GradOptions& opts = {});
+
+// The key positions computed under a k_budget (GradOptions::k_budget): every key when budget <= 0 or
+// budget >= Sk; else 0, Sk-1, both sides of every 16/32/64/128 tile boundary, keys whose k or v holds a
+// NaN or Inf, plus seeded random keys until about `budget`. Ascending, no duplicates.
+std::vector<int64_t> sample_keys(const Problem& p, const float* k, const float* v, int64_t budget, uint64_t seed);
 
 }  // namespace attnfuzz

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   int max_success = 50;
   uint64_t seed = 0;
   bool no_shrink = false, strict = false, quiet = false;
-  std::string values = "ieee";
+  std::string values = "ieee", pass = "fwd";
   CLI::App app{
       "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu "
       "emulator. RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...)."};
@@ -45,6 +45,11 @@ int main(int argc, char** argv) {
   std::string dtype = "f32";
   app.add_option("--dtype", dtype, "dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"}))
+      ->capture_default_str();
+  app.add_option("--pass", pass,
+                 "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation and determinism "
+                 "on dQ / dK / dV; kernels without a backward launch are not run)")
+      ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -80,6 +85,12 @@ int main(int argc, char** argv) {
   o.quiet = quiet;
   (void)parse_value_domain(values, o.domain);
   o.dtype = *parse_dtype(dtype);
+  (void)parse_pass(pass, o.pass);
+  if (has_backward(o.pass) && o.dtype != AF_DTYPE_F32) {
+    std::fprintf(stderr, "attn-props: the backward pass is checked in f32 only (--pass %s with --dtype %s)\n",
+                 pass.c_str(), dtype.c_str());
+    return 2;
+  }
   int failures = 0;
   std::map<std::pair<std::string, std::string>, std::string> cell;
   for (const KernelEntry* k : ks)

@@ -204,6 +204,7 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
         c.problem.v_descale = *element_of(space::fp8_descales());
       }
     }
+    c.pass = limits.pass;
     if (limits.specials && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
       // 1..3 specials; the container shrinks by dropping elements, each element toward nan@q:random*1.
       c.values.specials =

@@ -43,6 +43,7 @@ struct CaseLimits {
   ValueDomain domain = ValueDomain::kIeee;  // finite: no NaN / Inf special kinds (case.h ValueDomain)
   int32_t dtype = AF_DTYPE_F32;  // dtype of every case; not f32: 1 time in 4 the dtype's stress inputs
                                  // (space::lowp_*); fp8: descales from space::fp8_descales(), o_scale 1
+  Pass pass = Pass::kFwd;                   // the pass of every generated case (bwd / fwdbwd: dO generated too)
 };
 
 // Size-independent choices that shrink toward their first option (rc::gen::elementOf and weightedOneOf do not

@@ -166,6 +166,11 @@ std::string fmt(double x) {
   return b;
 }
 
+std::string fmt_where(int64_t b, int64_t s, int64_t h, int64_t d) {
+  return "[b=" + std::to_string(b) + "," + std::to_string(s) + ",h=" + std::to_string(h) + ",d=" +
+         std::to_string(d) + "]";
+}
+
 // A case with the given tensors as its explicit values (the base case's spec stays as provenance).
 Case with_values(const Case& base, std::vector<float> q, std::vector<float> k, std::vector<float> v,
                  const std::string& label) {
@@ -185,7 +190,12 @@ struct Run {
 Run run_case(const KernelEntry& k, const Case& c, Device& dev, bool need_oracle = true) {
   Run r;
   r.t = generate(c);
-  r.out = launch_guarded(dev, k, c.problem, r.t, devices().run);
+  if (has_backward(c.pass)) {  // the launch of the case's pass (backward given the exact O / LSE)
+    PreparedCase pc(c);
+    r.out = launch_for_pass(dev, k, pc, r.t, devices().run);
+  } else {
+    r.out = launch_guarded(dev, k, c.problem, r.t, devices().run);
+  }
   if (need_oracle)
     r.exact = compute_oracle(c.problem, r.t.q.data(), r.t.k.data(), r.t.v.data(), devices().run.oracle);
   return r;
@@ -410,7 +420,57 @@ void prop_key_permutation(const KernelEntry& k, const Case& c) {
       }
   const Case b =
       with_values(c, t.q, kp, vp, std::string("key-permutation-") + (reverse ? "reverse" : "shuffle"));
-  assert_relation(k, c, b, identity_rows(p, {}), false, true, "keys and values permuted together");
+  if (!has_backward(c.pass)) {
+    assert_relation(k, c, b, identity_rows(p, {}), false, true, "keys and values permuted together");
+    return;
+  }
+  // Backward: dQ is unchanged and dK / dV rows move with their keys (dK_B[j] = dK_A[perm[j]]), each within
+  // the two gradient bounds (elements either oracle did not compute are not judged).
+  const std::vector<std::pair<std::string, Case>> cases{{"A", c}, {"B", b}};
+  PreparedCase pa(c), pb(b);
+  Device& dev = *devices().forward;
+  const LaunchOutcome oa = launch_for_pass(dev, k, pa, pa.tensors(), devices().run);
+  const LaunchOutcome ob = launch_for_pass(dev, k, pb, pb.tensors(), devices().run);
+  for (const auto* o : {&oa, &ob})
+    if (o->launch.status != LaunchStatus::kOk || o->dq.empty()) {
+      const std::string why = "backward launch: " + std::string(launch_status_name(o->launch.status)) + " " +
+                              o->launch.message;
+      record(why, cases);
+      RC_FAIL(why);
+    }
+  const GradResult& ga = pa.grad(devices().run.oracle);
+  const GradResult& gb = pb.grad(devices().run.oracle);
+  if (!ga.inside_contract || !gb.inside_contract) return;
+  std::string why;
+  auto check = [&](const char* name, float x, float y, double ba, double bb, const std::string& where) {
+    std::string w;
+    if (why.empty() && !std::isnan(ba) && !std::isnan(bb) && !agree(x, y, ba + bb, false, w))
+      why = std::string(name) + where + ": " + w;
+  };
+  for (int64_t bb = 0; bb < p.batch && why.empty(); ++bb) {
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          check("dQ", oa.dq[q_index(p, bb, s, h, d)], ob.dq[q_index(p, bb, s, h, d)], ga.dq_bound[ga.dq_at(bb, s, h, d)],
+                gb.dq_bound[gb.dq_at(bb, s, h, d)], fmt_where(bb, s, h, d));
+    for (int64_t j = 0; j < p.seq_k; ++j)
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        const int64_t ja = perm[j];
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          check("dK", oa.dk[k_index(p, bb, ja, h, d)], ob.dk[k_index(p, bb, j, h, d)],
+                ga.dk_bound[ga.dk_at(bb, ja, h, d)], gb.dk_bound[gb.dk_at(bb, j, h, d)],
+                fmt_where(bb, ja, h, d) + " (B's key " + std::to_string(j) + ")");
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          check("dV", oa.dv[v_index(p, bb, ja, h, d)], ob.dv[v_index(p, bb, j, h, d)],
+                ga.dv_bound[ga.dv_at(bb, ja, h, d)], gb.dv_bound[gb.dv_at(bb, j, h, d)],
+                fmt_where(bb, ja, h, d) + " (B's key " + std::to_string(j) + ")");
+      }
+  }
+  if (!why.empty()) {
+    why = "keys and values permuted together, gradients: " + why;
+    record(why, cases);
+    RC_FAIL(why);
+  }
 }
 
 void prop_key_shift(const KernelEntry& k, const Case& c) {
@@ -619,6 +679,9 @@ void prop_determinism(const KernelEntry& k, const Case& c) {
       };
       why = diff(base.out.o, r.out.o, "O");
       if (why.empty()) why = diff(base.out.lse, r.out.lse, "LSE");
+      if (why.empty()) why = diff(base.out.dq, r.out.dq, "dQ");
+      if (why.empty()) why = diff(base.out.dk, r.out.dk, "dK");
+      if (why.empty()) why = diff(base.out.dv, r.out.dv, "dV");
     }
     if (!why.empty()) {
       why = "thread order changes the bits: " + why;
@@ -769,6 +832,17 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   CaseLimits limits = property_limits(prop, k.kernel);
   limits.domain = o.domain;
   limits.dtype = o.dtype;
+  limits.pass = o.pass;
+  if (has_backward(o.pass)) {
+    const bool defined = prop == Property::kOracle || prop == Property::kKeyPermutation ||
+                         prop == Property::kDeterminism;
+    if (!k.kernel.launch_bwd || !defined) {  // nothing to run: say why, pass with 0 tests
+      out.passed = true;
+      out.rc_message = !k.kernel.launch_bwd ? "no backward launch (launch_bwd): not run"
+                                            : "a forward relation: not run for the backward pass";
+      return out;
+    }
+  }
   if (prop == Property::kCausalPrefix && k.kernel.masks != 0 &&
       (k.kernel.masks & ~AF_SUPPORTS_MASK_NONE) == 0) {
     out.passed = true;  // the kernel supports no mask: nothing is hidden from any row

@@ -49,6 +49,10 @@ struct PropertyOptions {
   bool quiet = false;         // no report on stderr
   ValueDomain domain = ValueDomain::kIeee;  // generated cases and perturbations (finite: no NaN / Inf)
   int32_t dtype = AF_DTYPE_F32;             // dtype of generated cases (CaseLimits::dtype)
+  // The pass of generated cases (issue 14). Backward: oracle judges dQ / dK / dV, key-permutation permutes
+  // dK / dV rows with the keys (dQ unchanged), determinism compares the gradients' bits; the other
+  // properties are forward relations and pass without running. A kernel without launch_bwd passes with 0 tests.
+  Pass pass = Pass::kFwd;
 };
 
 struct PropertyOutcome {

@@ -71,7 +71,8 @@ std::string markdown_summary(const RunRecord& r) {
     for (const RunEntry* e : failures) {
       const CheckResult& x = e->result;
       md << "| " << markdown_escape(x.kernel) << " | " << markdown_escape(case_name(e->the_case)) << " | "
-         << failure_class_name(x.failure) << " | " << num(x.max_ratio) << " | "
+         << failure_class_name(x.failure) << (x.tensor.empty() ? "" : " (" + x.tensor + ")") << " | "
+         << num(x.max_ratio) << " | "
          << (x.compared < 0 ? std::string("not recorded")
                             : std::to_string(x.failed) + " / " + std::to_string(x.compared))
          << " | " << (e->replay_command.empty() ? "" : code(e->replay_command)) << " | "
@@ -83,7 +84,7 @@ std::string markdown_summary(const RunRecord& r) {
       const RunEntry& e = *failures[i];
       const CheckResult& x = e.result;
       md << "### " << markdown_escape(x.kernel) << " x " << markdown_escape(case_name(e.the_case)) << ": "
-         << failure_class_name(x.failure) << "\n\n";
+         << failure_class_name(x.failure) << (x.tensor.empty() ? "" : " in " + x.tensor) << "\n\n";
       md << "- case: " << code(describe(e.the_case)) << "\n";
       if (!x.reason.empty()) md << "- reason: " << markdown_escape(x.reason) << "\n";
       md << "- max ratio " << num(x.max_ratio) << ", max |err| " << num(x.max_abs_err)
@@ -99,7 +100,7 @@ std::string markdown_summary(const RunRecord& r) {
               "|\n|---|---|---|---|---|---|---|---|---|\n";
         for (size_t w = 0; w < x.worst.size() && w < 8; ++w) {
           const ElementReport& el = x.worst[w];
-          md << "| " << (el.is_lse ? "lse" : "o") << " | " << el.b << " | " << el.h << " | " << el.s << " | "
+          md << "| " << (!el.tensor.empty() ? el.tensor : el.is_lse ? "lse" : "o") << " | " << el.b << " | " << el.h << " | " << el.s << " | "
              << (el.is_lse ? std::string("") : std::to_string(el.d)) << " | " << num(el.expected) << " | "
              << num(el.got) << " | " << num(el.bound) << " | " << num(el.ratio) << " |\n";
         }

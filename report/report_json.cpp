@@ -28,7 +28,7 @@ RunCounts count(const RunRecord& r) {
 
 Json element_to_json(const ElementReport& e) {
   Json j;
-  j["tensor"] = e.is_lse ? "lse" : "o";
+  j["tensor"] = !e.tensor.empty() ? e.tensor : e.is_lse ? "lse" : "o";  // backward: "dQ", "dK", "dV" (s = key j)
   j["b"] = e.b;
   j["h"] = e.h;
   j["s"] = e.s;
@@ -53,6 +53,8 @@ Json entry_to_json(const RunEntry& e) {
   j["verdict"] = verdict_name(r.verdict);
   j["class"] = r.verdict == Verdict::kFail ? Json(failure_class_name(r.failure)) : Json(nullptr);
   j["reason"] = r.reason;
+  j["pass"] = pass_name(e.the_case.pass);
+  if (!r.tensor.empty()) j["failed_tensor"] = r.tensor;
   Json ev = Json::array();
   for (const Evidence& x : r.evidence) ev.push_back({{"detector", x.detector}, {"detail", x.detail}});
   j["evidence"] = ev;

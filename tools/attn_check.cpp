@@ -226,6 +226,7 @@ Case case_from_flags(const Options& o) {
   Case c = make_case(p, o.seed);
   if (std::string e = apply_sequence_options(o.seqs, c); !e.empty()) usage_error(e);
   c.values.domain = value_domain(o.common);
+  c.pass = case_pass(o.common);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
     SpecialValue sv;
@@ -321,6 +322,7 @@ int main(int argc, char** argv) {
   attn-check --special nan@k:masked --mask causal-tl --sq 33 --sk 33
   attn-check --dtype f16 --sweep                # every f16 kernel over the f16 edge grid
   attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-fp8-e4m3 --sq 40
+  attn-check --pass bwd --sweep                # dQ, dK, dV of every kernel with a backward launch
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
   attn-check --seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --heads 4 --kv-heads 2
@@ -338,6 +340,10 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
   Session s = open_session(o.common, "attn-check", argc, argv);
   if (case_dtype(o.common) < 0) usage_error("--dtype any is for attn-fuzz: name one dtype");
+  if (has_backward(case_pass(o.common)) && case_dtype(o.common) != AF_DTYPE_F32)
+    usage_error("--pass " + o.common.pass + " is checked in f32 only: drop --dtype " + o.common.dtype);
+  if (has_backward(case_pass(o.common)) && !o.seqs.layout.empty() && o.seqs.layout != "dense")
+    usage_error("--pass " + o.common.pass + " is checked on dense batches only: drop --seq-layout " + o.seqs.layout);
   if (!o.replay.empty() && app.count("--dtype")) usage_error("--dtype does not apply to --replay (files record it)");
   if (npy::npy_mode(o.npy))
     return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s,
@@ -364,7 +370,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
     }
   } else if (o.sweep) {
-    for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common)))
+    for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else {
     Case base = case_from_flags(o);
@@ -391,8 +397,9 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
-      if (std::string why = unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem); !why.empty())
-        usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
+      for (const std::string& why : {unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem),
+                                     pass_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.pass)})
+        if (!why.empty()) usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
   }
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
 

@@ -250,6 +250,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)
       ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2", "any"}))
       ->capture_default_str();
+  app.add_option("--pass", o.pass,
+                 "pass of generated cases: fwd (O, LSE) | bwd (dQ, dK, dV of the backward launch given the exact O "
+                 "and LSE) | fwdbwd (the kernel's own forward feeds its backward); replay uses the file's pass")
+      ->group(r)
+      ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
+      ->capture_default_str();
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
       ->group(r)
       ->check(non_empty())
@@ -393,6 +399,12 @@ std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
   return {};
 }
 
+Pass case_pass(const CommonOptions& o) {
+  Pass p = Pass::kFwd;
+  (void)parse_pass(o.pass, p);  // checked by the option table
+  return p;
+}
+
 std::string adapter_flag(const CommonOptions& o) {
   return o.adapter.empty() ? std::string() : " --adapter " + shell_quote(o.adapter);
 }
@@ -527,7 +539,9 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
   if (r.verdict == Verdict::kFail) ++failures_;
   if (r.verdict == Verdict::kFail && !replay_command.empty()) {  // not a case: nothing to save
     rec.replay_command = replay_command;
-    if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
+    if (!o_.no_reports)
+      rec.heatmap_path = last_.grad_maps.empty() ? write_heatmap(rec, last_.ratio_map)
+                                                 : write_grad_heatmaps(rec, last_.grad_maps);
   } else if (r.verdict == Verdict::kFail) {
     CorpusFile cf;
     cf.tool.name = s_.tool;
@@ -551,18 +565,28 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
         o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
       rec.replay_command +=
           " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
-    if (!o_.no_reports) rec.heatmap_path = write_heatmap(rec, last_.ratio_map);
+    if (!o_.no_reports)
+      rec.heatmap_path = last_.grad_maps.empty() || (!r.tensor.empty() && r.tensor[0] != 'd')
+                             ? write_heatmap(rec, last_.ratio_map)
+                             : write_grad_heatmaps(rec, last_.grad_maps);
   }
   const bool single = total_ < 2;
   if (!o_.quiet && (single || r.verdict == Verdict::kFail)) {
     if (tty_ && !single) std::fprintf(stderr, "\r%*s\r", 100, "");
-    std::printf("%-16s %-18s %s  %s", verdict_name(r.verdict), r.kernel.c_str(),
+    std::printf("%-16s %-18s %s%s  %s%s", verdict_name(r.verdict), r.kernel.c_str(),
                 shape(the_case.problem).c_str(),
-                r.verdict == Verdict::kFail ? failure_class_name(r.failure) : "");
+                the_case.pass == Pass::kFwd ? "" : (std::string(" pass=") + pass_name(the_case.pass)).c_str(),
+                r.verdict == Verdict::kFail ? failure_class_name(r.failure) : "",
+                r.verdict == Verdict::kFail && !r.tensor.empty() ? (" in " + r.tensor).c_str() : "");
     if (r.compared) std::printf("  err/bound %s", fmt_ratio(r.max_ratio).c_str());
     if (!r.reason.empty() && r.verdict != Verdict::kPass) std::printf("\n    %s", r.reason.c_str());
     if (r.verdict == Verdict::kFail && !r.worst.empty()) {
       const ElementReport& w = r.worst.front();
+      if (!w.tensor.empty())
+        std::printf("\n    worst %s[b=%lld,%s=%lld,h=%lld,d=%lld]: expected %.9g got %.9g bound %.3g", w.tensor.c_str(),
+                    (long long)w.b, w.tensor == "dQ" ? "s" : "j", (long long)w.s, (long long)w.h, (long long)w.d,
+                    w.expected, w.got, w.bound);
+      else
       std::printf("\n    worst %s[b=%lld,h=%lld,s=%lld%s]: expected %.9g got %.9g bound %.3g",
                   w.is_lse ? "LSE" : "O", (long long)w.b, (long long)w.h, (long long)w.s,
                   w.is_lse ? "" : (",d=" + std::to_string(w.d)).c_str(), w.expected, w.got, w.bound);
@@ -577,6 +601,56 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
   entries_.push_back(std::move(rec));
   progress(false);
   return last_;
+}
+
+namespace {
+// The mask seen from the keys: key j of p is visible to query rows i with i - (j - off) in [-right, left],
+// i.e. the same kind of window over a problem with Sq and Sk swapped, sides swapped, the alignment kept
+// (bottom-right off' = Sq - Sk = -off). The dK / dV heatmaps draw it beside their key rows.
+Problem keys_as_rows(const Problem& p) {
+  Problem t = p;
+  std::swap(t.seq_q, t.seq_k);
+  const int64_t left = window_left(p), right = window_right(p);
+  if (p.mask_kind != AF_MASK_NONE) {
+    t.mask_kind = AF_MASK_WINDOW;
+    t.window_left = right;
+    t.window_right = left;
+  }
+  return t;
+}
+}  // namespace
+
+std::string Runner::write_grad_heatmaps(const RunEntry& e, const std::vector<GradMap>& maps) {
+  std::string failing;
+  for (const GradMap& g : maps) {
+    bool bad = false;
+    for (double r : g.ratio) bad |= !(std::isnan(r) || r <= 1);
+    if (!bad) continue;
+    const Problem& p = e.the_case.problem;
+    const bool q = g.tensor == "dQ";
+    const Problem shown = q ? p : keys_as_rows(p);
+    RatioMap m(g.rows, g.cols);
+    for (int64_t s = 0; s < g.rows; ++s)
+      for (int64_t d = 0; d < g.cols; ++d) {
+        const double r = g.ratio[static_cast<size_t>(s * g.cols + d)];
+        if (!std::isnan(r)) m.fold(s, d, r);
+      }
+    HeatmapOptions ho;
+    ho.title = e.result.kernel + ": " + std::string(failure_class_name(e.result.failure)) + ", " + g.tensor +
+               (q ? " (query rows x D)" : g.tensor == "dK" ? " (keys x D)" : " (keys x Dv)") +
+               (e.the_case.label.empty() ? "" : " (" + e.the_case.label + ")");
+    ho.subtitle = describe(e.the_case) + "  max err/bound " + fmt_ratio(e.result.max_ratio);
+    std::string name = heatmap_file_name(e.result.kernel, e.the_case);
+    name.insert(name.size() - 4, "-" + g.tensor);
+    try {
+      write_text_file(fs::path(o_.out) / name, heatmap_svg(m, shown, ho));
+    } catch (const ReportError& err) {
+      std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), err.what());
+      continue;
+    }
+    if (failing.empty() || g.tensor == e.result.tensor) failing = name;
+  }
+  return failing;
 }
 
 std::string Runner::write_heatmap(const RunEntry& e, const std::vector<double>& ratio_map) {

@@ -37,6 +37,7 @@ struct CommonOptions {
   int mp_bits = 128;
   std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
   std::string dtype = "f32";    // dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (attn-fuzz: | any)
+  std::string pass = "fwd";     // pass of generated cases: fwd | bwd | fwdbwd (case.h Pass)
   bool quiet = false;
   bool no_reports = false;
   // failure classification (check/classify.h)
@@ -55,6 +56,8 @@ void add_common_options(CLI::App& app, CommonOptions& o);
 ValueDomain value_domain(const CommonOptions& o);
 // The --dtype of generated cases (af_dtype), or -1 for "any".
 int32_t case_dtype(const CommonOptions& o);
+// The --pass of generated cases (add_common_options accepts only fwd, bwd and fwdbwd).
+Pass case_pass(const CommonOptions& o);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
 // allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").
@@ -124,6 +127,8 @@ class Runner {
  private:
   void progress(bool final);
   std::string write_heatmap(const RunEntry& e, const std::vector<double>& ratio_map);
+  // Backward checks: one SVG per gradient tensor with a failing element; returns the failing tensor's.
+  std::string write_grad_heatmaps(const RunEntry& e, const std::vector<GradMap>& maps);
   Session& s_;
   CommonOptions o_;
   std::vector<RunEntry> entries_;

@@ -35,6 +35,9 @@ struct Context {
   // A guarded launch of the kernel on t (same problem), counted.
   LaunchOutcome launch(const Tensors& t, const RunOptions& o);
   LaunchOutcome launch(const Tensors& t) { return launch(t, opts); }
+  // The pass of the case and whether the failure is in a gradient (dQ / dK / dV) rather than O / LSE.
+  Pass pass() const { return pc.the_case().pass; }
+  bool gradient_failure() const { return j.outcome.backward && !j.result.tensor.empty() && j.result.tensor[0] == 'd'; }
   // An oracle for another problem or inputs, counted.
   OracleResult oracle(const Problem& p, const Tensors& t);
 };
@@ -55,11 +58,24 @@ std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d);
 struct BitDiff {
   int64_t count = 0;
   bool is_lse = false;
+  std::string tensor;  // first differing gradient ("dQ", "dK", "dV"; s is then the key for dK / dV), or ""
+  int64_t within_bound = 0;  // launch_diff, backward: gradient differences within the bound (not in count)
   int64_t b = 0, s = 0, h = 0, d = 0;  // first differing element
   float a = 0, x = 0;                  // its values in the first and second launch
   std::string first() const;           // "O[b=0,s=3,h=0,d=1]: 0.25 vs 0.31"
 };
+// Backward outcomes: also the addressed elements of dQ, dK and dV.
 BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x);
+// What the schedule / rerun / poison-swap detectors compare. Forward: every bit (bit_diff). Backward: O / LSE
+// bits, and gradient elements that differ by more than max(the gradient oracle's bound, 1e-4 of the larger
+// magnitude) or as a NaN/Inf mismatch:
+// a correct kernel accumulating dQ with atomics rounds differently from launch to launch, within the bound
+// (within_bound counts those differences, which decide nothing).
+BitDiff launch_diff(Context& c, const LaunchOutcome& a, const LaunchOutcome& x);
+// The check verdict of another launch of the case's pass: forward (judge) or gradients (judge_gradients).
+CheckResult judge_outcome(Context& c, const LaunchOutcome& out);
+// Gradient failures: "dQ 12 of 64 (rows s = 0-3), dK ... (keys j = ...)" from the original launch.
+std::string gradient_failure_text(Context& c);
 // Max |err| / bound over one output row (O elements and LSE); NaN when the oracle did not compute it or
 // it is outside the fp32 contract.
 double row_ratio(const Problem& p, const OracleResult& ex, const LaunchOutcome& out, int64_t b, int64_t h,

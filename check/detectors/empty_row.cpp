@@ -21,7 +21,51 @@ std::string why_empty(const Problem& p, int64_t s) {
 
 }  // namespace
 
+namespace {
+// Gradient failures: a query row with no visible key has P = 0, so its dQ is 0 (and it adds nothing to dK,
+// dV); a kernel computing exp(s - LSE) with LSE = -inf writes NaN / Inf there.
+Finding empty_row_gradients(Context& c) {
+  Finding f;
+  const Problem& p = c.problem();
+  std::vector<int64_t> empty;
+  for (int64_t s = 0; s < p.seq_q; ++s)
+    if (visible_keys(p, s).empty()) empty.push_back(s);
+  if (empty.empty()) return f;
+  CheckResult g;
+  RunOptions o = c.opts;
+  o.worst = size_t{1} << 30;
+  judge_gradients(c.pc, c.original(), o, g);
+  int64_t n = 0, nonfinite = 0;
+  std::vector<int64_t> rows;
+  std::string example;
+  for (const ElementReport& e : g.worst) {
+    if (e.tensor != "dQ" || e.ratio <= 1 || !std::binary_search(empty.begin(), empty.end(), e.s)) continue;
+    if (n++ == 0)
+      example = fmt("dQ[b=%lld,s=%lld,h=%lld,d=%lld] = %s", (long long)e.b, (long long)e.s, (long long)e.h,
+                    (long long)e.d, num(e.got).c_str());
+    nonfinite += !std::isfinite(e.got);
+    rows.push_back(e.s);
+  }
+  if (!n) {
+    f.evidence.push_back({"empty-row", "query rows s = " + ranges(empty) +
+                                           " see no key, and their dQ is 0 as it must be"});
+    return f;
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  f.fired = true;
+  f.cls = FailureClass::kEmptyRow;
+  f.evidence.push_back(
+      {"empty-row", "query rows s = " + ranges(rows) + " see no key (" + why_empty(p, rows.front()) +
+                        ", LSE = -inf): their dQ must be 0, but " + fmt("%lld element(s) are not (%lld NaN/Inf); ", (long long)n, (long long)nonfinite) +
+                        "first " + example + " (exp(s - LSE) of a fully masked row: exp(-inf - -inf) = NaN)" +
+                        "; all gradient failures: " + gradient_failure_text(c)});
+  return f;
+}
+}  // namespace
+
 Finding empty_row(Context& c) {
+  if (c.gradient_failure()) return empty_row_gradients(c);
   Finding f;
   const Problem& p = c.problem();
   const LaunchOutcome& out = c.original();

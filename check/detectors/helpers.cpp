@@ -25,7 +25,7 @@ namespace attnfuzz::detect {
 
 LaunchOutcome Context::launch(const Tensors& t, const RunOptions& o) {
   ++stats.launches;
-  return launch_guarded(dev, k, pc.problem(), t, o);
+  return launch_for_pass(dev, k, pc, t, o);
 }
 
 const Tensors& Context::view_tensors() {
@@ -59,9 +59,11 @@ std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d) {
 }
 
 std::string BitDiff::first() const {
-  const std::string where = is_lse
-                                ? fmt("LSE[b=%lld,h=%lld,s=%lld]", (long long)b, (long long)h, (long long)s)
-                                : o_name(b, s, h, d);
+  const std::string where =
+      !tensor.empty() ? fmt("%s[b=%lld,%s=%lld,h=%lld,d=%lld]", tensor.c_str(), (long long)b,
+                            tensor == "dQ" ? "s" : "j", (long long)s, (long long)h, (long long)d)
+      : is_lse        ? fmt("LSE[b=%lld,h=%lld,s=%lld]", (long long)b, (long long)h, (long long)s)
+                      : o_name(b, s, h, d);
   return where + ": " + num(a) + " vs " + num(x);
 }
 
@@ -100,7 +102,118 @@ BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& 
           if (i < a.lse.size() && bits(a.lse[i]) != bits(x.lse[i]))
             note(true, b, s, h, 0, a.lse[i], x.lse[i]);
         }
+  if (!a.backward || !x.backward) return r;
+  if (a.dq.size() != x.dq.size() || a.dk.size() != x.dk.size() || a.dv.size() != x.dv.size()) {
+    r.count = -1;
+    return r;
+  }
+  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx, const int64_t* st,
+                  int64_t seq, int64_t heads, int64_t dim) {
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) {
+            const size_t i = static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d);
+            if (bits(va[i]) == bits(vx[i])) continue;
+            if (r.count == 0) r.tensor = name;
+            note(false, b, s, h, d, va[i], vx[i]);
+          }
+  };
+  grad("dQ", a.dq, x.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim);
+  grad("dK", a.dk, x.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim);
+  grad("dV", a.dv, x.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v);
   return r;
+}
+
+BitDiff launch_diff(Context& c, const LaunchOutcome& a, const LaunchOutcome& x) {
+  const Problem& p = c.problem();
+  if (!a.backward || !x.backward) return bit_diff(p, a, x);
+  LaunchOutcome fa, fx;  // O / LSE only: every bit counts
+  fa.o = a.o, fa.lse = a.lse, fx.o = x.o, fx.lse = x.lse;
+  BitDiff r = bit_diff(p, fa, fx);
+  if (r.count < 0) return r;
+  if (a.dq.size() != x.dq.size() || a.dk.size() != x.dk.size() || a.dv.size() != x.dv.size()) {
+    r.count = -1;
+    return r;
+  }
+  const GradResult& g = c.pc.grad(c.opts.oracle);
+  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx, const int64_t* st,
+                  int64_t seq, int64_t heads, int64_t dim, const std::vector<double>& bound) {
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) {
+            const size_t i = static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d);
+            if (bits(va[i]) == bits(vx[i])) continue;
+            // Accumulation order moves a sum by rounding errors relative to its terms: within the element's
+            // bound when the result is right, within 1e-4 of its magnitude when it is wrong anyway (a lost
+            // update or a missing barrier moves whole terms).
+            const double bd = bound[static_cast<size_t>(((b * seq + s) * heads + h) * dim + d)];
+            const double rel = 1e-4 * std::max(std::fabs(static_cast<double>(va[i])), std::fabs(static_cast<double>(vx[i])));
+            const ElementJudgement jd = judge_element(va[i], vx[i], std::isnan(bd) ? rel : std::max(bd, rel));
+            if (!jd.nonfinite_mismatch && (std::isnan(bd) || !jd.fail)) {
+              ++r.within_bound;
+              continue;
+            }
+            if (r.count++ == 0) {
+              r.tensor = name;
+              r.b = b, r.s = s, r.h = h, r.d = d, r.a = va[i], r.x = vx[i];
+            }
+          }
+  };
+  grad("dQ", a.dq, x.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound);
+  grad("dK", a.dk, x.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound);
+  grad("dV", a.dv, x.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound);
+  return r;
+}
+
+CheckResult judge_outcome(Context& c, const LaunchOutcome& out) {
+  if (!out.backward) return judge(c.problem(), c.pc.oracle(c.opts.oracle), out);
+  CheckResult r;
+  if (c.pass() == Pass::kFwdBwd) r = judge(c.problem(), c.pc.oracle(c.opts.oracle), out);
+  CheckResult g;
+  RunOptions o = c.opts;
+  o.worst = 1;
+  judge_gradients(c.pc, out, o, g);
+  if (g.verdict == Verdict::kFail)
+    r.verdict = Verdict::kFail;
+  else if (r.verdict != Verdict::kFail)
+    r.verdict = g.verdict;
+  return r;
+}
+
+std::string gradient_failure_text(Context& c) {
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  std::string text;
+  if (!out.backward) return text;
+  CheckResult g;
+  RunOptions o = c.opts;
+  o.worst = size_t{1} << 30;  // every failing element
+  judge_gradients(c.pc, out, o, g);
+  for (const char* t : {"dQ", "dK", "dV"}) {
+    std::vector<int64_t> pos, heads;
+    int64_t n = 0, nonfinite = 0;
+    for (const ElementReport& e : g.worst)
+      if (e.tensor == t && !(e.ratio <= 1)) {
+        ++n;
+        nonfinite += std::isinf(e.ratio) && (!std::isfinite(e.got) || !std::isfinite(e.expected));
+        pos.push_back(e.s);
+        heads.push_back(e.h);
+      }
+    if (!n) continue;
+    std::sort(pos.begin(), pos.end());
+    pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+    std::sort(heads.begin(), heads.end());
+    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+    if (!text.empty()) text += "; ";
+    const bool q = std::string(t) == "dQ";
+    text += fmt("%s: %lld element(s) beyond the bound (%lld NaN/Inf), %s = ", t, (long long)n, (long long)nonfinite,
+                q ? "query rows s" : "keys j") +
+            ranges(pos) + fmt(" of %s=%lld", q ? "Sq" : "Sk", (long long)(q ? p.seq_q : p.seq_k)) +
+            fmt(", %s heads h = ", q ? "query" : "KV") + ranges(heads);
+  }
+  return text.empty() ? "no gradient element beyond its bound" : text;
 }
 
 double row_ratio(const Problem& p, const OracleResult& ex, const LaunchOutcome& out, int64_t b, int64_t h,

@@ -160,9 +160,47 @@ Finding mask_sequences(Context& c) {
   return f;
 }
 
+// Gradient failures: the same inputs under mask none. A backward that fails under the mask and passes
+// without it misapplies the mask (e.g. P recomputed as exp(s - LSE) without re-applying it).
+Finding mask_gradients(Context& c) {
+  Finding f;
+  const Problem& p = c.problem();
+  if (p.mask_kind == AF_MASK_NONE) {
+    f.evidence.push_back({"mask", "no mask in this case: the gradients' failure is not a mask bug"});
+    return f;
+  }
+  Case un = c.pc.the_case();
+  un.label += "-unmasked";
+  if (std::string e = parse_mask("none", un.problem); !e.empty() || !validate(un).empty()) return f;
+  if (!unsupported_reason(c.k.kernel, un.problem).empty()) {
+    f.evidence.push_back({"mask", "the kernel does not take the case under mask none: no experiment"});
+    return f;
+  }
+  PreparedCase pc(un);
+  ++c.stats.launches;
+  ++c.stats.oracles;
+  const Judged j = check_case(c.dev, c.k, pc, c.opts);
+  const std::string where = gradient_failure_text(c);
+  if (j.result.verdict == Verdict::kPass) {
+    f.fired = true;
+    f.cls = FailureClass::kMask;
+    f.evidence.push_back({"mask", "the gradients fail under mask " + mask_to_string(p) + " (" + where +
+                                      ") and pass with the same inputs under mask none (" +
+                                      fmt("%lld elements", (long long)j.result.compared) +
+                                      " within their bound): the backward misapplies the mask (masked keys "
+                                      "reach dQ / dK / dV, e.g. P recomputed without the mask)"});
+  } else {
+    f.evidence.push_back({"mask", std::string("under mask none the same inputs also give ") +
+                                      verdict_name(j.result.verdict) +
+                                      (j.result.tensor.empty() ? "" : " (" + j.result.tensor + ")") +
+                                      ": not a mask signature"});
+  }
+  return f;
+}
 }  // namespace
 
 Finding mask(Context& c) {
+  if (c.gradient_failure()) return mask_gradients(c);
   if (has_sequences(c.pc.problem())) return mask_sequences(c);
   Finding f;
   const Problem& p = c.problem();

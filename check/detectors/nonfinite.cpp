@@ -1,6 +1,7 @@
 // nonfinite.cpp - evidence for non-finite (positions and their inputs: extreme, masked, NaN) and precision
 // (error / bound, tile grid).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "check/compare.h"
@@ -55,6 +56,16 @@ const char* kind_text(RowKind k) {
 
 Finding nonfinite(Context& c) {
   Finding f;
+  if (c.gradient_failure()) {  // where the NaN / Inf gradients are, and whether dO or an input holds one
+    const Tensors& t = c.tensors();
+    bool dout_bad = false;
+    for (float x : t.dout) dout_bad |= !std::isfinite(x) && std::bit_cast<uint32_t>(x) != kStrideGapBits;
+    f.fired = true;
+    f.cls = FailureClass::kNonFinite;
+    f.evidence.push_back({"non-finite", gradient_failure_text(c) + (dout_bad ? "; dO holds NaN / Inf" : "; dO finite") +
+                                            fmt("; %zu special value(s) placed in q / k / v", t.placed.size())});
+    return f;
+  }
   const std::vector<RowKey> rows = failing_rows(c, true);
   if (rows.empty()) return f;
   const Problem& p = c.problem();
@@ -172,6 +183,10 @@ std::string sk_growth_text(Context& c) {
 // The precision / wrong evidence: err/bound, failing rows, the worst row's place in the tile grid.
 std::string error_summary(Context& c) {
   const CheckResult& r = c.j.result;
+  if (c.gradient_failure())
+    return fmt("max err/bound %s, %lld of %lld elements over their bound; ", num(r.max_ratio).c_str(),
+               (long long)r.failed, (long long)r.compared) +
+           gradient_failure_text(c);
   const std::vector<RowKey> rows = failing_rows(c);
   std::vector<int64_t> qrows;
   for (const RowKey& k : rows) qrows.push_back(k.s);

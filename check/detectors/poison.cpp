@@ -20,7 +20,7 @@ Finding poison_swap(Context& c) {
                                              again.launch.message});
     return f;
   }
-  const BitDiff same = bit_diff(c.problem(), c.original(), again);
+  const BitDiff same = launch_diff(c, c.original(), again);
   if (same.count != 0) {
     f.evidence.push_back(
         {"poison-swap",
@@ -42,7 +42,7 @@ Finding poison_swap(Context& c) {
                                              swapped.launch.message});
     return f;
   }
-  const BitDiff d = bit_diff(c.problem(), c.original(), swapped);
+  const BitDiff d = launch_diff(c, c.original(), swapped);
   const std::string what = fmt("guard poison 0x%08x -> 0x%08x (%s -> %s)", c.opts.guard_poison,
                                o.guard_poison, c.opts.guard_poison == kGuardPoison ? "NaN" : "1.23",
                                o.guard_poison == kGuardPoison ? "NaN" : "1.23");

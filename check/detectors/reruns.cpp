@@ -20,7 +20,7 @@ Finding reruns(Context& c) {
       ++differ;
       continue;
     }
-    const BitDiff d = bit_diff(c.problem(), c.original(), again);
+    const BitDiff d = launch_diff(c, c.original(), again);
     if (d.count != 0) {
       if (differ == 0) first = d;
       ++differ;

@@ -45,10 +45,13 @@ Finding schedule(Context& c) {
       ++differ;
       continue;
     }
-    const BitDiff d = bit_diff(c.problem(), c.original(), out);
-    const CheckResult r = judge(c.problem(), ex, out);
+    const BitDiff d = launch_diff(c, c.original(), out);
+    const CheckResult r = out.backward ? judge_outcome(c, out) : judge(c.problem(), ex, out);
     table += ", " + name + " " + (r.verdict == Verdict::kFail ? "FAIL" : "pass") +
-             (d.count ? fmt(" (%lld bits differ)", (long long)d.count) : " (identical)");
+             (d.count ? fmt(" (%lld bits differ)", (long long)d.count)
+              : d.within_bound
+                  ? fmt(" (%lld gradient element(s) differ within the bound: accumulation order)", (long long)d.within_bound)
+                  : " (identical)");
     if (d.count) {
       if (!differ) first = d, first_order = name;
       ++differ;

@@ -21,10 +21,70 @@ std::string poison_text(uint32_t u) {
 }
 }  // namespace
 
+namespace {
+// Backward launches: addressed dQ / dK / dV elements that keep the output poison under both poisons.
+Finding unwritten_gradients(Context& c, const LaunchOutcome& first, const LaunchOutcome& second, uint32_t pa,
+                            uint32_t pb) {
+  Finding f;
+  const Problem& p = c.problem();
+  std::string detail, first_elem;
+  int64_t total = 0;
+  auto scan = [&](const char* name, const std::vector<float>& a, const std::vector<float>& x, const int64_t* st,
+                  int64_t seq, int64_t heads, int64_t dim) {
+    int64_t n = 0;
+    std::vector<int64_t> pos;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) {
+            const size_t i = static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d);
+            if (bits(a[i]) != pa || bits(x[i]) != pb) continue;
+            if (n++ == 0 && first_elem.empty())
+              first_elem = fmt("%s[b=%lld,%s=%lld,h=%lld,d=%lld]", name, (long long)b, seq == p.seq_q ? "s" : "j",
+                               (long long)s, (long long)h, (long long)d);
+            pos.push_back(s);
+          }
+    if (!n) return;
+    std::sort(pos.begin(), pos.end());
+    pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+    if (!detail.empty()) detail += "; ";
+    detail += fmt("%s: %lld element(s), %s = ", name, (long long)n, name[1] == 'Q' ? "query rows s" : "keys j") +
+              ranges(pos) + fmt(" of %lld", (long long)seq);
+    total += n;
+  };
+  scan("dQ", first.dq, second.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim);
+  scan("dK", first.dk, second.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim);
+  scan("dV", first.dv, second.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v);
+  if (!total) {
+    f.evidence.push_back({"unwritten", fmt("%lld gradient element(s) held the first poison, none keeps the second: "
+                                           "written with the poison's value, not left unwritten",
+                                           (long long)first.unwritten)});
+    return f;
+  }
+  f.fired = true;
+  f.cls = FailureClass::kUnwritten;
+  f.evidence.push_back({"unwritten", "gradient elements keep the pre-launch poison under both " + poison_text(pa) +
+                                         " and " + poison_text(pb) + ": never written; " + detail + "; first " +
+                                         first_elem});
+  return f;
+}
+}  // namespace
+
 Finding unwritten(Context& c) {
   Finding f;
   const LaunchOutcome& first = c.original();
   if (first.o.empty() || first.unwritten == 0) return f;
+  if (first.backward && (c.gradient_failure() || c.pass() == Pass::kBwd)) {
+    RunOptions o = c.opts;
+    o.output_poison = c.opts.output_poison == kOutputPoisonAlt ? kOutputPoison : kOutputPoisonAlt;
+    const LaunchOutcome second = c.launch(c.tensors(), o);
+    if (second.launch.status != LaunchStatus::kOk || !second.backward || second.dq.size() != first.dq.size()) {
+      f.evidence.push_back({"unwritten", std::string("the relaunch with the second output poison ended with ") +
+                                             launch_status_name(second.launch.status)});
+      return f;
+    }
+    return unwritten_gradients(c, first, second, c.opts.output_poison, o.output_poison);
+  }
   const Problem& p = c.problem();
   RunOptions o = c.opts;
   o.output_poison = c.opts.output_poison == kOutputPoisonAlt ? kOutputPoison : kOutputPoisonAlt;

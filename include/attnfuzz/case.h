@@ -123,6 +123,7 @@ struct ValueSpec {
 // exactly q_elements / k_elements / v_elements(problem) floats laid out with the problem's strides.
 struct ExplicitValues {
   std::vector<float> q, k, v;
+  std::vector<float> dout;  // backward cases: dO (o_elements floats, o strides); empty = generated from the seed
 };
 
 // Varlen batches, KV cache and paged KV (DESIGN.md "Varlen, KV cache, paged KV"): the per-sequence lengths
@@ -139,6 +140,14 @@ struct SeqLayout {
   int64_t spare_pages = 0;    // paged: pool pages no sequence references (poisoned, like every gap)
   bool operator==(const SeqLayout&) const = default;
 };
+// Which pass a case checks (issue 14). kFwd: O and LSE. kBwd: the backward launch alone, given the oracle's
+// exact O and LSE rounded to the dtype, judged on dQ, dK, dV. kFwdBwd: the kernel's own forward O and LSE
+// feed its backward launch (as training does); O / LSE and dQ / dK / dV are all judged.
+enum class Pass : uint8_t { kFwd = 0, kBwd, kFwdBwd };
+const char* pass_name(Pass p);  // "fwd", "bwd", "fwdbwd"
+// "fwd" | "bwd" | "fwdbwd" (also "fwd+bwd"). Returns an error sentence or empty.
+std::string parse_pass(const std::string& text, Pass& out);
+inline bool has_backward(Pass p) { return p != Pass::kFwd; }
 
 // A test case. When explicit_values is set it *is* the input, and values/seed are provenance only.
 struct Case {
@@ -148,6 +157,7 @@ struct Case {
   std::optional<ExplicitValues> explicit_values;
   std::string label;  // optional human name ("tail-33x33-causal"), not part of the case's identity
   SeqLayout seqs;     // per-sequence lengths and pages when has_sequences(problem)
+  Pass pass = Pass::kFwd;  // which pass is checked; backward cases also generate dO
 };
 
 // A case with make_problem(...) shape, uniform:1 values and the given seed.
@@ -160,7 +170,7 @@ std::string validate(const Case& c);
 
 // One line, e.g. "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130188912 f32
 // values=uniform:1 special=nan@k:masked seed=0x000000000000002a" (+ " explicit" when values are given,
-// + " domain=finite" under the finite value domain).
+// + " domain=finite" under the finite value domain, + " pass=bwd" / " pass=fwdbwd" for backward cases).
 std::string describe(const Case& c);
 
 // ---------------------------------------------------------------------------------------------------
@@ -181,6 +191,7 @@ struct Tensors {
   // cu_seqlens_q [B+1] (packed q), cu_seqlens_k [B+1] (packed K/V), seqused_k [B] (kv_capacity > 0),
   // block_table [B, max_pages_per_seq] (paged; entries past a sequence's pages name a spare page, or 0).
   std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k, block_table;
+  std::vector<float> dout;            // backward cases: dO, o_elements(problem) floats with o strides; else empty
 };
 
 // Bit pattern written into stride gaps (elements no index of the problem addresses): a quiet NaN
@@ -188,8 +199,9 @@ struct Tensors {
 constexpr uint32_t kStrideGapBits = 0x7fe5a5a5u;
 
 // Deterministic values for the case. Order: base values of q, k, v in logical (b, s, h, d) order, each
-// tensor from its own stream (seed, 1 / 2 / 3); then specials from stream (seed, 4). Explicit values,
-// when present, are returned as they are (placed is then empty). Under ValueDomain::kFinite a base value
+// tensor from its own stream (seed, 1 / 2 / 3); then specials from stream (seed, 4); for a backward case
+// dO uniform in [-1, 1] from stream (seed, 5) (so q, k, v keep the bits of the forward case). Explicit
+// values, when present, are returned as they are (placed is then empty; dO generated when not given). Under ValueDomain::kFinite a base value
 // that rounds to +-Inf in fp32 (e.g. normal with a huge sigma) is clamped to +-FLT_MAX. Throws
 // std::invalid_argument when validate(c) is not empty.
 Tensors generate(const Case& c);
@@ -307,8 +319,9 @@ const std::vector<std::string>& sequence_layouts();
 // replaced by the same case with huge (+-FLT_MAX) values at the same tensor and placement.
 // With dtype other than f32 every case has that dtype and its label starts with the dtype ("f16-tail-..."),
 // and the grid adds the space::lowp_* inputs of the dtype (and, for fp8, cases with descale factors).
+// With a backward pass every case gets that pass (same labels and seeds: q, k, v are the forward grid's).
 std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee,
-                             int32_t dtype = AF_DTYPE_F32);
+                             int32_t dtype = AF_DTYPE_F32, Pass pass = Pass::kFwd);
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);

@@ -50,6 +50,8 @@ struct ElementReport {
   double got = 0;                      // what the kernel wrote (float widened)
   double bound = 0;                    // allowed |got - expected|
   double ratio = 0;                    // |got - expected| / bound; +inf for a NaN/Inf mismatch
+  std::string tensor;  // backward: "dQ", "dK" or "dV" (then h is the KV head and s the key for dK / dV;
+                       // is_lse false); empty: O or LSE (is_lse)
 };
 
 // A piece of evidence: what a detector did and saw, in words a kernel engineer reads.
@@ -74,6 +76,8 @@ struct CheckResult {
   int64_t failed = 0;                 // elements over their bound (or NaN/Inf mismatched)
   double launch_ms = 0;
   double oracle_ms = 0;
+  std::string tensor;  // a failed backward check: the first failing tensor ("dQ", "dK", "dV"; "O" / "LSE" when
+                       // the forward of a fwd+bwd case failed); empty otherwise
 };
 
 }  // namespace attnfuzz

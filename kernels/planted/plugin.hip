@@ -10,7 +10,7 @@ using namespace attnfuzz_planted;
 
 constexpr size_t kPlantedCount =
     kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kLowpBugCount +
-    kVarlenBugCount + kPagedDecodeBugCount;
+    kVarlenBugCount + kPagedDecodeBugCount + kBackwardBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -29,6 +29,7 @@ bool gather_planted_kernels() {
   append(lowp_bugs(), kLowpBugCount);
   append(varlen_bugs(), kVarlenBugCount);
   append(paged_decode_bugs(), kPagedDecodeBugCount);
+  append(backward_bugs(), kBackwardBugCount);
   return at == kPlantedCount;
 }
 

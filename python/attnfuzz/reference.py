@@ -57,3 +57,40 @@ def attention(q, k, v, p, bug=None):
     if bug == "lse-error":
         lse = lse * np.log2(np.e)
     return o.astype(np.float32), lse.astype(np.float32)
+
+
+def attention_backward(q, k, v, do, p, o=None, lse=None):
+    """dQ [B, Sq, Hq, D], dK [B, Sk, Hkv, D], dV [B, Sk, Hkv, Dv] float32 of problem p for output gradient do
+    (float64 inside). o and lse are the forward the backward is given (default: attention(q, k, v, p)).
+    P = exp(scale q.k - LSE) on visible keys only; Delta_i = dO_i . O_i; dS = P (dP - Delta); a fully masked
+    row (LSE = -inf) contributes nothing; GQA sums dK / dV over the query heads of a group."""
+    if o is None or lse is None:
+        o, lse = attention(q, k, v, p)
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
+    group = Hq // Hkv
+    q64, k64, v64 = q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
+    do64, o64, lse64 = do.astype(np.float64), o.astype(np.float64), lse.astype(np.float64)
+    dq = np.zeros((B, Sq, Hq, D))
+    dk = np.zeros((B, Sk, Hkv, D))
+    dv = np.zeros((B, Sk, Hkv, Dv))
+    scale = float(p.scale)
+    with np.errstate(all="ignore"):
+        for b in range(B):
+            for h in range(Hq):
+                kh = h // group
+                K, V = k64[b, :, kh, :], v64[b, :, kh, :]
+                for i in range(Sq):
+                    first, last = p.key_range(i)
+                    if last <= first or lse64[b, h, i] == -np.inf:
+                        continue
+                    s = scale * (K[first:last] @ q64[b, i, h, :])
+                    pr = np.exp(s - lse64[b, h, i])
+                    dov = do64[b, i, h, :]
+                    dv[b, first:last, kh, :] += np.outer(pr, dov)
+                    dp = V[first:last] @ dov
+                    delta = dov @ o64[b, i, h, :]
+                    ds = pr * (dp - delta)
+                    dq[b, i, h, :] = scale * (ds @ K[first:last])
+                    dk[b, first:last, kh, :] += scale * np.outer(ds, q64[b, i, h, :])
+    return dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)

@@ -10,8 +10,11 @@
 // (kernels/planted/README.md's table) is only compared with the result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -182,10 +185,135 @@ INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()), [](
   return s;
 });
 
+// ---- backward (issue 14) -------------------------------------------------------------------------------
+// The backward table of kernels/planted/README.md ("## Backward bugs"): per planted-bwd kernel the class and
+// the gradient tensors that fail ("wrong [dQ, dK]"). Read from the file, so the table and the test agree.
+struct BwdExpected {
+  std::string cls;
+  std::vector<std::string> tensors;
+};
+const std::map<std::string, BwdExpected>& expected_bwd() {
+  static const std::map<std::string, BwdExpected> m = [] {
+    std::map<std::string, BwdExpected> out;
+    std::ifstream in(PLANTED_README);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("| `planted-bwd-", 0) != 0) continue;
+      std::vector<std::string> cols;
+      std::stringstream ss(line.substr(1));
+      for (std::string c; std::getline(ss, c, '|');) cols.push_back(c);
+      if (cols.size() < 6) continue;
+      const std::string name = cols[0].substr(cols[0].find('`') + 1, cols[0].rfind('`') - cols[0].find('`') - 1);
+      const std::string cls = cols[5];
+      BwdExpected e;
+      std::stringstream cs(cls);
+      cs >> e.cls;
+      const size_t lb = cls.find('['), rb = cls.find(']');
+      if (lb != std::string::npos && rb != std::string::npos) {
+        std::stringstream ts(cls.substr(lb + 1, rb - lb - 1));
+        for (std::string t; std::getline(ts, t, ',');) {
+          t.erase(0, t.find_first_not_of(' '));
+          e.tensors.push_back(t.substr(0, t.find(' ')));
+        }
+      }
+      out[name] = e;
+    }
+    return out;
+  }();
+  return m;
+}
+
+// The backward budget: the sweep grid as backward cases (same shapes, dO added) within the work limit.
+std::vector<PreparedCase>& prepared_bwd() {
+  static std::vector<PreparedCase> pcs = [] {
+    std::vector<PreparedCase> v;
+    for (Case& c : sweep_grid(0, ValueDomain::kIeee, Pass::kBwd))
+      if (work(c.problem) <= kMaxWork / 4) v.emplace_back(std::move(c));
+    return v;
+  }();
+  return pcs;
+}
+
+TEST(PlantedBackward, TheReadmeTableNamesEightBugs) {
+  EXPECT_GE(expected_bwd().size(), 8u);
+  for (const auto& [name, e] : expected_bwd()) {
+    FailureClass c;
+    EXPECT_TRUE(parse_failure_class(e.cls, c)) << name << ": " << e.cls;
+    EXPECT_FALSE(e.tensors.empty()) << name;
+  }
+}
+
+class PlantedBwd : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedBwd, DetectedAndNamedPerGradientTensor) {
+  load();
+  const std::string name = GetParam();
+  const BwdExpected& want = expected_bwd().at(name);
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  ASSERT_NE(k, nullptr) << name;
+  RunOptions ro;
+  int checked = 0;
+  for (PreparedCase& pc : prepared_bwd()) {
+    Judged j = check_case(device(), *k, pc, ro);
+    if (j.result.verdict == Verdict::kUnsupported) continue;
+    ++checked;
+    if (j.result.verdict != Verdict::kFail) continue;
+    const std::string first = failure_class_name(j.result.failure);
+    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
+    std::string ev;
+    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
+    std::cout << "[ planted-bwd ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
+              << describe(pc.problem()) << "); check said " << first << " in " << j.result.tensor << ", classified "
+              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+    EXPECT_EQ(failure_class_name(j.result.failure), want.cls) << describe(pc.the_case()) << ev;
+    EXPECT_NE(std::find(want.tensors.begin(), want.tensors.end(), j.result.tensor), want.tensors.end())
+        << name << " failed in " << j.result.tensor;
+    // The evidence names the gradient tensor.
+    bool named = false;
+    for (const Evidence& e : j.result.evidence) named |= e.detail.find(j.result.tensor) != std::string::npos;
+    EXPECT_TRUE(named) << ev;
+    return;
+  }
+  ADD_FAILURE() << name << " passed all " << checked << " supported backward budget cases";
+}
+
+std::vector<std::string> planted_bwd_names() {
+  std::vector<std::string> v;
+  for (const auto& [n, e] : expected_bwd()) v.push_back(n);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(All, PlantedBwd, ::testing::ValuesIn(planted_bwd_names()), [](const auto& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+});
+
+TEST(PlantedBackward, NoCorrectBackwardKernelFailsTheBudget) {
+  load();
+  RunOptions ro;
+  int kernels = 0;
+  for (const KernelEntry& e : Registry::global().all()) {
+    if (e.backend != Backend::kCpu || e.origin != "built-in" || !e.kernel.launch_bwd) continue;
+    ++kernels;
+    int pass = 0, other = 0;
+    for (PreparedCase& pc : prepared_bwd()) {
+      const Judged j = check_case(device(), e, pc, ro);
+      EXPECT_NE(j.result.verdict, Verdict::kFail)
+          << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
+      (j.result.verdict == Verdict::kPass ? pass : other)++;
+    }
+    std::cout << "[ correct-bwd ] " << e.kernel.name << ": " << pass << " pass, " << other << " other\n";
+    EXPECT_GT(pass, 0) << e.kernel.name;
+  }
+  EXPECT_GE(kernels, 3);
+}
+
 TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   load();
   for (const KernelEntry& e : Registry::global().all())
-    if (e.origin == PLANTED_PLUGIN) EXPECT_TRUE(kExpected.count(e.kernel.name)) << e.kernel.name;
+    if (e.origin == PLANTED_PLUGIN)
+      EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name)) << e.kernel.name;
 }
 
 TEST(PlantedClassification, NoCorrectKernelFailsTheBudget) {

@@ -481,5 +481,60 @@ TEST(Validate, OutputStridesMustNotOverlap) {
   EXPECT_NE(validate(clash).find("overlap"), std::string::npos);
 }
 
+// ---- backward cases (issue 14) ----
+
+TEST(BackwardCase, DoutHasItsOwnStreamAndQkvKeepTheirBits) {
+  Case fwd = small_case();
+  Case bwd = fwd;
+  bwd.pass = Pass::kBwd;
+  const Tensors a = generate(fwd), b = generate(bwd);
+  EXPECT_TRUE(same_bits(a.q, b.q) && same_bits(a.k, b.k) && same_bits(a.v, b.v));
+  EXPECT_TRUE(a.dout.empty());
+  ASSERT_EQ(b.dout.size(), static_cast<size_t>(o_elements(bwd.problem)));
+  for (float x : b.dout) EXPECT_TRUE(x >= -1.0f && x <= 1.0f) << x;
+  // Deterministic, and the fwd+bwd pass draws the same dO.
+  Case fb = fwd;
+  fb.pass = Pass::kFwdBwd;
+  EXPECT_TRUE(same_bits(generate(bwd).dout, b.dout));
+  EXPECT_TRUE(same_bits(generate(fb).dout, b.dout));
+  // Another seed, another dO.
+  bwd.seed = 8;
+  EXPECT_FALSE(same_bits(generate(bwd).dout, b.dout));
+}
+
+TEST(BackwardCase, PassTextDescribeAndValidate) {
+  Pass p = Pass::kFwd;
+  EXPECT_EQ(parse_pass("bwd", p), "");
+  EXPECT_EQ(p, Pass::kBwd);
+  EXPECT_EQ(parse_pass("fwd+bwd", p), "");
+  EXPECT_EQ(p, Pass::kFwdBwd);
+  EXPECT_STREQ(pass_name(p), "fwdbwd");
+  EXPECT_NE(parse_pass("backward", p), "");
+  Case c = small_case();
+  EXPECT_EQ(describe(c).find("pass="), std::string::npos);  // forward text unchanged
+  c.pass = Pass::kBwd;
+  EXPECT_NE(describe(c).find(" pass=bwd"), std::string::npos);
+  // Explicit dO: the o size, and only for a backward case.
+  ExplicitValues e{generate(c).q, generate(c).k, generate(c).v, std::vector<float>(3, 0.5f)};
+  c.explicit_values = e;
+  EXPECT_NE(validate(c).find("dO"), std::string::npos);
+  c.explicit_values->dout.assign(static_cast<size_t>(o_elements(c.problem)), 0.25f);
+  EXPECT_EQ(validate(c), "");
+  EXPECT_EQ(generate(c).dout, c.explicit_values->dout);
+  c.pass = Pass::kFwd;
+  EXPECT_NE(validate(c), "");
+}
+
+TEST(BackwardCase, SweepGridWithAPassKeepsLabelsAndSeeds) {
+  const auto fwd = sweep_grid(3), bwd = sweep_grid(3, ValueDomain::kIeee, Pass::kBwd);
+  ASSERT_EQ(fwd.size(), bwd.size());
+  for (size_t i = 0; i < fwd.size(); ++i) {
+    EXPECT_EQ(fwd[i].label, bwd[i].label);
+    EXPECT_EQ(fwd[i].seed, bwd[i].seed);
+    EXPECT_EQ(fwd[i].pass, Pass::kFwd);
+    EXPECT_EQ(bwd[i].pass, Pass::kBwd);
+  }
+}
+
 }  // namespace
 }  // namespace attnfuzz

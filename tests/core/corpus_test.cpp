@@ -108,6 +108,34 @@ TEST(Corpus, RoundTripIsExact) {
   EXPECT_EQ(to_corpus_text(g), text);
 }
 
+TEST(Corpus, BackwardPassAndExplicitDoutRoundTrip) {
+  CorpusFile f = sample();
+  const std::string fwd_text = to_corpus_text(f);
+  EXPECT_EQ(fwd_text.find("\"pass\""), std::string::npos);  // forward files are written as before
+  EXPECT_EQ(parse_corpus(fwd_text).the_case.pass, Pass::kFwd);  // and files without the field are forward
+  const std::string fwd_name = corpus_file_name(f);
+  f.the_case.pass = Pass::kFwdBwd;
+  const CorpusFile g = parse_corpus(to_corpus_text(f));
+  EXPECT_EQ(g.the_case.pass, Pass::kFwdBwd);
+  EXPECT_NE(corpus_file_name(f), fwd_name);  // the pass is part of the case's identity
+  // Explicit values with dO keep dO's bits (NaN payload included).
+  Case c = f.the_case;
+  c.pass = Pass::kBwd;
+  const Tensors t = generate(c);
+  ExplicitValues e{t.q, t.k, t.v, t.dout};
+  e.dout[0] = std::bit_cast<float>(0x7fc01234u);
+  c.explicit_values = e;
+  f.the_case = c;
+  const CorpusFile h = parse_corpus(to_corpus_text(f));
+  ASSERT_TRUE(h.the_case.explicit_values);
+  EXPECT_TRUE(same_bits(h.the_case.explicit_values->dout, e.dout));
+  EXPECT_EQ(h.the_case.pass, Pass::kBwd);
+  // A bad pass is a corrupt file.
+  std::string bad = to_corpus_text(f);
+  bad.replace(bad.find("\"bwd\""), 5, "\"bxd\"");
+  EXPECT_EQ(kind_of(bad), CorpusError::Kind::kCorrupt);
+}
+
 TEST(Corpus, ExplicitValuesAreBitExact) {
   CorpusFile f = sample(false);
   const Tensors t = generate(f.the_case);

@@ -245,6 +245,51 @@ TEST(FiniteDomain, MutationsCrossOversAndShrinksStayFinite) {
   EXPECT_TRUE(special_in_domain(mapped.the_case.values.specials[0].kind, ValueDomain::kFinite));
 }
 
+TEST(BackwardPass, PassIsTheLastFieldAndStaysInTheLimits) {
+  Rng rng(41);
+  FuzzLimits fwd;
+  FuzzLimits bwd;
+  bwd.passes = 1u << static_cast<int>(Pass::kBwd);
+  FuzzLimits both;
+  both.passes = (1u << static_cast<int>(Pass::kFwd)) | (1u << static_cast<int>(Pass::kFwdBwd));
+  for (int i = 0; i < 3000; ++i) {
+    const auto b = random_bytes(rng, 300);
+    // Forward limits: every input is a forward case, as before the field existed.
+    EXPECT_EQ(decode(b.data(), b.size(), fwd).the_case.pass, Pass::kFwd);
+    const FuzzInput in = decode(b.data(), b.size(), bwd);
+    ASSERT_EQ(in.the_case.pass, Pass::kBwd);
+    ASSERT_EQ(in_domain(in.the_case, bwd), "");
+    const auto e = encode(in, bwd);
+    ASSERT_EQ(text(decode(e.data(), e.size(), bwd)), text(in));
+    EXPECT_NE(decode(b.data(), b.size(), both).the_case.pass, Pass::kBwd);
+  }
+  // Bytes that stop before the pass field: forward where allowed, else the lowest allowed pass.
+  EXPECT_EQ(decode(nullptr, 0, fwd).the_case.pass, Pass::kFwd);
+  EXPECT_EQ(decode(nullptr, 0, bwd).the_case.pass, Pass::kBwd);
+}
+
+TEST(BackwardPass, MutationsReachEveryAllowedPassAndMaterializeKeepsDout) {
+  Rng rng(42);
+  FuzzLimits lim;
+  lim.passes = (1u << static_cast<int>(Pass::kFwd)) | (1u << static_cast<int>(Pass::kBwd));
+  const CaseDomain dom(lim);
+  std::set<Pass> seen;
+  for (int i = 0; i < 200; ++i) {
+    FuzzInput in = dom.init(rng);
+    for (int m = 0; m < 4; ++m) {
+      dom.mutate(in, rng);
+      ASSERT_EQ(dom.validate(in.the_case), "");
+      seen.insert(in.the_case.pass);
+      if (has_backward(in.the_case.pass) && !in.the_case.explicit_values && q_elements(in.the_case.problem) < 4096) {
+        const Case m2 = materialize(in.the_case);
+        ASSERT_TRUE(m2.explicit_values);
+        EXPECT_EQ(m2.explicit_values->dout.size(), static_cast<size_t>(o_elements(m2.problem)));
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {
   Case c = make_case(make_problem(3, 4, 2, 100, 90, 64, 64), 1);
   (void)parse_mask("causal-br", c.problem);

@@ -69,5 +69,38 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, PropertyTest, ::testing::ValuesIn(params()), param_name);
 
+// Backward (issue 14): the gradient properties on every cpu kernel with a backward launch (oracle on dQ / dK / dV,
+// key permutation moving dK / dV rows with their keys), and determinism across thread orders on the
+// deterministic backward (flash-bm16-bn32: dQ in its own pass, no atomics).
+std::vector<Param> backward_params() {
+  std::vector<Param> v;
+  for (const KernelEntry* k :
+       Registry::global().select(Backend::kCpu, env_or("ATTNFUZZ_PROPERTY_KERNELS", "all")))
+    if (k->kernel.launch_bwd)
+      for (Property p : {Property::kOracle, Property::kKeyPermutation}) v.push_back({p, k->kernel.name});
+  v.push_back({Property::kDeterminism, "flash-bm16-bn32"});
+  return v;
+}
+
+class BackwardPropertyTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(BackwardPropertyTest, HoldsOnGradients) {
+  const Param& prm = GetParam();
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, prm.kernel);
+  ASSERT_NE(k, nullptr) << prm.kernel;
+  ASSERT_NE(k->kernel.launch_bwd, nullptr) << prm.kernel << " has no backward launch";
+  PropertyOptions o;
+  o.pass = Pass::kBwd;
+  o.max_success = std::atoi(env_or("ATTNFUZZ_PROPERTY_CASES", "12").c_str()) / 2 + 1;
+  const PropertyOutcome r = run_property(prm.property, *k, o);
+  std::string replay;
+  for (const auto& line : r.replay) replay += "\n  replay " + line;
+  EXPECT_TRUE(r.passed) << property_name(prm.property) << " (bwd) on " << prm.kernel << ": " << r.failure
+                        << "\n  minimal case: " << r.minimal_case << "\n  reproduce: " << r.reproduce << replay;
+  EXPECT_GT(r.tests, 0) << r.rc_message;  // the property ran on gradients, not skipped
+}
+
+INSTANTIATE_TEST_SUITE_P(Bwd, BackwardPropertyTest, ::testing::ValuesIn(backward_params()), param_name);
+
 }  // namespace
 }  // namespace attnfuzz::props

@@ -406,6 +406,7 @@ TEST(PlantedPlugin, LoadsAndListsEveryPlantedKernel) {
   std::set<std::string> listed;
   for (const KernelEntry& e : Registry::global().all()) {
     if (e.origin != ATTNFUZZ_PLANTED_PLUGIN) continue;
+    if (e.kernel.launch_bwd) continue;  // the backward bugs: tests/kernels/planted/bwd_planted_test.cpp
     EXPECT_EQ(e.backend, Backend::kCpu) << e.kernel.name;
     EXPECT_EQ(std::string(e.kernel.name).rfind("planted-", 0), 0u) << e.kernel.name;
     EXPECT_EQ(std::string(e.kernel.family).rfind("planted/", 0), 0u) << e.kernel.name;

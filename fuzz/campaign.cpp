@@ -113,7 +113,6 @@ Aggregate read_stats(const fs::path& dir) {
     if (e.path().extension() != ".json") continue;
     try {
       const Json j = Json::parse(read_all(e.path()));
-      a.cases += j.value("cases", int64_t{0});
       for (const auto& [k, v] : j.at("verdicts").items()) a.verdicts[k] += v.get<int64_t>();
       for (const auto& [k, v] : j.at("classes").items()) a.classes[k] += v.get<int64_t>();
       for (const auto& [k, m] : j.at("kernels").items())
@@ -132,9 +131,9 @@ Aggregate read_stats(const fs::path& dir) {
     a.features_hex += hex[b & 15];
   }
   a.failing = a.verdicts.count("fail") ? a.verdicts["fail"] : 0;
-  for (const char* v : {"unsupported", "quarantined"})
-    if (auto it = a.verdicts.find(v); it != a.verdicts.end()) a.skipped += it->second;
-  a.cases -= a.skipped;
+  // Cases are counted from the verdicts (a worker's input counter runs one ahead while an input is in flight).
+  a.cases = 0;
+  for (const auto& [v, n] : a.verdicts) (v == "unsupported" || v == "quarantined" ? a.skipped : a.cases) += n;
   return a;
 }
 

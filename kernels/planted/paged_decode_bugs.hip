@@ -282,6 +282,16 @@ int planted_decode_check(const af_problem* p, char* why, size_t why_len) {
   return 0;
 }
 
+// planted-paged-page-size-16 reads block_table[b, t / 16]: with pages wider than 16 the last sequence's lookups
+// can run past the table (a guard word as a page index: a wild read, a crash rather than the oob-read it shows,
+// and a crash of an in-process worker). Like the dense OOB kernels, it refuses problems where that can happen.
+int planted_page16_check(const af_problem* p, char* why, size_t why_len) {
+  if (int e = planted_decode_check(p, why, why_len)) return e;
+  if (p->kv_layout == AF_SEQ_PAGED && p->seq_k > 16 * p->max_pages_per_seq)
+    return unsupported(why, why_len, "its block-size-16 page lookup would run past the block table");
+  return 0;
+}
+
 template <DecodeBug kBug>
 int planted_decode_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
@@ -308,26 +318,26 @@ int planted_decode_launch(const af_problem* pp, const af_buffers* buf, void* str
   return (int)hipGetLastError();
 }
 
-#define AF_PLANTED_DECODE(name, bug, what)                                                                \
+#define AF_PLANTED_DECODE(name, bug, what, check)                                                         \
   {                                                                                                       \
     name, "planted/paged-decode", "paged-decode with a planted bug: " what, AF_SUPPORTS_F32,              \
         AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                       \
-        planted_decode_workspace, planted_decode_check, planted_decode_launch<DecodeBug::bug>,            \
+        planted_decode_workspace, check, planted_decode_launch<DecodeBug::bug>,                           \
         AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K,          \
         /*n_tunables=*/1, kDecodeTunables                                                                 \
   }
 
 const af_kernel kDecodeBugs[] = {
     AF_PLANTED_DECODE("planted-paged-last-page-whole", kLastPageWhole,
-                      "the key loop covers the last page whole: slots past the used length are scored"),
+                      "the key loop covers the last page whole: slots past the used length are scored", planted_decode_check),
     AF_PLANTED_DECODE("planted-paged-page-size-16", kWrongPageSize,
-                      "pages looked up with block size 16 instead of the cache's page_size"),
+                      "pages looked up with block size 16 instead of the cache's page_size", planted_page16_check),
     AF_PLANTED_DECODE("planted-decode-kvlen-mod32", kKvLenMod32,
-                      "when kv_len % 32 == 1 the lone last key's value is loaded from K"),
+                      "when kv_len % 32 == 1 the lone last key's value is loaded from K", planted_decode_check),
     AF_PLANTED_DECODE("planted-decode-window-sq1", kWindowSq1,
-                      "Sq = 1 bottom-right window starts at Sk - left: the oldest key is dropped"),
+                      "Sq = 1 bottom-right window starts at Sk - left: the oldest key is dropped", planted_decode_check),
     AF_PLANTED_DECODE("planted-decode-empty-split", kSplitEmptyCombined,
-                      "a split past a short sequence's keys exits unwritten; the combine reads it anyway"),
+                      "a split past a short sequence's keys exits unwritten; the combine reads it anyway", planted_decode_check),
 };
 #undef AF_PLANTED_DECODE
 static_assert(sizeof(kDecodeBugs) / sizeof(kDecodeBugs[0]) == attnfuzz_planted::kPagedDecodeBugCount,

@@ -227,7 +227,7 @@ const std::map<std::string, BwdExpected>& expected_bwd() {
 std::vector<PreparedCase>& prepared_bwd() {
   static std::vector<PreparedCase> pcs = [] {
     std::vector<PreparedCase> v;
-    for (Case& c : sweep_grid(0, ValueDomain::kIeee, Pass::kBwd))
+    for (Case& c : sweep_grid(0, ValueDomain::kIeee, AF_DTYPE_F32, Pass::kBwd))
       if (work(c.problem) <= kMaxWork / 4) v.emplace_back(std::move(c));
     return v;
   }();

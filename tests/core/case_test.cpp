@@ -526,7 +526,7 @@ TEST(BackwardCase, PassTextDescribeAndValidate) {
 }
 
 TEST(BackwardCase, SweepGridWithAPassKeepsLabelsAndSeeds) {
-  const auto fwd = sweep_grid(3), bwd = sweep_grid(3, ValueDomain::kIeee, Pass::kBwd);
+  const auto fwd = sweep_grid(3), bwd = sweep_grid(3, ValueDomain::kIeee, AF_DTYPE_F32, Pass::kBwd);
   ASSERT_EQ(fwd.size(), bwd.size());
   for (size_t i = 0; i < fwd.size(); ++i) {
     EXPECT_EQ(fwd[i].label, bwd[i].label);

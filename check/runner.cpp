@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 
 #include "check/compare.h"
@@ -103,6 +104,33 @@ std::string hex32(uint32_t u) {
   char b[16];
   std::snprintf(b, sizeof b, "0x%08x", u);
   return b;
+}
+
+// A crashing launch that faulted in the guard pages around one of bufs (the cpu device fences 256 MiB each
+// side): which buffer, and where relative to its payload.
+void locate_fault(LaunchOutcome& out, std::initializer_list<const GuardedBuffer*> bufs) {
+  if (out.launch.status != LaunchStatus::kCrash || !out.launch.fault_address) return;
+  const uint64_t a = out.launch.fault_address;
+  const GuardedBuffer* near = nullptr;
+  for (const GuardedBuffer* gb : bufs)
+    if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
+  if (!near || near->distance_to(a) > (uint64_t{1} << 30)) return;
+  out.fault_buffer = near->name();
+  out.fault_offset = near->offset_of(a);
+  const int64_t end = static_cast<int64_t>(near->bytes());
+  out.fault_where = out.fault_offset < 0
+                        ? std::to_string(-out.fault_offset) + " bytes before the start of buffer " + near->name()
+                        : std::to_string(out.fault_offset - end) + " bytes past the end of buffer " + near->name();
+}
+
+// Changed guard words of every buffer of the launch.
+void collect_canaries(LaunchOutcome& out, std::initializer_list<const GuardedBuffer*> bufs) {
+  for (const GuardedBuffer* gb : bufs) {
+    if (!gb) continue;
+    auto hits = gb->check();
+    out.canary_words += gb->changed_words();
+    out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
+  }
 }
 
 }  // namespace
@@ -214,21 +242,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.seqused_k = ints(used_k);
   b.block_table = ints(table);
   out.launch = dev.launch(k.kernel, p, b);
-  if (out.launch.status == LaunchStatus::kCrash && out.launch.fault_address) {
-    const uint64_t a = out.launch.fault_address;
-    const GuardedBuffer* near = nullptr;
-    for (const GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(),
-                                    cu_k.get(), used_k.get(), table.get()})
-      if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
-    if (near && near->distance_to(a) <= (uint64_t{1} << 30)) {  // the cpu device fences 256 MiB each side
-      out.fault_buffer = near->name();
-      out.fault_offset = near->offset_of(a);
-      const int64_t end = static_cast<int64_t>(near->bytes());
-      out.fault_where = out.fault_offset < 0
-                            ? std::to_string(-out.fault_offset) + " bytes before the start of buffer " + near->name()
-                            : std::to_string(out.fault_offset - end) + " bytes past the end of buffer " + near->name();
-    }
-  }
+  locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
+                     table.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -242,13 +257,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     out.lse.resize(static_cast<size_t>(lse_elements(p)));
     lse->download(out.lse.data());
   }
-  for (GuardedBuffer* gb : {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                            used_k.get(), table.get()}) {
-    if (!gb) continue;
-    auto hits = gb->check();
-    out.canary_words += gb->changed_words();
-    out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
-  }
+  collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
+                         used_k.get(), table.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -348,23 +358,10 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   af_kernel bwd = k.kernel;  // the device layer launches `launch`: hand it the backward entry point
   bwd.launch = k.kernel.launch_bwd;
   bwd.workspace_bytes = k.kernel.bwd_workspace_bytes;
-  const std::vector<GuardedBuffer*> all = {q.get(), kb.get(), v.get(), o.get(), lse.get(), dout.get(),
-                                           dq.get(), dk.get(), dv.get(), ws.get()};
+  const std::initializer_list<const GuardedBuffer*> all = {q.get(),    kb.get(), v.get(),  o.get(),  lse.get(),
+                                                           dout.get(), dq.get(), dk.get(), dv.get(), ws.get()};
   out.launch = dev.launch(bwd, p, b);
-  if (out.launch.status == LaunchStatus::kCrash && out.launch.fault_address) {
-    const uint64_t a = out.launch.fault_address;
-    const GuardedBuffer* near = nullptr;
-    for (const GuardedBuffer* gb : all)
-      if (gb && (!near || gb->distance_to(a) < near->distance_to(a))) near = gb;
-    if (near && near->distance_to(a) <= (uint64_t{1} << 30)) {
-      out.fault_buffer = near->name();
-      out.fault_offset = near->offset_of(a);
-      const int64_t end = static_cast<int64_t>(near->bytes());
-      out.fault_where = out.fault_offset < 0
-                            ? std::to_string(-out.fault_offset) + " bytes before the start of buffer " + near->name()
-                            : std::to_string(out.fault_offset - end) + " bytes past the end of buffer " + near->name();
-    }
-  }
+  locate_fault(out, all);
   if (!dev.usable()) return out;
   out.o = o_in;
   out.lse = lse_in;
@@ -374,12 +371,7 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   dq->download(out.dq.data());
   dk->download(out.dk.data());
   dv->download(out.dv.data());
-  for (GuardedBuffer* gb : all) {
-    if (!gb) continue;
-    auto hits = gb->check();
-    out.canary_words += gb->changed_words();
-    out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
-  }
+  collect_canaries(out, all);
   out.unwritten =
       count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dk, p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim, opts.output_poison) +

@@ -673,6 +673,21 @@ RecordedVerdict recorded_verdict(const CheckResult& r, std::string signature) {
   return v;
 }
 
+CheckResult recorded_result(const RecordedVerdict& v) {
+  CheckResult r;
+  r.kernel = v.kernel;
+  r.backend = v.backend;
+  r.device = v.device;
+  r.verdict = v.verdict;
+  r.failure = v.failure;
+  r.reason = v.reason;
+  r.max_ratio = v.max_ratio;
+  r.compared = v.compared;  // the counts of the saved check (summary.md "failed / compared")
+  r.failed = v.failed;
+  r.evidence.push_back({"signature", v.signature});
+  return r;
+}
+
 std::string shell_quote(const std::string& s) {
   if (!s.empty() &&
       s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") ==

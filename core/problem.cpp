@@ -61,6 +61,23 @@ Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
   return p;
 }
 
+Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                        int64_t head_dim_v) {
+  Problem v = make_problem(batch, p.heads_q, p.heads_kv, seq_q, seq_k, head_dim, head_dim_v);
+  v.scale = p.scale;
+  v.mask_kind = p.mask_kind;
+  v.mask_align = p.mask_align;
+  v.window_left = p.window_left;
+  v.window_right = p.window_right;
+  v.dtype = p.dtype;
+  v.q_descale = p.q_descale;
+  v.k_descale = p.k_descale;
+  v.v_descale = p.v_descale;
+  v.o_scale = p.o_scale;
+  std::copy(std::begin(p.tunables), std::end(p.tunables), std::begin(v.tunables));
+  return v;
+}
+
 namespace {
 // Largest offset + 1 reachable through the strides (0 if any extent is 0).
 int64_t span(const int64_t* stride, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {

@@ -20,23 +20,6 @@ std::string list_text(const std::vector<int64_t>& v) {
   return s;
 }
 
-// Copies the fields that do not depend on the layout (heads, dims, mask, scale, dtype, descales, tunables).
-Problem dense_like(const Problem& p, int64_t batch, int64_t sq, int64_t sk) {
-  Problem v = make_problem(batch, p.heads_q, p.heads_kv, sq, sk, p.head_dim, p.head_dim_v);
-  v.scale = p.scale;
-  v.mask_kind = p.mask_kind;
-  v.mask_align = p.mask_align;
-  v.window_left = p.window_left;
-  v.window_right = p.window_right;
-  v.dtype = p.dtype;
-  v.q_descale = p.q_descale;
-  v.k_descale = p.k_descale;
-  v.v_descale = p.v_descale;
-  v.o_scale = p.o_scale;
-  std::copy(std::begin(p.tunables), std::end(p.tunables), std::begin(v.tunables));
-  return v;
-}
-
 }  // namespace
 
 bool has_sequences(const Problem& p) {
@@ -289,11 +272,11 @@ Problem dense_view(const Problem& p, const Tensors& t) {
   if (!has_sequences(p)) return p;
   int64_t sk = 0;
   for (int64_t b = 0; b < p.batch; ++b) sk = std::max(sk, seq_len_k(p, t, b));
-  return dense_like(p, p.batch, p.seq_q, sk);
+  return reshape_problem(p, p.batch, p.seq_q, sk, p.head_dim, p.head_dim_v);
 }
 
 Problem sequence_problem(const Problem& p, const Tensors& t, int64_t b) {
-  return dense_like(p, 1, seq_len_q(p, t, b), seq_len_k(p, t, b));
+  return reshape_problem(p, 1, seq_len_q(p, t, b), seq_len_k(p, t, b), p.head_dim, p.head_dim_v);
 }
 
 Tensors sequence_tensors(const Problem& p, const Tensors& t, int64_t b) {

@@ -659,16 +659,7 @@ int run_campaign(const CampaignOptions& o) {
     const RecordedVerdict& v = *f.file.verdict;
     RunEntry e;
     e.the_case = f.file.the_case;
-    e.result.kernel = v.kernel;
-    e.result.backend = v.backend;
-    e.result.device = v.device;
-    e.result.verdict = v.verdict;
-    e.result.failure = v.failure;
-    e.result.reason = v.reason;
-    e.result.max_ratio = v.max_ratio;
-    e.result.compared = v.compared;  // the counts of the saved check (summary.md "failed / compared")
-    e.result.failed = v.failed;
-    e.result.evidence.push_back({"signature", v.signature});
+    e.result = recorded_result(v);
     e.corpus_path = f.path.string();
     e.replay_command = replay_command(cfg, f.path.string());
     const fs::path svg = f.path.parent_path() / (f.path.stem().string() + ".svg");

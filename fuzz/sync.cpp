@@ -120,6 +120,19 @@ void claim(const fs::path& dedup, const std::string& key, const RecordedVerdict&
   ::close(fd);
 }
 
+// Reads and parses a case file another campaign published: false when it cannot be read yet or is corrupt
+// (said on stderr unless quiet), so the caller skips it.
+bool read_case_file(const fs::path& f, bool quiet, std::string& text, CorpusFile& cf) {
+  try {
+    if (!read_text(f, text)) return false;
+    cf = parse_corpus(text, f.string());
+    return true;
+  } catch (const CorpusError& e) {
+    if (!quiet) std::fprintf(stderr, "attn-fuzz: sync: skipping %s\n", e.what());
+    return false;
+  }
+}
+
 }  // namespace
 
 std::string default_campaign_name() { return host_name() + "-" + std::to_string(::getpid()); }
@@ -272,13 +285,7 @@ void Sync::import() {
       if (fs::exists(c_.corpus / name, ec)) continue;  // found here too
       std::string text;
       CorpusFile cf;
-      try {
-        if (!read_text(f, text)) continue;
-        cf = parse_corpus(text, f.string());
-      } catch (const CorpusError& e) {
-        if (!c_.quiet) std::fprintf(stderr, "attn-fuzz: sync: skipping %s\n", e.what());
-        continue;
-      }
+      if (!read_case_file(f, c_.quiet, text, cf)) continue;
       if (!publish_file(c_.corpus, name, text)) continue;
       FuzzInput in;
       in.the_case = cf.the_case;
@@ -298,13 +305,7 @@ void Sync::import() {
       if (!failures_seen_.insert(from + "/" + f.filename().string()).second) continue;
       std::string text;
       CorpusFile cf;
-      try {
-        if (!read_text(f, text)) continue;
-        cf = parse_corpus(text, f.string());
-      } catch (const CorpusError& e) {
-        if (!c_.quiet) std::fprintf(stderr, "attn-fuzz: sync: skipping %s\n", e.what());
-        continue;
-      }
+      if (!read_case_file(f, c_.quiet, text, cf)) continue;
       if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) continue;
       bool claimed = false;
       claim(dedup, failure_key(*cf.verdict), *cf.verdict, true, &claimed);
@@ -516,16 +517,7 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     const fs::path saved = fdir / m->path.filename();
     RunEntry e;
     e.the_case = m->the_case;
-    e.result.kernel = m->verdict.kernel;
-    e.result.backend = m->verdict.backend;
-    e.result.device = m->verdict.device;
-    e.result.verdict = m->verdict.verdict;
-    e.result.failure = m->verdict.failure;
-    e.result.reason = m->verdict.reason;
-    e.result.max_ratio = m->verdict.max_ratio;
-    e.result.compared = m->verdict.compared;
-    e.result.failed = m->verdict.failed;
-    e.result.evidence.push_back({"signature", m->verdict.signature});
+    e.result = recorded_result(m->verdict);
     e.result.evidence.push_back({"first-found-by", m->first_by + " at " + iso_utc(m->found_at)});
     e.corpus_path = saved.string();
     e.replay_command = "attn-check --replay " + shell_quote(saved.string()) +

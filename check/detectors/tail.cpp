@@ -114,17 +114,9 @@ Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& 
 
 namespace {
 
-// A problem like p with another shape, contiguous, same scale (explicitly), mask, dtype and tunables.
+// A problem like p with another shape (core: reshape_problem keeps scale, mask, dtype, fp8 scales, tunables).
 Problem reshaped(const Problem& p, int64_t sq, int64_t sk, int64_t d, int64_t dv) {
-  Problem x = make_problem(p.batch, p.heads_q, p.heads_kv, sq, sk, d, dv);
-  x.scale = p.scale;  // never the default of the new D
-  x.mask_kind = p.mask_kind;
-  x.mask_align = p.mask_align;
-  x.window_left = p.window_left;
-  x.window_right = p.window_right;
-  x.dtype = p.dtype;
-  std::copy(std::begin(p.tunables), std::end(p.tunables), std::begin(x.tunables));
-  return x;
+  return reshape_problem(p, p.batch, sq, sk, d, dv);
 }
 
 // The key paddings of p to sk2 keys that leave every row's visible keys unchanged: the same mask, else a

@@ -65,6 +65,8 @@ struct RecordedVerdict {
 
 // The verdict to record for a check's result (signature: the dedup key the caller chose).
 RecordedVerdict recorded_verdict(const CheckResult& r, std::string signature = {});
+// The reverse, for reports over saved failures: the recorded fields, and the signature as evidence.
+CheckResult recorded_result(const RecordedVerdict& v);
 
 // Quotes a word for a POSIX shell (replay commands are printed for copy and paste).
 std::string shell_quote(const std::string& s);

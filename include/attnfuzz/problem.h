@@ -16,6 +16,11 @@ using Problem = af_problem;
 Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q, int64_t seq_k,
                      int64_t head_dim, int64_t head_dim_v);
 
+// p with another shape, dense and contiguous: the same heads, scale (kept, not the new D's default), mask,
+// dtype, fp8 scales and tunables.
+Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t seq_k, int64_t head_dim,
+                        int64_t head_dim_v);
+
 // Recomputes contiguous strides for the current shape.
 void set_contiguous_strides(Problem& p);
 

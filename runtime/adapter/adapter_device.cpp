@@ -652,8 +652,9 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
     if (r == Io::kTimeout) return done(LaunchStatus::kHang, timeout_text, true);
     return done(LaunchStatus::kCrash, io_trouble(r), true);
   }
+  // Room for 4-byte elements whatever the dtype, so a reply in the wrong dtype is named as such (below).
   size_t expect = 0;
-  for (const Expected& w : want) expect += static_cast<size_t>(w.n[0] * w.n[1] * w.n[2] * w.n[3]) * carried_bytes(w.dtype);
+  for (const Expected& w : want) expect += static_cast<size_t>(w.n[0] * w.n[1] * w.n[2] * w.n[3]) * 4;
   Json h;
   std::vector<unsigned char> payload;
   if (Io r = recv(h, payload, deadline, expect); r != Io::kOk) {

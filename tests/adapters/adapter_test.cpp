@@ -165,6 +165,20 @@ TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   const auto got = classes_in(out);
   EXPECT_NE(std::find(got.begin(), got.end(), std::string("mask")), got.end()) << r.out;
   EXPECT_TRUE(has(r.out, "--pass bwd") || has(r.out, "bwd")) << r.out;
+  // The callable adapter serves a user's backward function next to the forward one (and bf16 forward arrays).
+  const std::string callable = "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + std::string(SOURCE_DIR) + "/python:" +
+                               SOURCE_DIR + "/tests/adapters " + PYTHON +
+                               " -m attnfuzz.adapters.callable callable_backward:attention_fwd --dtypes f32,bf16"
+                               " --backward callable_backward:attention_bwd";
+  r = check(callable, "--pass bwd --sq 9 --sk 12 --d 16 --heads 2 --kv-heads 1 --mask causal-br --no-reports",
+            fresh("callable-bwd"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "1 check(s) in")) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  EXPECT_FALSE(has(r.out, "launch_bwd")) << r.out;  // checked, not refused as forward-only
+  r = check(callable, "--dtype bf16 --sq 9 --sk 12 --d 16 --mask causal-br --no-reports", fresh("callable-bf16"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(has(r.out, "not supported")) << r.out;  // ran in bf16, not refused
   // A kernel without a backward declaration does not claim backward cases.
   r = check(numpy_adapter("--no-backward"), "--pass bwd --sq 5 --sk 7 --d 8 --no-reports", fresh("no-bwd"));
   EXPECT_EQ(r.code, 0) << r.out;

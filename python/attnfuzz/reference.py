@@ -77,7 +77,8 @@ def attention(q, k, v, p, bug=None):
 
 def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     """dQ [B, Sq, Hq, D], dK [B, Sk, Hkv, D], dV [B, Sk, Hkv, Dv] float32 of problem p for output gradient do
-    (float64 inside; inputs of p.dtype are widened, the gradients are not rounded to it). o and lse are the forward the backward is given (default: attention(q, k, v, p)).
+    (float64 inside; inputs of p.dtype are widened, the gradients are not rounded to it). o and lse are the
+    forward the backward is given (default: attention(q, k, v, p)).
     P = exp(scale q.k - LSE) on visible keys only; Delta_i = dO_i . O_i; dS = P (dP - Delta); a fully masked
     row (LSE = -inf) contributes nothing; GQA sums dK / dV over the query heads of a group.
     bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied)."""

@@ -7,8 +7,9 @@
 // elements of q, k, v (per the problem's strides, as contiguous [B, S, H, D], the stored elements of the
 // problem's dtype: f32, f16 or bf16) and writes the O (and f32 LSE) it receives into the output buffers at
 // the problem's strides, still stored elements: the runner decodes them as for built-in kernels. A backward
-// launch (kernels that declared "backward") also sends O, LSE and dO and receives dQ, dK, dV. A child that crashes, hangs or breaks the
-// protocol costs one launch (crash / hang / launch-error) and is restarted for the next one.
+// launch (kernels that declared "backward") also sends O, LSE and dO and receives dQ, dK, dV. A child that
+// crashes, hangs or breaks the protocol costs one launch (crash / hang / launch-error) and is restarted for
+// the next one.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>

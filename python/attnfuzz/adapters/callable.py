@@ -10,7 +10,8 @@ function takes and returns torch tensors [B, S, H, D] of the case's dtype on DEV
 Examples:
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:my_attention --masks none,causal-br'
-    attn-fuzz --dtype bf16 --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --dtypes bf16'
+    attn-fuzz --dtype bf16 \
+        --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --dtypes bf16'
     attn-check --sweep --pass bwd --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --autograd'
 """
 

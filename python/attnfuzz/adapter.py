@@ -10,10 +10,11 @@ log, float32 in every dtype). Anything it raises is sent back as an error (the t
 keeps going); a kernel that cannot run a problem says so in supports() (declared with check=True), not by
 raising.
 
-dtypes (problem.dtype): q, k, v arrive as the stored elements - float32 (f32), float16 (f16), or uint16 bit
-patterns (bf16: numpy has no bfloat16; attnfuzz.dtypes.to_float32 / from_float32 convert). O may be returned
-as float32 values (rounded here to the dtype, to nearest even, as a kernel's store does), or already stored
-(float16 for f16, uint16 bits for bf16).
+dtypes (problem.dtype): q, k, v arrive as the stored elements - float32 (f32), float16 (f16), uint16 bit
+patterns (bf16: numpy has no bfloat16) or uint8 bit patterns (fp8_e4m3, fp8_e5m2: the real value is stored *
+problem.q_descale etc.); attnfuzz.dtypes.to_float32 / from_float32 convert. O may be returned as float32
+values (rounded here to the dtype, to nearest even, as a kernel's store does; fp8: fp8(O * problem.o_scale),
+saturating), or already stored (float16, uint16 bits, uint8 bits).
 
 Backward (Kernel(..., backward=fn)): fn(q, k, v, o, lse, do, problem) -> (dQ, dK, dV), same conventions; o,
 lse are the forward the tool gives (the exact one for --pass bwd, the kernel's own for --pass fwdbwd).
@@ -59,6 +60,11 @@ class Problem:
         self.window_left = int(d["window_left"])    # -1 = unbounded (causal and none normalised)
         self.window_right = int(d["window_right"])
         self.diagonal_offset = int(d["diagonal_offset"])  # 0 top-left, Sk - Sq bottom-right
+        # fp8: real q/k/v = stored * descale, stored O = fp8(O * o_scale); 1.0 for every other dtype.
+        self.q_descale = float(d.get("q_descale", 1.0))
+        self.k_descale = float(d.get("k_descale", 1.0))
+        self.v_descale = float(d.get("v_descale", 1.0))
+        self.o_scale = float(d.get("o_scale", 1.0))
 
     def visible(self):
         """bool [Sq, Sk]: visible(i, j) <=> j - (i + off) in [-left, right]."""
@@ -178,7 +184,7 @@ def _run_forward(k, p, ts, want_lse):
     lse = None
     if isinstance(res, tuple):
         res, lse = res
-    o = as_stored(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), p.dtype, "O")
+    o = as_stored(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), p.dtype, "O", p.o_scale)
     arrays, descs = [o], [tensor_desc("o", o, p.dtype)]
     if want_lse:
         if lse is None:

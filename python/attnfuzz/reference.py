@@ -1,9 +1,10 @@
 """A numpy reference attention (float64 inside) with the spec's semantics (DESIGN.md): masks as key intervals,
 fully masked rows O = 0 / LSE = -inf, masked positions never contribute.
 
-Dtypes (p.dtype): f32 in and out; f16 / bf16 (stored elements: float16, or uint16 bf16 bit patterns) are
-computed like a FlashAttention kernel in that dtype: exact scores, P = exp(s - max) rounded to the dtype before
-P.V (the row sum taken from the unrounded P, in float64), O rounded once to the dtype on store; LSE float32.
+Dtypes (p.dtype): f32 in and out; f16 / bf16 / fp8 (stored elements: float16, uint16 bf16 or uint8 fp8 bit
+patterns; fp8 real values = stored * descale) are computed like a FlashAttention kernel in that dtype (FA3 for
+fp8): exact scores, P = exp(s - max) rounded to the dtype before P.V (the row sum taken from the unrounded P,
+in float64), O rounded once to the dtype on store (fp8: fp8(O * o_scale)); LSE float32.
 (Rounding goes float64 -> float32 -> dtype: a double rounding that can differ from one rounding by one unit in
 the last place of the dtype in rare ties, well inside the low-precision bound.) The backward is float32."""
 
@@ -29,6 +30,8 @@ def attention(q, k, v, p, bug=None):
     lowp = dt != "f32"
     rp = (lambda x: round_to(x, dt)) if lowp else (lambda x: x)  # P as the kernel feeds it to P.V
     q64, k64, v64 = _f64(q, dt), _f64(k, dt), _f64(v, dt)
+    if dt.startswith("fp8"):  # exact: an fp8 value has 4 significand bits, a descale at most 16
+        q64, k64, v64 = q64 * p.q_descale, k64 * p.k_descale, v64 * p.v_descale
     o = np.zeros((B, Sq, Hq, Dv), dtype=np.float64)
     lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)
     scale = float(p.scale)
@@ -71,7 +74,10 @@ def attention(q, k, v, p, bug=None):
                     lse[b, h, i] = m + np.log(l)
     if bug == "lse-error":
         lse = lse * np.log2(np.e)
-    o32 = round_to(o, dt).astype(np.float32) if lowp else o.astype(np.float32)
+    if dt.startswith("fp8"):  # the real O the stored fp8(O * o_scale) holds (o_scale a power of two: exact)
+        o32 = (round_to(o * p.o_scale, dt) / p.o_scale).astype(np.float32)
+    else:
+        o32 = round_to(o, dt).astype(np.float32) if lowp else o.astype(np.float32)
     return o32, lse.astype(np.float32)
 
 

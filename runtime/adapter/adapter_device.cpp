@@ -5,7 +5,7 @@
 // and what each supports; they join the registry as entries of the adapter backend (af_kernel tables
 // filled from the handshake, dispatched by name). Memory is host memory. A launch sends the in-bounds
 // elements of q, k, v (per the problem's strides, as contiguous [B, S, H, D], the stored elements of the
-// problem's dtype: f32, f16 or bf16) and writes the O (and f32 LSE) it receives into the output buffers at
+// problem's dtype: f32, f16, bf16, fp8) and writes the O (and f32 LSE) it receives into the output buffers at
 // the problem's strides, still stored elements: the runner decodes them as for built-in kernels. A backward
 // launch (kernels that declared "backward") also sends O, LSE and dO and receives dQ, dK, dV. A child that
 // crashes, hangs or breaks the protocol costs one launch (crash / hang / launch-error) and is restarted for
@@ -452,8 +452,7 @@ void AdapterDevice::register_kernels() {
     s.name = a.name;
     s.family = "adapter/" + a.family;
     s.description = a.description;
-    // Protocol 1 carries f32, f16 and bf16; a declared fp8 is ignored (its cases are unsupported).
-    s.dtypes = a.dtypes & (AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16);
+    s.dtypes = a.dtypes;  // protocol 1 carries every dtype of the ABI
     s.masks = a.masks;
     s.max_head_dim = a.max_head_dim;
     s.max_head_dim_v = a.max_head_dim_v;
@@ -512,6 +511,11 @@ Json AdapterDevice::problem_json(const af_problem& p) {
   j["window_left"] = window_left(p);  // after normalising causal / none; -1 = unbounded
   j["window_right"] = window_right(p);
   j["diagonal_offset"] = mask_offset(p);
+  // fp8: real q/k/v = stored * descale, stored O = fp8(O * o_scale); 1 for every other dtype. Exact as doubles.
+  j["q_descale"] = static_cast<double>(p.q_descale);
+  j["k_descale"] = static_cast<double>(p.k_descale);
+  j["v_descale"] = static_cast<double>(p.v_descale);
+  j["o_scale"] = static_cast<double>(p.o_scale);
   return j;
 }
 
@@ -538,9 +542,16 @@ std::string AdapterDevice::remote_check(const std::string& kernel, const af_prob
 // ---- launch ----------------------------------------------------------------------------------------
 
 namespace {
-// Bytes of one stored element of the dtypes protocol 1 carries (f32, f16, bf16); 0 = not carried.
+// Bytes of one stored element of the dtypes protocol 1 carries (f32, f16, bf16, fp8); 0 = not carried.
 size_t carried_bytes(int32_t dtype) {
-  return dtype == AF_DTYPE_F32 ? 4 : (dtype == AF_DTYPE_F16 || dtype == AF_DTYPE_BF16) ? 2 : 0;
+  switch (dtype) {
+    case AF_DTYPE_F32: return 4;
+    case AF_DTYPE_F16:
+    case AF_DTYPE_BF16: return 2;
+    case AF_DTYPE_FP8_E4M3:
+    case AF_DTYPE_FP8_E5M2: return 1;
+    default: return 0;
+  }
 }
 // The in-bounds elements of a strided [n0, n1, n2, n3] tensor (last stride 1), as contiguous bytes.
 std::vector<unsigned char> gather(const void* base, size_t eb, const int64_t* st, int64_t n0, int64_t n1,
@@ -570,7 +581,7 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     LaunchResult res;
     res.status = LaunchStatus::kLaunchError;
     res.message = std::string("adapter backend: dtype ") + dtype_name(p.dtype) +
-                  " is not carried by protocol 1 (f32, f16, bf16)";
+                  " is not carried by protocol 1 (f32, f16, bf16, fp8-e4m3, fp8-e5m2)";
     return res;
   }
   const int64_t B = p.batch, Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seq_q, Sk = p.seq_k, D = p.head_dim,

@@ -7,6 +7,8 @@ import numpy as np
 import torch
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+_FP8 = {"fp8_e4m3": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
+DTYPES.update({k: v for k, v in _FP8.items() if v is not None})  # torch >= 2.1
 
 
 def to_torch(a, device, dtype="f32"):
@@ -15,6 +17,8 @@ def to_torch(a, device, dtype="f32"):
     a = np.array(a, copy=True)  # a writable copy (protocol buffers are read-only)
     if dtype == "bf16" and a.dtype == np.uint16:
         t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    elif dtype in _FP8 and a.dtype == np.uint8:  # the stored fp8 elements (real value = stored * descale)
+        t = torch.from_numpy(a).view(DTYPES[dtype])
     else:
         t = torch.from_numpy(a)
     return t.to(device=device, dtype=DTYPES[dtype])
@@ -26,7 +30,10 @@ def to_device(a, device, dtype="f32"):
 
 
 def from_torch(t):
-    """torch [B, S, H, D] of any float dtype -> numpy float32 (exact; the helper stores it in the case's dtype)."""
+    """torch [B, S, H, D] of any float dtype -> numpy float32 (exact; the helper stores it in the case's dtype);
+    an fp8 tensor (the stored fp8(O * o_scale)) -> its uint8 bit patterns, taken as stored."""
+    if t.dtype in [d for d in _FP8.values() if d is not None]:
+        return t.detach().contiguous().view(torch.uint8).cpu().numpy()
     return t.detach().to(torch.float32).contiguous().cpu().numpy()
 
 

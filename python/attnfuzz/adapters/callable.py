@@ -2,17 +2,19 @@
 
 The function takes (q, k, v, problem) - numpy [B, S, H, D] arrays and an attnfuzz.Problem - and returns O
 [B, Sq, Hq, Dv] (numpy, or anything np.asarray accepts, e.g. a CPU torch tensor), or (O, LSE) with --lse.
-Arrays hold the stored elements of problem.dtype: float32, float16, or uint16 bf16 bit patterns
-(attnfuzz.dtypes converts); --dtypes declares which the function takes (default f32). With --torch DEVICE the
-function takes and returns torch tensors [B, S, H, D] of the case's dtype on DEVICE instead. Backward
-(attn-check / attn-fuzz --pass bwd): --backward MODULE:FUNCTION, a function (q, k, v, o, lse, do, problem) ->
-(dQ, dK, dV) in the same conventions, or --autograd (with --torch): torch.autograd through the function.
+Arrays hold the stored elements of problem.dtype: float32, float16, uint16 bf16 or uint8 fp8 bit patterns
+(attnfuzz.dtypes converts; fp8 descales in problem.q_descale ...); --dtypes declares which the function
+takes (default f32). With --torch DEVICE the function takes and returns torch tensors [B, S, H, D] of the
+case's dtype on DEVICE instead. Backward (attn-check / attn-fuzz --pass bwd): --backward MODULE:FUNCTION, a
+function (q, k, v, o, lse, do, problem) -> (dQ, dK, dV) in the same conventions, or --autograd (with
+--torch): torch.autograd through the function.
 Examples:
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:my_attention --masks none,causal-br'
     attn-fuzz --dtype bf16 \
         --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --dtypes bf16'
-    attn-check --sweep --pass bwd --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --autograd'
+    attn-check --sweep --pass bwd \
+        --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --autograd'
 """
 
 import argparse
@@ -42,7 +44,8 @@ def main(argv=None):
     ap.add_argument("--no-dv-ne-d", action="store_true", help="Dv != D is not supported")
     ap.add_argument("--no-empty-keys", action="store_true", help="Sk = 0 is not supported")
     ap.add_argument("--max-head-dim", type=int, default=0)
-    ap.add_argument("--dtypes", default="f32", help="dtypes the function takes, comma-separated: f32,f16,bf16")
+    ap.add_argument("--dtypes", default="f32",
+                    help="dtypes the function takes, comma-separated: f32,f16,bf16,fp8_e4m3,fp8_e5m2")
     ap.add_argument("--torch", metavar="DEVICE", help="the function takes torch tensors on DEVICE (e.g. cuda)")
     ap.add_argument("--backward", metavar="MODULE:FUNCTION", help="its backward (q, k, v, o, lse, do, problem)")
     ap.add_argument("--autograd", action="store_true", help="backward through torch.autograd (needs --torch)")

@@ -1,4 +1,4 @@
-"""The numpy reference adapter (f32, f16, bf16; forward and backward), and its planted-bug variants for the
+"""The numpy reference adapter (f32, f16, bf16, fp8; forward and backward), and its planted-bug variants for the
 tool's own tests.
 
     attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
@@ -19,7 +19,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bug", choices=BUGS, help="serve a planted-bug variant instead (kernel numpy-<bug>)")
     ap.add_argument("--no-lse", action="store_true", help="declare no LSE output")
-    ap.add_argument("--dtypes", default="f32,f16,bf16", help="declared dtypes, comma-separated (f32, f16, bf16)")
+    ap.add_argument("--dtypes", default="f32,f16,bf16,fp8_e4m3,fp8_e5m2",
+                    help="declared dtypes, comma-separated (f32, f16, bf16, fp8_e4m3, fp8_e5m2)")
     ap.add_argument("--no-backward", action="store_true", help="declare no backward (a forward-only kernel)")
     a = ap.parse_args(argv)
     bug = a.bug

@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
   attn-fuzz --kernel 'flash-*' --max-time 28800 --out reports/night   # overnight; Ctrl-C stops and summarizes
   attn-fuzz --plugin build/lib/libattnfuzz_planted_cpu.so --kernel 'planted-*' --max-time 60
   attn-fuzz --backend nvidia --max-time 300             # one worker per visible GPU
-  attn-fuzz --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --backend flash' --max-time 300
+  attn-fuzz --dtype f16 --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --backends flash' --max-time 300
   attn-fuzz --minimize reports/fuzz/failures/mask-0123456789abcdef.case
   attn-fuzz --max-time 3600 --sync /shared/sync --out /shared/run/a   # many campaigns share one DIR
   attn-fuzz --merge /shared/run/a /shared/run/b --out /shared/run/merged

@@ -1,13 +1,24 @@
 """The adapter side of adapters/PROTOCOL.md: wrap any attention callable and serve it to attn-check / attn-fuzz.
 
     from attnfuzz import Kernel, serve
-    def my_attention(q, k, v, problem):          # numpy float32 [B, S, H, D] in, O [B, Sq, Hq, Dv] out
+    def my_attention(q, k, v, problem):          # numpy [B, S, H, D] in, O [B, Sq, Hq, Dv] out
         ...
-    serve([Kernel("mine", my_attention, masks=["none", "causal-br"])])
+    serve([Kernel("mine", my_attention, masks=["none", "causal-br"], dtypes=["f32", "f16", "bf16"])])
 
 Pure Python + numpy. A kernel returns O, or (O, LSE) when declared with lse=True (LSE [B, Hq, Sq], natural
-log). Anything it raises is sent back as an error (the tool reports a launch-error and keeps going); a
-kernel that cannot run a problem says so in supports() (declared with check=True), not by raising.
+log, float32 in every dtype). Anything it raises is sent back as an error (the tool reports a launch-error and
+keeps going); a kernel that cannot run a problem says so in supports() (declared with check=True), not by
+raising.
+
+dtypes (problem.dtype): q, k, v arrive as the stored elements - float32 (f32), float16 (f16), uint16 bit
+patterns (bf16: numpy has no bfloat16) or uint8 bit patterns (fp8_e4m3, fp8_e5m2: the real value is stored *
+problem.q_descale etc.); attnfuzz.dtypes.to_float32 / from_float32 convert. O may be returned as float32
+values (rounded here to the dtype, to nearest even, as a kernel's store does; fp8: fp8(O * problem.o_scale),
+saturating), or already stored (float16, uint16 bits, uint8 bits).
+
+Backward (Kernel(..., backward=fn)): fn(q, k, v, o, lse, do, problem) -> (dQ, dK, dV), same conventions; o,
+lse are the forward the tool gives (the exact one for --pass bwd, the kernel's own for --pass fwdbwd).
+attnfuzz.autograd.torch_backward builds one from a torch forward.
 """
 
 import json
@@ -18,9 +29,11 @@ import traceback
 
 import numpy as np
 
+from attnfuzz.dtypes import STORED, as_stored
+
 PROTOCOL_VERSION = 1
 ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
-_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": None}  # bf16 travels as raw uint16
+_DTYPES = STORED  # bf16 travels as uint16 bit patterns
 
 
 class ProtocolError(Exception):
@@ -47,6 +60,11 @@ class Problem:
         self.window_left = int(d["window_left"])    # -1 = unbounded (causal and none normalised)
         self.window_right = int(d["window_right"])
         self.diagonal_offset = int(d["diagonal_offset"])  # 0 top-left, Sk - Sq bottom-right
+        # fp8: real q/k/v = stored * descale, stored O = fp8(O * o_scale); 1.0 for every other dtype.
+        self.q_descale = float(d.get("q_descale", 1.0))
+        self.k_descale = float(d.get("k_descale", 1.0))
+        self.v_descale = float(d.get("v_descale", 1.0))
+        self.o_scale = float(d.get("o_scale", 1.0))
 
     def visible(self):
         """bool [Sq, Sk]: visible(i, j) <=> j - (i + off) in [-left, right]."""
@@ -77,13 +95,15 @@ class Kernel:
 
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
-                 empty_keys=True, supports=None):
-        self.name, self.fn, self.supports = name, fn, supports
+                 empty_keys=True, supports=None, backward=None):
+        self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
                      "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
                      "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
                      "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
                      "check": supports is not None}
+        if backward is not None:
+            self.decl["backward"] = True  # absent for forward-only kernels: a version-1 declaration as before
         self.lse = lse
 
 
@@ -159,13 +179,36 @@ def _protocol_streams():
     return inp, out
 
 
-def _as_f32(x, shape, what):
-    a = np.asarray(x)
-    if a.dtype != np.float32:
-        a = a.astype(np.float32)
-    if tuple(a.shape) != tuple(shape):
-        raise ValueError(f"{what} has shape {tuple(a.shape)}, expected {tuple(shape)}")
-    return a
+def _run_forward(k, p, ts, want_lse):
+    res = k.fn(ts["q"], ts["k"], ts["v"], p)
+    lse = None
+    if isinstance(res, tuple):
+        res, lse = res
+    o = as_stored(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), p.dtype, "O", p.o_scale)
+    arrays, descs = [o], [tensor_desc("o", o, p.dtype)]
+    if want_lse:
+        if lse is None:
+            raise ValueError("the kernel returned no LSE")
+        lse = as_stored(lse, (p.batch, p.heads_q, p.seq_q), "f32", "LSE")
+        arrays.append(lse)
+        descs.append(tensor_desc("lse", lse))
+    return arrays, descs
+
+
+def _run_backward(k, p, ts):
+    if k.backward is None:
+        raise ValueError(f"kernel {k.name} has no backward (it did not declare one)")
+    grads = k.backward(ts["q"], ts["k"], ts["v"], ts["o"], ts["lse"], ts["do"], p)
+    if not isinstance(grads, (tuple, list)) or len(grads) != 3:
+        raise ValueError("the backward must return (dQ, dK, dV)")
+    shapes = {"dq": (p.batch, p.seq_q, p.heads_q, p.head_dim), "dk": (p.batch, p.seq_k, p.heads_kv, p.head_dim),
+              "dv": (p.batch, p.seq_k, p.heads_kv, p.head_dim_v)}
+    arrays, descs = [], []
+    for (name, shape), g in zip(shapes.items(), grads):
+        a = as_stored(g, shape, p.dtype, name)
+        arrays.append(a)
+        descs.append(tensor_desc(name, a, p.dtype))
+    return arrays, descs
 
 
 def serve(kernels, name=None, inp=None, out=None):
@@ -208,18 +251,10 @@ def serve(kernels, name=None, inp=None, out=None):
                     raise ValueError(f"unknown kernel {h.get('kernel')!r}")
                 p = Problem(h["problem"])
                 ts = split_tensors(h, payload)
-                res = k.fn(ts["q"], ts["k"], ts["v"], p)
-                lse = None
-                if isinstance(res, tuple):
-                    res, lse = res
-                o = _as_f32(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), "O")
-                arrays, descs = [o], [tensor_desc("o", o)]
-                if h.get("want_lse"):
-                    if lse is None:
-                        raise ValueError("the kernel returned no LSE")
-                    lse = _as_f32(lse, (p.batch, p.heads_q, p.seq_q), "LSE")
-                    arrays.append(lse)
-                    descs.append(tensor_desc("lse", lse))
+                if h.get("pass", "fwd") == "bwd":
+                    arrays, descs = _run_backward(k, p, ts)
+                else:
+                    arrays, descs = _run_forward(k, p, ts, h.get("want_lse"))
             except ProtocolError:
                 raise
             except Exception as e:  # the kernel's own exception: reported per case, the loop goes on

@@ -1,11 +1,24 @@
-"""A numpy reference attention (fp32 in and out, float64 inside) with the spec's semantics (DESIGN.md):
-masks as key intervals, fully masked rows O = 0 / LSE = -inf, masked positions never contribute."""
+"""A numpy reference attention (float64 inside) with the spec's semantics (DESIGN.md): masks as key intervals,
+fully masked rows O = 0 / LSE = -inf, masked positions never contribute.
+
+Dtypes (p.dtype): f32 in and out; f16 / bf16 / fp8 (stored elements: float16, uint16 bf16 or uint8 fp8 bit
+patterns; fp8 real values = stored * descale) are computed like a FlashAttention kernel in that dtype (FA3 for
+fp8): exact scores, P = exp(s - max) rounded to the dtype before P.V (the row sum taken from the unrounded P,
+in float64), O rounded once to the dtype on store (fp8: fp8(O * o_scale)); LSE float32.
+(Rounding goes float64 -> float32 -> dtype: a double rounding that can differ from one rounding by one unit in
+the last place of the dtype in rare ties, well inside the low-precision bound.) The backward is float32."""
 
 import numpy as np
 
+from attnfuzz.dtypes import round_to, to_float32
+
+
+def _f64(a, dtype):
+    return to_float32(a, dtype).astype(np.float64)
+
 
 def attention(q, k, v, p, bug=None):
-    """O [B, Sq, Hq, Dv] float32 and LSE [B, Hq, Sq] float32 of problem p (attnfuzz.Problem).
+    """O [B, Sq, Hq, Dv] and LSE [B, Hq, Sq] float32 of problem p (attnfuzz.Problem); O holds values of p.dtype.
 
     bug (planted, for tests): "mask-leak" (one key past the window's right edge is visible),
     "missing-rescale" (tiles of 16 keys, accumulator not rescaled when the running max grows),
@@ -13,7 +26,12 @@ def attention(q, k, v, p, bug=None):
     B, Sq, Hq, _ = q.shape
     Hkv, Dv = k.shape[2], v.shape[3]
     group = Hq // Hkv
-    q64, k64, v64 = q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
+    dt = getattr(p, "dtype", "f32")
+    lowp = dt != "f32"
+    rp = (lambda x: round_to(x, dt)) if lowp else (lambda x: x)  # P as the kernel feeds it to P.V
+    q64, k64, v64 = _f64(q, dt), _f64(k, dt), _f64(v, dt)
+    if dt.startswith("fp8"):  # exact: an fp8 value has 4 significand bits, a descale at most 16
+        q64, k64, v64 = q64 * p.q_descale, k64 * p.k_descale, v64 * p.v_descale
     o = np.zeros((B, Sq, Hq, Dv), dtype=np.float64)
     lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)
     scale = float(p.scale)
@@ -43,7 +61,7 @@ def attention(q, k, v, p, bug=None):
                             mnew = max(mrun, np.max(st))
                             pt = np.exp(st - mnew)
                             l = l * np.exp(mrun - mnew) + pt.sum()
-                            acc = acc + pt @ V[first + t:first + t + 16]  # BUG: acc not rescaled
+                            acc = acc + rp(pt) @ V[first + t:first + t + 16]  # BUG: acc not rescaled
                             mrun = mnew
                         o[b, i, h, :] = acc / l
                         lse[b, h, i] = mrun + np.log(l)
@@ -52,25 +70,32 @@ def attention(q, k, v, p, bug=None):
                     l = e.sum()
                     # Every visible key takes part, IEEE: a zero weight (underflow or a -inf score) times a
                     # NaN / inf in v is NaN, as the oracle says (attn-props and attn-fuzz found both).
-                    o[b, i, h, :] = (e @ V[first:last]) / l
+                    o[b, i, h, :] = (rp(e) @ V[first:last]) / l
                     lse[b, h, i] = m + np.log(l)
     if bug == "lse-error":
         lse = lse * np.log2(np.e)
-    return o.astype(np.float32), lse.astype(np.float32)
+    if dt.startswith("fp8"):  # the real O the stored fp8(O * o_scale) holds (o_scale a power of two: exact)
+        o32 = (round_to(o * p.o_scale, dt) / p.o_scale).astype(np.float32)
+    else:
+        o32 = round_to(o, dt).astype(np.float32) if lowp else o.astype(np.float32)
+    return o32, lse.astype(np.float32)
 
 
-def attention_backward(q, k, v, do, p, o=None, lse=None):
+def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     """dQ [B, Sq, Hq, D], dK [B, Sk, Hkv, D], dV [B, Sk, Hkv, Dv] float32 of problem p for output gradient do
-    (float64 inside). o and lse are the forward the backward is given (default: attention(q, k, v, p)).
+    (float64 inside; inputs of p.dtype are widened, the gradients are not rounded to it). o and lse are the
+    forward the backward is given (default: attention(q, k, v, p)).
     P = exp(scale q.k - LSE) on visible keys only; Delta_i = dO_i . O_i; dS = P (dP - Delta); a fully masked
-    row (LSE = -inf) contributes nothing; GQA sums dK / dV over the query heads of a group."""
+    row (LSE = -inf) contributes nothing; GQA sums dK / dV over the query heads of a group.
+    bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied)."""
     if o is None or lse is None:
         o, lse = attention(q, k, v, p)
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
     group = Hq // Hkv
-    q64, k64, v64 = q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
-    do64, o64, lse64 = do.astype(np.float64), o.astype(np.float64), lse.astype(np.float64)
+    dt = getattr(p, "dtype", "f32")
+    q64, k64, v64, do64, o64 = (_f64(x, dt) for x in (q, k, v, do, o))
+    lse64 = np.asarray(lse, dtype=np.float64)
     dq = np.zeros((B, Sq, Hq, D))
     dk = np.zeros((B, Sk, Hkv, D))
     dv = np.zeros((B, Sk, Hkv, Dv))
@@ -84,6 +109,8 @@ def attention_backward(q, k, v, do, p, o=None, lse=None):
                     first, last = p.key_range(i)
                     if last <= first or lse64[b, h, i] == -np.inf:
                         continue
+                    if bug == "bwd-mask-leak":
+                        first, last = 0, p.seq_k
                     s = scale * (K[first:last] @ q64[b, i, h, :])
                     pr = np.exp(s - lse64[b, h, i])
                     dov = do64[b, i, h, :]

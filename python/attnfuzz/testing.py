@@ -5,8 +5,13 @@
         attnfuzz.check(my_attention, masks=["none", "causal-br"], fuzz_seconds=30)
 
 or without the fixture:  attnfuzz.testing.check_attention(my_attention, out_dir=tmp_path).
-my_attention must be importable as MODULE:NAME (a module-level function); it gets numpy float32
-q, k, v [B, S, H, D] and an attnfuzz.Problem and returns O [B, Sq, Hq, Dv] (or (O, LSE) with lse=True).
+my_attention must be importable as MODULE:NAME (a module-level function); it gets numpy q, k, v
+[B, S, H, D] and an attnfuzz.Problem and returns O [B, Sq, Hq, Dv] (or (O, LSE) with lse=True).
+dtypes=["f32", "f16", "bf16"] checks each dtype (a sweep each; the fuzz time is shared): the arrays hold the
+stored elements (float32, float16, uint16 bf16 bits; attnfuzz.dtypes converts). torch_device="cuda": the
+function takes and returns torch tensors on that device instead. Backward: backward=my_backward (a
+module-level function (q, k, v, o, lse, do, problem) -> (dQ, dK, dV)) or autograd=True (with torch_device)
+adds the --pass bwd sweep (f32).
 Failures raise AttnFuzzFailure (an AssertionError) listing each failure's class, reason, evidence and
 replay command. The tools are found through $ATTNFUZZ_BIN (a directory), then PATH, then the source
 tree's build/bin.
@@ -41,17 +46,29 @@ def find_tool(name):
     raise FileNotFoundError(f"{name} not found: set ATTNFUZZ_BIN to the directory of the attn-fuzz tools")
 
 
+def _target(fn):
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not mod or "<" in qual:
+        raise TypeError("attnfuzz: the function must be defined at module level (importable as MODULE:NAME)")
+    if mod == "__main__":
+        raise TypeError("attnfuzz: the function must live in an importable module, not __main__")
+    return f"{mod}:{qual}"
+
+
 def adapter_command(fn=None, *, target=None, masks=ALL_MASKS, lse=False, gqa=True, dv_ne_d=True,
-                    empty_keys=True, max_head_dim=0, name=None):
+                    empty_keys=True, max_head_dim=0, name=None, dtypes=("f32",), backward=None,
+                    torch_device=None, autograd=False):
     """The --adapter command that serves fn (a module-level function) through attnfuzz.adapters.callable."""
     if target is None:
-        mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-        if not mod or "<" in qual:
-            raise TypeError("attnfuzz: the function must be defined at module level (importable as MODULE:NAME)")
-        if mod == "__main__":
-            raise TypeError("attnfuzz: the function must live in an importable module, not __main__")
-        target = f"{mod}:{qual}"
-    args = [sys.executable, "-m", "attnfuzz.adapters.callable", target, "--masks", ",".join(masks)]
+        target = _target(fn)
+    args = [sys.executable, "-m", "attnfuzz.adapters.callable", target, "--masks", ",".join(masks),
+            "--dtypes", ",".join(dtypes)]
+    if torch_device:
+        args += ["--torch", torch_device]
+    if autograd:
+        args.append("--autograd")
+    if backward is not None:
+        args += ["--backward", backward if isinstance(backward, str) else _target(backward)]
     if name:
         args += ["--name", name]
     if lse:
@@ -110,20 +127,29 @@ def _describe(r):
 
 
 def check_attention(fn=None, *, target=None, out_dir=None, sweep=True, fuzz_seconds=0, max_seq=64, max_d=64,
-                    timeout_s=60, extra_args=(), **decl):
-    """Sweep + optional fuzz of fn; returns the list of failures (empty) or raises AttnFuzzFailure."""
-    cmd = adapter_command(fn, target=target, **decl)
+                    timeout_s=60, extra_args=(), dtypes=("f32",), **decl):
+    """Sweep + optional fuzz of fn (per dtype; + the backward sweep when it has one); returns the list of
+    failures (empty) or raises AttnFuzzFailure."""
+    dtypes = list(dtypes)
+    cmd = adapter_command(fn, target=target, dtypes=dtypes, **decl)
     out_dir = str(out_dir or tempfile.mkdtemp(prefix="attnfuzz-"))
     failures, logs = [], []
     runs = []
-    if sweep:
-        runs.append(("attn-check", [find_tool("attn-check"), "--sweep", "--quiet", "--adapter", cmd,
-                                     "--timeout", str(timeout_s), "--out", os.path.join(out_dir, "sweep")]))
-    if fuzz_seconds > 0:
-        runs.append(("attn-fuzz", [find_tool("attn-fuzz"), "--adapter", cmd, "--max-time", str(fuzz_seconds),
+    one = len(dtypes) == 1
+    for dt in dtypes if sweep else ():
+        runs.append(("attn-check", [find_tool("attn-check"), "--sweep", "--quiet", "--adapter", cmd, "--dtype", dt,
+                                     "--timeout", str(timeout_s),
+                                     "--out", os.path.join(out_dir, "sweep" if one else f"sweep-{dt}")]))
+    has_bwd = decl.get("backward") is not None or decl.get("autograd")
+    if sweep and has_bwd and "f32" in dtypes:  # backward cases are f32 (the tool's gradient oracle)
+        runs.append(("attn-check", [find_tool("attn-check"), "--sweep", "--quiet", "--adapter", cmd, "--pass", "bwd",
+                                     "--timeout", str(timeout_s), "--out", os.path.join(out_dir, "sweep-bwd")]))
+    for dt in dtypes if fuzz_seconds > 0 else ():
+        runs.append(("attn-fuzz", [find_tool("attn-fuzz"), "--adapter", cmd, "--dtype", dt,
+                                    "--max-time", str(max(1, round(fuzz_seconds / len(dtypes)))),
                                     "--workers", "1", "--max-seq", str(max_seq), "--max-d", str(max_d),
                                     "--timeout", str(timeout_s), "--progress", "1000",
-                                    "--out", os.path.join(out_dir, "fuzz")]))
+                                    "--out", os.path.join(out_dir, "fuzz" if one else f"fuzz-{dt}")]))
     for tool, args in runs:
         p = subprocess.run(list(args) + list(extra_args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)

@@ -24,6 +24,7 @@ struct AdapterKernel {
   uint32_t dtypes = 0, masks = 0;
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
+  bool backward = false;  // it takes backward runs ("backward": true)
 };
 
 // Opened by open_device() when DeviceOptions::adapter_command is set. Starting it runs the handshake and
@@ -63,6 +64,17 @@ class AdapterDevice final : public Device {
   void register_kernels();
   static std::vector<AdapterKernel> parse_kernels(const Json& list);
   static Json problem_json(const af_problem& p);
+  // One tensor of a reply: where its elements go (strided like the problem's buffers).
+  struct Expected {
+    const char* name;
+    int32_t dtype;
+    int64_t n[4];   // [n0, n1, n2, n3] as sent; the last stride is 1
+    int64_t st[3];  // element strides of n0, n1, n2 in dst
+    void* dst;
+  };
+  // Sends a run request (header tensors + payload pieces) and stores the reply's tensors; the launch verdict.
+  LaunchResult exchange(Json req, const std::vector<Piece>& payload, const std::vector<Expected>& want,
+                        Clock::time_point t0);
   Io send(const Json& header, const std::vector<Piece>& payload, Clock::time_point deadline);
   Io recv(Json& header, std::vector<unsigned char>& payload, Clock::time_point deadline,
           size_t max_payload = size_t{1} << 20);

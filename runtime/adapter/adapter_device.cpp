@@ -4,9 +4,12 @@
 // --adapter CMD starts CMD (through /bin/sh -c) as a persistent child. At start-up it declares its kernels
 // and what each supports; they join the registry as entries of the adapter backend (af_kernel tables
 // filled from the handshake, dispatched by name). Memory is host memory. A launch sends the in-bounds
-// elements of q, k, v (per the problem's strides, as contiguous [B, S, H, D]) and writes the O (and LSE)
-// it receives into the output buffers at the problem's strides. A child that crashes, hangs or breaks the
-// protocol costs one launch (crash / hang / launch-error) and is restarted for the next one.
+// elements of q, k, v (per the problem's strides, as contiguous [B, S, H, D], the stored elements of the
+// problem's dtype: f32, f16, bf16, fp8) and writes the O (and f32 LSE) it receives into the output buffers at
+// the problem's strides, still stored elements: the runner decodes them as for built-in kernels. A backward
+// launch (kernels that declared "backward") also sends O, LSE and dO and receives dQ, dK, dV. A child that
+// crashes, hangs or breaks the protocol costs one launch (crash / hang / launch-error) and is restarted for
+// the next one.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +27,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "attnfuzz/problem.h"
@@ -44,7 +48,7 @@ struct KernelSpec {
   std::string name, family, description;
   uint32_t dtypes = AF_SUPPORTS_F32, masks = AF_SUPPORTS_ALL_MASKS;
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
-  bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
+  bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false, backward = false;
 };
 std::mutex g_mu;
 std::deque<KernelSpec> g_specs;        // slot -> spec; stable addresses (af_kernel.name points here)
@@ -81,8 +85,23 @@ constexpr auto make_checks(std::index_sequence<I...>) {
 }
 const auto kChecks = make_checks(std::make_index_sequence<kMaxAdapterKernels>{});
 
-// Never called: the adapter device dispatches by kernel name (the registry wants a launch function).
+// Never called: the adapter device dispatches by kernel name (the registry wants a launch function). The
+// runner launches a backward pass through the table's launch_bwd, so its address tells the passes apart.
 int launch_elsewhere(const af_problem*, const af_buffers*, void*) { return -1; }
+int launch_bwd_elsewhere(const af_problem*, const af_buffers*, void*) { return -1; }
+
+// dtype names on the wire (PROTOCOL.md): f32, f16, bf16, fp8_e4m3, fp8_e5m2.
+std::string wire_dtype(int32_t dtype) {
+  std::string s = dtype_name(dtype);
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+std::optional<int32_t> parse_wire_dtype(std::string s) {
+  for (char& c : s)
+    if (c == '_') c = '-';
+  return parse_dtype(s);
+}
 
 uint32_t mask_bit(const std::string& m) {
   if (m == "none") return AF_SUPPORTS_MASK_NONE;
@@ -395,7 +414,7 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.description = k.value("description", std::string());
     a.dtypes = 0;
     for (const Json& d : k.value("dtypes", Json::array({"f32"}))) {
-      auto dt = parse_dtype(d.get<std::string>());
+      auto dt = parse_wire_dtype(d.get<std::string>());
       if (!dt) throw std::runtime_error("kernel " + a.name + ": unknown dtype " + d.dump());
       a.dtypes |= 1u << *dt;
     }
@@ -414,6 +433,7 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.lse = k.value("lse", false);
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
+    a.backward = k.value("backward", false);
     a.max_head_dim = k.value("max_head_dim", int64_t{0});
     a.max_head_dim_v = k.value("max_head_dim_v", int64_t{0});
     a.head_dim_multiple = std::max<int64_t>(1, k.value("head_dim_multiple", int64_t{1}));
@@ -432,8 +452,7 @@ void AdapterDevice::register_kernels() {
     s.name = a.name;
     s.family = "adapter/" + a.family;
     s.description = a.description;
-    // Until the low-precision issue lands, the tool's buffers hold fp32 only (case.h's Tensors).
-    s.dtypes = a.dtypes & AF_SUPPORTS_F32;
+    s.dtypes = a.dtypes;  // protocol 1 carries every dtype of the ABI
     s.masks = a.masks;
     s.max_head_dim = a.max_head_dim;
     s.max_head_dim_v = a.max_head_dim_v;
@@ -443,6 +462,7 @@ void AdapterDevice::register_kernels() {
     s.lse = a.lse;
     s.empty_keys = a.empty_keys;
     s.dynamic_check = a.dynamic_check;
+    s.backward = a.backward;
     auto it = g_slot.find(a.name);
     if (it != g_slot.end()) {  // re-opened in this process (a restart, a second device): same entry
       g_specs[it->second] = s;
@@ -464,6 +484,7 @@ void AdapterDevice::register_kernels() {
     k.needs_dv_eq_d = st.dv_ne_d ? 0 : 1;
     k.check_support = kChecks[g_specs.size() - 1];
     k.launch = launch_elsewhere;
+    k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
     fresh.push_back(k);
   }
   try {
@@ -483,13 +504,18 @@ Json AdapterDevice::problem_json(const af_problem& p) {
   j["head_dim"] = p.head_dim;
   j["head_dim_v"] = p.head_dim_v;
   j["scale"] = static_cast<double>(p.scale);  // exact: every float is a double
-  j["dtype"] = dtype_name(p.dtype);
+  j["dtype"] = wire_dtype(p.dtype);
   j["mask"] = mask_to_string(p);
   j["mask_kind"] = p.mask_kind == AF_MASK_NONE ? "none" : p.mask_kind == AF_MASK_CAUSAL ? "causal" : "window";
   j["mask_align"] = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? "bottom-right" : "top-left";
   j["window_left"] = window_left(p);  // after normalising causal / none; -1 = unbounded
   j["window_right"] = window_right(p);
   j["diagonal_offset"] = mask_offset(p);
+  // fp8: real q/k/v = stored * descale, stored O = fp8(O * o_scale); 1 for every other dtype. Exact as doubles.
+  j["q_descale"] = static_cast<double>(p.q_descale);
+  j["k_descale"] = static_cast<double>(p.k_descale);
+  j["v_descale"] = static_cast<double>(p.v_descale);
+  j["o_scale"] = static_cast<double>(p.o_scale);
   return j;
 }
 
@@ -515,9 +541,102 @@ std::string AdapterDevice::remote_check(const std::string& kernel, const af_prob
 
 // ---- launch ----------------------------------------------------------------------------------------
 
+namespace {
+// Bytes of one stored element of the dtypes protocol 1 carries (f32, f16, bf16, fp8); 0 = not carried.
+size_t carried_bytes(int32_t dtype) {
+  switch (dtype) {
+    case AF_DTYPE_F32: return 4;
+    case AF_DTYPE_F16:
+    case AF_DTYPE_BF16: return 2;
+    case AF_DTYPE_FP8_E4M3:
+    case AF_DTYPE_FP8_E5M2: return 1;
+    default: return 0;
+  }
+}
+// The in-bounds elements of a strided [n0, n1, n2, n3] tensor (last stride 1), as contiguous bytes.
+std::vector<unsigned char> gather(const void* base, size_t eb, const int64_t* st, int64_t n0, int64_t n1,
+                                  int64_t n2, int64_t n3) {
+  std::vector<unsigned char> out(static_cast<size_t>(n0 * n1 * n2 * n3) * eb);
+  const auto* src = static_cast<const unsigned char*>(base);
+  unsigned char* d = out.data();
+  const size_t row = static_cast<size_t>(n3) * eb;
+  for (int64_t a = 0; a < n0; ++a)
+    for (int64_t b = 0; b < n1; ++b)
+      for (int64_t c = 0; c < n2; ++c, d += row)
+        if (row) std::memcpy(d, src + static_cast<size_t>(a * st[0] + b * st[1] + c * st[2]) * eb, row);
+  return out;
+}
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+}  // namespace
+
 LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, const af_buffers& b) {
-  LaunchResult res;
   const auto t0 = Clock::now();
+  const bool backward = k.launch == launch_bwd_elsewhere;  // the runner hands us the kernel's launch_bwd
+  const size_t eb = carried_bytes(p.dtype);
+  if (!eb) {
+    LaunchResult res;
+    res.status = LaunchStatus::kLaunchError;
+    res.message = std::string("adapter backend: dtype ") + dtype_name(p.dtype) +
+                  " is not carried by protocol 1 (f32, f16, bf16, fp8-e4m3, fp8-e5m2)";
+    return res;
+  }
+  const int64_t B = p.batch, Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seq_q, Sk = p.seq_k, D = p.head_dim,
+                Dv = p.head_dim_v;
+  const std::string wire = wire_dtype(p.dtype);
+  auto desc = [&](const char* name, const std::string& dt, std::vector<int64_t> shape) {
+    return Json{{"name", name}, {"dtype", dt}, {"shape", shape}};
+  };
+  // q, k, v in the problem's dtype (the stored elements, bit for bit), as contiguous [B, S, H, D].
+  std::vector<std::vector<unsigned char>> blobs;
+  blobs.push_back(gather(b.q, eb, p.q_stride, B, Sq, Hq, D));
+  blobs.push_back(gather(b.k, eb, p.k_stride, B, Sk, Hk, D));
+  blobs.push_back(gather(b.v, eb, p.v_stride, B, Sk, Hk, Dv));
+  Json tensors = Json::array({desc("q", wire, {B, Sq, Hq, D}), desc("k", wire, {B, Sk, Hk, D}),
+                              desc("v", wire, {B, Sk, Hk, Dv})});
+  std::vector<Expected> want;
+  const bool want_lse = !backward && k.writes_lse && b.lse;
+  if (backward) {  // + the forward it is given (O in the dtype, LSE f32) and dO; dQ, dK, dV come back
+    const int64_t one[3] = {p.lse_stride[0], p.lse_stride[1], p.lse_stride[2]};
+    blobs.push_back(gather(b.o, eb, p.o_stride, B, Sq, Hq, Dv));
+    blobs.push_back(gather(b.lse, 4, one, B, Hq, Sq, 1));
+    blobs.push_back(gather(b.dout, eb, p.do_stride, B, Sq, Hq, Dv));
+    tensors.push_back(desc("o", wire, {B, Sq, Hq, Dv}));
+    tensors.push_back(desc("lse", "f32", {B, Hq, Sq}));
+    tensors.push_back(desc("do", wire, {B, Sq, Hq, Dv}));
+    want.push_back({"dq", p.dtype, {B, Sq, Hq, D}, {p.dq_stride[0], p.dq_stride[1], p.dq_stride[2]}, b.dq});
+    want.push_back({"dk", p.dtype, {B, Sk, Hk, D}, {p.dk_stride[0], p.dk_stride[1], p.dk_stride[2]}, b.dk});
+    want.push_back({"dv", p.dtype, {B, Sk, Hk, Dv}, {p.dv_stride[0], p.dv_stride[1], p.dv_stride[2]}, b.dv});
+  } else {
+    want.push_back({"o", p.dtype, {B, Sq, Hq, Dv}, {p.o_stride[0], p.o_stride[1], p.o_stride[2]}, b.o});
+    if (want_lse)
+      want.push_back({"lse", AF_DTYPE_F32, {B, Hq, Sq, 1}, {p.lse_stride[0], p.lse_stride[1], p.lse_stride[2]},
+                      b.lse});
+  }
+  Json req;
+  req["type"] = "run";
+  req["id"] = 0;  // exchange() numbers it
+  req["kernel"] = k.name;
+  req["pass"] = backward ? "bwd" : "fwd";
+  req["problem"] = problem_json(p);
+  req["want_lse"] = want_lse;
+  req["tensors"] = std::move(tensors);
+  size_t bytes = 0;
+  std::vector<Piece> pieces;
+  for (const auto& bl : blobs) {
+    pieces.push_back({bl.data(), bl.size()});
+    bytes += bl.size();
+  }
+  req["payload_bytes"] = bytes;
+  return exchange(std::move(req), pieces, want, t0);
+}
+
+LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload_out,
+                                     const std::vector<Expected>& want, Clock::time_point t0) {
+  LaunchResult res;
   auto done = [&](LaunchStatus st, std::string msg, bool restart) {
     if (restart) stop();
     res.status = st;
@@ -525,11 +644,6 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     res.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return res;
   };
-  if (p.dtype != AF_DTYPE_F32)
-    return done(
-        LaunchStatus::kLaunchError,
-        std::string("adapter backend: dtype ") + dtype_name(p.dtype) + " is not carried yet (fp32 only)",
-        false);
   if (pid_ <= 0) {
     if (std::string err = start(); !err.empty())
       return done(LaunchStatus::kLaunchError, "the adapter could not be restarted: " + err, true);
@@ -541,54 +655,18 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
       log_offset_ = st.st_size > (1 << 20) ? 0 : st.st_size;
     }
   }
-  const int64_t B = p.batch, Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seq_q, Sk = p.seq_k, D = p.head_dim,
-                Dv = p.head_dim_v;
-  // Gather the in-bounds input elements as contiguous [B, S, H, D].
-  std::vector<float> q(static_cast<size_t>(B * Sq * Hq * D)), kk(static_cast<size_t>(B * Sk * Hk * D)),
-      v(static_cast<size_t>(B * Sk * Hk * Dv));
-  const auto* qs = static_cast<const float*>(b.q);
-  const auto* ks = static_cast<const float*>(b.k);
-  const auto* vs = static_cast<const float*>(b.v);
-  size_t n = 0;
-  for (int64_t bi = 0; bi < B; ++bi)
-    for (int64_t s = 0; s < Sq; ++s)
-      for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t d = 0; d < D; ++d) q[n++] = qs[q_index(p, bi, s, h, d)];
-  n = 0;
-  for (int64_t bi = 0; bi < B; ++bi)
-    for (int64_t s = 0; s < Sk; ++s)
-      for (int64_t h = 0; h < Hk; ++h)
-        for (int64_t d = 0; d < D; ++d) kk[n++] = ks[k_index(p, bi, s, h, d)];
-  n = 0;
-  for (int64_t bi = 0; bi < B; ++bi)
-    for (int64_t s = 0; s < Sk; ++s)
-      for (int64_t h = 0; h < Hk; ++h)
-        for (int64_t d = 0; d < Dv; ++d) v[n++] = vs[v_index(p, bi, s, h, d)];
-  const bool want_lse = k.writes_lse && b.lse;
-  auto desc = [](const char* name, std::vector<int64_t> shape) {
-    return Json{{"name", name}, {"dtype", "f32"}, {"shape", shape}};
-  };
-  Json req;
-  req["type"] = "run";
   req["id"] = ++next_id_;
-  req["kernel"] = k.name;
-  req["problem"] = problem_json(p);
-  req["want_lse"] = want_lse;
-  req["tensors"] =
-      Json::array({desc("q", {B, Sq, Hq, D}), desc("k", {B, Sk, Hk, D}), desc("v", {B, Sk, Hk, Dv})});
-  req["payload_bytes"] = (q.size() + kk.size() + v.size()) * 4;
   const auto deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
   const std::string timeout_text =
       "no answer within " + std::to_string(opts_.timeout_s) + " s (the adapter was killed)";
-  if (Io r = send(req, {{q.data(), q.size() * 4}, {kk.data(), kk.size() * 4}, {v.data(), v.size() * 4}},
-                  deadline);
-      r != Io::kOk) {
+  if (Io r = send(req, payload_out, deadline); r != Io::kOk) {
     if (r == Io::kTimeout) return done(LaunchStatus::kHang, timeout_text, true);
     return done(LaunchStatus::kCrash, io_trouble(r), true);
   }
-  const size_t o_count = static_cast<size_t>(B * Sq * Hq * Dv), lse_count = static_cast<size_t>(B * Hq * Sq);
-  const size_t expect = (o_count + (want_lse ? lse_count : 0)) * 4;
+  // Room for 4-byte elements whatever the dtype, so a reply in the wrong dtype is named as such (below).
+  size_t expect = 0;
+  for (const Expected& w : want) expect += static_cast<size_t>(w.n[0] * w.n[1] * w.n[2] * w.n[3]) * 4;
   Json h;
   std::vector<unsigned char> payload;
   if (Io r = recv(h, payload, deadline, expect); r != Io::kOk) {
@@ -596,7 +674,7 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     if (r == Io::kBad) return done(LaunchStatus::kLaunchError, "adapter " + bad_, true);
     return done(LaunchStatus::kCrash, io_trouble(r), true);
   }
-  // The reply: a result with o (and lse), or an error the adapter caught (stream still in sync).
+  // The reply: a result with the wanted tensors, or an error the adapter caught (stream still in sync).
   std::string bad;
   const std::string type = h.value("type", std::string());
   try {
@@ -611,48 +689,37 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
       const Json& ts = h.at("tensors");
       if (!ts.is_array()) throw std::runtime_error("'tensors' is not an array");
       size_t off = 0;
-      bool got_o = false, got_lse = false;
+      std::vector<bool> got(want.size(), false);
       for (const Json& t : ts) {
         const std::string name = t.at("name").get<std::string>(), dt = t.at("dtype").get<std::string>();
         const std::vector<int64_t> shape = t.at("shape").get<std::vector<int64_t>>();
-        std::vector<int64_t> want;
-        if (name == "o")
-          want = {B, Sq, Hq, Dv};
-        else if (name == "lse" && want_lse)
-          want = {B, Hq, Sq};
-        else
-          throw std::runtime_error("unexpected tensor '" + name + "'");
-        if (dt != "f32") throw std::runtime_error("tensor " + name + " has dtype " + dt + ", expected f32");
-        if (shape != want) {
-          auto str = [](const std::vector<int64_t>& s) {
-            std::string r = "[";
-            for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-            return r + "]";
-          };
-          throw std::runtime_error("tensor " + name + " has shape " + str(shape) + ", expected " + str(want));
-        }
-        const size_t bytes = (name == "o" ? o_count : lse_count) * 4;
+        size_t i = 0;
+        while (i < want.size() && name != want[i].name) ++i;
+        if (i == want.size() || got[i]) throw std::runtime_error("unexpected tensor '" + name + "'");
+        const Expected& w = want[i];
+        std::vector<int64_t> ws(w.n, w.n + 4);
+        if (ws.back() == 1 && name == std::string("lse")) ws.pop_back();  // LSE travels as [B, Hq, Sq]
+        if (dt != wire_dtype(w.dtype))
+          throw std::runtime_error("tensor " + name + " has dtype " + dt + ", expected " + wire_dtype(w.dtype));
+        if (shape != ws)
+          throw std::runtime_error("tensor " + name + " has shape " + shape_text(shape) + ", expected " +
+                                   shape_text(ws));
+        const size_t eb = carried_bytes(w.dtype), row = static_cast<size_t>(w.n[3]) * eb;
+        const size_t bytes = static_cast<size_t>(w.n[0] * w.n[1] * w.n[2]) * row;
         if (off + bytes > payload.size()) throw std::runtime_error("payload shorter than its tensors");
-        const auto* src = reinterpret_cast<const float*>(payload.data() + off);  // malloc'd: aligned
-        if (name == "o") {
-          auto* o = static_cast<float*>(b.o);
-          size_t i = 0;
-          for (int64_t bi = 0; bi < B; ++bi)
-            for (int64_t s = 0; s < Sq; ++s)
-              for (int64_t hh = 0; hh < Hq; ++hh)
-                for (int64_t d = 0; d < Dv; ++d) o[o_index(p, bi, s, hh, d)] = src[i++];
-          got_o = true;
-        } else {
-          size_t i = 0;
-          for (int64_t bi = 0; bi < B; ++bi)
-            for (int64_t hh = 0; hh < Hq; ++hh)
-              for (int64_t s = 0; s < Sq; ++s) b.lse[lse_index(p, bi, hh, s)] = src[i++];
-          got_lse = true;
-        }
+        const unsigned char* src = payload.data() + off;
+        auto* dst = static_cast<unsigned char*>(w.dst);
+        for (int64_t a = 0; a < w.n[0]; ++a)
+          for (int64_t bb = 0; bb < w.n[1]; ++bb)
+            for (int64_t c = 0; c < w.n[2]; ++c, src += row)
+              if (row) std::memcpy(dst + static_cast<size_t>(a * w.st[0] + bb * w.st[1] + c * w.st[2]) * eb, src, row);
+        got[i] = true;
         off += bytes;
       }
-      if (!got_o) throw std::runtime_error("no tensor 'o'");
-      if (want_lse && !got_lse) throw std::runtime_error("no tensor 'lse' (the kernel declared lse)");
+      for (size_t i = 0; i < want.size(); ++i)
+        if (!got[i])
+          throw std::runtime_error(std::string("no tensor '") + want[i].name + "'" +
+                                   (want[i].name == std::string("lse") ? " (the kernel declared lse)" : ""));
       if (off != payload.size()) throw std::runtime_error("payload_bytes does not match the tensors");
     }
   } catch (const std::exception& e) {

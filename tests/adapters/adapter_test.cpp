@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -67,8 +69,9 @@ std::string fresh(const std::string& name) {
 
 bool have_numpy() { return sh(py() + " -c 'import numpy'").code == 0; }
 
-// Failure classes recorded in a report.json.
-std::vector<std::string> classes_in(const std::string& out) {
+// String values of the given keys anywhere in a report.json (default: the failure classes).
+std::vector<std::string> classes_in(const std::string& out,
+                                    const std::vector<std::string>& keys = {"failure", "class"}) {
   std::ifstream f(fs::path(out) / "report.json");
   std::vector<std::string> v;
   if (!f) return v;
@@ -76,7 +79,7 @@ std::vector<std::string> classes_in(const std::string& out) {
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& x) {
     if (x.is_object()) {
       for (auto it = x.begin(); it != x.end(); ++it) {
-        if ((it.key() == "failure" || it.key() == "class") && it->is_string())
+        if (std::find(keys.begin(), keys.end(), it.key()) != keys.end() && it->is_string())
           v.push_back(it->get<std::string>());
         walk(*it);
       }
@@ -98,6 +101,90 @@ TEST(Adapter, NumpyReferencePassesTheSweep) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "all passed")) << r.out;
   EXPECT_TRUE(has(r.out, "numpy-ref")) << r.out;
+}
+
+// f16 / bf16 / fp8 travel as stored elements: the numpy reference (P and O rounded like a kernel in that dtype;
+// fp8 with descales) passes each dtype's sweep under the low-precision bound.
+TEST(Adapter, NumpyReferencePassesTheLowPrecisionSweeps) {
+  NEED_NUMPY();
+  for (const char* dt : {"f16", "bf16", "fp8-e4m3", "fp8-e5m2"}) {
+    const std::string out = fresh(std::string("sweep-") + dt);
+    Result r = check(numpy_adapter(), std::string("--sweep --quiet --dtype ") + dt, out);
+    EXPECT_EQ(r.code, 0) << dt << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "all passed")) << dt << "\n" << r.out;
+    const auto verdicts = classes_in(out, {"verdict"});  // checked, not refused as unsupported
+    EXPECT_GE(std::count(verdicts.begin(), verdicts.end(), std::string("pass")), 100) << dt << "\n" << r.out;
+  }
+}
+
+// An adapter that declares no dtypes (written for f32 only) is never sent an f16 case: unsupported, not a failure.
+TEST(Adapter, AnF32OnlyAdapterIsOfferedF32CasesOnly) {
+  NEED_NUMPY();
+  Result r = check(misbehaving("v1"), "--dtype f16 --sq 5 --sk 7 --d 8 --no-reports", fresh("v1-f16"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "dtype f16 not supported")) << r.out;
+  r = check(misbehaving("v1"), "--sq 5 --sk 7 --d 8 --no-reports", fresh("v1-f32"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "pass")) << r.out;
+  // O in another dtype than the problem's is a protocol error of that case.
+  r = check(misbehaving("f16-as-f32"), "--dtype f16 --sq 5 --sk 7 --d 8 --no-reports", fresh("f16-as-f32"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "tensor o has dtype f32, expected f16")) << r.out;
+}
+
+// A planted bug keeps its class in half precision (the bound is wider, the mask leak still stands out).
+TEST(Adapter, PlantedBugsAreFoundInLowPrecisionWithTheirClass) {
+  NEED_NUMPY();
+  const std::tuple<const char*, const char*, const char*, const char*> cases[] = {
+      {"mask-leak", "f16", "--sq 33 --sk 33 --d 16 --mask causal-br", "mask"},
+      {"mask-leak", "fp8-e4m3", "--sq 33 --sk 33 --d 16 --mask causal-br", "mask"},
+      {"empty-row-nan", "bf16", "--sq 9 --sk 4 --d 16 --mask causal-br", "empty-row"},
+  };
+  for (auto [bug, dt, shape, cls] : cases) {
+    const std::string out = fresh(std::string("planted-") + dt + "-" + bug);
+    Result r = check(numpy_adapter(std::string("--bug ") + bug), std::string(shape) + " --dtype " + dt, out);
+    EXPECT_EQ(r.code, 1) << bug << "\n" << r.out;
+    const auto got = classes_in(out);
+    EXPECT_NE(std::find(got.begin(), got.end(), std::string(cls)), got.end()) << bug << " " << dt << "\n" << r.out;
+    const auto dtypes = classes_in(out, {"dtype"});  // the report records the case's dtype
+    EXPECT_NE(std::find(dtypes.begin(), dtypes.end(), std::string(dt)), dtypes.end()) << r.out;
+  }
+}
+
+// Backward through the adapter: the numpy reference's dQ, dK, dV pass the gradient oracle on the bwd sweep and in
+// fwd+bwd (its own O and LSE feed its backward); a backward that does not re-apply the mask is class mask.
+TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
+  NEED_NUMPY();
+  Result r = check(numpy_adapter(), "--sweep --quiet --pass bwd", fresh("sweep-bwd"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  r = check(numpy_adapter(), "--pass fwdbwd --sq 9 --sk 4 --d 16 --kv-heads 1 --heads 2 --mask causal-br",
+            fresh("fwdbwd"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string out = fresh("planted-bwd");
+  r = check(numpy_adapter("--bug bwd-mask-leak"), "--pass bwd --sq 33 --sk 33 --d 16 --mask causal-tl", out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto got = classes_in(out);
+  EXPECT_NE(std::find(got.begin(), got.end(), std::string("mask")), got.end()) << r.out;
+  EXPECT_TRUE(has(r.out, "--pass bwd") || has(r.out, "bwd")) << r.out;
+  // The callable adapter serves a user's backward function next to the forward one (and bf16 forward arrays).
+  const std::string callable = "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + std::string(SOURCE_DIR) + "/python:" +
+                               SOURCE_DIR + "/tests/adapters " + PYTHON +
+                               " -m attnfuzz.adapters.callable callable_backward:attention_fwd --dtypes f32,bf16"
+                               " --backward callable_backward:attention_bwd";
+  r = check(callable, "--pass bwd --sq 9 --sk 12 --d 16 --heads 2 --kv-heads 1 --mask causal-br --no-reports",
+            fresh("callable-bwd"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "1 check(s) in")) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  EXPECT_FALSE(has(r.out, "launch_bwd")) << r.out;  // checked, not refused as forward-only
+  r = check(callable, "--dtype bf16 --sq 9 --sk 12 --d 16 --mask causal-br --no-reports", fresh("callable-bf16"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(has(r.out, "not supported")) << r.out;  // ran in bf16, not refused
+  // A kernel without a backward declaration does not claim backward cases.
+  r = check(numpy_adapter("--no-backward"), "--pass bwd --sq 5 --sk 7 --d 8 --no-reports", fresh("no-bwd"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "launch_bwd")) << r.out;
 }
 
 TEST(Adapter, ListShowsTheDeclaredKernels) {
@@ -241,10 +328,11 @@ TEST(Adapter, PytestEntryPointPassesACorrectKernelAndFailsAPlantedOne) {
   if (sh(py() + " -c 'import pytest'").code != 0) GTEST_SKIP() << "python3-pytest is not installed";
   const std::string pytest = "cd " + std::string(SOURCE_DIR) + " && ATTNFUZZ_BIN=" + bin_dir() + " " + py() +
                              " -m pytest -q -p no:cacheprovider ";
-  const std::string fuzz = std::string(ATTN_FUZZ).empty() ? " --attnfuzz-fuzz-seconds 0" : "";
+  // The example asks for a 20 s campaign; 8 s here keep the test short (the campaign still runs).
+  const std::string fuzz = std::string(ATTN_FUZZ).empty() ? " --attnfuzz-fuzz-seconds 0" : " --attnfuzz-fuzz-seconds 8";
   Result ok = sh(pytest + "examples/pytest --basetemp " + fresh("pytest") + fuzz);
   EXPECT_EQ(ok.code, 0) << ok.out;
-  EXPECT_TRUE(has(ok.out, "1 passed")) << ok.out;
+  EXPECT_TRUE(has(ok.out, "2 passed")) << ok.out;  // f32 sweep + fuzz, and the f16 sweep
   Result bad =
       sh(pytest + "tests/adapters/pytest_planted/planted_leaky.py --basetemp " + fresh("pytest-planted"));
   EXPECT_EQ(bad.code, 1) << bad.out;

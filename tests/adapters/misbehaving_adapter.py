@@ -2,7 +2,9 @@
 
     python3 misbehaving_adapter.py MODE      MODE: crash-on-run, segv-on-run, exit-on-run, hang-on-run,
         bad-json, bad-shape, bad-dtype, truncated, wrong-id, huge-header, stdout-print, raise, no-hello,
-        bad-hello, flaky (crashes on every 3rd run and computes correctly otherwise)
+        bad-hello, flaky (crashes on every 3rd run and computes correctly otherwise), v1 (a correct kernel
+        declared as before f16 / bf16 / backward existed: no dtypes, no backward), f16-as-f32 (declares f16,
+        answers O in f32)
 The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
 """
 
@@ -35,8 +37,10 @@ def main():
             if MODE == "bad-hello":
                 A.write_message(out, {"type": "hello", "protocol": 99, "kernels": []})
                 continue
-            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving",
-                                  "kernels": [{"name": "bad-" + MODE, "lse": False}]})
+            decl = {"name": "bad-" + MODE, "lse": False}
+            if MODE == "f16-as-f32":
+                decl["dtypes"] = ["f16"]
+            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": [decl]})
             continue
         if h["type"] != "run":
             return
@@ -45,10 +49,12 @@ def main():
         p = A.Problem(h["problem"])
         o, _ = attention(ts["q"], ts["k"], ts["v"], p)
         good = {"type": "result", "id": h["id"], "tensors": [A.tensor_desc("o", o)]}
-        if MODE == "flaky":
-            if runs % 3 == 0:
+        if MODE == "flaky" or MODE == "v1":
+            if MODE == "flaky" and runs % 3 == 0:
                 os._exit(3)
             A.write_message(out, good, [o])
+        elif MODE == "f16-as-f32":  # values of f16, sent as f32 elements
+            A.write_message(out, dict(good, tensors=[A.tensor_desc("o", o, "f32")]), [o])
         elif MODE == "crash-on-run":
             raise SystemExit(5)
         elif MODE == "segv-on-run":

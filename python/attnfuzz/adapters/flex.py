@@ -3,7 +3,9 @@
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.flex' --timeout 120 --max-time 300
 
 --no-compile runs flex_attention eagerly (a slow reference path); compiled, every new shape compiles
-(seconds), hence the larger --timeout. LSE comes from return_lse=True.
+(seconds), hence the larger --timeout. LSE comes from return_lse=True. The kernel declares the dtypes of
+--dtypes (default f32,f16,bf16) and runs each case in its dtype; --backward also declares the backward pass
+(torch.autograd through flex_attention).
 """
 
 import argparse
@@ -16,13 +18,14 @@ from attnfuzz.adapter import Kernel, serve
 from attnfuzz.adapters import _torch_common as T
 
 
-def make(device, dtype, compiled):
+def make(device, dtypes, compiled, backward):
     torch._dynamo.config.cache_size_limit = 256  # fuzzing visits many shapes
     fa = torch.compile(flex_attention) if compiled else flex_attention
     refused = {}
 
-    def call(q, k, v, p):
-        Q, K, V = (T.to_device(x, device, dtype) for x in (q, k, v))
+    def flex(Qs, Ks, Vs, p):
+        """torch [B, S, H, D] in, (O [B, Sq, Hq, Dv], LSE [B, Hq, Sq]) out (autograd-able)."""
+        Q, K, V = (x.transpose(1, 2) for x in (Qs, Ks, Vs))
         # Captured tensors, not Python ints: one compiled mask_mod serves every window.
         off, left, right = (torch.tensor(x, device=device) for x in
                             (p.diagonal_offset, p.window_left, p.window_right))
@@ -35,23 +38,34 @@ def make(device, dtype, compiled):
         if p.mask_kind != "none":
             bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
         o, lse = fa(Q, K, V, block_mask=bm, scale=p.scale, enable_gqa=p.heads_q != p.heads_kv, return_lse=True)
-        return T.from_device(o), lse.to(torch.float32).cpu().numpy()
+        return o.transpose(1, 2), lse
 
-    def run(q, k, v, p):
-        try:
-            return call(q, k, v, p)
-        except RuntimeError as e:
-            T.fatal_cuda_error(e)
-            raise
+    def call(q, k, v, p):
+        o, lse = flex(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p)
+        return T.from_torch(o), T.from_torch(lse)
+
+    grad = T.torch_backward(flex, device)
+
+    def guarded(fn):
+        def g(*a):
+            try:
+                return fn(*a)
+            except RuntimeError as e:
+                T.fatal_cuda_error(e)
+                raise
+        return g
 
     def supports(p):
         # flex refuses some shapes (head dims, lengths) by raising: probe each new shape once on zeros.
-        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask)
+        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype)
         if key not in refused:
             z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
             try:
-                call(z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
-                     z(p.seq_k, p.heads_kv, p.head_dim_v), p)
+                q, k, v = (z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
+                           z(p.seq_k, p.heads_kv, p.head_dim_v))
+                call(q, k, v, p)
+                if backward:
+                    grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
                 refused[key] = None
             except Exception as e:
                 T.fatal_cuda_error(e)
@@ -59,20 +73,26 @@ def make(device, dtype, compiled):
         return refused[key]
 
     # KV_LEN = 0 is not a flex configuration (empty_keys=False).
-    return Kernel("flex" + ("" if compiled else "-eager"), run, family="torch-flex",
-                  description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}), "
-                              f"{dtype} on {device}",
-                  dtypes=[dtype], lse=True, empty_keys=False, supports=supports)
+    return Kernel("flex" + ("" if compiled else "-eager"), guarded(call), family="torch-flex",
+                  description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}) "
+                              f"on {device}",
+                  dtypes=dtypes, lse=True, empty_keys=False, supports=supports,
+                  backward=guarded(grad) if backward else None)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="f32", choices=list(T.DTYPES))
+    ap.add_argument("--dtypes", default="f32,f16,bf16", help="declared dtypes, comma-separated: " + ",".join(T.DTYPES))
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--backward", action="store_true", help="also declare the backward pass (torch.autograd)")
     a = ap.parse_args(argv)
+    dtypes = [d for d in a.dtypes.split(",") if d]
+    for d in dtypes:
+        if d not in T.DTYPES:
+            ap.error(f"unknown dtype {d!r} (" + ",".join(T.DTYPES) + ")")
     torch.backends.cuda.matmul.allow_tf32 = False
-    serve([make(a.device, a.dtype, not a.no_compile)], name="flex")
+    serve([make(a.device, dtypes, not a.no_compile, a.backward)], name="flex")
 
 
 if __name__ == "__main__":

@@ -1,30 +1,41 @@
-"""The numpy reference adapter (fp32), and its planted-bug variants for the tool's own tests.
+"""The numpy reference adapter (f32, f16, bf16, fp8; forward and backward), and its planted-bug variants for the
+tool's own tests.
 
     attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
+    attn-check --sweep --dtype bf16 --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
+    attn-check --sweep --pass bwd --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
     attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug mask-leak'
 """
 
 import argparse
 
 from attnfuzz.adapter import Kernel, serve
-from attnfuzz.reference import attention
+from attnfuzz.reference import attention, attention_backward
 
-BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error")
+BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bug", choices=BUGS, help="serve a planted-bug variant instead (kernel numpy-<bug>)")
     ap.add_argument("--no-lse", action="store_true", help="declare no LSE output")
+    ap.add_argument("--dtypes", default="f32,f16,bf16,fp8_e4m3,fp8_e5m2",
+                    help="declared dtypes, comma-separated (f32, f16, bf16, fp8_e4m3, fp8_e5m2)")
+    ap.add_argument("--no-backward", action="store_true", help="declare no backward (a forward-only kernel)")
     a = ap.parse_args(argv)
     bug = a.bug
 
     def run(q, k, v, p):
-        return attention(q, k, v, p, bug=bug)
+        return attention(q, k, v, p, bug=None if bug == "bwd-mask-leak" else bug)
+
+    def backward(q, k, v, o, lse, do, p):
+        return attention_backward(q, k, v, do, p, o=o, lse=lse, bug=bug if bug == "bwd-mask-leak" else None)
 
     name = "numpy-" + bug if bug else "numpy-ref"
     desc = f"numpy reference with planted bug {bug}" if bug else "numpy reference (float64 inside)"
-    serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse)], name="numpy_ref")
+    serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
+                  dtypes=[d for d in a.dtypes.split(",") if d],
+                  backward=None if a.no_backward else backward)], name="numpy_ref")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ Backends (torch.nn.attention.sdpa_kernel): math, efficient, cudnn, flash. Routes
   bool-mask     an explicit boolean attn_mask (True = visible), every mask kind
   float-mask    an additive float attn_mask (0 visible, -inf masked), every mask kind
 A configuration the backend refuses ("No available kernel") is reported as unsupported through the
-protocol's check message, not as a failure. GQA uses enable_gqa=True.
+protocol's check message, not as a failure. GQA uses enable_gqa=True. Every kernel declares the dtypes of
+--dtypes (default f32,f16,bf16) and runs each case in its dtype (attn-fuzz --dtype f16: flash and cudnn
+refuse f32). --backward also declares the backward pass (dQ, dK, dV through torch.autograd of the same SDPA
+call; attn-check/attn-fuzz --pass bwd); then a configuration is supported only if forward and backward run.
 """
 
 import argparse
@@ -26,12 +29,13 @@ ROUTES = {"is-causal": ["none", "causal-tl"], "lower-right": ["causal-br"],
           "float-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"]}
 
 
-def make(backend, route, device, dtype):
+def make(backend, route, device, dtypes, backward):
     be = BACKENDS[backend]
     refused = {}
 
-    def call(q, k, v, p):
-        Q, K, V = (T.to_device(x, device, dtype) for x in (q, k, v))
+    def sdpa(Qs, Ks, Vs, p):
+        """torch [B, S, H, D] in, O [B, Sq, Hq, Dv] out (autograd-able)."""
+        Q, K, V = (x.transpose(1, 2) for x in (Qs, Ks, Vs))
         kw = {"scale": p.scale}
         if p.heads_q != p.heads_kv:
             kw["enable_gqa"] = True
@@ -47,23 +51,33 @@ def make(backend, route, device, dtype):
             kw["attn_mask"] = torch.zeros(m.shape, dtype=Q.dtype, device=device).masked_fill(~m, float("-inf"))
         with sdpa_kernel([be]):
             o = torch.nn.functional.scaled_dot_product_attention(Q, K, V, **kw)
-        return T.from_device(o)
+        return o.transpose(1, 2)
 
-    def run(q, k, v, p):
-        try:
-            return call(q, k, v, p)
-        except RuntimeError as e:
-            T.fatal_cuda_error(e)
-            raise
+    def call(q, k, v, p):
+        return T.from_torch(sdpa(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p))
+
+    grad = T.torch_backward(sdpa, device)
+
+    def guarded(fn):
+        def g(*a):
+            try:
+                return fn(*a)
+            except RuntimeError as e:
+                T.fatal_cuda_error(e)
+                raise
+        return g
 
     def supports(p):
-        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask)
+        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype)
         if key not in refused:
             import numpy as np
             z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
             try:
-                call(z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
-                     z(p.seq_k, p.heads_kv, p.head_dim_v), p)
+                q, k, v = (z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
+                           z(p.seq_k, p.heads_kv, p.head_dim_v))
+                call(q, k, v, p)
+                if backward:
+                    grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
                 refused[key] = None
             except RuntimeError as e:
                 T.fatal_cuda_error(e)
@@ -73,9 +87,10 @@ def make(backend, route, device, dtype):
                 refused[key] = f"sdpa {backend}/{route} refuses it: {type(e).__name__}: {str(e)[:200]}"
         return refused[key]
 
-    return Kernel(f"sdpa-{backend}-{route}", run, family="torch-sdpa",
-                  description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, {dtype} on {device}",
-                  dtypes=[dtype], masks=ROUTES[route], supports=supports)
+    return Kernel(f"sdpa-{backend}-{route}", guarded(call), family="torch-sdpa",
+                  description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, on {device}",
+                  dtypes=dtypes, masks=ROUTES[route], supports=supports,
+                  backward=guarded(grad) if backward else None)
 
 
 def main(argv=None):
@@ -83,11 +98,17 @@ def main(argv=None):
     ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: " + ",".join(BACKENDS))
     ap.add_argument("--routes", default=",".join(ROUTES), help="comma-separated: " + ",".join(ROUTES))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="f32", choices=list(T.DTYPES), help="(f16/bf16 once the tool carries them)")
+    ap.add_argument("--dtypes", default="f32,f16,bf16", help="declared dtypes, comma-separated: " + ",".join(T.DTYPES))
+    ap.add_argument("--backward", action="store_true", help="also declare the backward pass (torch.autograd)")
     a = ap.parse_args(argv)
+    dtypes = [d for d in a.dtypes.split(",") if d]
+    for d in dtypes:
+        if d not in T.DTYPES:
+            ap.error(f"unknown dtype {d!r} (" + ",".join(T.DTYPES) + ")")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 (math backend matmuls)
     torch.backends.cudnn.allow_tf32 = False
-    kernels = [make(b, r, a.device, a.dtype) for b in a.backends.split(",") if b for r in a.routes.split(",") if r]
+    kernels = [make(b, r, a.device, dtypes, a.backward)
+               for b in a.backends.split(",") if b for r in a.routes.split(",") if r]
     serve(kernels, name="torch_sdpa")
 
 

@@ -206,6 +206,61 @@ std::vector<Failure> read_failures(const fs::path& dir, std::vector<Skipped>* sk
   return out;
 }
 
+// Processes other than this one that have `lock` open (a campaign's processes inherit its descriptor).
+std::vector<pid_t> lock_holders(const fs::path& lock) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  const fs::path want = fs::weakly_canonical(lock, ec);
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == ::getpid()) continue;
+    std::error_code fec;
+    for (const auto& fd : fs::directory_iterator(e.path() / "fd", fec)) {
+      std::error_code lec;
+      if (fs::read_symlink(fd.path(), lec) == want) {
+        pids.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return pids;
+}
+
+// Locks OUT for this campaign. When the attn-fuzz that holds the lock is gone (killed, even by SIGKILL), its
+// processes are being ended (PR_SET_PDEATHSIG, the lifeline) but hold the inherited descriptor until the
+// kernel has torn down their memory, which takes a while under load: wait for them, up to kOrphanWaitS, so
+// that a resume right after a kill works, and never share OUT with a process that is still running.
+constexpr double kOrphanWaitS = 10;
+bool lock_out(int lock_fd, const fs::path& out, const fs::path& lock_path) {
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return true;
+  char holder[32] = {0};
+  (void)!::pread(lock_fd, holder, sizeof holder - 1, 0);
+  for (char& c : holder)
+    if (c == '\n') c = 0;
+  const pid_t owner = static_cast<pid_t>(std::atol(holder));
+  std::vector<pid_t> holders = lock_holders(lock_path);
+  const bool owner_alive = owner > 0 && std::find(holders.begin(), holders.end(), owner) != holders.end();
+  if (!owner_alive) {
+    std::fprintf(stderr,
+                 "attn-fuzz: the campaign that used %s (attn-fuzz pid %s) is gone; waiting up to %.0f s for its "
+                 "%zu remaining process(es) to end\n",
+                 out.c_str(), *holder ? holder : "?", kOrphanWaitS, holders.size());
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(kOrphanWaitS);
+    while (std::chrono::steady_clock::now() < end) {
+      if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    holders = lock_holders(lock_path);
+  }
+  std::string pids;
+  for (size_t i = 0; i < holders.size() && i < 8; ++i) pids += (i ? " " : "") + std::to_string(holders[i]);
+  std::fprintf(stderr,
+               "attn-fuzz: %s is in use by another campaign (attn-fuzz pid %s, or its worker processes%s%s): "
+               "wait for it to end or use another --out\n",
+               out.c_str(), *holder ? holder : "?", pids.empty() ? "" : ": pids ", pids.c_str());
+  return false;
+}
+
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
             const fs::path& log) {
   const pid_t parent = ::getpid();
@@ -248,16 +303,7 @@ int run_campaign(const CampaignOptions& o) {
     std::fprintf(stderr, "attn-fuzz: cannot open %s: %s\n", lock_path.c_str(), std::strerror(errno));
     return 2;
   }
-  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    char holder[32] = {0};
-    (void)!::pread(lock_fd, holder, sizeof holder - 1, 0);
-    for (char& c : holder)
-      if (c == '\n') c = 0;
-    std::fprintf(
-        stderr,
-        "attn-fuzz: %s is in use by another campaign (attn-fuzz pid %s, or its worker processes): wait "
-        "for it to end or use another --out\n",
-        out.c_str(), *holder ? holder : "?");
+  if (!lock_out(lock_fd, out, lock_path)) {
     ::close(lock_fd);
     return 2;
   }

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "attnfuzz/report.h"
 #if __has_include("check/classify.h")
+#include "check/guarded.h"
 #include "check/classify.h"  // the class detectors (issue 5), used when present in the tree
 #define ATTNFUZZ_HAVE_CLASSIFY 1
 #endif
@@ -232,7 +234,7 @@ const Case* g_current = nullptr;
 // worker process (work/deaths.txt "crash <kernel>", and work/isolate.txt so no worker runs it in-process
 // again), then goes on to libFuzzer's handler (which saves the input as a crash artifact).
 const char* volatile g_in_process_kernel = nullptr;
-char g_deaths_path[4096], g_isolate_path[4096];
+char g_deaths_path[4096], g_isolate_path[4096], g_faults_path[4096];
 struct sigaction g_previous[NSIG];
 
 void write_line_raw(const char* path, const char* a, const char* b) {  // async-signal-safe
@@ -246,9 +248,53 @@ void write_line_raw(const char* path, const char* a, const char* b) {  // async-
   ::close(fd);
 }
 
+// An in-process fault in the guard pages of a buffer: work/faults.txt gets
+// "<kernel>\t<access: 1 read, 2 write, 0 unknown>\t<buffer>\t<byte offset>\t<where>", so that the campaign
+// names the dead worker's artifact oob-write / oob-read like an isolated launch would (fuzz/campaign.cpp).
+void record_guard_fault(const char* kernel, int sig, siginfo_t* si, void* ctx) {
+  if ((sig != SIGSEGV && sig != SIGBUS) || !si || si->si_code <= 0) return;  // not a fault of an access
+  char where[200], buffer[32], line[600];
+  int64_t offset = 0;
+  if (!describe_guard_fault(reinterpret_cast<uintptr_t>(si->si_addr), where, sizeof where, buffer, sizeof buffer,
+                            &offset))
+    return;
+  int access = 0;
+#if defined(__x86_64__)
+  access = (static_cast<const ucontext_t*>(ctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 2 : 1;
+#else
+  (void)ctx;
+#endif
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    for (; *s && n + 1 < sizeof line; ++s) line[n++] = *s;
+  };
+  char num[24], digits[24];
+  auto put_num = [&](int64_t v) {
+    size_t d = 0, w = 0;
+    uint64_t u = v < 0 ? static_cast<uint64_t>(-v) : static_cast<uint64_t>(v);
+    do digits[d++] = static_cast<char>('0' + u % 10); while ((u /= 10) && d < sizeof digits);
+    if (v < 0) num[w++] = '-';
+    while (d) num[w++] = digits[--d];
+    num[w] = 0;
+    put(num);
+  };
+  put(kernel);
+  put("\t");
+  put_num(access);
+  put("\t");
+  put(buffer);
+  put("\t");
+  put_num(offset);
+  put("\t");
+  put(where);
+  line[n] = 0;
+  write_line_raw(g_faults_path, line, "");
+}
+
 void crash_hook(int sig, siginfo_t* si, void* ctx) {
   if (const char* k = g_in_process_kernel) {
     g_in_process_kernel = nullptr;
+    record_guard_fault(k, sig, si, ctx);  // before the death line: the campaign reads them in that order
     write_line_raw(g_deaths_path, "crash ", k);
     write_line_raw(g_isolate_path, "", k);
   }
@@ -267,6 +313,7 @@ void install_crash_hook(const std::string& out) {
   const fs::path work = fs::path(out) / "work";
   std::snprintf(g_deaths_path, sizeof g_deaths_path, "%s", (work / "deaths.txt").c_str());
   std::snprintf(g_isolate_path, sizeof g_isolate_path, "%s", (work / "isolate.txt").c_str());
+  std::snprintf(g_faults_path, sizeof g_faults_path, "%s", (work / "faults.txt").c_str());
   for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) {
     struct sigaction sa {};
     sa.sa_sigaction = crash_hook;

@@ -342,7 +342,7 @@ int run_campaign(const CampaignOptions& o) {
     (void)!::pwrite(lock_fd, me.data(), me.size(), 0);
   }
   for (const fs::path& d : {inputs, artifacts, work / "stats", work / "dedup"}) fs::remove_all(d, ec);
-  for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt", "faults.txt"}) fs::remove(work / f, ec);
+  for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt", "faults.txt", "throttle.txt"}) fs::remove(work / f, ec);
   for (const fs::path& d : {out, work, inputs, artifacts, work / "stats", work / "dedup", failures, corpus}) {
     fs::create_directories(d, ec);
     if (ec) {

@@ -487,6 +487,9 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     for (const Evidence& e : r.evidence) dies |= e.detector == "guard-page";
     int& n = dying_in_row_[r.kernel];
     n = dies ? n + 1 : 0;
+    // Shared with every worker process of the campaign (work/throttle.txt): libFuzzer's fork mode replaces
+    // its jobs every few seconds to minutes, and a throttle each new job had to relearn throttled nothing.
+    if (n == kThrottleAfter) append_line((fs::path(cfg_.out) / "work" / "throttle.txt").string(), r.kernel);
   }
   if (r.verdict == Verdict::kFail) {
     // The detectors cost several launches: run them on the first two failures of each (kernel, first
@@ -532,6 +535,11 @@ void Worker::refresh_isolated() {
   if (const int64_t s = stamp(quar); s != quarantine_stamp_) {
     quarantine_stamp_ = s;
     quarantined_ = read_lines(quar.string());
+  }
+  // Kernels throttled by any worker process start throttled here (a check of theirs that passes here resets it).
+  if (const int64_t s = stamp(work / "throttle.txt"); s != throttle_stamp_) {
+    throttle_stamp_ = s;
+    for (const std::string& k : read_lines((work / "throttle.txt").string())) dying_in_row_.emplace(k, kThrottleAfter);
   }
 }
 

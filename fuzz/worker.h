@@ -130,7 +130,7 @@ class Worker {
   std::chrono::steady_clock::time_point last_stats_, last_isolate_check_;
   std::vector<std::string> isolated_;     // kernels launched in a forked child (isolate = auto)
   std::vector<std::string> quarantined_;  // kernels that hung once: not run any more
-  int64_t isolate_stamp_ = -1, quarantine_stamp_ = -1;
+  int64_t isolate_stamp_ = -1, quarantine_stamp_ = -1, throttle_stamp_ = -1;
   static constexpr int kThrottleAfter = 16;
   std::map<std::string, int> dying_in_row_;  // per kernel: checks in a row that crashed / faulted / leaked
   uint64_t throttle_tick_ = 0;

@@ -112,7 +112,7 @@ pid_t dead_pid() {
 // kill -9 of attn-fuzz, then a resume at once: the killed campaign's processes still hold OUT's lock while
 // the kernel tears them down (seen under load: Signals/KillResume/KILL refused the resume). A resume waits
 // for the processes of a campaign whose attn-fuzz is gone, then runs.
-TEST(LockOut, ResumeWaitsForTheEndingProcessesOfAKilledCampaign) {
+TEST(SignalsResumeLock, ResumeWaitsForTheEndingProcessesOfAKilledCampaign) {
   const fs::path out = fresh("lock-dying");
   const pid_t holder = hold_lock(out, dead_pid(), 3);
   ASSERT_GT(holder, 0);
@@ -125,7 +125,7 @@ TEST(LockOut, ResumeWaitsForTheEndingProcessesOfAKilledCampaign) {
 }
 
 // While the campaign's own attn-fuzz still holds the lock, a second campaign is refused at once, naming it.
-TEST(LockOut, LiveCampaignRefusedAtOnce) {
+TEST(SignalsResumeLock, LiveCampaignRefusedAtOnce) {
   const fs::path out = fresh("lock-live");
   const pid_t holder = hold_lock(out, 0, 30);
   ASSERT_GT(holder, 0);

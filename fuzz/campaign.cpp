@@ -35,7 +35,9 @@ namespace attnfuzz::fuzz {
 namespace {
 
 std::atomic<int> g_signal{0};
-constexpr double kStopGraceS = 1.5;  // from SIGINT to SIGKILL of the worker processes when stopping
+// From SIGINT to SIGKILL of the worker processes when stopping: long enough for libFuzzer's fork-mode process
+// to see its interrupted jobs and end by itself under load (1.5 s was too short with ctest -j 2 on 2 cores).
+constexpr double kStopGraceS = 3;
 constexpr int kRssLimitMb = 4096;     // libFuzzer's -rss_limit_mb of a worker process
 void on_signal(int sig) { g_signal = sig; }
 

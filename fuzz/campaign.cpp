@@ -38,6 +38,7 @@ std::atomic<int> g_signal{0};
 // From SIGINT to SIGKILL of the worker processes when stopping: long enough for libFuzzer's fork-mode process
 // to see its interrupted jobs and end by itself under load (1.5 s was too short with ctest -j 2 on 2 cores).
 constexpr double kStopGraceS = 3;
+constexpr double kStopLeadS = 1.5;  // the stop begins this long before --max-time (so ends by max-time + 1.5 s)
 constexpr int kRssLimitMb = 4096;     // libFuzzer's -rss_limit_mb of a worker process
 void on_signal(int sig) { g_signal = sig; }
 
@@ -664,7 +665,7 @@ int run_campaign(const CampaignOptions& o) {
   // Stopping: at --max-time (a little before, so the summary is written by then) or on SIGINT / SIGTERM /
   // SIGHUP, every process group gets SIGINT (libFuzzer's orderly exit), then SIGKILL after a short grace.
   const double stop_at =
-      o.max_time_s > 0 ? (o.max_time_s >= 10 ? o.max_time_s - kStopGraceS : o.max_time_s) : -1;
+      o.max_time_s > 0 ? (o.max_time_s >= 10 ? o.max_time_s - kStopLeadS : o.max_time_s) : -1;
   bool stopping = false;
   double kill_at = -1;
   auto all_quarantined = [&] {

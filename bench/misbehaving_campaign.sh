@@ -81,6 +81,20 @@ for name in ("plain", "bad"):
             print("named_%s=%s" % (k, ",".join(how) if how else "NO"))
             if not how:
                 print("FAIL: %s was not named" % k); ok = False
+# Informative, not a criterion: the pace over the second half of the run, from the progress lines (cases minus
+# failing checks: the built-in kernels fail none, the misbehaving ones fail every check), i.e. without the
+# start-up (libFuzzer's initial seed merge runs in one process, and a spinning kernel holds it for a timeout).
+import re
+late = {}
+for name in ("plain", "bad"):
+    pts = [(float(m.group(1)), int(m.group(2)) - int(m.group(3))) for m in
+           re.finditer(r"attn-fuzz \[\s*(\d+)s\] cases (\d+) \(\d+/s\)\s+failing (\d+)", open(os.path.join(tmp, name + ".log")).read())]
+    pts = [p for p in pts if secs / 2 <= p[0] <= secs - 3]
+    if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
+        late[name] = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+        print("%s_healthy_cases_per_s_second_half=%.1f" % (name, late[name]))
+if len(late) == 2 and late["plain"]:
+    print("healthy_cases_per_s_ratio_second_half=%.3f" % (late["bad"] / late["plain"]))
 ratio = rate["bad"] / rate["plain"] if rate["plain"] else float("nan")
 print("healthy_cases_per_s_ratio=%.3f" % ratio)
 if not ratio >= 0.8:

@@ -565,6 +565,25 @@ int run_campaign(const CampaignOptions& o) {
       const std::string bytes = read_all(e.path());
       const FuzzInput in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), lim);
       const KernelEntry* k = kernel_for(in, kernels, read_lines((work / "quarantine.txt").string()));
+      // An in-process death: the worker's crash hook wrote which kernel ran this very input (work/faults.txt,
+      // linked by the input's hash), and where it faulted if that was in a buffer's guard pages. The kernel
+      // the input maps to now may differ (a kernel quarantined since then shifts the choice).
+      std::vector<std::string> fault;
+      if (name.rfind("crash-", 0) == 0) {
+        const std::vector<std::string> lines = read_lines_all(work / "faults.txt");
+        fault_taken.resize(lines.size(), false);
+        const std::string h = std::to_string(input_hash(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+        for (size_t i = 0; i < lines.size() && fault.empty(); ++i) {
+          std::vector<std::string> f;
+          std::stringstream ss(lines[i]);
+          for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
+          if (fault_taken[i] || f.size() != 6 || f[5] != h) continue;
+          fault_taken[i] = true;
+          fault = f;
+          for (const KernelEntry* c : kernels)
+            if (c->kernel.name == f[0]) k = c;
+        }
+      }
       const bool oom = name.rfind("oom-", 0) == 0;
       const std::string lf_why = timeout ? "libFuzzer -timeout (" + std::to_string(lf_timeout) + " s)"
                                          : "libFuzzer rss limit (-rss_limit_mb=" + std::to_string(kRssLimitMb) + ")";
@@ -587,26 +606,15 @@ int run_campaign(const CampaignOptions& o) {
       r.failure = timeout ? FailureClass::kHang : FailureClass::kCrash;
       r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") +
                  " on this input (libFuzzer " + name + ")";
-      // An in-process fault in a buffer's guard pages (the worker's crash hook wrote work/faults.txt before
-      // libFuzzer saved the artifact): named like an isolated launch names it, oob-write / oob-read.
-      if (name.rfind("crash-", 0) == 0) {
-        const std::vector<std::string> faults = read_lines_all(work / "faults.txt");
-        fault_taken.resize(faults.size(), false);
-        for (size_t i = 0; i < faults.size(); ++i) {
-          std::vector<std::string> f;
-          std::stringstream ss(faults[i]);
-          for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
-          if (fault_taken[i] || f.size() != 5 || f[0] != k->kernel.name) continue;
-          fault_taken[i] = true;
-          const int access = std::atoi(f[1].c_str());
-          r.failure = access == 1 ? FailureClass::kOobRead : access == 2 ? FailureClass::kOobWrite : FailureClass::kCrash;
-          r.reason = std::string("the kernel ") + (access == 1 ? "read" : access == 2 ? "wrote" : "accessed memory") +
-                     " " + f[4] + ", in the guard pages around it (the access faulted in-process and ended the " +
-                     "worker process; libFuzzer " + name + ")";
-          r.evidence.push_back({"guard-page", "buffer " + f[2] + " byte offset " + f[3] +
-                                                  (access == 1 ? ": read" : access == 2 ? ": write" : "")});
-          break;
-        }
+      // An in-process fault in a buffer's guard pages: named like an isolated launch names it.
+      if (!fault.empty() && std::atoi(fault[1].c_str()) >= 0) {
+        const int access = std::atoi(fault[1].c_str());
+        r.failure = access == 1 ? FailureClass::kOobRead : access == 2 ? FailureClass::kOobWrite : FailureClass::kCrash;
+        r.reason = std::string("the kernel ") + (access == 1 ? "read" : access == 2 ? "wrote" : "accessed memory") +
+                   " " + fault[4] + ", in the guard pages around it (the access faulted in-process and ended the " +
+                   "worker process; libFuzzer " + name + ")";
+        r.evidence.push_back({"guard-page", "buffer " + fault[2] + " byte offset " + fault[3] +
+                                                (access == 1 ? ": read" : access == 2 ? ": write" : "")});
       }
       r.evidence.push_back({"libfuzzer", (work / "artifacts" / name).string()});
       ++ended_by[timeout || oom ? lf_why + " in kernel " + k->kernel.name

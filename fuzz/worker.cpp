@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -248,32 +249,37 @@ void write_line_raw(const char* path, const char* a, const char* b) {  // async-
   ::close(fd);
 }
 
-// An in-process fault in the guard pages of a buffer: work/faults.txt gets
-// "<kernel>\t<access: 1 read, 2 write, 0 unknown>\t<buffer>\t<byte offset>\t<where>", so that the campaign
-// names the dead worker's artifact oob-write / oob-read like an isolated launch would (fuzz/campaign.cpp).
-void record_guard_fault(const char* kernel, int sig, siginfo_t* si, void* ctx) {
-  if ((sig != SIGSEGV && sig != SIGBUS) || !si || si->si_code <= 0) return;  // not a fault of an access
-  char where[200], buffer[32], line[600];
+// Every in-process death writes a line of work/faults.txt:
+// "<kernel>\t<access: 1 read, 2 write, 0 unknown, -1 not in a guard page>\t<buffer>\t<byte offset>\t<where>\t
+// <input hash>", so that the campaign blames the dead worker's artifact on the kernel that really ran it (the
+// input hash, input_hash() of the artifact's bytes, links them) and names a fault in a buffer's guard pages
+// oob-write / oob-read like an isolated launch would (fuzz/campaign.cpp).
+std::atomic<uint64_t> g_input_hash{0};
+
+void record_in_process_death(const char* kernel, int sig, siginfo_t* si, void* ctx) {
+  char where[200] = "-", buffer[32] = "-", line[600];
   int64_t offset = 0;
-  if (!describe_guard_fault(reinterpret_cast<uintptr_t>(si->si_addr), where, sizeof where, buffer, sizeof buffer,
-                            &offset))
-    return;
-  int access = 0;
+  int access = -1;
+  if ((sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0 &&  // a fault of an access, in guard pages
+      describe_guard_fault(reinterpret_cast<uintptr_t>(si->si_addr), where, sizeof where, buffer, sizeof buffer,
+                           &offset)) {
+    access = 0;
 #if defined(__x86_64__)
-  access = (static_cast<const ucontext_t*>(ctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 2 : 1;
+    access = (static_cast<const ucontext_t*>(ctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 2 : 1;
 #else
-  (void)ctx;
+    (void)ctx;
 #endif
+  }
   size_t n = 0;
   auto put = [&](const char* s) {
     for (; *s && n + 1 < sizeof line; ++s) line[n++] = *s;
   };
   char num[24], digits[24];
-  auto put_num = [&](int64_t v) {
+  auto put_num = [&](int64_t v, bool is_unsigned = false, uint64_t uv = 0) {
     size_t d = 0, w = 0;
-    uint64_t u = v < 0 ? static_cast<uint64_t>(-v) : static_cast<uint64_t>(v);
+    uint64_t u = is_unsigned ? uv : v < 0 ? static_cast<uint64_t>(-v) : static_cast<uint64_t>(v);
     do digits[d++] = static_cast<char>('0' + u % 10); while ((u /= 10) && d < sizeof digits);
-    if (v < 0) num[w++] = '-';
+    if (!is_unsigned && v < 0) num[w++] = '-';
     while (d) num[w++] = digits[--d];
     num[w] = 0;
     put(num);
@@ -287,6 +293,8 @@ void record_guard_fault(const char* kernel, int sig, siginfo_t* si, void* ctx) {
   put_num(offset);
   put("\t");
   put(where);
+  put("\t");
+  put_num(0, true, g_input_hash.load());
   line[n] = 0;
   write_line_raw(g_faults_path, line, "");
 }
@@ -294,7 +302,7 @@ void record_guard_fault(const char* kernel, int sig, siginfo_t* si, void* ctx) {
 void crash_hook(int sig, siginfo_t* si, void* ctx) {
   if (const char* k = g_in_process_kernel) {
     g_in_process_kernel = nullptr;
-    record_guard_fault(k, sig, si, ctx);  // before the death line: the campaign reads them in that order
+    record_in_process_death(k, sig, si, ctx);  // before the death line: the campaign reads them in that order
     write_line_raw(g_deaths_path, "crash ", k);
     write_line_raw(g_isolate_path, "", k);
   }
@@ -325,6 +333,14 @@ void install_crash_hook(const std::string& out) {
 }  // namespace
 
 void install_worker_crash_hook(const WorkerConfig& cfg) { install_crash_hook(cfg.out); }
+
+uint64_t input_hash(const uint8_t* data, size_t size) {  // FNV-1a 64
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  return h;
+}
+
+void note_current_input(const uint8_t* data, size_t size) { g_input_hash = input_hash(data, size); }
 
 // Runs on the device's watchdog thread while the worker's thread spins inside a kernel: quarantine the
 // kernel, save the hang, count it, and end the process (libFuzzer's fork mode starts another).

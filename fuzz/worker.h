@@ -87,6 +87,11 @@ void on_inprocess_hang(const char* kernel, double seconds);
 // kills the worker process in-process is recorded (work/deaths.txt, work/isolate.txt) before the artifact.
 void install_worker_crash_hook(const WorkerConfig& cfg);
 
+// The input a worker process is running, as the crash hook records it (work/faults.txt): a hash of its bytes
+// that the campaign computes again from libFuzzer's artifact of it.
+uint64_t input_hash(const uint8_t* data, size_t size);
+void note_current_input(const uint8_t* data, size_t size);
+
 // The environment variable naming the read end of attn-fuzz's lifeline pipe: when it reads end-of-file, the
 // campaign parent is gone, and every worker process of its group is killed.
 inline constexpr const char* kLifelineEnv = "ATTNFUZZ_LIFELINE_FD";

@@ -2,6 +2,8 @@
 #include "check/guarded.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -28,7 +30,84 @@ bool holds_pattern(const unsigned char* p, size_t n, uint32_t word) {
   if (n <= 4) return std::memcmp(p, &word, n) == 0;
   return std::memcmp(p, &word, 4) == 0 && std::memcmp(p, p + 4, n - 4) == 0;
 }
+// Live guarded buffers, readable from a signal handler: a slot is published by a release store of its
+// allocation start (0: free) after its other fields are written.
+struct FaultSlot {
+  std::atomic<uintptr_t> lo{0};
+  uintptr_t hi = 0, payload = 0;
+  size_t bytes = 0;
+  char name[24] = {0};
+};
+constexpr size_t kFaultSlots = 1024;
+FaultSlot g_fault_slots[kFaultSlots];
+
+void register_buffer(uintptr_t lo, uintptr_t hi, uintptr_t payload, size_t bytes, const std::string& name) {
+  for (FaultSlot& s : g_fault_slots) {
+    uintptr_t expected = 0;
+    // Claim with a marker value that no allocation starts at, fill, then publish.
+    if (s.lo.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      s.hi = hi;
+      s.payload = payload;
+      s.bytes = bytes;
+      std::snprintf(s.name, sizeof s.name, "%s", name.c_str());
+      s.lo.store(lo, std::memory_order_release);
+      return;
+    }
+  }  // more live buffers than slots: the extra ones are not named in an in-process fault
+}
+
+void unregister_buffer(uintptr_t lo) {
+  for (FaultSlot& s : g_fault_slots)
+    if (s.lo.load(std::memory_order_acquire) == lo) {
+      s.lo.store(0, std::memory_order_release);
+      return;
+    }
+}
+
+// Decimal digits of v at out (async-signal-safe); returns the count written.
+size_t put_u64(char* out, size_t room, uint64_t v) {
+  char d[24];
+  size_t n = 0;
+  do d[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) && n < sizeof d);
+  size_t w = 0;
+  for (; w < n && w < room; ++w) out[w] = d[n - 1 - w];
+  return w;
+}
+size_t put_str(char* out, size_t room, const char* s) {
+  size_t w = 0;
+  for (; s[w] && w < room; ++w) out[w] = s[w];
+  return w;
+}
+
 }  // namespace
+
+bool describe_guard_fault(uint64_t a, char* out, size_t out_size, char* buffer, size_t buffer_size,
+                          int64_t* offset) {
+  if (!out_size || !buffer_size) return false;
+  const FaultSlot* near = nullptr;
+  uint64_t best = 0;
+  for (const FaultSlot& s : g_fault_slots) {
+    const uintptr_t lo = s.lo.load(std::memory_order_acquire);
+    if (lo <= 1) continue;
+    const uint64_t d = a < lo ? lo - a : a >= s.hi ? a - s.hi + 1 : 0;
+    if (!near || d < best) near = &s, best = d;
+  }
+  if (!near || best > (uint64_t{1} << 30)) return false;
+  const int64_t off = static_cast<int64_t>(a - near->payload);
+  if (offset) *offset = off;
+  size_t n = 0, room = out_size - 1;
+  if (off < 0) {
+    n += put_u64(out + n, room - n, static_cast<uint64_t>(-off));
+    n += put_str(out + n, room - n, " bytes before the start of buffer ");
+  } else {
+    n += put_u64(out + n, room - n, static_cast<uint64_t>(off) - near->bytes);
+    n += put_str(out + n, room - n, " bytes past the end of buffer ");
+  }
+  n += put_str(out + n, room - n, near->name);
+  out[n] = 0;
+  buffer[put_str(buffer, buffer_size - 1, near->name)] = 0;
+  return true;
+}
 
 GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t guard_bytes, uint32_t poison)
     : dev_(dev), name_(std::move(name)), bytes_(bytes), guard_(round4(guard_bytes)), poison_(poison) {
@@ -40,9 +119,14 @@ GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t
   base_ = static_cast<char*>(dev_.alloc(total));
   payload_ = base_ + guard_;
   repoison(poison_);
+  register_buffer(reinterpret_cast<uintptr_t>(base_), reinterpret_cast<uintptr_t>(base_) + total,
+                  reinterpret_cast<uintptr_t>(payload_), bytes_, name_);
 }
 
-GuardedBuffer::~GuardedBuffer() { dev_.free(base_); }
+GuardedBuffer::~GuardedBuffer() {
+  unregister_buffer(reinterpret_cast<uintptr_t>(base_));
+  dev_.free(base_);
+}
 
 void GuardedBuffer::upload(const void* host) {
   if (bytes_) dev_.to_device(payload_, host, bytes_);

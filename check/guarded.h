@@ -58,4 +58,12 @@ class GuardedBuffer {
   mutable size_t changed_ = 0;
 };
 
+// For a fatal-signal handler (async-signal-safe: no allocation, no locks): when `address` lies within 1 GiB
+// of a live guarded buffer (the cpu device fences 256 MiB each side of every buffer, so a far out-of-bounds
+// access faults there), writes "<N> bytes past the end of buffer <name>" (or "before the start") into `out`,
+// the buffer's name into `buffer` and the byte offset from its payload's start into `offset`; returns true. Used when a kernel faults in-process, where no
+// launch outcome is left to name the buffer (the worker process dies; fuzz/worker.cpp).
+bool describe_guard_fault(uint64_t address, char* out, size_t out_size, char* buffer, size_t buffer_size,
+                          int64_t* offset);
+
 }  // namespace attnfuzz

@@ -35,7 +35,11 @@ namespace attnfuzz::fuzz {
 namespace {
 
 std::atomic<int> g_signal{0};
-constexpr double kStopGraceS = 1.5;  // from SIGINT to SIGKILL of the worker processes when stopping
+// From SIGINT to SIGKILL of the worker processes when stopping: long enough for libFuzzer's fork-mode process
+// to see its interrupted jobs and end by itself under load (1.5 s was too short with ctest -j 2 on 2 cores).
+constexpr double kStopGraceS = 3;
+constexpr double kStopLeadS = 1.5;  // the stop begins this long before --max-time (so ends by max-time + 1.5 s)
+constexpr int kRssLimitMb = 4096;     // libFuzzer's -rss_limit_mb of a worker process
 void on_signal(int sig) { g_signal = sig; }
 
 std::string hex16(uint64_t h) {
@@ -206,6 +210,89 @@ std::vector<Failure> read_failures(const fs::path& dir, std::vector<Skipped>* sk
   return out;
 }
 
+// The fuzzing jobs of a libFuzzer fork-mode process `master`: it runs each job through system(), i.e. under
+// a `sh -c` that does not exec, so the jobs are its grandchildren (or children that are not a shell).
+std::vector<pid_t> fork_jobs(pid_t master) {
+  std::map<pid_t, std::pair<pid_t, std::string>> group;  // pid -> (parent, command name), in master's group
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string st = read_all(e.path() / "stat");  // pid (comm) state ppid pgrp ...
+    const size_t open = st.find('('), close = st.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(st.substr(close + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp) || pgrp != master || state == 'Z') continue;
+    group[std::stoi(name)] = {static_cast<pid_t>(ppid), st.substr(open + 1, close - open - 1)};
+  }
+  std::vector<pid_t> jobs;
+  for (const auto& [pid, pc] : group) {
+    if (pid == master) continue;
+    const auto parent = group.find(pc.first);
+    if ((pc.first == master && pc.second != "sh") ||
+        (parent != group.end() && parent->second.first == master && parent->second.second == "sh"))
+      jobs.push_back(pid);
+  }
+  return jobs;
+}
+
+// Processes other than this one that have `lock` open (a campaign's processes inherit its descriptor).
+std::vector<pid_t> lock_holders(const fs::path& lock) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  const fs::path want = fs::weakly_canonical(lock, ec);
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == ::getpid()) continue;
+    std::error_code fec;
+    for (const auto& fd : fs::directory_iterator(e.path() / "fd", fec)) {
+      std::error_code lec;
+      if (fs::read_symlink(fd.path(), lec) == want) {
+        pids.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return pids;
+}
+
+// Locks OUT for this campaign. When the attn-fuzz that holds the lock is gone (killed, even by SIGKILL), its
+// processes are being ended (PR_SET_PDEATHSIG, the lifeline) but hold the inherited descriptor until the
+// kernel has torn down their memory, which takes a while under load: wait for them, up to kOrphanWaitS, so
+// that a resume right after a kill works, and never share OUT with a process that is still running.
+constexpr double kOrphanWaitS = 10;
+bool lock_out(int lock_fd, const fs::path& out, const fs::path& lock_path) {
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return true;
+  char holder[32] = {0};
+  (void)!::pread(lock_fd, holder, sizeof holder - 1, 0);
+  for (char& c : holder)
+    if (c == '\n') c = 0;
+  const pid_t owner = static_cast<pid_t>(std::atol(holder));
+  std::vector<pid_t> holders = lock_holders(lock_path);
+  const bool owner_alive = owner > 0 && std::find(holders.begin(), holders.end(), owner) != holders.end();
+  if (!owner_alive) {
+    std::fprintf(stderr,
+                 "attn-fuzz: the campaign that used %s (attn-fuzz pid %s) is gone; waiting up to %.0f s for its "
+                 "%zu remaining process(es) to end\n",
+                 out.c_str(), *holder ? holder : "?", kOrphanWaitS, holders.size());
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(kOrphanWaitS);
+    while (std::chrono::steady_clock::now() < end) {
+      if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    holders = lock_holders(lock_path);
+  }
+  std::string pids;
+  for (size_t i = 0; i < holders.size() && i < 8; ++i) pids += (i ? " " : "") + std::to_string(holders[i]);
+  std::fprintf(stderr,
+               "attn-fuzz: %s is in use by another campaign (attn-fuzz pid %s, or its worker processes%s%s): "
+               "wait for it to end or use another --out\n",
+               out.c_str(), *holder ? holder : "?", pids.empty() ? "" : ": pids ", pids.c_str());
+  return false;
+}
+
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
             const fs::path& log) {
   const pid_t parent = ::getpid();
@@ -248,16 +335,7 @@ int run_campaign(const CampaignOptions& o) {
     std::fprintf(stderr, "attn-fuzz: cannot open %s: %s\n", lock_path.c_str(), std::strerror(errno));
     return 2;
   }
-  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    char holder[32] = {0};
-    (void)!::pread(lock_fd, holder, sizeof holder - 1, 0);
-    for (char& c : holder)
-      if (c == '\n') c = 0;
-    std::fprintf(
-        stderr,
-        "attn-fuzz: %s is in use by another campaign (attn-fuzz pid %s, or its worker processes): wait "
-        "for it to end or use another --out\n",
-        out.c_str(), *holder ? holder : "?");
+  if (!lock_out(lock_fd, out, lock_path)) {
     ::close(lock_fd);
     return 2;
   }
@@ -267,7 +345,7 @@ int run_campaign(const CampaignOptions& o) {
     (void)!::pwrite(lock_fd, me.data(), me.size(), 0);
   }
   for (const fs::path& d : {inputs, artifacts, work / "stats", work / "dedup"}) fs::remove_all(d, ec);
-  for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt"}) fs::remove(work / f, ec);
+  for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt", "faults.txt", "throttle.txt"}) fs::remove(work / f, ec);
   for (const fs::path& d : {out, work, inputs, artifacts, work / "stats", work / "dedup", failures, corpus}) {
     fs::create_directories(d, ec);
     if (ec) {
@@ -416,7 +494,7 @@ int run_campaign(const CampaignOptions& o) {
                                   "-ignore_timeouts=1",
                                   "-ignore_ooms=1",
                                   "-timeout=" + std::to_string(lf_timeout),
-                                  "-rss_limit_mb=4096",
+                                  "-rss_limit_mb=" + std::to_string(kRssLimitMb),
                                   "-max_len=" + std::to_string(64 + 4 * lim.max_explicit + 256),
                                   "-len_control=0",
                                   "-print_final_stats=1",
@@ -474,6 +552,8 @@ int run_campaign(const CampaignOptions& o) {
   // Each becomes a crash or hang failure like any other, and its kernel is launched isolated from then on.
   std::set<std::string> artifacts_seen, isolated;
   int64_t artifact_crashes = 0, artifact_hangs = 0;  // worker processes that died, as libFuzzer saved them
+  std::vector<bool> fault_taken;  // lines of work/faults.txt already matched to an artifact
+  std::map<std::string, int64_t> ended_by;  // what ended worker processes, as the artifacts tell it
   auto scan_artifacts = [&]() {
     for (const auto& e : fs::directory_iterator(artifacts, ec)) {
       const std::string name = e.path().filename().string();
@@ -485,7 +565,32 @@ int run_campaign(const CampaignOptions& o) {
       const std::string bytes = read_all(e.path());
       const FuzzInput in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), lim);
       const KernelEntry* k = kernel_for(in, kernels, read_lines((work / "quarantine.txt").string()));
-      if (!k) continue;
+      // An in-process death: the worker's crash hook wrote which kernel ran this very input (work/faults.txt,
+      // linked by the input's hash), and where it faulted if that was in a buffer's guard pages. The kernel
+      // the input maps to now may differ (a kernel quarantined since then shifts the choice).
+      std::vector<std::string> fault;
+      if (name.rfind("crash-", 0) == 0) {
+        const std::vector<std::string> lines = read_lines_all(work / "faults.txt");
+        fault_taken.resize(lines.size(), false);
+        const std::string h = std::to_string(input_hash(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+        for (size_t i = 0; i < lines.size() && fault.empty(); ++i) {
+          std::vector<std::string> f;
+          std::stringstream ss(lines[i]);
+          for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
+          if (fault_taken[i] || f.size() != 6 || f[5] != h) continue;
+          fault_taken[i] = true;
+          fault = f;
+          for (const KernelEntry* c : kernels)
+            if (c->kernel.name == f[0]) k = c;
+        }
+      }
+      const bool oom = name.rfind("oom-", 0) == 0;
+      const std::string lf_why = timeout ? "libFuzzer -timeout (" + std::to_string(lf_timeout) + " s)"
+                                         : "libFuzzer rss limit (-rss_limit_mb=" + std::to_string(kRssLimitMb) + ")";
+      if (!k) {
+        ++ended_by[(timeout || oom ? lf_why : std::string("crash")) + " on an input no selected kernel runs"];
+        continue;
+      }
       if (timeout) append_line((work / "quarantine.txt").string(), k->kernel.name);
       if (isolated.insert(k->kernel.name).second) {
         if (cfg.isolate == "auto") append_line((work / "isolate.txt").string(), k->kernel.name);
@@ -501,7 +606,20 @@ int run_campaign(const CampaignOptions& o) {
       r.failure = timeout ? FailureClass::kHang : FailureClass::kCrash;
       r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") +
                  " on this input (libFuzzer " + name + ")";
+      // An in-process fault in a buffer's guard pages: named like an isolated launch names it.
+      if (!fault.empty() && std::atoi(fault[1].c_str()) >= 0) {
+        const int access = std::atoi(fault[1].c_str());
+        r.failure = access == 1 ? FailureClass::kOobRead : access == 2 ? FailureClass::kOobWrite : FailureClass::kCrash;
+        r.reason = std::string("the kernel ") + (access == 1 ? "read" : access == 2 ? "wrote" : "accessed memory") +
+                   " " + fault[4] + ", in the guard pages around it (the access faulted in-process and ended the " +
+                   "worker process; libFuzzer " + name + ")";
+        r.evidence.push_back({"guard-page", "buffer " + fault[2] + " byte offset " + fault[3] +
+                                                (access == 1 ? ": read" : access == 2 ? ": write" : "")});
+      }
       r.evidence.push_back({"libfuzzer", (work / "artifacts" / name).string()});
+      ++ended_by[timeout || oom ? lf_why + " in kernel " + k->kernel.name
+                                : std::string(failure_class_name(r.failure)) + " in kernel " + k->kernel.name +
+                                      " (in-process)"];
       try {
         save_failure(cfg, in.the_case, r, {});
       } catch (const std::exception& err) {
@@ -517,7 +635,7 @@ int run_campaign(const CampaignOptions& o) {
   bool interrupted = false;
   // Worker processes that died: libFuzzer's counts, or the artifacts it saved if more (its counters lag),
   // plus the processes the hang watchdog ended (work/deaths.txt).
-  int64_t worker_crashes = 0, worker_hangs = 0;
+  int64_t worker_crashes = 0, worker_hangs = 0, lf_timeouts = 0;
   auto progress = [&](bool final) {
     const Aggregate a = read_stats(work / "stats");
     FuzzerLine lf;
@@ -536,6 +654,7 @@ int run_campaign(const CampaignOptions& o) {
     for (const std::string& l : read_lines((work / "deaths.txt").string()))
       watchdog_hangs += l.rfind("hang ", 0) == 0;
     worker_hangs = std::max(lf.timeouts, artifact_hangs) + watchdog_hangs;
+    lf_timeouts = lf.timeouts;
     lf.crashes = worker_crashes;
     lf.timeouts = worker_hangs;
     const double t = elapsed();
@@ -554,7 +673,7 @@ int run_campaign(const CampaignOptions& o) {
   // Stopping: at --max-time (a little before, so the summary is written by then) or on SIGINT / SIGTERM /
   // SIGHUP, every process group gets SIGINT (libFuzzer's orderly exit), then SIGKILL after a short grace.
   const double stop_at =
-      o.max_time_s > 0 ? (o.max_time_s >= 10 ? o.max_time_s - kStopGraceS : o.max_time_s) : -1;
+      o.max_time_s > 0 ? (o.max_time_s >= 10 ? o.max_time_s - kStopLeadS : o.max_time_s) : -1;
   bool stopping = false;
   double kill_at = -1;
   auto all_quarantined = [&] {
@@ -566,6 +685,15 @@ int run_campaign(const CampaignOptions& o) {
   auto signal_all = [&](int sig) {
     for (auto& m : masters)
       if (!m.done) ::kill(-m.pid, sig);
+  };
+  // The orderly stop: SIGINT to the jobs only. Each exits with libFuzzer's interrupt code, its master sees
+  // "a child was interrupted" and ends on its own (exit 72, its temporary directory removed). SIGINT to the
+  // whole group also killed the `sh -c` that system() runs each job under, and libFuzzer counted every job
+  // running at the stop as a crash (the "12 worker crashes" of a 16-worker soak, with no failure saved).
+  auto interrupt_jobs = [&] {
+    for (auto& m : masters)
+      if (!m.done)
+        for (pid_t j : fork_jobs(m.pid)) ::kill(j, SIGINT);
   };
   while (true) {
     bool all_done = true;
@@ -594,15 +722,16 @@ int run_campaign(const CampaignOptions& o) {
       std::printf("attn-fuzz: every selected kernel hung and is quarantined: nothing left to check, stopping\n");
       std::fflush(stdout);
       stopping = true;
-      signal_all(SIGINT);
+      interrupt_jobs();
       kill_at = elapsed() + kStopGraceS;
     }
     if (!stopping && (g_signal || (stop_at >= 0 && elapsed() >= stop_at))) {
       stopping = true;
-      signal_all(SIGINT);
+      interrupt_jobs();
       kill_at = elapsed() + kStopGraceS;
     }
     if (stopping && elapsed() >= kill_at) signal_all(SIGKILL);
+    else if (stopping) interrupt_jobs();  // also a job its master started while stopping
     if (!o.quiet && !stopping && elapsed() >= next_progress) {
       progress(false);
       sync_corpus();
@@ -634,6 +763,23 @@ int run_campaign(const CampaignOptions& o) {
   scan_artifacts();
   if (sync) sync->round();  // the last publish: everything this campaign found is in DIR
   const Aggregate a = progress(true);
+  // What ended each worker process that died: the artifacts (kernel and class), the hang watchdog, and what
+  // libFuzzer counted beyond them (a job that exited non-zero without an artifact, with its ERROR line).
+  std::map<std::string, int64_t> ended = ended_by;
+  for (const std::string& l : read_lines((work / "deaths.txt").string()))
+    if (l.rfind("hang ", 0) == 0) ++ended["hang in kernel " + l.substr(5) + " (the in-process hang watchdog)"];
+  if (const int64_t n = worker_crashes - artifact_crashes; n > 0) {
+    std::string err;
+    for (const auto& m : masters) {
+      std::ifstream f(m.log);
+      for (std::string l; err.empty() && std::getline(f, l);)
+        if (l.find("ERROR:") != std::string::npos) err = l;
+    }
+    ended["non-zero exit without an artifact" + (err.empty() ? std::string() : " (" + err + ")")] += n;
+  }
+  if (const int64_t n = lf_timeouts - artifact_hangs; n > 0) ended["libFuzzer -timeout without an artifact"] += n;
+  std::string ended_text;
+  for (const auto& [why, n] : ended) ended_text += (ended_text.empty() ? "" : "; ") + std::to_string(n) + " x " + why;
   const double wall = elapsed();
   const std::vector<ImportedFailure> imported = sync ? sync->imported_failures() : std::vector<ImportedFailure>{};
 
@@ -697,8 +843,8 @@ int run_campaign(const CampaignOptions& o) {
         (long long)in_corpus, per.empty() ? "" : " (", per.c_str(), per.empty() ? "" : ")",
         (long long)st.imported_inputs_run, imported.size(), (long long)st.rounds, st.seconds, st.cpu_seconds);
   }
-  std::printf("worker processes that died: %lld crash(es), %lld hang(s)\n", (long long)worker_crashes,
-              (long long)worker_hangs);
+  std::printf("worker processes that died: %lld crash(es), %lld hang(s)%s%s\n", (long long)worker_crashes,
+              (long long)worker_hangs, ended.empty() ? "" : ": ", ended_text.c_str());
   if (!quarantined.empty())
     std::printf("quarantined (hung once, not run again): %s\n", joined(quarantined).c_str());
   if (!isolated_now.empty())
@@ -722,6 +868,7 @@ int run_campaign(const CampaignOptions& o) {
     camp["interrupted"] = interrupted;
     camp["worker_crashes"] = worker_crashes;
     camp["worker_hangs"] = worker_hangs;
+    camp["worker_deaths"] = ended;  // what ended them: reason -> processes
     camp["quarantined"] = quarantined;
     camp["isolated"] = isolated_now;
     Json sk = Json::array();
@@ -773,8 +920,8 @@ int run_campaign(const CampaignOptions& o) {
        << (sync ? " found here, " + std::to_string(imported.size()) + " imported" : std::string())
        << (interrupted ? " (interrupted)" : "") << "\n"
        << "- semantic features covered: " << a.features << "; corpus: `" << corpus.string() << "`\n"
-       << "- worker processes that died: " << worker_crashes << " crash(es), " << worker_hangs
-       << " hang(s)\n";
+       << "- worker processes that died: " << worker_crashes << " crash(es), " << worker_hangs << " hang(s)"
+       << (ended.empty() ? "" : ": " + markdown_escape(ended_text)) << "\n";
     if (!quarantined.empty())
       md << "- quarantined (hung once, not run again): " << joined(quarantined) << "\n";
     if (!isolated_now.empty())

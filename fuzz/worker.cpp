@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +22,7 @@
 
 #include "attnfuzz/report.h"
 #if __has_include("check/classify.h")
+#include "check/guarded.h"
 #include "check/classify.h"  // the class detectors (issue 5), used when present in the tree
 #define ATTNFUZZ_HAVE_CLASSIFY 1
 #endif
@@ -232,7 +235,7 @@ const Case* g_current = nullptr;
 // worker process (work/deaths.txt "crash <kernel>", and work/isolate.txt so no worker runs it in-process
 // again), then goes on to libFuzzer's handler (which saves the input as a crash artifact).
 const char* volatile g_in_process_kernel = nullptr;
-char g_deaths_path[4096], g_isolate_path[4096];
+char g_deaths_path[4096], g_isolate_path[4096], g_faults_path[4096];
 struct sigaction g_previous[NSIG];
 
 void write_line_raw(const char* path, const char* a, const char* b) {  // async-signal-safe
@@ -246,9 +249,60 @@ void write_line_raw(const char* path, const char* a, const char* b) {  // async-
   ::close(fd);
 }
 
+// Every in-process death writes a line of work/faults.txt:
+// "<kernel>\t<access: 1 read, 2 write, 0 unknown, -1 not in a guard page>\t<buffer>\t<byte offset>\t<where>\t
+// <input hash>", so that the campaign blames the dead worker's artifact on the kernel that really ran it (the
+// input hash, input_hash() of the artifact's bytes, links them) and names a fault in a buffer's guard pages
+// oob-write / oob-read like an isolated launch would (fuzz/campaign.cpp).
+std::atomic<uint64_t> g_input_hash{0};
+
+void record_in_process_death(const char* kernel, int sig, siginfo_t* si, void* ctx) {
+  char where[200] = "-", buffer[32] = "-", line[600];
+  int64_t offset = 0;
+  int access = -1;
+  if ((sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0 &&  // a fault of an access, in guard pages
+      describe_guard_fault(reinterpret_cast<uintptr_t>(si->si_addr), where, sizeof where, buffer, sizeof buffer,
+                           &offset)) {
+    access = 0;
+#if defined(__x86_64__)
+    access = (static_cast<const ucontext_t*>(ctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 2 : 1;
+#else
+    (void)ctx;
+#endif
+  }
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    for (; *s && n + 1 < sizeof line; ++s) line[n++] = *s;
+  };
+  char num[24], digits[24];
+  auto put_num = [&](int64_t v, bool is_unsigned = false, uint64_t uv = 0) {
+    size_t d = 0, w = 0;
+    uint64_t u = is_unsigned ? uv : v < 0 ? static_cast<uint64_t>(-v) : static_cast<uint64_t>(v);
+    do digits[d++] = static_cast<char>('0' + u % 10); while ((u /= 10) && d < sizeof digits);
+    if (!is_unsigned && v < 0) num[w++] = '-';
+    while (d) num[w++] = digits[--d];
+    num[w] = 0;
+    put(num);
+  };
+  put(kernel);
+  put("\t");
+  put_num(access);
+  put("\t");
+  put(buffer);
+  put("\t");
+  put_num(offset);
+  put("\t");
+  put(where);
+  put("\t");
+  put_num(0, true, g_input_hash.load());
+  line[n] = 0;
+  write_line_raw(g_faults_path, line, "");
+}
+
 void crash_hook(int sig, siginfo_t* si, void* ctx) {
   if (const char* k = g_in_process_kernel) {
     g_in_process_kernel = nullptr;
+    record_in_process_death(k, sig, si, ctx);  // before the death line: the campaign reads them in that order
     write_line_raw(g_deaths_path, "crash ", k);
     write_line_raw(g_isolate_path, "", k);
   }
@@ -267,6 +321,7 @@ void install_crash_hook(const std::string& out) {
   const fs::path work = fs::path(out) / "work";
   std::snprintf(g_deaths_path, sizeof g_deaths_path, "%s", (work / "deaths.txt").c_str());
   std::snprintf(g_isolate_path, sizeof g_isolate_path, "%s", (work / "isolate.txt").c_str());
+  std::snprintf(g_faults_path, sizeof g_faults_path, "%s", (work / "faults.txt").c_str());
   for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) {
     struct sigaction sa {};
     sa.sa_sigaction = crash_hook;
@@ -278,6 +333,14 @@ void install_crash_hook(const std::string& out) {
 }  // namespace
 
 void install_worker_crash_hook(const WorkerConfig& cfg) { install_crash_hook(cfg.out); }
+
+uint64_t input_hash(const uint8_t* data, size_t size) {  // FNV-1a 64
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  return h;
+}
+
+void note_current_input(const uint8_t* data, size_t size) { g_input_hash = input_hash(data, size); }
 
 // Runs on the device's watchdog thread while the worker's thread spins inside a kernel: quarantine the
 // kernel, save the hang, count it, and end the process (libFuzzer's fork mode starts another).
@@ -440,6 +503,9 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     for (const Evidence& e : r.evidence) dies |= e.detector == "guard-page";
     int& n = dying_in_row_[r.kernel];
     n = dies ? n + 1 : 0;
+    // Shared with every worker process of the campaign (work/throttle.txt): libFuzzer's fork mode replaces
+    // its jobs every few seconds to minutes, and a throttle each new job had to relearn throttled nothing.
+    if (n == kThrottleAfter) append_line((fs::path(cfg_.out) / "work" / "throttle.txt").string(), r.kernel);
   }
   if (r.verdict == Verdict::kFail) {
     // The detectors cost several launches: run them on the first two failures of each (kernel, first
@@ -485,6 +551,11 @@ void Worker::refresh_isolated() {
   if (const int64_t s = stamp(quar); s != quarantine_stamp_) {
     quarantine_stamp_ = s;
     quarantined_ = read_lines(quar.string());
+  }
+  // Kernels throttled by any worker process start throttled here (a check of theirs that passes here resets it).
+  if (const int64_t s = stamp(work / "throttle.txt"); s != throttle_stamp_) {
+    throttle_stamp_ = s;
+    for (const std::string& k : read_lines((work / "throttle.txt").string())) dying_in_row_.emplace(k, kThrottleAfter);
   }
 }
 

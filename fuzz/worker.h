@@ -87,6 +87,11 @@ void on_inprocess_hang(const char* kernel, double seconds);
 // kills the worker process in-process is recorded (work/deaths.txt, work/isolate.txt) before the artifact.
 void install_worker_crash_hook(const WorkerConfig& cfg);
 
+// The input a worker process is running, as the crash hook records it (work/faults.txt): a hash of its bytes
+// that the campaign computes again from libFuzzer's artifact of it.
+uint64_t input_hash(const uint8_t* data, size_t size);
+void note_current_input(const uint8_t* data, size_t size);
+
 // The environment variable naming the read end of attn-fuzz's lifeline pipe: when it reads end-of-file, the
 // campaign parent is gone, and every worker process of its group is killed.
 inline constexpr const char* kLifelineEnv = "ATTNFUZZ_LIFELINE_FD";
@@ -130,7 +135,7 @@ class Worker {
   std::chrono::steady_clock::time_point last_stats_, last_isolate_check_;
   std::vector<std::string> isolated_;     // kernels launched in a forked child (isolate = auto)
   std::vector<std::string> quarantined_;  // kernels that hung once: not run any more
-  int64_t isolate_stamp_ = -1, quarantine_stamp_ = -1;
+  int64_t isolate_stamp_ = -1, quarantine_stamp_ = -1, throttle_stamp_ = -1;
   static constexpr int kThrottleAfter = 16;
   std::map<std::string, int> dying_in_row_;  // per kernel: checks in a row that crashed / faulted / leaked
   uint64_t throttle_tick_ = 0;

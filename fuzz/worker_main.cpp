@@ -69,6 +69,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const FuzzInput in = decode(data, size, config().limits);
+  note_current_input(data, size);  // the crash hook names this input's kernel (work/faults.txt)
   worker().run(in);
   return 0;
 }

@@ -78,6 +78,65 @@ TEST_P(KillResume, NothingLeftBehindAndOutResumes) {
   EXPECT_TRUE(wait_gone(out, 15).empty());
 }
 
+// Holds OUT/campaign.lock like a campaign's process would (an inherited descriptor), with `owner` written in
+// it as the attn-fuzz pid, for `secs` seconds; returns once the lock is held.
+pid_t hold_lock(const fs::path& out, pid_t owner, int secs) {
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open((out / "campaign.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+    const std::string me = std::to_string(owner ? owner : getpid()) + "\n";
+    (void)!ftruncate(fd, 0);
+    (void)!pwrite(fd, me.data(), me.size(), 0);
+    (void)!write(ready[1], "x", 1);
+    sleep(secs);
+    _exit(0);
+  }
+  close(ready[1]);
+  char c;
+  (void)!read(ready[0], &c, 1);
+  close(ready[0]);
+  return pid;
+}
+
+// A pid that surely names no process: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t p = fork();
+  if (p == 0) _exit(0);
+  waitpid(p, nullptr, 0);
+  return p;
+}
+
+// kill -9 of attn-fuzz, then a resume at once: the killed campaign's processes still hold OUT's lock while
+// the kernel tears them down (seen under load: Signals/KillResume/KILL refused the resume). A resume waits
+// for the processes of a campaign whose attn-fuzz is gone, then runs.
+TEST(SignalsResumeLock, ResumeWaitsForTheEndingProcessesOfAKilledCampaign) {
+  const fs::path out = fresh("lock-dying");
+  const pid_t holder = hold_lock(out, dead_pid(), 3);
+  ASSERT_GT(holder, 0);
+  const Outcome o = run(std::string(ATTN_FUZZ) + " --out " + out.string() +
+                        " --kernel online-row --workers 1 --no-seeds --max-time 4");
+  waitpid(holder, nullptr, 0);
+  EXPECT_EQ(o.rc, 0);
+  EXPECT_NE(o.out.find("is gone; waiting"), std::string::npos);
+  EXPECT_NE(read_text(out / "summary.md").find("cases"), std::string::npos);
+}
+
+// While the campaign's own attn-fuzz still holds the lock, a second campaign is refused at once, naming it.
+TEST(SignalsResumeLock, LiveCampaignRefusedAtOnce) {
+  const fs::path out = fresh("lock-live");
+  const pid_t holder = hold_lock(out, 0, 30);
+  ASSERT_GT(holder, 0);
+  const Outcome o = run(std::string(ATTN_FUZZ) + " --out " + out.string() + " --kernel online-row --max-time 4");
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_EQ(o.rc, 2);
+  EXPECT_NE(o.out.find("in use by another campaign (attn-fuzz pid " + std::to_string(holder)), std::string::npos);
+  EXPECT_EQ(o.out.find("is gone; waiting"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, KillResume, ::testing::Values(SIGINT, SIGTERM, SIGKILL),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
 

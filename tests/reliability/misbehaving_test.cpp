@@ -75,6 +75,47 @@ TEST(Misbehaving, EveryLaunchOfAnOutOfBoundsWriterIsCaughtAndBlamesO) {
   EXPECT_GT(checks, 10);
 }
 
+// --isolate auto: the first far out-of-bounds write faults in-process and ends its worker process; that one
+// is named like the isolated launches after it, oob-write past buffer o (it used to be saved as `crash`).
+TEST(Misbehaving, FirstInProcessFarWriteIsAnOobWriteOnO) {
+  const fs::path out = fresh("oob-auto");
+  const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
+                        " --kernel bad-write-16m --isolate auto --workers 1 --max-time 15 --no-seeds");
+  EXPECT_EQ(r.rc, 1);
+  const auto found = failures(out);
+  ASSERT_TRUE(found.count("bad-write-16m"));
+  for (auto [it, end] = found.equal_range("bad-write-16m"); it != end; ++it) {
+    EXPECT_EQ(it->second.first, "oob-write");
+    EXPECT_NE(it->second.second.find("16777216 bytes past the end of buffer o"), std::string::npos)
+        << it->second.second;
+  }
+  const Json camp = Json::parse(read_text(out / "report.json")).at("campaign");
+  EXPECT_GE(camp.at("worker_crashes").get<int64_t>(), 1);  // it did kill a worker process in-process
+}
+
+// A campaign over a healthy kernel that ends at --max-time: no worker process died, and the summary says so.
+// The stop used to SIGINT each worker's whole process group, which also killed the `sh -c` libFuzzer's fork
+// mode runs every job under; libFuzzer counted each job running at the stop as a crash (a 16-worker soak
+// reported "12 crash(es)" with no failure saved). Now only the jobs are interrupted and their master sees
+// "a child was interrupted" and ends by itself (or is killed after the grace, uncounted).
+TEST(Misbehaving, NormalEndCountsNoWorkerDeath) {
+  const fs::path out = fresh("normal-end");
+  const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() +
+                        " --kernel online-row,materialized --workers 2 --max-time 12 --no-seeds");
+  EXPECT_EQ(r.rc, 0);
+  const Json camp = Json::parse(read_text(out / "report.json")).at("campaign");
+  EXPECT_EQ(camp.at("worker_crashes").get<int64_t>(), 0) << camp.at("worker_deaths").dump();
+  EXPECT_EQ(camp.at("worker_hangs").get<int64_t>(), 0);
+  EXPECT_TRUE(camp.at("worker_deaths").empty()) << camp.at("worker_deaths").dump();
+  // libFuzzer's own count: its last line "... oom/timeout/crash: 0/0/0" (the old stop made it 0/0/1 or more
+  // whenever the fork-mode process merged two stopped jobs before it was killed).
+  const std::string log = read_text(out / "work" / "fuzzer-0.log");
+  const size_t at = log.rfind("oom/timeout/crash: ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.substr(at + 19, 5), "0/0/0") << log.substr(at);
+  EXPECT_NE(r.out.find("worker processes that died: 0 crash(es), 0 hang(s)\n"), std::string::npos);
+}
+
 // All six in one campaign next to a healthy built-in kernel: each is named, the spinner costs one timeout and
 // is quarantined, the campaign ends by its deadline with honest counters and the healthy kernel keeps
 // running.
@@ -96,11 +137,16 @@ TEST(Misbehaving, CampaignNamesEveryMisbehavingKernelAndKeepsItsDeadline) {
   };
   EXPECT_EQ(classes("bad-spin"), std::set<std::string>{"hang"});
   for (const std::string k : {"bad-write-16m", "bad-write-80k"})
-    for (const auto& c : classes(k)) EXPECT_TRUE(c == "oob-write" || c == "crash") << k << ": " << c;
+    EXPECT_EQ(classes(k), std::set<std::string>{"oob-write"}) << k;
   bool leak = false;
   for (auto [it, end] = found.equal_range("bad-leak-8m"); it != end; ++it)
     leak |= it->second.second.find("memory grows") != std::string::npos;
   EXPECT_TRUE(leak) << "no leak verdict for bad-leak-8m";
+  // What ended each worker process that died is named: the kernel and how.
+  const Json deaths = Json::parse(read_text(out / "report.json")).at("campaign").at("worker_deaths");
+  for (const std::string why : {"crash in kernel bad-segfault (in-process)", "crash in kernel bad-abort (in-process)",
+                                "oob-write in kernel bad-write-16m (in-process)"})
+    EXPECT_TRUE(deaths.contains(why)) << why << " not in " << deaths.dump();
   EXPECT_FALSE(found.count("online-row"));
   const Json camp = Json::parse(read_text(out / "report.json")).at("campaign");
   EXPECT_EQ(camp.at("quarantined"), Json::array({"bad-spin"}));

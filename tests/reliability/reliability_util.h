@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,15 +56,27 @@ inline std::string read_text(const fs::path& p) {
   return s.str();
 }
 
-// Processes whose environment names this campaign's worker configuration (libFuzzer, its jobs, launches).
+// Whether process `proc` (/proc/PID) has `file` open.
+inline bool has_open(const fs::path& proc, const fs::path& file) {
+  std::error_code ec;
+  for (const auto& fd : fs::directory_iterator(proc / "fd", ec)) {
+    std::error_code lec;
+    if (fs::read_symlink(fd.path(), lec) == file) return true;
+  }
+  return false;
+}
+
+// Processes whose environment names this campaign's worker configuration (libFuzzer, its jobs, launches),
+// or that still hold OUT's lock (a process being torn down has no environment left, but its descriptors).
 inline std::vector<pid_t> campaign_processes(const fs::path& out) {
   const std::string needle = "ATTNFUZZ_WORKER_CONFIG=" + (out / "work" / "worker.json").string();
+  const fs::path lock = out / "campaign.lock";
   std::vector<pid_t> pids;
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == getpid()) continue;
     const std::string env = read_text(e.path() / "environ");
-    if (env.find(needle) == std::string::npos) continue;
+    if (env.find(needle) == std::string::npos && !has_open(e.path(), lock)) continue;
     const std::string stat = read_text(e.path() / "stat");  // zombies are gone already as far as we care
     const size_t close = stat.rfind(')');
     if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') continue;

@@ -413,16 +413,21 @@ std::string pass_unsupported_reason(const af_kernel& k, Pass pass) {
 std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
                                      CheckResult& r) {
   const Problem& p = pc.problem();
-  const Tensors& t = pc.tensors();
   CompareOptions co;
   co.worst = opts.worst;
   if (pc.the_case().pass == Pass::kBwd)
     return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  const GradResult g = grad_oracle_for(pc, out, opts);
+  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+}
+
+GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts) {
+  if (pc.the_case().pass == Pass::kBwd) return pc.grad(opts.oracle);
+  const Tensors& t = pc.tensors();
   GradOptions go = grad_options(opts.oracle);
   go.forward = &pc.full_forward(opts.oracle);
-  const GradResult g = compute_grad_oracle(p, t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
-                                           out.lse.data(), go);
-  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  return compute_grad_oracle(pc.problem(), t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
+                             out.lse.data(), go);
 }
 
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {

@@ -159,6 +159,10 @@ std::string pass_unsupported_reason(const af_kernel& k, Pass pass);
 // reason, worst, tensor, evidence) and returns the heatmaps.
 std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
                                      CheckResult& r);
+// The gradient oracle a backward outcome is judged against (what judge_gradients compares with): pc.grad()
+// when the pass is bwd (the kernel was given pc's o / lse); fwd+bwd: the gradients and bounds for the o / lse
+// the kernel's own forward wrote (out.o, out.lse).
+GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts);
 // Folds a gradient comparison cmp into r, whose own findings (launch, canaries, O / LSE) come first: counts
 // and evidence add up, and a gradient failure names the class only when r has not failed yet.
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp);

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"}))
       ->capture_default_str();
   app.add_option("--pass", pass,
-                 "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation and determinism "
+                 "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation, batch-head and determinism "
                  "on dQ / dK / dV; kernels without a backward launch are not run)")
       ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();

@@ -641,8 +641,10 @@ void prop_batch_head_bwd(const KernelEntry& k, const Case& c, bool strict) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       // Sums over the group's single-head runs (double), their bounds, and whether every member was judged.
-      std::vector<double> sk(static_cast<size_t>(p.seq_k * p.head_dim)), skb(sk.size());
-      std::vector<double> sv(static_cast<size_t>(p.seq_k * p.head_dim_v)), svb(sv.size());
+      // The sums start at -0, the identity of IEEE addition (+0 would turn a single -0 into +0, which --strict
+      // reads as a different bit pattern).
+      std::vector<double> sk(static_cast<size_t>(p.seq_k * p.head_dim), -0.0), skb(sk.size());
+      std::vector<double> sv(static_cast<size_t>(p.seq_k * p.head_dim_v), -0.0), svb(sv.size());
       bool complete = ga.inside_contract;
       std::vector<std::pair<std::string, Case>> cases{{"batched", c}};
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {

@@ -109,5 +109,39 @@ TEST_P(BackwardPropertyTest, HoldsOnGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Bwd, BackwardPropertyTest, ::testing::ValuesIn(backward_params()), param_name);
 
+// --strict batch-head on gradients: dQ bitwise, dK / dV bitwise for groups of one query head. Every built-in
+// backward kernel computes a (b, h) slice the same way alone as in a batch. Regression: the dK / dV sum over the
+// single-head runs started at +0 and turned a kernel's -0 into +0 (flash-bm16-bn32 and materialized failed
+// "-0 vs 0 (bitwise required)" on B=2 Hq=1 Sq=1 Sk=2 D=1 scale=0 within this seed's first cases).
+class BackwardStrictTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackwardStrictTest, BatchHeadHoldsBitwise) {
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, GetParam());
+  ASSERT_NE(k, nullptr) << GetParam();
+  PropertyOptions o;
+  o.pass = Pass::kBwd;
+  o.strict = true;
+  o.use_rc_params = false;
+  o.max_success = 12;
+  const PropertyOutcome r = run_property(Property::kBatchHead, *k, o);
+  EXPECT_TRUE(r.passed) << r.failure << "\n  minimal case: " << r.minimal_case << "\n  reproduce: " << r.reproduce;
+  EXPECT_GT(r.tests, 0) << r.rc_message;
+}
+
+std::vector<std::string> backward_kernels() {
+  std::vector<std::string> v;
+  for (const KernelEntry* k : Registry::global().select(Backend::kCpu, "all"))
+    if (k->kernel.launch_bwd) v.push_back(k->kernel.name);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Bwd, BackwardStrictTest, ::testing::ValuesIn(backward_kernels()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
 }  // namespace
 }  // namespace attnfuzz::props

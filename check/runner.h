@@ -152,7 +152,8 @@ struct Judged {
 
 // Why kernel k cannot run case c's pass ("" = it can): no launch_bwd for a backward case; fwd+bwd also needs
 // the kernel's forward LSE.
-std::string pass_unsupported_reason(const af_kernel& k, Pass pass);
+// Backward in f16 / bf16 needs AF_SUPPORTS_BWD(dtype) in k.dtypes.
+std::string pass_unsupported_reason(const af_kernel& k, Pass pass, int32_t dtype = AF_DTYPE_F32);
 
 // Judges a backward outcome's gradients against the gradient oracle for the o / lse it was given (pc's
 // cached oracle when pass is bwd; computed for the kernel's own forward in fwd+bwd). Fills r (verdict,

@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
   (void)parse_value_domain(values, o.domain);
   o.dtype = *parse_dtype(dtype);
   (void)parse_pass(pass, o.pass);
-  if (has_backward(o.pass) && o.dtype != AF_DTYPE_F32) {
-    std::fprintf(stderr, "attn-props: the backward pass is checked in f32 only (--pass %s with --dtype %s)\n",
+  if (has_backward(o.pass) && o.dtype != AF_DTYPE_F32 && o.dtype != AF_DTYPE_F16 && o.dtype != AF_DTYPE_BF16) {
+    std::fprintf(stderr, "attn-props: the backward pass is checked in f32, f16 and bf16 only (--pass %s with --dtype %s)\n",
                  pass.c_str(), dtype.c_str());
     return 2;
   }

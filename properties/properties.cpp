@@ -976,10 +976,10 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   if (has_backward(o.pass)) {
     const bool defined = prop == Property::kOracle || prop == Property::kKeyPermutation ||
                          prop == Property::kBatchHead || prop == Property::kDeterminism;
-    if (!k.kernel.launch_bwd || !defined) {  // nothing to run: say why, pass with 0 tests
+    const std::string why = pass_unsupported_reason(k.kernel, o.pass, o.dtype);
+    if (!why.empty() || !defined) {  // nothing to run: say why, pass with 0 tests
       out.passed = true;
-      out.rc_message = !k.kernel.launch_bwd ? "no backward launch (launch_bwd): not run"
-                                            : "a forward relation: not run for the backward pass";
+      out.rc_message = !why.empty() ? why + ": not run" : "a forward relation: not run for the backward pass";
       return out;
     }
   }

@@ -203,6 +203,9 @@ const std::map<std::string, BwdExpected>& expected_bwd() {
       std::stringstream ss(line.substr(1));
       for (std::string c; std::getline(ss, c, '|');) cols.push_back(c);
       if (cols.size() < 6) continue;
+      // Low-precision backward rows (exposing case in f16 / bf16) are not in the f32 budget below: their test is
+      // PlantedBwdLowp in tests/kernels/planted/bwd_planted_test.cpp.
+      if (cols[3].find("f16") != std::string::npos) continue;
       const std::string name = cols[0].substr(cols[0].find('`') + 1, cols[0].rfind('`') - cols[0].find('`') - 1);
       const std::string cls = cols[5];
       BwdExpected e;

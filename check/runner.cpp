@@ -325,25 +325,35 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   const size_t g = opts.guard_bytes;
   const uint32_t poison = opts.guard_poison;
   BufferPool* pool = opts.pool && &opts.pool->device() == &dev ? opts.pool.get() : nullptr;
-  auto make = [&](const char* name, size_t bytes) {
-    return pool ? pool->take(name, bytes, g, poison)
-                : std::make_unique<GuardedBuffer>(dev, name, bytes, g, poison);
+  auto make = [&](const char* name, size_t bytes, uint32_t pw) {
+    return pool ? pool->take(name, bytes, g, pw) : std::make_unique<GuardedBuffer>(dev, name, bytes, g, pw);
   };
-  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * 4), kb = make("k", t.k.size() * 4),
-                                 v = make("v", t.v.size() * 4), o = make("o", o_in.size() * 4),
-                                 lse = make("lse", lse_in.size() * 4), dout = make("dout", t.dout.size() * 4),
-                                 dq = make("dq", t.q.size() * 4), dk = make("dk", t.k.size() * 4),
-                                 dv = make("dv", t.v.size() * 4), ws;
+  // q, k, v, o, dout and dq, dk, dv hold elements of the case's dtype (f16 / bf16: check/dtype_codec.h), poisoned
+  // in that format; lse and the workspace stay fp32.
+  const size_t eb = static_cast<size_t>(dtype_bytes(p.dtype));
+  const uint32_t fpoison = format_poison(p.dtype, poison);
+  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison), kb = make("k", t.k.size() * eb, fpoison),
+                                 v = make("v", t.v.size() * eb, fpoison), o = make("o", o_in.size() * eb, fpoison),
+                                 lse = make("lse", lse_in.size() * 4, poison),
+                                 dout = make("dout", t.dout.size() * eb, fpoison),
+                                 dq = make("dq", t.q.size() * eb, fpoison), dk = make("dk", t.k.size() * eb, fpoison),
+                                 dv = make("dv", t.v.size() * eb, fpoison), ws;
   const size_t ws_bytes = k.kernel.bwd_workspace_bytes ? k.kernel.bwd_workspace_bytes(&p) : 0;
-  if (ws_bytes) ws = make("workspace", ws_bytes);
-  q->upload(t.q.data());
-  kb->upload(t.k.data());
-  v->upload(t.v.data());
-  o->upload(o_in.data());
+  if (ws_bytes) ws = make("workspace", ws_bytes, poison);
+  auto upload = [&](GuardedBuffer& gb, const std::vector<float>& x) {
+    if (p.dtype == AF_DTYPE_F32)
+      gb.upload(x.data());
+    else
+      gb.upload(encode_tensor(x, p.dtype).data());
+  };
+  upload(*q, t.q);
+  upload(*kb, t.k);
+  upload(*v, t.v);
+  upload(*o, o_in);
   lse->upload(lse_in.data());
-  dout->upload(t.dout.data());
-  for (GuardedBuffer* gb : {dq.get(), dk.get(), dv.get(), ws.get()})
-    if (gb) gb->fill_payload(opts.output_poison);
+  upload(*dout, t.dout);
+  for (GuardedBuffer* gb : {dq.get(), dk.get(), dv.get()}) gb->fill_payload(format_poison(p.dtype, opts.output_poison));
+  if (ws) ws->fill_payload(opts.output_poison);
   af_buffers b{};
   b.q = q->data();
   b.k = kb->data();
@@ -368,9 +378,18 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   out.dq.resize(t.q.size());
   out.dk.resize(t.k.size());
   out.dv.resize(t.v.size());
-  dq->download(out.dq.data());
-  dk->download(out.dk.data());
-  dv->download(out.dv.data());
+  auto download = [&](GuardedBuffer& gb, std::vector<float>& x) {
+    if (p.dtype == AF_DTYPE_F32) {
+      gb.download(x.data());
+    } else {
+      std::vector<unsigned char> raw(gb.bytes());
+      gb.download(raw.data());
+      decode_output(raw.data(), x.size(), p.dtype, 1.0f, opts.output_poison, x.data());
+    }
+  };
+  download(*dq, out.dq);
+  download(*dk, out.dk);
+  download(*dv, out.dv);
   collect_canaries(out, all);
   out.unwritten =
       count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +
@@ -378,7 +397,7 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
       count_poison_addressed(out.dv, p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v, opts.output_poison);
   if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
     for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws})
-      if (*gb) pool->give(std::move(*gb), g, poison);
+      if (*gb) pool->give(std::move(*gb), g, (gb == &lse || gb == &ws) ? poison : fpoison);
   return out;
 }
 
@@ -402,9 +421,12 @@ LaunchOutcome launch_for_pass(Device& dev, const KernelEntry& k, PreparedCase& p
   return bwd;
 }
 
-std::string pass_unsupported_reason(const af_kernel& k, Pass pass) {
+std::string pass_unsupported_reason(const af_kernel& k, Pass pass, int32_t dtype) {
   if (!has_backward(pass)) return {};
   if (!k.launch_bwd) return "the kernel has no backward launch (launch_bwd): it does not claim backward cases";
+  if (dtype != AF_DTYPE_F32 && !(k.dtypes & AF_SUPPORTS_BWD(dtype)))
+    return std::string("the kernel's backward launch does not take ") + dtype_name(dtype) +
+           " (AF_SUPPORTS_BWD in dtypes): f32 only";
   if (pass == Pass::kFwdBwd && !k.writes_lse)
     return "fwd+bwd feeds the kernel's own forward LSE to its backward, and the kernel does not write LSE";
   return {};
@@ -413,16 +435,21 @@ std::string pass_unsupported_reason(const af_kernel& k, Pass pass) {
 std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
                                      CheckResult& r) {
   const Problem& p = pc.problem();
-  const Tensors& t = pc.tensors();
   CompareOptions co;
   co.worst = opts.worst;
   if (pc.the_case().pass == Pass::kBwd)
     return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  const GradResult g = grad_oracle_for(pc, out, opts);
+  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+}
+
+GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts) {
+  if (pc.the_case().pass == Pass::kBwd) return pc.grad(opts.oracle);
+  const Tensors& t = pc.tensors();
   GradOptions go = grad_options(opts.oracle);
   go.forward = &pc.full_forward(opts.oracle);
-  const GradResult g = compute_grad_oracle(p, t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
-                                           out.lse.data(), go);
-  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  return compute_grad_oracle(pc.problem(), t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
+                             out.lse.data(), go);
 }
 
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {
@@ -464,7 +491,7 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
     return j;
   }
   const Pass pass = pc.the_case().pass;
-  if (std::string why = pass_unsupported_reason(k.kernel, pass); !why.empty()) {
+  if (std::string why = pass_unsupported_reason(k.kernel, pass, p.dtype); !why.empty()) {
     r.verdict = Verdict::kUnsupported;
     r.reason = why;
     return j;

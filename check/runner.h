@@ -152,13 +152,18 @@ struct Judged {
 
 // Why kernel k cannot run case c's pass ("" = it can): no launch_bwd for a backward case; fwd+bwd also needs
 // the kernel's forward LSE.
-std::string pass_unsupported_reason(const af_kernel& k, Pass pass);
+// Backward in f16 / bf16 needs AF_SUPPORTS_BWD(dtype) in k.dtypes.
+std::string pass_unsupported_reason(const af_kernel& k, Pass pass, int32_t dtype = AF_DTYPE_F32);
 
 // Judges a backward outcome's gradients against the gradient oracle for the o / lse it was given (pc's
 // cached oracle when pass is bwd; computed for the kernel's own forward in fwd+bwd). Fills r (verdict,
 // reason, worst, tensor, evidence) and returns the heatmaps.
 std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
                                      CheckResult& r);
+// The gradient oracle a backward outcome is judged against (what judge_gradients compares with): pc.grad()
+// when the pass is bwd (the kernel was given pc's o / lse); fwd+bwd: the gradients and bounds for the o / lse
+// the kernel's own forward wrote (out.o, out.lse).
+GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts);
 // Folds a gradient comparison cmp into r, whose own findings (launch, canaries, O / LSE) come first: counts
 // and evidence add up, and a gradient failure names the class only when r has not failed yet.
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp);

@@ -338,10 +338,12 @@ constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
   if (std::string e = validate_sequences(c); !e.empty()) return e;
-  // The gradient oracle and the backward launch are defined for dense fp32 problems (issues 13-15 landed
-  // together; backward in narrow dtypes and sequence layouts is not checked yet).
-  if (has_backward(c.pass) && c.problem.dtype != AF_DTYPE_F32)
-    return std::string("the backward pass is checked in f32 only, not ") + dtype_name(c.problem.dtype) + " (yet)";
+  // The gradient oracle and the backward launch are defined for dense f32, f16 and bf16 problems (fp8 and
+  // sequence layouts are not checked yet).
+  if (has_backward(c.pass) && c.problem.dtype != AF_DTYPE_F32 && c.problem.dtype != AF_DTYPE_F16 &&
+      c.problem.dtype != AF_DTYPE_BF16)
+    return std::string("the backward pass is checked in f32, f16 and bf16 only, not ") +
+           dtype_name(c.problem.dtype) + " (yet)";
   if (has_backward(c.pass) && has_sequences(c.problem))
     return "the backward pass is checked on dense batches only, not on sequence layouts (yet)";
   const double a = c.values.dist.param;
@@ -483,8 +485,11 @@ Tensors generate_qkv(const Case& c);
 
 Tensors generate(const Case& c) {
   Tensors out = generate_qkv(c);
-  if (has_backward(c.pass))
+  if (has_backward(c.pass)) {
     out.dout = c.explicit_values && !c.explicit_values->dout.empty() ? c.explicit_values->dout : generate_dout(c);
+    if (c.problem.dtype != AF_DTYPE_F32)  // dO is stored in the dtype too (NaN, so the stride gaps, pass)
+      for (float& x : out.dout) x = to_stored(x, c.problem.dtype, c.values.domain == ValueDomain::kFinite);
+  }
   return out;
 }
 

@@ -469,9 +469,9 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       if (!std::isfinite(x)) x = std::isnan(x) ? 0.0f : std::copysign(FLT_MAX, x);  // dO finite
     }
   }
-  // Backward cases are dense f32 (validate(Case)): a backward pass drawn for a sequence layout or a narrow
-  // dtype becomes the forward pass when the limits allow it; else the case goes back to dense f32.
-  if (has_backward(c.pass) && (has_sequences(c.problem) || c.problem.dtype != AF_DTYPE_F32)) {
+  // Backward cases are dense f32 / f16 / bf16 (validate(Case)): a backward pass drawn for a sequence layout or
+  // fp8 becomes the forward pass when the limits allow it; else the case goes back to dense f32.
+  if (has_backward(c.pass) && (has_sequences(c.problem) || fp8(c.problem.dtype))) {
     if ((lim.passes & (1u << static_cast<int>(Pass::kFwd))) || lim.dtype > AF_DTYPE_F32) {
       c.pass = Pass::kFwd;
       if (c.explicit_values) c.explicit_values->dout.clear();

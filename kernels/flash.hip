@@ -167,7 +167,9 @@ int flash_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
 // hides the key or the row is empty), dS = P (dP - Delta). Only visible (i, j) pairs reach a gradient.
 // With kAtomicDq each block adds its dS K contribution to dQ with atomicAdd (order across key blocks is
 // whatever the hardware does); otherwise bwd_dq_kernel computes dQ in its own pass, one block per query
-// tile sweeping the key tiles in order (deterministic).
+// tile sweeping the key tiles in order (deterministic). Element type T (the deterministic variant also takes
+// f16 / bf16, as FlashAttention's backward does): q, k, v, o, dO loaded exactly into fp32; P, dP, Delta, dS and
+// every accumulation in fp32; dQ, dK, dV rounded to T once on store. The atomic variant is fp32 only.
 
 __host__ __device__ inline int64_t delta_at(const af_problem& p, int64_t b, int64_t h, int64_t i) {
   return (b * p.heads_q + h) * p.seq_q + i;
@@ -188,16 +190,17 @@ __host__ __device__ inline int64_t dv_row(const af_problem& p, int64_t b, int64_
 constexpr int kPreThreads = 128;
 
 // One thread per query row (b, h, i): Delta_i = sum_d dO_id o_id; optionally dQ_i = 0.
+template <class T>
 __global__ void __launch_bounds__(kPreThreads)
-    bwd_pre_kernel(af_problem p, const float* __restrict__ o, const float* __restrict__ dout, float* delta,
+    bwd_pre_kernel(af_problem p, const T* __restrict__ o, const T* __restrict__ dout, float* delta,
                    float* dq, int zero_dq) {
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = r % p.seq_q, h = (r / p.seq_q) % p.heads_q, b = r / (p.seq_q * p.heads_q);
-    const float* orow = o + o_row(p, b, i, h);
-    const float* g = dout + do_row(p, b, i, h);
+    const T* orow = o + o_row(p, b, i, h);
+    const T* g = dout + do_row(p, b, i, h);
     float acc = 0.0f;
-    for (int64_t d = 0; d < p.head_dim_v; ++d) acc += g[d] * orow[d];
+    for (int64_t d = 0; d < p.head_dim_v; ++d) acc += Elem<T>::load(g[d]) * Elem<T>::load(orow[d]);
     delta[delta_at(p, b, h, i)] = acc;
     if (zero_dq)
       for (int64_t d = 0; d < p.head_dim; ++d) dq[dq_row(p, b, i, h) + d] = 0.0f;
@@ -205,20 +208,21 @@ __global__ void __launch_bounds__(kPreThreads)
 }
 
 // P_ij and dS_ij of a visible pair (row i with lse / Delta, key row kc / vc on chip).
-__device__ inline void bwd_pair(const af_problem& p, const float* qi, const float* gi, const float* kc,
+template <class T>
+__device__ inline void bwd_pair(const af_problem& p, const T* qi, const T* gi, const float* kc,
                                 const float* vc, float lse, float delta, float& P, float& dS) {
   float dot = 0.0f, dp = 0.0f;
-  for (int64_t d = 0; d < p.head_dim; ++d) dot += qi[d] * kc[d];
-  for (int64_t d = 0; d < p.head_dim_v; ++d) dp += gi[d] * vc[d];
+  for (int64_t d = 0; d < p.head_dim; ++d) dot += Elem<T>::load(qi[d]) * kc[d];
+  for (int64_t d = 0; d < p.head_dim_v; ++d) dp += Elem<T>::load(gi[d]) * vc[d];
   P = expf(p.scale * dot - lse);
   dS = P * (dp - delta);
 }
 
-template <int BM, int BN, int NT, bool kAtomicDq>
+template <class T, int BM, int BN, int NT, bool kAtomicDq>
 __global__ void __launch_bounds__(NT)
-    bwd_kv_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
-                  const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ dout,
-                  const float* __restrict__ delta, float* dq, float* __restrict__ dk, float* __restrict__ dv) {
+    bwd_kv_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
+                  const T* __restrict__ v, const float* __restrict__ lse, const T* __restrict__ dout,
+                  const float* __restrict__ delta, float* dq, T* __restrict__ dk, T* __restrict__ dv) {
   static_assert((BN * kMaxD) % NT == 0, "accumulators split evenly over the threads");
   constexpr int kAcc = BN * kMaxD / NT;
   __shared__ float k_tile[BN][kMaxD];
@@ -234,11 +238,11 @@ __global__ void __launch_bounds__(NT)
   const int cols = (int)min64(BN, p.seq_k - j0);
   for (int64_t idx = t; idx < BN * D; idx += NT) {
     const int c = (int)(idx / D);
-    k_tile[c][idx % D] = c < cols ? k[k_row(p, b, j0 + c, hk) + idx % D] : 0.0f;
+    k_tile[c][idx % D] = c < cols ? Elem<T>::load(k[k_row(p, b, j0 + c, hk) + idx % D]) : 0.0f;
   }
   for (int64_t idx = t; idx < BN * Dv; idx += NT) {
     const int c = (int)(idx / Dv);
-    v_tile[c][idx % Dv] = c < cols ? v[v_row(p, b, j0 + c, hk) + idx % Dv] : 0.0f;
+    v_tile[c][idx % Dv] = c < cols ? Elem<T>::load(v[v_row(p, b, j0 + c, hk) + idx % Dv]) : 0.0f;
   }
   float dk_acc[kAcc], dv_acc[kAcc];
   AF_UNROLL
@@ -280,8 +284,8 @@ __global__ void __launch_bounds__(NT)
           float sk = 0.0f, sv = 0.0f;
           for (int r = 0; r < BM; ++r) {
             if (j < row_first[r] || j >= row_last[r]) continue;  // masked: never reaches a gradient
-            if (d < D) sk += ds_tile[r][c] * q[q_row(p, b, i0 + r, h) + d];
-            if (d < Dv) sv += p_tile[r][c] * dout[do_row(p, b, i0 + r, h) + d];
+            if (d < D) sk += ds_tile[r][c] * Elem<T>::load(q[q_row(p, b, i0 + r, h) + d]);
+            if (d < Dv) sv += p_tile[r][c] * Elem<T>::load(dout[do_row(p, b, i0 + r, h) + d]);
           }
           dk_acc[e] += sk;
           dv_acc[e] += sv;
@@ -305,17 +309,17 @@ __global__ void __launch_bounds__(NT)
     const int idx = t + e * NT;
     const int c = idx / kMaxD, d = idx % kMaxD;
     if (c >= cols) continue;
-    if (d < D) dk[dk_row(p, b, j0 + c, hk) + d] = p.scale * dk_acc[e];
-    if (d < Dv) dv[dv_row(p, b, j0 + c, hk) + d] = dv_acc[e];
+    if (d < D) dk[dk_row(p, b, j0 + c, hk) + d] = Elem<T>::store(p.scale * dk_acc[e]);
+    if (d < Dv) dv[dv_row(p, b, j0 + c, hk) + d] = Elem<T>::store(dv_acc[e]);
   }
 }
 
 // Deterministic dQ: one block per (BM-row query tile, head, batch) sweeping its key tiles in order.
-template <int BM, int BN, int NT>
+template <class T, int BM, int BN, int NT>
 __global__ void __launch_bounds__(NT)
-    bwd_dq_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k,
-                  const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ dout,
-                  const float* __restrict__ delta, float* __restrict__ dq) {
+    bwd_dq_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
+                  const T* __restrict__ v, const float* __restrict__ lse, const T* __restrict__ dout,
+                  const float* __restrict__ delta, T* __restrict__ dq) {
   static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
   constexpr int kAcc = BM * kMaxD / NT;
   __shared__ float k_tile[BN][kMaxD];
@@ -346,12 +350,12 @@ __global__ void __launch_bounds__(NT)
     for (int64_t idx = t; idx < BN * D; idx += NT) {
       const int c = (int)(idx / D);
       const int64_t j = n0 + c;
-      k_tile[c][idx % D] = (j >= lo && j < hi) ? k[k_row(p, b, j, hk) + idx % D] : 0.0f;
+      k_tile[c][idx % D] = (j >= lo && j < hi) ? Elem<T>::load(k[k_row(p, b, j, hk) + idx % D]) : 0.0f;
     }
     for (int64_t idx = t; idx < BN * Dv; idx += NT) {
       const int c = (int)(idx / Dv);
       const int64_t j = n0 + c;
-      v_tile[c][idx % Dv] = (j >= lo && j < hi) ? v[v_row(p, b, j, hk) + idx % Dv] : 0.0f;
+      v_tile[c][idx % Dv] = (j >= lo && j < hi) ? Elem<T>::load(v[v_row(p, b, j, hk) + idx % Dv]) : 0.0f;
     }
     __syncthreads();
     for (int idx = t; idx < BM * BN; idx += NT) {
@@ -380,7 +384,7 @@ __global__ void __launch_bounds__(NT)
   for (int e = 0; e < kAcc; ++e) {
     const int idx = t + e * NT;
     const int r = idx / kMaxD, d = idx % kMaxD;
-    if (r < rows && d < D) dq[dq_row(p, b, i0 + r, h) + d] = p.scale * acc[e];
+    if (r < rows && d < D) dq[dq_row(p, b, i0 + r, h) + d] = Elem<T>::store(p.scale * acc[e]);
   }
 }
 
@@ -388,39 +392,49 @@ size_t flash_bwd_workspace(const af_problem* p) {
   return (size_t)(p->batch * p->heads_q * p->seq_q) * sizeof(float);
 }
 
+// The backward's dtypes: the deterministic variant f32, f16, bf16; the atomic-dQ one f32 (atomicAdd on fp32 dQ).
+template <bool kAtomicDq>
+constexpr uint32_t kBwdDtypes = kAtomicDq ? AF_SUPPORTS_F32 : (AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16);
+
 template <int BM, int BN, int NT, bool kAtomicDq>
 int flash_bwd_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
-  if (p.dtype != AF_DTYPE_F32 || p.head_dim > kMaxD || p.head_dim_v > kMaxD ||
+  if (p.head_dim > kMaxD || p.head_dim_v > kMaxD ||
       !grid_fits(max64(ceil_div(p.seq_k, BN), 1), p.heads_kv, p.batch, NT) ||
       !grid_fits(ceil_div(p.seq_q, BM), p.heads_q, p.batch, NT))
     return (int)hipErrorInvalidValue;
-  const float* q = static_cast<const float*>(buf->q);
-  const float* k = static_cast<const float*>(buf->k);
-  const float* v = static_cast<const float*>(buf->v);
-  const float* o = static_cast<const float*>(buf->o);
-  const float* dout = static_cast<const float*>(buf->dout);
-  float* delta = static_cast<float*>(buf->workspace);
-  float* dq = static_cast<float*>(buf->dq);
-  const int64_t rows = p.batch * p.heads_q * p.seq_q;
-  hipLaunchKernelGGL(bwd_pre_kernel, dim3((unsigned)min64(ceil_div(rows, kPreThreads), 1 << 16)), dim3(kPreThreads), 0,
-                     (hipStream_t)stream, p, o, dout, delta, dq, kAtomicDq ? 1 : 0);
-  if (int e = (int)hipGetLastError()) return e;
-  if (p.seq_k > 0) {
-    void (*kv)(af_problem, const float*, const float*, const float*, const float*, const float*, const float*,
-               float*, float*, float*) = bwd_kv_kernel<BM, BN, NT, kAtomicDq>;
-    hipLaunchKernelGGL(kv, dim3((unsigned)ceil_div(p.seq_k, BN), (unsigned)p.heads_kv, (unsigned)p.batch), dim3(NT),
-                       0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout, (const float*)delta, dq,
-                       static_cast<float*>(buf->dk), static_cast<float*>(buf->dv));
+  return dispatch_dtype(p, kBwdDtypes<kAtomicDq>, [&](auto tag) {
+    using T = decltype(tag);
+    const T* q = static_cast<const T*>(buf->q);
+    const T* k = static_cast<const T*>(buf->k);
+    const T* v = static_cast<const T*>(buf->v);
+    const T* o = static_cast<const T*>(buf->o);
+    const T* dout = static_cast<const T*>(buf->dout);
+    float* delta = static_cast<float*>(buf->workspace);
+    // Atomic dQ accumulates into the fp32 dq buffer (T is float then); the deterministic pass stores T.
+    float* dq_acc = kAtomicDq ? static_cast<float*>(buf->dq) : nullptr;
+    const int64_t rows = p.batch * p.heads_q * p.seq_q;
+    void (*pre)(af_problem, const T*, const T*, float*, float*, int) = bwd_pre_kernel<T>;
+    hipLaunchKernelGGL(pre, dim3((unsigned)min64(ceil_div(rows, kPreThreads), 1 << 16)), dim3(kPreThreads), 0,
+                       (hipStream_t)stream, p, o, dout, delta, dq_acc, kAtomicDq ? 1 : 0);
     if (int e = (int)hipGetLastError()) return e;
-  }
-  if (!kAtomicDq) {
-    void (*dqk)(af_problem, const float*, const float*, const float*, const float*, const float*, const float*,
-                float*) = bwd_dq_kernel<BM, BN, NT>;
-    hipLaunchKernelGGL(dqk, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch), dim3(NT), 0,
-                       (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout, (const float*)delta, dq);
-  }
-  return (int)hipGetLastError();
+    if (p.seq_k > 0) {
+      void (*kv)(af_problem, const T*, const T*, const T*, const float*, const T*, const float*, float*, T*, T*) =
+          bwd_kv_kernel<T, BM, BN, NT, kAtomicDq>;
+      hipLaunchKernelGGL(kv, dim3((unsigned)ceil_div(p.seq_k, BN), (unsigned)p.heads_kv, (unsigned)p.batch),
+                         dim3(NT), 0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout,
+                         (const float*)delta, dq_acc, static_cast<T*>(buf->dk), static_cast<T*>(buf->dv));
+      if (int e = (int)hipGetLastError()) return e;
+    }
+    if (!kAtomicDq) {
+      void (*dqk)(af_problem, const T*, const T*, const T*, const float*, const T*, const float*, T*) =
+          bwd_dq_kernel<T, BM, BN, NT>;
+      hipLaunchKernelGGL(dqk, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
+                         dim3(NT), 0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout,
+                         (const float*)delta, static_cast<T*>(buf->dq));
+    }
+    return (int)hipGetLastError();
+  });
 }
 
 constexpr uint32_t kHalves = AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16;
@@ -439,7 +453,8 @@ constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
 const af_kernel kFlashKernels[] = {
     AF_FLASH_ENTRY(16, 16, 64, kHalves, "; backward (f32) FA2-style, key tiles of 16, dQ by atomicAdd",
                    flash_bwd_workspace, (flash_bwd_launch<16, 16, 64, true>)),
-    AF_FLASH_ENTRY(16, 32, 64, kWithFp8, "; backward (f32) deterministic, key tiles of 32, dQ in its own pass",
+    AF_FLASH_ENTRY(16, 32, 64, kWithFp8 | AF_SUPPORTS_BWD_F16 | AF_SUPPORTS_BWD_BF16,
+                   "; backward (f32, f16, bf16; fp32 accumulation) deterministic, key tiles of 32, dQ in its own pass",
                    flash_bwd_workspace, (flash_bwd_launch<16, 32, 128, false>)),
     AF_FLASH_ENTRY(16, 64, 64, kHalves, "", nullptr, nullptr),
     AF_FLASH_ENTRY(32, 32, 128, kHalves, "; backward (f32) FA2-style, key tiles of 32, dQ by atomicAdd",

@@ -346,11 +346,14 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     const double accq = kU * (M.c_n * static_cast<double>(n) + M.c_0) + uc * H.c_acc;
     const double floor = 2 * kFltMin * static_cast<double>(n + 2) * (1 + kf.kmax) * std::max(1.0, sc);
     const double uout = unit_roundoff(p.dtype);
+    // A stored f16 / bf16 dQ: rounding a tiny value may lose up to half the format's smallest subnormal.
+    const double eout = p.dtype == AF_DTYPE_F32 || n == 0 ? 0 : underflow_error(p.dtype);
     for (int64_t d = 0; d < D; ++d) {
       const double val = scale * rb.dq_val[static_cast<size_t>(d)];
       const double mag = rb.dq_mag[static_cast<size_t>(d)];
       R.dq[qi + d] = val;
-      double bd = sf * (sc * (rb.dq_err[static_cast<size_t>(d)] + accq * mag) + uout * std::fabs(val) + floor);
+      double bd =
+          sf * (sc * (rb.dq_err[static_cast<size_t>(d)] + accq * mag) + uout * std::fabs(val) + eout + floor);
       if (std::isnan(val)) bd = 0;
       if (!why.empty() || std::max(mag, sc * mag) > kRange) bd = kInf;
       R.dq_bound[qi + d] = bd;
@@ -432,6 +435,7 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
   const BoundModel& M = opts.fwd.model;
   const LowpBoundModel& H = opts.fwd.lowp;
   const double uc = S.cd == AF_DTYPE_F32 ? 0 : unit_roundoff(S.cd), uout = unit_roundoff(p.dtype);
+  const double eout = p.dtype == AF_DTYPE_F32 ? 0 : underflow_error(p.dtype);  // stored dK / dV underflow
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
   Counters total;
   std::vector<KeyAcc> acc;
@@ -524,7 +528,7 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
         for (int64_t d = 0; d < D; ++d) {
           const size_t x = static_cast<size_t>(j * D + d), y = R.dk_at(b, j, hk, d);
           const double val = scale * A.dk.val[x], mag = A.dk.mag[x];
-          double bd = N == 0 ? 0 : sf * (sc * (A.dk.err[x] + accn * mag) + uout * std::fabs(val) + fk);
+          double bd = N == 0 ? 0 : sf * (sc * (A.dk.err[x] + accn * mag) + uout * std::fabs(val) + eout + fk);
           if (std::isnan(val)) bd = 0;
           if (taint > 0 || std::max(mag, sc * mag) > kRange) bd = kInf;
           R.dk[y] = val;
@@ -533,7 +537,7 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
         for (int64_t d = 0; d < Dv; ++d) {
           const size_t x = static_cast<size_t>(j * Dv + d), y = R.dv_at(b, j, hk, d);
           const double val = A.dv.val[x], mag = A.dv.mag[x];
-          double bd = N == 0 ? 0 : sf * (A.dv.err[x] + accn * mag + uout * std::fabs(val) + fv);
+          double bd = N == 0 ? 0 : sf * (A.dv.err[x] + accn * mag + uout * std::fabs(val) + eout + fv);
           if (std::isnan(val)) bd = 0;
           if (taint > 0 || mag > kRange) bd = kInf;
           R.dv[y] = val;

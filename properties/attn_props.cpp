@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"}))
       ->capture_default_str();
   app.add_option("--pass", pass,
-                 "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation and determinism "
+                 "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation, batch-head and determinism "
                  "on dQ / dK / dV; kernels without a backward launch are not run)")
       ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();
@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
   (void)parse_value_domain(values, o.domain);
   o.dtype = *parse_dtype(dtype);
   (void)parse_pass(pass, o.pass);
-  if (has_backward(o.pass) && o.dtype != AF_DTYPE_F32) {
-    std::fprintf(stderr, "attn-props: the backward pass is checked in f32 only (--pass %s with --dtype %s)\n",
+  if (has_backward(o.pass) && o.dtype != AF_DTYPE_F32 && o.dtype != AF_DTYPE_F16 && o.dtype != AF_DTYPE_BF16) {
+    std::fprintf(stderr, "attn-props: the backward pass is checked in f32, f16 and bf16 only (--pass %s with --dtype %s)\n",
                  pass.c_str(), dtype.c_str());
     return 2;
   }

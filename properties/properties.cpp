@@ -1,5 +1,5 @@
-// properties.cpp - the seven properties of issue 7, their RapidCheck driver, and the report of a shrunk
-// failure.
+// properties.cpp - the properties of issue 7 (and their backward forms), their RapidCheck driver, and the
+// report of a shrunk failure.
 #include "properties/properties.h"
 
 #include <rapidcheck.h>
@@ -58,9 +58,12 @@ const PropertyInfo kInfo[] = {
      "element by more than bound(A) + bound(B)"},
     {Property::kBatchHead, "batch-head",
      "the batched multi-head run and one single-head run (B = Hq = Hkv = 1) per (b, h) differ by no more "
-     "than bound(batched) + bound(single) in any O or LSE element"},
+     "than bound(batched) + bound(single) in any O or LSE element (backward: in any dQ element, and in any dK / "
+     "dV element of a kv head against the sum of its query heads' single-head dK / dV, within the sum of all "
+     "their bounds)"},
     {Property::kDeterminism, "determinism",
-     "forward, reverse and shuffled emulator thread orders give bit-identical O and LSE"},
+     "forward, reverse and shuffled emulator thread orders give bit-identical O and LSE (backward: dQ, dK, "
+     "dV)"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -231,9 +234,9 @@ bool same_bits(float x, float y) {
 
 // Whether x (from A) and y (from B) agree: NaN with NaN, equal infinities, finite values within tol
 // (bitwise when `bitwise`). Fills why otherwise.
-bool agree(float x, float y, double tol, bool bitwise, std::string& why) {
-  if (bitwise) {
-    if (same_bits(x, y)) return true;
+bool agree(double x, double y, double tol, bool bitwise, std::string& why) {
+  if (bitwise) {  // x, y are floats then (a sum of one float is that float)
+    if (same_bits(static_cast<float>(x), static_cast<float>(y))) return true;
     why = fmt(x) + " vs " + fmt(y) + " (bitwise required)";
     return false;
   }
@@ -247,7 +250,7 @@ bool agree(float x, float y, double tol, bool bitwise, std::string& why) {
     why = fmt(x) + " vs " + fmt(y) + " (Inf on one side only)";
     return false;
   }
-  const double diff = std::fabs(static_cast<double>(x) - static_cast<double>(y));
+  const double diff = std::fabs(x - y);
   if (std::isnan(tol) || diff <= tol) return true;
   why = fmt(x) + " vs " + fmt(y) + ": |diff| " + fmt(diff) + " > bound(A) + bound(B) = " + fmt(tol);
   return false;
@@ -297,6 +300,20 @@ std::vector<RowPair> identity_rows(const Problem& p, const std::vector<bool>& ke
       for (int64_t s = 0; s < p.seq_q; ++s)
         if (keep.empty() || keep[s]) rows.push_back({b, h, s, b, h, s});
   return rows;
+}
+
+// The single-head problem of batch-head (B = Hq = Hkv = 1, contiguous), with p's mask, scale, dtype and
+// fp8 descales.
+Problem reshape_single(const Problem& p) {
+  Problem p1 = make_problem(1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);
+  p1.scale = p.scale;
+  p1.mask_kind = p.mask_kind;
+  p1.mask_align = p.mask_align;
+  p1.window_left = p.window_left;
+  p1.window_right = p.window_right;
+  p1.dtype = p.dtype;
+  p1.q_descale = p.q_descale, p1.k_descale = p.k_descale, p1.v_descale = p.v_descale, p1.o_scale = p.o_scale;
+  return p1;
 }
 
 bool supported(const KernelEntry& k, const Problem& p) {
@@ -438,8 +455,8 @@ void prop_key_permutation(const KernelEntry& k, const Case& c) {
       record(why, cases);
       RC_FAIL(why);
     }
-  const GradResult& ga = pa.grad(devices().run.oracle);
-  const GradResult& gb = pb.grad(devices().run.oracle);
+  const GradResult ga = grad_oracle_for(pa, oa, devices().run);
+  const GradResult gb = grad_oracle_for(pb, ob, devices().run);
   if (!ga.inside_contract || !gb.inside_contract) return;
   std::string why;
   auto check = [&](const char* name, float x, float y, double ba, double bb, const std::string& where) {
@@ -598,9 +615,139 @@ void prop_row_independence(const KernelEntry& k, const Case& c, bool strict) {
                   std::string("other query rows changed (") + fill_name(f) + ")");
 }
 
+// Backward batch / head consistency. For every (b, h) one single-head problem (B = Hq = Hkv = 1, the same
+// mask and scale; q[b,:,h], dO[b,:,h], k and v of h's kv head): its dQ equals the batched dQ[b,:,h], and for
+// every kv head hk the sum over hk's query heads of their single-head dK / dV equals the batched dK / dV
+// [b,:,hk] (the exact GQA gradient is that sum). Tolerance: bound(batched) + the sum of the singles' bounds;
+// bitwise under strict for dQ and, for groups of one query head, dK / dV. Fwd+bwd also relates O and LSE.
+void prop_batch_head_bwd(const KernelEntry& k, const Case& c, bool strict) {
+  const Problem& p = c.problem;
+  const RunOptions& run = devices().run;
+  Device& dev = *devices().forward;
+  PreparedCase pa(c);
+  const Tensors& ta = pa.tensors();
+  const LaunchOutcome oa = launch_for_pass(dev, k, pa, ta, run);
+  auto launched = [&](const LaunchOutcome& o, const std::string& role,
+                      const std::vector<std::pair<std::string, Case>>& cases) {
+    if (o.launch.status == LaunchStatus::kOk && !o.dq.empty()) return;
+    const std::string why = "backward launch of case " + role + ": " + launch_status_name(o.launch.status) +
+                            " " + o.launch.message;
+    record(why, cases);
+    RC_FAIL(why);
+  };
+  launched(oa, "batched", {{"batched", c}});
+  const GradResult ga = grad_oracle_for(pa, oa, run);
+  const int64_t group = p.heads_q / p.heads_kv;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      // Sums over the group's single-head runs (double), their bounds, and whether every member was judged.
+      // The sums start at -0, the identity of IEEE addition (+0 would turn a single -0 into +0, which --strict
+      // reads as a different bit pattern).
+      std::vector<double> sk(static_cast<size_t>(p.seq_k * p.head_dim), -0.0), skb(sk.size());
+      std::vector<double> sv(static_cast<size_t>(p.seq_k * p.head_dim_v), -0.0), svb(sv.size());
+      bool complete = ga.inside_contract;
+      std::vector<std::pair<std::string, Case>> cases{{"batched", c}};
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        Case one = c;
+        Problem& p1 = one.problem;
+        p1 = reshape_single(p);
+        one.values.specials.clear();
+        std::vector<float> q(static_cast<size_t>(q_elements(p1))), kk(static_cast<size_t>(k_elements(p1))),
+            v(static_cast<size_t>(v_elements(p1))), dout(static_cast<size_t>(o_elements(p1)));
+        for (int64_t s = 0; s < p.seq_q; ++s) {
+          for (int64_t d = 0; d < p.head_dim; ++d) q[q_index(p1, 0, s, 0, d)] = ta.q[q_index(p, b, s, h, d)];
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            dout[o_index(p1, 0, s, 0, d)] = ta.dout[o_index(p, b, s, h, d)];
+        }
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          for (int64_t d = 0; d < p.head_dim; ++d) kk[k_index(p1, 0, j, 0, d)] = ta.k[k_index(p, b, j, hk, d)];
+          for (int64_t d = 0; d < p.head_dim_v; ++d) v[v_index(p1, 0, j, 0, d)] = ta.v[v_index(p, b, j, hk, d)];
+        }
+        one = with_values(one, q, kk, v, "batch-head-b" + std::to_string(b) + "-h" + std::to_string(h));
+        one.explicit_values->dout = std::move(dout);
+        if (!supported(k, p1)) {
+          complete = false;
+          continue;
+        }
+        cases.resize(1);
+        cases.push_back({"single", one});
+        PreparedCase p1c(one);
+        const LaunchOutcome o1 = launch_for_pass(dev, k, p1c, p1c.tensors(), run);
+        launched(o1, "single", cases);
+        std::string why;
+        if (c.pass == Pass::kFwdBwd) {  // the forward outputs that fed the backward launches
+          const Run ra{ta, oa, pa.oracle(run.oracle)}, r1{p1c.tensors(), o1, p1c.oracle(run.oracle)};
+          std::vector<RowPair> rows;
+          for (int64_t s = 0; s < p.seq_q; ++s) rows.push_back({b, h, s, 0, 0, s});
+          if (!relate(p, ra, p1, r1, rows, strict, true, why)) why = "forward " + why;
+        }
+        const GradResult g1 = grad_oracle_for(p1c, o1, run);
+        complete = complete && g1.inside_contract;
+        std::string w;
+        auto judged = [](double x, double y) { return !std::isnan(x) && !std::isnan(y); };
+        if (ga.inside_contract && g1.inside_contract)
+          for (int64_t s = 0; s < p.seq_q && why.empty(); ++s)
+            for (int64_t d = 0; d < p.head_dim && why.empty(); ++d) {
+              const double ba = ga.dq_bound[ga.dq_at(b, s, h, d)], b1 = g1.dq_bound[g1.dq_at(0, s, 0, d)];
+              if (judged(ba, b1) &&
+                  !agree(oa.dq[q_index(p, b, s, h, d)], o1.dq[q_index(p1, 0, s, 0, d)], ba + b1, strict, w))
+                why = "dQ" + fmt_where(b, s, h, d) + ": " + w;
+            }
+        if (!why.empty()) {
+          why = "batched run vs single-head run of (b=" + std::to_string(b) + ", h=" + std::to_string(h) +
+                "): " + why;
+          record(why, cases);
+          RC_FAIL(why);
+        }
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          for (int64_t d = 0; d < p.head_dim; ++d) {
+            const size_t at = static_cast<size_t>(j * p.head_dim + d);
+            sk[at] += o1.dk[k_index(p1, 0, j, 0, d)];
+            skb[at] += g1.dk_bound[g1.dk_at(0, j, 0, d)];
+          }
+          for (int64_t d = 0; d < p.head_dim_v; ++d) {
+            const size_t at = static_cast<size_t>(j * p.head_dim_v + d);
+            sv[at] += o1.dv[v_index(p1, 0, j, 0, d)];
+            svb[at] += g1.dv_bound[g1.dv_at(0, j, 0, d)];
+          }
+        }
+      }
+      if (!complete) continue;
+      // The group's dK / dV against the sums of its single-head runs.
+      std::string why;
+      const bool bitwise = strict && group == 1;
+      for (int64_t j = 0; j < p.seq_k && why.empty(); ++j) {
+        for (int64_t d = 0; d < p.head_dim && why.empty(); ++d) {
+          const size_t at = static_cast<size_t>(j * p.head_dim + d);
+          const double ba = ga.dk_bound[ga.dk_at(b, j, hk, d)];
+          std::string w;
+          if (!std::isnan(ba) && !std::isnan(skb[at]) &&
+              !agree(oa.dk[k_index(p, b, j, hk, d)], sk[at], ba + skb[at], bitwise, w))
+            why = "dK" + fmt_where(b, j, hk, d) + ": " + w;
+        }
+        for (int64_t d = 0; d < p.head_dim_v && why.empty(); ++d) {
+          const size_t at = static_cast<size_t>(j * p.head_dim_v + d);
+          const double ba = ga.dv_bound[ga.dv_at(b, j, hk, d)];
+          std::string w;
+          if (!std::isnan(ba) && !std::isnan(svb[at]) &&
+              !agree(oa.dv[v_index(p, b, j, hk, d)], sv[at], ba + svb[at], bitwise, w))
+            why = "dV" + fmt_where(b, j, hk, d) + ": " + w;
+        }
+      }
+      if (!why.empty()) {
+        why = "batched run vs the sum of the single-head runs of kv head (b=" + std::to_string(b) +
+              ", hkv=" + std::to_string(hk) + ", query heads " + std::to_string(hk * group) + ".." +
+              std::to_string((hk + 1) * group - 1) + "): " + why;
+        record(why, cases);  // the batched case and the group's last single-head case
+        RC_FAIL(why);
+      }
+    }
+}
+
 void prop_batch_head(const KernelEntry& k, const Case& c, bool strict) {
   const Problem& p = c.problem;
   if (!supported(k, p)) return;
+  if (has_backward(c.pass)) return prop_batch_head_bwd(k, c, strict);
   Device& dev = *devices().forward;
   const Run ra = run_case(k, c, dev);
   require_launched(ra, "batched", {{"batched", c}});
@@ -608,14 +755,7 @@ void prop_batch_head(const KernelEntry& k, const Case& c, bool strict) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
       Case one = c;
       Problem& p1 = one.problem;
-      p1 = make_problem(1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);
-      p1.scale = p.scale;
-      p1.mask_kind = p.mask_kind;
-      p1.mask_align = p.mask_align;
-      p1.window_left = p.window_left;
-      p1.window_right = p.window_right;
-      p1.dtype = p.dtype;
-      p1.q_descale = p.q_descale, p1.k_descale = p.k_descale, p1.v_descale = p.v_descale, p1.o_scale = p.o_scale;
+      p1 = reshape_single(p);
       one.values.specials.clear();
       std::vector<float> q(static_cast<size_t>(q_elements(p1))), kk(static_cast<size_t>(k_elements(p1))),
           v(static_cast<size_t>(v_elements(p1)));
@@ -835,11 +975,11 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   limits.pass = o.pass;
   if (has_backward(o.pass)) {
     const bool defined = prop == Property::kOracle || prop == Property::kKeyPermutation ||
-                         prop == Property::kDeterminism;
-    if (!k.kernel.launch_bwd || !defined) {  // nothing to run: say why, pass with 0 tests
+                         prop == Property::kBatchHead || prop == Property::kDeterminism;
+    const std::string why = pass_unsupported_reason(k.kernel, o.pass, o.dtype);
+    if (!why.empty() || !defined) {  // nothing to run: say why, pass with 0 tests
       out.passed = true;
-      out.rc_message = !k.kernel.launch_bwd ? "no backward launch (launch_bwd): not run"
-                                            : "a forward relation: not run for the backward pass";
+      out.rc_message = !why.empty() ? why + ": not run" : "a forward relation: not run for the backward pass";
       return out;
     }
   }

@@ -24,7 +24,8 @@ enum class Property {
   kKeyShift,         // adding one vector to every key (exactly, in fp32) keeps O
   kCausalPrefix,     // changing keys/values a row cannot see (to anything, NaN/Inf included) keeps its O, LSE
   kRowIndependence,  // changing other query rows (to anything) keeps a row's O, LSE
-  kBatchHead,        // a batched multi-head run equals one single-head run per (b, h)
+  kBatchHead,        // a batched multi-head run equals one single-head run per (b, h) (backward: dK / dV of a
+                     // kv head equal the sum over its query heads)
   kDeterminism,      // forward, reverse and shuffled emulator thread orders give the same bits
   kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
 };
@@ -50,7 +51,8 @@ struct PropertyOptions {
   ValueDomain domain = ValueDomain::kIeee;  // generated cases and perturbations (finite: no NaN / Inf)
   int32_t dtype = AF_DTYPE_F32;             // dtype of generated cases (CaseLimits::dtype)
   // The pass of generated cases (issue 14). Backward: oracle judges dQ / dK / dV, key-permutation permutes
-  // dK / dV rows with the keys (dQ unchanged), determinism compares the gradients' bits; the other
+  // dK / dV rows with the keys (dQ unchanged), batch-head relates dQ per (b, h) and dK / dV per kv head to the
+  // sum of its query heads' single-head runs, determinism compares the gradients' bits; the other
   // properties are forward relations and pass without running. A kernel without launch_bwd passes with 0 tests.
   Pass pass = Pass::kFwd;
 };

@@ -340,8 +340,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
   Session s = open_session(o.common, "attn-check", argc, argv);
   if (case_dtype(o.common) < 0) usage_error("--dtype any is for attn-fuzz: name one dtype");
-  if (has_backward(case_pass(o.common)) && case_dtype(o.common) != AF_DTYPE_F32)
-    usage_error("--pass " + o.common.pass + " is checked in f32 only: drop --dtype " + o.common.dtype);
+  if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
+    usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " + o.common.dtype);
   if (has_backward(case_pass(o.common)) && !o.seqs.layout.empty() && o.seqs.layout != "dense")
     usage_error("--pass " + o.common.pass + " is checked on dense batches only: drop --seq-layout " + o.seqs.layout);
   if (!o.replay.empty() && app.count("--dtype")) usage_error("--dtype does not apply to --replay (files record it)");
@@ -398,7 +398,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
       for (const std::string& why : {unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem),
-                                     pass_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.pass)})
+                                     pass_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.pass,
+                                                             jobs[i].c.problem.dtype)})
         if (!why.empty()) usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
   }
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());

@@ -152,6 +152,11 @@ typedef struct af_buffers {
 #define AF_SUPPORTS_BF16 (1u << AF_DTYPE_BF16)
 #define AF_SUPPORTS_FP8_E4M3 (1u << AF_DTYPE_FP8_E4M3)
 #define AF_SUPPORTS_FP8_E5M2 (1u << AF_DTYPE_FP8_E5M2)
+/* Backward dtypes (v2), also in af_kernel::dtypes: launch_bwd takes q, k, v, o, dout and writes dq, dk, dv as
+ * elements of that type (lse and the workspace stay fp32). No such bit: the backward launch is fp32 only. */
+#define AF_SUPPORTS_BWD(dtype) (1u << (16 + (dtype)))
+#define AF_SUPPORTS_BWD_F16 AF_SUPPORTS_BWD(AF_DTYPE_F16)
+#define AF_SUPPORTS_BWD_BF16 AF_SUPPORTS_BWD(AF_DTYPE_BF16)
 /* Bit sets for af_kernel::features (v2): which input models beyond dense [B, S, H, D] a kernel takes. */
 #define AF_FEATURE_Q_PACKED (1u << 0)  /* q_layout = AF_SEQ_PACKED */
 #define AF_FEATURE_KV_PACKED (1u << 1) /* kv_layout = AF_SEQ_PACKED */

@@ -1,4 +1,5 @@
-// backward_bugs.hip - planted bugs in the FA2-style flash backward of kernels/flash.hip (flash-bm16-bn16's).
+// backward_bugs.hip - planted bugs in the FA2-style flash backward of kernels/flash.hip (flash-bm16-bn16's), and
+// one low-precision backward bug (dS and gradient sums in f16 / bf16).
 //
 // One copy of the backward (Delta preprocess, key-tile dK/dV kernel with dQ by atomicAdd), templated on the
 // bug it carries; every deviation sits behind `if constexpr (kBug == ...)` and is marked `// PLANTED:`. The
@@ -262,6 +263,161 @@ int planted_bwd_launch(const af_problem* pp, const af_buffers* buf, void* stream
   return (int)hipGetLastError();
 }
 
+// ---- low precision: a plain f16 / bf16 backward whose dS and gradient sums stay in the element type ----
+//
+// planted-bwd-lowp-ds-half: one thread per query row computes dQ_i, one thread per (key, kv head) dK_j and dV_j,
+// from q, k, v, o, dO of element type T loaded exactly into fp32, P = exp(s - lse) and dP in fp32, as a correct
+// kernel does; but (PLANTED) dS = P (dP - Delta) is rounded to T and every gradient is accumulated in T (each
+// partial sum rounded to T) instead of fp32. Quiet when a row and a key meet once (Sq = Sk = 1: one product,
+// rounded like the stored result); wrong when many terms add up (u = 2^-11 / 2^-8 per addition). The forward
+// launch is the same one-thread-per-row online softmax as above, on T.
+constexpr int kLowpThreads = 64;
+__host__ __device__ inline int64_t dk_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.dk_stride[0] + s * p.dk_stride[1] + h * p.dk_stride[2];
+}
+__host__ __device__ inline int64_t dv_row(const af_problem& p, int64_t b, int64_t s, int64_t h) {
+  return b * p.dv_stride[0] + s * p.dv_stride[1] + h * p.dv_stride[2];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kLowpThreads)
+    planted_lowp_forward_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
+                                const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = r % p.seq_q, h = (r / p.seq_q) % p.heads_q, b = r / (p.seq_q * p.heads_q);
+    const int64_t hk = kv_head_of(p, h);
+    const KeySpan keys = row_keys(p, i);
+    float acc[kMaxD];
+    for (int64_t d = 0; d < p.head_dim_v; ++d) acc[d] = 0.0f;
+    float m = neg_inf(), l = 0.0f;
+    for (int64_t j = keys.first; j < keys.last; ++j) {
+      float dot = 0.0f;
+      for (int64_t d = 0; d < p.head_dim; ++d)
+        dot += Elem<T>::load(q[q_row(p, b, i, h) + d]) * Elem<T>::load(k[k_row(p, b, j, hk) + d]);
+      const float s = p.scale * dot;
+      const float m_new = nan_max(m, s);
+      const float alpha = rescale_factor(m, m_new), w = softmax_weight(s, m_new);
+      for (int64_t d = 0; d < p.head_dim_v; ++d)
+        acc[d] = acc[d] * alpha + w * Elem<T>::load(v[v_row(p, b, j, hk) + d]);
+      l = l * alpha + w;
+      m = m_new;
+    }
+    for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = Elem<T>::store(finish_o(acc[d], m, l));
+    lse[lse_at(p, b, h, i)] = finish_lse(m, l);
+  }
+}
+
+// P_ij and dS_ij (dS rounded to T: PLANTED) of a visible pair, Delta_i from the given o.
+template <class T>
+__device__ inline void lowp_pair(const af_problem& p, int64_t b, int64_t i, int64_t h, int64_t j, int64_t hk,
+                                 const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
+                                 float& P, float& dS) {
+  float dot = 0.0f, dp = 0.0f, delta = 0.0f;
+  for (int64_t d = 0; d < p.head_dim; ++d)
+    dot += Elem<T>::load(q[q_row(p, b, i, h) + d]) * Elem<T>::load(k[k_row(p, b, j, hk) + d]);
+  for (int64_t d = 0; d < p.head_dim_v; ++d) {
+    const float g = Elem<T>::load(dout[do_row(p, b, i, h) + d]);
+    dp += g * Elem<T>::load(v[v_row(p, b, j, hk) + d]);
+    delta += g * Elem<T>::load(o[o_row(p, b, i, h) + d]);
+  }
+  P = expf(p.scale * dot - lse[lse_at(p, b, h, i)]);
+  dS = Elem<T>::round(P * (dp - delta));  // PLANTED: dS in T
+}
+
+template <class T>
+__global__ void __launch_bounds__(kLowpThreads)
+    planted_lowp_dq_kernel(af_problem p, const T* q, const T* k, const T* v, const T* o, const float* lse,
+                           const T* dout, T* dq) {
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = r % p.seq_q, h = (r / p.seq_q) % p.heads_q, b = r / (p.seq_q * p.heads_q);
+    const int64_t hk = kv_head_of(p, h);
+    const KeySpan keys = lse[lse_at(p, b, h, i)] == neg_inf() ? KeySpan{0, 0} : row_keys(p, i);
+    float acc[kMaxD];
+    for (int64_t d = 0; d < p.head_dim; ++d) acc[d] = 0.0f;
+    for (int64_t j = keys.first; j < keys.last; ++j) {
+      float P, dS;
+      lowp_pair(p, b, i, h, j, hk, q, k, v, o, lse, dout, P, dS);
+      for (int64_t d = 0; d < p.head_dim; ++d)  // PLANTED: the sum rounded to T after every term
+        acc[d] = Elem<T>::round(acc[d] + dS * Elem<T>::load(k[k_row(p, b, j, hk) + d]));
+    }
+    for (int64_t d = 0; d < p.head_dim; ++d) dq[dq_row(p, b, i, h) + d] = Elem<T>::store(p.scale * acc[d]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kLowpThreads)
+    planted_lowp_dkv_kernel(af_problem p, const T* q, const T* k, const T* v, const T* o, const float* lse,
+                            const T* dout, T* dk, T* dv) {
+  const int64_t keys = p.batch * p.heads_kv * p.seq_k, G = p.heads_q / p.heads_kv;
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < keys; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = r % p.seq_k, hk = (r / p.seq_k) % p.heads_kv, b = r / (p.seq_k * p.heads_kv);
+    float ak[kMaxD], av[kMaxD];
+    for (int64_t d = 0; d < p.head_dim; ++d) ak[d] = 0.0f;
+    for (int64_t d = 0; d < p.head_dim_v; ++d) av[d] = 0.0f;
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeySpan ks = row_keys(p, i);
+        if (j < ks.first || j >= ks.last || lse[lse_at(p, b, h, i)] == neg_inf()) continue;
+        float P, dS;
+        lowp_pair(p, b, i, h, j, hk, q, k, v, o, lse, dout, P, dS);
+        for (int64_t d = 0; d < p.head_dim; ++d)  // PLANTED: sums in T
+          ak[d] = Elem<T>::round(ak[d] + dS * Elem<T>::load(q[q_row(p, b, i, h) + d]));
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          av[d] = Elem<T>::round(av[d] + P * Elem<T>::load(dout[do_row(p, b, i, h) + d]));
+      }
+    for (int64_t d = 0; d < p.head_dim; ++d) dk[dk_row(p, b, j, hk) + d] = Elem<T>::store(p.scale * ak[d]);
+    for (int64_t d = 0; d < p.head_dim_v; ++d) dv[dv_row(p, b, j, hk) + d] = Elem<T>::store(av[d]);
+  }
+}
+
+constexpr uint32_t kLowpBwdDtypes = AF_SUPPORTS_F16 | AF_SUPPORTS_BF16 | AF_SUPPORTS_BWD_F16 | AF_SUPPORTS_BWD_BF16;
+
+int planted_lowp_check(const af_problem* p, char* why, size_t why_len) {
+  if (check_dtype(p, kLowpBwdDtypes, why, why_len)) return 1;
+  if (p->head_dim > kMaxD || p->head_dim_v > kMaxD) return unsupported(why, why_len, "D, Dv <= 128");
+  return 0;
+}
+
+unsigned lowp_grid(int64_t n) { return (unsigned)max64(min64(ceil_div(n, kLowpThreads), 1 << 16), 1); }
+
+int planted_lowp_forward(const af_problem* pp, const af_buffers* buf, void* stream) {
+  const af_problem p = *pp;
+  if (planted_lowp_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  return dispatch_dtype(p, kLowpBwdDtypes, [&](auto tag) {
+    using T = decltype(tag);
+    void (*f)(af_problem, const T*, const T*, const T*, T*, float*) = planted_lowp_forward_kernel<T>;
+    hipLaunchKernelGGL(f, dim3(lowp_grid(p.batch * p.heads_q * p.seq_q)), dim3(kLowpThreads), 0,
+                       (hipStream_t)stream, p, static_cast<const T*>(buf->q), static_cast<const T*>(buf->k),
+                       static_cast<const T*>(buf->v), static_cast<T*>(buf->o), buf->lse);
+    return (int)hipGetLastError();
+  });
+}
+
+int planted_lowp_launch_bwd(const af_problem* pp, const af_buffers* buf, void* stream) {
+  const af_problem p = *pp;
+  if (planted_lowp_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  return dispatch_dtype(p, kLowpBwdDtypes, [&](auto tag) {
+    using T = decltype(tag);
+    const T *q = static_cast<const T*>(buf->q), *k = static_cast<const T*>(buf->k),
+            *v = static_cast<const T*>(buf->v), *o = static_cast<const T*>(buf->o),
+            *dout = static_cast<const T*>(buf->dout);
+    void (*dqk)(af_problem, const T*, const T*, const T*, const T*, const float*, const T*, T*) =
+        planted_lowp_dq_kernel<T>;
+    hipLaunchKernelGGL(dqk, dim3(lowp_grid(p.batch * p.heads_q * p.seq_q)), dim3(kLowpThreads), 0,
+                       (hipStream_t)stream, p, q, k, v, o, (const float*)buf->lse, dout, static_cast<T*>(buf->dq));
+    if (int e = (int)hipGetLastError()) return e;
+    if (p.seq_k == 0) return 0;
+    void (*dkv)(af_problem, const T*, const T*, const T*, const T*, const float*, const T*, T*, T*) =
+        planted_lowp_dkv_kernel<T>;
+    hipLaunchKernelGGL(dkv, dim3(lowp_grid(p.batch * p.heads_kv * p.seq_k)), dim3(kLowpThreads), 0,
+                       (hipStream_t)stream, p, q, k, v, o, (const float*)buf->lse, dout, static_cast<T*>(buf->dk),
+                       static_cast<T*>(buf->dv));
+    return (int)hipGetLastError();
+  });
+}
+
 #define AF_PLANTED_BWD(NAME, BUG, DESC)                                                                    \
   {                                                                                                        \
     NAME, "planted/flash-bwd", "flash-bm16-bn16's backward with a planted bug: " DESC, AF_SUPPORTS_F32,    \
@@ -282,6 +438,10 @@ const af_kernel kBackwardBugs[] = {
     AF_PLANTED_BWD("planted-bwd-gqa-one-head", kGqaOneHead, "dK / dV of a GQA group from its first query head only"),
     AF_PLANTED_BWD("planted-bwd-tail-kv-oob-write", kTailKvOobWrite,
                    "last key tile's dK / dV stored whole, past the end"),
+    {"planted-bwd-lowp-ds-half", "planted/flash-bwd",
+     "f16 / bf16 backward with dS rounded to the element type and dQ / dK / dV summed in it (no fp32 accumulation)",
+     kLowpBwdDtypes, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
+     planted_lowp_check, planted_lowp_forward, 0, 0, nullptr, nullptr, planted_lowp_launch_bwd},
 };
 
 #undef AF_PLANTED_BWD

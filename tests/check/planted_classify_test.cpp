@@ -191,6 +191,7 @@ INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()), [](
 struct BwdExpected {
   std::string cls;
   std::vector<std::string> tensors;
+  bool lowp = false;  // exposing case in f16 / bf16: not in the f32 budget (PlantedBwdLowp in bwd_planted_test)
 };
 const std::map<std::string, BwdExpected>& expected_bwd() {
   static const std::map<std::string, BwdExpected> m = [] {
@@ -206,6 +207,7 @@ const std::map<std::string, BwdExpected>& expected_bwd() {
       const std::string name = cols[0].substr(cols[0].find('`') + 1, cols[0].rfind('`') - cols[0].find('`') - 1);
       const std::string cls = cols[5];
       BwdExpected e;
+      e.lowp = cols[3].find("f16") != std::string::npos;
       std::stringstream cs(cls);
       cs >> e.cls;
       const size_t lb = cls.find('['), rb = cls.find(']');
@@ -279,7 +281,8 @@ TEST_P(PlantedBwd, DetectedAndNamedPerGradientTensor) {
 
 std::vector<std::string> planted_bwd_names() {
   std::vector<std::string> v;
-  for (const auto& [n, e] : expected_bwd()) v.push_back(n);
+  for (const auto& [n, e] : expected_bwd())
+    if (!e.lowp) v.push_back(n);  // low-precision rows: PlantedBwdLowp (tests/kernels/planted/bwd_planted_test.cpp)
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(All, PlantedBwd, ::testing::ValuesIn(planted_bwd_names()), [](const auto& info) {

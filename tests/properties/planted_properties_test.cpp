@@ -37,6 +37,7 @@ const KernelEntry& planted(const std::string& name) {
 struct Catch {
   Property property;
   const char* kernel;
+  Pass pass = Pass::kFwd;
 };
 
 class PlantedCatch : public ::testing::TestWithParam<Catch> {};
@@ -47,6 +48,7 @@ TEST_P(PlantedCatch, PropertyFailsShrinksAndSaves) {
   PropertyOptions o;
   o.max_success = 40;
   o.use_rc_params = false;  // the expectation holds for this fixed seed and budget
+  o.pass = c.pass;
   o.out = std::filesystem::path(ATTNFUZZ_PROPERTY_TEST_OUT) / property_name(c.property);
   const PropertyOutcome r = run_property(c.property, k, o);
   ASSERT_FALSE(r.passed) << property_name(c.property) << " did not catch " << c.kernel << " in "
@@ -64,6 +66,7 @@ TEST_P(PlantedCatch, PropertyFailsShrinksAndSaves) {
     const CorpusFile f = read_corpus_file(r.saved[i]);
     ASSERT_TRUE(f.verdict.has_value());
     EXPECT_EQ(f.verdict->kernel, c.kernel);
+    EXPECT_EQ(f.the_case.pass, c.pass);
     some_case_fails |= f.verdict->verdict == Verdict::kFail;
   }
   if (c.property != Property::kDeterminism)
@@ -73,10 +76,13 @@ TEST_P(PlantedCatch, PropertyFailsShrinksAndSaves) {
 }
 
 // Readable test parameters in ctest's and gtest's output.
-void PrintTo(const Catch& c, std::ostream* os) { *os << property_name(c.property) << " on " << c.kernel; }
+void PrintTo(const Catch& c, std::ostream* os) {
+  *os << property_name(c.property) << " on " << c.kernel << " (" << pass_name(c.pass) << ")";
+}
 
 std::string catch_name(const ::testing::TestParamInfo<Catch>& info) {
   std::string n = std::string(property_name(info.param.property)) + "__" + info.param.kernel;
+  if (info.param.pass != Pass::kFwd) n += std::string("__") + pass_name(info.param.pass);
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
@@ -92,7 +98,11 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            Catch{Property::kBatchHead, "planted-tail-k-oob-read"},
                                            Catch{Property::kDeterminism, "planted-no-score-barrier"},
                                            Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
-                                           Catch{Property::kPacking, "planted-varlen-cu-off-by-one"}),
+                                           Catch{Property::kPacking, "planted-varlen-cu-off-by-one"},
+                                           // Backward: batch / head with dK / dV summed over a GQA group;
+                                           // thread orders on the backward launch.
+                                           Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},
+                                           Catch{Property::kDeterminism, "planted-bwd-no-ds-barrier", Pass::kBwd}),
                          catch_name);
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "check/runner.h"
 #include "tests/kernels/bwd_harness.h"
 
 #ifndef ATTNFUZZ_PLANTED_PLUGIN
@@ -85,6 +86,7 @@ TEST(PlantedBwd, EveryBackwardPlantedKernelIsListed) {
   for (const KernelEntry& e : Registry::global().all())
     if (e.origin == ATTNFUZZ_PLANTED_PLUGIN && e.kernel.launch_bwd) listed.insert(e.kernel.name);
   for (const PlantedBwd& k : kPlantedBwd) want.insert(k.name);
+  want.insert("planted-bwd-lowp-ds-half");  // f16 / bf16 only: PlantedBwdLowp below
   EXPECT_EQ(listed, want);
   EXPECT_GE(listed.size(), 8u);
 }
@@ -121,6 +123,47 @@ INSTANTIATE_TEST_SUITE_P(All, PlantedBwdKernel, ::testing::ValuesIn(kPlantedBwd)
                            for (char& c : n)
                              if (c == '-') c = '_';
                            return n;
+                         });
+
+// Low precision: planted-bwd-lowp-ds-half (dS rounded to the element type, dQ / dK / dV summed in it) through the
+// runner, on backward cases of dtype f16 and bf16. Summing terms of random signs in f16 stays inside the f16 bound
+// (measured: err/bound 0.27 f16, 0.41 bf16 at Sq = Sk = 256 even with dO = 1); what exposes it is a long sum of
+// one sign: dO = 1 everywhere (the gradient of loss = O.sum(), common in tests) makes dV_j = sum_i P_ij, and with
+// Sq = 4096 rows over Sk = 16 keys (P ~ 1/16) the partial sum stops growing once half its ulp exceeds 1/16 (at 128
+// in f16, 16 in bf16; the exact sum is ~256), where the deterministic flash-bm16-bn32 (fp32 accumulation) passes
+// the same case. Quiet: one row, one key, D = Dv = 1 (one product, rounded like a stored result).
+Judged lowp_check(const std::string& kernel, int32_t dtype, const Spec& s, bool dout_ones) {
+  Case c = make_case(make_problem(s.b, s.hq, s.hkv, s.sq, s.sk, s.d, s.dv), 77);
+  EXPECT_EQ(parse_mask(s.mask, c.problem), "");
+  c.problem.dtype = dtype;
+  c.pass = Pass::kBwd;
+  if (dout_ones) {
+    const Tensors t = generate(c);
+    c.explicit_values = ExplicitValues{t.q, t.k, t.v, std::vector<float>(t.dout.size(), 1.0f)};
+  }
+  PreparedCase pc(c);
+  return check_case(cpu_device(1), cpu_kernel(kernel), pc, RunOptions{});
+}
+
+class PlantedBwdLowp : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(PlantedBwdLowp, DsHalfFailsWhereTheCorrectKernelPasses) {
+  const int32_t dt = GetParam();
+  const Spec exposing{1, 1, 1, 4096, 16, 16, 16, "none"}, quiet{1, 1, 1, 1, 1, 1, 1, "none"};
+  const Judged bad = lowp_check("planted-bwd-lowp-ds-half", dt, exposing, true);
+  ASSERT_EQ(bad.result.verdict, Verdict::kFail) << dtype_name(dt) << ": " << bad.result.reason << " max ratio "
+                                                << bad.result.max_ratio;
+  std::printf("planted-bwd-lowp-ds-half %s exposing: %s\n", dtype_name(dt), bad.result.reason.c_str());
+  EXPECT_TRUE(bad.result.tensor == "dK" || bad.result.tensor == "dV") << bad.result.tensor;
+  const Judged good = lowp_check("flash-bm16-bn32", dt, exposing, true);
+  EXPECT_EQ(good.result.verdict, Verdict::kPass) << good.result.reason;
+  const Judged q = lowp_check("planted-bwd-lowp-ds-half", dt, quiet, false);
+  EXPECT_EQ(q.result.verdict, Verdict::kPass) << q.result.reason;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, PlantedBwdLowp, ::testing::Values(AF_DTYPE_F16, AF_DTYPE_BF16),
+                         [](const ::testing::TestParamInfo<int32_t>& i) {
+                           return std::string(i.param == AF_DTYPE_F16 ? "f16" : "bf16");
                          });
 
 }  // namespace

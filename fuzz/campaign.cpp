@@ -266,7 +266,8 @@ int run_campaign(const CampaignOptions& o) {
     (void)!::ftruncate(lock_fd, 0);
     (void)!::pwrite(lock_fd, me.data(), me.size(), 0);
   }
-  for (const fs::path& d : {inputs, artifacts, work / "stats", work / "dedup"}) fs::remove_all(d, ec);
+  for (const fs::path& d : {inputs, artifacts, work / "stats", work / "dedup", work / "featcache"})
+    fs::remove_all(d, ec);
   for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt"}) fs::remove(work / f, ec);
   for (const fs::path& d : {out, work, inputs, artifacts, work / "stats", work / "dedup", failures, corpus}) {
     fs::create_directories(d, ec);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -375,6 +376,7 @@ bool Worker::quarantined(const KernelEntry* k) const {
 Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
   ++cases_;
+  last_kernel_ = nullptr;
   PreparedCase pc(in.the_case);
   const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());
   const size_t n = kernels_.size();
@@ -428,10 +430,15 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   const CheckResult& r = out.result;
   const auto ids = result_features(cf, r);
   record_features(slot, ids);
+  last_new_ = false;
   for (uint16_t id : ids) {
     const size_t bit = (slot % kKernelSlots) * kFeaturesPerKernel + id;
+    last_new_ |= !(seen_[bit / 8] & (1u << (bit % 8)));
     seen_[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
   }
+  last_kernel_ = out.kernel;
+  last_slot_ = slot;
+  last_ids_ = ids;
   ++verdicts_[verdict_name(r.verdict)];
   ++per_kernel_[r.kernel][verdict_name(r.verdict)];
   {
@@ -467,6 +474,74 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   }
   write_stats(!out.saved.empty());
   return out;
+}
+
+namespace {
+// A feature-cache record: magic, input size, slot, kernel name length, id count, then the name and the ids.
+constexpr uint32_t kFeatMagic = 0x31434641u;  // "AFC1"
+struct FeatHeader {
+  uint32_t magic;
+  uint32_t slot;
+  uint64_t size;
+  uint32_t name_len;
+  uint32_t count;
+};
+fs::path feat_path(const std::string& out, const uint8_t* data, size_t size) {
+  return fs::path(out) / "work" / "featcache" /
+         hex16(hash64(std::string(reinterpret_cast<const char*>(data), size)));
+}
+}  // namespace
+
+bool Worker::replay_features(const uint8_t* data, size_t size) {
+  const fs::path p = feat_path(cfg_.out, data, size);
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string rec(4096, '\0');
+  const ssize_t n = ::read(fd, rec.data(), rec.size());
+  ::close(fd);
+  FeatHeader h{};
+  if (n < static_cast<ssize_t>(sizeof h)) return false;
+  std::memcpy(&h, rec.data(), sizeof h);
+  if (h.magic != kFeatMagic || h.size != size || h.name_len > 512 || h.count > kFeaturesPerKernel ||
+      sizeof h + h.name_len + 2 * size_t{h.count} != static_cast<size_t>(n))
+    return false;
+  const std::string name = rec.substr(sizeof h, h.name_len);
+  refresh_isolated();
+  if (std::find(quarantined_.begin(), quarantined_.end(), name) != quarantined_.end()) return false;
+  std::vector<uint16_t> ids(h.count);
+  std::memcpy(ids.data(), rec.data() + sizeof h + h.name_len, 2 * size_t{h.count});
+  record_features(h.slot, ids);
+  for (uint16_t id : ids) {
+    if (id >= kFeaturesPerKernel) continue;
+    const size_t bit = (h.slot % kKernelSlots) * kFeaturesPerKernel + id;
+    seen_[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  ++replayed_;
+  return true;
+}
+
+void Worker::save_features(const uint8_t* data, size_t size) {
+  if (!last_kernel_ || !last_new_) return;
+  const fs::path p = feat_path(cfg_.out, data, size);
+  struct stat st {};
+  if (::stat(p.c_str(), &st) == 0) return;
+  const std::string name = last_kernel_->kernel.name;
+  FeatHeader h{kFeatMagic, static_cast<uint32_t>(last_slot_), size, static_cast<uint32_t>(name.size()),
+               static_cast<uint32_t>(last_ids_.size())};
+  std::string rec(reinterpret_cast<const char*>(&h), sizeof h);
+  rec += name;
+  rec.append(reinterpret_cast<const char*>(last_ids_.data()), 2 * last_ids_.size());
+  if (rec.size() > 4096) return;
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  // Written whole under a name no reader asks for, then renamed: a reader sees a whole record or none.
+  const fs::path tmp = p.parent_path() / (".tmp-" + std::to_string(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const bool ok = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
+  ::close(fd);
+  if (ok) fs::rename(tmp, p, ec);
+  else fs::remove(tmp, ec);
 }
 
 // Re-reads the isolate and quarantine lists when they changed (a stat each per input: ~1 us).

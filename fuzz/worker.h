@@ -15,6 +15,13 @@
 //   <out>/work/quarantine.txt            kernels not run any more (one name a line; appended by whoever saw
 //                                        one hang: a spinning kernel costs one timeout, then none)
 //   <out>/work/deaths.txt                "hang <kernel>" per worker process its hang watchdog ended
+// and both reads and writes
+//   <out>/work/featcache/<hash>          the coverage features an input recorded when it was checked (kernel
+//                                        slot, feature ids), written for inputs that added a feature to their
+//                                        process: what libFuzzer keeps. Fork mode runs kept inputs again (every
+//                                        job replays a seed subset, every merge re-runs a job's new inputs) only
+//                                        to read their features back: those replays take them from here
+//                                        (Worker::replay_features) instead of checking the input again.
 // and nothing on stdout per input (libFuzzer's own lines are what the parent parses for coverage).
 #pragma once
 
@@ -115,6 +122,13 @@ class Worker {
   Device& device() { return *device_; }
   RunOptions run_options() const { return run_; }
   void write_stats(bool force);
+  // Feature cache (work/featcache, issue 17). replay_features: when the input's bytes have a record whose kernel
+  // is not quarantined, sets the same coverage counters as its check did and returns true (nothing is launched
+  // or counted as a case); false otherwise. save_features: after run(), records the last check's features when
+  // it added a feature new to this process (an input libFuzzer keeps).
+  bool replay_features(const uint8_t* data, size_t size);
+  void save_features(const uint8_t* data, size_t size);
+  int64_t replayed() const { return replayed_; }
 
  private:
   WorkerConfig cfg_;
@@ -134,6 +148,12 @@ class Worker {
   static constexpr int kThrottleAfter = 16;
   std::map<std::string, int> dying_in_row_;  // per kernel: checks in a row that crashed / faulted / leaked
   uint64_t throttle_tick_ = 0;
+  // The last check's features (for save_features) and whether one of them was new to this process.
+  const KernelEntry* last_kernel_ = nullptr;
+  size_t last_slot_ = 0;
+  std::vector<uint16_t> last_ids_;
+  bool last_new_ = false;
+  int64_t replayed_ = 0;  // inputs answered from the feature cache
   void refresh_isolated();
   bool quarantined(const KernelEntry* k) const;
   friend void on_inprocess_hang(const char*, double);

@@ -364,6 +364,7 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
 }
 
 Worker::~Worker() {
+  if (feat_fd_ >= 0) ::close(feat_fd_);
   set_inprocess_hang_handler(nullptr);
   g_worker = nullptr;
   write_stats(true);
@@ -477,71 +478,86 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
 }
 
 namespace {
-// A feature-cache record: magic, input size, slot, kernel name length, id count, then the name and the ids.
-constexpr uint32_t kFeatMagic = 0x31434641u;  // "AFC1"
+// A feature-cache record (appended to work/featcache/<pid>.bin): the header, the kernel name, the ids.
+constexpr uint32_t kFeatMagic = 0x32434641u;  // "AFC2"
 struct FeatHeader {
   uint32_t magic;
   uint32_t slot;
-  uint64_t size;
+  uint64_t key;   // hash64 of the input bytes
+  uint64_t size;  // input bytes
   uint32_t name_len;
   uint32_t count;
 };
-fs::path feat_path(const std::string& out, const uint8_t* data, size_t size) {
-  return fs::path(out) / "work" / "featcache" /
-         hex16(hash64(std::string(reinterpret_cast<const char*>(data), size)));
+uint64_t input_key(const uint8_t* data, size_t size) {
+  return hash64(std::string(reinterpret_cast<const char*>(data), size));
 }
 }  // namespace
 
+void Worker::load_feature_cache() {
+  feat_loaded_ = true;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(cfg_.out) / "work" / "featcache", ec)) {
+    if (e.path().extension() != ".bin") continue;
+    const std::string b = [&] {
+      std::ifstream f(e.path(), std::ios::binary);
+      std::ostringstream t;
+      t << f.rdbuf();
+      return t.str();
+    }();
+    // Whole records only: a record another process is appending right now is read next time, or never.
+    for (size_t off = 0; off + sizeof(FeatHeader) <= b.size();) {
+      FeatHeader h;
+      std::memcpy(&h, b.data() + off, sizeof h);
+      const size_t len = sizeof h + h.name_len + 2 * size_t{h.count};
+      if (h.magic != kFeatMagic || h.name_len > 512 || h.count > kFeaturesPerKernel || off + len > b.size()) break;
+      CachedFeatures c;
+      c.size = h.size;
+      c.slot = h.slot;
+      c.kernel = b.substr(off + sizeof h, h.name_len);
+      c.ids.resize(h.count);
+      std::memcpy(c.ids.data(), b.data() + off + sizeof h + h.name_len, 2 * size_t{h.count});
+      feat_cache_[h.key] = std::move(c);
+      off += len;
+    }
+  }
+}
+
 bool Worker::replay_features(const uint8_t* data, size_t size) {
-  const fs::path p = feat_path(cfg_.out, data, size);
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  std::string rec(4096, '\0');
-  const ssize_t n = ::read(fd, rec.data(), rec.size());
-  ::close(fd);
-  FeatHeader h{};
-  if (n < static_cast<ssize_t>(sizeof h)) return false;
-  std::memcpy(&h, rec.data(), sizeof h);
-  if (h.magic != kFeatMagic || h.size != size || h.name_len > 512 || h.count > kFeaturesPerKernel ||
-      sizeof h + h.name_len + 2 * size_t{h.count} != static_cast<size_t>(n))
-    return false;
-  const std::string name = rec.substr(sizeof h, h.name_len);
+  if (!feat_loaded_) load_feature_cache();
+  const auto it = feat_cache_.find(input_key(data, size));
+  if (it == feat_cache_.end() || it->second.size != size) return false;
+  const CachedFeatures& c = it->second;
   refresh_isolated();
-  if (std::find(quarantined_.begin(), quarantined_.end(), name) != quarantined_.end()) return false;
-  std::vector<uint16_t> ids(h.count);
-  std::memcpy(ids.data(), rec.data() + sizeof h + h.name_len, 2 * size_t{h.count});
-  record_features(h.slot, ids);
-  for (uint16_t id : ids) {
+  if (std::find(quarantined_.begin(), quarantined_.end(), c.kernel) != quarantined_.end()) return false;
+  record_features(c.slot, c.ids);
+  for (uint16_t id : c.ids) {
     if (id >= kFeaturesPerKernel) continue;
-    const size_t bit = (h.slot % kKernelSlots) * kFeaturesPerKernel + id;
+    const size_t bit = (c.slot % kKernelSlots) * kFeaturesPerKernel + id;
     seen_[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
   }
   ++replayed_;
+  write_stats(false);
   return true;
 }
 
 void Worker::save_features(const uint8_t* data, size_t size) {
   if (!last_kernel_ || !last_new_) return;
-  const fs::path p = feat_path(cfg_.out, data, size);
-  struct stat st {};
-  if (::stat(p.c_str(), &st) == 0) return;
   const std::string name = last_kernel_->kernel.name;
-  FeatHeader h{kFeatMagic, static_cast<uint32_t>(last_slot_), size, static_cast<uint32_t>(name.size()),
-               static_cast<uint32_t>(last_ids_.size())};
+  if (name.size() > 512) return;
+  if (feat_fd_ < 0) {
+    const fs::path dir = fs::path(cfg_.out) / "work" / "featcache";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    feat_fd_ = ::open((dir / (std::to_string(::getpid()) + ".bin")).c_str(),
+                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (feat_fd_ < 0) return;
+  }
+  FeatHeader h{kFeatMagic, static_cast<uint32_t>(last_slot_), input_key(data, size), size,
+               static_cast<uint32_t>(name.size()), static_cast<uint32_t>(last_ids_.size())};
   std::string rec(reinterpret_cast<const char*>(&h), sizeof h);
   rec += name;
   rec.append(reinterpret_cast<const char*>(last_ids_.data()), 2 * last_ids_.size());
-  if (rec.size() > 4096) return;
-  std::error_code ec;
-  fs::create_directories(p.parent_path(), ec);
-  // Written whole under a name no reader asks for, then renamed: a reader sees a whole record or none.
-  const fs::path tmp = p.parent_path() / (".tmp-" + std::to_string(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  const bool ok = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
-  ::close(fd);
-  if (ok) fs::rename(tmp, p, ec);
-  else fs::remove(tmp, ec);
+  (void)!::write(feat_fd_, rec.data(), rec.size());  // one write: a whole record (or a torn tail nobody reads)
 }
 
 // Re-reads the isolate and quarantine lists when they changed (a stat each per input: ~1 us).
@@ -570,6 +586,7 @@ void Worker::write_stats(bool force) {
   Json j;
   j["pid"] = ::getpid();
   j["cases"] = cases_;
+  j["replayed"] = replayed_;
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;

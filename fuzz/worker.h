@@ -16,12 +16,12 @@
 //                                        one hang: a spinning kernel costs one timeout, then none)
 //   <out>/work/deaths.txt                "hang <kernel>" per worker process its hang watchdog ended
 // and both reads and writes
-//   <out>/work/featcache/<hash>          the coverage features an input recorded when it was checked (kernel
-//                                        slot, feature ids), written for inputs that added a feature to their
-//                                        process: what libFuzzer keeps. Fork mode runs kept inputs again (every
-//                                        job replays a seed subset, every merge re-runs a job's new inputs) only
-//                                        to read their features back: those replays take them from here
-//                                        (Worker::replay_features) instead of checking the input again.
+//   <out>/work/featcache/<pid>.bin       the coverage features of inputs that added a feature to their process
+//                                        (what libFuzzer keeps): key (hash of the bytes), kernel slot and name,
+//                                        feature ids, appended one record per write. Fork mode runs kept inputs
+//                                        again only to read their features (every job replays a seed subset,
+//                                        every merge re-runs a job's new inputs): those replays take them from
+//                                        here (Worker::replay_features) instead of checking the input again.
 // and nothing on stdout per input (libFuzzer's own lines are what the parent parses for coverage).
 #pragma once
 
@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "attnfuzz/corpus.h"
@@ -154,6 +155,16 @@ class Worker {
   std::vector<uint16_t> last_ids_;
   bool last_new_ = false;
   int64_t replayed_ = 0;  // inputs answered from the feature cache
+  struct CachedFeatures {
+    uint64_t size = 0;
+    uint32_t slot = 0;
+    std::string kernel;
+    std::vector<uint16_t> ids;
+  };
+  std::unordered_map<uint64_t, CachedFeatures> feat_cache_;  // loaded on the first replay_features()
+  bool feat_loaded_ = false;
+  int feat_fd_ = -1;  // this process's work/featcache/<pid>.bin
+  void load_feature_cache();
   void refresh_isolated();
   bool quarantined(const KernelEntry* k) const;
   friend void on_inprocess_hang(const char*, double);

@@ -431,10 +431,9 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   const CheckResult& r = out.result;
   const auto ids = result_features(cf, r);
   record_features(slot, ids);
-  last_new_ = false;
+  last_new_ = note_counts(slot, ids);
   for (uint16_t id : ids) {
     const size_t bit = (slot % kKernelSlots) * kFeaturesPerKernel + id;
-    last_new_ |= !(seen_[bit / 8] & (1u << (bit % 8)));
     seen_[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
   }
   last_kernel_ = out.kernel;
@@ -522,6 +521,28 @@ void Worker::load_feature_cache() {
   }
 }
 
+// libFuzzer's features of a counter are its value's bucket (1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+): an input
+// it keeps sets a (counter, bucket) it had not seen. The same test here says which inputs to record.
+bool Worker::note_counts(size_t slot, const std::vector<uint16_t>& ids) {
+  if (buckets_seen_.empty()) buckets_seen_.assign(kCounterBytes, 0);
+  std::vector<uint16_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  bool fresh = false;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+    if (sorted[i] < kFeaturesPerKernel) {
+      const size_t n = std::min<size_t>(j - i, 255);
+      const int b = n >= 128 ? 7 : n >= 32 ? 6 : n >= 16 ? 5 : n >= 8 ? 4 : n >= 4 ? 3 : static_cast<int>(n) - 1;
+      uint8_t& seen = buckets_seen_[(slot % kKernelSlots) * kFeaturesPerKernel + sorted[i]];
+      fresh |= !(seen & (1u << b));
+      seen |= static_cast<uint8_t>(1u << b);
+    }
+    i = j;
+  }
+  return fresh;
+}
+
 bool Worker::replay_features(const uint8_t* data, size_t size) {
   if (!feat_loaded_) load_feature_cache();
   const auto it = feat_cache_.find(input_key(data, size));
@@ -530,6 +551,7 @@ bool Worker::replay_features(const uint8_t* data, size_t size) {
   refresh_isolated();
   if (std::find(quarantined_.begin(), quarantined_.end(), c.kernel) != quarantined_.end()) return false;
   record_features(c.slot, c.ids);
+  note_counts(c.slot, c.ids);
   for (uint16_t id : c.ids) {
     if (id >= kFeaturesPerKernel) continue;
     const size_t bit = (c.slot % kKernelSlots) * kFeaturesPerKernel + id;

@@ -165,6 +165,8 @@ class Worker {
   bool feat_loaded_ = false;
   int feat_fd_ = -1;  // this process's work/featcache/<pid>.bin
   void load_feature_cache();
+  std::vector<uint8_t> buckets_seen_;  // per counter: the value buckets seen in this process (libFuzzer's features)
+  bool note_counts(size_t slot, const std::vector<uint16_t>& ids);  // true when one was new
   void refresh_isolated();
   bool quarantined(const KernelEntry* k) const;
   friend void on_inprocess_hang(const char*, double);

@@ -109,12 +109,36 @@ bool describe_guard_fault(uint64_t a, char* out, size_t out_size, char* buffer, 
   return true;
 }
 
+size_t GuardedBuffer::allocation_bytes(size_t bytes, size_t guard_bytes) {
+  const size_t g = round4(guard_bytes);
+  return (g + round4(bytes) + g + 4095) / 4096 * 4096;
+}
+
+size_t GuardedBuffer::allocation() const { return guard_ + round4(bytes_) + after_; }
+
+void GuardedBuffer::relayout(size_t bytes) {
+  const size_t total = allocation();
+  if (bytes == bytes_ || allocation_bytes(bytes, guard_) != total) return;
+  // Byte i of the allocation outside the payload holds poison byte (i - guard_) % 4 whatever the payload size,
+  // so only old payload bytes past the new payload's end need the poison: the rest already holds it.
+  const size_t old_end = round4(bytes_);
+  bytes_ = bytes;
+  after_ = total - guard_ - round4(bytes_);
+  unregister_buffer(reinterpret_cast<uintptr_t>(base_));  // the fault table's payload size follows
+  register_buffer(reinterpret_cast<uintptr_t>(base_), reinterpret_cast<uintptr_t>(base_) + total,
+                  reinterpret_cast<uintptr_t>(payload_), bytes_, name_);
+  if (old_end > bytes_) {
+    const uint32_t rotated = rotated_poison(poison_, bytes_ % 4);
+    dev_.fill(static_cast<char*>(payload_) + bytes_, &rotated, 4, old_end - bytes_);
+  }
+}
+
 GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t guard_bytes, uint32_t poison)
     : dev_(dev), name_(std::move(name)), bytes_(bytes), guard_(round4(guard_bytes)), poison_(poison) {
   // Layout: [guard][payload rounded up to 4 bytes][guard up to the next page]: the after-guard takes the
   // rounding slack, so every byte of the allocation outside the payload is checked (the cpu device fences
   // whole pages; past the allocation an access faults).
-  const size_t total = (guard_ + round4(bytes_) + guard_ + 4095) / 4096 * 4096;
+  const size_t total = allocation_bytes(bytes_, guard_);
   after_ = total - guard_ - round4(bytes_);
   base_ = static_cast<char*>(dev_.alloc(total));
   payload_ = base_ + guard_;
@@ -150,7 +174,7 @@ std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
   std::vector<CanaryHit> hits;
   changed_ = 0;
   const size_t total = guard_ + round4(bytes_) + after_;
-  std::vector<unsigned char> host;
+  thread_local std::vector<unsigned char> host;  // kept between checks: no allocation per guard zone
   // Only the guard zones are read back; whole poison words are compared as words.
   auto scan = [&](size_t from, size_t to) {  // byte range of the allocation that must hold poison
     host.resize(to - from);

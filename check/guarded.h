@@ -47,6 +47,12 @@ class GuardedBuffer {
   // allocation (0 inside it): how the runner names the buffer whose guard pages a faulting access hit.
   int64_t offset_of(uint64_t address) const;
   uint64_t distance_to(uint64_t address) const;
+  // The allocation a buffer of `bytes` with `guard_bytes` guards takes (whole pages), and this one's.
+  static size_t allocation_bytes(size_t bytes, size_t guard_bytes);
+  size_t allocation() const;
+  // Reuses the allocation for a payload of `bytes` with the same allocation_bytes(): the after-guard moves to
+  // the new payload end and every byte outside the payload holds the poison, as in a new buffer of that size.
+  void relayout(size_t bytes);
 
  private:
   Device& dev_;

@@ -2,6 +2,7 @@
 #include "check/runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -135,22 +136,61 @@ void collect_canaries(LaunchOutcome& out, std::initializer_list<const GuardedBuf
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_launches{0};
+std::atomic<int> g_in_flight{0};
+std::atomic<bool> g_abnormal{false};
+// Counts a launch before it starts, and notes one that did not end normally.
+LaunchResult counted_launch(Device& dev, const af_kernel& k, const af_problem& p, const af_buffers& b) {
+  ++g_launches;
+  ++g_in_flight;
+  LaunchResult r = dev.launch(k, p, b);
+  --g_in_flight;
+  if (r.status != LaunchStatus::kOk) g_abnormal = true;
+  return r;
+}
+}  // namespace
+
+uint64_t guarded_launches() { return g_launches; }
+bool guarded_launch_ended_abnormally() { return g_abnormal; }
+
 std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t bytes, size_t guard,
                                                 uint32_t poison) {
   std::lock_guard<std::mutex> lk(mu_);
-  for (size_t i = kept_.size(); i-- > 0;) {  // newest first
-    Kept& k = kept_[i];
-    if (k.guard != guard || k.buf->bytes() != bytes || k.buf->name() != name) continue;
-    std::unique_ptr<GuardedBuffer> b = std::move(k.buf);
-    const uint32_t had = k.poison;
-    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+  const size_t alloc = GuardedBuffer::allocation_bytes(bytes, guard);
+  size_t pick = kept_.size();
+  for (size_t i = kept_.size(); i-- > 0;) {  // newest first, the same size before another of the same allocation
+    const Kept& k = kept_[i];
+    if (k.guard != guard || k.buf->name() != name || k.buf->allocation() != alloc) continue;
+    if (pick == kept_.size()) pick = i;
+    if (k.buf->bytes() == bytes) {
+      pick = i;
+      break;
+    }
+  }
+  while (pick < kept_.size()) {
+    Kept k = std::move(kept_[pick]);
+    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(pick));
     // A stray write of another launch may have reached a kept buffer's guards: never hand that on (it would
-    // read as this launch's out-of-bounds write); free it and look further.
-    b->check(0);
-    if (b->changed_words()) continue;
-    if (had != poison) b->repoison(poison);
-    ++hits_;
-    return b;
+    // read as this launch's out-of-bounds write); free it and look further. Nothing can have written since it
+    // was kept when no launch ran since and every launch so far ended normally.
+    bool clean = k.launches == g_launches && !g_abnormal;
+    if (!clean) {
+      k.buf->check(0);
+      clean = k.buf->changed_words() == 0;
+    }
+    if (clean) {
+      k.buf->relayout(bytes);
+      if (k.poison != poison) k.buf->repoison(poison);
+      ++hits_;
+      return std::move(k.buf);
+    }
+    pick = kept_.size();
+    for (size_t i = kept_.size(); i-- > 0;)
+      if (kept_[i].guard == guard && kept_[i].buf->name() == name && kept_[i].buf->allocation() == alloc) {
+        pick = i;
+        break;
+      }
   }
   ++misses_;
   return std::make_unique<GuardedBuffer>(dev_, name, bytes, guard, poison);
@@ -160,7 +200,9 @@ void BufferPool::give(std::unique_ptr<GuardedBuffer> b, size_t guard, uint32_t p
   if (!b || max_ == 0) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (kept_.size() >= max_) kept_.erase(kept_.begin());
-  kept_.push_back({guard, poison, std::move(b)});
+  // Kept while another thread's launch runs: checked again when taken (that launch may still write).
+  const uint64_t stamp = g_in_flight == 0 ? g_launches.load() : ~uint64_t{0};
+  kept_.push_back({guard, poison, std::move(b), stamp});
 }
 
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& case_problem, const Tensors& t,
@@ -241,7 +283,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.cu_seqlens_k = ints(cu_k);
   b.seqused_k = ints(used_k);
   b.block_table = ints(table);
-  out.launch = dev.launch(k.kernel, p, b);
+  out.launch = counted_launch(dev, k.kernel, p, b);
   locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
                      table.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
@@ -370,7 +412,7 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   bwd.workspace_bytes = k.kernel.bwd_workspace_bytes;
   const std::initializer_list<const GuardedBuffer*> all = {q.get(),    kb.get(), v.get(),  o.get(),  lse.get(),
                                                            dout.get(), dq.get(), dk.get(), dv.get(), ws.get()};
-  out.launch = dev.launch(bwd, p, b);
+  out.launch = counted_launch(dev, bwd, p, b);
   locate_fault(out, all);
   if (!dev.usable()) return out;
   out.o = o_in;

@@ -37,18 +37,22 @@ struct RunOptions {
 };
 
 // Guarded buffers kept between launches on one device (issue 17). A campaign checks thousands of cases, and
-// successive inputs (mutations of one corpus entry) often have the same buffer sizes: reuse saves the
-// allocation (an mmap on the cpu backend, hipMalloc / hipFree on GPUs) and the guard fill. A buffer goes back
-// to the pool only when its launch ended normally and every guard word still held the poison, and a reused
-// buffer is indistinguishable from a fresh one: its guards hold the same poison (refilled if another poison
-// is asked for) and every payload byte is uploaded or filled before each launch. The pool must be destroyed
-// before its device (it frees its buffers there).
+// successive inputs (mutations of one corpus entry) often have similar buffer sizes: reuse saves the
+// allocation (an mmap on the cpu backend, hipMalloc / hipFree on GPUs), its page faults and the guard fill. A
+// buffer goes back to the pool only when its launch ended normally and every guard word still held the
+// poison, and a reused buffer is indistinguishable from a fresh one: it is taken for a payload whose
+// allocation (payload and guards, in whole pages) is the same size, its after-guard is moved to the new
+// payload end (GuardedBuffer::relayout), its guards hold the same poison (refilled if another poison is asked
+// for), and every payload byte is uploaded or filled before each launch. Its guards are checked again when
+// it is taken if any launch ran since it was kept (a stray write of that launch is never blamed on a later
+// one), or if any launch ever ended abnormally. The pool must be destroyed before its device (it frees its
+// buffers there).
 class BufferPool {
  public:
   explicit BufferPool(Device& dev, size_t max_buffers = 32) : dev_(dev), max_(max_buffers) {}
   Device& device() const { return dev_; }
-  // A buffer of exactly this name, size and guard: a kept one whose guards are still intact (repoisoned when
-  // `poison` differs), or a new one.
+  // A buffer of this name, guard and allocation size, laid out for `bytes`: a kept one whose guards are still
+  // intact (repoisoned when `poison` differs), or a new one.
   std::unique_ptr<GuardedBuffer> take(const std::string& name, size_t bytes, size_t guard, uint32_t poison);
   // Keeps b for a later take() (the oldest kept buffer is freed beyond max_buffers).
   void give(std::unique_ptr<GuardedBuffer> b, size_t guard, uint32_t poison);
@@ -60,6 +64,7 @@ class BufferPool {
     size_t guard;
     uint32_t poison;
     std::unique_ptr<GuardedBuffer> buf;
+    uint64_t launches;  // guarded_launches() when it was kept (its guards were checked clean then)
   };
   Device& dev_;
   size_t max_;
@@ -67,6 +72,12 @@ class BufferPool {
   std::vector<Kept> kept_;  // oldest first
   int64_t hits_ = 0, misses_ = 0;
 };
+
+// Launches through launch_guarded / launch_guarded_bwd in this process so far, and whether one of them ended
+// other than normally (a crash, hang or launch error may leave a thread or child writing on): the pool's
+// evidence that nothing wrote since a kept buffer's guards were last checked.
+uint64_t guarded_launches();
+bool guarded_launch_ended_abnormally();
 
 // A case with its values and (computed on first use) its exact result: shared by every kernel checked on it.
 class PreparedCase {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -426,6 +427,7 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
 }
 
 Worker::~Worker() {
+  if (feat_fd_ >= 0) ::close(feat_fd_);
   set_inprocess_hang_handler(nullptr);
   g_worker = nullptr;
   write_stats(true);
@@ -438,6 +440,7 @@ bool Worker::quarantined(const KernelEntry* k) const {
 Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
   ++cases_;
+  last_kernel_ = nullptr;
   PreparedCase pc(in.the_case);
   const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());
   const size_t n = kernels_.size();
@@ -491,10 +494,14 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   const CheckResult& r = out.result;
   const auto ids = result_features(cf, r);
   record_features(slot, ids);
+  last_new_ = note_counts(slot, ids);
   for (uint16_t id : ids) {
     const size_t bit = (slot % kKernelSlots) * kFeaturesPerKernel + id;
     seen_[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
   }
+  last_kernel_ = out.kernel;
+  last_slot_ = slot;
+  last_ids_ = ids;
   ++verdicts_[verdict_name(r.verdict)];
   ++per_kernel_[r.kernel][verdict_name(r.verdict)];
   {
@@ -535,6 +542,112 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   return out;
 }
 
+namespace {
+// A feature-cache record (appended to work/featcache/<pid>.bin): the header, the kernel name, the ids.
+constexpr uint32_t kFeatMagic = 0x32434641u;  // "AFC2"
+struct FeatHeader {
+  uint32_t magic;
+  uint32_t slot;
+  uint64_t key;   // hash64 of the input bytes
+  uint64_t size;  // input bytes
+  uint32_t name_len;
+  uint32_t count;
+};
+uint64_t input_key(const uint8_t* data, size_t size) {
+  return hash64(std::string(reinterpret_cast<const char*>(data), size));
+}
+}  // namespace
+
+void Worker::load_feature_cache() {
+  feat_loaded_ = true;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(cfg_.out) / "work" / "featcache", ec)) {
+    if (e.path().extension() != ".bin") continue;
+    const std::string b = [&] {
+      std::ifstream f(e.path(), std::ios::binary);
+      std::ostringstream t;
+      t << f.rdbuf();
+      return t.str();
+    }();
+    // Whole records only: a record another process is appending right now is read next time, or never.
+    for (size_t off = 0; off + sizeof(FeatHeader) <= b.size();) {
+      FeatHeader h;
+      std::memcpy(&h, b.data() + off, sizeof h);
+      const size_t len = sizeof h + h.name_len + 2 * size_t{h.count};
+      if (h.magic != kFeatMagic || h.name_len > 512 || h.count > kFeaturesPerKernel || off + len > b.size()) break;
+      CachedFeatures c;
+      c.size = h.size;
+      c.slot = h.slot;
+      c.kernel = b.substr(off + sizeof h, h.name_len);
+      c.ids.resize(h.count);
+      std::memcpy(c.ids.data(), b.data() + off + sizeof h + h.name_len, 2 * size_t{h.count});
+      feat_cache_[h.key] = std::move(c);
+      off += len;
+    }
+  }
+}
+
+// libFuzzer's features of a counter are its value's bucket (1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+): an input
+// it keeps sets a (counter, bucket) it had not seen. The same test here says which inputs to record.
+bool Worker::note_counts(size_t slot, const std::vector<uint16_t>& ids) {
+  if (buckets_seen_.empty()) buckets_seen_.assign(kCounterBytes, 0);
+  std::vector<uint16_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  bool fresh = false;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+    if (sorted[i] < kFeaturesPerKernel) {
+      const size_t n = std::min<size_t>(j - i, 255);
+      const int b = n >= 128 ? 7 : n >= 32 ? 6 : n >= 16 ? 5 : n >= 8 ? 4 : n >= 4 ? 3 : static_cast<int>(n) - 1;
+      uint8_t& seen = buckets_seen_[(slot % kKernelSlots) * kFeaturesPerKernel + sorted[i]];
+      fresh |= !(seen & (1u << b));
+      seen |= static_cast<uint8_t>(1u << b);
+    }
+    i = j;
+  }
+  return fresh;
+}
+
+bool Worker::replay_features(const uint8_t* data, size_t size) {
+  if (!feat_loaded_) load_feature_cache();
+  const auto it = feat_cache_.find(input_key(data, size));
+  if (it == feat_cache_.end() || it->second.size != size) return false;
+  const CachedFeatures& c = it->second;
+  refresh_isolated();
+  if (std::find(quarantined_.begin(), quarantined_.end(), c.kernel) != quarantined_.end()) return false;
+  record_features(c.slot, c.ids);
+  note_counts(c.slot, c.ids);
+  for (uint16_t id : c.ids) {
+    if (id >= kFeaturesPerKernel) continue;
+    const size_t bit = (c.slot % kKernelSlots) * kFeaturesPerKernel + id;
+    seen_[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  ++replayed_;
+  write_stats(false);
+  return true;
+}
+
+void Worker::save_features(const uint8_t* data, size_t size) {
+  if (!last_kernel_ || !last_new_) return;
+  const std::string name = last_kernel_->kernel.name;
+  if (name.size() > 512) return;
+  if (feat_fd_ < 0) {
+    const fs::path dir = fs::path(cfg_.out) / "work" / "featcache";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    feat_fd_ = ::open((dir / (std::to_string(::getpid()) + ".bin")).c_str(),
+                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (feat_fd_ < 0) return;
+  }
+  FeatHeader h{kFeatMagic, static_cast<uint32_t>(last_slot_), input_key(data, size), size,
+               static_cast<uint32_t>(name.size()), static_cast<uint32_t>(last_ids_.size())};
+  std::string rec(reinterpret_cast<const char*>(&h), sizeof h);
+  rec += name;
+  rec.append(reinterpret_cast<const char*>(last_ids_.data()), 2 * last_ids_.size());
+  (void)!::write(feat_fd_, rec.data(), rec.size());  // one write: a whole record (or a torn tail nobody reads)
+}
+
 // Re-reads the isolate and quarantine lists when they changed (a stat each per input: ~1 us).
 void Worker::refresh_isolated() {
   const fs::path work = fs::path(cfg_.out) / "work";
@@ -566,6 +679,7 @@ void Worker::write_stats(bool force) {
   Json j;
   j["pid"] = ::getpid();
   j["cases"] = cases_;
+  j["replayed"] = replayed_;
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;

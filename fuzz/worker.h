@@ -15,6 +15,13 @@
 //   <out>/work/quarantine.txt            kernels not run any more (one name a line; appended by whoever saw
 //                                        one hang: a spinning kernel costs one timeout, then none)
 //   <out>/work/deaths.txt                "hang <kernel>" per worker process its hang watchdog ended
+// and both reads and writes
+//   <out>/work/featcache/<pid>.bin       the coverage features of inputs that added a feature to their process
+//                                        (what libFuzzer keeps): key (hash of the bytes), kernel slot and name,
+//                                        feature ids, appended one record per write. Fork mode runs kept inputs
+//                                        again only to read their features (every job replays a seed subset,
+//                                        every merge re-runs a job's new inputs): those replays take them from
+//                                        here (Worker::replay_features) instead of checking the input again.
 // and nothing on stdout per input (libFuzzer's own lines are what the parent parses for coverage).
 #pragma once
 
@@ -23,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "attnfuzz/corpus.h"
@@ -120,6 +128,13 @@ class Worker {
   Device& device() { return *device_; }
   RunOptions run_options() const { return run_; }
   void write_stats(bool force);
+  // Feature cache (work/featcache, issue 17). replay_features: when the input's bytes have a record whose kernel
+  // is not quarantined, sets the same coverage counters as its check did and returns true (nothing is launched
+  // or counted as a case); false otherwise. save_features: after run(), records the last check's features when
+  // it added a feature new to this process (an input libFuzzer keeps).
+  bool replay_features(const uint8_t* data, size_t size);
+  void save_features(const uint8_t* data, size_t size);
+  int64_t replayed() const { return replayed_; }
 
  private:
   WorkerConfig cfg_;
@@ -139,6 +154,24 @@ class Worker {
   static constexpr int kThrottleAfter = 16;
   std::map<std::string, int> dying_in_row_;  // per kernel: checks in a row that crashed / faulted / leaked
   uint64_t throttle_tick_ = 0;
+  // The last check's features (for save_features) and whether one of them was new to this process.
+  const KernelEntry* last_kernel_ = nullptr;
+  size_t last_slot_ = 0;
+  std::vector<uint16_t> last_ids_;
+  bool last_new_ = false;
+  int64_t replayed_ = 0;  // inputs answered from the feature cache
+  struct CachedFeatures {
+    uint64_t size = 0;
+    uint32_t slot = 0;
+    std::string kernel;
+    std::vector<uint16_t> ids;
+  };
+  std::unordered_map<uint64_t, CachedFeatures> feat_cache_;  // loaded on the first replay_features()
+  bool feat_loaded_ = false;
+  int feat_fd_ = -1;  // this process's work/featcache/<pid>.bin
+  void load_feature_cache();
+  std::vector<uint8_t> buckets_seen_;  // per counter: the value buckets seen in this process (libFuzzer's features)
+  bool note_counts(size_t slot, const std::vector<uint16_t>& ids);  // true when one was new
   void refresh_isolated();
   bool quarantined(const KernelEntry* k) const;
   friend void on_inprocess_hang(const char*, double);

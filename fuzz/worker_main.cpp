@@ -59,6 +59,11 @@ size_t emit(const FuzzInput& in, uint8_t* data, size_t max_size) {
   return n;
 }
 
+// True while libFuzzer only replays inputs it already has: a fork-mode merge process (-merge_inner=1) all along,
+// any other process until it first mutates (a job's seed subset). Those replays read their features from the
+// feature cache (fuzz/worker.h) when it has them; new inputs are always checked.
+bool g_replaying = true;
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -68,13 +73,17 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Worker& w = worker();
+  if (g_replaying && w.replay_features(data, size)) return 0;
   const FuzzInput in = decode(data, size, config().limits);
   note_current_input(data, size);  // the crash hook names this input's kernel (work/faults.txt)
-  worker().run(in);
+  w.run(in);
+  w.save_features(data, size);
   return 0;
 }
 
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  g_replaying = false;  // from now on inputs are new (merge processes never mutate)
   // --sync: an entry another campaign published, not yet run here, goes first (fork mode never re-reads
   // the corpus directory; libFuzzer keeps the input if it adds features, and the parent saves it).
   if (auto in = take_synced_input(config().out, max_size)) {
@@ -92,6 +101,7 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
 
 extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* d1, size_t s1, const uint8_t* d2, size_t s2,
                                             uint8_t* out, size_t max_out, unsigned int seed) {
+  g_replaying = false;
   Rng rng(seed, 0x636f);
   const CaseDomain dom(config().limits);
   const FuzzInput a = decode(d1, s1, config().limits), b = decode(d2, s2, config().limits);

@@ -979,7 +979,7 @@ int run_campaign(const CampaignOptions& o) {
            << " | " << markdown_escape(shape(e.the_case.problem)) << " | `" << e.replay_command << "` |\n";
       md << "\n";
     }
-    md << markdown_summary(rec);
+    if (!rec.entries.empty()) md << markdown_summary(rec);  // the distinct failures replayed; none: no empty table
     write_text_file(paths.markdown, md.str());
     std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
   } catch (const std::exception& e) {

@@ -30,7 +30,8 @@ campaign() {  # campaign NAME [args...]: runs attn-fuzz, writes NAME.secs (wall 
   local name=$1; shift
   local t0; t0=$(date +%s.%N)
   "$bin/attn-fuzz" "${common[@]}" --out "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
-  echo "$? $(echo "$(date +%s.%N) - $t0" | bc)" > "$tmp/$name.secs"
+  local rc=$?
+  echo "$rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')" > "$tmp/$name.secs"
 }
 campaign plain &
 pa=$!

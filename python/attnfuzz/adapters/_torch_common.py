@@ -83,6 +83,27 @@ def fatal_cuda_error(e):
         os._exit(70)
 
 
+def cuda_guarded(fn):
+    """fn, exiting the adapter on a fatal CUDA error (fatal_cuda_error) before the exception goes on."""
+    def g(*a):
+        try:
+            return fn(*a)
+        except RuntimeError as e:
+            fatal_cuda_error(e)
+            raise
+    return g
+
+
+def probe_on_zeros(p, call, grad=None):
+    """Runs call (and grad, the backward, if given) once on zero inputs of problem p's shape: raises as they do."""
+    import numpy as np
+    z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
+    q, k, v = z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim_v)
+    call(q, k, v, p)
+    if grad is not None:
+        grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
+
+
 def is_unsupported(e):
     """SDPA / flex refusing a configuration (not a kernel failure)."""
     text = str(e)

@@ -10,7 +10,6 @@
 
 import argparse
 
-import numpy as np
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -46,26 +45,12 @@ def make(device, dtypes, compiled, backward):
 
     grad = T.torch_backward(flex, device)
 
-    def guarded(fn):
-        def g(*a):
-            try:
-                return fn(*a)
-            except RuntimeError as e:
-                T.fatal_cuda_error(e)
-                raise
-        return g
-
     def supports(p):
         # flex refuses some shapes (head dims, lengths) by raising: probe each new shape once on zeros.
         key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype)
         if key not in refused:
-            z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
             try:
-                q, k, v = (z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
-                           z(p.seq_k, p.heads_kv, p.head_dim_v))
-                call(q, k, v, p)
-                if backward:
-                    grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
+                T.probe_on_zeros(p, call, grad if backward else None)
                 refused[key] = None
             except Exception as e:
                 T.fatal_cuda_error(e)
@@ -73,11 +58,11 @@ def make(device, dtypes, compiled, backward):
         return refused[key]
 
     # KV_LEN = 0 is not a flex configuration (empty_keys=False).
-    return Kernel("flex" + ("" if compiled else "-eager"), guarded(call), family="torch-flex",
+    return Kernel("flex" + ("" if compiled else "-eager"), T.cuda_guarded(call), family="torch-flex",
                   description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}) "
                               f"on {device}",
                   dtypes=dtypes, lse=True, empty_keys=False, supports=supports,
-                  backward=guarded(grad) if backward else None)
+                  backward=T.cuda_guarded(grad) if backward else None)
 
 
 def main(argv=None):

@@ -58,26 +58,11 @@ def make(backend, route, device, dtypes, backward):
 
     grad = T.torch_backward(sdpa, device)
 
-    def guarded(fn):
-        def g(*a):
-            try:
-                return fn(*a)
-            except RuntimeError as e:
-                T.fatal_cuda_error(e)
-                raise
-        return g
-
     def supports(p):
         key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype)
         if key not in refused:
-            import numpy as np
-            z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
             try:
-                q, k, v = (z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim),
-                           z(p.seq_k, p.heads_kv, p.head_dim_v))
-                call(q, k, v, p)
-                if backward:
-                    grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
+                T.probe_on_zeros(p, call, grad if backward else None)
                 refused[key] = None
             except RuntimeError as e:
                 T.fatal_cuda_error(e)
@@ -87,10 +72,10 @@ def make(backend, route, device, dtypes, backward):
                 refused[key] = f"sdpa {backend}/{route} refuses it: {type(e).__name__}: {str(e)[:200]}"
         return refused[key]
 
-    return Kernel(f"sdpa-{backend}-{route}", guarded(call), family="torch-sdpa",
+    return Kernel(f"sdpa-{backend}-{route}", T.cuda_guarded(call), family="torch-sdpa",
                   description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, on {device}",
                   dtypes=dtypes, masks=ROUTES[route], supports=supports,
-                  backward=guarded(grad) if backward else None)
+                  backward=T.cuda_guarded(grad) if backward else None)
 
 
 def main(argv=None):

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "attnfuzz/report.h"
+#include "fuzz/mps.h"
 #include "fuzz/sync.h"
 
 namespace fs = std::filesystem;
@@ -141,7 +142,9 @@ Aggregate read_stats(const fs::path& dir) {
   a.failing = a.verdicts.count("fail") ? a.verdicts["fail"] : 0;
   // Cases are counted from the verdicts (a worker's input counter runs one ahead while an input is in flight).
   a.cases = 0;
-  for (const auto& [v, n] : a.verdicts) (v == "unsupported" || v == "quarantined" ? a.skipped : a.cases) += n;
+  for (const auto& [v, n] : a.verdicts)
+    if (v != "mps-suspect")  // not judged: re-run alone (--mps), that run counts
+      (v == "unsupported" || v == "quarantined" ? a.skipped : a.cases) += n;
   return a;
 }
 
@@ -314,7 +317,7 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::pair<st
     ::dup2(fd, 2);
     ::close(fd);
   }
-  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  for (const auto& [k, v] : env) v.empty() ? ::unsetenv(k.c_str()) : ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -504,6 +507,18 @@ int run_campaign(const CampaignOptions& o) {
         static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize) >= 1024.0 * 1024 * 1024)
       fork_tmp = "/dev/shm";
   }
+  // --mps: one private MPS daemon for all GPU groups (fuzz/mps.h), stopped when the campaign ends.
+  std::unique_ptr<MpsDaemon> mps;
+  if (o.mps) {
+    try {
+      mps = std::make_unique<MpsDaemon>(work / "mps");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+      ::close(life[0]);
+      ::close(life[1]);
+      return 2;
+    }
+  }
   for (size_t g = 0; g < groups; ++g) {
     std::vector<std::string> args{o.worker_binary,
                                   "-fork=" + std::to_string(per_group),
@@ -523,6 +538,8 @@ int run_campaign(const CampaignOptions& o) {
     std::vector<std::pair<std::string, std::string>> env{{kWorkerConfigEnv, fs::absolute(cfg_path).string()},
                                                          {kLifelineEnv, std::to_string(life[0])}};
     if (!fork_tmp.empty()) env.push_back({"TMPDIR", fork_tmp});
+    if (mps)
+      for (const auto& kv : mps->client_env()) env.push_back(kv);
     if (!o.gpu_ids.empty()) {
       env.push_back({"HIP_VISIBLE_DEVICES", o.gpu_ids[g]});
       env.push_back({"CUDA_VISIBLE_DEVICES", o.gpu_ids[g]});
@@ -533,7 +550,7 @@ int run_campaign(const CampaignOptions& o) {
     m.tail = std::make_unique<LogTail>(m.log);
     masters.push_back(std::move(m));
   }
-  ::close(life[0]);
+  if (!mps) ::close(life[0]);  // (under --mps the re-runs of suspects inherit it too)
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -609,6 +626,11 @@ int run_campaign(const CampaignOptions& o) {
         ++ended_by[(timeout || oom ? lf_why : std::string("crash")) + " on an input no selected kernel runs"];
         continue;
       }
+      if (mps) {  // maybe another client's fault (a copy failing after it, or a spin starving this one)
+        save_mps_suspect(cfg, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+        ++ended_by["died under MPS (" + name.substr(0, name.find('-')) + "), its input re-run alone"];
+        continue;
+      }
       if (timeout) append_line((work / "quarantine.txt").string(), k->kernel.name);
       if (isolated.insert(k->kernel.name).second) {
         if (cfg.isolate == "auto") append_line((work / "isolate.txt").string(), k->kernel.name);
@@ -644,6 +666,46 @@ int run_campaign(const CampaignOptions& o) {
         std::fprintf(stderr, "attn-fuzz: warning: %s\n", err.what());
       }
     }
+  };
+  // --mps: each suspect input (work/mps-suspects) is re-run alone by the worker binary, one at a time, outside
+  // MPS (no CUDA_MPS_* in its environment) and with kMpsRecheckEnv set: it judges and saves the case like any
+  // worker, and a crash or hang that reproduces quarantines the kernel. Its artifacts go to their own folder.
+  const fs::path suspects = work / "mps-suspects", recheck_dir = work / "mps-recheck";
+  struct Recheck {
+    pid_t pid = -1;
+    fs::path input;
+    std::chrono::steady_clock::time_point started;
+  } recheck;
+  int64_t mps_rechecked = 0;
+  auto recheck_step = [&]() {  // true while a re-run is in flight or waiting
+    if (!mps) return false;
+    if (recheck.pid > 0) {
+      int st = 0;
+      const bool late = std::chrono::steady_clock::now() - recheck.started >
+                        std::chrono::duration<double>(lf_timeout + 30.0);
+      if (late) ::kill(-recheck.pid, SIGKILL);
+      if (::waitpid(recheck.pid, &st, late ? 0 : WNOHANG) != recheck.pid) return true;
+      recheck.pid = -1;
+      fs::remove(recheck.input, ec);
+      ++mps_rechecked;
+    }
+    for (const auto& e : fs::directory_iterator(suspects, ec)) {
+      if (!e.is_regular_file() || e.path().filename().string()[0] == '.') continue;
+      fs::create_directories(recheck_dir, ec);
+      std::vector<std::string> args{o.worker_binary, "-timeout=" + std::to_string(lf_timeout),
+                                    "-rss_limit_mb=" + std::to_string(kRssLimitMb),
+                                    "-artifact_prefix=" + (recheck_dir / "").string(), e.path().string()};
+      std::vector<std::pair<std::string, std::string>> env{{kWorkerConfigEnv, fs::absolute(cfg_path).string()},
+                                                           {kLifelineEnv, std::to_string(life[0])},
+                                                           {kMpsRecheckEnv, "1"},
+                                                           {"CUDA_MPS_PIPE_DIRECTORY", ""},
+                                                           {"CUDA_MPS_LOG_DIRECTORY", ""}};
+      recheck.pid = spawn(args, env, recheck_dir / "recheck.log");
+      recheck.input = e.path();
+      recheck.started = std::chrono::steady_clock::now();
+      return true;
+    }
+    return false;
   };
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
@@ -732,6 +794,7 @@ int run_campaign(const CampaignOptions& o) {
     }
     if (all_done) break;
     if (!stopping) scan_artifacts();
+    recheck_step();
     if (g_signal && !stopping) {
       interrupted = true;
       std::printf("attn-fuzz: %s: stopping the workers, then the summary\n", strsignal(g_signal));
@@ -782,6 +845,20 @@ int run_campaign(const CampaignOptions& o) {
     }
   }
   scan_artifacts();
+  int64_t mps_pending = 0;
+  if (mps) {  // the suspects left: re-run now (bounded), then the daemon goes
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (recheck_step() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (recheck.pid > 0) {
+      ::kill(-recheck.pid, SIGKILL);
+      ::waitpid(recheck.pid, nullptr, 0);
+    }
+    for (const auto& e : fs::directory_iterator(suspects, ec))
+      mps_pending += e.is_regular_file() && e.path().filename().string()[0] != '.';
+    mps->stop();
+    ::close(life[0]);
+  }
   if (sync) sync->round();  // the last publish: everything this campaign found is in DIR
   const Aggregate a = progress(true);
   // What ended each worker process that died: the artifacts (kernel and class), the hang watchdog, and what
@@ -866,8 +943,14 @@ int run_campaign(const CampaignOptions& o) {
   }
   std::printf("worker processes that died: %lld crash(es), %lld hang(s)%s%s\n", (long long)worker_crashes,
               (long long)worker_hangs, ended.empty() ? "" : ": ", ended_text.c_str());
+  if (mps)
+    std::printf("MPS: %lld crash / hang / launch-error check(s) re-run alone, outside MPS (a failure they reproduced "
+                "is listed above)%s\n",
+                (long long)mps_rechecked,
+                mps_pending ? (", " + std::to_string(mps_pending) + " not re-run (time)").c_str() : "");
   if (!quarantined.empty())
-    std::printf("quarantined (hung once, not run again): %s\n", joined(quarantined).c_str());
+    std::printf("quarantined (hung once%s, not run again): %s\n", mps ? ", or crashed under MPS" : "",
+                joined(quarantined).c_str());
   if (!isolated_now.empty())
     std::printf("isolated (launched in a forked child): %s\n", joined(isolated_now).c_str());
   for (const Skipped& k : skipped_now)
@@ -879,7 +962,8 @@ int run_campaign(const CampaignOptions& o) {
     Json camp;
     camp["cases"] = a.cases;
     camp["cases_per_s"] = wall > 0 ? a.cases / wall : 0.0;
-    camp["replayed_inputs"] = a.replayed;  // libFuzzer re-runs of kept inputs answered from work/featcache
+    camp["replayed_inputs"] = a.replayed;
+    if (mps) camp["mps"] = {{"rechecked_alone", mps_rechecked}, {"not_rechecked", mps_pending}};  // libFuzzer re-runs of kept inputs answered from work/featcache
     camp["skipped_inputs"] = a.skipped;  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
     camp["failing_checks"] = a.failing;
     camp["failing_by_class"] = a.classes;
@@ -945,7 +1029,8 @@ int run_campaign(const CampaignOptions& o) {
        << "- worker processes that died: " << worker_crashes << " crash(es), " << worker_hangs << " hang(s)"
        << (ended.empty() ? "" : ": " + markdown_escape(ended_text)) << "\n";
     if (!quarantined.empty())
-      md << "- quarantined (hung once, not run again): " << joined(quarantined) << "\n";
+      md << "- quarantined (hung once" << (mps ? ", or crashed under MPS" : "") << ", not run again): "
+         << joined(quarantined) << "\n";
     if (!isolated_now.empty())
       md << "- isolated (launched in a forked child): " << joined(isolated_now) << "\n";
     for (const Skipped& k : skipped_now)

@@ -22,6 +22,9 @@ struct CampaignOptions {
   std::vector<std::string> fuzzer_args;  // extra libFuzzer flags
   std::string command_line;
   bool quiet = false;
+  // --mps (nvidia): the workers are clients of a private CUDA MPS daemon (fuzz/mps.h); crash / hang verdicts
+  // are re-run alone outside MPS before they count (WorkerConfig::mps)
+  bool mps = false;
   // --sync DIR (fuzz/sync.h): publish / import corpus entries and distinct failures every sync_interval_s
   std::string sync_dir;
   std::string name;  // this campaign's name (in DIR and in merged summaries); default <host>-<pid>

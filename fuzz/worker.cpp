@@ -60,6 +60,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
   j["reports"] = c.reports;
+  j["mps"] = c.mps;
   return j;
 }
 
@@ -105,6 +106,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("command", c.command);
   get("replay_flags", c.replay_flags);
   get("reports", c.reports);
+  get("mps", c.mps);
   return c;
 }
 
@@ -113,7 +115,12 @@ WorkerConfig worker_config_from_env() {
   if (!path || !*path) return WorkerConfig{};
   std::ifstream f(path);
   if (!f) throw std::runtime_error(std::string("cannot read the worker configuration ") + path);
-  return worker_config_from_json(Json::parse(f));
+  WorkerConfig c = worker_config_from_json(Json::parse(f));
+  if (const char* r = std::getenv(kMpsRecheckEnv); r && *r) {
+    c.mps = false;
+    c.mps_recheck = true;
+  }
+  return c;
 }
 
 std::string failure_signature(const CheckResult& r) {
@@ -198,6 +205,25 @@ void write_failure_report(const WorkerConfig& cfg, const fs::path& case_path, co
 }
 
 }  // namespace
+
+bool mps_suspect(const CheckResult& r) {
+  return r.verdict == Verdict::kFail && (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang ||
+                                         r.failure == FailureClass::kLaunchError);
+}
+
+void save_mps_suspect(const WorkerConfig& cfg, const uint8_t* data, size_t size) {
+  const fs::path dir = fs::path(cfg.out) / "work" / "mps-suspects";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  const fs::path tmp = dir / ("." + std::to_string(::getpid()) + ".tmp");
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << bytes;
+    if (!f) return;
+  }
+  fs::rename(tmp, dir / hex16(hash64(bytes)), ec);  // whole or not at all: the parent may read it at once
+}
 
 std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,
                          const std::vector<double>& ratio_map) {
@@ -492,6 +518,13 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   g_current = nullptr;
   out.result = j.result;
   const CheckResult& r = out.result;
+  if (cfg_.mps && mps_suspect(r)) {  // maybe another MPS client's fault: re-run alone by the parent
+    out.suspect = true;
+    --cases_;
+    ++verdicts_["mps-suspect"];
+    write_stats(true);
+    return out;
+  }
   const auto ids = result_features(cf, r);
   record_features(slot, ids);
   last_new_ = note_counts(slot, ids);
@@ -522,7 +555,8 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
     ++classes_[failure_class_name(r.failure)];
     const fs::path work = fs::path(cfg_.out) / "work";
-    if (r.failure == FailureClass::kHang) {  // one timeout is all a spinning kernel may cost
+    if (r.failure == FailureClass::kHang ||  // one timeout is all a spinning kernel may cost
+        (cfg_.mps_recheck && mps_suspect(r))) {  // under MPS a crash takes every worker's context down
       append_line((work / "quarantine.txt").string(), r.kernel);
       quarantined_.push_back(r.kernel);
     } else if (r.failure == FailureClass::kCrash && cfg_.isolate == "auto" &&

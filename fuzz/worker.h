@@ -64,11 +64,25 @@ struct WorkerConfig {
   std::string command;               // the campaign's command line (provenance of saved cases)
   std::string replay_flags;          // appended to "attn-check --replay FILE" (order, plug-ins, backend)
   bool reports = true;               // write a report beside each failure
+  // GPU workers are clients of one MPS server (attn-fuzz --mps, fuzz/mps.h): a crash, hang or launch error
+  // may be another client's fault, so such a check is not judged here (Worker::Outcome::suspect; the process
+  // then leaves the input in work/mps-suspects and ends). The parent re-runs it alone, outside MPS, in a
+  // process started with kMpsRecheckEnv set: there mps is false, and a crash or hang that reproduces
+  // quarantines the kernel (it would take every worker's context down again).
+  bool mps = false;
+  bool mps_recheck = false;  // set from kMpsRecheckEnv, never written to the configuration file
 };
+inline constexpr const char* kMpsRecheckEnv = "ATTNFUZZ_MPS_RECHECK";
 Json worker_config_to_json(const WorkerConfig& c);
 WorkerConfig worker_config_from_json(const Json& j);  // missing keys keep their defaults
 // Reads the file named by ATTNFUZZ_WORKER_CONFIG, or defaults when the variable is unset.
 WorkerConfig worker_config_from_env();
+
+// --mps: leaves an input whose check was a suspect in <out>/work/mps-suspects (named by its hash), for the
+// parent to re-run alone.
+void save_mps_suspect(const WorkerConfig& cfg, const uint8_t* data, size_t size);
+// Whether a failed check is one that, under MPS, another client's fault or spin can cause.
+bool mps_suspect(const CheckResult& r);
 
 // The dedup key of a failure: (kernel, class, signature). The signature is the class and the detector of
 // the first evidence ("non-finite:compare", "oob-write:canary"); just the class for crash and hang.
@@ -119,6 +133,7 @@ class Worker {
     const KernelEntry* kernel = nullptr;  // null when no selected kernel supports the case
     CheckResult result;
     std::string saved;  // path of a newly saved distinct failure
+    bool suspect = false;  // under MPS: a crash, hang or launch error, not judged (WorkerConfig::mps)
   };
   // Checks one input on the kernel it selects (the next one that supports the case, if it does not),
   // records coverage features and statistics, and saves a new distinct failure.

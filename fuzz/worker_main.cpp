@@ -5,7 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <memory>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
 
 #include "fuzz/codec.h"
 #include "fuzz/sync.h"
@@ -30,12 +35,25 @@ WorkerConfig& config() {
   return cfg;
 }
 
+// Under --mps a new client is refused while the server recovers from a fault (until every client of that
+// GPU has exited): retried for a while instead of ending the job as a dead worker.
+std::unique_ptr<Worker> open_worker() {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return std::make_unique<Worker>(config());
+    } catch (const DeviceError&) {
+      if (!config().mps || attempt >= 300) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
 // Created on the first input, not at start-up: libFuzzer's fork-mode parent never runs inputs and should
 // not open a device.
 Worker& worker() {
   static std::unique_ptr<Worker> w = [] {
     try {
-      auto w = std::make_unique<Worker>(config());
+      auto w = open_worker();
       set_inprocess_hang_handler(&on_inprocess_hang);  // a spin that passes no barrier costs one timeout
       install_worker_crash_hook(config());             // libFuzzer's handlers are installed by now
       return w;
@@ -77,7 +95,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (g_replaying && w.replay_features(data, size)) return 0;
   const FuzzInput in = decode(data, size, config().limits);
   note_current_input(data, size);  // the crash hook names this input's kernel (work/faults.txt)
-  w.run(in);
+  const Worker::Outcome out = w.run(in);
+  if (out.suspect) save_mps_suspect(config(), data, size);
+  // A GPU fault or hang leaves this process's context unusable (and under MPS every client's): every later
+  // launch here would fail. The process ends; the next fork-mode job opens a fresh context.
+  if (out.suspect || !w.device().usable()) {
+    std::fprintf(stderr, "attn-fuzz-worker: %s%s: this worker process ends, the next one opens a fresh context\n",
+                 out.suspect ? "a crash, hang or launch error under MPS, to be re-run alone" : "the device is unusable",
+                 out.kernel ? (std::string(" (kernel ") + out.kernel->kernel.name + ")").c_str() : "");
+    w.write_stats(true);
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
   w.save_features(data, size);
   return 0;
 }

@@ -27,6 +27,7 @@ struct Options {
   std::string corpus;
   std::vector<std::string> seeds;
   bool no_seeds = false;
+  bool mps = false;
   double progress = 5;
   int gpus = 0;
   int64_t max_seq = 160, max_d = 160;
@@ -79,6 +80,11 @@ void define_options(CLI::App& app, Options& o) {
   campaign.push_back(seeds);
   auto* no_seeds = app.add_flag("--no-seeds", o.no_seeds, "do not read the seed corpus")->group(c);
   campaign.push_back(no_seeds);
+  campaign.push_back(app.add_flag("--mps", o.mps,
+                                  "nvidia: the workers share each GPU through a private CUDA MPS daemon (their "
+                                  "launches overlap instead of time-slicing; crash / hang verdicts are re-run "
+                                  "alone outside MPS); default --workers: one per core")
+                         ->group(c));
   seeds->excludes(no_seeds);
   campaign.push_back(app.add_option("--progress", o.progress, "seconds between progress lines")
                          ->group(c)
@@ -246,6 +252,9 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   } else if (std::string why; !backend_available(backend, &why)) {
     usage_error("backend " + o.common.backend + " cannot be used: " + why);
   }
+  if (o.mps && backend != Backend::kNvidia)
+    usage_error(std::string("--mps shares a GPU between the workers through CUDA MPS: it needs the nvidia backend, "
+                            "not ") + backend_name(backend));
   session_opts.backend = backend_name(backend);
   Session s = open_session(session_opts, "attn-fuzz", argc, argv);
   if (o.list) {
@@ -318,7 +327,10 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.workers = o.fuzz_workers                 ? o.fuzz_workers
               : backend == Backend::kCpu     ? cores
               : backend == Backend::kAdapter ? 1  // each worker process starts its own adapter
+              : o.mps                        ? std::max(cores, static_cast<unsigned>(c.gpu_ids.size()))
                                              : static_cast<unsigned>(c.gpu_ids.size());
+  c.mps = o.mps;
+  c.worker.mps = o.mps;
   c.max_time_s = o.max_time;
   c.progress_s = o.progress;
   c.fuzzer_args = o.fuzzer_args;

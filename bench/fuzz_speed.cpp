@@ -10,7 +10,7 @@
 //   fuzz_speed [--seconds S | --cases N] [--backend cpu] [--kernel PATTERN] [--shapes small|default|both]
 //   [--dtype f32|f16|bf16|fp8-e4m3|fp8-e5m2|each]  (each: every dtype side by side, tags <shapes>_<dtype>)
 //   [--seed N] fuzz_speed --campaign [--backend nvidia] [--workers N] [--seconds S] [--shapes small|default]
-//              [--attn-fuzz PATH] [--plugin SO] [--kernel PATTERN]
+//              [--attn-fuzz PATH] [--plugin SO] [--kernel PATTERN] [--mps]
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +54,7 @@ struct Options {
   uint64_t seed = 1;
   int64_t cases = 0;  // > 0: this many cases per loop instead of --seconds (deterministic, for profilers)
   bool campaign = false;
+  bool mps = false;  // --campaign --backend nvidia: attn-fuzz --mps
   int workers = 1;
   std::string attn_fuzz;
   std::vector<std::string> plugins;
@@ -228,7 +229,8 @@ void in_process(const Options& o, const std::string& shapes, const std::string& 
 }
 
 // Reads the "campaign" object of attn-fuzz's report.json (cases, cases_per_s) without a JSON dependency here.
-bool read_campaign(const fs::path& report, double& cases, double& rate, double& wall) {
+bool read_campaign(const fs::path& report, double& cases, double& rate, double& wall, double& failing,
+                   double& distinct) {
   std::ifstream f(report);
   if (!f) return false;
   const Json j = Json::parse(f, nullptr, false);
@@ -236,6 +238,8 @@ bool read_campaign(const fs::path& report, double& cases, double& rate, double& 
   cases = j["campaign"].value("cases", 0.0);
   rate = j["campaign"].value("cases_per_s", 0.0);
   wall = j.value("wall_s", 0.0);
+  failing = j["campaign"].value("failing_checks", 0.0);
+  distinct = j["campaign"].value("distinct_failures", 0.0);
   return true;
 }
 
@@ -253,6 +257,7 @@ int campaign(const Options& o, const fs::path& dir) {
                     std::to_string(lim.max_seq) + " --max-d " + std::to_string(lim.max_dim) + " --kernel '" +
                     o.kernels + "' --no-seeds --out " + out.string() + " --progress 1000";
   for (const auto& p : o.plugins) cmd += " --plugin " + p;
+  if (o.mps) cmd += " --mps";
   std::printf("command=%s\n", cmd.c_str());
   std::fflush(stdout);
   // GPU utilisation: nvidia-smi samples every 200 ms while the campaign runs.
@@ -276,8 +281,8 @@ int campaign(const Options& o, const fs::path& dir) {
   const int rc = std::system((cmd + " > " + (dir / "campaign.log").string() + " 2>&1").c_str());
   stop = true;
   if (sampler.joinable()) sampler.join();
-  double cases = 0, rate = 0, wall = 0;
-  if (!read_campaign(out / "report.json", cases, rate, wall)) {
+  double cases = 0, rate = 0, wall = 0, failing = 0, distinct = 0;
+  if (!read_campaign(out / "report.json", cases, rate, wall, failing, distinct)) {
     std::fprintf(stderr, "fuzz_speed: the campaign wrote no report (exit %d); log: %s\n", rc,
                  (dir / "campaign.log").c_str());
     return 2;
@@ -285,6 +290,7 @@ int campaign(const Options& o, const fs::path& dir) {
   std::printf("campaign_backend=%s\ncampaign_workers=%d\ncampaign_cases=%.0f\ncampaign_wall_s=%.1f\n",
               o.backend.c_str(), o.workers, cases, wall);
   std::printf("campaign_cases_per_s=%.1f\n", rate);
+  std::printf("campaign_failing_checks=%.0f\ncampaign_distinct_failures=%.0f\n", failing, distinct);
   std::printf("campaign_cases_per_s_per_worker=%.1f\n", rate / o.workers);
   if (!util.empty()) {
     double sum = 0;
@@ -331,6 +337,8 @@ int main(int argc, char** argv) {
       o.cases = std::atoll(val().c_str());
     else if (a == "--campaign")
       o.campaign = true;
+    else if (a == "--mps")
+      o.mps = true;
     else if (a == "--workers")
       o.workers = std::atoi(val().c_str());
     else if (a == "--attn-fuzz")

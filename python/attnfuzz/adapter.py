@@ -18,6 +18,7 @@ saturating), or already stored (float16, uint16 bits, uint8 bits).
 
 Backward (Kernel(..., backward=fn)): fn(q, k, v, o, lse, do, problem) -> (dQ, dK, dV), same conventions; o,
 lse are the forward the tool gives (the exact one for --pass bwd, the kernel's own for --pass fwdbwd).
+Its dtypes: backward_dtypes (default: the kernel's f32 / f16 / bf16).
 attnfuzz.autograd.torch_backward builds one from a torch forward.
 """
 
@@ -95,7 +96,7 @@ class Kernel:
 
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
-                 empty_keys=True, supports=None, backward=None):
+                 empty_keys=True, supports=None, backward=None, backward_dtypes=None):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
                      "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
@@ -104,6 +105,9 @@ class Kernel:
                      "check": supports is not None}
         if backward is not None:
             self.decl["backward"] = True  # absent for forward-only kernels: a version-1 declaration as before
+            # default: every declared dtype the gradient oracle checks (f32, f16, bf16)
+            bd = [d for d in dtypes if d in ("f32", "f16", "bf16")] if backward_dtypes is None else list(backward_dtypes)
+            self.decl["backward_dtypes"] = bd
         self.lse = lse
 
 

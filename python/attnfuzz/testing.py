@@ -141,9 +141,11 @@ def check_attention(fn=None, *, target=None, out_dir=None, sweep=True, fuzz_seco
                                      "--timeout", str(timeout_s),
                                      "--out", os.path.join(out_dir, "sweep" if one else f"sweep-{dt}")]))
     has_bwd = decl.get("backward") is not None or decl.get("autograd")
-    if sweep and has_bwd and "f32" in dtypes:  # backward cases are f32 (the tool's gradient oracle)
+    bwd = [d for d in dtypes if d in ("f32", "f16", "bf16")] if sweep and has_bwd else []  # the gradient oracle's
+    for dt in bwd:
         runs.append(("attn-check", [find_tool("attn-check"), "--sweep", "--quiet", "--adapter", cmd, "--pass", "bwd",
-                                     "--timeout", str(timeout_s), "--out", os.path.join(out_dir, "sweep-bwd")]))
+                                     "--dtype", dt, "--timeout", str(timeout_s),
+                                     "--out", os.path.join(out_dir, "sweep-bwd" if len(bwd) == 1 else f"sweep-bwd-{dt}")]))
     for dt in dtypes if fuzz_seconds > 0 else ():
         runs.append(("attn-fuzz", [find_tool("attn-fuzz"), "--adapter", cmd, "--dtype", dt,
                                     "--max-time", str(max(1, round(fuzz_seconds / len(dtypes)))),

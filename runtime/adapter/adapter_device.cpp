@@ -434,6 +434,19 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
+    // The dtypes its backward takes (optional; default f32 only, as before the key existed): the ABI's
+    // AF_SUPPORTS_BWD bits beside the forward dtypes. f32, f16 and bf16 (the gradient oracle's dtypes).
+    if (a.backward && k.contains("backward_dtypes")) {
+      for (const Json& d : k.at("backward_dtypes")) {
+        const auto dt = parse_wire_dtype(d.is_string() ? d.get<std::string>() : std::string());
+        if (!dt || (*dt != AF_DTYPE_F32 && *dt != AF_DTYPE_F16 && *dt != AF_DTYPE_BF16))
+          throw std::runtime_error("kernel " + a.name + ": backward_dtypes takes f32, f16, bf16, not " + d.dump());
+        if (!(a.dtypes & (1u << *dt)))
+          throw std::runtime_error("kernel " + a.name + ": backward dtype " + d.get<std::string>() +
+                                   " is not one of its dtypes");
+        if (*dt != AF_DTYPE_F32) a.dtypes |= AF_SUPPORTS_BWD(*dt);
+      }
+    }
     a.max_head_dim = k.value("max_head_dim", int64_t{0});
     a.max_head_dim_v = k.value("max_head_dim_v", int64_t{0});
     a.head_dim_multiple = std::max<int64_t>(1, k.value("head_dim_multiple", int64_t{1}));

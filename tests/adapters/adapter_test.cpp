@@ -167,6 +167,23 @@ TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   const auto got = classes_in(out);
   EXPECT_NE(std::find(got.begin(), got.end(), std::string("mask")), got.end()) << r.out;
   EXPECT_TRUE(has(r.out, "--pass bwd") || has(r.out, "bwd")) << r.out;
+  // Low-precision backward (backward_dtypes): the numpy reference's f16 gradients pass, its planted backward bug
+  // is found in bf16; a declaration without backward_dtypes keeps its backward f32 only (protocol 1 as before).
+  r = check(numpy_adapter(), "--pass bwd --dtype f16 --sq 17 --sk 17 --d 16 --heads 2 --kv-heads 1 --mask causal-br",
+            fresh("bwd-f16"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "1 check(s) in")) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  const std::string out16 = fresh("planted-bwd-bf16");
+  r = check(numpy_adapter("--bug bwd-mask-leak"), "--pass bwd --dtype bf16 --sq 33 --sk 33 --d 16 --mask causal-tl",
+            out16);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto got16 = classes_in(out16);
+  EXPECT_NE(std::find(got16.begin(), got16.end(), std::string("mask")), got16.end()) << r.out;
+  r = check(misbehaving("bwd-no-dtypes"), "--pass bwd --dtype f16 --sq 5 --sk 7 --d 8 --no-reports",
+            fresh("bwd-no-dtypes"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "does not take f16")) << r.out;
   // The callable adapter serves a user's backward function next to the forward one (and bf16 forward arrays).
   const std::string callable = "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + std::string(SOURCE_DIR) + "/python:" +
                                SOURCE_DIR + "/tests/adapters " + PYTHON +

@@ -4,7 +4,7 @@
         bad-json, bad-shape, bad-dtype, truncated, wrong-id, huge-header, stdout-print, raise, no-hello,
         bad-hello, flaky (crashes on every 3rd run and computes correctly otherwise), v1 (a correct kernel
         declared as before f16 / bf16 / backward existed: no dtypes, no backward), f16-as-f32 (declares f16,
-        answers O in f32)
+        answers O in f32), bwd-no-dtypes (declares f32 + f16 and a backward, without backward_dtypes)
 The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
 """
 
@@ -40,6 +40,8 @@ def main():
             decl = {"name": "bad-" + MODE, "lse": False}
             if MODE == "f16-as-f32":
                 decl["dtypes"] = ["f16"]
+            if MODE == "bwd-no-dtypes":
+                decl.update(dtypes=["f32", "f16"], backward=True)
             A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": [decl]})
             continue
         if h["type"] != "run":

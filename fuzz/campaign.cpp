@@ -108,6 +108,7 @@ struct Aggregate {
   int64_t skipped = 0;             // inputs that no selected kernel ran (unsupported by all, or quarantined)
   int64_t replayed = 0;            // libFuzzer re-runs of kept inputs answered from the feature cache
   std::map<std::string, int64_t> verdicts, classes;
+  std::map<std::string, int64_t> refusals;  // "kernel: why it refused an input" -> count
   std::map<std::string, std::map<std::string, int64_t>> kernels;
   int64_t features = 0;
   std::string features_hex;  // the union bitmap (merged summaries take the union over campaigns)
@@ -124,6 +125,8 @@ Aggregate read_stats(const fs::path& dir) {
       for (const auto& [k, v] : j.at("verdicts").items()) a.verdicts[k] += v.get<int64_t>();
       a.replayed += j.value("replayed", int64_t{0});
       for (const auto& [k, v] : j.at("classes").items()) a.classes[k] += v.get<int64_t>();
+      if (j.contains("refusals"))
+        for (const auto& [k, v] : j.at("refusals").items()) a.refusals[k] += v.get<int64_t>();
       for (const auto& [k, m] : j.at("kernels").items())
         for (const auto& [v, n] : m.items()) a.kernels[k][v] += n.get<int64_t>();
       const std::string hex = j.value("features", std::string());
@@ -964,7 +967,8 @@ int run_campaign(const CampaignOptions& o) {
     camp["cases_per_s"] = wall > 0 ? a.cases / wall : 0.0;
     camp["replayed_inputs"] = a.replayed;
     if (mps) camp["mps"] = {{"rechecked_alone", mps_rechecked}, {"not_rechecked", mps_pending}};  // libFuzzer re-runs of kept inputs answered from work/featcache
-    camp["skipped_inputs"] = a.skipped;  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
+    camp["skipped_inputs"] = a.skipped;
+    camp["refusals"] = a.refusals;  // why kernels refused inputs (the first few distinct reasons per worker)  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
     camp["failing_checks"] = a.failing;
     camp["failing_by_class"] = a.classes;
     camp["verdicts"] = a.verdicts;
@@ -1072,11 +1076,16 @@ int run_campaign(const CampaignOptions& o) {
     return 2;
   }
   if (a.cases == 0 && found.empty()) {  // checking nothing is an input error, never a pass
-    if (a.skipped > 0)
+    if (a.skipped > 0) {
+      std::string most;  // the most frequent reason, as a kernel or its adapter gave it
+      int64_t n = 0;
+      for (const auto& [why, c] : a.refusals)
+        if (c > n) most = why, n = c;
       std::fprintf(stderr,
                    "attn-fuzz: no case was checked: the selected kernels refused all %lld input(s) the campaign "
-                   "drew (see --max-seq / --max-d and what the kernels support: --list)\n",
-                   (long long)a.skipped);
+                   "drew (see --max-seq / --max-d and what the kernels support: --list)%s%s\n",
+                   (long long)a.skipped, most.empty() ? "" : "; most often ", most.c_str());
+    }
     else  // e.g. --worker /bin/true
       std::fprintf(stderr, "attn-fuzz: no case was checked: the workers (%s) reported no check\n",
                    o.worker_binary.c_str());

@@ -486,11 +486,15 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
       skipped_quarantined = true;
       continue;
     }
-    if (unsupported_reason(kernels_[idx]->kernel, pc.problem()).empty()) {
+    const std::string why = unsupported_reason(kernels_[idx]->kernel, pc.problem());
+    if (why.empty()) {
       out.kernel = kernels_[idx];
       slot = idx;
       break;
     }
+    const std::string key = std::string(kernels_[idx]->kernel.name) + ": " + why.substr(0, 300);
+    if (auto it = refusals_.find(key); it != refusals_.end()) ++it->second;
+    else if (refusals_.size() < kMaxRefusals) refusals_[key] = 1;
   }
   if (!out.kernel) {
     // libFuzzer ends a fork job whose inputs set no counter ("no interesting inputs were found") and the
@@ -717,6 +721,7 @@ void Worker::write_stats(bool force) {
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;
+  j["refusals"] = refusals_;
   static const char* hex = "0123456789abcdef";
   std::string bits;
   bits.reserve(seen_.size() * 2);

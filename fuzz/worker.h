@@ -160,6 +160,10 @@ class Worker {
   int64_t cases_ = 0;
   std::map<std::string, int64_t> verdicts_, classes_, raw_failures_;
   std::map<std::string, std::map<std::string, int64_t>> per_kernel_;
+  // Why kernels refused inputs: "kernel: reason" -> count (the first kMaxRefusals distinct ones), so a campaign
+  // whose kernels refuse everything can say why (e.g. an SDPA backend that takes no explicit mask).
+  std::map<std::string, int64_t> refusals_;
+  static constexpr size_t kMaxRefusals = 8;
   std::vector<uint8_t> seen_;  // kCounterBytes bits: features seen by this process
   std::string stats_path_;
   std::chrono::steady_clock::time_point last_stats_, last_isolate_check_;

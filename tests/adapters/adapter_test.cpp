@@ -319,6 +319,8 @@ TEST(Adapter, CampaignOverAKernelThatRefusesEverythingKeepsItsWorkers) {
   // Nothing was checked: an input error (exit 2) that says why, not a pass and not dead workers.
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r.out, "refused all")) << r.out;
+  EXPECT_TRUE(has(r.out, "most often refuse-all: ")) << r.out;  // and the adapter's own reason for it
+  EXPECT_TRUE(has(r.out, "this kernel refuses every problem")) << r.out;
   std::ifstream f(fs::path(out) / "report.json");
   ASSERT_TRUE(f) << r.out;
   const nlohmann::json j = nlohmann::json::parse(f);

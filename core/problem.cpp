@@ -63,7 +63,12 @@ Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
 
 Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t seq_k, int64_t head_dim,
                         int64_t head_dim_v) {
-  Problem v = make_problem(batch, p.heads_q, p.heads_kv, seq_q, seq_k, head_dim, head_dim_v);
+  return reshape_problem(p, batch, p.heads_q, p.heads_kv, seq_q, seq_k, head_dim, head_dim_v);
+}
+
+Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q,
+                        int64_t seq_k, int64_t head_dim, int64_t head_dim_v) {
+  Problem v = make_problem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v);
   v.scale = p.scale;
   v.mask_kind = p.mask_kind;
   v.mask_align = p.mask_align;

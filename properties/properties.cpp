@@ -302,20 +302,6 @@ std::vector<RowPair> identity_rows(const Problem& p, const std::vector<bool>& ke
   return rows;
 }
 
-// The single-head problem of batch-head (B = Hq = Hkv = 1, contiguous), with p's mask, scale, dtype and
-// fp8 descales.
-Problem reshape_single(const Problem& p) {
-  Problem p1 = make_problem(1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);
-  p1.scale = p.scale;
-  p1.mask_kind = p.mask_kind;
-  p1.mask_align = p.mask_align;
-  p1.window_left = p.window_left;
-  p1.window_right = p.window_right;
-  p1.dtype = p.dtype;
-  p1.q_descale = p.q_descale, p1.k_descale = p.k_descale, p1.v_descale = p.v_descale, p1.o_scale = p.o_scale;
-  return p1;
-}
-
 bool supported(const KernelEntry& k, const Problem& p) {
   if (unsupported_reason(k.kernel, p).empty()) return true;
   ++g_unsupported;
@@ -650,7 +636,7 @@ void prop_batch_head_bwd(const KernelEntry& k, const Case& c, bool strict) {
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         Case one = c;
         Problem& p1 = one.problem;
-        p1 = reshape_single(p);
+        p1 = reshape_problem(p, 1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);  // one (b, h) slice
         one.values.specials.clear();
         std::vector<float> q(static_cast<size_t>(q_elements(p1))), kk(static_cast<size_t>(k_elements(p1))),
             v(static_cast<size_t>(v_elements(p1))), dout(static_cast<size_t>(o_elements(p1)));
@@ -755,7 +741,7 @@ void prop_batch_head(const KernelEntry& k, const Case& c, bool strict) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
       Case one = c;
       Problem& p1 = one.problem;
-      p1 = reshape_single(p);
+      p1 = reshape_problem(p, 1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);  // one (b, h) slice
       one.values.specials.clear();
       std::vector<float> q(static_cast<size_t>(q_elements(p1))), kk(static_cast<size_t>(k_elements(p1))),
           v(static_cast<size_t>(v_elements(p1)));

@@ -20,6 +20,9 @@ Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
 // dtype, fp8 scales and tunables.
 Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t seq_k, int64_t head_dim,
                         int64_t head_dim_v);
+// The same with other head counts too (heads_kv must divide heads_q), e.g. one (b, h) slice: B = Hq = Hkv = 1.
+Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q,
+                        int64_t seq_k, int64_t head_dim, int64_t head_dim_v);
 
 // Recomputes contiguous strides for the current shape.
 void set_contiguous_strides(Problem& p);

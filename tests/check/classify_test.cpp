@@ -228,6 +228,44 @@ TEST(Classify, NaNAgreementIsNotAMaskMatch) {
   EXPECT_NE(o.evidence.find("masked positions reaches the output"), std::string::npos) << o.evidence;
 }
 
+// The mask detector's gradient rule (check/detectors/mask.cpp): failing under the case's mask and passing
+// with the same inputs under mask none is not proof. planted-bwd-lowp-ds-half (dS and the gradient sums in
+// f16: a precision bug that applies the mask right) on a causal case whose error the mask pushes just past
+// the bound (err/bound 1.12 in dK) while mask none stays under it: once called `mask`, now `precision`, with
+// what was seen. The real backward mask bug (P recomputed for masked keys) is still `mask`, proven by a leak.
+Case bwd_case(int64_t b, int64_t hq, int64_t hkv, int64_t s, int64_t d, const char* mask, const char* dist,
+              uint64_t seed, int32_t dtype) {
+  Case c = make_case(make_problem(b, hq, hkv, s, s, d, d), seed);
+  EXPECT_EQ(parse_mask(mask, c.problem), "");
+  EXPECT_EQ(parse_distribution(dist, c.values.dist), "");
+  c.problem.dtype = dtype;
+  c.pass = Pass::kBwd;
+  return c;
+}
+
+TEST(Classify, BackwardPrecisionLossPastTheBoundOnlyUnderAMaskIsNotMask) {
+  // attn-check --pass bwd --dtype f16 --batch 3 --heads 2 --sq 17 --sk 17 --d 16 --mask causal-br
+  //   --dist normal:3 --seed 78
+  const Outcome o =
+      run("planted-bwd-lowp-ds-half", bwd_case(3, 2, 2, 17, 16, "causal-br", "normal:3", 78, AF_DTYPE_F16));
+  EXPECT_CLASS(o, "precision");
+  // The old rule's premise held (so it said mask); the leak experiments found nothing.
+  EXPECT_NE(o.evidence.find("pass with the same inputs under mask none"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("unmoved"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("not proven a mask bug"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, BackwardMaskNotReappliedIsMaskByALeak) {
+  for (const Case& c : {bwd_case(1, 1, 1, 33, 16, "causal-tl", "uniform:1", 1, AF_DTYPE_F32),  // the README's
+                        bwd_case(3, 2, 2, 17, 16, "causal-br", "normal:3", 78, AF_DTYPE_F32)}) {
+    const Outcome o = run("planted-bwd-mask-not-reapplied", c);
+    EXPECT_CLASS(o, "mask");
+    EXPECT_EQ(o.stats.decided_by, "mask");
+    EXPECT_NE(o.evidence.find("moved"), std::string::npos) << o.evidence;
+    EXPECT_NE(o.evidence.find("of rows that see none of them"), std::string::npos) << o.evidence;
+  }
+}
+
 // Issue 11: a missing rescale on large-magnitude inputs is rescale, not precision. The worst row has keys
 // of score -inf (weight 0); the reorder detector used to give up on them ("non-finite scores").
 TEST(Classify, MissingRescaleWithLargeScoresAndMinusInfKeysIsRescale) {

@@ -536,5 +536,41 @@ TEST(BackwardCase, SweepGridWithAPassKeepsLabelsAndSeeds) {
   }
 }
 
+// reshape_problem (core/problem.cpp): another shape, and with the head-count overload other heads, keeping what
+// the kernel is asked to do: scale, mask, dtype, fp8 scales and tunables (the properties' single (b, h) slice and
+// the tail detector's paddings rely on it).
+TEST(Reshape, KeepsScaleMaskDtypeScalesAndTunables) {
+  Problem p = make_problem(2, 4, 2, 9, 13, 16, 8);
+  ASSERT_EQ(parse_mask("window:3,1-br", p), "");
+  p.scale = 0.3f;
+  p.dtype = AF_DTYPE_FP8_E4M3;
+  p.q_descale = 0.5f, p.k_descale = 2.0f, p.v_descale = 0.25f, p.o_scale = 4.0f;
+  p.tunables[0] = 3, p.tunables[1] = 7;
+  for (const Problem& v : {reshape_problem(p, 1, 1, 1, 9, 13, 16, 8), reshape_problem(p, 3, 20, 21, 32, 16)}) {
+    EXPECT_EQ(v.scale, 0.3f);
+    EXPECT_EQ(v.mask_kind, p.mask_kind);
+    EXPECT_EQ(v.mask_align, p.mask_align);
+    EXPECT_EQ(v.window_left, 3);
+    EXPECT_EQ(v.window_right, 1);
+    EXPECT_EQ(v.dtype, AF_DTYPE_FP8_E4M3);
+    EXPECT_EQ(v.q_descale, 0.5f);
+    EXPECT_EQ(v.k_descale, 2.0f);
+    EXPECT_EQ(v.v_descale, 0.25f);
+    EXPECT_EQ(v.o_scale, 4.0f);
+    EXPECT_EQ(v.tunables[0], 3);
+    EXPECT_EQ(v.tunables[1], 7);
+  }
+  const Problem one = reshape_problem(p, 1, 1, 1, 9, 13, 16, 8);
+  EXPECT_EQ(one.batch, 1);
+  EXPECT_EQ(one.heads_q, 1);
+  EXPECT_EQ(one.heads_kv, 1);
+  EXPECT_EQ(one.q_stride[1], 16);  // dense, contiguous for the new heads
+  const Problem same_heads = reshape_problem(p, 3, 20, 21, 32, 16);
+  EXPECT_EQ(same_heads.heads_q, 4);
+  EXPECT_EQ(same_heads.heads_kv, 2);
+  EXPECT_EQ(same_heads.seq_q, 20);
+  EXPECT_EQ(same_heads.head_dim_v, 16);
+}
+
 }  // namespace
 }  // namespace attnfuzz

@@ -29,50 +29,6 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-#if defined(__x86_64__) && defined(__ELF__)
-// The switch between fibers: Boost's x86-64 System V jump_fcontext without its save and restore of the
-// MXCSR and x87 control words (stmxcsr / fnstcw / ldmxcsr / fldcw, about 6 ns a resume-yield pair, 15% of
-// online-row's time: fuzz/README.md, Speed). The scheduler and every fiber share one floating-point
-// environment (no kernel changes it), so there is nothing to switch. The frame is Boost's (r12..rbp at
-// 0x8..0x30, the resume address at 0x38; its 0x0 / 0x4 control-word slots are skipped), so this switch
-// enters a context made by make_fcontext; a context it saved is only ever resumed by it.
-extern "C" __attribute__((visibility("hidden"))) boost::context::detail::transfer_t hipemu_jump_fcontext(
-    boost::context::detail::fcontext_t to, void* data);
-asm(R"(
-    .text
-    .globl hipemu_jump_fcontext
-    .hidden hipemu_jump_fcontext
-    .type hipemu_jump_fcontext, @function
-    .align 16
-hipemu_jump_fcontext:
-    leaq  -0x38(%rsp), %rsp
-    movq  %r12, 0x8(%rsp)
-    movq  %r13, 0x10(%rsp)
-    movq  %r14, 0x18(%rsp)
-    movq  %r15, 0x20(%rsp)
-    movq  %rbx, 0x28(%rsp)
-    movq  %rbp, 0x30(%rsp)
-    movq  %rsp, %rax
-    movq  %rdi, %rsp
-    movq  0x38(%rsp), %r8
-    movq  0x8(%rsp), %r12
-    movq  0x10(%rsp), %r13
-    movq  0x18(%rsp), %r14
-    movq  0x20(%rsp), %r15
-    movq  0x28(%rsp), %rbx
-    movq  0x30(%rsp), %rbp
-    leaq  0x40(%rsp), %rsp
-    movq  %rsi, %rdx
-    movq  %rax, %rdi
-    jmp   *%r8
-    .size hipemu_jump_fcontext, .-hipemu_jump_fcontext
-    .text
-)");
-#define HIPEMU_JUMP hipemu_jump_fcontext
-#else
-#define HIPEMU_JUMP ::boost::context::detail::jump_fcontext
-#endif
-
 namespace hipemu {
 
 __thread const FiberIds* tl_ids = nullptr;
@@ -205,7 +161,7 @@ void fiber_entry(bcd::transfer_t tr) {
   __atomic_fetch_add(&b->done, 1u, __ATOMIC_RELAXED);
   ts_release(&b->done_sync);  // no plain access to f or b after this point
   ts_switch(sched, kNoSync);
-  HIPEMU_JUMP(to, nullptr);  // never resumed
+  bcd::jump_fcontext(to, nullptr);  // never resumed
 }
 
 void resume(Fiber& f) {  // scheduler -> fiber; returns when the fiber yields or ends
@@ -219,7 +175,7 @@ void resume(Fiber& f) {  // scheduler -> fiber; returns when the fiber yields or
   tl_ids = &f.ids;
   st(tl_fiber, &f);
   ts_switch(tf, first ? 0 : kNoSync);  // first entry syncs: kernel arguments, ids
-  const bcd::fcontext_t back = HIPEMU_JUMP(to, &f).fctx;
+  const bcd::fcontext_t back = bcd::jump_fcontext(to, &f).fctx;
   f.self = back;
 }
 
@@ -227,7 +183,7 @@ void yield(Fiber& f) {  // fiber -> scheduler
   const bcd::fcontext_t to = f.caller;
   void* sched = f.blk->sched_tsan;
   ts_switch(sched, kNoSync);
-  const bcd::fcontext_t back = HIPEMU_JUMP(to, nullptr).fctx;
+  const bcd::fcontext_t back = bcd::jump_fcontext(to, nullptr).fctx;
   f.caller = back;
 }
 

@@ -77,7 +77,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // passes to its jobs) runs at least kMinJobS instead, but ends kJobEndLeadS before the campaign stops its workers
 // (WorkerConfig::stop_unix), so that the fork-mode process still merges its inputs into the corpus; it is never
 // shortened. A job still ends early when the campaign interrupts it or when its process dies (crash isolation
-// is per process, as before).
+// is per process, as before). ATTNFUZZ_MIN_JOB_S=N sets the floor (0: libFuzzer's own lengths), to compare.
 constexpr long kMinJobS = 20;
 constexpr double kJobEndLeadS = 2;
 
@@ -92,7 +92,8 @@ void lengthen_fork_job(int argc, char** argv) {
   }
   if (!job || last < 0) return;
   const long k = std::atol(argv[last] + std::strlen("-max_total_time="));
-  long len = std::max(k, kMinJobS);
+  const char* env = std::getenv("ATTNFUZZ_MIN_JOB_S");
+  long len = std::max(k, env && *env ? std::atol(env) : kMinJobS);
   if (const double stop = config().stop_unix; stop > 0) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     len = std::max(k, std::min(len, static_cast<long>(std::floor(stop - now - kJobEndLeadS))));

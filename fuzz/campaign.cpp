@@ -465,6 +465,7 @@ int run_campaign(const CampaignOptions& o) {
   // Worker configuration, then the libFuzzer fork-mode processes (one per GPU group).
   const fs::path cfg_path = work / "worker.json";
   WorkerConfig job_cfg = cfg;
+  if (!o.sync_dir.empty()) job_cfg.min_job_s = 0;  // corpus entries are published after each job's merge
   if (o.max_time_s > 0)  // when the workers are stopped (below: stop_at): fork-mode jobs end before it
     job_cfg.stop_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
                         (o.max_time_s >= 10 ? o.max_time_s - kStopLeadS : o.max_time_s);

@@ -61,6 +61,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["replay_flags"] = c.replay_flags;
   j["reports"] = c.reports;
   j["stop_unix"] = c.stop_unix;
+  j["min_job_s"] = c.min_job_s;
   return j;
 }
 
@@ -107,6 +108,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("replay_flags", c.replay_flags);
   get("reports", c.reports);
   get("stop_unix", c.stop_unix);
+  get("min_job_s", c.min_job_s);
   return c;
 }
 

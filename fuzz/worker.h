@@ -67,6 +67,9 @@ struct WorkerConfig {
   // When the campaign stops its workers (seconds since the epoch; 0: when it is interrupted): a fork-mode job
   // is lengthened no further than this (worker_main.cpp), so that its inputs are merged before the stop.
   double stop_unix = 0;
+  // The shortest fork-mode job, seconds (worker_main.cpp; 0: libFuzzer's own lengths, 1, 2, 3... s). New corpus
+  // entries reach work/inputs only when a job ends (its merge), so --sync campaigns keep libFuzzer's lengths.
+  int min_job_s = 20;
 };
 Json worker_config_to_json(const WorkerConfig& c);
 WorkerConfig worker_config_from_json(const Json& j);  // missing keys keep their defaults

@@ -74,11 +74,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // libFuzzer's fork mode gives job k -max_total_time=min(300, k) (the last such flag of the job's command line):
 // in a short campaign most jobs last a few seconds, and every job is a new process (start-up, seed replay) with
 // a merge after it during which this worker slot idles. A job (a process with -stop_file, which only fork mode
-// passes to its jobs) runs at least kMinJobS instead, but ends kJobEndLeadS before the campaign stops its workers
-// (WorkerConfig::stop_unix), so that the fork-mode process still merges its inputs into the corpus; it is never
-// shortened. A job still ends early when the campaign interrupts it or when its process dies (crash isolation
-// is per process, as before). ATTNFUZZ_MIN_JOB_S=N sets the floor (0: libFuzzer's own lengths), to compare.
-constexpr long kMinJobS = 20;
+// passes to its jobs) runs at least WorkerConfig::min_job_s instead, but ends kJobEndLeadS before the campaign
+// stops its workers (WorkerConfig::stop_unix), so that the fork-mode process still merges its inputs into the
+// corpus; it is never shortened. A job still ends early when the campaign interrupts it or when its process dies
+// (crash isolation is per process, as before). ATTNFUZZ_MIN_JOB_S=N overrides the floor (0: libFuzzer's own
+// lengths), to compare.
 constexpr double kJobEndLeadS = 2;
 
 void lengthen_fork_job(int argc, char** argv) {
@@ -93,7 +93,7 @@ void lengthen_fork_job(int argc, char** argv) {
   if (!job || last < 0) return;
   const long k = std::atol(argv[last] + std::strlen("-max_total_time="));
   const char* env = std::getenv("ATTNFUZZ_MIN_JOB_S");
-  long len = std::max(k, env && *env ? std::atol(env) : kMinJobS);
+  long len = std::max(k, env && *env ? std::atol(env) : static_cast<long>(config().min_job_s));
   if (const double stop = config().stop_unix; stop > 0) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     len = std::max(k, std::min(len, static_cast<long>(std::floor(stop - now - kJobEndLeadS))));

@@ -300,7 +300,8 @@ int campaign(const Options& o, const fs::path& dir) {
     std::printf("campaign_check_pct_of_worker_wall=%.1f\ncampaign_mutate_pct_of_worker_wall=%.1f\n",
                 100 * check_s / worker_s, 100 * mutate_s / worker_s);
     std::printf("campaign_ms_per_check=%.3f\n", cases > 0 ? 1000 * check_s / cases : 0.0);
-    for (const auto& [k, ms] : c.value("per_kernel_check_ms", Json::object()).items())
+    const Json per_kernel = c.value("per_kernel_check_ms", Json::object());
+    for (const auto& [k, ms] : per_kernel.items())
       std::printf("campaign_%s_ms_per_check=%.3f\n", k.c_str(), ms.get<double>());
   }
   if (!util.empty()) {

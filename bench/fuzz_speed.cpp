@@ -144,20 +144,26 @@ void in_process(const Options& o, const std::string& shapes, const std::string& 
     kc.plugins.clear();
     Worker w(kc);
     int64_t checked = 0, unsupported = 0;
+    double check_ms = 0;  // in the checked cases only (compare: report.json's campaign.per_kernel_check_ms)
     size_t i = 0;
     const auto t0 = Clock::now();
     double el = 0;
     while ((el = since_ms(t0) / 1000), o.cases ? static_cast<int64_t>(i) < o.cases : el < o.seconds) {
       const auto& b = inputs[i++ % inputs.size()];
+      const auto t1 = Clock::now();
       const FuzzInput in = decode(b.data(), b.size(), lim);
-      if (w.run(in).kernel)
+      if (w.run(in).kernel) {
         ++checked;
-      else
+        check_ms += since_ms(t1);
+      } else {
         ++unsupported;
+      }
     }
     const double rate = static_cast<double>(checked + unsupported) / el;
     std::printf("%s_%s_cases_per_s=%.1f  (checked %lld, unsupported %lld, %.1f s)\n", tag.c_str(),
                 name.c_str(), rate, (long long)checked, (long long)unsupported, el);
+    std::printf("%s_%s_ms_per_check=%.3f\n", tag.c_str(), name.c_str(),
+                check_ms / static_cast<double>(std::max<int64_t>(checked, 1)));
   }
   // All kernels together: what one campaign worker does (the input picks the kernel).
   int64_t n_all = 0;
@@ -292,6 +298,18 @@ int campaign(const Options& o, const fs::path& dir) {
   std::printf("campaign_cases_per_s=%.1f\n", rate);
   std::printf("campaign_failing_checks=%.0f\ncampaign_distinct_failures=%.0f\n", failing, distinct);
   std::printf("campaign_cases_per_s_per_worker=%.1f\n", rate / o.workers);
+  // Where the workers' time went: in checks, in the custom mutator, the rest (libFuzzer, start-up, merges, idle).
+  if (std::ifstream f(out / "report.json"); f) {
+    const Json c = Json::parse(f, nullptr, false).value("campaign", Json::object());
+    const double check_s = c.value("worker_check_s", 0.0), mutate_s = c.value("worker_mutate_s", 0.0);
+    const double worker_s = std::max(1e-9, wall * o.workers);
+    std::printf("campaign_check_pct_of_worker_wall=%.1f\ncampaign_mutate_pct_of_worker_wall=%.1f\n",
+                100 * check_s / worker_s, 100 * mutate_s / worker_s);
+    std::printf("campaign_ms_per_check=%.3f\n", cases > 0 ? 1000 * check_s / cases : 0.0);
+    const Json per_kernel = c.value("per_kernel_check_ms", Json::object());
+    for (const auto& [k, ms] : per_kernel.items())
+      std::printf("campaign_%s_ms_per_check=%.3f\n", k.c_str(), ms.get<double>());
+  }
   if (!util.empty()) {
     double sum = 0;
     for (double u : util) sum += u;

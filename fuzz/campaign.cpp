@@ -107,6 +107,8 @@ struct Aggregate {
   int64_t cases = 0, failing = 0;  // cases: inputs checked on a kernel
   int64_t skipped = 0;             // inputs that no selected kernel ran (unsupported by all, or quarantined)
   int64_t replayed = 0;            // libFuzzer re-runs of kept inputs answered from the feature cache
+  double check_s = 0, mutate_s = 0;  // worker processes' time in checks and in the custom mutator
+  std::map<std::string, double> kernel_check_s;  // the checks' time per kernel
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, int64_t> refusals;  // "kernel: why it refused an input" -> count
   std::map<std::string, std::map<std::string, int64_t>> kernels;
@@ -124,6 +126,10 @@ Aggregate read_stats(const fs::path& dir) {
       const Json j = Json::parse(read_all(e.path()));
       for (const auto& [k, v] : j.at("verdicts").items()) a.verdicts[k] += v.get<int64_t>();
       a.replayed += j.value("replayed", int64_t{0});
+      a.check_s += j.value("check_s", 0.0);
+      a.mutate_s += j.value("mutate_s", 0.0);
+      if (j.contains("kernel_check_s"))
+        for (const auto& [k, v] : j.at("kernel_check_s").items()) a.kernel_check_s[k] += v.get<double>();
       for (const auto& [k, v] : j.at("classes").items()) a.classes[k] += v.get<int64_t>();
       if (j.contains("refusals"))
         for (const auto& [k, v] : j.at("refusals").items()) a.refusals[k] += v.get<int64_t>();
@@ -464,7 +470,12 @@ int run_campaign(const CampaignOptions& o) {
     if (fs::is_directory(s, ec)) load_dir(s, true);
   // Worker configuration, then the libFuzzer fork-mode processes (one per GPU group).
   const fs::path cfg_path = work / "worker.json";
-  std::ofstream(cfg_path) << worker_config_to_json(cfg).dump(2) << "\n";
+  WorkerConfig job_cfg = cfg;
+  if (!o.sync_dir.empty()) job_cfg.min_job_s = 0;  // corpus entries are published after each job's merge
+  if (o.max_time_s > 0)  // when the workers are stopped (below: stop_at): fork-mode jobs end before it
+    job_cfg.stop_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
+                        (o.max_time_s >= 10 ? o.max_time_s - kStopLeadS : o.max_time_s);
+  std::ofstream(cfg_path) << worker_config_to_json(job_cfg).dump(2) << "\n";
   const size_t groups = std::max<size_t>(1, o.gpu_ids.size());
   const unsigned per_group = std::max(1u, o.workers / static_cast<unsigned>(groups));
   struct Master {
@@ -965,10 +976,22 @@ int run_campaign(const CampaignOptions& o) {
     Json camp;
     camp["cases"] = a.cases;
     camp["cases_per_s"] = wall > 0 ? a.cases / wall : 0.0;
-    camp["replayed_inputs"] = a.replayed;
-    if (mps) camp["mps"] = {{"rechecked_alone", mps_rechecked}, {"not_rechecked", mps_pending}};  // libFuzzer re-runs of kept inputs answered from work/featcache
-    camp["skipped_inputs"] = a.skipped;
-    camp["refusals"] = a.refusals;  // why kernels refused inputs (the first few distinct reasons per worker)  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
+    camp["replayed_inputs"] = a.replayed;  // libFuzzer re-runs of kept inputs answered from work/featcache
+    if (mps) camp["mps"] = {{"rechecked_alone", mps_rechecked}, {"not_rechecked", mps_pending}};
+    // Where the workers' time went (issue 17): seconds in checks and in the custom mutator, over all worker
+    // processes; the rest of workers x wall is libFuzzer, process start-up, merges and idle time.
+    camp["worker_check_s"] = a.check_s;
+    camp["worker_mutate_s"] = a.mutate_s;
+    Json per_kernel_ms = Json::object();  // milliseconds per check, per kernel (compare: bench/fuzz_speed)
+    for (const auto& [k, t] : a.kernel_check_s) {
+      int64_t n = 0;
+      if (const auto it = a.kernels.find(k); it != a.kernels.end())
+        for (const auto& [v, c] : it->second) n += v == "unsupported" || v == "quarantined" ? 0 : c;
+      if (n > 0) per_kernel_ms[k] = 1000 * t / static_cast<double>(n);
+    }
+    camp["per_kernel_check_ms"] = per_kernel_ms;
+    camp["skipped_inputs"] = a.skipped;  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
+    camp["refusals"] = a.refusals;       // why kernels refused inputs (the first few distinct reasons per worker)
     camp["failing_checks"] = a.failing;
     camp["failing_by_class"] = a.classes;
     camp["verdicts"] = a.verdicts;

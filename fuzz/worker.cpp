@@ -61,6 +61,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["replay_flags"] = c.replay_flags;
   j["reports"] = c.reports;
   j["mps"] = c.mps;
+  j["stop_unix"] = c.stop_unix;
+  j["min_job_s"] = c.min_job_s;
   return j;
 }
 
@@ -107,6 +109,8 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("replay_flags", c.replay_flags);
   get("reports", c.reports);
   get("mps", c.mps);
+  get("stop_unix", c.stop_unix);
+  get("min_job_s", c.min_job_s);
   return c;
 }
 
@@ -367,7 +371,7 @@ uint64_t input_hash(const uint8_t* data, size_t size) {  // FNV-1a 64
   return h;
 }
 
-void note_current_input(const uint8_t* data, size_t size) { g_input_hash = input_hash(data, size); }
+void note_current_input(uint64_t hash) { g_input_hash = hash; }
 
 // Runs on the device's watchdog thread while the worker's thread spins inside a kernel: quarantine the
 // kernel, save the hang, count it, and end the process (libFuzzer's fork mode starts another).
@@ -582,18 +586,15 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
 
 namespace {
 // A feature-cache record (appended to work/featcache/<pid>.bin): the header, the kernel name, the ids.
-constexpr uint32_t kFeatMagic = 0x32434641u;  // "AFC2"
+constexpr uint32_t kFeatMagic = 0x33434641u;  // "AFC3" (keyed by input_hash)
 struct FeatHeader {
   uint32_t magic;
   uint32_t slot;
-  uint64_t key;   // hash64 of the input bytes
+  uint64_t key;   // input_hash() of the input bytes
   uint64_t size;  // input bytes
   uint32_t name_len;
   uint32_t count;
 };
-uint64_t input_key(const uint8_t* data, size_t size) {
-  return hash64(std::string(reinterpret_cast<const char*>(data), size));
-}
 }  // namespace
 
 void Worker::load_feature_cache() {
@@ -647,9 +648,9 @@ bool Worker::note_counts(size_t slot, const std::vector<uint16_t>& ids) {
   return fresh;
 }
 
-bool Worker::replay_features(const uint8_t* data, size_t size) {
+bool Worker::replay_features(uint64_t hash, size_t size) {
   if (!feat_loaded_) load_feature_cache();
-  const auto it = feat_cache_.find(input_key(data, size));
+  const auto it = feat_cache_.find(hash);
   if (it == feat_cache_.end() || it->second.size != size) return false;
   const CachedFeatures& c = it->second;
   refresh_isolated();
@@ -666,7 +667,7 @@ bool Worker::replay_features(const uint8_t* data, size_t size) {
   return true;
 }
 
-void Worker::save_features(const uint8_t* data, size_t size) {
+void Worker::save_features(uint64_t hash, size_t size) {
   if (!last_kernel_ || !last_new_) return;
   const std::string name = last_kernel_->kernel.name;
   if (name.size() > 512) return;
@@ -678,7 +679,7 @@ void Worker::save_features(const uint8_t* data, size_t size) {
                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (feat_fd_ < 0) return;
   }
-  FeatHeader h{kFeatMagic, static_cast<uint32_t>(last_slot_), input_key(data, size), size,
+  FeatHeader h{kFeatMagic, static_cast<uint32_t>(last_slot_), hash, size,
                static_cast<uint32_t>(name.size()), static_cast<uint32_t>(last_ids_.size())};
   std::string rec(reinterpret_cast<const char*>(&h), sizeof h);
   rec += name;
@@ -718,6 +719,9 @@ void Worker::write_stats(bool force) {
   j["pid"] = ::getpid();
   j["cases"] = cases_;
   j["replayed"] = replayed_;
+  j["check_s"] = check_s_;
+  j["mutate_s"] = mutate_s_;
+  j["kernel_check_s"] = kernel_check_s_;
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;

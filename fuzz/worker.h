@@ -71,6 +71,12 @@ struct WorkerConfig {
   // quarantines the kernel (it would take every worker's context down again).
   bool mps = false;
   bool mps_recheck = false;  // set from kMpsRecheckEnv, never written to the configuration file
+  // When the campaign stops its workers (seconds since the epoch; 0: when it is interrupted): a fork-mode job
+  // is lengthened no further than this (worker_main.cpp), so that its inputs are merged before the stop.
+  double stop_unix = 0;
+  // The shortest fork-mode job, seconds (worker_main.cpp; 0: libFuzzer's own lengths, 1, 2, 3... s). New corpus
+  // entries reach work/inputs only when a job ends (its merge), so --sync campaigns keep libFuzzer's lengths.
+  int min_job_s = 20;
 };
 inline constexpr const char* kMpsRecheckEnv = "ATTNFUZZ_MPS_RECHECK";
 Json worker_config_to_json(const WorkerConfig& c);
@@ -109,10 +115,11 @@ void on_inprocess_hang(const char* kernel, double seconds);
 // kills the worker process in-process is recorded (work/deaths.txt, work/isolate.txt) before the artifact.
 void install_worker_crash_hook(const WorkerConfig& cfg);
 
-// The input a worker process is running, as the crash hook records it (work/faults.txt): a hash of its bytes
-// that the campaign computes again from libFuzzer's artifact of it.
+// The hash of an input's bytes (FNV-1a 64), computed once per input: the crash hook records it for the input a
+// worker process is running (work/faults.txt; the campaign computes it again from libFuzzer's artifact of it),
+// and it keys the feature cache.
 uint64_t input_hash(const uint8_t* data, size_t size);
-void note_current_input(const uint8_t* data, size_t size);
+void note_current_input(uint64_t hash);
 
 // The environment variable naming the read end of attn-fuzz's lifeline pipe: when it reads end-of-file, the
 // campaign parent is gone, and every worker process of its group is killed.
@@ -143,13 +150,20 @@ class Worker {
   Device& device() { return *device_; }
   RunOptions run_options() const { return run_; }
   void write_stats(bool force);
-  // Feature cache (work/featcache, issue 17). replay_features: when the input's bytes have a record whose kernel
-  // is not quarantined, sets the same coverage counters as its check did and returns true (nothing is launched
-  // or counted as a case); false otherwise. save_features: after run(), records the last check's features when
-  // it added a feature new to this process (an input libFuzzer keeps).
-  bool replay_features(const uint8_t* data, size_t size);
-  void save_features(const uint8_t* data, size_t size);
+  // Feature cache (work/featcache, issue 17), keyed by input_hash() of the input's bytes. replay_features: when
+  // the input has a record whose kernel is not quarantined, sets the same coverage counters as its check did and
+  // returns true (nothing is launched or counted as a case); false otherwise. save_features: after run(),
+  // records the last check's features when it added a feature new to this process (an input libFuzzer keeps).
+  bool replay_features(uint64_t hash, size_t size);
+  void save_features(uint64_t hash, size_t size);
   int64_t replayed() const { return replayed_; }
+  // Time spent in this process's checks (decode and run(); per kernel when `kernel` is given) and in the custom
+  // mutator, for the statistics file (report.json: where a campaign worker's time goes).
+  void count_time(double check_s, double mutate_s, const KernelEntry* kernel = nullptr) {
+    check_s_ += check_s;
+    mutate_s_ += mutate_s;
+    if (kernel) kernel_check_s_[kernel->kernel.name] += check_s;
+  }
 
  private:
   WorkerConfig cfg_;
@@ -179,6 +193,8 @@ class Worker {
   std::vector<uint16_t> last_ids_;
   bool last_new_ = false;
   int64_t replayed_ = 0;  // inputs answered from the feature cache
+  double check_s_ = 0, mutate_s_ = 0;  // count_time()
+  std::map<std::string, double> kernel_check_s_;
   struct CachedFeatures {
     uint64_t size = 0;
     uint32_t slot = 0;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -521,6 +522,26 @@ int run_campaign(const CampaignOptions& o) {
         static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize) >= 1024.0 * 1024 * 1024)
       fork_tmp = "/dev/shm";
   }
+  auto fork_scratch = [&](pid_t master) {  // libFuzzer's TempPath of a fork-mode process
+    const char* t = std::getenv("TMPDIR");
+    const fs::path tmp = !fork_tmp.empty() ? fs::path(fork_tmp) : fs::path(t && *t ? t : "/tmp");
+    return tmp / ("libFuzzerTemp.FuzzWithFork" + std::to_string(master) + ".dir");
+  };
+  // A campaign killed outright (SIGKILL, a node lost) could not remove its fork-mode scratch, on tmpfs: RAM.
+  // Its directories are listed in work/fork-scratch.txt; the next campaign on this OUT removes those whose
+  // process is gone.
+  const fs::path scratch_list = work / "fork-scratch.txt";
+  for (const std::string& d : read_lines(scratch_list.string())) {
+    const size_t at = d.rfind("FuzzWithFork");
+    const long pid = at == std::string::npos ? 0 : std::atol(d.c_str() + at + 12);
+    if (pid <= 0) continue;
+    std::string st;  // gone, or a zombie nobody has reaped yet (its parent, attn-fuzz, was killed)
+    std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), st);
+    const size_t close = st.rfind(')');
+    if ((::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ||
+        (close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z'))
+      fs::remove_all(d, ec);
+  }
   // --mps: one private MPS daemon for all GPU groups (fuzz/mps.h), stopped when the campaign ends.
   std::unique_ptr<MpsDaemon> mps;
   if (o.mps) {
@@ -563,6 +584,10 @@ int run_campaign(const CampaignOptions& o) {
     m.pid = spawn(args, env, m.log);
     m.tail = std::make_unique<LogTail>(m.log);
     masters.push_back(std::move(m));
+  }
+  {
+    std::ofstream f(scratch_list);
+    for (const auto& m : masters) f << fork_scratch(m.pid).string() << "\n";
   }
   if (!mps) ::close(life[0]);  // (under --mps the re-runs of suspects inherit it too)
   struct sigaction sa {};
@@ -798,10 +823,8 @@ int run_campaign(const CampaignOptions& o) {
       if (r == m.pid) {
         m.done = true;
         m.status = st;
-        ::kill(-m.pid, SIGKILL);  // any job the master left behind
-        const char* t = std::getenv("TMPDIR");  // and its temporary directory (libFuzzer's TempPath)
-        const fs::path tmp = !fork_tmp.empty() ? fs::path(fork_tmp) : fs::path(t && *t ? t : "/tmp");
-        fs::remove_all(tmp / ("libFuzzerTemp.FuzzWithFork" + std::to_string(m.pid) + ".dir"), ec);
+        ::kill(-m.pid, SIGKILL);          // any job the master left behind
+        fs::remove_all(fork_scratch(m.pid), ec);  // and its temporary directory
       } else {
         all_done = false;
       }

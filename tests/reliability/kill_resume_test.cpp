@@ -68,6 +68,13 @@ TEST_P(KillResume, NothingLeftBehindAndOutResumes) {
   EXPECT_TRUE(left.empty()) << left.size() << " process(es) outlived attn-fuzz, e.g. pid " << left.front();
   for (pid_t p : left) kill(p, SIGKILL);
   EXPECT_EQ(unreadable_cases(out), 0);
+  // The fork-mode scratch directories of the run (tmpfs: RAM); a SIGKILL leaves them, the resume removes them.
+  std::vector<std::string> scratch;
+  {
+    std::ifstream f(out / "work" / "fork-scratch.txt");
+    for (std::string l; std::getline(f, l);) scratch.push_back(l);
+  }
+  EXPECT_FALSE(scratch.empty());
   // Resume: the lock is free, everything is read back, nothing is skipped.
   const Outcome again =
       run(std::string(ATTN_FUZZ) + " --out " + out.string() + " --plugin " + BAD_PLUGIN +
@@ -76,6 +83,7 @@ TEST_P(KillResume, NothingLeftBehindAndOutResumes) {
   EXPECT_EQ(again.out.find("skipping"), std::string::npos);
   EXPECT_EQ(unreadable_cases(out), 0);
   EXPECT_TRUE(wait_gone(out, 15).empty());
+  for (const std::string& d : scratch) EXPECT_FALSE(fs::exists(d)) << d << " outlived its campaign";
 }
 
 // Holds OUT/campaign.lock like a campaign's process would (an inherited descriptor), with `owner` written in

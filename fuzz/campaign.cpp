@@ -535,12 +535,10 @@ int run_campaign(const CampaignOptions& o) {
     const size_t at = d.rfind("FuzzWithFork");
     const long pid = at == std::string::npos ? 0 : std::atol(d.c_str() + at + 12);
     if (pid <= 0) continue;
-    std::string st;  // gone, or a zombie nobody has reaped yet (its parent, attn-fuzz, was killed)
+    std::string st;  // "pid (comm) state ...": none when gone; 'Z' for a zombie nobody reaped (attn-fuzz was killed)
     std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), st);
     const size_t close = st.rfind(')');
-    if ((::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ||
-        (close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z'))
-      fs::remove_all(d, ec);
+    if (close == std::string::npos || (close + 2 < st.size() && st[close + 2] == 'Z')) fs::remove_all(d, ec);
   }
   // --mps: one private MPS daemon for all GPU groups (fuzz/mps.h), stopped when the campaign ends.
   std::unique_ptr<MpsDaemon> mps;
@@ -710,6 +708,9 @@ int run_campaign(const CampaignOptions& o) {
   // MPS (no CUDA_MPS_* in its environment) and with kMpsRecheckEnv set: it judges and saves the case like any
   // worker, and a crash or hang that reproduces quarantines the kernel. Its artifacts go to their own folder.
   const fs::path suspects = work / "mps-suspects", recheck_dir = work / "mps-recheck";
+  auto is_suspect = [](const fs::directory_entry& e) {  // (".<pid>.tmp": one being written)
+    return e.is_regular_file() && e.path().filename().string()[0] != '.';
+  };
   struct Recheck {
     pid_t pid = -1;
     fs::path input;
@@ -729,7 +730,7 @@ int run_campaign(const CampaignOptions& o) {
       ++mps_rechecked;
     }
     for (const auto& e : fs::directory_iterator(suspects, ec)) {
-      if (!e.is_regular_file() || e.path().filename().string()[0] == '.') continue;
+      if (!is_suspect(e)) continue;
       fs::create_directories(recheck_dir, ec);
       std::vector<std::string> args{o.worker_binary, "-timeout=" + std::to_string(lf_timeout),
                                     "-rss_limit_mb=" + std::to_string(kRssLimitMb),
@@ -892,7 +893,7 @@ int run_campaign(const CampaignOptions& o) {
       ::waitpid(recheck.pid, nullptr, 0);
     }
     for (const auto& e : fs::directory_iterator(suspects, ec))
-      mps_pending += e.is_regular_file() && e.path().filename().string()[0] != '.';
+      mps_pending += is_suspect(e);
     mps->stop();
     ::close(life[0]);
   }

@@ -219,14 +219,13 @@ void save_mps_suspect(const WorkerConfig& cfg, const uint8_t* data, size_t size)
   const fs::path dir = fs::path(cfg.out) / "work" / "mps-suspects";
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string bytes(reinterpret_cast<const char*>(data), size);
   const fs::path tmp = dir / ("." + std::to_string(::getpid()) + ".tmp");
   {
     std::ofstream f(tmp, std::ios::binary);
-    f << bytes;
+    f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
     if (!f) return;
   }
-  fs::rename(tmp, dir / hex16(hash64(bytes)), ec);  // whole or not at all: the parent may read it at once
+  fs::rename(tmp, dir / hex16(input_hash(data, size)), ec);  // whole or not at all: the parent may read it at once
 }
 
 std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,

@@ -9,6 +9,11 @@
 #include <type_traits>
 #include <utility>
 
+#include <boost/context/detail/fcontext.hpp>
+#if defined(ATTNFUZZ_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
@@ -37,6 +42,22 @@ struct FiberIds {
 extern __thread const FiberIds* tl_ids;
 
 void syncthreads(const char* file, int line);
+// __syncthreads() in three steps, so that the fiber switch sits in the kernel's own frame: after it the
+// kernel goes on without returning through frames entered before the switch (each such return is a
+// mispredicted branch, since the switch leaves the return-address predictor holding the previous fiber's
+// calls). barrier_arrive records the arrival and names the context to switch to and where this fiber's
+// context is to be saved; barrier_depart runs when the fiber is resumed.
+struct Handoff {
+  boost::context::detail::fcontext_t to;
+  void* slot;
+  void* tsan;  // the TSan fiber of `to` (ATTNFUZZ_TSAN builds)
+};
+Handoff barrier_arrive(const char* file, int line);
+void barrier_depart(boost::context::detail::transfer_t from);
+// The resumed side of every switch: the context that jumped here is saved where it asked.
+inline void save_jumper(boost::context::detail::transfer_t from) {
+  if (from.data) __atomic_store_n(static_cast<boost::context::detail::fcontext_t*>(from.data), from.fctx, __ATOMIC_RELAXED);
+}
 // Warp-level exchange used by the shuffles: publishes `bits`, waits for the warp, returns lane src's bits.
 uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line);
 void set_last_error(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -93,8 +114,15 @@ inline T shfl(T v, int arg, int width, ShflMode mode, const char* file, int line
 #define blockDim (::hipemu::tl_ids->block_dim)
 #define gridDim (::hipemu::tl_ids->grid_dim)
 #define warpSize ((int)::hipemu::tl_ids->warp_size)
-inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  ::hipemu::syncthreads(file, line);
+__attribute__((always_inline)) inline void __syncthreads(const char* file = __builtin_FILE(),
+                                                         int line = __builtin_LINE()) {
+  const ::hipemu::Handoff h = ::hipemu::barrier_arrive(file, line);
+#if defined(ATTNFUZZ_TSAN)
+  __tsan_switch_to_fiber(h.tsan, 1);  // no synchronisation: the barrier's release / acquire pair orders
+  ::hipemu::barrier_depart(::boost::context::detail::jump_fcontext(h.to, h.slot));
+#else
+  ::hipemu::save_jumper(::boost::context::detail::jump_fcontext(h.to, h.slot));
+#endif
 }
 template <class T>
 inline T __shfl(T v, int src, int width = 0, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {

@@ -2,7 +2,8 @@
 //
 // A block's fibers run on one OS thread. A round resumes every runnable fiber once, in forward,
 // reverse or seeded-shuffle order; a fiber runs until it reaches __syncthreads(), a warp shuffle or
-// its end. A block barrier opens when every thread of the block waits at it; a warp exchange when
+// its end, and then switches straight to the round's next fiber (the last one back to the scheduler): one
+// context switch per fiber and round. A block barrier opens when every thread of the block waits at it; a warp exchange when
 // every live lane of the warp does. __shared__ is `static thread_local`: one block at a time per OS
 // thread. Under ThreadSanitizer every fiber is a TSan fiber and barriers are release/acquire pairs,
 // so a missing barrier is reported as a data race on the shared variable with both source lines.
@@ -124,10 +125,9 @@ struct Fiber {
   const char* file = "";
   int line = 0;
   unsigned bar_gen = 0, warp_gen = 0;
-  bool started = false;
   void* stack = nullptr;
   void* tsan = nullptr;
-  bcd::fcontext_t self = nullptr, caller = nullptr;
+  bcd::fcontext_t self = nullptr;  // where it resumes (made when the block starts)
 };
 
 struct Block {
@@ -138,8 +138,13 @@ struct Block {
   std::vector<Fiber> th;
   std::vector<uint64_t> slots;       // warp exchange values, one per thread
   std::vector<char> warp_sync;       // TSan sync objects: 2 per warp
-  char bar_sync[2] = {0, 0}, done_sync = 0;
+  char bar_sync[2] = {0, 0}, done_sync = 0, start_sync = 0;
   void* sched_tsan = nullptr;
+  bcd::fcontext_t sched = nullptr;   // the scheduler, while a round runs
+  // This round's runnable fibers in run order (run_n of them; sized n at the block's start, so the fibers
+  // read it while the scheduler never reallocates it), and the index of the one running.
+  std::vector<Fiber*> run;
+  unsigned run_n = 0, pos = 0;
   // Counters kept by the fibers as they arrive, so a round ends without rescanning every thread.
   unsigned done = 0, at_bar = 0, at_warp = 0;
   const char* bar_file = nullptr;  // site of the first arrival at the current barrier
@@ -149,43 +154,69 @@ struct Block {
 
 __thread Fiber* tl_fiber = nullptr;
 
-// ---- switching (see the TSan notes in the spike: load everything before the switch call) ----
-void fiber_entry(bcd::transfer_t tr) {
-  Fiber& f = *static_cast<Fiber*>(tr.data);
-  f.caller = tr.fctx;
-  f.blk->fn(f.blk->ctx);
-  const bcd::fcontext_t to = f.caller;
-  Block* b = f.blk;
-  void* sched = b->sched_tsan;
-  st(f.state, State::kDone);
-  __atomic_fetch_add(&b->done, 1u, __ATOMIC_RELAXED);
-  ts_release(&b->done_sync);  // no plain access to f or b after this point
-  ts_switch(sched, kNoSync);
-  bcd::jump_fcontext(to, nullptr);  // never resumed
-}
+// ---- switching ----
+// A context that jumps passes where its own context is to be saved (the running fiber's `self`, the
+// scheduler's `sched`; null for a fiber that ended); the context it lands in saves it there. Under TSan the
+// switches carry no synchronisation: fibers are ordered by the barriers' release/acquire pairs only, and
+// `start_sync` orders the block's set-up before every fiber's first instruction.
+inline void arrived(bcd::transfer_t tr) { save_jumper(tr); }
 
-void resume(Fiber& f) {  // scheduler -> fiber; returns when the fiber yields or ends
-  const bool first = !f.started;
-  if (first) {
-    f.self = bcd::make_fcontext(f.stack, config().stack_bytes, &fiber_entry);
-    f.started = true;
+// The round's next fiber after the running one (its context to be saved in *slot), or the scheduler after
+// the last: where to switch. Sets the identity the next one reads (tl_ids, tl_fiber).
+Handoff handoff(Block& b, bcd::fcontext_t* slot) {
+  const unsigned next = ld(b.pos) + 1;
+  const unsigned count = ld(b.run_n);
+  st(b.pos, next);
+  if (next < count) {
+    Fiber* f = ld(b.run[next]);
+    // While it runs, fetch what the one after touches first: its Fiber and the top of its stack.
+    if (next + 1 < count) {
+      const Fiber* g = ld(b.run[next + 1]);
+      __builtin_prefetch(g);
+      if (const char* top = static_cast<const char*>(ld(g->self)))
+        for (int line = 0; line < 4; ++line) __builtin_prefetch(top + 64 * line);
+    }
+    tl_ids = &f->ids;
+    st(tl_fiber, f);
+    return {ld(f->self), slot, f->tsan};
   }
-  const bcd::fcontext_t to = f.self;
-  void* tf = f.tsan;
-  tl_ids = &f.ids;
-  st(tl_fiber, &f);
-  ts_switch(tf, first ? 0 : kNoSync);  // first entry syncs: kernel arguments, ids
-  const bcd::fcontext_t back = bcd::jump_fcontext(to, &f).fctx;
-  f.self = back;
+  tl_ids = nullptr;
+  st(tl_fiber, (Fiber*)nullptr);
+  return {ld(b.sched), slot, b.sched_tsan};
 }
 
-void yield(Fiber& f) {  // fiber -> scheduler
-  const bcd::fcontext_t to = f.caller;
-  void* sched = f.blk->sched_tsan;
-  ts_switch(sched, kNoSync);
-  const bcd::fcontext_t back = bcd::jump_fcontext(to, nullptr).fctx;
-  f.caller = back;
+// The running fiber hands the OS thread on (handoff()); returns when it is resumed.
+void pass_on(Block& b, bcd::fcontext_t* slot) {
+  const Handoff h = handoff(b, slot);
+  ts_switch(h.tsan, kNoSync);
+  arrived(bcd::jump_fcontext(h.to, h.slot));
 }
+
+void fiber_entry(bcd::transfer_t tr) {
+  arrived(tr);
+  Fiber& f = *ld(tl_fiber);
+  Block& b = *f.blk;
+  ts_acquire(&b.start_sync);  // the kernel arguments and ids
+  b.fn(b.ctx);
+  st(f.state, State::kDone);
+  __atomic_fetch_add(&b.done, 1u, __ATOMIC_RELAXED);
+  ts_release(&b.done_sync);
+  pass_on(b, nullptr);  // never resumed
+}
+
+// One round: every fiber of b.run, in order, until each yields or ends.
+void run_round(Block& b) {
+  if (ld(b.run_n) == 0) return;
+  st(b.pos, 0u);
+  Fiber* f = ld(b.run[0]);
+  tl_ids = &f->ids;
+  st(tl_fiber, f);
+  ts_switch(f->tsan, kNoSync);
+  arrived(bcd::jump_fcontext(ld(f->self), &b.sched));
+}
+
+// The calling fiber leaves the round until the scheduler makes it runnable again.
+void yield(Fiber& f) { pass_on(*f.blk, &f.self); }
 
 std::string site(const Fiber& f) {
   const char* base = std::strrchr(f.file, '/');
@@ -202,6 +233,7 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
   b.slots.assign(b.n, 0);
   b.warp_sync.assign(2 * ((b.n + b.warp - 1) / b.warp), 0);
   b.sched_tsan = ts_current();
+  b.run.assign(b.n, nullptr);
   for (unsigned i = 0; i < b.n; ++i) {
     Fiber& f = b.th[i];
     f.blk = &b;
@@ -214,8 +246,10 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
     f.ids.dynamic_shared = tl_ids ? tl_ids->dynamic_shared : nullptr;
     f.stack = stack_get();
     if (!f.stack) return "cannot allocate fiber stacks (out of memory)";
+    f.self = bcd::make_fcontext(f.stack, cfg.stack_bytes, &fiber_entry);
     f.tsan = ts_create();
   }
+  ts_release(&b.start_sync);
   tl_ids = nullptr;
   std::vector<unsigned> order(b.n);
   std::iota(order.begin(), order.end(), 0u);
@@ -227,16 +261,11 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
   const unsigned nwarps = (b.n + b.warp - 1) / b.warp;
   for (unsigned round = 0;; ++round) {
     if (cfg.order == Order::kShuffle) std::shuffle(order.begin(), order.end(), rng);
-    for (unsigned k = 0; k < b.n; ++k) {
-      // While fiber k runs, fetch what the next ones will touch: fiber k+1's saved context and the frames
-      // above it (the top of its stack, last used a round ago and by now out of L1), fiber k+2's Fiber.
-      if (k + 2 < b.n) __builtin_prefetch(&b.th[order[k + 2]]);
-      if (k + 1 < b.n)
-        if (const char* top = static_cast<const char*>(b.th[order[k + 1]].self))
-          for (int line = 0; line < 4; ++line) __builtin_prefetch(top + 64 * line);
-      Fiber& f = b.th[order[k]];
-      if (ld(f.state) == State::kReady) resume(f);
-    }
+    unsigned runnable = 0;
+    for (unsigned k : order)
+      if (ld(b.th[k].state) == State::kReady) st(b.run[runnable++], &b.th[k]);
+    st(b.run_n, runnable);
+    run_round(b);
     st(tl_fiber, (Fiber*)nullptr);
     // Who may run next round?
     const unsigned done = ld(b.done), at_bar = ld(b.at_bar);
@@ -307,7 +336,7 @@ thread_local std::vector<unsigned char> tl_dynamic_shared;
 
 }  // namespace
 
-void syncthreads(const char* file, int line) {
+Handoff barrier_arrive(const char* file, int line) {
   Fiber& f = *ld(tl_fiber);
   const unsigned g = f.bar_gen;
   ts_release(&f.blk->bar_sync[g & 1]);  // arrival at barrier g
@@ -323,9 +352,19 @@ void syncthreads(const char* file, int line) {
   }
   st(b.at_bar, ld(b.at_bar) + 1);
   st(f.state, State::kAtBarrier);
-  yield(f);
-  ts_acquire(&f.blk->bar_sync[g & 1]);  // departure: sees every arrival at g
-  tl_ids = &f.ids;
+  return handoff(b, &f.self);
+}
+
+void barrier_depart(bcd::transfer_t from) {
+  arrived(from);
+  const Fiber& f = *ld(tl_fiber);
+  ts_acquire(&f.blk->bar_sync[(f.bar_gen - 1) & 1]);  // departure: sees every arrival at the barrier
+}
+
+void syncthreads(const char* file, int line) {  // plug-ins built against an earlier hip_cpu.h call this
+  const Handoff h = barrier_arrive(file, line);
+  ts_switch(h.tsan, kNoSync);
+  barrier_depart(bcd::jump_fcontext(h.to, h.slot));
 }
 
 uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) {

@@ -20,6 +20,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/context/detail/fcontext.hpp>
@@ -114,6 +115,110 @@ void stacks_put(std::vector<void*>& v) {
   std::lock_guard<std::mutex> lk(g_stack_mu);
   g_stacks.insert(g_stacks.end(), v.begin(), v.end());
 }
+
+// ---- shuffled thread orders, kept between launches ----
+// A block's shuffled order in round r depends only on (seed, block index) and its thread count, and a
+// campaign launches the same small grids case after case: each block's orders are drawn once (mt19937_64's
+// seeding and first refill cost as much as a small block's fiber switches) and replayed from a tape after.
+struct OrderTape {
+  std::mt19937_64 rng;          // the state after the recorded rounds
+  std::vector<unsigned> order;  // the permutation of the last recorded round
+  std::vector<uint16_t> rounds;  // the recorded rounds, n entries each
+};
+constexpr size_t kTapeMaxEntries = 1 << 16;  // per tape; a longer block draws its later rounds itself
+constexpr size_t kTapesMaxBytes = 32 << 20;  // all tapes; past it they are dropped
+static_assert(kMaxThreadsPerBlock <= 65536, "tapes hold thread indices as uint16_t");
+using TapeKey = std::pair<uint64_t, unsigned>;  // (mt19937_64 seed, threads)
+struct TapeKeyHash {
+  size_t operator()(const TapeKey& k) const { return std::hash<uint64_t>()(k.first * 31 + k.second); }
+};
+std::mutex g_tape_mu;
+std::unordered_map<TapeKey, std::unique_ptr<OrderTape>, TapeKeyHash> g_tapes;
+size_t g_tape_bytes = 0;
+
+size_t tape_bytes(const OrderTape& t) { return sizeof t + t.order.size() * 4 + t.rounds.capacity() * 2; }
+
+// The tape of this key, taken out of the store (a block uses it alone), or a new one.
+std::unique_ptr<OrderTape> tape_take(const TapeKey& key) {
+  {
+    std::lock_guard<std::mutex> lk(g_tape_mu);
+    auto it = g_tapes.find(key);
+    if (it != g_tapes.end()) {
+      std::unique_ptr<OrderTape> t = std::move(it->second);
+      g_tapes.erase(it);
+      g_tape_bytes -= tape_bytes(*t);
+      return t;
+    }
+  }
+  auto t = std::make_unique<OrderTape>();
+  t->rng.seed(key.first);
+  t->order.resize(key.second);
+  std::iota(t->order.begin(), t->order.end(), 0u);
+  return t;
+}
+
+void tape_give(const TapeKey& key, std::unique_ptr<OrderTape> t) {
+  std::lock_guard<std::mutex> lk(g_tape_mu);
+  if (g_tape_bytes + tape_bytes(*t) > kTapesMaxBytes) {
+    g_tapes.clear();
+    g_tape_bytes = 0;
+  }
+  g_tape_bytes += tape_bytes(*t);
+  g_tapes.emplace(key, std::move(t));  // a tape of the same key given back meanwhile stays
+}
+
+// The thread order of each round of one block: fixed (forward, reverse) or shuffled, replayed from the tape
+// as far as it was recorded.
+class RoundOrder {
+ public:
+  RoundOrder(const Config& cfg, uint64_t lin, unsigned n) : n_(n), shuffle_(cfg.order == Order::kShuffle) {
+    if (!shuffle_) {
+      fixed_.resize(n);
+      std::iota(fixed_.begin(), fixed_.end(), 0u);
+      if (cfg.order == Order::kReverse) std::reverse(fixed_.begin(), fixed_.end());
+      return;
+    }
+    key_ = {cfg.seed * 0x9E3779B97F4A7C15ull + lin, n};
+    tape_ = tape_take(key_);
+  }
+  ~RoundOrder() {
+    if (tape_) tape_give(key_, std::move(tape_));
+  }
+  // Calls f(thread) for each thread of round r (r = 0, 1, 2, ... in turn), in this round's order.
+  template <class F>
+  void each(unsigned r, F&& f) {
+    if (!shuffle_) {
+      for (unsigned k : fixed_) f(k);
+      return;
+    }
+    OrderTape& t = *tape_;
+    const size_t at = size_t{r} * n_;
+    if (at + n_ <= t.rounds.size()) {
+      for (size_t i = at; i < at + n_; ++i) f(unsigned{t.rounds[i]});
+      return;
+    }
+    if (own_.empty() && at + n_ <= kTapeMaxEntries) {  // record this round
+      std::shuffle(t.order.begin(), t.order.end(), t.rng);
+      t.rounds.insert(t.rounds.end(), t.order.begin(), t.order.end());
+      for (unsigned k : t.order) f(k);
+      return;
+    }
+    if (own_.empty()) {  // past the tape's length: go on from a copy, the tape stays as recorded
+      own_rng_ = t.rng;
+      own_ = t.order;
+    }
+    std::shuffle(own_.begin(), own_.end(), own_rng_);
+    for (unsigned k : own_) f(k);
+  }
+
+ private:
+  unsigned n_;
+  bool shuffle_;
+  std::vector<unsigned> fixed_, own_;
+  std::mt19937_64 own_rng_;
+  TapeKey key_{};
+  std::unique_ptr<OrderTape> tape_;
+};
 
 enum class State : int { kReady, kAtBarrier, kAtWarp, kDone };
 
@@ -251,19 +356,16 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
   }
   ts_release(&b.start_sync);
   tl_ids = nullptr;
-  std::vector<unsigned> order(b.n);
-  std::iota(order.begin(), order.end(), 0u);
-  if (cfg.order == Order::kReverse) std::reverse(order.begin(), order.end());
   const uint64_t lin = b.bid.x + uint64_t{b.gdim.x} * (b.bid.y + uint64_t{b.gdim.y} * b.bid.z);
-  std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ull + lin);
+  RoundOrder order(cfg, lin, b.n);
 
   std::string err;
   const unsigned nwarps = (b.n + b.warp - 1) / b.warp;
   for (unsigned round = 0;; ++round) {
-    if (cfg.order == Order::kShuffle) std::shuffle(order.begin(), order.end(), rng);
     unsigned runnable = 0;
-    for (unsigned k : order)
+    order.each(round, [&](unsigned k) {
       if (ld(b.th[k].state) == State::kReady) st(b.run[runnable++], &b.th[k]);
+    });
     st(b.run_n, runnable);
     run_round(b);
     st(tl_fiber, (Fiber*)nullptr);

@@ -78,19 +78,7 @@ std::mutex g_stack_mu;
 std::vector<void*> g_stacks;
 size_t g_stack_bytes = 0;
 
-void* stack_get() {
-  {
-    std::lock_guard<std::mutex> lk(g_stack_mu);
-    if (g_stack_bytes != config().stack_bytes) {  // size changed: drop the pool (stacks leak; rare)
-      g_stacks.clear();
-      g_stack_bytes = config().stack_bytes;
-    }
-    if (!g_stacks.empty()) {
-      void* p = g_stacks.back();
-      g_stacks.pop_back();
-      return p;
-    }
-  }
+void* stack_map() {
   const size_t n = config().stack_bytes + 4096;
   char* p = static_cast<char*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (p == MAP_FAILED) return nullptr;
@@ -99,6 +87,26 @@ void* stack_get() {
   // aliasing); a different 64-byte colour per stack spreads them.
   static std::atomic<unsigned> colour{0};
   return p + n - (colour.fetch_add(1, std::memory_order_relaxed) % 61) * 64;  // top of the stack
+}
+// n stacks into out (tops), from the pool (one lock) and new mappings; false when memory ran out.
+bool stacks_get(size_t n, std::vector<void*>& out) {
+  out.clear();
+  {
+    std::lock_guard<std::mutex> lk(g_stack_mu);
+    if (g_stack_bytes != config().stack_bytes) {  // size changed: drop the pool (stacks leak; rare)
+      g_stacks.clear();
+      g_stack_bytes = config().stack_bytes;
+    }
+    const size_t take = std::min(n, g_stacks.size());
+    out.assign(g_stacks.end() - static_cast<std::ptrdiff_t>(take), g_stacks.end());
+    g_stacks.resize(g_stacks.size() - take);
+  }
+  while (out.size() < n) {
+    void* top = stack_map();
+    if (!top) return false;
+    out.push_back(top);
+  }
+  return true;
 }
 void stacks_put(std::vector<void*>& v) {
 #if defined(ATTNFUZZ_TSAN)
@@ -223,16 +231,16 @@ class RoundOrder {
 enum class State : int { kReady, kAtBarrier, kAtWarp, kDone };
 
 struct Block;
-struct Fiber {
-  FiberIds ids;
+struct alignas(64) Fiber {  // two cache lines: the switch path's fields, then the ids the kernel reads
+  bcd::fcontext_t self = nullptr;  // where it resumes (made when the block starts)
+  void* tsan = nullptr;
   Block* blk = nullptr;
   State state = State::kReady;
-  const char* file = "";
-  int line = 0;
   unsigned bar_gen = 0, warp_gen = 0;
+  int line = 0;
+  const char* file = "";
   void* stack = nullptr;
-  void* tsan = nullptr;
-  bcd::fcontext_t self = nullptr;  // where it resumes (made when the block starts)
+  FiberIds ids;
 };
 
 struct Block {
@@ -250,6 +258,7 @@ struct Block {
   // read it while the scheduler never reallocates it), and the index of the one running.
   std::vector<Fiber*> run;
   unsigned run_n = 0, pos = 0;
+  std::vector<void*> run_stacks;  // the fibers' stacks (kept: no allocation per block)
   // Counters kept by the fibers as they arrive, so a round ends without rescanning every thread.
   unsigned done = 0, at_bar = 0, at_warp = 0;
   const char* bar_file = nullptr;  // site of the first arrival at the current barrier
@@ -274,12 +283,16 @@ Handoff handoff(Block& b, bcd::fcontext_t* slot) {
   st(b.pos, next);
   if (next < count) {
     Fiber* f = ld(b.run[next]);
-    // While it runs, fetch what the one after touches first: its Fiber and the top of its stack.
+    // While it runs, fetch what the next ones touch first: the top of the stack of the one after it (its
+    // Fiber was fetched a switch ago), and the Fiber of the one after that.
     if (next + 1 < count) {
-      const Fiber* g = ld(b.run[next + 1]);
-      __builtin_prefetch(g);
-      if (const char* top = static_cast<const char*>(ld(g->self)))
+      if (const char* top = static_cast<const char*>(ld(ld(b.run[next + 1])->self)))
         for (int line = 0; line < 4; ++line) __builtin_prefetch(top + 64 * line);
+      if (next + 2 < count) {
+        const char* g = reinterpret_cast<const char*>(ld(b.run[next + 2]));
+        __builtin_prefetch(g);
+        __builtin_prefetch(g + 64);
+      }
     }
     tl_ids = &f->ids;
     st(tl_fiber, f);
@@ -314,6 +327,13 @@ void run_round(Block& b) {
   if (ld(b.run_n) == 0) return;
   st(b.pos, 0u);
   Fiber* f = ld(b.run[0]);
+  for (unsigned k = 1; k < 3 && k < ld(b.run_n); ++k) {  // handoff() fetches from the third on
+    const char* g = reinterpret_cast<const char*>(ld(b.run[k]));
+    __builtin_prefetch(g);
+    __builtin_prefetch(g + 64);
+    if (k == 1)
+      for (int line = 0; line < 4; ++line) __builtin_prefetch(static_cast<const char*>(ld(b.run[1]->self)) + 64 * line);
+  }
   tl_ids = &f->ids;
   st(tl_fiber, f);
   ts_switch(f->tsan, kNoSync);
@@ -339,6 +359,11 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
   b.warp_sync.assign(2 * ((b.n + b.warp - 1) / b.warp), 0);
   b.sched_tsan = ts_current();
   b.run.assign(b.n, nullptr);
+  std::vector<void*>& stacks = b.run_stacks;
+  if (!stacks_get(b.n, stacks)) {
+    stacks_put(stacks);
+    return "cannot allocate fiber stacks (out of memory)";
+  }
   for (unsigned i = 0; i < b.n; ++i) {
     Fiber& f = b.th[i];
     f.blk = &b;
@@ -349,8 +374,7 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
     f.ids.linear_tid = i;
     f.ids.warp_size = b.warp;
     f.ids.dynamic_shared = tl_ids ? tl_ids->dynamic_shared : nullptr;
-    f.stack = stack_get();
-    if (!f.stack) return "cannot allocate fiber stacks (out of memory)";
+    f.stack = stacks[i];
     f.self = bcd::make_fcontext(f.stack, cfg.stack_bytes, &fiber_entry);
     f.tsan = ts_create();
   }
@@ -425,7 +449,8 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
     }
   }
   ts_acquire(&b.done_sync);  // the whole block happens-before what follows
-  std::vector<void*> reuse;
+  std::vector<void*>& reuse = b.run_stacks;
+  reuse.clear();
   for (Fiber& f : b.th) {
     ts_destroy(f.tsan);
     if (err.empty() || ld(f.state) == State::kDone) reuse.push_back(f.stack);

@@ -177,20 +177,24 @@ std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
   thread_local std::vector<unsigned char> host;  // kept between checks: no allocation per guard zone
   // Only the guard zones are read back; whole poison words are compared as words.
   auto scan = [&](size_t from, size_t to) {  // byte range of the allocation that must hold poison
-    host.resize(to - from);
-    if (host.empty()) return;
-    dev_.to_host(host.data(), base_ + from, to - from);
+    if (to == from) return;
+    const auto* at = static_cast<const unsigned char*>(dev_.host_view(base_ + from, to - from));
+    if (!at) {
+      host.resize(to - from);
+      dev_.to_host(host.data(), base_ + from, to - from);
+      at = host.data();
+    }
     // Byte i of the allocation holds poison byte (i - guard_) % 4: one compare when nothing changed.
-    if (holds_pattern(host.data(), to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
+    if (holds_pattern(at, to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
     const auto* pb = reinterpret_cast<const unsigned char*>(&poison_);
     for (size_t i = from; i < to;) {
       const size_t phase = (i - guard_) % 4, n = std::min<size_t>(4 - phase, to - i);
       uint32_t got = 0, want = 0;
       if (phase == 0 && n == 4) {
-        std::memcpy(&got, &host[i - from], 4);
+        std::memcpy(&got, at + (i - from), 4);
         want = poison_;
       } else {
-        std::memcpy(&got, &host[i - from], n);
+        std::memcpy(&got, at + (i - from), n);
         for (size_t j = 0; j < n; ++j) reinterpret_cast<unsigned char*>(&want)[j] = pb[(phase + j) % 4];
       }
       if (got != want) {

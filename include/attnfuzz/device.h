@@ -85,6 +85,11 @@ class Device {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill(void* dst, const void* pattern, size_t pattern_bytes, size_t bytes);  // repeats pattern
+  // The device bytes at src readable in place by the host (the cpu backend's memory), or null: copy them.
+  virtual const void* host_view(const void* src, size_t bytes) const {
+    (void)src, (void)bytes;
+    return nullptr;
+  }
   virtual void synchronize() = 0;
   // Runs k.launch for this backend, waits for completion (or the timeout), and reports.
   virtual LaunchResult launch(const af_kernel& k, const af_problem& p, const af_buffers& b) = 0;

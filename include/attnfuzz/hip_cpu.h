@@ -10,9 +10,6 @@
 #include <utility>
 
 #include <boost/context/detail/fcontext.hpp>
-#if defined(ATTNFUZZ_TSAN)
-#include <sanitizer/tsan_interface.h>
-#endif
 
 struct dim3 {
   unsigned x, y, z;
@@ -40,6 +37,13 @@ struct FiberIds {
   void* dynamic_shared;
 };
 extern __thread const FiberIds* tl_ids;
+// The running GPU thread's ids. The fibers of one OS thread share tl_ids, and under TSan each fiber is a
+// thread of its own: there every access to it is atomic, so that TSan does not report the switches.
+#if defined(ATTNFUZZ_TSAN)
+inline const FiberIds* ids() { return __atomic_load_n(&tl_ids, __ATOMIC_RELAXED); }
+#else
+inline const FiberIds* ids() { return tl_ids; }
+#endif
 
 void syncthreads(const char* file, int line);
 // __syncthreads() in three steps, so that the fiber switch sits in the kernel's own frame: after it the
@@ -50,7 +54,9 @@ void syncthreads(const char* file, int line);
 struct Handoff {
   boost::context::detail::fcontext_t to;
   void* slot;
-  void* tsan;  // the TSan fiber of `to` (ATTNFUZZ_TSAN builds)
+#if defined(ATTNFUZZ_TSAN)
+  void* tsan;  // the TSan fiber of `to`
+#endif
 };
 Handoff barrier_arrive(const char* file, int line);
 void barrier_depart(boost::context::detail::transfer_t from);
@@ -74,7 +80,7 @@ inline int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&
 }
 
 // The lane of the calling thread within its warp.
-inline unsigned lane_id() { return tl_ids->linear_tid % tl_ids->warp_size; }
+inline unsigned lane_id() { return ids()->linear_tid % ids()->warp_size; }
 
 enum class ShflMode { kIndex, kXor, kDown, kUp };
 // Shuffle among `width` lanes (0 = warp size) with HIP semantics: index wraps modulo width; down/up
@@ -82,7 +88,7 @@ enum class ShflMode { kIndex, kXor, kDown, kUp };
 template <class T>
 inline T shfl(T v, int arg, int width, ShflMode mode, const char* file, int line) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of a type wider than 8 bytes");
-  const unsigned ws = tl_ids->warp_size, lane = lane_id();
+  const unsigned ws = ids()->warp_size, lane = lane_id();
   const unsigned w = (width <= 0 || (unsigned)width > ws) ? ws : (unsigned)width;
   const unsigned base = lane - lane % w, me = lane % w;
   long src = me;
@@ -108,22 +114,25 @@ inline T shfl(T v, int arg, int width, ShflMode mode, const char* file, int line
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static thread_local
-#define HIP_DYNAMIC_SHARED(type, var) type* var = static_cast<type*>(::hipemu::tl_ids->dynamic_shared);
-#define threadIdx (::hipemu::tl_ids->thread_idx)
-#define blockIdx (::hipemu::tl_ids->block_idx)
-#define blockDim (::hipemu::tl_ids->block_dim)
-#define gridDim (::hipemu::tl_ids->grid_dim)
-#define warpSize ((int)::hipemu::tl_ids->warp_size)
+#define HIP_DYNAMIC_SHARED(type, var) type* var = static_cast<type*>(::hipemu::ids()->dynamic_shared);
+#define threadIdx (::hipemu::ids()->thread_idx)
+#define blockIdx (::hipemu::ids()->block_idx)
+#define blockDim (::hipemu::ids()->block_dim)
+#define gridDim (::hipemu::ids()->grid_dim)
+#define warpSize ((int)::hipemu::ids()->warp_size)
+#if defined(ATTNFUZZ_TSAN)
+// Under TSan the switch stays in the emulator (hipemu::syncthreads), where nothing is read between the TSan
+// fiber switch and the context switch: such a read would count as the next fiber's.
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::hipemu::syncthreads(file, line);
+}
+#else
 __attribute__((always_inline)) inline void __syncthreads(const char* file = __builtin_FILE(),
                                                          int line = __builtin_LINE()) {
   const ::hipemu::Handoff h = ::hipemu::barrier_arrive(file, line);
-#if defined(ATTNFUZZ_TSAN)
-  __tsan_switch_to_fiber(h.tsan, 1);  // no synchronisation: the barrier's release / acquire pair orders
-  ::hipemu::barrier_depart(::boost::context::detail::jump_fcontext(h.to, h.slot));
-#else
   ::hipemu::save_jumper(::boost::context::detail::jump_fcontext(h.to, h.slot));
-#endif
 }
+#endif
 template <class T>
 inline T __shfl(T v, int src, int width = 0, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   return ::hipemu::shfl(v, src, width, ::hipemu::ShflMode::kIndex, file, line);

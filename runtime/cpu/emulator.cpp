@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -67,6 +68,7 @@ template <class T>
 T ld(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
 template <class T>
 void st(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
+void set_ids(const FiberIds* ids) { st(tl_ids, ids); }  // what threadIdx etc. read (hip_cpu.h: ids())
 
 // ---- errors ----
 std::mutex g_err_mu;
@@ -128,104 +130,87 @@ void stacks_put(std::vector<void*>& v) {
 // A block's shuffled order in round r depends only on (seed, block index) and its thread count, and a
 // campaign launches the same small grids case after case: each block's orders are drawn once (mt19937_64's
 // seeding and first refill cost as much as a small block's fiber switches) and replayed from a tape after.
-struct OrderTape {
-  std::mt19937_64 rng;          // the state after the recorded rounds
-  std::vector<unsigned> order;  // the permutation of the last recorded round
-  std::vector<uint16_t> rounds;  // the recorded rounds, n entries each
-};
+using Tape = std::vector<uint16_t>;          // the recorded rounds, n thread indices each
 constexpr size_t kTapeMaxEntries = 1 << 16;  // per tape; a longer block draws its later rounds itself
-constexpr size_t kTapesMaxBytes = 32 << 20;  // all tapes; past it they are dropped
+// All tapes kept, at most: a tape that would pass it is dropped, so the small grids that come first (and
+// the low block indices every grid has) keep theirs. Far below the cpu device's leak limit (4 MiB kept by
+// each of two launches in a row), which a store growing with every new grid would trip.
+constexpr size_t kTapesMaxBytes = 1 << 20;
 static_assert(kMaxThreadsPerBlock <= 65536, "tapes hold thread indices as uint16_t");
 using TapeKey = std::pair<uint64_t, unsigned>;  // (mt19937_64 seed, threads)
 struct TapeKeyHash {
   size_t operator()(const TapeKey& k) const { return std::hash<uint64_t>()(k.first * 31 + k.second); }
 };
 std::mutex g_tape_mu;
-std::unordered_map<TapeKey, std::unique_ptr<OrderTape>, TapeKeyHash> g_tapes;
+std::unordered_map<TapeKey, Tape, TapeKeyHash> g_tapes;
 size_t g_tape_bytes = 0;
 
-size_t tape_bytes(const OrderTape& t) { return sizeof t + t.order.size() * 4 + t.rounds.capacity() * 2; }
-
-// The tape of this key, taken out of the store (a block uses it alone), or a new one.
-std::unique_ptr<OrderTape> tape_take(const TapeKey& key) {
-  {
-    std::lock_guard<std::mutex> lk(g_tape_mu);
-    auto it = g_tapes.find(key);
-    if (it != g_tapes.end()) {
-      std::unique_ptr<OrderTape> t = std::move(it->second);
-      g_tapes.erase(it);
-      g_tape_bytes -= tape_bytes(*t);
-      return t;
-    }
-  }
-  auto t = std::make_unique<OrderTape>();
-  t->rng.seed(key.first);
-  t->order.resize(key.second);
-  std::iota(t->order.begin(), t->order.end(), 0u);
+// The tape of this key, taken out of the store (a block uses it alone); empty if none.
+Tape tape_take(const TapeKey& key) {
+  std::lock_guard<std::mutex> lk(g_tape_mu);
+  auto it = g_tapes.find(key);
+  if (it == g_tapes.end()) return {};
+  Tape t = std::move(it->second);
+  g_tapes.erase(it);
+  g_tape_bytes -= t.capacity() * sizeof(uint16_t);
   return t;
 }
 
-void tape_give(const TapeKey& key, std::unique_ptr<OrderTape> t) {
+void tape_give(const TapeKey& key, Tape t) {
   std::lock_guard<std::mutex> lk(g_tape_mu);
-  if (g_tape_bytes + tape_bytes(*t) > kTapesMaxBytes) {
-    g_tapes.clear();
-    g_tape_bytes = 0;
-  }
-  g_tape_bytes += tape_bytes(*t);
-  g_tapes.emplace(key, std::move(t));  // a tape of the same key given back meanwhile stays
+  const size_t bytes = t.capacity() * sizeof(uint16_t);
+  if (t.empty() || g_tape_bytes + bytes > kTapesMaxBytes) return;  // dropped
+  if (g_tapes.emplace(key, std::move(t)).second) g_tape_bytes += bytes;  // one given back meanwhile stays
 }
 
-// The thread order of each round of one block: fixed (forward, reverse) or shuffled, replayed from the tape
-// as far as it was recorded.
+// The thread order of each round of one block: fixed (forward, reverse) or shuffled: the r-th std::shuffle
+// of iota(n) by std::mt19937_64(seed * 0x9E3779B97F4A7C15 + block), replayed from the tape as far as it was
+// recorded, drawn (and recorded) after that.
 class RoundOrder {
  public:
-  RoundOrder(const Config& cfg, uint64_t lin, unsigned n) : n_(n), shuffle_(cfg.order == Order::kShuffle) {
-    if (!shuffle_) {
-      fixed_.resize(n);
-      std::iota(fixed_.begin(), fixed_.end(), 0u);
-      if (cfg.order == Order::kReverse) std::reverse(fixed_.begin(), fixed_.end());
+  RoundOrder(const Config& cfg, uint64_t lin, unsigned n)
+      : n_(n), shuffle_(cfg.order == Order::kShuffle), key_{cfg.seed * 0x9E3779B97F4A7C15ull + lin, n} {
+    if (shuffle_) {
+      tape_ = tape_take(key_);
       return;
     }
-    key_ = {cfg.seed * 0x9E3779B97F4A7C15ull + lin, n};
-    tape_ = tape_take(key_);
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), 0u);
+    if (cfg.order == Order::kReverse) std::reverse(order_.begin(), order_.end());
   }
   ~RoundOrder() {
-    if (tape_) tape_give(key_, std::move(tape_));
+    if (shuffle_) tape_give(key_, std::move(tape_));
   }
   // Calls f(thread) for each thread of round r (r = 0, 1, 2, ... in turn), in this round's order.
   template <class F>
   void each(unsigned r, F&& f) {
     if (!shuffle_) {
-      for (unsigned k : fixed_) f(k);
+      for (unsigned k : order_) f(k);
       return;
     }
-    OrderTape& t = *tape_;
     const size_t at = size_t{r} * n_;
-    if (at + n_ <= t.rounds.size()) {
-      for (size_t i = at; i < at + n_; ++i) f(unsigned{t.rounds[i]});
+    if (at + n_ <= tape_.size()) {
+      for (size_t i = at; i < at + n_; ++i) f(unsigned{tape_[i]});
       return;
     }
-    if (own_.empty() && at + n_ <= kTapeMaxEntries) {  // record this round
-      std::shuffle(t.order.begin(), t.order.end(), t.rng);
-      t.rounds.insert(t.rounds.end(), t.order.begin(), t.order.end());
-      for (unsigned k : t.order) f(k);
-      return;
+    if (!rng_) {  // past the tape: the generator as it stands after the recorded rounds
+      rng_.emplace(key_.first);
+      order_.resize(n_);
+      std::iota(order_.begin(), order_.end(), 0u);
+      for (size_t k = 0; k < tape_.size() / n_; ++k) std::shuffle(order_.begin(), order_.end(), *rng_);
     }
-    if (own_.empty()) {  // past the tape's length: go on from a copy, the tape stays as recorded
-      own_rng_ = t.rng;
-      own_ = t.order;
-    }
-    std::shuffle(own_.begin(), own_.end(), own_rng_);
-    for (unsigned k : own_) f(k);
+    std::shuffle(order_.begin(), order_.end(), *rng_);
+    if (at == tape_.size() && at + n_ <= kTapeMaxEntries) tape_.insert(tape_.end(), order_.begin(), order_.end());
+    for (unsigned k : order_) f(k);
   }
 
  private:
   unsigned n_;
   bool shuffle_;
-  std::vector<unsigned> fixed_, own_;
-  std::mt19937_64 own_rng_;
-  TapeKey key_{};
-  std::unique_ptr<OrderTape> tape_;
+  TapeKey key_;
+  Tape tape_;
+  std::vector<unsigned> order_;
+  std::optional<std::mt19937_64> rng_;
 };
 
 enum class State : int { kReady, kAtBarrier, kAtWarp, kDone };
@@ -267,6 +252,7 @@ struct Block {
 };
 
 __thread Fiber* tl_fiber = nullptr;
+__thread char* tl_start_sync = nullptr;  // the running block's start_sync (TSan builds)
 
 // ---- switching ----
 // A context that jumps passes where its own context is to be saved (the running fiber's `self`, the
@@ -274,6 +260,15 @@ __thread Fiber* tl_fiber = nullptr;
 // switches carry no synchronisation: fibers are ordered by the barriers' release/acquire pairs only, and
 // `start_sync` orders the block's set-up before every fiber's first instruction.
 inline void arrived(bcd::transfer_t tr) { save_jumper(tr); }
+
+inline Handoff handoff_to(bcd::fcontext_t to, bcd::fcontext_t* slot, void* tsan) {
+#if defined(ATTNFUZZ_TSAN)
+  return {to, slot, tsan};
+#else
+  (void)tsan;
+  return {to, slot};
+#endif
+}
 
 // The round's next fiber after the running one (its context to be saved in *slot), or the scheduler after
 // the last: where to switch. Sets the identity the next one reads (tl_ids, tl_fiber).
@@ -294,32 +289,41 @@ Handoff handoff(Block& b, bcd::fcontext_t* slot) {
         __builtin_prefetch(g + 64);
       }
     }
-    tl_ids = &f->ids;
+    set_ids(&f->ids);
     st(tl_fiber, f);
-    return {ld(f->self), slot, f->tsan};
+    return handoff_to(ld(f->self), slot, f->tsan);
   }
-  tl_ids = nullptr;
+  set_ids(nullptr);
   st(tl_fiber, (Fiber*)nullptr);
-  return {ld(b.sched), slot, b.sched_tsan};
+  return handoff_to(ld(b.sched), slot, b.sched_tsan);
+}
+
+// Switches as h says and returns what the context that later resumes this one passed. Under TSan nothing
+// may be read between the TSan fiber switch and the jump (it would count as the next fiber's read), and it
+// is inlined, as ts_switch is, so that no call returns across the switch.
+__attribute__((always_inline)) inline bcd::transfer_t switch_to(const Handoff& h) {
+  const bcd::fcontext_t to = h.to;
+  void* const slot = h.slot;
+#if defined(ATTNFUZZ_TSAN)
+  ts_switch(h.tsan, kNoSync);
+#endif
+  return bcd::jump_fcontext(to, slot);
 }
 
 // The running fiber hands the OS thread on (handoff()); returns when it is resumed.
-void pass_on(Block& b, bcd::fcontext_t* slot) {
-  const Handoff h = handoff(b, slot);
-  ts_switch(h.tsan, kNoSync);
-  arrived(bcd::jump_fcontext(h.to, h.slot));
-}
+void pass_on(Block& b, bcd::fcontext_t* slot) { arrived(switch_to(handoff(b, slot))); }
 
 void fiber_entry(bcd::transfer_t tr) {
+  ts_acquire(ld(tl_start_sync));  // first: the block's set-up (Fibers, kernel arguments, ids) happens before
   arrived(tr);
   Fiber& f = *ld(tl_fiber);
   Block& b = *f.blk;
-  ts_acquire(&b.start_sync);  // the kernel arguments and ids
   b.fn(b.ctx);
   st(f.state, State::kDone);
   __atomic_fetch_add(&b.done, 1u, __ATOMIC_RELAXED);
-  ts_release(&b.done_sync);
-  pass_on(b, nullptr);  // never resumed
+  const Handoff h = handoff(b, nullptr);
+  ts_release(&b.done_sync);  // after the fiber's last access to the block: the scheduler acquires it
+  switch_to(h);              // never resumed
 }
 
 // One round: every fiber of b.run, in order, until each yields or ends.
@@ -334,10 +338,9 @@ void run_round(Block& b) {
     if (k == 1)
       for (int line = 0; line < 4; ++line) __builtin_prefetch(static_cast<const char*>(ld(b.run[1]->self)) + 64 * line);
   }
-  tl_ids = &f->ids;
+  set_ids(&f->ids);
   st(tl_fiber, f);
-  ts_switch(f->tsan, kNoSync);
-  arrived(bcd::jump_fcontext(ld(f->self), &b.sched));
+  arrived(switch_to(handoff_to(ld(f->self), &b.sched, f->tsan)));
 }
 
 // The calling fiber leaves the round until the scheduler makes it runnable again.
@@ -373,13 +376,14 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
     f.ids.grid_dim = b.gdim;
     f.ids.linear_tid = i;
     f.ids.warp_size = b.warp;
-    f.ids.dynamic_shared = tl_ids ? tl_ids->dynamic_shared : nullptr;
+    f.ids.dynamic_shared = ld(tl_ids) ? ld(tl_ids)->dynamic_shared : nullptr;
     f.stack = stacks[i];
     f.self = bcd::make_fcontext(f.stack, cfg.stack_bytes, &fiber_entry);
     f.tsan = ts_create();
   }
+  st(tl_start_sync, &b.start_sync);
   ts_release(&b.start_sync);
-  tl_ids = nullptr;
+  set_ids(nullptr);
   const uint64_t lin = b.bid.x + uint64_t{b.gdim.x} * (b.bid.y + uint64_t{b.gdim.y} * b.bid.z);
   RoundOrder order(cfg, lin, b.n);
 
@@ -488,10 +492,8 @@ void barrier_depart(bcd::transfer_t from) {
   ts_acquire(&f.blk->bar_sync[(f.bar_gen - 1) & 1]);  // departure: sees every arrival at the barrier
 }
 
-void syncthreads(const char* file, int line) {  // plug-ins built against an earlier hip_cpu.h call this
-  const Handoff h = barrier_arrive(file, line);
-  ts_switch(h.tsan, kNoSync);
-  barrier_depart(bcd::jump_fcontext(h.to, h.slot));
+void syncthreads(const char* file, int line) {  // TSan builds, and plug-ins built against an older hip_cpu.h
+  barrier_depart(switch_to(barrier_arrive(file, line)));
 }
 
 uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) {
@@ -512,7 +514,7 @@ uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) 
     ts_acquire(&sync[g & 1]);
     if (phase == 0) bits = b.slots[std::min<unsigned>(warp * b.warp + (unsigned)src_lane, b.n - 1)];
   }
-  tl_ids = &f.ids;
+  set_ids(&f.ids);
   return bits;
 }
 
@@ -590,9 +592,9 @@ int run_grid(dim3 g, dim3 bd, size_t dynamic_shared, void (*fn)(void*), void* ct
       blk.bid = dim3(static_cast<unsigned>(i % g.x), static_cast<unsigned>((i / g.x) % g.y),
                      static_cast<unsigned>(i / (uint64_t{g.x} * g.y)));
       std::fill(tl_dynamic_shared.begin(), tl_dynamic_shared.end(), 0xff);
-      tl_ids = &proto;
+      set_ids(&proto);
       std::string e = run_block(blk, deadline, has_deadline);
-      tl_ids = nullptr;
+      set_ids(nullptr);
       if (!e.empty()) {
         std::lock_guard<std::mutex> lk(msg_mu);
         if (first_err.empty()) first_err = e;

@@ -51,8 +51,23 @@ Times time_launches(Device& dev, const KernelEntry& k, const Problem& p, int rep
 
 }  // namespace
 
+int run(const std::string& python);
+
 int main(int argc, char** argv) {
   const std::string python = argc > 1 ? argv[1] : "/usr/bin/python3";
+  if (argc > 2 || python.rfind("-", 0) == 0) {
+    std::fprintf(stderr, "usage: adapter_speed [PYTHON, default /usr/bin/python3]\n");
+    return 2;
+  }
+  try {
+    return run(python);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "adapter_speed: %s\n", e.what());
+    return 2;
+  }
+}
+
+int run(const std::string& python) {
   const std::string src = ATTNFUZZ_SOURCE_DIR;
   const int reps = 31;
   // 1. Per small case: the sweep's typical 33x33 D=32 case.

@@ -67,6 +67,11 @@ std::vector<float> run_kernel(Device& dev, const af_kernel& k, const Problem& p,
 }  // namespace
 
 int main(int argc, char** argv) {
+  auto number = [](const char* a) { return *a && std::strspn(a, "0123456789") == std::strlen(a); };
+  if (argc > 3 || (argc > 1 && !number(argv[1])) || (argc > 2 && !number(argv[2]))) {
+    std::fprintf(stderr, "usage: bound_sweep [CASES, default 400] [SEED, default 1]\n");
+    return 2;
+  }
   const int64_t n_cases = argc > 1 ? std::atoll(argv[1]) : 400;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
   const auto t0 = std::chrono::steady_clock::now();

@@ -113,6 +113,10 @@ void side_by_side(const char* tag, int64_t S, int64_t D) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (argc > 2 || (argc > 1 && !quick)) {
+    std::fprintf(stderr, "usage: %s [--quick]\n", "grad_oracle");
+    return 2;
+  }
   side_by_side("s256_d64", 256, 64);
   if (quick) return 0;
   side_by_side("s1024_d128", 1024, 128);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,10 +74,20 @@ double median_ms(Device& dev, const KernelEntry& k, const Case& c, int reps, dou
 int main(int argc, char** argv) {
   const std::string backend = argc > 1 ? argv[1] : "cpu";
   const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (argc > 3 || backend.rfind("-", 0) == 0 || reps < 1) {
+    std::fprintf(stderr, "usage: kernel_speed [BACKEND (cpu, nvidia, amd, auto)] [REPS >= 1, default 5]\n");
+    return 2;
+  }
   DeviceOptions o;
   o.isolate = false;
   o.workers = 1;  // one core: comparable with the spike's 40 ms
-  auto dev = open_device(backend, o);
+  std::unique_ptr<Device> dev;
+  try {
+    dev = open_device(backend, o);
+  } catch (const DeviceError& e) {
+    std::fprintf(stderr, "kernel_speed: %s\n", e.what());
+    return 2;
+  }
   Backend b = dev->backend();
   std::printf("device=%s\n", dev->name().c_str());
   // 1. The emulator's cost on the spike's configuration: online-row, S=128, D=64, 64 threads, 1 core.

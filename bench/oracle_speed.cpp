@@ -81,6 +81,10 @@ void fast_vs_fp64(const char* tag, int64_t S, int64_t D, int reps) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (argc > 2 || (argc > 1 && !quick)) {
+    std::fprintf(stderr, "usage: %s [--quick]\n", "oracle_speed");
+    return 2;
+  }
   std::printf("mp_backend=%s\n", oracle_has_mpfr() ? "mpfr" : "cpp_bin_float");
   fast_vs_fp64("s256_d64", 256, 64, quick ? 1 : 5);
   fast_vs_fp64("s1024_d128", 1024, 128, quick ? 1 : 3);

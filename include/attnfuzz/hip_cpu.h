@@ -46,20 +46,18 @@ inline const FiberIds* ids() { return tl_ids; }
 #endif
 
 void syncthreads(const char* file, int line);
-// __syncthreads() in three steps, so that the fiber switch sits in the kernel's own frame: after it the
+// __syncthreads() in two steps, so that the fiber switch sits in the kernel's own frame: after it the
 // kernel goes on without returning through frames entered before the switch (each such return is a
 // mispredicted branch, since the switch leaves the return-address predictor holding the previous fiber's
 // calls). barrier_arrive records the arrival and names the context to switch to and where this fiber's
-// context is to be saved; barrier_depart runs when the fiber is resumed.
+// context is to be saved; the resumed fiber saves the context that switched to it (save_jumper). A null
+// `to`: the emulator has switched and resumed this fiber itself (its TSan build, which must announce every
+// switch to TSan; a plug-in built without TSan still runs there).
 struct Handoff {
   boost::context::detail::fcontext_t to;
   void* slot;
-#if defined(ATTNFUZZ_TSAN)
-  void* tsan;  // the TSan fiber of `to`
-#endif
 };
 Handoff barrier_arrive(const char* file, int line);
-void barrier_depart(boost::context::detail::transfer_t from);
 // The resumed side of every switch: the context that jumped here is saved where it asked.
 inline void save_jumper(boost::context::detail::transfer_t from) {
   if (from.data) __atomic_store_n(static_cast<boost::context::detail::fcontext_t*>(from.data), from.fctx, __ATOMIC_RELAXED);
@@ -130,7 +128,7 @@ inline void __syncthreads(const char* file = __builtin_FILE(), int line = __buil
 __attribute__((always_inline)) inline void __syncthreads(const char* file = __builtin_FILE(),
                                                          int line = __builtin_LINE()) {
   const ::hipemu::Handoff h = ::hipemu::barrier_arrive(file, line);
-  ::hipemu::save_jumper(::boost::context::detail::jump_fcontext(h.to, h.slot));
+  if (h.to) ::hipemu::save_jumper(::boost::context::detail::jump_fcontext(h.to, h.slot));
 }
 #endif
 template <class T>

@@ -261,18 +261,16 @@ __thread char* tl_start_sync = nullptr;  // the running block's start_sync (TSan
 // `start_sync` orders the block's set-up before every fiber's first instruction.
 inline void arrived(bcd::transfer_t tr) { save_jumper(tr); }
 
-inline Handoff handoff_to(bcd::fcontext_t to, bcd::fcontext_t* slot, void* tsan) {
-#if defined(ATTNFUZZ_TSAN)
-  return {to, slot, tsan};
-#else
-  (void)tsan;
-  return {to, slot};
-#endif
-}
+// Where a switch goes: the context, where the running one is saved, and the TSan fiber of the target.
+struct Next {
+  bcd::fcontext_t to;
+  bcd::fcontext_t* slot;
+  void* tsan;
+};
 
 // The round's next fiber after the running one (its context to be saved in *slot), or the scheduler after
 // the last: where to switch. Sets the identity the next one reads (tl_ids, tl_fiber).
-Handoff handoff(Block& b, bcd::fcontext_t* slot) {
+Next handoff(Block& b, bcd::fcontext_t* slot) {
   const unsigned next = ld(b.pos) + 1;
   const unsigned count = ld(b.run_n);
   st(b.pos, next);
@@ -291,17 +289,17 @@ Handoff handoff(Block& b, bcd::fcontext_t* slot) {
     }
     set_ids(&f->ids);
     st(tl_fiber, f);
-    return handoff_to(ld(f->self), slot, f->tsan);
+    return {ld(f->self), slot, f->tsan};
   }
   set_ids(nullptr);
   st(tl_fiber, (Fiber*)nullptr);
-  return handoff_to(ld(b.sched), slot, b.sched_tsan);
+  return {ld(b.sched), slot, b.sched_tsan};
 }
 
 // Switches as h says and returns what the context that later resumes this one passed. Under TSan nothing
 // may be read between the TSan fiber switch and the jump (it would count as the next fiber's read), and it
 // is inlined, as ts_switch is, so that no call returns across the switch.
-__attribute__((always_inline)) inline bcd::transfer_t switch_to(const Handoff& h) {
+__attribute__((always_inline)) inline bcd::transfer_t switch_to(const Next& h) {
   const bcd::fcontext_t to = h.to;
   void* const slot = h.slot;
 #if defined(ATTNFUZZ_TSAN)
@@ -321,7 +319,7 @@ void fiber_entry(bcd::transfer_t tr) {
   b.fn(b.ctx);
   st(f.state, State::kDone);
   __atomic_fetch_add(&b.done, 1u, __ATOMIC_RELAXED);
-  const Handoff h = handoff(b, nullptr);
+  const Next h = handoff(b, nullptr);
   ts_release(&b.done_sync);  // after the fiber's last access to the block: the scheduler acquires it
   switch_to(h);              // never resumed
 }
@@ -340,7 +338,7 @@ void run_round(Block& b) {
   }
   set_ids(&f->ids);
   st(tl_fiber, f);
-  arrived(switch_to(handoff_to(ld(f->self), &b.sched, f->tsan)));
+  arrived(switch_to(Next{ld(f->self), &b.sched, f->tsan}));
 }
 
 // The calling fiber leaves the round until the scheduler makes it runnable again.
@@ -467,7 +465,8 @@ thread_local std::vector<unsigned char> tl_dynamic_shared;
 
 }  // namespace
 
-Handoff barrier_arrive(const char* file, int line) {
+namespace {
+Next arrive(const char* file, int line) {  // a barrier's arrival: bookkeeping, and where to switch
   Fiber& f = *ld(tl_fiber);
   const unsigned g = f.bar_gen;
   ts_release(&f.blk->bar_sync[g & 1]);  // arrival at barrier g
@@ -486,14 +485,25 @@ Handoff barrier_arrive(const char* file, int line) {
   return handoff(b, &f.self);
 }
 
-void barrier_depart(bcd::transfer_t from) {
+void depart(bcd::transfer_t from) {  // a barrier's departure, when the fiber is resumed
   arrived(from);
   const Fiber& f = *ld(tl_fiber);
-  ts_acquire(&f.blk->bar_sync[(f.bar_gen - 1) & 1]);  // departure: sees every arrival at the barrier
+  ts_acquire(&f.blk->bar_sync[(f.bar_gen - 1) & 1]);  // sees every arrival at the barrier
+}
+}  // namespace
+
+Handoff barrier_arrive(const char* file, int line) {
+#if defined(ATTNFUZZ_TSAN)
+  syncthreads(file, line);  // the switch, announced to TSan, and back
+  return {nullptr, nullptr};
+#else
+  const Next n = arrive(file, line);
+  return {n.to, n.slot};
+#endif
 }
 
 void syncthreads(const char* file, int line) {  // TSan builds, and plug-ins built against an older hip_cpu.h
-  barrier_depart(switch_to(barrier_arrive(file, line)));
+  depart(switch_to(arrive(file, line)));
 }
 
 uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) {

@@ -60,7 +60,8 @@ struct Handoff {
 Handoff barrier_arrive(const char* file, int line);
 // The resumed side of every switch: the context that jumped here is saved where it asked.
 inline void save_jumper(boost::context::detail::transfer_t from) {
-  if (from.data) __atomic_store_n(static_cast<boost::context::detail::fcontext_t*>(from.data), from.fctx, __ATOMIC_RELAXED);
+  auto* slot = static_cast<boost::context::detail::fcontext_t*>(from.data);
+  if (slot) __atomic_store_n(slot, from.fctx, __ATOMIC_RELAXED);
 }
 // Warp-level exchange used by the shuffles: publishes `bits`, waits for the warp, returns lane src's bits.
 uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line);

@@ -2,11 +2,12 @@
 //
 // A block's fibers run on one OS thread. A round resumes every runnable fiber once, in forward,
 // reverse or seeded-shuffle order; a fiber runs until it reaches __syncthreads(), a warp shuffle or
-// its end, and then switches straight to the round's next fiber (the last one back to the scheduler): one
-// context switch per fiber and round. A block barrier opens when every thread of the block waits at it; a warp exchange when
-// every live lane of the warp does. __shared__ is `static thread_local`: one block at a time per OS
-// thread. Under ThreadSanitizer every fiber is a TSan fiber and barriers are release/acquire pairs,
-// so a missing barrier is reported as a data race on the shared variable with both source lines.
+// its end, and then switches straight to the round's next fiber (the last one back to the scheduler):
+// one context switch per fiber and round. A block barrier opens when every thread of the block waits at
+// it; a warp exchange when every live lane of the warp does. __shared__ is `static thread_local`: one
+// block at a time per OS thread. Under ThreadSanitizer every fiber is a TSan fiber and barriers are
+// release/acquire pairs, so a missing barrier is reported as a data race on the shared variable with both
+// source lines.
 #include "runtime/cpu/emulator.h"
 
 #include <sys/mman.h>

@@ -260,7 +260,6 @@ __thread char* tl_start_sync = nullptr;  // the running block's start_sync (TSan
 // scheduler's `sched`; null for a fiber that ended); the context it lands in saves it there. Under TSan the
 // switches carry no synchronisation: fibers are ordered by the barriers' release/acquire pairs only, and
 // `start_sync` orders the block's set-up before every fiber's first instruction.
-inline void arrived(bcd::transfer_t tr) { save_jumper(tr); }
 
 // Where a switch goes: the context, where the running one is saved, and the TSan fiber of the target.
 struct Next {
@@ -269,10 +268,9 @@ struct Next {
   void* tsan;
 };
 
-// The round's next fiber after the running one (its context to be saved in *slot), or the scheduler after
+// The round's fiber at index `next` (the running one's context to be saved in *slot), or the scheduler past
 // the last: where to switch. Sets the identity the next one reads (tl_ids, tl_fiber).
-Next handoff(Block& b, bcd::fcontext_t* slot) {
-  const unsigned next = ld(b.pos) + 1;
+Next handoff(Block& b, unsigned next, bcd::fcontext_t* slot) {
   const unsigned count = ld(b.run_n);
   st(b.pos, next);
   if (next < count) {
@@ -310,17 +308,17 @@ __attribute__((always_inline)) inline bcd::transfer_t switch_to(const Next& h) {
 }
 
 // The running fiber hands the OS thread on (handoff()); returns when it is resumed.
-void pass_on(Block& b, bcd::fcontext_t* slot) { arrived(switch_to(handoff(b, slot))); }
+void pass_on(Block& b, bcd::fcontext_t* slot) { save_jumper(switch_to(handoff(b, ld(b.pos) + 1, slot))); }
 
 void fiber_entry(bcd::transfer_t tr) {
   ts_acquire(ld(tl_start_sync));  // first: the block's set-up (Fibers, kernel arguments, ids) happens before
-  arrived(tr);
+  save_jumper(tr);
   Fiber& f = *ld(tl_fiber);
   Block& b = *f.blk;
   b.fn(b.ctx);
   st(f.state, State::kDone);
   __atomic_fetch_add(&b.done, 1u, __ATOMIC_RELAXED);
-  const Next h = handoff(b, nullptr);
+  const Next h = handoff(b, ld(b.pos) + 1, nullptr);
   ts_release(&b.done_sync);  // after the fiber's last access to the block: the scheduler acquires it
   switch_to(h);              // never resumed
 }
@@ -328,18 +326,7 @@ void fiber_entry(bcd::transfer_t tr) {
 // One round: every fiber of b.run, in order, until each yields or ends.
 void run_round(Block& b) {
   if (ld(b.run_n) == 0) return;
-  st(b.pos, 0u);
-  Fiber* f = ld(b.run[0]);
-  for (unsigned k = 1; k < 3 && k < ld(b.run_n); ++k) {  // handoff() fetches from the third on
-    const char* g = reinterpret_cast<const char*>(ld(b.run[k]));
-    __builtin_prefetch(g);
-    __builtin_prefetch(g + 64);
-    if (k == 1)
-      for (int line = 0; line < 4; ++line) __builtin_prefetch(static_cast<const char*>(ld(b.run[1]->self)) + 64 * line);
-  }
-  set_ids(&f->ids);
-  st(tl_fiber, f);
-  arrived(switch_to(Next{ld(f->self), &b.sched, f->tsan}));
+  save_jumper(switch_to(handoff(b, 0, &b.sched)));
 }
 
 // The calling fiber leaves the round until the scheduler makes it runnable again.
@@ -464,9 +451,6 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
 
 thread_local std::vector<unsigned char> tl_dynamic_shared;
 
-}  // namespace
-
-namespace {
 Next arrive(const char* file, int line) {  // a barrier's arrival: bookkeeping, and where to switch
   Fiber& f = *ld(tl_fiber);
   const unsigned g = f.bar_gen;
@@ -483,11 +467,11 @@ Next arrive(const char* file, int line) {  // a barrier's arrival: bookkeeping, 
   }
   st(b.at_bar, ld(b.at_bar) + 1);
   st(f.state, State::kAtBarrier);
-  return handoff(b, &f.self);
+  return handoff(b, ld(b.pos) + 1, &f.self);
 }
 
 void depart(bcd::transfer_t from) {  // a barrier's departure, when the fiber is resumed
-  arrived(from);
+  save_jumper(from);
   const Fiber& f = *ld(tl_fiber);
   ts_acquire(&f.blk->bar_sync[(f.bar_gen - 1) & 1]);  // sees every arrival at the barrier
 }
@@ -525,7 +509,6 @@ uint64_t warp_exchange(uint64_t bits, int src_lane, const char* file, int line) 
     ts_acquire(&sync[g & 1]);
     if (phase == 0) bits = b.slots[std::min<unsigned>(warp * b.warp + (unsigned)src_lane, b.n - 1)];
   }
-  set_ids(&f.ids);
   return bits;
 }
 

@@ -397,10 +397,9 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
-      for (const std::string& why : {unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem),
-                                     pass_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.pass,
-                                                             jobs[i].c.problem.dtype)})
-        if (!why.empty()) usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
+      if (const std::string why = case_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem, jobs[i].c.pass);
+          !why.empty())
+        usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
   }
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
 

@@ -335,7 +335,7 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
                   ->check(list));
   v.push_back(app.add_option("--page-size", o.page_size, "tokens per page of paged K/V")
                   ->group(group)
-                  ->check(int_range(16, 256))
+                  ->check(int_range(1, 1024))
                   ->capture_default_str());
   v.push_back(app.add_option("--page-order", o.page_order, "paged: 0 = pool pages in order, else a shuffle seed")
                   ->group(group)

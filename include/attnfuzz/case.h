@@ -47,14 +47,17 @@ enum class Distribution {
              // subtraction in ~1/3 of rows; MAG = 100 makes every row do.
   kVBias,    // q, k uniform in [-param, param], v uniform in [0, param]: O keeps a non-zero mean at any Sk, so
              // errors of sums that drift with Sk (half-precision row sums / accumulators) stay visible
+  kWideV,    // q, k uniform in [-1, 1] (near-uniform weights), v uniform in [param / 2, param] (one sign): the
+             // un-normalised accumulator sum exp(s - m) v reaches ~0.75 n param before the division by the row
+             // sum, past a storage format's range where n param is (issue 25: f16 accumulators)
 };
-const char* distribution_name(Distribution d);  // "uniform", "normal", "extreme", "vbias"
+const char* distribution_name(Distribution d);  // "uniform", "normal", "extreme", "vbias", "widev"
 
 struct ValueDist {
   Distribution kind = Distribution::kUniform;
   double param = 1.0;  // uniform: half-width a > 0; normal: sigma > 0; extreme: MAG > 0
 };
-// "uniform[:A]", "normal[:SIGMA]", "extreme:MAG", "vbias[:A]" (A, SIGMA default 1). Returns an error sentence
+// "uniform[:A]", "normal[:SIGMA]", "extreme:MAG", "vbias[:A]", "widev[:A]" (A, SIGMA default 1). Returns an error sentence
 // or empty.
 std::string parse_distribution(const std::string& text, ValueDist& out);
 std::string to_string(const ValueDist& d);  // "uniform:1", "extreme:30" (shortest round-trip form)
@@ -283,8 +286,13 @@ const std::vector<double>& extreme_magnitudes();
 const std::vector<int32_t>& dtypes();
 // Inputs that stress a low-precision dtype (issue 13), empty for f32. Extreme score magnitudes that
 // overflow exp(s) in the format without max subtraction (f16 ~11, e4m3 ~6, e5m2 ~11, bf16 ~89), and for
-// f16 scores whose unscaled q.k overflows 65504 while scale * q.k does not (extreme:3000 at D = 64).
+// f16 scores whose unscaled q.k overflows 65504 while scale * q.k does not (extreme:3000 at D = 64), and
+// logits of 10^2 .. 10^4 where a softmax statistic kept in the format loses its relative precision (f16 300,
+// bf16 1e3 and 1e4: issue 25).
 std::vector<double> lowp_extreme_magnitudes(int32_t dtype);
+// widev:A widths whose un-normalised accumulator (near-uniform weights, one-signed v) passes the format's range
+// before the division by the row sum at ~128 keys (f16 1024, e4m3 16, e5m2 1024); empty for f32 and bf16.
+std::vector<double> lowp_wide_v(int32_t dtype);
 // Uniform half-widths for the dtype: the format's subnormal range (8 quanta), just above its smallest normal,
 // and near its largest finite value (a quarter of max: products and sums leave the range). Empty for f32.
 std::vector<double> lowp_uniform_widths(int32_t dtype);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ struct Row {
 };
 
 Row measure(int32_t dt, int32_t model, double mag, int64_t sq) {
-  Problem p = make_problem(1, 2, 2, sq, 256, 64, 0);
+  Problem p = make_problem(1, 2, 2, sq, 256, 64, 64);
   p.dtype = dt;
   Case c = make_case(p, 0x5eed + static_cast<uint64_t>(mag));
   c.values.dist = {Distribution::kExtreme, mag};
@@ -65,7 +66,13 @@ int main(int argc, char** argv) {
   for (int32_t dt : {AF_DTYPE_F16, AF_DTYPE_BF16})
     for (int32_t model : {AF_COMPUTE_FUSED, AF_COMPUTE_UNFUSED})
       for (double mag : {1.0, 1e2, 1e3, 1e4}) {
-        const Row r = measure(dt, model, mag, rows);
+        Row r;
+        try {
+          r = measure(dt, model, mag, rows);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "compute_models: %s\n", e.what());
+          return 1;
+        }
         const char* dn = dt == AF_DTYPE_F16 ? "f16" : "bf16";
         const char* mn = model == AF_COMPUTE_FUSED ? "fused" : "unfused";
         std::printf("  %-5s %-8s %8.0e %14.3g %18.3g %6lld/%lld\n", dn, mn, mag, r.bound_over_o, r.bound_over_uv,

@@ -24,7 +24,7 @@ ls .devdeps/*.deb >/dev/null 2>&1 || { echo "offline-build: no .devdeps/*.deb: r
 mkdir -p "$PREFIX"
 for f in .devdeps/*.deb; do dpkg -x "$f" "$PREFIX"; done
 LIB="$PREFIX/usr/lib/x86_64-linux-gnu"
-export CPATH="$PREFIX/usr/include${CPATH:+:$CPATH}" LIBRARY_PATH="$LIB${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export CPATH="$PREFIX/usr/include:$PREFIX/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}" LIBRARY_PATH="$LIB${LIBRARY_PATH:+:$LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 FUZZER=$(ls "$PREFIX"/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a | head -1)
 GPU=()

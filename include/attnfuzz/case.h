@@ -291,7 +291,7 @@ const std::vector<int32_t>& dtypes();
 // bf16 1e3 and 1e4: issue 25).
 std::vector<double> lowp_extreme_magnitudes(int32_t dtype);
 // widev:A widths whose un-normalised accumulator (near-uniform weights, one-signed v) passes the format's range
-// before the division by the row sum at ~128 keys (f16 1024, e4m3 16, e5m2 1024); empty for f32 and bf16.
+// before the division by the row sum at ~128 keys (f16 2048, e4m3 16, e5m2 1024); empty for f32 and bf16.
 std::vector<double> lowp_wide_v(int32_t dtype);
 // Uniform half-widths for the dtype: the format's subnormal range (8 quanta), just above its smallest normal,
 // and near its largest finite value (a quarter of max: products and sums leave the range). Empty for f32.

@@ -131,6 +131,9 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   const BoundModel& M = opts.fwd.model;
   const LowpBoundModel& H = lowp_terms(opts.fwd, S.cd);
   const double uc = S.cd == AF_DTYPE_F32 ? 0 : unit_roundoff(S.cd);
+  // Rounding a value to c loses up to u_c relatively and, below c's normal range, up to eta_c absolutely (half the
+  // smallest subnormal): a dS or P below eta_c becomes 0 (issue 25: f16 dK of 1.6e-7 returned as 0).
+  const double eta_c = S.cd == AF_DTYPE_F32 ? 0 : underflow_error(S.cd);
   const int64_t D = p.head_dim, Dv = p.head_dim_v, hk = kv_head(p, h);
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
   const bool want_dq = S.q_pick[static_cast<size_t>(i)] != 0;
@@ -314,7 +317,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       const double dS = P * diff;
       const double mS = P * (std::fabs(dp) + std::fabs(delta));
       double eS = eP * std::fabs(diff) + (P + eP) * (edP + eDelta) + 2 * kU * mS + kFltMin;
-      if (uc > 0) eS += uc * std::fabs(dS);  // dS rounded to the compute dtype before the products
+      if (uc > 0) eS += uc * std::fabs(dS) + eta_c;  // dS rounded to the compute dtype before the products
       // Rule B2: what the kernel may form for dS, P' (dP' - Delta'), within the fp32 range.
       if (why.empty() && (P + eP) * (std::fabs(dp) + edP + std::fabs(delta) + eDelta) > kRange)
         why = mS > kRange ? "an exact P (|dP| + |Delta|) exceeds the fp32 range"
@@ -345,7 +348,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double* __restrict vv = &ka.dv.val[static_cast<size_t>(j * Dv)];
       double* __restrict ve = &ka.dv.err[static_cast<size_t>(j * Dv)];
       double* __restrict vm = &ka.dv.mag[static_cast<size_t>(j * Dv)];
-      const double ePv = eP + uc * H.c_p * P;  // P rounded to the compute dtype for dV = P^T dO
+      const double ePv = eP + uc * H.c_p * P + eta_c;  // P rounded to the compute dtype for dV = P^T dO
       for (int64_t d = 0; d < Dv; ++d) {
         const double g = dorow[d], ag = std::fabs(g);
         vv[d] += P * g;

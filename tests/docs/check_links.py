@@ -25,9 +25,16 @@ MD_CITE = re.compile(r"(?<![\w/.$<{~-])((?:[\w.-]+/)+[\w.-]+\.md)\b")
 
 
 def repo_files(root):
-    out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         stdout=subprocess.PIPE, check=True).stdout.decode()
-    return sorted({f for f in out.split("\0") if f and os.path.isfile(os.path.join(root, f))})
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout.decode()
+        names = out.split("\0")
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but build trees
+        names = []
+        for d, subdirs, fs in os.walk(root):
+            subdirs[:] = [s for s in subdirs if not (s.startswith(".") or s.startswith("build"))]
+            names += [os.path.relpath(os.path.join(d, f), root) for f in fs]
+    return sorted({f for f in names if f and os.path.isfile(os.path.join(root, f))})
 
 
 def read_text(path):

@@ -112,15 +112,16 @@ def main():
         if text is None:
             continue
         here = os.path.dirname(f)
+        prose = strip_code_blocks(text) if f.endswith(".md") else text  # output shown in a block names outputs
         for m in OUTSIDE.finditer(text):
             problems.append(f"{f}:{line_of(text, m.start())}: cites {m.group(0)!r}, which is not in the repo "
                             "(point to a docs/ page instead)")
-        for m in MD_CITE.finditer(text):
+        for m in MD_CITE.finditer(prose):
             cited = m.group(1)
             if cited.split("/", 1)[0] not in top_dirs or "DESIGN.md" in cited or "STYLE.md" in cited:
                 continue  # an output path (OUT/summary.md) or already reported
             if not exists(cited) and not exists(os.path.join(here, cited)):
-                problems.append(f"{f}:{line_of(text, m.start())}: cites {cited}, which does not exist")
+                problems.append(f"{f}:{line_of(prose, m.start())}: cites {cited}, which does not exist")
         if not f.endswith(".md"):
             continue
         body = strip_code_blocks(text)

@@ -94,7 +94,7 @@ std::string iso_utc(std::time_t t) {
   return b;
 }
 
-// The sidecars of a failure file that travel with it (its report and heatmap, SVG and PNG), then the file itself.
+// The sidecars of a failure file that travel with it (its report, SVG and PNG heatmap), then the file.
 const char* const kSidecars[] = {".json", ".svg", ".png"};
 
 // Copies a failure (sidecars first, the .case last, mtime kept) from one directory to another.

@@ -97,7 +97,7 @@ const af_kernel kExampleKernels[] = {
         .name = "example-naive",
         .family = "example",
         .description = "one thread per query row, online softmax, O as accumulator (plug-in example)",
-        .dtypes = AF_SUPPORTS_F32,        // fp32 only (| AF_SUPPORTS_F16, _BF16, _FP8_E4M3, ...: lower precision)
+        .dtypes = AF_SUPPORTS_F32,        // fp32 only (add AF_SUPPORTS_F16, _BF16, _FP8_E4M3, ...)
         .masks = AF_SUPPORTS_ALL_MASKS,   // none, causal and sliding windows, both alignments
         .max_head_dim = 0,                // largest D: no limit
         .max_head_dim_v = 0,              // largest Dv: no limit
@@ -107,7 +107,7 @@ const af_kernel kExampleKernels[] = {
         .check_support = naive_attention_check,
         .launch = naive_attention_launch,
         // ---- ABI v2: all zero here (dense, forward only, no knobs) ----
-        .features = 0,                    // AF_FEATURE_Q_PACKED, _KV_PACKED, _KV_PAGED, _SEQUSED_K: varlen / paged
+        .features = 0,                    // AF_FEATURE_Q_PACKED, _KV_PACKED, _KV_PAGED, _SEQUSED_K
         .n_tunables = 0,                  // integer knobs (af_tunable), e.g. a split count with role
         .tunables = nullptr,              //   AF_TUNABLE_KV_SPLITS, which the split-kv detector varies
         .bwd_workspace_bytes = nullptr,   // backward workspace

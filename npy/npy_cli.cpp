@@ -13,7 +13,7 @@ namespace attnfuzz::npy {
 
 void add_npy_options(CLI::App& app, NpyOptions& o) {
   using namespace cli;
-  auto* g = "External outputs (NPY; npy/README.md)";
+  auto* g = "External outputs (NPY; examples/npy/README.md)";
   auto* dir =
       app.add_option(
              "--npy", o.dir,

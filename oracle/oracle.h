@@ -74,7 +74,7 @@ struct OracleOptions {
 bool fused_compute(const OracleOptions& opts, int32_t cd);
 const LowpBoundModel& lowp_terms(const OracleOptions& opts, int32_t cd);
 
-// Why a row is outside the fp32 contract (DESIGN.md: "outside the contract").
+// Why a row is outside the fp32 contract (docs/semantics.md "The fp32 contract").
 enum class ContractReason : uint8_t {
   kInside = 0,
   kScoreRange,  // an exact |s_ij| or sum_d |q k| (scaled or not) exceeds the fp32 range (margin 2)
@@ -127,7 +127,7 @@ struct OracleResult {
   const RowInfo& row(int64_t b, int64_t h, int64_t s) const { return rows[lse_at(b, h, s)]; }
 };
 
-// Computes the exact result of DESIGN.md's semantics for p. q, k, v are host fp32 arrays laid out with
+// Computes the exact result of docs/semantics.md's semantics for p. q, k, v are host fp32 arrays laid out with
 // p's strides, holding the stored input values (f16 / bf16 / fp8 inputs widened exactly). For fp8 the real
 // inputs are stored * q/k/v_descale (exact, see validate_descales) and the result is the real O (not scaled
 // by o_scale). Throws

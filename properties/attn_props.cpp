@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
                  "on dQ / dK / dV; kernels without a backward launch are not run)")
       ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();
+  app.set_version_flag("--version", "attn-props " ATTNFUZZ_VERSION);
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Property> props;

@@ -104,7 +104,7 @@ typedef struct af_problem {
   /* Integer tunables: entry i holds the value of the kernel's i-th declared af_tunable. The tool always
    * passes an accepted value (the default unless an experiment chose another); in a case, 0 = default. */
   int32_t tunables[AF_MAX_TUNABLES];
-  /* Varlen / KV cache / paged KV (DESIGN.md). With q_layout or kv_layout not dense, batch is the number
+  /* Varlen / KV cache / paged KV (docs/semantics.md). With q_layout or kv_layout not dense, batch is the number
    * of sequences and seq_q / seq_k are the largest per-sequence lengths (max_seqlen). */
   int32_t q_layout;          /* AF_SEQ_DENSE or AF_SEQ_PACKED (cu_seqlens_q): q, o, do, dq */
   int32_t kv_layout;         /* AF_SEQ_DENSE, AF_SEQ_PACKED (cu_seqlens_k) or AF_SEQ_PAGED: k, v, dk, dv */

@@ -106,7 +106,7 @@ std::string to_string(const SpecialValue& s);  // canonical form of the above, e
 // (huge = +-max of the format, subnormal = a subnormal of the format, inf = +-Inf except in fp8-e4m3, which
 // has no Inf and stores +-448 instead, the saturating conversion's result).
 
-// Which fp values a case may hold in q, k and v (DESIGN.md "Value domains"). ieee: every fp32 value incl.
+// Which fp values a case may hold in q, k and v (docs/semantics.md "Value domains"). ieee: every fp32 value incl.
 // NaN and +-Inf. finite: no NaN / +-Inf (extreme magnitudes, FLT_MAX, subnormals and -0 stay), for kernels
 // whose contract excludes non-finite inputs. Stride gaps (kStrideGapBits) are not values of q, k or v.
 enum class ValueDomain : uint8_t { kIeee = 0, kFinite };
@@ -129,7 +129,7 @@ struct ExplicitValues {
   std::vector<float> dout;  // backward cases: dO (o_elements floats, o strides); empty = generated from the seed
 };
 
-// Varlen batches, KV cache and paged KV (DESIGN.md "Varlen, KV cache, paged KV"): the per-sequence lengths
+// Varlen batches, KV cache and paged KV (docs/semantics.md "Sequence layouts"): the per-sequence lengths
 // and the page arrangement behind the problem's q_layout / kv_layout. Empty vectors where a layout is dense.
 // The problem's derived fields (seq_q, seq_k, total_q, total_k, kv_capacity, num_pages, max_pages_per_seq,
 // strides) follow from these through set_sequence_fields(); validate() checks that they agree.

@@ -19,7 +19,7 @@ saturating), or already stored (float16, uint16 bits, uint8 bits).
 Backward (Kernel(..., backward=fn)): fn(q, k, v, o, lse, do, problem) -> (dQ, dK, dV), same conventions; o,
 lse are the forward the tool gives (the exact one for --pass bwd, the kernel's own for --pass fwdbwd).
 Its dtypes: backward_dtypes (default: the kernel's f32 / f16 / bf16).
-attnfuzz.autograd.torch_backward builds one from a torch forward.
+attnfuzz.adapters._torch_common.torch_backward(forward, device) builds one from a torch forward.
 """
 
 import json

@@ -62,7 +62,7 @@ BwdCase bwd_case(Rng& rng, bool allow_empty = true) {
   return c;
 }
 
-// Straight from DESIGN.md "Backward" in 50-digit arithmetic (mask from its formula).
+// Straight from docs/semantics.md "The backward contract" in 50-digit arithmetic (mask from its formula).
 struct Brute {
   std::vector<Big> dq, dk, dv;
 };

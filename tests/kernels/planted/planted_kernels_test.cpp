@@ -55,7 +55,7 @@ struct Planted {
   const char* name;            // the planted kernel
   const char* family;          // its af_kernel::family
   const char* correct;         // the built-in kernel it is a variation of
-  const char* expected_class;  // DESIGN.md class the detectors should give (kernels/planted/README.md)
+  const char* expected_class;  // docs/semantics.md class the detectors should give (kernels/planted/README.md)
   Spec exposing;               // check_case says kFail (and the correct kernel passes)
   Spec quiet;                  // check_case says kPass
 };

@@ -30,7 +30,8 @@ std::vector<std::string> read_lines_all(const fs::path& p) {
   return out;
 }
 
-const KernelEntry* kernel_for(const FuzzInput& in, const Kernels& ks, const std::vector<std::string>& quarantined) {
+const KernelEntry* kernel_for(const FuzzInput& in, const Kernels& ks,
+                              const std::vector<std::string>& quarantined) {
   for (size_t i = 0; i < ks.size(); ++i) {
     const KernelEntry* k = ks[(in.kernel + i) % ks.size()];
     if (std::find(quarantined.begin(), quarantined.end(), k->kernel.name) != quarantined.end()) continue;
@@ -104,7 +105,8 @@ void print_banner(const CampaignOptions& o, const Paths& p, const Kernels& kerne
 }
 
 // What runs while the workers do: artifacts become failures, --mps suspects are re-run, the Stop decides,
-// progress lines, corpus out and --sync rounds on their intervals. Returns when every libFuzzer process ended.
+// progress lines, corpus out and --sync rounds on their intervals. Returns when every libFuzzer process
+// ended.
 struct Supervisor {
   const CampaignOptions& o;
   FuzzerProcesses& fuzzers;
@@ -158,7 +160,8 @@ int run_campaign(const CampaignOptions& o) {
   if (!o.sync_dir.empty() && !(sync = start_sync(o, p, r.name, kernels))) return 2;
   const CorpusIn in = load_corpus(p, o.seed_dirs, kernels, cfg.limits);
 
-  // The workers: their configuration, the lifeline, then the libFuzzer fork-mode processes (one per GPU group).
+  // The workers: their configuration, the lifeline, then the libFuzzer fork-mode processes (one per GPU
+  // group).
   const fs::path cfg_path = write_worker_config(o, p);
   FuzzerProcesses fuzzers(o, p);
   Lifeline life;

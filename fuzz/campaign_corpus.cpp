@@ -34,7 +34,8 @@ int kernel_index_of(const CorpusFile& cf, const Kernels& ks) {
 
 class Loader {
  public:
-  Loader(const Paths& p, const Kernels& kernels, const FuzzLimits& lim) : p_(p), kernels_(kernels), lim_(lim) {}
+  Loader(const Paths& p, const Kernels& kernels, const FuzzLimits& lim)
+      : p_(p), kernels_(kernels), lim_(lim) {}
   void load_dir(const fs::path& dir, bool is_seed);
   CorpusIn in;
 
@@ -109,7 +110,8 @@ void CorpusOut::save_new() {
     cf.tool.name = "attn-fuzz";
     cf.tool.command = command_line_;
     cf.the_case = in.the_case;
-    if (const KernelEntry* k = kernel_for(in, kernels_)) cf.the_case.label = std::string("fuzz-") + k->kernel.name;
+    if (const KernelEntry* k = kernel_for(in, kernels_))
+      cf.the_case.label = std::string("fuzz-") + k->kernel.name;
     try {
       save_to_corpus_dir(p_.corpus, cf);
     } catch (const CorpusError& err) {

@@ -29,7 +29,8 @@ std::vector<std::string> ArtifactScanner::fault_of(const std::string& bytes) {
   std::vector<std::string> fault;
   const std::vector<std::string> lines = read_lines_all(p_.work / "faults.txt");
   fault_taken_.resize(lines.size(), false);
-  const std::string h = std::to_string(input_hash(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  const std::string h =
+      std::to_string(input_hash(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   for (size_t i = 0; i < lines.size() && fault.empty(); ++i) {
     std::vector<std::string> f;
     std::stringstream ss(lines[i]);
@@ -41,7 +42,8 @@ std::vector<std::string> ArtifactScanner::fault_of(const std::string& bytes) {
   return fault;
 }
 
-// One new artifact (crash-, oom- or timeout-<hash>): a failure of the kernel that ran it, saved like any other.
+// One new artifact (crash-, oom- or timeout-<hash>): a failure of the kernel that ran it, saved like any
+// other.
 void ArtifactScanner::take(const std::string& name) {
   const WorkerConfig& cfg = o_.worker;
   const bool timeout = name.rfind("timeout-", 0) == 0, oom = name.rfind("oom-", 0) == 0;
@@ -50,12 +52,14 @@ void ArtifactScanner::take(const std::string& name) {
   const KernelEntry* k = kernel_for(in, kernels_, read_lines(p_.quarantine()));
   // The kernel the input maps to now may differ from the one that ran it (a kernel quarantined since then
   // shifts the choice): the crash hook's record names the one that ran.
-  const std::vector<std::string> fault = name.rfind("crash-", 0) == 0 ? fault_of(bytes) : std::vector<std::string>{};
+  const std::vector<std::string> fault =
+      name.rfind("crash-", 0) == 0 ? fault_of(bytes) : std::vector<std::string>{};
   if (!fault.empty())
     for (const KernelEntry* c : kernels_)
       if (c->kernel.name == fault[0]) k = c;
-  const std::string lf_why = timeout ? "libFuzzer -timeout (" + std::to_string(lf_timeout_) + " s)"
-                                     : "libFuzzer rss limit (-rss_limit_mb=" + std::to_string(kRssLimitMb) + ")";
+  const std::string lf_why = timeout
+                                 ? "libFuzzer -timeout (" + std::to_string(lf_timeout_) + " s)"
+                                 : "libFuzzer rss limit (-rss_limit_mb=" + std::to_string(kRssLimitMb) + ")";
   if (!k) {
     ++ended_by_[(timeout || oom ? lf_why : std::string("crash")) + " on an input no selected kernel runs"];
     return;
@@ -78,17 +82,25 @@ void ArtifactScanner::take(const std::string& name) {
   r.device = "libFuzzer worker process";
   r.verdict = Verdict::kFail;
   r.failure = timeout ? FailureClass::kHang : FailureClass::kCrash;
-  r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") + " on this input (libFuzzer " +
-             name + ")";
+  r.reason = std::string("the worker process ") + (timeout ? "timed out" : "died") +
+             " on this input (libFuzzer " + name + ")";
   // An in-process fault in a buffer's guard pages: named like an isolated launch names it.
   if (!fault.empty() && std::atoi(fault[1].c_str()) >= 0) {
     const int access = std::atoi(fault[1].c_str());
-    r.failure = access == 1 ? FailureClass::kOobRead : access == 2 ? FailureClass::kOobWrite : FailureClass::kCrash;
-    r.reason = std::string("the kernel ") + (access == 1 ? "read" : access == 2 ? "wrote" : "accessed memory") + " " +
-               fault[4] + ", in the guard pages around it (the access faulted in-process and ended the " +
+    r.failure = access == 1   ? FailureClass::kOobRead
+                : access == 2 ? FailureClass::kOobWrite
+                              : FailureClass::kCrash;
+    r.reason = std::string("the kernel ") +
+               (access == 1   ? "read"
+                : access == 2 ? "wrote"
+                              : "accessed memory") +
+               " " + fault[4] +
+               ", in the guard pages around it (the access faulted in-process and ended the " +
                "worker process; libFuzzer " + name + ")";
     r.evidence.push_back({"guard-page", "buffer " + fault[2] + " byte offset " + fault[3] +
-                                            (access == 1 ? ": read" : access == 2 ? ": write" : "")});
+                                            (access == 1   ? ": read"
+                                             : access == 2 ? ": write"
+                                                           : "")});
   }
   r.evidence.push_back({"libfuzzer", (p_.work / "artifacts" / name).string()});
   ++ended_by_[timeout || oom ? lf_why + " in kernel " + k->kernel.name
@@ -117,12 +129,14 @@ std::map<std::string, int64_t> death_reasons(const WorkerDeaths& d, const Artifa
                                              const Paths& p, const FuzzerProcesses& fuzzers) {
   std::map<std::string, int64_t> ended = artifacts.ended_by();
   for (const std::string& l : read_lines(p.deaths()))
-    if (l.rfind("hang ", 0) == 0) ++ended["hang in kernel " + l.substr(5) + " (the in-process hang watchdog)"];
+    if (l.rfind("hang ", 0) == 0)
+      ++ended["hang in kernel " + l.substr(5) + " (the in-process hang watchdog)"];
   if (const int64_t n = d.crashes - artifacts.crashes(); n > 0) {
     const std::string err = fuzzers.first_error();
     ended["non-zero exit without an artifact" + (err.empty() ? std::string() : " (" + err + ")")] += n;
   }
-  if (const int64_t n = d.lf_timeouts - artifacts.hangs(); n > 0) ended["libFuzzer -timeout without an artifact"] += n;
+  if (const int64_t n = d.lf_timeouts - artifacts.hangs(); n > 0)
+    ended["libFuzzer -timeout without an artifact"] += n;
   return ended;
 }
 

@@ -54,10 +54,11 @@ bool take_lock(int lock_fd, const fs::path& out, const fs::path& lock_path) {
   std::vector<pid_t> holders = lock_holders(lock_path);
   const bool owner_alive = owner > 0 && std::find(holders.begin(), holders.end(), owner) != holders.end();
   if (!owner_alive) {
-    std::fprintf(stderr,
-                 "attn-fuzz: the campaign that used %s (attn-fuzz pid %s) is gone; waiting up to %.0f s for its "
-                 "%zu remaining process(es) to end\n",
-                 out.c_str(), *holder ? holder : "?", kOrphanWaitS, holders.size());
+    std::fprintf(
+        stderr,
+        "attn-fuzz: the campaign that used %s (attn-fuzz pid %s) is gone; waiting up to %.0f s for its "
+        "%zu remaining process(es) to end\n",
+        out.c_str(), *holder ? holder : "?", kOrphanWaitS, holders.size());
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(kOrphanWaitS);
     while (std::chrono::steady_clock::now() < end) {
       if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return true;
@@ -104,7 +105,8 @@ bool reset_work(const Paths& p) {
     fs::remove_all(d, ec);
   for (const char* f : {"isolate.txt", "quarantine.txt", "deaths.txt", "faults.txt", "throttle.txt"})
     fs::remove(work / f, ec);
-  for (const fs::path& d : {p.out, work, p.inputs, p.artifacts, work / "stats", work / "dedup", p.failures, p.corpus}) {
+  for (const fs::path& d :
+       {p.out, work, p.inputs, p.artifacts, work / "stats", work / "dedup", p.failures, p.corpus}) {
     fs::create_directories(d, ec);
     if (ec) {
       std::fprintf(stderr, "attn-fuzz: cannot create %s: %s\n", d.c_str(), ec.message().c_str());
@@ -139,7 +141,8 @@ void claim_earlier_failures(const Paths& p) {
   std::vector<Skipped> skipped;  // reported on stderr now, listed again in the summary
   for (const Failure& f : read_failures(p.failures, &skipped)) {
     const RecordedVerdict& v = *f.file.verdict;
-    std::ofstream(p.work / "dedup" / failure_key(v)) << v.kernel << " " << failure_class_name(v.failure) << "\n";
+    std::ofstream(p.work / "dedup" / failure_key(v))
+        << v.kernel << " " << failure_class_name(v.failure) << "\n";
     if (v.failure == FailureClass::kHang) append_line(p.quarantine(), v.kernel);
   }
 }

@@ -29,8 +29,12 @@ constexpr int kRssLimitMb = 4096;  // libFuzzer's -rss_limit_mb of a worker proc
 // Where a campaign keeps its files: OUT, its work/ folder, and the corpus.
 struct Paths {
   explicit Paths(const CampaignOptions& o)
-      : out(o.worker.out), work(out / "work"), inputs(work / "inputs"), artifacts(work / "artifacts"),
-        failures(out / "failures"), corpus(o.corpus_dir) {}
+      : out(o.worker.out),
+        work(out / "work"),
+        inputs(work / "inputs"),
+        artifacts(work / "artifacts"),
+        failures(out / "failures"),
+        corpus(o.corpus_dir) {}
   fs::path out, work, inputs, artifacts, failures, corpus;
   std::string quarantine() const { return (work / "quarantine.txt").string(); }  // kernels that hung
   std::string isolate() const { return (work / "isolate.txt").string(); }        // kernels launched forked
@@ -50,7 +54,7 @@ const KernelEntry* kernel_for(const FuzzInput& in, const Kernels& ks,
 // summary is written by then); -1 without --max-time. The one rule for the parent and the workers' jobs.
 double stop_after_s(double max_time_s);
 
-// ------------------------------------------------------------------ OUT: lock, reset, resume (campaign_out.cpp)
+// ------------------------------------------------------------- OUT: lock, reset, resume (campaign_out.cpp)
 
 // Locks OUT for this campaign (one campaign per OUT) and writes this pid into the lock file; the
 // descriptor stays open (and is inherited by every process of the campaign). false: said why on stderr.
@@ -75,7 +79,7 @@ std::vector<Failure> read_failures(const fs::path& dir, std::vector<Skipped>* sk
 // resumed campaign is the same campaign). Unreadable failure files are reported once and kept as they are.
 void claim_earlier_failures(const Paths& p);
 
-// ---------------------------------------------------------------- corpus in and out (campaign_corpus.cpp)
+// ----------------------------------------------------------------- corpus in and out (campaign_corpus.cpp)
 
 struct CorpusIn {
   std::set<std::string> known;  // input file names in work/inputs
@@ -91,7 +95,11 @@ class CorpusOut {
  public:
   CorpusOut(const Paths& p, const FuzzLimits& lim, const Kernels& kernels, std::string command_line,
             std::set<std::string> known)
-      : p_(p), lim_(lim), kernels_(kernels), command_line_(std::move(command_line)), synced_(std::move(known)) {}
+      : p_(p),
+        lim_(lim),
+        kernels_(kernels),
+        command_line_(std::move(command_line)),
+        synced_(std::move(known)) {}
   void save_new();
 
  private:
@@ -102,7 +110,7 @@ class CorpusOut {
   std::set<std::string> synced_;
 };
 
-// ------------------------------------------------- the worker processes (campaign_workers.cpp)
+// ------------------------------------------------------------- the worker processes (campaign_workers.cpp)
 
 // libFuzzer's own counters from its log ("#N: cov: C ft: F corp: K exec/s E oom/timeout/crash: a/b/c").
 struct FuzzerLine {
@@ -169,7 +177,8 @@ class FuzzerProcesses {
   size_t groups() const { return groups_; }
   unsigned workers() const { return per_group_ * static_cast<unsigned>(groups_); }
   void start(const fs::path& cfg_path, int lifeline, const MpsDaemon* mps, const ForkScratch& scratch);
-  bool reap();  // waits for none; true when every master has ended (each then killed as a group, scratch removed)
+  // Waits for none; true when every master has ended (each then killed as a group, its scratch removed).
+  bool reap();
   void interrupt_jobs();  // SIGINT to every fuzzing job (the orderly stop: its master then ends by itself)
   void kill_all();        // SIGKILL to every process group still running
   FuzzerLine poll();      // the sum of libFuzzer's counters over the masters
@@ -192,7 +201,11 @@ class MpsRechecks {
  public:
   MpsRechecks(const CampaignOptions& o, const Paths& p, fs::path cfg_path, int lifeline, int lf_timeout,
               bool enabled)
-      : o_(o), p_(p), cfg_path_(std::move(cfg_path)), lifeline_(lifeline), lf_timeout_(lf_timeout),
+      : o_(o),
+        p_(p),
+        cfg_path_(std::move(cfg_path)),
+        lifeline_(lifeline),
+        lf_timeout_(lf_timeout),
         enabled_(enabled) {}
   bool step();   // true while a re-run is in flight or waiting
   void drain();  // after the workers: the suspects left are re-run (bounded); counts those not re-run
@@ -211,7 +224,7 @@ class MpsRechecks {
   int64_t rechecked_ = 0, pending_ = 0;
 };
 
-// --------------------------------------------- worker deaths: artifacts and accounting (campaign_deaths.cpp)
+// ------------------------------------------- worker deaths: artifacts and accounting (campaign_deaths.cpp)
 
 // libFuzzer artifacts: inputs that killed a worker process (a kernel that crashed or hung in-process). Each
 // becomes a crash or hang failure like any other, and its kernel is launched isolated from then on.
@@ -249,13 +262,13 @@ WorkerDeaths count_deaths(const FuzzerLine& lf, const ArtifactScanner& artifacts
 std::map<std::string, int64_t> death_reasons(const WorkerDeaths& d, const ArtifactScanner& artifacts,
                                              const Paths& p, const FuzzerProcesses& fuzzers);
 
-// ---------------------------------------------------------------- statistics, progress (campaign_progress.cpp)
+// ------------------------------------------------------------ statistics, progress (campaign_progress.cpp)
 
 struct Aggregate {
   int64_t cases = 0, failing = 0;  // cases: inputs checked on a kernel
   int64_t skipped = 0;             // inputs that no selected kernel ran (unsupported by all, or quarantined)
   int64_t replayed = 0;            // libFuzzer re-runs of kept inputs answered from the feature cache
-  double check_s = 0, mutate_s = 0;  // worker processes' time in checks and in the custom mutator
+  double check_s = 0, mutate_s = 0;              // worker processes' time in checks and in the custom mutator
   std::map<std::string, double> kernel_check_s;  // the checks' time per kernel
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, int64_t> refusals;  // "kernel: why it refused an input" -> count
@@ -269,7 +282,9 @@ Aggregate read_stats(const fs::path& dir);
 // Seconds since the workers started.
 struct Clock {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 };
 
 // The progress line ("attn-fuzz [   35s] cases ..."); also counts the worker processes that died.
@@ -285,7 +300,7 @@ class Progress {
   WorkerDeaths deaths_;
 };
 
-// ------------------------------------------------------------------------- the stop (campaign_stop.cpp)
+// ---------------------------------------------------------------------------- the stop (campaign_stop.cpp)
 
 // How a campaign stops: at --max-time (stop_after_s), on SIGINT / SIGTERM / SIGHUP, or when every selected
 // kernel is quarantined. Every fuzzing job gets SIGINT (libFuzzer's orderly exit), every process group
@@ -305,10 +320,11 @@ class Stop {
   double stop_at_;
   bool stopping_ = false, interrupted_ = false;
   double kill_at_ = -1;
-  struct sigaction old_int_ {}, old_term_{}, old_hup_{};  // the handlers before
+  struct sigaction old_int_ {
+  }, old_term_{}, old_hup_{};  // the handlers before
 };
 
-// ------------------------------------------------------------------------- the summary (campaign_summary.cpp)
+// ---------------------------------------------------------------------- the summary (campaign_summary.cpp)
 
 // What the summary reports, gathered after the workers have ended.
 struct Outcome {

@@ -1,4 +1,5 @@
-// campaign_progress.cpp - a campaign's statistics (the sum of the workers' stats files) and its progress line.
+// campaign_progress.cpp - a campaign's statistics (the sum of the workers' stats files) and its progress
+// line.
 #include <cstdio>
 
 #include "fuzz/campaign_phases.h"
@@ -38,7 +39,8 @@ Aggregate read_stats(const fs::path& dir) {
     a.features_hex += hex[b & 15];
   }
   a.failing = a.verdicts.count("fail") ? a.verdicts["fail"] : 0;
-  // Cases are counted from the verdicts (a worker's input counter runs one ahead while an input is in flight).
+  // Cases are counted from the verdicts (a worker's input counter runs one ahead while an input is in
+  // flight).
   a.cases = 0;
   for (const auto& [v, n] : a.verdicts)
     if (v != "mps-suspect")  // not judged: re-run alone (--mps), that run counts

@@ -19,7 +19,8 @@ void on_signal(int sig) { g_signal = sig; }
 // From SIGINT to SIGKILL of the worker processes when stopping: long enough for libFuzzer's fork-mode process
 // to see its interrupted jobs and end by itself under load (1.5 s was too short with ctest -j 2 on 2 cores).
 constexpr double kStopGraceS = 3;
-constexpr double kStopLeadS = 1.5;  // the stop begins this long before --max-time (so ends by max-time + 1.5 s)
+constexpr double kStopLeadS =
+    1.5;  // the stop begins this long before --max-time (so ends by max-time + 1.5 s)
 
 }  // namespace
 
@@ -60,7 +61,8 @@ void Stop::step(const Clock& clock, FuzzerProcesses& fuzzers) {
   // Every selected kernel hung once and is quarantined: nothing is left to check (the workers would only
   // count skipped inputs until --max-time).
   if (!stopping_ && !g_signal && all_quarantined()) {
-    std::printf("attn-fuzz: every selected kernel hung and is quarantined: nothing left to check, stopping\n");
+    std::printf(
+        "attn-fuzz: every selected kernel hung and is quarantined: nothing left to check, stopping\n");
     std::fflush(stdout);
     stopping_ = true;
     fuzzers.interrupt_jobs();
@@ -71,8 +73,10 @@ void Stop::step(const Clock& clock, FuzzerProcesses& fuzzers) {
     fuzzers.interrupt_jobs();
     kill_at_ = clock.elapsed() + kStopGraceS;
   }
-  if (stopping_ && clock.elapsed() >= kill_at_) fuzzers.kill_all();
-  else if (stopping_) fuzzers.interrupt_jobs();  // also a job its master started while stopping
+  if (stopping_ && clock.elapsed() >= kill_at_)
+    fuzzers.kill_all();
+  else if (stopping_)
+    fuzzers.interrupt_jobs();  // also a job its master started while stopping
 }
 
 }  // namespace attnfuzz::fuzz::campaign

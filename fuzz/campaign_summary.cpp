@@ -58,10 +58,11 @@ RunRecord make_record(const CampaignOptions& o, const Paths& p, const Outcome& r
 
 void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& rec) {
   const Aggregate& a = r.stats;
-  std::printf("\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s%s\n",
-              r.wall, (long long)a.cases, r.wall > 0 ? a.cases / r.wall : 0.0, (long long)a.failing,
-              r.found.size(), r.synced ? (" found here, " + std::to_string(r.imported.size()) + " imported").c_str() : "",
-              r.interrupted ? " (interrupted)" : "");
+  std::printf(
+      "\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s%s\n",
+      r.wall, (long long)a.cases, r.wall > 0 ? a.cases / r.wall : 0.0, (long long)a.failing, r.found.size(),
+      r.synced ? (" found here, " + std::to_string(r.imported.size()) + " imported").c_str() : "",
+      r.interrupted ? " (interrupted)" : "");
   if (!r.found.empty()) std::printf("%-13s %-30s %-34s %s\n", "class", "kernel", "shape", "replay");
   for (size_t i = 0; i < r.found.size(); ++i) {
     const RecordedVerdict& v = *r.found[i].file.verdict;
@@ -86,25 +87,30 @@ void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& 
       in_corpus += n;
     }
     std::printf(
-        "sync %s as %s: published %lld corpus entr(ies), %lld failure(s); imported %lld corpus entr(ies)%s%s%s "
+        "sync %s as %s: published %lld corpus entr(ies), %lld failure(s); imported %lld corpus "
+        "entr(ies)%s%s%s "
         "(%lld run by the workers), %zu failure(s); %lld round(s), %.2f s (%.2f s CPU)\n",
         o.sync_dir.c_str(), r.name.c_str(), (long long)st.published_corpus, (long long)st.published_failures,
         (long long)in_corpus, per.empty() ? "" : " (", per.c_str(), per.empty() ? "" : ")",
-        (long long)st.imported_inputs_run, r.imported.size(), (long long)st.rounds, st.seconds, st.cpu_seconds);
+        (long long)st.imported_inputs_run, r.imported.size(), (long long)st.rounds, st.seconds,
+        st.cpu_seconds);
   }
   const std::string ended = ended_text(r);
   std::printf("worker processes that died: %lld crash(es), %lld hang(s)%s%s\n", (long long)r.deaths.crashes,
               (long long)r.deaths.hangs, ended.empty() ? "" : ": ", ended.c_str());
   if (r.mps)
-    std::printf("MPS: %lld crash / hang / launch-error check(s) re-run alone, outside MPS (a failure they reproduced "
-                "is listed above)%s\n",
-                (long long)r.mps_rechecked,
-                r.mps_pending ? (", " + std::to_string(r.mps_pending) + " not re-run (time)").c_str() : "");
+    std::printf(
+        "MPS: %lld crash / hang / launch-error check(s) re-run alone, outside MPS (a failure they reproduced "
+        "is listed above)%s\n",
+        (long long)r.mps_rechecked,
+        r.mps_pending ? (", " + std::to_string(r.mps_pending) + " not re-run (time)").c_str() : "");
   if (!r.quarantined.empty())
     std::printf("quarantined (hung once%s, not run again): %s\n", r.mps ? ", or crashed under MPS" : "",
                 joined(r.quarantined).c_str());
-  if (!r.isolated.empty()) std::printf("isolated (launched in a forked child): %s\n", joined(r.isolated).c_str());
-  for (const Skipped& k : r.skipped) std::printf("skipped unreadable failure file (kept as it is): %s\n", k.why.c_str());
+  if (!r.isolated.empty())
+    std::printf("isolated (launched in a forked child): %s\n", joined(r.isolated).c_str());
+  for (const Skipped& k : r.skipped)
+    std::printf("skipped unreadable failure file (kept as it is): %s\n", k.why.c_str());
 }
 
 Json sync_json(const CampaignOptions& o, const Outcome& r) {
@@ -150,8 +156,9 @@ Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
     if (n > 0) per_kernel_ms[k] = 1000 * t / static_cast<double>(n);
   }
   camp["per_kernel_check_ms"] = per_kernel_ms;
-  camp["skipped_inputs"] = a.skipped;  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
-  camp["refusals"] = a.refusals;       // why kernels refused inputs (the first few distinct reasons per worker)
+  camp["skipped_inputs"] =
+      a.skipped;                  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
+  camp["refusals"] = a.refusals;  // why kernels refused inputs (the first few distinct reasons per worker)
   camp["failing_checks"] = a.failing;
   camp["failing_by_class"] = a.classes;
   camp["verdicts"] = a.verdicts;
@@ -186,7 +193,8 @@ Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
 }
 
 // summary.md: the campaign's counts, the failures imported and found, then the shared Markdown summary.
-std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Outcome& r, const RunRecord& rec) {
+std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Outcome& r,
+                             const RunRecord& rec) {
   const Aggregate& a = r.stats;
   const std::string ended = ended_text(r);
   std::ostringstream md;
@@ -201,8 +209,8 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
      << "- worker processes that died: " << r.deaths.crashes << " crash(es), " << r.deaths.hangs << " hang(s)"
      << (ended.empty() ? "" : ": " + markdown_escape(ended)) << "\n";
   if (!r.quarantined.empty())
-    md << "- quarantined (hung once" << (r.mps ? ", or crashed under MPS" : "") << ", not run again): "
-       << joined(r.quarantined) << "\n";
+    md << "- quarantined (hung once" << (r.mps ? ", or crashed under MPS" : "")
+       << ", not run again): " << joined(r.quarantined) << "\n";
   if (!r.isolated.empty()) md << "- isolated (launched in a forked child): " << joined(r.isolated) << "\n";
   for (const Skipped& k : r.skipped)
     md << "- **skipped unreadable failure file** (kept as it is): `" << k.path.string()
@@ -215,18 +223,18 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
       per += (per.empty() ? "" : ", ") + markdown_escape(from) + " " + std::to_string(n);
       in_corpus += n;
     }
-    md << "- sync `" << o.sync_dir << "` as **" << markdown_escape(r.name) << "**: published " << st.published_corpus
-       << " corpus entries and " << st.published_failures << " failures; imported " << in_corpus
-       << " corpus entries" << (per.empty() ? "" : " (" + per + ")") << ", " << st.imported_inputs_run
-       << " of them run by the workers, and " << r.imported.size() << " failures\n";
+    md << "- sync `" << o.sync_dir << "` as **" << markdown_escape(r.name) << "**: published "
+       << st.published_corpus << " corpus entries and " << st.published_failures << " failures; imported "
+       << in_corpus << " corpus entries" << (per.empty() ? "" : " (" + per + ")") << ", "
+       << st.imported_inputs_run << " of them run by the workers, and " << r.imported.size() << " failures\n";
   }
   md << "\n";
   if (!r.imported.empty()) {
     md << "Imported from other campaigns (first found there):\n\n| class | kernel | shape | found by |\n"
           "|---|---|---|---|\n";
     for (const ImportedFailure& f : r.imported)
-      md << "| " << failure_class_name(f.verdict.failure) << " | " << markdown_escape(f.verdict.kernel) << " | "
-         << markdown_escape(shape(f.the_case.problem)) << " | " << markdown_escape(f.from) << " |\n";
+      md << "| " << failure_class_name(f.verdict.failure) << " | " << markdown_escape(f.verdict.kernel)
+         << " | " << markdown_escape(shape(f.the_case.problem)) << " | " << markdown_escape(f.from) << " |\n";
     md << "\n";
   }
   if (!r.found.empty()) {
@@ -236,7 +244,8 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
          << markdown_escape(shape(e.the_case.problem)) << " | `" << e.replay_command << "` |\n";
     md << "\n";
   }
-  if (!rec.entries.empty()) md << markdown_summary(rec);  // the distinct failures replayed; none: no empty table
+  if (!rec.entries.empty())
+    md << markdown_summary(rec);  // the distinct failures replayed; none: no empty table
   return md.str();
 }
 
@@ -249,10 +258,11 @@ int exit_status(const CampaignOptions& o, const Outcome& r) {
       int64_t n = 0;
       for (const auto& [why, c] : a.refusals)
         if (c > n) most = why, n = c;
-      std::fprintf(stderr,
-                   "attn-fuzz: no case was checked: the selected kernels refused all %lld input(s) the campaign "
-                   "drew (see --max-seq / --max-d and what the kernels support: --list)%s%s\n",
-                   (long long)a.skipped, most.empty() ? "" : "; most often ", most.c_str());
+      std::fprintf(
+          stderr,
+          "attn-fuzz: no case was checked: the selected kernels refused all %lld input(s) the campaign "
+          "drew (see --max-seq / --max-d and what the kernels support: --list)%s%s\n",
+          (long long)a.skipped, most.empty() ? "" : "; most often ", most.c_str());
     } else  // e.g. --worker /bin/true
       std::fprintf(stderr, "attn-fuzz: no case was checked: the workers (%s) reported no check\n",
                    o.worker_binary.c_str());

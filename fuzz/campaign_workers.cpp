@@ -150,7 +150,8 @@ ForkScratch::ForkScratch(const Paths& p) : list_(p.work / "fork-scratch.txt") {
     const size_t at = d.rfind("FuzzWithFork");
     const long pid = at == std::string::npos ? 0 : std::atol(d.c_str() + at + 12);
     if (pid <= 0) continue;
-    std::string st;  // "pid (comm) state ...": none when gone; 'Z' for a zombie nobody reaped (attn-fuzz was killed)
+    std::string
+        st;  // "pid (comm) state ...": none when gone; 'Z' for a zombie nobody reaped (attn-fuzz was killed)
     std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), st);
     const size_t close = st.rfind(')');
     if (close == std::string::npos || (close + 2 < st.size() && st[close + 2] == 'Z')) fs::remove_all(d, ec);
@@ -196,10 +197,13 @@ void LogTail::poll(FuzzerLine& l) {
   }
 }
 
-// ------------------------------------------------------------------------------------------ fork-mode processes
+// ------------------------------------------------------------------------------------------ fork-mode
+// processes
 
 FuzzerProcesses::FuzzerProcesses(const CampaignOptions& o, const Paths& p)
-    : o_(o), p_(p), groups_(std::max<size_t>(1, o.gpu_ids.size())),
+    : o_(o),
+      p_(p),
+      groups_(std::max<size_t>(1, o.gpu_ids.size())),
       per_group_(std::max(1u, o.workers / static_cast<unsigned>(groups_))) {}
 
 void FuzzerProcesses::start(const fs::path& cfg_path, int lifeline, const MpsDaemon* mps,
@@ -252,7 +256,7 @@ bool FuzzerProcesses::reap() {
     if (r == m.pid) {
       m.done = true;
       m.status = st;
-      ::kill(-m.pid, SIGKILL);                   // any job the master left behind
+      ::kill(-m.pid, SIGKILL);                  // any job the master left behind
       fs::remove_all(scratch_->of(m.pid), ec);  // and its temporary directory
     } else {
       all_done = false;
@@ -293,7 +297,8 @@ void FuzzerProcesses::report_abnormal(bool stopped) {
     m.tail->poll(m.line);
     const bool ok = WIFEXITED(m.status) && WEXITSTATUS(m.status) == 0;
     if (!ok && !stopped)  // a process we stopped ends however its signal left it: not abnormal
-      std::fprintf(stderr, "attn-fuzz: a libFuzzer process ended abnormally (%s); its log: %s\n  last line: %s\n",
+      std::fprintf(stderr,
+                   "attn-fuzz: a libFuzzer process ended abnormally (%s); its log: %s\n  last line: %s\n",
                    WIFEXITED(m.status) ? ("exit " + std::to_string(WEXITSTATUS(m.status))).c_str()
                                        : ("signal " + std::to_string(WTERMSIG(m.status))).c_str(),
                    m.log.c_str(), m.tail->last().c_str());

@@ -60,7 +60,7 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
   big.max_batch = big.max_heads = big.max_seq = big.max_dim = big.max_work = int64_t{1} << 40;
   big.max_specials = big.max_special_count = big.max_explicit = int64_t{1} << 30;
   big.domain = cf.the_case.values.domain;  // shrinking keeps the recorded value domain
-  big.dtype = cf.the_case.problem.dtype;  // and the dtype
+  big.dtype = cf.the_case.problem.dtype;   // and the dtype
   big.passes = static_cast<uint8_t>(1u << static_cast<int>(cf.the_case.pass));  // and the recorded pass
   const CaseDomain dom(big);
   int checks = 1;

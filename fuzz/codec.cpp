@@ -335,6 +335,8 @@ void write_sequences(Writer& w, const Case& c) {
 
 }  // namespace
 
+// One function of ~150 lines on purpose: it is the byte format, read field by field in the order encode()
+// writes them; split up, the order (which is the format) would no longer be readable in one place.
 FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   Reader r(data, size);
   const Fields f(lim);

@@ -61,8 +61,8 @@ Case reshape(const Case& c, Problem np) {
               o.v[static_cast<size_t>(v_index(p, b, s, h, d))];
       }
   }
-  if (np.batch == p.batch && np.seq_q == p.seq_q && np.heads_q == p.heads_q && np.head_dim_v == p.head_dim_v &&
-      o_elements(np) == o_elements(p))
+  if (np.batch == p.batch && np.seq_q == p.seq_q && np.heads_q == p.heads_q &&
+      np.head_dim_v == p.head_dim_v && o_elements(np) == o_elements(p))
     e.dout = o.dout;  // dO keeps its place when O's shape does; otherwise it comes from the seed again
   n.explicit_values = std::move(e);
   return n;
@@ -137,7 +137,7 @@ void mutate_sequences(Case& c, Rng& rng, const FuzzLimits& lim) {
   const bool seqs = has_sequences(p);
   const uint64_t what = seqs ? rng.below(4) : 0;
   c.explicit_values.reset();  // explicit values of a sequence layout are not encoded
-  if (what == 0) {  // a layout with a list from the case space
+  if (what == 0) {            // a layout with a list from the case space
     const auto lists = space::seq_length_lists(lim.max_seq);
     std::vector<int64_t> l = lists[rng.below(lists.size())];
     if (static_cast<int64_t>(l.size()) > lim.max_batch) l.resize(static_cast<size_t>(lim.max_batch));
@@ -204,6 +204,247 @@ void set_window_side(Rng& rng, const Problem& p, int64_t& side) {
   side = cand[rng.below(8)];
 }
 
+// One mutation step's working state: the case, the problem being changed (applied after the step) and the
+// shape it is reshaped to.
+struct Step {
+  Case& c;
+  Problem p;
+  int64_t b, hq, hkv, sq, sk, d, dv;
+  bool reshape_needed = false;
+};
+
+// Steps 0-3: Sq, Sk, head dims, heads and batch (the new shape is applied after the step).
+void shape_step(uint64_t op, Step& ws, Rng& rng, const FuzzLimits& lim) {
+  int64_t &b = ws.b, &hq = ws.hq, &hkv = ws.hkv, &sq = ws.sq, &sk = ws.sk, &d = ws.d, &dv = ws.dv;
+  bool& reshape_needed = ws.reshape_needed;
+  switch (op) {
+    case 0:  // Sq near a tile boundary, +-1, decode
+      switch (rng.below(4)) {
+        case 0:
+          sq = near_tile(rng, lim.max_seq);
+          break;
+        case 1:
+          sq = std::max<int64_t>(1, sq + (rng.below(2) ? 1 : -1));
+          break;
+        case 2:
+          sq = 1;
+          break;
+        default:
+          sq = pick(rng, space::edge_seq_lengths(lim.max_seq));
+      }
+      reshape_needed = true;
+      break;
+    case 1:  // Sk: tile boundary, relative to Sq, 0
+      switch (rng.below(5)) {
+        case 0:
+          sk = near_tile(rng, lim.max_seq);
+          break;
+        case 1:
+          sk = std::max<int64_t>(0, sk + (rng.below(2) ? 1 : -1));
+          break;
+        case 2:
+          sk = std::clamp<int64_t>(sq + static_cast<int64_t>(rng.below(5)) - 2, 0, lim.max_seq);
+          break;
+        case 3:
+          sk = rng.below(4) == 0 ? 0 : std::min(lim.max_seq, sq + pick(rng, space::tile_sizes()));
+          break;
+        default:
+          sk = pick(rng, space::edge_seq_lengths(lim.max_seq));
+      }
+      reshape_needed = true;
+      break;
+    case 2:  // head dims: vector-width tails, edge dims, Dv != D
+      switch (rng.below(4)) {
+        case 0:
+          d = near_vector(rng, lim.max_dim);
+          break;
+        case 1:
+          d = pick(rng, space::edge_head_dims(lim.max_dim));
+          break;
+        case 2:
+          dv = rng.below(2) ? d : pick(rng, space::edge_head_dims(lim.max_dim));
+          break;
+        default:
+          d = std::clamp<int64_t>(d + (rng.below(2) ? 1 : -1), 1, lim.max_dim);
+      }
+      reshape_needed = true;
+      break;
+    case 3: {  // heads and batch
+      const auto heads = head_menu(lim);
+      std::tie(hq, hkv) = heads[rng.below(heads.size())];
+      if (rng.below(3) == 0) b = 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(lim.max_batch)));
+      reshape_needed = true;
+      break;
+    }
+  }
+}
+
+// Steps 4-5: mask kind and alignment, window sides.
+void mask_step(uint64_t op, Step& ws, Rng& rng) {
+  Problem& p = ws.p;
+  switch (op) {
+    case 4: {  // mask kind and alignment from the case space, or flip the alignment
+      if (rng.below(3) == 0 && p.mask_kind != AF_MASK_NONE) {
+        p.mask_align = p.mask_align == AF_ALIGN_TOP_LEFT ? AF_ALIGN_BOTTOM_RIGHT : AF_ALIGN_TOP_LEFT;
+      } else {
+        const auto& masks = space::mask_forms();
+        (void)parse_mask(masks[rng.below(masks.size())], p);
+      }
+      break;
+    }
+    case 5:  // window sides near tile sizes, zero, unbounded, |Sk - Sq|
+      p.mask_kind = AF_MASK_WINDOW;
+      if (rng.below(4) == 0) p.mask_align = rng.below(2) ? AF_ALIGN_BOTTOM_RIGHT : AF_ALIGN_TOP_LEFT;
+      if (p.window_left < -1) p.window_left = AF_UNBOUNDED;
+      set_window_side(rng, p, rng.below(2) ? p.window_left : p.window_right);
+      break;
+  }
+}
+
+// Steps 6-9: magnitudes and distribution, scale, special values added, changed or removed.
+void values_step(uint64_t op, Step& ws, Rng& rng, const FuzzLimits& lim) {
+  Case& c = ws.c;
+  Problem& p = ws.p;
+  switch (op) {
+    case 6: {  // magnitudes: extreme scores around the exp overflow edge, or the plain parameter
+      auto& dist = c.values.dist;
+      if (rng.below(2)) {
+        dist = {Distribution::kExtreme,
+                space::extreme_magnitudes()[rng.below(space::extreme_magnitudes().size())]};
+      } else if (rng.below(2)) {
+        dist.param = std::ldexp(dist.param, static_cast<int>(rng.below(9)) - 4);
+      } else {
+        dist.kind = static_cast<Distribution>(rng.below(p.dtype == AF_DTYPE_F32 ? 3 : 4));
+        const auto& m = param_menu(dist.kind);
+        dist.param = m[rng.below(m.size())];
+      }
+      if (!(dist.param > 0) || !std::isfinite(dist.param)) dist.param = 1;
+      break;
+    }
+    case 7:  // scale
+      switch (rng.below(4)) {
+        case 0:
+          p.scale = default_scale(p.head_dim);
+          break;
+        case 1:
+          p.scale = p.scale * (rng.below(2) ? 2.f : 0.5f);
+          break;
+        case 2:
+          p.scale = scale_menu()[rng.below(scale_menu().size())];
+          break;
+        default:
+          p.scale = -p.scale;
+      }
+      if (!std::isfinite(p.scale)) p.scale = default_scale(p.head_dim);
+      break;
+    case 8:  // add a special value (kind and placement from the case space)
+      if (static_cast<int64_t>(c.values.specials.size()) < lim.max_specials)
+        c.values.specials.push_back(random_special(rng, p));
+      break;
+    case 9:  // change or remove a special value
+      if (!c.values.specials.empty()) {
+        auto& s = c.values.specials[rng.below(c.values.specials.size())];
+        switch (rng.below(5)) {
+          case 0:
+            c.values.specials.erase(c.values.specials.begin() + (&s - c.values.specials.data()));
+            break;
+          case 1:
+            s.placement = static_cast<Placement>(rng.below(4));
+            break;
+          case 2:
+            s.tensor = static_cast<Tensor>(rng.below(3));
+            break;
+          case 3:
+            s.kind = space::special_kinds()[rng.below(space::special_kinds().size())];
+            break;
+          default:
+            s.count = 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(lim.max_special_count)));
+        }
+      } else {
+        c.values.specials.push_back(random_special(rng, p));
+      }
+      break;
+  }
+}
+
+// Steps 12-13: padded strides; dtype, fp8 descales or the dtype's stress inputs.
+void layout_dtype_step(uint64_t op, Step& ws, Rng& rng, const FuzzLimits& lim) {
+  Case& c = ws.c;
+  Problem& p = ws.p;
+  switch (op) {
+    case 12:  // layout: padded rows / heads, or back to contiguous
+      if (rng.below(2)) {
+        set_contiguous_strides(p);
+      } else {
+        const int64_t pad = 1 + static_cast<int64_t>(rng.below(8));
+        struct Layout {
+          int64_t* st;
+          int64_t dim, h, s;
+        };
+        for (const Layout& l : {Layout{p.q_stride, p.head_dim, p.heads_q, p.seq_q},
+                                Layout{p.k_stride, p.head_dim, p.heads_kv, p.seq_k},
+                                Layout{p.v_stride, p.head_dim_v, p.heads_kv, p.seq_k},
+                                Layout{p.o_stride, p.head_dim_v, p.heads_q, p.seq_q}}) {
+          int64_t* st = l.st;
+          const int64_t dim = l.dim, h = l.h, s = l.s;
+          st[2] = dim + pad;
+          st[1] = h * st[2];
+          st[0] = std::max<int64_t>(s, 1) * st[1];
+        }
+      }
+      break;
+    case 13:  // dtype (unless the limits fix it), fp8 descales, or the dtype's stress inputs (case.h space::)
+      switch (rng.below(3)) {
+        case 0:
+          if (lim.dtype < 0) p.dtype = space::dtypes()[rng.below(space::dtypes().size())];
+          break;
+        case 1:
+          if (fp8(p.dtype)) {
+            const auto& dm = space::fp8_descales();
+            float* f[] = {&p.q_descale, &p.k_descale, &p.v_descale};
+            *f[rng.below(3)] = dm[rng.below(dm.size())];
+            if (rng.below(2)) p.o_scale = o_scale_menu()[rng.below(o_scale_menu().size())];
+          }
+          break;
+        default: {
+          const auto ext = space::lowp_extreme_magnitudes(p.dtype);
+          const auto uni = space::lowp_uniform_widths(p.dtype);
+          if (!ext.empty() && rng.below(2))
+            c.values.dist = {Distribution::kExtreme, ext[rng.below(ext.size())]};
+          else if (!uni.empty())
+            c.values.dist = {Distribution::kUniform, uni[rng.below(uni.size())]};
+        }
+      }
+      if (!fp8(p.dtype)) p.q_descale = p.k_descale = p.v_descale = p.o_scale = 1.0f;
+      break;
+  }
+}
+
+// The other steps: explicit values nudged or dropped, rarely materialized, else a new seed.
+void explicit_step(Step& ws, Rng& rng) {
+  Case& c = ws.c;
+  Problem& p = ws.p;
+  if (c.explicit_values) {
+    if (rng.below(4) == 0) {
+      c.explicit_values.reset();
+    } else {
+      auto& e = *c.explicit_values;
+      std::vector<float>* vs[] = {&e.q, &e.k, &e.v};
+      auto& v = *vs[rng.below(3)];
+      if (!v.empty()) {
+        float& x = v[rng.below(v.size())];
+        static const float kSpecial[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 1e30f, 1e-40f};
+        x = rng.below(2) ? kSpecial[rng.below(7)]
+                         : x * static_cast<float>(std::ldexp(1.0, int(rng.below(9)) - 4));
+      }
+    }
+  } else if (rng.below(8) == 0 && q_elements(p) + k_elements(p) + v_elements(p) <= 4096) {
+    c = materialize(c);
+  } else {
+    c.seed = rng.next();
+  }
+}
+
 }  // namespace
 
 FuzzInput CaseDomain::init(Rng& rng) const {
@@ -232,10 +473,11 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
   const int steps = 1 + static_cast<int>(rng.below(3));
   for (int step = 0; step < steps; ++step) {
     Case& c = in.the_case;
-    Problem p = c.problem;
-    int64_t b = p.batch, hq = p.heads_q, hkv = p.heads_kv, sq = p.seq_q, sk = p.seq_k, d = p.head_dim,
-            dv = p.head_dim_v;
-    bool reshape_needed = false;
+    const Problem& cp = c.problem;
+    Step ws{c, cp, cp.batch, cp.heads_q, cp.heads_kv, cp.seq_q, cp.seq_k, cp.head_dim, cp.head_dim_v};
+    Problem& p = ws.p;
+    int64_t &b = ws.b, &hq = ws.hq, &hkv = ws.hkv, &sq = ws.sq, &sk = ws.sk, &d = ws.d, &dv = ws.dv;
+    bool& reshape_needed = ws.reshape_needed;
     // Steps 0-12 and 14 are those of before issue 13; 13 changes the dtype (not under a fixed f32 campaign,
     // whose draws stay as before); 15 changes the sequence layout (issue 15).
     uint64_t op = rng.below(lim_.dtype == AF_DTYPE_F32 ? 15 : 16);
@@ -245,136 +487,25 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
         mutate_sequences(c, rng, lim_);
         p = c.problem;
         break;
-      case 0:  // Sq near a tile boundary, +-1, decode
-        switch (rng.below(4)) {
-          case 0:
-            sq = near_tile(rng, lim_.max_seq);
-            break;
-          case 1:
-            sq = std::max<int64_t>(1, sq + (rng.below(2) ? 1 : -1));
-            break;
-          case 2:
-            sq = 1;
-            break;
-          default:
-            sq = pick(rng, space::edge_seq_lengths(lim_.max_seq));
-        }
-        reshape_needed = true;
+      case 0:
+      case 1:
+      case 2:
+      case 3:
+        shape_step(op, ws, rng, lim_);
         break;
-      case 1:  // Sk: tile boundary, relative to Sq, 0
-        switch (rng.below(5)) {
-          case 0:
-            sk = near_tile(rng, lim_.max_seq);
-            break;
-          case 1:
-            sk = std::max<int64_t>(0, sk + (rng.below(2) ? 1 : -1));
-            break;
-          case 2:
-            sk = std::clamp<int64_t>(sq + static_cast<int64_t>(rng.below(5)) - 2, 0, lim_.max_seq);
-            break;
-          case 3:
-            sk = rng.below(4) == 0 ? 0 : std::min(lim_.max_seq, sq + pick(rng, space::tile_sizes()));
-            break;
-          default:
-            sk = pick(rng, space::edge_seq_lengths(lim_.max_seq));
-        }
-        reshape_needed = true;
+      case 4:
+      case 5:
+        mask_step(op, ws, rng);
         break;
-      case 2:  // head dims: vector-width tails, edge dims, Dv != D
-        switch (rng.below(4)) {
-          case 0:
-            d = near_vector(rng, lim_.max_dim);
-            break;
-          case 1:
-            d = pick(rng, space::edge_head_dims(lim_.max_dim));
-            break;
-          case 2:
-            dv = rng.below(2) ? d : pick(rng, space::edge_head_dims(lim_.max_dim));
-            break;
-          default:
-            d = std::clamp<int64_t>(d + (rng.below(2) ? 1 : -1), 1, lim_.max_dim);
-        }
-        reshape_needed = true;
+      case 6:
+      case 7:
+      case 8:
+      case 9:
+        values_step(op, ws, rng, lim_);
         break;
-      case 3: {  // heads and batch
-        const auto heads = head_menu(lim_);
-        std::tie(hq, hkv) = heads[rng.below(heads.size())];
-        if (rng.below(3) == 0) b = 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(lim_.max_batch)));
-        reshape_needed = true;
-        break;
-      }
-      case 4: {  // mask kind and alignment from the case space, or flip the alignment
-        if (rng.below(3) == 0 && p.mask_kind != AF_MASK_NONE) {
-          p.mask_align = p.mask_align == AF_ALIGN_TOP_LEFT ? AF_ALIGN_BOTTOM_RIGHT : AF_ALIGN_TOP_LEFT;
-        } else {
-          const auto& masks = space::mask_forms();
-          (void)parse_mask(masks[rng.below(masks.size())], p);
-        }
-        break;
-      }
-      case 5:  // window sides near tile sizes, zero, unbounded, |Sk - Sq|
-        p.mask_kind = AF_MASK_WINDOW;
-        if (rng.below(4) == 0) p.mask_align = rng.below(2) ? AF_ALIGN_BOTTOM_RIGHT : AF_ALIGN_TOP_LEFT;
-        if (p.window_left < -1) p.window_left = AF_UNBOUNDED;
-        set_window_side(rng, p, rng.below(2) ? p.window_left : p.window_right);
-        break;
-      case 6: {  // magnitudes: extreme scores around the exp overflow edge, or the plain parameter
-        auto& dist = c.values.dist;
-        if (rng.below(2)) {
-          dist = {Distribution::kExtreme,
-                  space::extreme_magnitudes()[rng.below(space::extreme_magnitudes().size())]};
-        } else if (rng.below(2)) {
-          dist.param = std::ldexp(dist.param, static_cast<int>(rng.below(9)) - 4);
-        } else {
-          dist.kind = static_cast<Distribution>(rng.below(p.dtype == AF_DTYPE_F32 ? 3 : 4));
-          const auto& m = param_menu(dist.kind);
-          dist.param = m[rng.below(m.size())];
-        }
-        if (!(dist.param > 0) || !std::isfinite(dist.param)) dist.param = 1;
-        break;
-      }
-      case 7:  // scale
-        switch (rng.below(4)) {
-          case 0:
-            p.scale = default_scale(p.head_dim);
-            break;
-          case 1:
-            p.scale = p.scale * (rng.below(2) ? 2.f : 0.5f);
-            break;
-          case 2:
-            p.scale = scale_menu()[rng.below(scale_menu().size())];
-            break;
-          default:
-            p.scale = -p.scale;
-        }
-        if (!std::isfinite(p.scale)) p.scale = default_scale(p.head_dim);
-        break;
-      case 8:  // add a special value (kind and placement from the case space)
-        if (static_cast<int64_t>(c.values.specials.size()) < lim_.max_specials)
-          c.values.specials.push_back(random_special(rng, p));
-        break;
-      case 9:  // change or remove a special value
-        if (!c.values.specials.empty()) {
-          auto& s = c.values.specials[rng.below(c.values.specials.size())];
-          switch (rng.below(5)) {
-            case 0:
-              c.values.specials.erase(c.values.specials.begin() + (&s - c.values.specials.data()));
-              break;
-            case 1:
-              s.placement = static_cast<Placement>(rng.below(4));
-              break;
-            case 2:
-              s.tensor = static_cast<Tensor>(rng.below(3));
-              break;
-            case 3:
-              s.kind = space::special_kinds()[rng.below(space::special_kinds().size())];
-              break;
-            default:
-              s.count = 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(lim_.max_special_count)));
-          }
-        } else {
-          c.values.specials.push_back(random_special(rng, p));
-        }
+      case 12:
+      case 13:
+        layout_dtype_step(op, ws, rng, lim_);
         break;
       case 10:
         c.seed = rng.next();
@@ -382,71 +513,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       case 11:
         in.kernel = static_cast<uint32_t>(rng.below(256));
         break;
-      case 12:  // layout: padded rows / heads, or back to contiguous
-        if (rng.below(2)) {
-          set_contiguous_strides(p);
-        } else {
-          const int64_t pad = 1 + static_cast<int64_t>(rng.below(8));
-          struct Layout {
-            int64_t* st;
-            int64_t dim, h, s;
-          };
-          for (const Layout& l : {Layout{p.q_stride, p.head_dim, p.heads_q, p.seq_q},
-                                  Layout{p.k_stride, p.head_dim, p.heads_kv, p.seq_k},
-                                  Layout{p.v_stride, p.head_dim_v, p.heads_kv, p.seq_k},
-                                  Layout{p.o_stride, p.head_dim_v, p.heads_q, p.seq_q}}) {
-            int64_t* st = l.st;
-            const int64_t dim = l.dim, h = l.h, s = l.s;
-            st[2] = dim + pad;
-            st[1] = h * st[2];
-            st[0] = std::max<int64_t>(s, 1) * st[1];
-          }
-        }
-        break;
-      case 13:  // dtype (unless the limits fix it), fp8 descales, or the dtype's stress inputs (case.h space::)
-        switch (rng.below(3)) {
-          case 0:
-            if (lim_.dtype < 0) p.dtype = space::dtypes()[rng.below(space::dtypes().size())];
-            break;
-          case 1:
-            if (fp8(p.dtype)) {
-              const auto& dm = space::fp8_descales();
-              float* f[] = {&p.q_descale, &p.k_descale, &p.v_descale};
-              *f[rng.below(3)] = dm[rng.below(dm.size())];
-              if (rng.below(2)) p.o_scale = o_scale_menu()[rng.below(o_scale_menu().size())];
-            }
-            break;
-          default: {
-            const auto ext = space::lowp_extreme_magnitudes(p.dtype);
-            const auto uni = space::lowp_uniform_widths(p.dtype);
-            if (!ext.empty() && rng.below(2))
-              c.values.dist = {Distribution::kExtreme, ext[rng.below(ext.size())]};
-            else if (!uni.empty())
-              c.values.dist = {Distribution::kUniform, uni[rng.below(uni.size())]};
-          }
-        }
-        if (!fp8(p.dtype)) p.q_descale = p.k_descale = p.v_descale = p.o_scale = 1.0f;
-        break;
-      default:  // explicit values: nudge one, drop them, or (rarely) materialize
-        if (c.explicit_values) {
-          if (rng.below(4) == 0) {
-            c.explicit_values.reset();
-          } else {
-            auto& e = *c.explicit_values;
-            std::vector<float>* vs[] = {&e.q, &e.k, &e.v};
-            auto& v = *vs[rng.below(3)];
-            if (!v.empty()) {
-              float& x = v[rng.below(v.size())];
-              static const float kSpecial[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 1e30f, 1e-40f};
-              x = rng.below(2) ? kSpecial[rng.below(7)]
-                               : x * static_cast<float>(std::ldexp(1.0, int(rng.below(9)) - 4));
-            }
-          }
-        } else if (rng.below(8) == 0 && q_elements(p) + k_elements(p) + v_elements(p) <= 4096) {
-          c = materialize(c);
-        } else {
-          c.seed = rng.next();
-        }
+      default:
+        explicit_step(ws, rng);
     }
     if (__builtin_popcount(lim_.passes) > 1 && rng.below(8) == 0) {  // another allowed pass
       const int now = static_cast<int>(c.pass);
@@ -515,6 +583,8 @@ FuzzInput CaseDomain::cross_over(const FuzzInput& a, const FuzzInput& b, Rng& rn
   return out;
 }
 
+// One function of ~160 lines on purpose: the candidates form one list, simplest first, and the minimizer
+// takes the first that still fails; split up, that order would be spread over several functions.
 std::vector<Case> CaseDomain::shrinks(const Case& c) const {
   std::vector<Case> out;
   const Problem& p = c.problem;
@@ -538,7 +608,8 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
     auto seq = [&](auto change) {
       Case n = c;
       change(n);
-      if (set_sequence_fields(n).empty() && attnfuzz::validate(n).empty() && !(n.seqs == c.seqs && n.problem.batch == B))
+      if (set_sequence_fields(n).empty() && attnfuzz::validate(n).empty() &&
+          !(n.seqs == c.seqs && n.problem.batch == B))
         out.push_back(std::move(n));
     };
     for (int64_t drop = B - 1; drop >= 0 && B > 1; --drop)
@@ -581,7 +652,8 @@ std::vector<Case> CaseDomain::shrinks(const Case& c) const {
     shape(B, Hq / Hk, 1, Sq, Sk, D, Dv);
     for (int64_t sq : {int64_t{1}, Sq / 2, Sq - 1}) shape(B, Hq, Hk, sq, Sk, D, Dv);
     for (int64_t sk : {int64_t{1}, Sk / 2, Sk - 1, Sq}) shape(B, Hq, Hk, Sq, sk, D, Dv);
-    for (int64_t sq : {Sq / 2, Sq - 1}) shape(B, Hq, Hk, sq, std::min(Sk, sq), D, Dv);  // both shrink together
+    for (int64_t sq : {Sq / 2, Sq - 1})
+      shape(B, Hq, Hk, sq, std::min(Sk, sq), D, Dv);  // both shrink together
     for (int64_t d : {int64_t{1}, D / 2, D - 1}) shape(B, Hq, Hk, Sq, Sk, d, Dv == D ? d : Dv);
     for (int64_t dv : {int64_t{1}, Dv / 2, Dv - 1, D}) shape(B, Hq, Hk, Sq, Sk, D, dv);
   }

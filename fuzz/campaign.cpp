@@ -60,8 +60,7 @@ std::string read_all(const fs::path& p) {
 }
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  write_file_atomically(p, {reinterpret_cast<const char*>(b.data()), b.size()});
 }
 
 std::string shape(const Problem& p) {

@@ -167,32 +167,9 @@ std::string failure_key(const RecordedVerdict& v) {
 
 bool publish_file(const fs::path& dir, const std::string& name, const std::string& text,
                   const struct timespec* mtime) {
-  static std::atomic<uint64_t> counter{0};
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const fs::path tmp = dir / ("." + name + "." + host_name() + "." + std::to_string(::getpid()) + "." +
-                              std::to_string(counter++));
-  const int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  size_t done = 0;
-  bool ok = true;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      ok = false;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (ok && mtime) {
-    const struct timespec ts[2] = {*mtime, *mtime};
-    ::futimens(fd, ts);
-  }
-  if (::close(fd) != 0) ok = false;
-  if (ok && ::rename(tmp.c_str(), (dir / name).c_str()) != 0) ok = false;
-  if (!ok) ::unlink(tmp.c_str());
-  return ok;
+  return write_file_atomically(dir / name, text, mtime).empty();
 }
 
 // ------------------------------------------------------------------------------------------------ Sync

@@ -459,7 +459,8 @@ TEST_P(AdapterCampaignEnd, NoProcessOfItOutlivesAttnFuzz) {
   std::ifstream logf(out + ".log");
   const std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
   if (sig == SIGKILL) EXPECT_TRUE(WIFSIGNALED(st)) << log;
-  else EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) <= 1) << st << "\n" << log;
+  else if (sig) EXPECT_TRUE(WIFEXITED(st)) << st << "\n" << log;  // (2 when the hung launch was all it ran)
+  else EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << "\n" << log;
   // The ending is asynchronous after kill -9 (workers see their lifeline close, then the adapters' guardians
   // theirs): give it time on a loaded machine.
   auto left = marked(mark);

@@ -254,6 +254,27 @@ std::vector<pid_t> fork_jobs(pid_t master) {
   return jobs;
 }
 
+// A campaign killed outright leaves the inputs its fork-mode jobs found since their last merge in the jobs'
+// corpus directories (`C<job>/` of libFuzzer's fork scratch `dir`): copied into `inputs` before the scratch is
+// removed, they are fuzzed again and become corpus files like any new input (issue 27: kill -9 lost them).
+void salvage_fork_scratch(const fs::path& dir, const fs::path& inputs) {
+  std::error_code ec;
+  for (const auto& job : fs::directory_iterator(dir, ec)) {
+    const std::string n = job.path().filename().string();
+    if (n.size() < 2 || n[0] != 'C' || n.find_first_not_of("0123456789", 1) != std::string::npos) continue;
+    std::error_code jec;
+    for (const auto& e : fs::directory_iterator(job.path(), jec)) {
+      std::error_code fec;
+      const fs::path to = inputs / e.path().filename();
+      if (e.is_regular_file(fec) && e.path().filename().string()[0] != '.' && !fs::exists(to, fec))
+        write_bytes(to, [&] {
+          const std::string b = read_all(e.path());
+          return std::vector<uint8_t>(b.begin(), b.end());
+        }());
+    }
+  }
+}
+
 // Processes other than this one that have `lock` open (a campaign's processes inherit its descriptor).
 std::vector<pid_t> lock_holders(const fs::path& lock) {
   std::vector<pid_t> pids;
@@ -537,7 +558,10 @@ int run_campaign(const CampaignOptions& o) {
     std::string st;  // "pid (comm) state ...": none when gone; 'Z' for a zombie nobody reaped (attn-fuzz was killed)
     std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), st);
     const size_t close = st.rfind(')');
-    if (close == std::string::npos || (close + 2 < st.size() && st[close + 2] == 'Z')) fs::remove_all(d, ec);
+    if (close == std::string::npos || (close + 2 < st.size() && st[close + 2] == 'Z')) {
+      salvage_fork_scratch(d, inputs);
+      fs::remove_all(d, ec);
+    }
   }
   // --mps: one private MPS daemon for all GPU groups (fuzz/mps.h), stopped when the campaign ends.
   std::unique_ptr<MpsDaemon> mps;

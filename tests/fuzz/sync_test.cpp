@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -124,24 +125,27 @@ TEST(Sync, FailuresAreDeduplicatedAcrossCampaigns) {
   a.add_failure(failure_file(10, "k0", FailureClass::kMask, "mask:compare"));
   a.add_failure(failure_file(11, "k1", FailureClass::kNonFinite, "non-finite:compare"));
   b.add_failure(failure_file(12, "k0", FailureClass::kMask, "mask:compare"));
-  Sync sa(a.cfg), sb(b.cfg), sc(c.cfg);
-  for (Sync* s : {&sa, &sb, &sc}) s->start();
+  Sync sa(a.cfg), sb(b.cfg);
+  auto sc = std::make_unique<Sync>(c.cfg);
+  for (Sync* s : {&sa, &sb, sc.get()}) s->start();
   for (int i = 0; i < 2; ++i)
-    for (Sync* s : {&sa, &sb, &sc}) s->round();
+    for (Sync* s : {&sa, &sb, sc.get()}) s->round();
   // a imports nothing (it has both keys); b imports only the key it lacks; c imports each key once
   EXPECT_TRUE(sa.imported_failures().empty());
   const auto ib = sb.imported_failures();
   ASSERT_EQ(ib.size(), 1u);
   EXPECT_EQ(ib[0].verdict.kernel, "k1");
   EXPECT_EQ(ib[0].from, "a");
-  const auto ic = sc.imported_failures();
+  const auto ic = sc->imported_failures();
   ASSERT_EQ(ic.size(), 2u);
   std::set<std::string> keys;
   for (const auto& f : ic) keys.insert(failure_key(f.verdict));
   EXPECT_EQ(keys.size(), 2u);
   // the imported keys are claimed: a local worker's save_failure of the same key is a duplicate
   for (const auto& f : ic) EXPECT_TRUE(fs::exists(c.out / "work" / "dedup" / failure_key(f.verdict)));
-  // resume: a new Sync over the same OUT re-claims the imported keys after the campaign cleared work/dedup
+  // resume: a new Sync over the same OUT re-claims the imported keys after the campaign cleared work/dedup (the
+  // first one has ended: a live campaign's name is not taken twice)
+  sc.reset();
   fs::remove_all(c.out / "work" / "dedup");
   fs::create_directories(c.out / "work" / "dedup");
   Sync sc2(c.cfg);

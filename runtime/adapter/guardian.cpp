@@ -181,6 +181,7 @@ void default_signals() {
     const int sig = WTERMSIG(status);
     rlimit none{0, 0};
     ::setrlimit(RLIMIT_CORE, &none);
+    ::prctl(PR_SET_DUMPABLE, 0);  // no core of this process (a core_pattern pipe ignores RLIMIT_CORE)
     ::signal(sig, SIG_DFL);
     ::kill(me, sig);
     ::_exit(128 + sig);

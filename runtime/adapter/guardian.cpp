@@ -145,6 +145,12 @@ void default_signals() {
   ::setpgid(cmd, cmd);
   for (int fd : {in, out, err})
     if (fd > 2) ::close(fd);
+  // The caller's stdin / stdout / stderr are not held here (a reader of the caller's output sees its end when
+  // the caller ends, not when this watch does).
+  if (const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC); null >= 0) {
+    for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
+    if (null > 2) ::close(null);
+  }
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cmd, 0));
   int status = 0;
   bool ended = false;  // the shell ended by itself (its status is relayed)

@@ -17,8 +17,7 @@ std::string hex16(uint64_t h) {
 }
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  write_file_atomically(p, {reinterpret_cast<const char*>(b.data()), b.size()});
 }
 
 // The kernel index (into the selection) an input should select for a corpus case: its fuzz label or its

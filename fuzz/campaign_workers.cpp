@@ -130,6 +130,26 @@ Lifeline::~Lifeline() {
 
 // ------------------------------------------------------------------------------------------ fork scratch
 
+namespace {
+// A campaign killed outright leaves the inputs its fork-mode jobs found since their last merge in the jobs'
+// corpus directories (`C<job>/` of libFuzzer's fork scratch `dir`): copied into `inputs` before the scratch is
+// removed, they are fuzzed again and become corpus files like any new input (issue 27: kill -9 lost them).
+void salvage_fork_scratch(const fs::path& dir, const fs::path& inputs) {
+  std::error_code ec;
+  for (const auto& job : fs::directory_iterator(dir, ec)) {
+    const std::string n = job.path().filename().string();
+    if (n.size() < 2 || n[0] != 'C' || n.find_first_not_of("0123456789", 1) != std::string::npos) continue;
+    std::error_code jec;
+    for (const auto& e : fs::directory_iterator(job.path(), jec)) {
+      std::error_code fec;
+      const fs::path to = inputs / e.path().filename();
+      if (e.is_regular_file(fec) && e.path().filename().string()[0] != '.' && !fs::exists(to, fec))
+        fs::copy_file(e.path(), to, fec);  // (no worker runs yet: nobody reads inputs/ meanwhile)
+    }
+  }
+}
+}  // namespace
+
 ForkScratch::ForkScratch(const Paths& p) : list_(p.work / "fork-scratch.txt") {
   // libFuzzer's fork mode keeps every job's new inputs and their features as files in a temporary directory
   // (TMPDIR, default /tmp) and deletes them after each merge: scratch files, created and deleted by the
@@ -154,7 +174,10 @@ ForkScratch::ForkScratch(const Paths& p) : list_(p.work / "fork-scratch.txt") {
         st;  // "pid (comm) state ...": none when gone; 'Z' for a zombie nobody reaped (attn-fuzz was killed)
     std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), st);
     const size_t close = st.rfind(')');
-    if (close == std::string::npos || (close + 2 < st.size() && st[close + 2] == 'Z')) fs::remove_all(d, ec);
+    if (close == std::string::npos || (close + 2 < st.size() && st[close + 2] == 'Z')) {
+      salvage_fork_scratch(d, p.inputs);
+      fs::remove_all(d, ec);
+    }
   }
 }
 

@@ -562,7 +562,8 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
       } else if (lo.launch.message.rfind("memory grows", 0) == 0) {
         fail(FailureClass::kCrash, "the kernel leaks: " + lo.launch.message);
       } else {
-        fail(FailureClass::kCrash, "the kernel crashed: " + lo.launch.message);
+        const std::string& m = lo.launch.message;  // the device may already say it ("the kernel crashed: signal 11")
+        fail(FailureClass::kCrash, m.rfind("the kernel crashed", 0) == 0 ? m : "the kernel crashed: " + m);
       }
       break;
     case LaunchStatus::kHang: fail(FailureClass::kHang, "the kernel hung: " + lo.launch.message); break;

@@ -4,7 +4,8 @@
         bad-json, bad-shape, bad-dtype, truncated, wrong-id, huge-header, stdout-print, raise, no-hello,
         bad-hello, flaky (crashes on every 3rd run and computes correctly otherwise), v1 (a correct kernel
         declared as before f16 / bf16 / backward existed: no dtypes, no backward), f16-as-f32 (declares f16,
-        answers O in f32), bwd-no-dtypes (declares f32 + f16 and a backward, without backward_dtypes)
+        answers O in f32), bwd-no-dtypes (declares f32 + f16 and a backward, without backward_dtypes),
+        dup-names, neg-max-d, zero-multiple, named-all (hello declarations the tool refuses)
 The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
 """
 
@@ -42,7 +43,16 @@ def main():
                 decl["dtypes"] = ["f16"]
             if MODE == "bwd-no-dtypes":
                 decl.update(dtypes=["f32", "f16"], backward=True)
-            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": [decl]})
+            kernels = [decl]
+            if MODE == "dup-names":  # hello declarations the tool must refuse (issue 27 item 12)
+                kernels = [decl, dict(decl)]
+            if MODE == "neg-max-d":
+                decl["max_head_dim"] = -5
+            if MODE == "zero-multiple":
+                decl["head_dim_multiple"] = 0
+            if MODE == "named-all":
+                decl["name"] = "all"
+            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": kernels})
             continue
         if h["type"] != "run":
             return

@@ -45,6 +45,7 @@ TEST(Misbehaving, AttnCheckGivesEachItsVerdict) {
     const auto [cls, reason] = check_verdict(r.out, kernel);
     EXPECT_EQ(cls, w.first) << kernel;
     EXPECT_NE(reason.find(w.second), std::string::npos) << kernel << ": " << reason;
+    EXPECT_EQ(reason.find("crashed: the kernel crashed"), std::string::npos) << kernel << ": " << reason;
   }
 }
 

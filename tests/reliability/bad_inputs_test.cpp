@@ -448,7 +448,7 @@ const BadInput kTable[] = {
     // item 10: contradicting case flags are refused, not resolved silently
     {"descale_five_values",
      C,
-     {"--dtype", "fp8-e4m3", "--kernel", "flash-fp8-e4m3", "--descale", "1,1,1,1,2", "--sq", "2", "--d", "8"},
+     {"--dtype", "fp8-e4m3", "--descale", "1,1,1,1,2", "--sq", "2", "--d", "8"},
      2,
      {"--descale", "more than 4 values"}},
     {"descale_empty_item", C, {"--dtype", "fp8-e4m3", "--descale", "1,,1"}, 2, {"--descale", "Q,K,V[,O]"}},
@@ -536,7 +536,7 @@ std::string file_text(const fs::path& p) {
 // Issue 27 item 15: a seed pasted from a report (seed=0x...) is taken, and is the same seed as its decimal.
 TEST(GoodInputs, HexSeedsAreTakenWhereverASeedIs) {
   std::string reports[2];
-  const char* seeds[2] = {"0xda8422cf30d8db53", "15745790580049804115"};
+  const char* seeds[2] = {"0xda8422cf30d8db53", "15745748470467189587"};
   for (int i = 0; i < 2; ++i) {
     const fs::path out = kTmp / "out" / ("hex-seed-" + std::to_string(i));
     fs::remove_all(out);

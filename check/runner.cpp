@@ -572,7 +572,11 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
       break;
   }
   if (r.verdict == Verdict::kFail) {
-    r.evidence.push_back({"launch", lo.launch.message});
+    // One account per access: a fault located in a buffer's guard pages is told by the reason and the
+    // guard-page line (the device's generic "outside any mapped memory" would contradict them), and a reason
+    // that already quotes the device's message is not repeated under it.
+    if (lo.fault_buffer.empty() && r.reason.find(lo.launch.message) == std::string::npos)
+      r.evidence.push_back({"launch", lo.launch.message});
     return j;
   }
   if (lo.canary_words && !lo.seq_gap_write.empty())

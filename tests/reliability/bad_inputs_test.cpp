@@ -555,4 +555,14 @@ TEST(GoodInputs, HexSeedsAreTakenWhereverASeedIs) {
   EXPECT_EQ(p.code, 0) << p.out;
 }
 
+// Issue 27 item 18: --list shows the Dv limit beside D (online-row: any D, Dv <= 256), not "any" for a kernel
+// that refuses D = Dv = 100000.
+TEST(GoodInputs, ListShowsTheDvLimit) {
+  const Outcome l = run(ATTN_CHECK, {"--out", (kTmp / "out" / "list").string(), "--backend", "cpu", "--list"}, 60);
+  ASSERT_EQ(l.code, 0) << l.out;
+  const size_t row = l.out.find("\nonline-row ");
+  ASSERT_NE(row, std::string::npos) << l.out;
+  EXPECT_NE(l.out.substr(row, l.out.find('\n', row + 1) - row).find(" any/256 "), std::string::npos) << l.out;
+}
+
 }  // namespace

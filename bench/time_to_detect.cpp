@@ -43,20 +43,31 @@ std::string trim(std::string s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-// kernel -> expected class, from the README's bug table rows "| `planted-x` | bug | varies | exposing | quiet
-// | class | checker today |" (the class's first word: "mask (fully masked row not 0)" is mask).
-std::map<std::string, std::string> expected_classes(const std::string& path) {
+struct Expected {
+  std::string cls;    // the class's first word: "mask (fully masked row not 0)" is mask
+  std::string dtype;  // the dtype the bug lives in ("online-row, f16" in the varies column), "" = f32
+};
+
+// kernel -> expected class and dtype, from the README's bug table rows "| `planted-x` | bug | varies | exposing |
+// quiet | class | checker today |" (a "\|" inside a cell is a literal bar, not a column).
+std::map<std::string, Expected> expected_classes(const std::string& path) {
   std::ifstream f(path);
-  std::map<std::string, std::string> out;
+  std::map<std::string, Expected> out;
   for (std::string line; std::getline(f, line);) {
     if (line.rfind("| `planted-", 0) != 0) continue;
+    for (size_t at; (at = line.find("\\|")) != std::string::npos;) line.replace(at, 2, "/");
     std::vector<std::string> cols;
     std::stringstream ss(line.substr(1));
     for (std::string c; std::getline(ss, c, '|');) cols.push_back(trim(c));
     if (cols.size() < 6) continue;
-    std::string cls = cols[5];
-    cls = cls.substr(0, cls.find(' '));
-    out[cols[0]] = cls;
+    Expected e;
+    e.cls = cols[5].substr(0, cols[5].find(' '));
+    for (const char* dt : {"bf16", "f16", "fp8-e4m3", "fp8-e5m2"})
+      if (cols[2].find(std::string(", ") + dt) != std::string::npos) {
+        e.dtype = dt;
+        break;
+      }
+    out[cols[0]] = e;
   }
   return out;
 }
@@ -66,12 +77,13 @@ struct Run {
 };
 
 // One campaign on one kernel; stops it as soon as a failure of the expected class is saved.
-Run campaign(const std::string& bin, const std::string& plugin, const std::string& kernel,
-             const std::string& cls, int seed, double cap, const fs::path& out) {
+Run campaign(const std::string& bin, const std::string& plugin, const std::string& kernel, const Expected& want,
+             int seed, double cap, const fs::path& out) {
+  const std::string& cls = want.cls;
   fs::remove_all(out);
   fs::create_directories(out);
   const std::string log = (out.parent_path() / (out.filename().string() + ".log")).string();
-  const std::vector<std::string> args = {bin,
+  std::vector<std::string> args = {bin,
                                          "--kernel",
                                          kernel,
                                          "--plugin",
@@ -87,6 +99,7 @@ Run campaign(const std::string& bin, const std::string& plugin, const std::strin
                                          "-seed=" + std::to_string(seed),
                                          "--out",
                                          out.string()};
+  if (!want.dtype.empty()) args.insert(args.end(), {"--dtype", want.dtype});  // a low-precision bug's own dtype
   const auto t0 = Clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
@@ -191,13 +204,13 @@ int main(int argc, char** argv) {
   const fs::path dir = tmpl;
   std::printf("cap_s=%g\nseeds=%d\n", cap, seeds);
   int found = 0, right = 0, kernels = 0;
-  for (const auto& [kernel, cls] : expected) {
+  for (const auto& [kernel, want] : expected) {
     if (!only.empty() && kernel != only) continue;
     ++kernels;
     std::vector<double> first, good;
     std::string per_seed;
     for (int s = 1; s <= seeds; ++s) {
-      const Run r = campaign(bin, plugin, kernel, cls, s, cap, dir / (kernel + "-" + std::to_string(s)));
+      const Run r = campaign(bin, plugin, kernel, want, s, cap, dir / (kernel + "-" + std::to_string(s)));
       first.push_back(r.first);
       good.push_back(r.right);
       per_seed += (s > 1 ? "," : "") + fmt(r.right < 0 ? cap * 1000 : r.right, cap);
@@ -207,7 +220,7 @@ int main(int argc, char** argv) {
     right += mr <= cap;
     std::printf("%s_first_failure_s=%s\n", kernel.c_str(), fmt(mf, cap).c_str());
     std::printf("%s_right_class_s=%s  (class %s; seeds %s)\n", kernel.c_str(), fmt(mr, cap).c_str(),
-                cls.c_str(), per_seed.c_str());
+                want.cls.c_str(), per_seed.c_str());
     std::fflush(stdout);
   }
   std::printf("kernels=%d\nfound_within_cap=%d\nright_class_within_cap=%d\n", kernels, found, right);

@@ -37,8 +37,9 @@ int rank(FailureClass c) {
 }
 }  // namespace
 
-ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts,
+ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& given,
                                Judged& j, const ClassifyOptions& co) {
+  const RunOptions opts = for_kernel(given, k.kernel, pc.problem());  // experiments judge under k's compute model
   ClassifyStats stats;
   CheckResult& r = j.result;
   if (!co.enabled || r.verdict != Verdict::kFail) return stats;
@@ -119,7 +120,13 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (!seqs && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!seqs && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   }
-  if (r.failure == FailureClass::kNonFinite) run("non-finite", detect::nonfinite);  // evidence in every case
+  if (r.failure == FailureClass::kNonFinite) {  // evidence in every case
+    const detect::Finding nf = run("non-finite", detect::nonfinite);
+    if (nf.overflow_shown && cls == FailureClass::kMask) {  // a visible score overflows: not a mask finding
+      cls = FailureClass::kNonFinite;
+      stats.decided_by = "non-finite (a visible score is past exp's fp32 range; the mask finding stays as evidence)";
+    }
+  }
   if (!decided) run("precision", detect::precision);
   if (!decided) run("wrong", detect::wrong);
   r.failure = cls;

@@ -35,7 +35,7 @@ struct CompareOptions {
 //
 // Verdicts: kFail (class kNonFinite if any element is a NaN/Inf mismatch, else kPrecision) when an
 // element of an inside-contract row fails; otherwise kOutsideContract when some compared row lies outside
-// the fp32 contract (those rows are not judged at all, NaN/Inf included: DESIGN.md says the verdict then
+// the fp32 contract (those rows are not judged at all, NaN/Inf included: docs/semantics.md: the verdict then
 // names the contract instead of blaming the kernel); otherwise kPass.
 std::vector<double> compare_output(const Problem& p, const OracleResult& exact, const float* o,
                                    const float* lse, CheckResult& r, const CompareOptions& opts = {});

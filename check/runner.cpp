@@ -18,9 +18,22 @@
 namespace attnfuzz {
 
 PreparedCase::PreparedCase(Case c)
-    : case_(std::move(c)), tensors_(generate(case_)), view_(dense_view(case_.problem, tensors_)) {}
+    : case_(std::move(c)), tensors_(generate(case_)), view_(dense_view(case_.problem, tensors_)) {
+  // What check_support sees (ABI v3): a backward-only case asks about the backward launch.
+  case_.problem.pass = case_.pass == Pass::kBwd ? AF_PASS_BACKWARD : AF_PASS_FORWARD;
+  view_.pass = case_.problem.pass;
+}
+
+void PreparedCase::use_model(int32_t compute_model) {
+  if (compute_model == model_) return;
+  oracle_.reset();  // bounds of another compute model: the values would be the same, the bounds are not
+  full_.reset();
+  grad_.reset();
+  model_ = compute_model;
+}
 
 const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
+  use_model(o.compute_model);
   if (!oracle_ && has_sequences(case_.problem))
     oracle_ = sequence_oracle(case_.problem, tensors_, o);
   if (!oracle_)
@@ -80,6 +93,7 @@ const OracleResult& PreparedCase::full_forward(const OracleOptions& o) {
 }
 
 const GradResult& PreparedCase::grad(const OracleOptions& o) {
+  use_model(o.compute_model);
   if (!grad_) {
     GradOptions g = grad_options(o);
     g.forward = &full_forward(o);  // the gradient oracle skips its own forward pass
@@ -205,11 +219,36 @@ void BufferPool::give(std::unique_ptr<GuardedBuffer> b, size_t guard, uint32_t p
   kept_.push_back({guard, poison, std::move(b), stamp});
 }
 
+bool packed_lse(const af_kernel& k, const Problem& p) {
+  return (k.flags & AF_KERNEL_LSE_PACKED) && p.q_layout == AF_SEQ_PACKED;
+}
+
+void use_packed_lse(Problem& p) {
+  p.lse_layout = AF_LSE_PACKED;
+  p.lse_stride[0] = 0;
+  p.lse_stride[1] = p.total_q;
+  p.lse_stride[2] = 1;
+}
+
+std::vector<float> unpack_lse(const Problem& p, const Tensors& t, const std::vector<float>& packed, uint32_t fill) {
+  std::vector<float> out(static_cast<size_t>(lse_elements(p)), std::bit_cast<float>(fill));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < seq_len_q(p, t, b); ++s)
+        out[static_cast<size_t>(lse_index(p, b, h, s))] =
+            packed[static_cast<size_t>(h * p.total_q + t.cu_seqlens_q[static_cast<size_t>(b)] + s)];
+  return out;
+}
+
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& case_problem, const Tensors& t,
                              const RunOptions& opts) {
   LaunchOutcome out;
   Problem p = case_problem;
   resolve_tunables(k.kernel, p);  // the kernel always sees accepted tunable values
+  p.pass = AF_PASS_FORWARD;
+  const Problem asked = p;  // outputs come back in the case's layout (a packed lse is unpacked into it)
+  const bool packed = packed_lse(k.kernel, p);
+  if (packed) use_packed_lse(p);
   const size_t g = opts.guard_bytes;
   const uint32_t poison = opts.guard_poison;
   BufferPool* pool = opts.pool && &opts.pool->device() == &dev ? opts.pool.get() : nullptr;
@@ -250,7 +289,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   std::unique_ptr<GuardedBuffer> o = make("o", static_cast<size_t>(o_elements(p)) * eb, fpoison);
   const bool want_lse = k.kernel.writes_lse != 0;
   std::unique_ptr<GuardedBuffer> lse, ws;
-  if (want_lse) lse = make("lse", static_cast<size_t>(lse_elements(p)) * 4);
+  if (want_lse) lse = make("lse", static_cast<size_t>(packed ? p.heads_q * p.total_q : lse_elements(p)) * 4);
   const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes);
   // K/V gaps of a sequence layout hold the fp32 guard poison; in a narrow dtype it is encoded as that format's
@@ -296,8 +335,9 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     decode_output(raw.data(), out.o.size(), p.dtype, p.o_scale, opts.output_poison, out.o.data());
   }
   if (lse) {
-    out.lse.resize(static_cast<size_t>(lse_elements(p)));
+    out.lse.resize(lse->bytes() / 4);
     lse->download(out.lse.data());
+    if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
   collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
                          used_k.get(), table.get()});
@@ -305,16 +345,16 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
     uint32_t bits = 0;
-    const int64_t n = output_gap_writes(p, t, out.lse, opts.output_poison, out.seq_gap_write, off, bits);
+    const int64_t n = output_gap_writes(asked, t, out.lse, opts.output_poison, out.seq_gap_write, off, bits);
     if (n) {
       out.canaries.insert(out.canaries.begin(), CanaryHit{"lse", off, bits, opts.output_poison});
       out.canary_words += static_cast<size_t>(n);
     }
     std::vector<float> vo, vl;
-    outputs_to_view(p, t, out.o, out.lse, std::bit_cast<float>(opts.output_poison), vo, vl);
+    outputs_to_view(asked, t, out.o, out.lse, std::bit_cast<float>(opts.output_poison), vo, vl);
     out.o = std::move(vo);
     out.lse = std::move(vl);
-    const Problem w = dense_view(p, t);
+    const Problem w = dense_view(asked, t);
     out.unwritten = 0;
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t s = 0; s < seq_len_q(p, t, b); ++s)
@@ -358,6 +398,7 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   out.backward = true;
   Problem p = case_problem;
   resolve_tunables(k.kernel, p);
+  p.pass = AF_PASS_BACKWARD;
   for (int i = 0; i < 3; ++i) {  // the gradients are laid out like their tensors (oracle/grad.h)
     p.do_stride[i] = p.o_stride[i];
     p.dq_stride[i] = p.q_stride[i];
@@ -463,7 +504,22 @@ LaunchOutcome launch_for_pass(Device& dev, const KernelEntry& k, PreparedCase& p
   return bwd;
 }
 
+const char* const kBackwardOnly = "the kernel is backward-only (no forward launch): it does not claim forward cases";
+
+std::string case_unsupported_reason(const af_kernel& k, const Problem& p, Pass pass) {
+  Problem asked = p;
+  asked.pass = pass == Pass::kBwd ? AF_PASS_BACKWARD : AF_PASS_FORWARD;
+  if (std::string why = unsupported_reason(k, asked); !why.empty()) return why;
+  if (std::string why = pass_unsupported_reason(k, pass, p.dtype); !why.empty()) return why;
+  if (pass == Pass::kFwdBwd && k.check_support) {  // fwd+bwd: its own check also sees the backward launch
+    asked.pass = AF_PASS_BACKWARD;
+    if (std::string why = unsupported_reason(k, asked); !why.empty()) return why;
+  }
+  return {};
+}
+
 std::string pass_unsupported_reason(const af_kernel& k, Pass pass, int32_t dtype) {
+  if (pass != Pass::kBwd && !k.launch) return kBackwardOnly;
   if (!has_backward(pass)) return {};
   if (!k.launch_bwd) return "the kernel has no backward launch (launch_bwd): it does not claim backward cases";
   if (dtype != AF_DTYPE_F32 && !(k.dtypes & AF_SUPPORTS_BWD(dtype)))
@@ -520,20 +576,22 @@ void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {
   }
 }
 
-Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts) {
+RunOptions for_kernel(const RunOptions& opts, const af_kernel& k, const Problem& p) {
+  RunOptions o = opts;
+  if (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) o.oracle.compute_model = k.compute_model;
+  return o;
+}
+
+Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& given) {
+  const RunOptions opts = for_kernel(given, k.kernel, pc.problem());
   Judged j;
   CheckResult& r = j.result;
   r.kernel = k.kernel.name;
   r.backend = backend_name(k.backend);
   r.device = dev.name();
   const Problem& p = pc.problem();
-  if (std::string why = unsupported_reason(k.kernel, p); !why.empty()) {
-    r.verdict = Verdict::kUnsupported;
-    r.reason = why;
-    return j;
-  }
   const Pass pass = pc.the_case().pass;
-  if (std::string why = pass_unsupported_reason(k.kernel, pass, p.dtype); !why.empty()) {
+  if (std::string why = case_unsupported_reason(k.kernel, p, pass); !why.empty()) {
     r.verdict = Verdict::kUnsupported;
     r.reason = why;
     return j;

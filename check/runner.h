@@ -101,6 +101,7 @@ class PreparedCase {
 
  private:
   void make_given(const OracleOptions& o);
+  void use_model(int32_t compute_model);  // drops the oracles cached for another compute model
   Case case_;
   Tensors tensors_;
   Problem view_;
@@ -108,6 +109,7 @@ class PreparedCase {
   std::optional<OracleResult> full_;  // the unsampled forward when oracle() is sampled
   std::optional<std::vector<float>> given_o_, given_lse_;
   std::optional<GradResult> grad_;
+  int32_t model_ = -1;  // the compute model of the cached oracles
 };
 
 // The gradient oracle's options for a run: the forward analysis of o, query / key budgets = its row budget.
@@ -139,6 +141,13 @@ struct LaunchOutcome {
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& p, const Tensors& t,
                              const RunOptions& opts);
 
+// ABI v3 AF_KERNEL_LSE_PACKED: a packed-q kernel that declares it gets lse as [Hq, total_q] (FlashAttention's
+// varlen convention: use_packed_lse sets p's lse_layout and strides); unpack_lse puts such an lse into p's
+// [B, Hq, max Sq] layout, rows past a sequence holding `fill` (as an unwritten dense lse would).
+bool packed_lse(const af_kernel& k, const Problem& p);
+void use_packed_lse(Problem& p);
+std::vector<float> unpack_lse(const Problem& p, const Tensors& t, const std::vector<float>& packed, uint32_t fill);
+
 // The backward launch (k.kernel.launch_bwd) on guarded buffers: q, k, v, o, lse, dout (t.dout) uploaded as
 // inputs, dq / dk / dv and the workspace (bwd_workspace_bytes) poisoned; the gradient strides are the
 // tensors' own (dO like o, dQ like q, dK / dV like k / v). unwritten counts addressed gradient elements
@@ -165,6 +174,10 @@ struct Judged {
 // the kernel's forward LSE.
 // Backward in f16 / bf16 needs AF_SUPPORTS_BWD(dtype) in k.dtypes.
 std::string pass_unsupported_reason(const af_kernel& k, Pass pass, int32_t dtype = AF_DTYPE_F32);
+// Everything that makes kernel k refuse case (p, pass), "" = it claims it: unsupported_reason with p.pass set to
+// the launch the case starts with (check_support sees it, ABI v3), pass_unsupported_reason, and for fwd+bwd the
+// kernel's own check once more for the backward launch.
+std::string case_unsupported_reason(const af_kernel& k, const Problem& p, Pass pass);
 
 // Judges a backward outcome's gradients against the gradient oracle for the o / lse it was given (pc's
 // cached oracle when pass is bwd; computed for the kernel's own forward in fwd+bwd). Fills r (verdict,
@@ -179,7 +192,12 @@ GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const Run
 // and evidence add up, and a gradient failure names the class only when r has not failed yet.
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp);
 
-// The whole check of one kernel on one case: support, launch, canaries, oracle, comparison, verdict.
+// opts with the oracle's compute model set to the one kernel k declares (f16 / bf16 problems): every check and
+// every experiment of a classification judges k under its own model.
+RunOptions for_kernel(const RunOptions& opts, const af_kernel& k, const Problem& p);
+
+// The whole check of one kernel on one case: support, launch, canaries, oracle, comparison, verdict (under
+// for_kernel(opts, k, pc.problem())).
 Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts);
 
 }  // namespace attnfuzz

@@ -26,6 +26,7 @@ OracleResult sequence_oracle(const Problem& p, const Tensors& t, const OracleOpt
   }
   R.rows.assign(nl, RowInfo{});
   R.compute_dtype = opts.compute_dtype < 0 ? p.dtype : opts.compute_dtype;
+  R.compute_model = opts.compute_model;
   std::vector<char> sampled(static_cast<size_t>(w.seq_q), 0);
   for (int64_t b = 0; b < p.batch; ++b) {
     const Problem sp = sequence_problem(p, t, b);

@@ -10,7 +10,7 @@ if(ATTNFUZZ_ROCM_PATH)
     set(CMAKE_HIP_COMPILER ${ATTNFUZZ_ROCM_PATH}/llvm/bin/clang++)
   endif()
 else()
-  # Debian 12's ROCm 5.2 packages need four workarounds with CMake 3.25 (verified in shared/spike):
+  # Debian 12's ROCm 5.2 packages need four workarounds with CMake 3.25 (verified on Debian 12):
   # (0) the default clang++ (14) cannot read ROCm 5.2's LLVM-15 bitcode;
   if(NOT CMAKE_HIP_COMPILER AND NOT DEFINED ENV{HIPCXX})
     set(CMAKE_HIP_COMPILER /usr/bin/clang++-15)

@@ -82,6 +82,8 @@ const char* distribution_name(Distribution d) {
       return "extreme";
     case Distribution::kVBias:
       return "vbias";
+    case Distribution::kWideV:
+      return "widev";
   }
   return "?";
 }
@@ -195,7 +197,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 std::string parse_distribution(const std::string& text, ValueDist& out) {
   const std::string err = "value distribution '" + text +
-                          "' is invalid: use uniform[:A], normal[:SIGMA], extreme:MAG or vbias[:A] (A, SIGMA, MAG > 0)";
+                          "' is invalid: use uniform[:A], normal[:SIGMA], extreme:MAG, vbias[:A] or widev[:A] (A, SIGMA, MAG > 0)";
   const auto colon = text.find(':');
   const std::string name = text.substr(0, colon);
   ValueDist d;
@@ -207,6 +209,8 @@ std::string parse_distribution(const std::string& text, ValueDist& out) {
     d.kind = Distribution::kExtreme;
   else if (name == "vbias")
     d.kind = Distribution::kVBias;
+  else if (name == "widev")
+    d.kind = Distribution::kWideV;
   else
     return err;
   if (colon == std::string::npos) {
@@ -529,6 +533,8 @@ Tensors generate_qkv(const Case& c) {
     const double denom = std::fabs(static_cast<double>(p.scale)) * std::sqrt(static_cast<double>(p.head_dim));
     qk_half = denom > 0 ? std::sqrt(3.0 * dist.param / denom) : 1.0;
     v_half = 1.0;
+  } else if (dist.kind == Distribution::kWideV) {
+    qk_half = 1.0;
   }
   const bool finite = c.values.domain == ValueDomain::kFinite;
   auto in_domain = [finite](double x) {
@@ -543,6 +549,8 @@ Tensors generate_qkv(const Case& c) {
       fill(buf, p, t, [&] { return in_domain(dist.param * rng.normal()); });
     } else if (dist.kind == Distribution::kVBias && t == Tensor::kV) {
       fill(buf, p, t, [&] { return in_domain(half * rng.uniform01()); });
+    } else if (dist.kind == Distribution::kWideV && t == Tensor::kV) {
+      fill(buf, p, t, [&] { return in_domain(half * (0.5 + 0.5 * rng.uniform01())); });
     } else {
       fill(buf, p, t, [&] { return in_domain(half * (2.0 * rng.uniform01() - 1.0)); });
     }
@@ -657,11 +665,23 @@ const std::vector<int32_t>& dtypes() {
 
 std::vector<double> lowp_extreme_magnitudes(int32_t dtype) {
   switch (dtype) {
-    case AF_DTYPE_F16: return {11, 3000};  // exp(11.1) > 65504; at D = 64 q.k > 65504 > scale * q.k
-    case AF_DTYPE_BF16: return {89};
+    // f16: exp(11.1) > 65504; at D = 64 q.k > 65504 > scale * q.k; 300: a max or lse kept in f16 is 2^-11 x 300
+    // off. bf16: exp(89) overflows; 1e3 and 1e4: a softmax statistic kept in bf16 loses 2^-9 relative, i.e.
+    // 2 .. 20 in the exponent (issue 25).
+    case AF_DTYPE_F16: return {11, 300, 3000};
+    case AF_DTYPE_BF16: return {89, 1000, 10000};
     case AF_DTYPE_FP8_E4M3: return {6, 11};  // exp(6.1) > 448
     case AF_DTYPE_FP8_E5M2: return {11};     // exp(11) > 57344
     default: return {};
+  }
+}
+
+std::vector<double> lowp_wide_v(int32_t dtype) {
+  switch (dtype) {
+    case AF_DTYPE_F16: return {2048};  // ~0.5 x 128 x 1536 ~ 98k > 65504 while |v| <= 2048
+    case AF_DTYPE_FP8_E4M3: return {16};   // 0.75 x 128 x 16 > 448
+    case AF_DTYPE_FP8_E5M2: return {1024};
+    default: return {};  // bf16 shares fp32's range: no n |v| of a case passes it
   }
 }
 
@@ -810,6 +830,10 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
   add("lowp-long-4x2048", 1, 1, 1, 4, 2048, 32, 32, "none", dist(Distribution::kVBias, 1));
   add("lowp-long-3x700-causal-br", 1, 1, 1, 3, 700, 16, 16, "causal-br", dist(Distribution::kVBias, 1));
   add("lowp-long-uniform-4x1024", 1, 1, 1, 4, 1024, 32, 32, "none");
+  // Near-uniform weights with one-signed large v: the un-normalised accumulator sum exp(s - m) v passes the
+  // format's range before the division by the row sum (f16: 128 keys x ~768 ~ 98k > 65504).
+  for (double a : space::lowp_wide_v(dtype))
+    add("lowp-widev-" + shortest(a) + "-8x128", 1, 1, 1, 8, 128, 32, 32, "none", dist(Distribution::kWideV, a));
   special("huge@v:visible*4", 33, 33, "none");
   special("subnormal@k:random*64", 33, 33, "causal-br");
   if (dtype == AF_DTYPE_FP8_E4M3 || dtype == AF_DTYPE_FP8_E5M2) {

@@ -298,7 +298,7 @@ Problem problem_from_json(const json& j) {
     p.kv_layout = kl == "packed" ? AF_SEQ_PACKED : kl == "paged" ? AF_SEQ_PAGED : AF_SEQ_DENSE;
     if (j.contains("page_size")) {
       const int64_t ps = get_int(j, "page_size", ctx);
-      if (ps < 16 || ps > 256) corrupt("problem.page_size is not in 16 .. 256");
+      if (ps < 1 || ps > 1024) corrupt("problem.page_size is not in 1 .. 1024");
       p.page_size = static_cast<int32_t>(ps);
     }
   }

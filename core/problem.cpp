@@ -174,8 +174,8 @@ std::string validate_layout(const Problem& p) {
     return "total_k is set but K/V are not packed";
   }
   if (p.kv_layout == AF_SEQ_PAGED) {
-    if (p.page_size < 16 || p.page_size > 256)
-      return "page size " + std::to_string(p.page_size) + " is invalid: need 16 .. 256";
+    if (p.page_size < 1 || p.page_size > 1024)
+      return "page size " + std::to_string(p.page_size) + " is invalid: need 1 .. 1024";
     if (p.num_pages < 1 || p.num_pages > lim / p.page_size)
       return "num_pages = " + std::to_string(p.num_pages) + " is invalid";
     if (p.max_pages_per_seq < 1 || p.max_pages_per_seq > p.num_pages)

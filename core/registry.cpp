@@ -15,11 +15,20 @@
 namespace attnfuzz {
 
 namespace {
-// ABI v1 structs are the prefixes of the v2 ones (abi.h); their sizes are where the v2 fields begin.
+// ABI v1 and v2 structs are the prefixes of the v3 ones (abi.h); their sizes are where the next fields begin.
 constexpr size_t kKernelV1Size = offsetof(af_kernel, features);
+constexpr size_t kKernelV2Size = offsetof(af_kernel, compute_model);
 static_assert(offsetof(af_problem, q_descale) == 216, "af_problem's v1 prefix changed");
 static_assert(offsetof(af_buffers, cu_seqlens_q) == 6 * sizeof(void*), "af_buffers' v1 prefix changed");
 static_assert(kKernelV1Size == 80, "af_kernel's v1 prefix changed");
+static_assert(offsetof(af_problem, pass) == 400, "af_problem's v2 prefix changed");
+static_assert(offsetof(af_buffers, sinks) == 14 * sizeof(void*), "af_buffers' v2 prefix changed");
+static_assert(kKernelV2Size == 112, "af_kernel's v2 prefix changed");
+
+// The size of one af_kernel entry in a table of ABI version v.
+size_t kernel_entry_size(uint32_t v) {
+  return v == 1 ? kKernelV1Size : v == 2 ? kKernelV2Size : sizeof(af_kernel);
+}
 }  // namespace
 
 Registry& Registry::global() {
@@ -37,7 +46,7 @@ bool register_builtin_kernels(const char* backend, const af_kernel* kernels, siz
 void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const std::string& origin) {
   for (size_t i = 0; i < n; ++i) {
     const af_kernel& k = kernels[i];
-    if (!k.name || !*k.name || !k.family || !k.launch)
+    if (!k.name || !*k.name || !k.family || (!k.launch && !k.launch_bwd))
       throw std::runtime_error(origin + ": kernel #" + std::to_string(i) +
                                " lacks a name, family or launch function");
     // A name is selectable by --kernel only if it is not a list, a glob or the word "all".
@@ -46,18 +55,22 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
       throw std::runtime_error(origin + ": kernel name '" + name +
                                "' cannot be selected by --kernel (no 'all', commas, glob characters *?[], quotes "
                                "or spaces)");
-    constexpr uint32_t kKnownFeatures =
-        AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K;
-    if (k.features & ~kKnownFeatures) {
-      char bits[16];
-      std::snprintf(bits, sizeof bits, "0x%x", k.features & ~kKnownFeatures);
-      throw std::runtime_error(origin + ": kernel '" + name + "' declares unknown feature bits " + bits +
-                               " (AF_FEATURE_* of abi.h)");
-    }
     if (k.masks & ~AF_SUPPORTS_ALL_MASKS)
       throw std::runtime_error(origin + ": kernel '" + name + "' declares unknown mask bits (AF_SUPPORTS_* of abi.h)");
     if (k.max_head_dim < 0 || k.max_head_dim_v < 0)
       throw std::runtime_error(origin + ": kernel '" + name + "' declares a negative max head dim (0 = no limit)");
+    if (k.compute_model != AF_COMPUTE_FUSED && k.compute_model != AF_COMPUTE_UNFUSED)
+      throw std::runtime_error(origin + ": kernel '" + k.name + "' declares compute model " +
+                               std::to_string(k.compute_model) + " (0 fused, 1 unfused)");
+    if (k.kind != AF_KIND_ATTENTION || (k.flags & ~AF_KERNEL_FLAGS_KNOWN) || (k.variants & ~AF_VARIANTS_KNOWN) ||
+        (k.features & ~AF_FEATURES_KNOWN))
+      throw std::runtime_error(origin + ": kernel '" + k.name +
+                               "' declares a kind, flag, variant or feature bit this attn-fuzz does not know");
+    const bool default_pages = k.min_page_size == 0 && k.max_page_size == 0;
+    if (!default_pages && (k.min_page_size < 1 || k.max_page_size > 1024 || k.min_page_size > k.max_page_size))
+      throw std::runtime_error(origin + ": kernel '" + k.name + "' declares page sizes " +
+                               std::to_string(k.min_page_size) + " .. " + std::to_string(k.max_page_size) +
+                               " (need 1 <= min <= max <= 1024, or 0 and 0 for 16 .. 256)");
     if (k.n_tunables < 0 || k.n_tunables > AF_MAX_TUNABLES || (k.n_tunables > 0 && !k.tunables))
       throw std::runtime_error(origin + ": kernel '" + k.name + "' declares " + std::to_string(k.n_tunables) +
                                " tunables (0 to " + std::to_string(AF_MAX_TUNABLES) + " with a table)");
@@ -111,13 +124,19 @@ void Registry::load_plugin(const std::string& path) {
     add(b, p->kernels, p->n_kernels, path);  // the library stays loaded for the life of the process
     return;
   }
-  // A v1 table: entries are the v1 prefix of af_kernel (everything before `features`); the v2 fields stay
-  // zero (dense forward only, no tunables). Its launch reads only the v1 prefix of af_problem/af_buffers.
+  // An older table: entries are the v1 or v2 prefix of af_kernel; the newer fields stay zero (v1: dense
+  // forward only, no tunables; v2: fused, no variants). Its launch reads only its prefix of af_problem and
+  // af_buffers. A v1 or v2 kernel always has a forward launch.
+  const size_t size = kernel_entry_size(p->abi_version);
   std::vector<af_kernel> upgraded(p->n_kernels);
   const auto* bytes = reinterpret_cast<const unsigned char*>(p->kernels);
   for (size_t i = 0; i < p->n_kernels; ++i) {
     upgraded[i] = af_kernel{};
-    std::memcpy(&upgraded[i], bytes + i * kKernelV1Size, kKernelV1Size);
+    std::memcpy(&upgraded[i], bytes + i * size, size);
+    if (!upgraded[i].launch)
+      throw std::runtime_error("plug-in " + path + ": kernel #" + std::to_string(i) +
+                               " has no forward launch (ABI version " + std::to_string(p->abi_version) +
+                               " requires one; version 3 allows backward-only kernels)");
   }
   add(b, upgraded.data(), upgraded.size(), path);
 }
@@ -200,6 +219,8 @@ std::string tunables_to_string(const af_kernel& k, const af_problem& p) {
 }
 
 std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
+  if (p.pass == AF_PASS_FORWARD && !k.launch)
+    return "the kernel is backward-only (no forward launch): it does not claim forward cases";
   const uint32_t dtypes = k.dtypes ? k.dtypes : AF_SUPPORTS_F32;  // 0 = fp32 only
   if (!(dtypes & (1u << p.dtype))) return std::string("dtype ") + dtype_name(p.dtype) + " not supported";
   if (k.masks && !(k.masks & mask_support_bit(p))) return "mask " + mask_to_string(p) + " not supported";
@@ -208,6 +229,13 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   if (p.kv_layout == AF_SEQ_PACKED && !(k.features & AF_FEATURE_KV_PACKED))
     return "packed (varlen) k/v not supported";
   if (p.kv_layout == AF_SEQ_PAGED && !(k.features & AF_FEATURE_KV_PAGED)) return "paged k/v not supported";
+  if (p.kv_layout == AF_SEQ_PAGED) {
+    const int32_t lo = k.min_page_size ? k.min_page_size : 16, hi = k.max_page_size ? k.max_page_size : 256;
+    if (p.page_size < lo || p.page_size > hi)
+      return "page size " + std::to_string(p.page_size) + " not supported (the kernel takes " + std::to_string(lo) +
+             " .. " + std::to_string(hi) + ")";
+  }
+  if (p.variants & ~k.variants) return "a variant of the problem is not declared by the kernel (af_kernel::variants)";
   if (p.kv_capacity > 0 && !(k.features & AF_FEATURE_SEQUSED_K))
     return "a KV cache with seqused_k (used length below capacity) not supported";
   if (k.max_head_dim && p.head_dim > k.max_head_dim)

@@ -112,8 +112,8 @@ std::string set_sequence_fields(Case& c) {
       p.seq_k = slots;
     }
   } else {  // paged
-    if (p.page_size < 16 || p.page_size > 256)
-      return "page size " + std::to_string(p.page_size) + " is invalid: need 16 .. 256";
+    if (p.page_size < 1 || p.page_size > 1024)
+      return "page size " + std::to_string(p.page_size) + " is invalid: need 1 .. 1024";
     if (used.empty()) return "paged K/V need seqused-k (the used length of every sequence)";
     if (s.spare_pages < 0 || s.spare_pages > (int64_t{1} << 20))
       return "spare pages = " + std::to_string(s.spare_pages) + " is invalid";

@@ -407,7 +407,8 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   c.values.dist.kind = dk < 96                                    ? Distribution::kUniform
                        : dk < 144                                 ? Distribution::kNormal
                        : dk < 208 || p.dtype == AF_DTYPE_F32 ? Distribution::kExtreme
-                                                                  : Distribution::kVBias;  // low precision only
+                       : dk < 232                                 ? Distribution::kVBias  // low precision only
+                                                                  : Distribution::kWideV;
   if (const uint8_t t = r.u8(); t >= kRaw) {
     const double a = bits_double(r.u64());
     c.values.dist.param = std::isfinite(a) && a > 0 ? a : 1.0;
@@ -540,7 +541,11 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       for (int i = 0; i < 3; ++i) w.varint(static_cast<uint64_t>(st[i]));
   }
   const Distribution dk = c.values.dist.kind;
-  w.u8(dk == Distribution::kUniform ? 0 : dk == Distribution::kNormal ? 96 : dk == Distribution::kExtreme ? 144 : 208);
+  w.u8(dk == Distribution::kUniform  ? 0
+       : dk == Distribution::kNormal ? 96
+       : dk == Distribution::kExtreme ? 144
+       : dk == Distribution::kVBias  ? 208
+                                     : 232);
   const auto& pm = param_menu(dk);
   auto pit = std::find_if(pm.begin(), pm.end(),
                           [&](double x) { return double_bits(x) == double_bits(c.values.dist.param); });
@@ -580,8 +585,9 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
 std::string in_domain(const Case& c, const FuzzLimits& l) {
   if (c.values.domain != l.domain) return "value domain differs from the fuzz limits'";
   if (l.dtype >= 0 && c.problem.dtype != l.dtype) return "dtype differs from the fuzz limits'";
-  if (c.problem.dtype == AF_DTYPE_F32 && c.values.dist.kind == Distribution::kVBias)
-    return "vbias values are a low-precision fuzz input (f32 cases decode that tag as extreme)";
+  if (c.problem.dtype == AF_DTYPE_F32 &&
+      (c.values.dist.kind == Distribution::kVBias || c.values.dist.kind == Distribution::kWideV))
+    return "vbias / widev values are a low-precision fuzz input (f32 cases decode that tag as extreme)";
   if (fp8(c.problem.dtype)) {
     const auto& dm = space::fp8_descales();
     const auto& om = o_scale_menu();
@@ -1024,8 +1030,12 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
           default: {
             const auto ext = space::lowp_extreme_magnitudes(p.dtype);
             const auto uni = space::lowp_uniform_widths(p.dtype);
-            if (!ext.empty() && rng.below(2))
+            const auto wide = space::lowp_wide_v(p.dtype);
+            const uint64_t pick = rng.below(3);
+            if (!ext.empty() && pick == 0)
               c.values.dist = {Distribution::kExtreme, ext[rng.below(ext.size())]};
+            else if (!wide.empty() && pick == 1)
+              c.values.dist = {Distribution::kWideV, wide[rng.below(wide.size())]};
             else if (!uni.empty())
               c.values.dist = {Distribution::kUniform, uni[rng.below(uni.size())]};
           }

@@ -94,8 +94,8 @@ std::string iso_utc(std::time_t t) {
   return b;
 }
 
-// The sidecars of a failure file that travel with it (its report and heatmap), then the file itself.
-const char* const kSidecars[] = {".json", ".svg"};
+// The sidecars of a failure file that travel with it (its report, SVG and PNG heatmap), then the file.
+const char* const kSidecars[] = {".json", ".svg", ".png"};
 
 // Copies a failure (sidecars first, the .case last, mtime kept) from one directory to another.
 bool copy_failure(const fs::path& src_case, const fs::path& dst_dir, const std::string& case_text) {

@@ -195,7 +195,7 @@ void write_failure_report(const WorkerConfig& cfg, const fs::path& case_path, co
     HeatmapOptions ho;
     ho.title = r.kernel + ": " + failure_class_name(r.failure);
     ho.subtitle = describe(c);
-    write_text_file(stem.string() + ".svg", heatmap_svg(m, p, ho));
+    write_heatmap_files(stem.string() + ".svg", heatmap_svg(m, p, ho));
     e.heatmap_path = stem.filename().string() + ".svg";
   }
   RunRecord rec;

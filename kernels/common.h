@@ -75,7 +75,7 @@ __host__ __device__ inline KeySpan row_keys(const af_problem& p, int64_t i) {
   return row_keys_in(p, p.seq_q, p.seq_k, i);
 }
 
-// ---- varlen / KV cache / paged KV (ABI v2; DESIGN.md "Varlen, KV cache, paged KV") ---------------------
+// ---- varlen / KV cache / paged KV (ABI v2; docs/semantics.md "Sequence layouts") ---------------------
 //
 // Sequence b has Sq_b queries (cu_seqlens_q[b + 1] - cu_seqlens_q[b] when q is packed, else seq_q) and Sk_b
 // keys: seqused_k[b] when given (a KV cache used below its capacity), else the packed length
@@ -144,7 +144,7 @@ __host__ __device__ inline int64_t seq_v_row(const af_problem& p, const SeqIndex
   return seq_kv_row(p, p.v_stride, x, s, t, hk);
 }
 
-// ---- online softmax, IEEE-consistent (DESIGN.md "Non-finite inputs") ------------------------------------
+// ---- online softmax, IEEE-consistent (docs/semantics.md "NaN and Inf") ------------------------------------
 //
 // State per row: m (running max), l (sum of exp(s - m)), acc (sum of exp(s - m) * v). A NaN score must
 // reach the output, so the running max propagates NaN (fmaxf would drop it). A -inf score has weight 0,

@@ -28,6 +28,12 @@ bool parse_layout(const std::string& t, Layout& out) {
 const char* compute_dtype_name(int32_t d) {
   return d == AF_DTYPE_F16 ? "fp16" : d == AF_DTYPE_BF16 ? "bf16" : "fp32";
 }
+std::optional<int32_t> parse_compute_model(const std::string& t) {
+  if (t == "fused") return AF_COMPUTE_FUSED;
+  if (t == "unfused") return AF_COMPUTE_UNFUSED;
+  return std::nullopt;
+}
+
 std::optional<int32_t> parse_compute_dtype(const std::string& t) {
   if (t == "fp32" || t == "f32" || t == "float32") return AF_DTYPE_F32;
   if (t == "fp16" || t == "f16" || t == "float16") return AF_DTYPE_F16;
@@ -97,12 +103,16 @@ void read_sidecar(const fs::path& path, Spec& spec) {
         auto d = parse_compute_dtype(it->get<std::string>());
         if (!d) fail(path.string() + ": compute_dtype must be fp32, fp16 or bf16");
         spec.compute_dtype = *d;
+      } else if (key == "compute_model") {
+        auto m = parse_compute_model(it->get<std::string>());
+        if (!m) fail(path.string() + ": compute_model must be fused or unfused");
+        spec.compute_model = *m;
       } else if (key == "bf16_raw") {
         spec.bf16_raw = it->get<bool>();
       } else if (key == "comment" || key == "variant") {
       } else {
         fail(path.string() + ": unknown key '" + key +
-             "' (known: layout, mask, scale, kv_heads, compute_dtype, bf16_raw)");
+             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw)");
       }
     }
   } catch (const json::exception& e) {
@@ -119,6 +129,7 @@ Spec resolve_spec(const fs::path& sidecar, const Overrides& o) {
   if (o.scale) s.scale = *o.scale;
   if (o.kv_heads) s.kv_heads = *o.kv_heads;
   if (o.compute_dtype) s.compute_dtype = *o.compute_dtype;
+  if (o.compute_model) s.compute_model = *o.compute_model;
   s.bf16_raw |= o.bf16_raw;
   return s;
 }
@@ -130,6 +141,7 @@ std::string sidecar_text(const Spec& s) {
   if (s.scale) j["scale"] = *s.scale;
   if (s.kv_heads) j["kv_heads"] = *s.kv_heads;
   if (s.compute_dtype >= 0) j["compute_dtype"] = compute_dtype_name(s.compute_dtype);
+  j["compute_model"] = s.compute_model == AF_COMPUTE_FUSED ? "fused" : "unfused";
   j["bf16_raw"] = s.bf16_raw;
   return j.dump(2) + "\n";
 }
@@ -202,6 +214,7 @@ External load_external(const Files& files, const Spec& spec) {
                     : q.stored == Stored::kF16     ? AF_DTYPE_F16
                     : q.stored == Stored::kBF16Raw ? AF_DTYPE_BF16
                                                    : AF_DTYPE_F32;
+  e.compute_model = spec.compute_model;
   p.dtype = e.compute_dtype;  // what the kernel computed in (reports show it); values are the stored ones
   if (bshd) {
     e.q = std::move(q.data), e.k = std::move(k.data), e.v = std::move(v.data), e.o = std::move(o.data);
@@ -455,6 +468,7 @@ Judged judge_external(const External& e, const OracleOptions& base, size_t worst
   r.device = std::string("computed elsewhere (") + compute_dtype_name(e.compute_dtype) + ")";
   OracleOptions opts = base;
   opts.compute_dtype = e.compute_dtype;
+  opts.compute_model = e.compute_model;
   const OracleResult ex = compute_oracle(e.problem, e.q.data(), e.k.data(), e.v.data(), opts);
   CompareOptions co;
   co.worst = worst;

@@ -26,6 +26,7 @@ const char* layout_name(Layout l);   // "bshd", "bhsd"
 bool parse_layout(const std::string& text, Layout& out);
 const char* compute_dtype_name(int32_t dtype);                        // "fp32", "fp16", "bf16"
 std::optional<int32_t> parse_compute_dtype(const std::string& text);  // fp32|f32|fp16|f16|bf16
+std::optional<int32_t> parse_compute_model(const std::string& text);  // fused|unfused (af_compute_model)
 
 // What the user says about the tensors: sidecar JSON (case.json) first, then flags on top.
 struct Spec {
@@ -34,6 +35,8 @@ struct Spec {
   std::optional<float> scale;       // default fp32(1/sqrt(D))
   std::optional<int64_t> kv_heads;  // checked against k's shape (GQA / MQA come from the shapes)
   int32_t compute_dtype = -1;  // -1: from q's stored dtype (float16 -> fp16, raw bf16 -> bf16, else fp32)
+  int32_t compute_model = AF_COMPUTE_UNFUSED;  // af_compute_model of an fp16 / bf16 computation ("unfused":
+                                               // the wider bound, for code of unknown structure)
   bool bf16_raw = false;       // 16-bit integer arrays hold bfloat16 bits
 };
 // Flags given on the command line (each overrides the sidecar).
@@ -43,10 +46,11 @@ struct Overrides {
   std::optional<float> scale;
   std::optional<int64_t> kv_heads;
   std::optional<int32_t> compute_dtype;
+  std::optional<int32_t> compute_model;
   bool bf16_raw = false;
 };
 // Reads a sidecar: {"layout": "bshd", "mask": "causal-br", "scale": 0.125, "kv_heads": 1,
-// "compute_dtype": "fp16", "bf16_raw": false}; every key optional, unknown keys are errors. Throws NpyError.
+// "compute_dtype": "fp16", "compute_model": "fused", "bf16_raw": false}; every key optional, unknown keys are errors. Throws NpyError.
 void read_sidecar(const std::filesystem::path& path, Spec& spec);
 // The sidecar (when the file exists) with the overrides applied.
 Spec resolve_spec(const std::filesystem::path& sidecar, const Overrides& o);
@@ -67,6 +71,7 @@ struct External {
   std::vector<float> q, k, v, o, lse;  // lse empty when no LSE file was given
   std::vector<float> dout, dq, dk, dv;  // backward files ([B, S, H, D] like o, q, k, v); empty without do.npy
   int32_t compute_dtype = 0;
+  int32_t compute_model = AF_COMPUTE_UNFUSED;
   Stored stored = Stored::kF32;    // q's storage
   std::vector<std::string> notes;  // facts about the files worth a line in the evidence
   std::string label;               // "npy:<dir or o file>"

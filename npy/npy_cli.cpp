@@ -13,7 +13,7 @@ namespace attnfuzz::npy {
 
 void add_npy_options(CLI::App& app, NpyOptions& o) {
   using namespace cli;
-  auto* g = "External outputs (NPY; npy/README.md)";
+  auto* g = "External outputs (NPY; examples/npy/README.md)";
   auto* dir =
       app.add_option(
              "--npy", o.dir,
@@ -44,6 +44,12 @@ void add_npy_options(CLI::App& app, NpyOptions& o) {
          "with --npy-emit, the values are rounded to it and stored as float16 / float32")
       ->group(g)
       ->check(one_of({"fp32", "fp16", "bf16"}));
+  app.add_option("--compute-model", o.compute_model,
+                 "how an fp16 / bf16 kernel computed: fused (fp32 scores and softmax statistics, P rounded before "
+                 "P.V: FlashAttention-style) | unfused (scores rounded to the dtype: math-style; default, the "
+                 "wider bound); picks the bound")
+      ->group(g)
+      ->check(one_of({"fused", "unfused"}));
   app.add_flag("--bf16-raw", o.bf16_raw, "16-bit integer NPY arrays hold bfloat16 bits (read and --npy-emit)")
       ->group(g);
   auto* emit =
@@ -64,6 +70,7 @@ void add_npy_options(CLI::App& app, NpyOptions& o) {
 std::string check_npy_combination(const NpyOptions& o) {
   const bool judging = !o.dir.empty() || !o.o.empty();
   if (!o.meta.empty() && !judging) return "--npy-meta needs --npy DIR or --o FILE";
+  if (!o.compute_model.empty() && !judging) return "--compute-model needs --npy DIR or --o FILE";
   if (!judging && o.emit.empty()) {
     if (!o.layout.empty()) return "--layout needs --npy, --o or --npy-emit";
     if (!o.compute_dtype.empty()) return "--compute-dtype needs --npy, --o or --npy-emit";
@@ -107,6 +114,7 @@ int run_npy(const NpyOptions& o, const SharedCaseFlags& f, Session& s, const Com
       if (!d) return input_error("--compute-dtype must be fp32, fp16 or bf16, not '" + o.compute_dtype + "'");
       ov.compute_dtype = *d;
     }
+    if (!o.compute_model.empty()) ov.compute_model = parse_compute_model(o.compute_model);  // checked by CLI11
     if (f.mask_given) ov.mask = f.mask;
     if (f.scale_given) {
       try {
@@ -131,7 +139,8 @@ int run_npy(const NpyOptions& o, const SharedCaseFlags& f, Session& s, const Com
                                       {"--npy-meta", &o.meta}})
         if (!val->empty()) replay += std::string(" ") + flag + " " + quote(*val);
     for (const auto& [flag, val] : {std::pair<const char*, const std::string*>{"--layout", &o.layout},
-                                    {"--compute-dtype", &o.compute_dtype}})
+                                    {"--compute-dtype", &o.compute_dtype},
+                                    {"--compute-model", &o.compute_model}})
       if (!val->empty()) replay += std::string(" ") + flag + " " + quote(*val);
     if (f.mask_given) replay += " --mask " + quote(f.mask);
     if (f.scale_given) replay += " --scale " + quote(f.scale);

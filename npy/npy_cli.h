@@ -17,6 +17,7 @@ struct NpyOptions {
   std::string emit;             // --npy-emit DIR
   std::string layout;           // bshd | bhsd (default: sidecar, else bshd)
   std::string compute_dtype;    // fp32 | fp16 | bf16 (default: sidecar, else from q's dtype)
+  std::string compute_model;    // fused | unfused (default: sidecar, else unfused)
   bool bf16_raw = false;
 };
 void add_npy_options(CLI::App& app, NpyOptions& o);

@@ -391,7 +391,7 @@ std::vector<VariantResult> evaluate_manifest(const fs::path& dir, const Override
       }
     }
   }
-  // DESIGN.md's rescale signature: wrong when the max key comes late, right when it comes first.
+  // docs/semantics.md's rescale signature: wrong when the max key comes late, right when it comes first.
   if (max_first && max_last && max_first->judged.result.verdict != Verdict::kFail &&
       max_last->judged.result.verdict == Verdict::kFail) {
     for (auto& r : out)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -22,9 +23,16 @@ constexpr double kU = 0x1p-24;   // fp32 unit roundoff
 constexpr double kUd = 0x1p-53;  // double unit roundoff
 constexpr double kFltMin = 0x1p-126;
 constexpr double kRange = 0x1p127;  // the fp32 contract's range (oracle/README.md "The fp32 contract")
+const double kLogRange = std::log(kRange);
 constexpr double kTau = 0x1p-16;    // certification: the oracle's own error against the bound
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string fmt_g(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", x);
+  return b;
+}
 
 uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -121,8 +129,11 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   const OracleResult& F = *S.fwd;
   GradResult& R = *S.res;
   const BoundModel& M = opts.fwd.model;
-  const LowpBoundModel& H = opts.fwd.lowp;
+  const LowpBoundModel& H = lowp_terms(opts.fwd, S.cd);
   const double uc = S.cd == AF_DTYPE_F32 ? 0 : unit_roundoff(S.cd);
+  // Rounding a value to c loses up to u_c relatively and, below c's normal range, up to eta_c absolutely (half the
+  // smallest subnormal): a dS or P below eta_c becomes 0 (issue 25: f16 dK of 1.6e-7 returned as 0).
+  const double eta_c = S.cd == AF_DTYPE_F32 ? 0 : underflow_error(S.cd);
   const int64_t D = p.head_dim, Dv = p.head_dim_v, hk = kv_head(p, h);
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
   const bool want_dq = S.q_pick[static_cast<size_t>(i)] != 0;
@@ -250,7 +261,15 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double dlt = kU * (static_cast<double>(D + 2) * sc * a + M.c_arg * (std::fabs(s) + std::fabs(LSE) + 1) + M.c_exp) +
                    lse_dev + ftz;
       if (uc > 0) dlt += uc * (H.c_in * sc * a + H.c_s * (std::fabs(s) + std::fabs(LSE)) + H.c_p);
-      const double eP = P * std::expm1(std::min(dlt, 700.0)) + kFltMin;
+      // The kernel's P' = exp(s' - lse') lies in [P e^-dlt, P e^dlt] (README "Backward bound" (1)). Backward
+      // contract (README "The backward contract", rule B1): where P e^dlt may pass the fp32 range, the fp32
+      // rounding of the score or of lse leaves exp(s - lse) undetermined, and the row is outside.
+      const double arg = s - LSE, dcap = std::min(dlt, 700.0);
+      if (why.empty() && std::isfinite(arg) && arg + dlt > kLogRange)
+        why = "exp(s - lse) is undetermined in fp32: a visible score of |s| = " + fmt_g(std::fabs(s)) +
+              " has a rounding error bound of " + fmt_g(dlt) + " (as an exponent), so the recomputed P may overflow";
+      // P (e^dlt - 1), formed from the exponent so that a P that underflows in double keeps its error.
+      const double eP = (std::isfinite(arg) ? std::exp(arg + dcap) * -std::expm1(-dcap) : P * std::expm1(dcap)) + kFltMin;
       double edP = kU * static_cast<double>(Dv + 2) * bsum + 2 * kFltMin * (dosum + Dv);
       if (uc > 0) edP += uc * H.c_acc * bsum;
       rb.s[jj] = s;
@@ -298,8 +317,11 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       const double dS = P * diff;
       const double mS = P * (std::fabs(dp) + std::fabs(delta));
       double eS = eP * std::fabs(diff) + (P + eP) * (edP + eDelta) + 2 * kU * mS + kFltMin;
-      if (uc > 0) eS += uc * std::fabs(dS);  // dS rounded to the compute dtype before the products
-      if (mS > kRange && why.empty()) why = "an exact P (|dP| + |Delta|) exceeds the fp32 range";
+      if (uc > 0) eS += uc * std::fabs(dS) + eta_c;  // dS rounded to the compute dtype before the products
+      // Rule B2: what the kernel may form for dS, P' (dP' - Delta'), within the fp32 range.
+      if (why.empty() && (P + eP) * (std::fabs(dp) + edP + std::fabs(delta) + eDelta) > kRange)
+        why = mS > kRange ? "an exact P (|dP| + |Delta|) exceeds the fp32 range"
+                          : "the kernel's dS = P (dP - Delta) may exceed the fp32 range within its rounding error";
       const float* kj = kbase + j * kst;
       if (want_dq) {
         double* __restrict qv = rb.dq_val.data();
@@ -326,7 +348,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double* __restrict vv = &ka.dv.val[static_cast<size_t>(j * Dv)];
       double* __restrict ve = &ka.dv.err[static_cast<size_t>(j * Dv)];
       double* __restrict vm = &ka.dv.mag[static_cast<size_t>(j * Dv)];
-      const double ePv = eP + uc * H.c_p * P;  // P rounded to the compute dtype for dV = P^T dO
+      const double ePv = eP + uc * H.c_p * P + eta_c;  // P rounded to the compute dtype for dV = P^T dO
       for (int64_t d = 0; d < Dv; ++d) {
         const double g = dorow[d], ag = std::fabs(g);
         vv[d] += P * g;
@@ -355,7 +377,9 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double bd =
           sf * (sc * (rb.dq_err[static_cast<size_t>(d)] + accq * mag) + uout * std::fabs(val) + eout + floor);
       if (std::isnan(val)) bd = 0;
-      if (!why.empty() || std::max(mag, sc * mag) > kRange) bd = kInf;
+      // Rule B3: the accumulated magnitude a kernel may form, exact terms plus their error bounds.
+      const double reach = mag + rb.dq_err[static_cast<size_t>(d)];
+      if (!why.empty() || std::max(reach, sc * reach) > kRange) bd = kInf;
       R.dq_bound[qi + d] = bd;
     }
   }
@@ -433,7 +457,7 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
 
   const unsigned hw = opts.fwd.threads ? opts.fwd.threads : std::max(1u, std::thread::hardware_concurrency());
   const BoundModel& M = opts.fwd.model;
-  const LowpBoundModel& H = opts.fwd.lowp;
+  const LowpBoundModel& H = lowp_terms(opts.fwd, S.cd);
   const double uc = S.cd == AF_DTYPE_F32 ? 0 : unit_roundoff(S.cd), uout = unit_roundoff(p.dtype);
   const double eout = p.dtype == AF_DTYPE_F32 ? 0 : underflow_error(p.dtype);  // stored dK / dV underflow
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
@@ -530,7 +554,8 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
           const double val = scale * A.dk.val[x], mag = A.dk.mag[x];
           double bd = N == 0 ? 0 : sf * (sc * (A.dk.err[x] + accn * mag) + uout * std::fabs(val) + eout + fk);
           if (std::isnan(val)) bd = 0;
-          if (taint > 0 || std::max(mag, sc * mag) > kRange) bd = kInf;
+          const double reach = mag + A.dk.err[x];  // rule B3
+          if (taint > 0 || std::max(reach, sc * reach) > kRange) bd = kInf;
           R.dk[y] = val;
           R.dk_bound[y] = bd;
         }
@@ -539,7 +564,7 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
           const double val = A.dv.val[x], mag = A.dv.mag[x];
           double bd = N == 0 ? 0 : sf * (A.dv.err[x] + accn * mag + uout * std::fabs(val) + eout + fv);
           if (std::isnan(val)) bd = 0;
-          if (taint > 0 || mag > kRange) bd = kInf;
+          if (taint > 0 || mag + A.dv.err[x] > kRange) bd = kInf;  // rule B3
           R.dv[y] = val;
           R.dv_bound[y] = bd;
         }

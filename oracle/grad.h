@@ -1,4 +1,4 @@
-// grad.h - the exact attention backward: dQ, dK, dV of DESIGN.md "Backward" with per-element error bounds.
+// grad.h - the exact attention backward: dQ, dK, dV of docs/semantics.md "The backward contract" with per-element error bounds.
 #pragma once
 
 #include <cstdint>

@@ -89,6 +89,7 @@ struct Shared {
   int32_t cd;  // compute dtype
   std::vector<HeadFacts> heads;  // [b * Hkv + hk]
   OracleResult* res;
+  bool fused;  // scores in fp32 (fused_compute)
 };
 
 struct Counters {
@@ -231,7 +232,7 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
                int32_t cd, double out_eta, double* o_bound, double* lse_bound) {
   const BoundModel& M = opts.model;
   // Low-precision compute (README "fp16 / bf16 bound"): uc = 0 for fp32 kernels.
-  const LowpBoundModel& H = is_fp8(cd) ? opts.lowp_fp8 : opts.lowp;
+  const LowpBoundModel& H = lowp_terms(opts, cd);
   const double uc = cd == AF_DTYPE_F32 ? 0 : unit_roundoff(cd), eta = cd == AF_DTYPE_F32 ? 0 : underflow_error(cd);
   const int64_t n = r.last - r.first;
   int64_t nf = 0;
@@ -327,7 +328,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     if (S.cd == AF_DTYPE_F32)
       reference_fp32_row(p, S.q, S.k, S.v, b, h, s, &R.base_o[oi], &R.base_lse[li]);
     else
-      reference_lowp_row(p, S.q, S.k, S.v, b, h, s, S.cd, is_fp8(S.cd) ? LowpStyle::kFlash : LowpStyle::kMath,
+      reference_lowp_row(p, S.q, S.k, S.v, b, h, s, S.cd, S.fused ? LowpStyle::kFlash : LowpStyle::kMath,
                          &R.base_o[oi], &R.base_lse[li]);
   }
   auto fill = [&](double ov, double lv, RowKind kind) {
@@ -417,8 +418,8 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
         }
     return nan_row ? fill(kNaN, kNaN, RowKind::kNaN) : fill(0.0, -kInf, RowKind::kFullyMasked);
   }
-  if (S.cd == AF_DTYPE_F16 && info.contract == ContractReason::kInside) {
-    // fp16 contract: scores (possibly rounded to fp16, scaled or not) and q, k, v must stay well inside
+  if (S.cd == AF_DTYPE_F16 && !S.fused && info.contract == ContractReason::kInside) {
+    // fp16 contract (unfused compute only: a fused kernel keeps scores in fp32): scores (possibly rounded to fp16, scaled or not) and q, k, v must stay well inside
     // fp16's range (65504); 2^15 leaves room for the exp2 factor and rounding up.
     constexpr double kHalfRange = 0x1p15;
     double big = std::max(sc * amax, qmax);
@@ -463,8 +464,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   }
   info.path == RowPath::kFast ? ++cnt.fast : ++cnt.mp;
   if (info.contract == ContractReason::kInside) {
-    const double vrange = S.cd == AF_DTYPE_F16 ? 0x1p15 : kRange;
-    if (S.cd == AF_DTYPE_F16 && hf.vmax > vrange) {
+    if (S.cd == AF_DTYPE_F16 && !S.fused && hf.vmax > 0x1p15) {
       info.contract = ContractReason::kValueRange;
       info.contract_value = hf.vmax;
     }
@@ -556,6 +556,14 @@ std::vector<int64_t> sample_rows(const Problem& p, const float* q, const float* 
   return out;
 }
 
+bool fused_compute(const OracleOptions& opts, int32_t cd) {
+  return is_fp8(cd) || opts.compute_model == AF_COMPUTE_FUSED;
+}
+
+const LowpBoundModel& lowp_terms(const OracleOptions& opts, int32_t cd) {
+  return fused_compute(opts, cd) ? opts.lowp_fused : opts.lowp;
+}
+
 OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
                             const OracleOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -585,6 +593,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   OracleResult R;
   R.problem = p;
   R.compute_dtype = cd;
+  R.compute_model = opts.compute_model;
   R.mp_backend_used = oracle_detail::mp_backend_name(opts.mp_backend);  // throws when unavailable
   R.mp_bits_used = oracle_detail::mp_bits_rounded(opts.mp_bits);
   const size_t no = static_cast<size_t>(p.batch * p.seq_q * p.heads_q * p.head_dim_v);
@@ -598,7 +607,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   R.rows.assign(nl, RowInfo{});
   R.sampled = sample_rows(p, q, k, opts.row_budget, opts.sample_seed);
 
-  Shared S{&p, q, k, v, &opts, cd, {}, &R};
+  Shared S{&p, q, k, v, &opts, cd, {}, &R, fused_compute(opts, cd)};
   S.heads.resize(static_cast<size_t>(p.batch * p.heads_kv));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {

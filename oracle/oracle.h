@@ -56,14 +56,25 @@ struct OracleOptions {
   // the problem's dtype. f16 / bf16 add the LowpBoundModel terms, use the fp16 contract (exact scores
   // and q, k, v within 2^15) for f16, and make the baseline a plain f16 / bf16 reference.
   int32_t compute_dtype = -1;
+  // How an f16 / bf16 kernel computes (af_compute_model; README "Compute models"). AF_COMPUTE_UNFUSED (the
+  // default here: the widest bound, for outputs of unknown origin): q, k and the scores rounded to c, the
+  // `lowp` terms, and f16's contract. AF_COMPUTE_FUSED (FlashAttention-style; what a registered kernel declares
+  // unless it says otherwise, set by check_case): scores and softmax statistics in fp32 from the stored
+  // inputs, P rounded to c before P.V, the `lowp_fused` terms and the fp32 contract. fp8 is always fused.
+  int32_t compute_model = AF_COMPUTE_UNFUSED;
   LowpBoundModel lowp{};
-  // fp8 compute (README "fp8 bound"): scores in fp32 from the exact stored inputs (no c_in, c_s), P rounded to
-  // the fp8 format before P.V, fp32 accumulation, the output rounded once.
-  LowpBoundModel lowp_fp8{0, 0, 1, 2, 1};
+  // Fused and fp8 compute (README "fp8 bound"): scores in fp32 from the exact stored inputs (no c_in, c_s), P
+  // rounded to c before P.V, fp32 accumulation, the output rounded once.
+  LowpBoundModel lowp_fused{0, 0, 1, 2, 1};
   bool baseline = true;  // also run the plain fp32 reference on the computed rows
 };
 
-// Why a row is outside the fp32 contract (DESIGN.md: "outside the contract").
+// Whether a kernel computing in cd under opts computes scores in fp32 (fused, or fp8), and the low-precision
+// bound terms that apply to it.
+bool fused_compute(const OracleOptions& opts, int32_t cd);
+const LowpBoundModel& lowp_terms(const OracleOptions& opts, int32_t cd);
+
+// Why a row is outside the fp32 contract (docs/semantics.md "The fp32 contract").
 enum class ContractReason : uint8_t {
   kInside = 0,
   kScoreRange,  // an exact |s_ij| or sum_d |q k| (scaled or not) exceeds the fp32 range (margin 2)
@@ -99,6 +110,7 @@ struct OracleResult {
   std::vector<double> lse, lse_bound, lse_err;  // same for LSE (natural log)
   std::vector<float> base_o, base_lse;          // plain reference in the compute dtype (empty if !baseline)
   int32_t compute_dtype = AF_DTYPE_F32;         // the precision the bounds are for
+  int32_t compute_model = AF_COMPUTE_UNFUSED;   // and the compute model (af_compute_model)
   std::vector<RowInfo> rows;                    // per (b, h, s)
   std::vector<int64_t> sampled;                 // query rows s that were computed, ascending
   int mp_bits_used = 0;
@@ -115,7 +127,7 @@ struct OracleResult {
   const RowInfo& row(int64_t b, int64_t h, int64_t s) const { return rows[lse_at(b, h, s)]; }
 };
 
-// Computes the exact result of DESIGN.md's semantics for p. q, k, v are host fp32 arrays laid out with
+// Computes the exact result of docs/semantics.md's semantics for p. q, k, v are host fp32 arrays laid out with
 // p's strides, holding the stored input values (f16 / bf16 / fp8 inputs widened exactly). For fp8 the real
 // inputs are stored * q/k/v_descale (exact, see validate_descales) and the result is the real O (not scaled
 // by o_scale). Throws

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.footer("Exit status: 0 every property held on at least one case, 1 a property failed, 2 usage or input "
              "error (also when nothing selected could run a case).");
+  app.set_version_flag("--version", "attn-props " ATTNFUZZ_VERSION);
   if (const int rc = parse_or_exit_code(app, argc, argv, "attn-props"); rc >= 0) return rc;
 
   std::vector<Property> props;

@@ -196,6 +196,7 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
       if (limits.extreme)
         for (double m : space::lowp_extreme_magnitudes(limits.dtype)) stress.push_back({Distribution::kExtreme, m});
       for (double a : space::lowp_uniform_widths(limits.dtype)) stress.push_back({Distribution::kUniform, a});
+      for (double a : space::lowp_wide_v(limits.dtype)) stress.push_back({Distribution::kWideV, a});
       if (!stress.empty() && *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
         c.values.dist = *element_of(stress);
       if (limits.dtype == AF_DTYPE_FP8_E4M3 || limits.dtype == AF_DTYPE_FP8_E5M2) {

@@ -14,6 +14,7 @@ PACKAGES=(
   clang libclang-rt-14-dev                 # libFuzzer and ThreadSanitizer builds
   hipcc libamdhip64-dev                    # amd backend (Debian ROCm 5.2)
   libxml2-utils                            # xmllint: tests check that SVG and JUnit are well formed
+  librsvg2-dev                             # PNG heatmaps next to the SVGs (optional: CMake ATTNFUZZ_PNG)
   python3-numpy python3-pytest             # adapters: the numpy reference adapter and the pytest entry point (tests/adapters)
   slurm-wlm munge                          # tests/scripts/slurm_array_test.sh: a single-node Slurm runs scripts/slurm
 )

@@ -330,12 +330,12 @@ int main(int argc, char** argv) {
   CLI::App app{"attn-check: does my attention kernel compute exactly the right thing for this shape?",
                "attn-check"};
   app.footer(R"(Examples:
-  attn-check --kernel flash-bk32 --sq 7 --sk 13 --d 59 --mask causal-br
+  attn-check --kernel flash-bm16-bn32 --sq 7 --sk 13 --d 59 --mask causal-br
   attn-check --sweep                          # edge shapes x every kernel, cpu emulator when no GPU
   attn-check --kernel 'flash-*' --sq 4096 --d 128 --dist extreme:1e4 --oracle-rows 512
   attn-check --special nan@k:masked --mask causal-tl --sq 33 --sk 33
   attn-check --dtype f16 --sweep                # every f16 kernel over the f16 edge grid
-  attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-fp8-e4m3 --sq 40
+  attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-bm16-bn32 --sq 40
   attn-check --pass bwd --sweep                # dQ, dK, dV of every kernel with a backward launch
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
@@ -345,6 +345,7 @@ int main(int argc, char** argv) {
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
 2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
+  app.set_version_flag("--version", "attn-check " ATTNFUZZ_VERSION);
   if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check"); rc >= 0) return rc;
   o.seqs.given = {app.count("--batch") > 0,     app.count("--sq") > 0,         app.count("--sk") > 0,
                   app.count("--page-size") > 0, app.count("--page-order") > 0, app.count("--spare-pages") > 0};
@@ -426,10 +427,9 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     }
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
-      for (const std::string& why : {unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem),
-                                     pass_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.pass,
-                                                             jobs[i].c.problem.dtype)})
-        if (!why.empty()) usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
+      if (const std::string why = case_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem, jobs[i].c.pass);
+          !why.empty())
+        usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
   }
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
 

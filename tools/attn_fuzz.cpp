@@ -224,6 +224,7 @@ int main(int argc, char** argv) {
 Resume: run again with the same --out (or --corpus); the corpus of .case files is read back.
 Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usage or input error.)");
   define_options(app, o);
+  app.set_version_flag("--version", "attn-fuzz " ATTNFUZZ_VERSION);
   if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-fuzz"); rc >= 0) return rc;
   if (o.common.no_isolate && app.count("--isolate") && o.isolate != "never")
     usage_error("--no-isolate contradicts --isolate " + o.isolate);

@@ -362,7 +362,7 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
                   ->check(list));
   v.push_back(app.add_option("--page-size", o.page_size, "tokens per page of paged K/V")
                   ->group(group)
-                  ->check(int_range(16, 256))
+                  ->check(int_range(1, 1024))
                   ->capture_default_str());
   v.push_back(app.add_option("--page-order", o.page_order, "paged: 0 = pool pages in order, else a shuffle seed")
                   ->group(group)
@@ -743,7 +743,7 @@ std::string Runner::write_grad_heatmaps(const RunEntry& e, const std::vector<Gra
     std::string name = heatmap_file_name(e.result.kernel, e.the_case);
     name.insert(name.size() - 4, "-" + g.tensor);
     try {
-      write_text_file(fs::path(o_.out) / name, heatmap_svg(m, shown, ho));
+      write_heatmap_files(fs::path(o_.out) / name, heatmap_svg(m, shown, ho));
     } catch (const ReportError& err) {
       std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), err.what());
       continue;
@@ -768,7 +768,7 @@ std::string Runner::write_heatmap(const RunEntry& e, const std::vector<double>& 
   ho.subtitle = describe(e.the_case) + "  max err/bound " + fmt_ratio(e.result.max_ratio);
   const std::string name = heatmap_file_name(e.result.kernel, e.the_case);
   try {
-    write_text_file(fs::path(o_.out) / name, heatmap_svg(m, p, ho));
+    write_heatmap_files(fs::path(o_.out) / name, heatmap_svg(m, p, ho));
   } catch (const ReportError& err) {
     std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), err.what());
     return {};

@@ -48,6 +48,7 @@ struct Finding {
   FailureClass cls = FailureClass::kNone;
   std::vector<Evidence> evidence;
   bool unreliable_baseline = false;  // reruns differ: bitwise experiments cannot be trusted
+  bool overflow_shown = false;  // non-finite: every failing row shown has a visible score past exp's fp32 range
 };
 
 // ---- helpers (helpers.cpp) ----

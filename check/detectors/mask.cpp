@@ -333,6 +333,112 @@ std::string gradient_leak(Context& c, std::string& tried) {
   return {};
 }
 
+// The NaN / Inf leak experiment for gradients (dense problems): the non-finite q / k / v / dO entries of keys
+// and rows the mask hides from someone are replaced by 0 and the backward relaunched. The dQ of a row that sees
+// none of those keys (and holds none itself), and the dK / dV of a key whose every viewer is such a row, have
+// the same exact value before and after; if such elements failed before (NaN / Inf or beyond the bound) and now
+// all pass, a hidden non-finite input reached them (0 * NaN = NaN: masked pairs entered a product). Returns the
+// finding ("" when the experiment does not apply or shows no leak) and says in `tried` what was checked.
+std::string gradient_nan_leak(Context& c, std::string& tried) {
+  const Problem& p = c.problem();
+  const Tensors& t = c.tensors();
+  std::vector<int64_t> bad_keys, bad_rows;  // hidden from some row / key, holding a NaN or Inf
+  for (int64_t j = 0; j < p.seq_k; ++j) {
+    bool bad = false;
+    for (int64_t b = 0; b < p.batch && !bad; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv && !bad; ++hk)
+        bad = row_has_nonfinite(p, t.k, b, j, hk, p.head_dim, false) || v_row_nonfinite(p, t.v, b, j, hk);
+    bool hidden = false;
+    for (int64_t i = 0; i < p.seq_q && !hidden; ++i) hidden = !sees_any(visible_keys(p, i), {j});
+    if (bad && hidden) bad_keys.push_back(j);
+  }
+  for (int64_t i = 0; i < p.seq_q; ++i) {
+    bool bad = false;
+    for (int64_t b = 0; b < p.batch && !bad; ++b)
+      for (int64_t h = 0; h < p.heads_q && !bad; ++h) {
+        bad = row_has_nonfinite(p, t.q, b, i, h, p.head_dim, true);
+        for (int64_t d = 0; d < p.head_dim_v && !bad; ++d)
+          bad = !std::isfinite(t.dout[static_cast<size_t>(o_index(p, b, i, h, d))]);
+      }
+    const KeyRange kr = visible_keys(p, i);
+    if (bad && (kr.empty() || kr.first > 0 || kr.last < p.seq_k)) bad_rows.push_back(i);
+  }
+  if (bad_keys.empty() && bad_rows.empty()) return {};
+  Tensors pt = t;
+  auto zero = [](float& x) {
+    if (!std::isfinite(x)) x = 0.0f;
+  };
+  for (int64_t j : bad_keys)
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+        for (int64_t d = 0; d < p.head_dim; ++d) zero(pt.k[static_cast<size_t>(k_index(p, b, j, hk, d))]);
+        for (int64_t d = 0; d < p.head_dim_v; ++d) zero(pt.v[static_cast<size_t>(v_index(p, b, j, hk, d))]);
+      }
+  for (int64_t i : bad_rows)
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        for (int64_t d = 0; d < p.head_dim; ++d) zero(pt.q[static_cast<size_t>(q_index(p, b, i, h, d))]);
+        for (int64_t d = 0; d < p.head_dim_v; ++d) zero(pt.dout[static_cast<size_t>(o_index(p, b, i, h, d))]);
+      }
+  // Rows whose exact gradients the change leaves alone: they see no changed key and hold no changed entry.
+  std::vector<char> row_same(static_cast<size_t>(p.seq_q), 1), key_same(static_cast<size_t>(p.seq_k), 1);
+  for (int64_t i : bad_rows) row_same[static_cast<size_t>(i)] = 0;
+  for (int64_t i = 0; i < p.seq_q; ++i)
+    if (sees_any(visible_keys(p, i), bad_keys)) row_same[static_cast<size_t>(i)] = 0;
+  for (int64_t j : bad_keys) key_same[static_cast<size_t>(j)] = 0;
+  for (int64_t i = 0; i < p.seq_q; ++i)
+    if (!row_same[static_cast<size_t>(i)]) {
+      const KeyRange kr = visible_keys(p, i);
+      for (int64_t j = kr.empty() ? 0 : kr.first; !kr.empty() && j < kr.last; ++j) key_same[static_cast<size_t>(j)] = 0;
+    }
+  const LaunchOutcome& out = c.original();
+  ++c.stats.launches;
+  const LaunchOutcome po = c.launch(pt);
+  if (po.launch.status != LaunchStatus::kOk || !po.backward) return {};
+  const GradResult& g = c.pc.grad(c.opts.oracle);
+  int64_t failed_before = 0, failed_after = 0;
+  std::string first;
+  auto one = [&](const char* name, size_t e, size_t at, const std::vector<float>& a, const std::vector<float>& x,
+                 const std::vector<double>& ex, const std::vector<double>& bd, int64_t b, int64_t pos, int64_t h,
+                 int64_t d) {
+    if (!judge_element(ex[e], a[at], bd[e]).fail) return;
+    ++failed_before;
+    if (judge_element(ex[e], x[at], bd[e]).fail) {
+      ++failed_after;
+    } else if (first.empty()) {
+      first = fmt("%s[b=%lld,%s=%lld,h=%lld,d=%lld]: %s -> %s", name, (long long)b, name[1] == 'Q' ? "s" : "j",
+                  (long long)pos, (long long)h, (long long)d, num(a[at]).c_str(), num(x[at]).c_str());
+    }
+  };
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t i = 0; i < p.seq_q; ++i)
+      for (int64_t h = 0; h < p.heads_q && row_same[static_cast<size_t>(i)]; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          one("dQ", g.dq_at(b, i, h, d), static_cast<size_t>(q_index(p, b, i, h, d)), out.dq, po.dq, g.dq,
+              g.dq_bound, b, i, h, d);
+    for (int64_t j = 0; j < p.seq_k; ++j)
+      for (int64_t hk = 0; hk < p.heads_kv && key_same[static_cast<size_t>(j)]; ++hk) {
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          one("dK", g.dk_at(b, j, hk, d), static_cast<size_t>(k_index(p, b, j, hk, d)), out.dk, po.dk, g.dk,
+              g.dk_bound, b, j, hk, d);
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          one("dV", g.dv_at(b, j, hk, d), static_cast<size_t>(v_index(p, b, j, hk, d)), out.dv, po.dv, g.dv,
+              g.dv_bound, b, j, hk, d);
+      }
+  }
+  const std::string what = (bad_keys.empty() ? std::string() : "keys j = " + ranges(bad_keys) + " (k / v)") +
+                           (!bad_keys.empty() && !bad_rows.empty() ? " and " : "") +
+                           (bad_rows.empty() ? std::string() : "rows s = " + ranges(bad_rows) + " (q / dO)");
+  if (!tried.empty()) tried += "; ";
+  tried += "NaN / Inf of the hidden " + what + fmt(" set to 0: %lld failing element(s) the change leaves exact, "
+                                                    "%lld still failing",
+                                                    (long long)failed_before, (long long)failed_after);
+  if (failed_before == 0 || failed_after > 0) return {};
+  return "the NaN / Inf in " + what + ", which the mask hides, reached the gradients: with it set to 0 (the exact "
+         "values of those elements unchanged) " + fmt("all %lld failing element(s) of rows / keys that do not see it "
+                                                      "pass; first ", (long long)failed_before) + first;
+}
+
 // Gradient failures. Necessary: the same inputs pass under mask none. That alone proves nothing (a precision
 // loss the masked case happens to push past the bound also passes unmasked), so `mask` needs one of:
 // (1) a leak: an input the mask hides from a gradient element moves it (gradient_leak), or (2) errors far
@@ -369,11 +475,17 @@ Finding mask_gradients(Context& c) {
                              ") and pass with the same inputs under mask none (" +
                              fmt("%lld elements within their bound, max err/bound %s)",
                                  (long long)j.result.compared, num(j.result.max_ratio).c_str());
-  // (1) the leak experiments
+  // (1) the leak experiments: a hidden NaN / Inf reaching a gradient, then hidden finite inputs moving one
   std::string tried;
   if (has_sequences(c.pc.problem())) {
     tried = "not run (sequence layout)";
   } else {
+    if (const std::string nan_leak = gradient_nan_leak(c, tried); !nan_leak.empty()) {
+      f.fired = true;
+      f.cls = FailureClass::kMask;
+      f.evidence.push_back({"mask", passes + "; " + nan_leak});
+      return f;
+    }
     const std::string leak = gradient_leak(c, tried);
     if (!leak.empty()) {
       f.fired = true;

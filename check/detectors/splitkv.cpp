@@ -2,7 +2,7 @@
 //
 // A kernel declares its split count as an ABI v2 tunable with role AF_TUNABLE_KV_SPLITS and the values it
 // accepts. The exact result does not depend on the split, so a correct kernel passes at every count; a
-// failure that appears at some counts and vanishes at others is in the split / combine (DESIGN.md
+// failure that appears at some counts and vanishes at others is in the split / combine (docs/semantics.md
 // `split-kv`). A failure present at every count says nothing about the split and the detector stays silent.
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // tail.cpp - the tail detector: pads a failing case so that its exact result is unchanged and sees whether
-// the failure vanishes (head-dim, query-row and key tails; DESIGN.md `tail`).
+// the failure vanishes (head-dim, query-row and key tails; docs/semantics.md `tail`).
 //
 // Three paddings, each to the next multiple of 8, 16, 32, 64, 128 and to the next power of two:
 //   - D and Dv: zero columns appended to q, k (scores unchanged) and v (the extra O columns are not judged);

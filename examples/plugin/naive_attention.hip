@@ -89,17 +89,30 @@ int naive_attention_launch(const af_problem* pp, const af_buffers* buf, void* st
   return (int)hipGetLastError();
 }
 
-// What the plug-in offers: one entry per kernel. Field order as in af_kernel (attnfuzz/abi.h).
+// What the plug-in offers: one entry per kernel. Designated initializers name each field (in af_kernel's
+// order, attnfuzz/abi.h); a field left out is zero / NULL, with the meaning abi.h gives zero (dtypes 0 = fp32
+// only, masks 0 = every mask, features 0 = dense only, launch_bwd NULL = forward only).
 const af_kernel kExampleKernels[] = {
-    {"example-naive", "example",
-     "one thread per query row, online softmax, O as accumulator (plug-in example)",
-     AF_SUPPORTS_F32,        // dtypes: fp32 only
-     AF_SUPPORTS_ALL_MASKS,  // masks: none, causal and sliding windows, both alignments
-     0, 0,                   // max_head_dim, max_head_dim_v: no limit
-     1,                      // writes_lse
-     0,                      // needs_dv_eq_d
-     nullptr,                // workspace_bytes: no workspace
-     naive_attention_check, naive_attention_launch},
+    {
+        .name = "example-naive",
+        .family = "example",
+        .description = "one thread per query row, online softmax, O as accumulator (plug-in example)",
+        .dtypes = AF_SUPPORTS_F32,        // fp32 only (add AF_SUPPORTS_F16, _BF16, _FP8_E4M3, ...)
+        .masks = AF_SUPPORTS_ALL_MASKS,   // none, causal and sliding windows, both alignments
+        .max_head_dim = 0,                // largest D: no limit
+        .max_head_dim_v = 0,              // largest Dv: no limit
+        .writes_lse = 1,                  // LSE is written, so it is checked too
+        .needs_dv_eq_d = 0,               // Dv != D is fine
+        .workspace_bytes = nullptr,       // no workspace
+        .check_support = naive_attention_check,
+        .launch = naive_attention_launch,
+        // ---- ABI v2: all zero here (dense, forward only, no knobs) ----
+        .features = 0,                    // AF_FEATURE_Q_PACKED, _KV_PACKED, _KV_PAGED, _SEQUSED_K
+        .n_tunables = 0,                  // integer knobs (af_tunable), e.g. a split count with role
+        .tunables = nullptr,              //   AF_TUNABLE_KV_SPLITS, which the split-kv detector varies
+        .bwd_workspace_bytes = nullptr,   // backward workspace
+        .launch_bwd = nullptr,            // a backward launch (dQ, dK, dV); NULL: forward only
+    },
 };
 
 }  // namespace

@@ -9,12 +9,18 @@
 extern "C" {
 #endif
 
-/* Bumped on any incompatible change of the structs below. Version 2 only APPENDS fields to the version-1
- * structs (af_problem, af_buffers, af_kernel keep their v1 prefix byte for byte), so a v1 plug-in still
- * loads: its kernel table is copied into v2 tables with every new field zero (dense forward only, no
- * tunables), and its launch receives a v2 af_problem / af_buffers whose prefix is exactly the v1 layout.
- * A plug-in built for a version outside [AF_ABI_MIN_VERSION, AF_ABI_VERSION] is refused. */
-#define AF_ABI_VERSION 2
+/* Bumped on any incompatible change of the structs below. Each version only APPENDS fields to the previous
+ * one (af_problem, af_buffers, af_kernel keep their v1 and v2 prefixes byte for byte), so older plug-ins
+ * still load: a v1 or v2 kernel table is copied into v3 tables with every newer field zero (v1: dense forward
+ * only, no tunables; v2: no v3 declarations, i.e. the fused compute model, forward + backward as declared,
+ * the [B, Hq, Sq] lse, pages of 16 .. 256 tokens, no variants), and its launch receives a v3 af_problem /
+ * af_buffers whose prefix is exactly its own layout.
+ * A plug-in built for a version outside [AF_ABI_MIN_VERSION, AF_ABI_VERSION] is refused.
+ * Version 3 was designed once for three needs (docs/semantics.md): the verdict's compute model and kernel
+ * declarations (backward-only kernels, the pass in check_support, packed LSE, page sizes 1 .. 1024), the
+ * attention variants (sinks, softcap, ALiBi, bias, custom and block-sparse masks, shared K/V latent,
+ * per-head descales), and dropout and merged attention states. */
+#define AF_ABI_VERSION 3
 #define AF_ABI_MIN_VERSION 1
 
 /* Sentinel for an unbounded window side (causal = left AF_UNBOUNDED, right 0). */
@@ -98,7 +104,7 @@ typedef struct af_problem {
   /* Integer tunables: entry i holds the value of the kernel's i-th declared af_tunable. The tool always
    * passes an accepted value (the default unless an experiment chose another); in a case, 0 = default. */
   int32_t tunables[AF_MAX_TUNABLES];
-  /* Varlen / KV cache / paged KV (DESIGN.md). With q_layout or kv_layout not dense, batch is the number
+  /* Varlen / KV cache / paged KV (docs/semantics.md). With q_layout or kv_layout not dense, batch is the number
    * of sequences and seq_q / seq_k are the largest per-sequence lengths (max_seqlen). */
   int32_t q_layout;          /* AF_SEQ_DENSE or AF_SEQ_PACKED (cu_seqlens_q): q, o, do, dq */
   int32_t kv_layout;         /* AF_SEQ_DENSE, AF_SEQ_PACKED (cu_seqlens_k) or AF_SEQ_PAGED: k, v, dk, dv */
@@ -106,7 +112,7 @@ typedef struct af_problem {
   int64_t total_k;           /* packed k tokens (cu_seqlens_k[batch]); 0 unless kv_layout is packed */
   int64_t kv_capacity;       /* KV cache: tokens reserved per sequence (dense: seq_k; paged: pages * page_size);
                                 the used length is seqused_k[b] when buffers.seqused_k is set */
-  int32_t page_size;         /* tokens per page, 16 .. 256 (AF_SEQ_PAGED); 0 otherwise */
+  int32_t page_size;         /* tokens per page (AF_SEQ_PAGED): 16 .. 256, or 1 .. 1024 as the kernel declares (v3); 0 otherwise */
   int32_t reserved1;         /* 0 */
   int64_t num_pages;         /* pages in the pool (AF_SEQ_PAGED) */
   int64_t max_pages_per_seq; /* row length of block_table [batch, max_pages_per_seq] */
@@ -115,6 +121,37 @@ typedef struct af_problem {
   int64_t dq_stride[3];
   int64_t dk_stride[3];
   int64_t dv_stride[3];
+  /* ---- ABI v3 ---- */
+  int32_t pass;       /* af_pass of the launch (or, in check_support, of the check asked for) */
+  int32_t lse_layout; /* af_lse_layout of lse: AF_LSE_BHS unless the kernel declared AF_KERNEL_LSE_PACKED and
+                         q_layout is packed (then [Hq, total_q]: lse_stride[1] between heads, lse_stride[2]
+                         between packed rows, lse_stride[0] = 0) */
+  /* Variants: which ones this problem uses (AF_VARIANT_*, a subset of af_kernel::variants); a field below is
+   * read only when its bit is set. Semantics in docs/semantics.md "Variants". */
+  uint32_t variants;
+  float softcap;            /* AF_VARIANT_SOFTCAP: s <- softcap * tanh(s / softcap) after scaling, > 0 */
+  int64_t bias_stride[4];   /* AF_VARIANT_BIAS: fp32 elements between consecutive b, query head, i, j of
+                               buffers.bias (0 = broadcast over that dimension) */
+  int64_t mask_stride[3];   /* AF_VARIANT_MASK_DENSE / _BITS: bytes between consecutive b, query head, i of
+                               buffers.custom_mask (0 = broadcast) */
+  int32_t block_q;          /* AF_VARIANT_BLOCK_SPARSE: query rows and keys per block of buffers.block_mask */
+  int32_t block_k;
+  int64_t block_mask_stride[3]; /* bytes between consecutive b, query head, query block of block_mask */
+  int64_t descale_stride[2];    /* AF_VARIANT_HEAD_DESCALE: elements between consecutive b, head of the
+                                   per-head descale arrays (q: query heads; k, v: kv heads) */
+  /* Dropout (AF_VARIANT_DROPOUT): each weight P_ij is kept with probability 1 - p and then scaled by
+   * 1 / (1 - p); the keep decision is a function of (seed, offset, b, h, i, j) only. */
+  float dropout_p;                /* [0, 1) */
+  int32_t dropout_rng;            /* af_dropout_rng */
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;        /* the generator's counter offset */
+  int64_t dropout_mask_stride[3]; /* bytes between consecutive b, query head, i of buffers.dropout_mask */
+  /* Merged attention states (af_kernel::kind AF_KIND_MERGE): n_states partial results (O_s, LSE_s) of one
+   * problem over disjoint key ranges, merged into o and lse (the union). */
+  int32_t n_states;
+  int32_t reserved2;             /* 0 */
+  int64_t state_o_stride[4];     /* elements between consecutive state, b, s, h of buffers.state_o */
+  int64_t state_lse_stride[4];   /* elements between consecutive state, b, h, s of buffers.state_lse */
 } af_problem;
 
 /* Device pointers for one launch. lse is NULL when the kernel does not write it. workspace holds
@@ -137,6 +174,23 @@ typedef struct af_buffers {
   void* dq;                    /* backward outputs */
   void* dk;
   void* dv;
+  /* ---- ABI v3: NULL unless the problem's variant, dropout or kind uses them ---- */
+  const float* sinks;        /* AF_VARIANT_SINK: [Hq] one logit per query head, in the softmax denominator only */
+  const float* alibi_slopes; /* AF_VARIANT_ALIBI: [Hq]; s_ij -= slope_h * |j - (i + off)| (off of mask_align) */
+  const float* bias;         /* AF_VARIANT_BIAS: additive fp32 bias, bias_stride */
+  const uint8_t* custom_mask;/* AF_VARIANT_MASK_DENSE: one byte per (i, j), non-zero = visible;
+                                AF_VARIANT_MASK_BITS: bit j % 8 of byte j / 8 of row (b, h, i), 1 = visible */
+  const uint8_t* block_mask; /* AF_VARIANT_BLOCK_SPARSE: one byte per (query block, key block): 0 empty, 1 full,
+                                2 partial (custom_mask decides inside the block) */
+  const float* q_descale_h;  /* AF_VARIANT_HEAD_DESCALE: per-head fp8 descales, replacing the per-tensor ones */
+  const float* k_descale_h;
+  const float* v_descale_h;
+  uint8_t* dropout_mask;     /* AF_DROPOUT_RNG_EXPORTED: the kernel writes its keep mask (1 kept, 0 dropped) */
+  float* dsinks;             /* backward with AF_VARIANT_SINK: d loss / d sink [Hq] */
+  float* dbias;              /* backward with AF_VARIANT_BIAS: d loss / d bias, with bias_stride (summed over
+                                broadcast dimensions) */
+  const void* state_o;       /* AF_KIND_MERGE: partial outputs (dtype), state_o_stride */
+  const float* state_lse;    /* AF_KIND_MERGE: partial LSEs (natural log; -inf = empty state), state_lse_stride */
 } af_buffers;
 
 /* Bit sets for af_kernel::masks. */
@@ -162,8 +216,59 @@ typedef struct af_buffers {
 #define AF_FEATURE_KV_PACKED (1u << 1) /* kv_layout = AF_SEQ_PACKED */
 #define AF_FEATURE_KV_PAGED (1u << 2)  /* kv_layout = AF_SEQ_PAGED */
 #define AF_FEATURE_SEQUSED_K (1u << 3) /* buffers.seqused_k (KV cache with used length < capacity) */
+#define AF_FEATURES_KNOWN 0xfu         /* every feature bit defined; a table declaring another is refused */
 
-/* A kernel as the tool sees it. Everything but name, family and launch may be zero / NULL. */
+/* v3: which pass a launch or a check_support question is about. */
+typedef enum af_pass { AF_PASS_FORWARD = 0, AF_PASS_BACKWARD = 1 } af_pass;
+
+/* v3: the lse tensor's layout. */
+typedef enum af_lse_layout {
+  AF_LSE_BHS = 0,   /* [B, Hq, max Sq] (lse_stride: b, h, s) */
+  AF_LSE_PACKED = 1 /* [Hq, total_q] (FlashAttention's varlen convention) */
+} af_lse_layout;
+
+/* v3: how a kernel computes in f16 / bf16 (the bound follows it; fp32 and fp8 kernels: no effect). */
+typedef enum af_compute_model {
+  AF_COMPUTE_FUSED = 0,  /* FlashAttention-style: scores, running max and row sum in fp32 from the stored
+                            inputs; P rounded to the storage type before P.V; fp32 accumulation; O rounded once */
+  AF_COMPUTE_UNFUSED = 1 /* math-style: q, k (possibly pre-scaled), the scores and the softmax output rounded
+                            to the storage type (the f16 contract: exact |s|, |q|, |k|, |v| within 2^15) */
+} af_compute_model;
+
+/* v3: af_kernel::flags. */
+#define AF_KERNEL_LSE_PACKED (1u << 0) /* lse is [Hq, total_q] when q is packed (AF_LSE_PACKED) */
+#define AF_KERNEL_FLAGS_KNOWN 0x1u
+
+/* v3: af_kernel::variants and af_problem::variants. A kernel that does not declare a variant is unsupported
+ * for a problem that uses it; until the tool checks a variant (docs/semantics.md lists which it does), a
+ * kernel declaring it is still judged only on problems without it. */
+#define AF_VARIANT_SINK (1u << 0)          /* per-head attention sink logits */
+#define AF_VARIANT_SOFTCAP (1u << 1)       /* logit softcap */
+#define AF_VARIANT_ALIBI (1u << 2)         /* ALiBi slopes */
+#define AF_VARIANT_BIAS (1u << 3)          /* additive bias tensor (broadcast by stride 0) */
+#define AF_VARIANT_MASK_DENSE (1u << 4)    /* dense boolean mask tensor (on top of mask_kind) */
+#define AF_VARIANT_MASK_BITS (1u << 5)     /* bit-packed custom mask (FlashInfer's layout) */
+#define AF_VARIANT_BLOCK_SPARSE (1u << 6)  /* block-sparse mask with partial blocks */
+#define AF_VARIANT_KV_SHARED (1u << 7)     /* MLA: buffers.v == buffers.k (V = the first Dv columns of K) */
+#define AF_VARIANT_HEAD_DESCALE (1u << 8)  /* per-head fp8 descales */
+#define AF_VARIANT_DROPOUT (1u << 9)       /* dropout with a reproducible keep mask */
+#define AF_VARIANTS_KNOWN 0x3ffu
+
+/* v3: where a dropout kernel's keep decisions come from. */
+typedef enum af_dropout_rng {
+  AF_DROPOUT_RNG_EXPORTED = 0,     /* the kernel writes its keep mask to buffers.dropout_mask */
+  AF_DROPOUT_RNG_PHILOX_FLASH = 1, /* Philox 4x32-10, FlashAttention's (seed, offset, b, h, i, j) layout */
+  AF_DROPOUT_RNG_PHILOX_TORCH = 2  /* Philox 4x32-10, PyTorch's memory-efficient attention layout */
+} af_dropout_rng;
+
+/* v3: what a kernel computes. */
+typedef enum af_kernel_kind {
+  AF_KIND_ATTENTION = 0, /* attention forward (launch) and/or backward (launch_bwd) */
+  AF_KIND_MERGE = 1      /* merges n_states partial (O, LSE) states into o, lse (launch) */
+} af_kernel_kind;
+
+/* A kernel as the tool sees it. Everything but name, family and one of launch / launch_bwd may be zero / NULL
+ * (v1 and v2 tables: launch is required). */
 typedef struct af_kernel {
   const char* name;        /* unique, e.g. "flash-bk32" */
   const char* family;      /* e.g. "flash"; planted-bug kernels use "planted/<family>" */
@@ -187,12 +292,21 @@ typedef struct af_kernel {
   /* Backward: reads q, k, v, o, lse, dout; writes dq, dk, dv. NULL = forward only. */
   size_t (*bwd_workspace_bytes)(const af_problem* p);
   int (*launch_bwd)(const af_problem* p, const af_buffers* b, void* stream);
+  /* ---- ABI v3 (zero / NULL in a v1 or v2 table) ---- */
+  int32_t compute_model;   /* af_compute_model of its f16 / bf16 launches (0 = fused) */
+  int32_t kind;            /* af_kernel_kind (0 = attention) */
+  uint32_t flags;          /* AF_KERNEL_* */
+  uint32_t variants;       /* AF_VARIANT_* it accepts (0 = none); AF_VARIANT_DROPOUT also needs dropout_rngs */
+  uint32_t dropout_rngs;   /* (1u << af_dropout_rng) bits it can follow */
+  int32_t min_page_size;   /* AF_SEQ_PAGED: the page sizes it takes, 1 .. 1024 (0, 0 = 16 .. 256) */
+  int32_t max_page_size;
+  int32_t reserved3;       /* 0 */
 } af_kernel;
 
 /* What a plug-in shared library exports as  const af_plugin* attnfuzz_plugin(void);  the layout is the
  * same in every version; kernels points at af_kernel tables of the plug-in's abi_version. */
 typedef struct af_plugin {
-  uint32_t abi_version;    /* AF_ABI_VERSION the plug-in was built with (1 and 2 load) */
+  uint32_t abi_version;    /* AF_ABI_VERSION the plug-in was built with (1, 2 and 3 load) */
   const char* backend;     /* "cpu", "nvidia" or "amd": what its kernels were compiled for */
   const char* name;        /* shown in reports */
   size_t n_kernels;

@@ -47,14 +47,17 @@ enum class Distribution {
              // subtraction in ~1/3 of rows; MAG = 100 makes every row do.
   kVBias,    // q, k uniform in [-param, param], v uniform in [0, param]: O keeps a non-zero mean at any Sk, so
              // errors of sums that drift with Sk (half-precision row sums / accumulators) stay visible
+  kWideV,    // q, k uniform in [-1, 1] (near-uniform weights), v uniform in [param / 2, param] (one sign): the
+             // un-normalised accumulator sum exp(s - m) v reaches ~0.75 n param before the division by the row
+             // sum, past a storage format's range where n param is (issue 25: f16 accumulators)
 };
-const char* distribution_name(Distribution d);  // "uniform", "normal", "extreme", "vbias"
+const char* distribution_name(Distribution d);  // "uniform", "normal", "extreme", "vbias", "widev"
 
 struct ValueDist {
   Distribution kind = Distribution::kUniform;
   double param = 1.0;  // uniform: half-width a > 0; normal: sigma > 0; extreme: MAG > 0
 };
-// "uniform[:A]", "normal[:SIGMA]", "extreme:MAG", "vbias[:A]" (A, SIGMA default 1). Returns an error sentence
+// "uniform[:A]", "normal[:SIGMA]", "extreme:MAG", "vbias[:A]", "widev[:A]" (A, SIGMA default 1). Returns an error sentence
 // or empty.
 std::string parse_distribution(const std::string& text, ValueDist& out);
 std::string to_string(const ValueDist& d);  // "uniform:1", "extreme:30" (shortest round-trip form)
@@ -103,7 +106,7 @@ std::string to_string(const SpecialValue& s);  // canonical form of the above, e
 // (huge = +-max of the format, subnormal = a subnormal of the format, inf = +-Inf except in fp8-e4m3, which
 // has no Inf and stores +-448 instead, the saturating conversion's result).
 
-// Which fp values a case may hold in q, k and v (DESIGN.md "Value domains"). ieee: every fp32 value incl.
+// Which fp values a case may hold in q, k and v (docs/semantics.md "Value domains"). ieee: every fp32 value incl.
 // NaN and +-Inf. finite: no NaN / +-Inf (extreme magnitudes, FLT_MAX, subnormals and -0 stay), for kernels
 // whose contract excludes non-finite inputs. Stride gaps (kStrideGapBits) are not values of q, k or v.
 enum class ValueDomain : uint8_t { kIeee = 0, kFinite };
@@ -126,7 +129,7 @@ struct ExplicitValues {
   std::vector<float> dout;  // backward cases: dO (o_elements floats, o strides); empty = generated from the seed
 };
 
-// Varlen batches, KV cache and paged KV (DESIGN.md "Varlen, KV cache, paged KV"): the per-sequence lengths
+// Varlen batches, KV cache and paged KV (docs/semantics.md "Sequence layouts"): the per-sequence lengths
 // and the page arrangement behind the problem's q_layout / kv_layout. Empty vectors where a layout is dense.
 // The problem's derived fields (seq_q, seq_k, total_q, total_k, kv_capacity, num_pages, max_pages_per_seq,
 // strides) follow from these through set_sequence_fields(); validate() checks that they agree.
@@ -283,8 +286,13 @@ const std::vector<double>& extreme_magnitudes();
 const std::vector<int32_t>& dtypes();
 // Inputs that stress a low-precision dtype (issue 13), empty for f32. Extreme score magnitudes that
 // overflow exp(s) in the format without max subtraction (f16 ~11, e4m3 ~6, e5m2 ~11, bf16 ~89), and for
-// f16 scores whose unscaled q.k overflows 65504 while scale * q.k does not (extreme:3000 at D = 64).
+// f16 scores whose unscaled q.k overflows 65504 while scale * q.k does not (extreme:3000 at D = 64), and
+// logits of 10^2 .. 10^4 where a softmax statistic kept in the format loses its relative precision (f16 300,
+// bf16 1e3 and 1e4: issue 25).
 std::vector<double> lowp_extreme_magnitudes(int32_t dtype);
+// widev:A widths whose un-normalised accumulator (near-uniform weights, one-signed v) passes the format's range
+// before the division by the row sum at ~128 keys (f16 2048, e4m3 16, e5m2 1024); empty for f32 and bf16.
+std::vector<double> lowp_wide_v(int32_t dtype);
 // Uniform half-widths for the dtype: the format's subnormal range (8 quanta), just above its smallest normal,
 // and near its largest finite value (a quarter of max: products and sums leave the range). Empty for f32.
 std::vector<double> lowp_uniform_widths(int32_t dtype);

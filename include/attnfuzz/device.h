@@ -69,7 +69,7 @@ struct DeviceOptions {
 
 // What the tool controls on a device. An adapter receives copies of the inputs and returns outputs: the
 // device memory and the thread schedule are the adapter's, so the detectors that work on them (guard
-// poison and canaries, poison swap, thread orders, TSan, compute-sanitizer) do not apply (DESIGN.md).
+// poison and canaries, poison swap, thread orders, TSan, compute-sanitizer) do not apply (docs/semantics.md).
 struct DeviceCapabilities {
   bool memory_guards = true;    // the kernel reads and writes the tool's guarded buffers
   bool thread_schedule = true;  // the tool runs the kernel's threads (cpu) or its sanitizers can (GPU)

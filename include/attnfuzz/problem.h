@@ -44,7 +44,7 @@ int64_t mask_offset(const Problem& p);
 int64_t window_left(const Problem& p);
 int64_t window_right(const Problem& p);
 
-// visible(i, j) <=> j - (i + off) in [-left, right] (DESIGN.md). i in [0, Sq), j in [0, Sk).
+// visible(i, j) <=> j - (i + off) in [-left, right] (docs/semantics.md). i in [0, Sq), j in [0, Sk).
 bool visible(const Problem& p, int64_t i, int64_t j);
 
 // The visible keys of row i are exactly [first, last) (a mask is always an interval); empty if first >= last.

@@ -82,6 +82,10 @@ struct HeatmapOptions {
 };
 // The problem supplies Sq, Sk, Dv and the mask (drawn beside the rows).
 std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOptions& opt);
+// PNG heatmaps (report/png.cpp): available when built with librsvg (CMake ATTNFUZZ_PNG, librsvg2-dev).
+bool png_heatmaps_available();
+// Renders an SVG into a PNG file; returns empty on success, else why not (also when not available).
+std::string svg_to_png(const std::string& svg, const std::filesystem::path& png);
 
 // --- files
 class ReportError : public std::runtime_error {
@@ -89,12 +93,16 @@ class ReportError : public std::runtime_error {
 };
 // Writes text to path (creating parent directories). Throws ReportError with a one-line message.
 void write_text_file(const std::filesystem::path& path, const std::string& text);
+// Writes a heatmap's SVG to svg_path (throws ReportError like write_text_file) and, where PNG heatmaps are
+// available, the same picture next to it as .png (for terminals and viewers without SVG). Returns empty, or
+// why the PNG could not be written (the SVG stands).
+std::string write_heatmap_files(const std::filesystem::path& svg_path, const std::string& svg);
 
 struct ReportPaths {
   std::filesystem::path json, markdown, junit;
 };
 // Writes report.json, summary.md and junit.xml into dir. Heatmaps are written by the caller (it owns
-// the ratio maps) with write_text_file(dir / heatmap_file_name(...), heatmap_svg(...)).
+// the ratio maps) with write_heatmap_files(dir / heatmap_file_name(...), heatmap_svg(...)).
 ReportPaths write_reports(const RunRecord& r, const std::filesystem::path& dir);
 // "heatmap-<kernel>-<hash16>.svg" (kernel name made file-safe; hash of the case content).
 std::string heatmap_file_name(const std::string& kernel, const Case& c);

@@ -17,7 +17,7 @@ enum class Verdict {
 };
 const char* verdict_name(Verdict v);
 
-// DESIGN.md's failure classes.
+// The failure classes of docs/semantics.md.
 enum class FailureClass {
   kNone,
   kRescale,
@@ -30,7 +30,7 @@ enum class FailureClass {
   kCrash,
   kHang,
   kLaunchError,
-  // Added with issue 11 (DESIGN.md table); appended so that existing ordinals stay put.
+  // Added with issue 11 (docs/semantics.md table); appended so that existing ordinals stay put.
   kEmptyRow,   // a row with no key of positive weight is not O = 0, LSE = -inf
   kUnwritten,  // output elements keep the pre-launch poison under two poisons
   kLse,        // O within bound, LSE beyond it

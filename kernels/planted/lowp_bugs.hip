@@ -16,6 +16,8 @@ enum Bug {
   kScaleAfterCast,  // f16: the unscaled q.k cast to fp16, then scaled
   kPEarlyMax,       // bf16: p rounded to bf16 relative to the running max before it includes the key
   kDescaleTwice,    // fp8-e4m3: q_descale * k_descale applied twice
+  kAccStoreHalf,    // f16: the un-normalised accumulator rounded to fp16 before the division by l (issue 25)
+  kScoreHalf,       // bf16: the score rounded to bf16 before the softmax, in a kernel that declares fused (issue 25)
 };
 
 // The correct kernel is online-row (kernels/online_row.hip) templated on the element type: fp32 dot products,
@@ -54,6 +56,10 @@ __global__ void __launch_bounds__(kThreads)
       // PLANTED: descale-twice - q_descale * k_descale folded into the scale and applied again (quiet when
       // q_descale * k_descale == 1).
       if (kBug == kDescaleTwice) s = score_scale<T>(p) * dot * (p.q_descale * p.k_descale);
+      // PLANTED: score-half - the score rounded to bf16 before the max and the exponent (an unfused kernel's step
+      // in one that keeps the rest in fp32): at |s| ~ 1e3 the rounding error 2^-9 |s| ~ 2 moves weights by e^2
+      // (quiet while |s| is small: then it is one bf16 rounding of a weight's exponent).
+      if (kBug == kScoreHalf) s = Elem<__hip_bfloat16>::round(s);
       float alpha, beta;
       if (kBug == kExpNoMaxSub) {
         // PLANTED: exp-no-max-sub - p = fp16(exp(s)) with no max subtracted: exp(s) > 65504 (s > 11.09)
@@ -109,7 +115,11 @@ __global__ void __launch_bounds__(kThreads)
   AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
     const int64_t d = t + e * kThreads;
-    if (d < p.head_dim_v) orow[d] = store_o<T>(p, finish_o(acc[e], m, l));
+    // PLANTED: acc-store-half - the un-normalised accumulator passes through fp16 (an fp16 workspace, or a cast
+    // before the division): with near-uniform weights and one-signed v, |sum p v| passes 65504 before it is
+    // divided by l (quiet while |sum p v| < 65504: one more fp16 rounding of O).
+    const float a = kBug == kAccStoreHalf ? Elem<__half>::round(acc[e]) : acc[e];
+    if (d < p.head_dim_v) orow[d] = store_o<T>(p, finish_o(a, m, l));
   }
   if (lse && t == 0) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
 }
@@ -118,7 +128,8 @@ template <int kBug, class T>
 constexpr uint32_t dtype_bit() {
   return Elem<T>::kFp8 ? AF_SUPPORTS_FP8_E4M3
                        : sizeof(T) == 4 ? AF_SUPPORTS_F32
-                                        : kBug == kPEarlyMax ? AF_SUPPORTS_BF16 : AF_SUPPORTS_F16;
+                                        : kBug == kPEarlyMax || kBug == kScoreHalf ? AF_SUPPORTS_BF16
+                                                                                   : AF_SUPPORTS_F16;
 }
 
 template <int kBug, class T>
@@ -160,6 +171,10 @@ const af_kernel kLowpBugs[] = {
                 "online-row bf16: p rounded to bf16 relative to the running max before it includes the key"),
     AF_LOWP_BUG("planted-fp8-descale-twice", kDescaleTwice, af_fp8_e4m3,
                 "online-row fp8-e4m3: q_descale * k_descale applied twice to the scores"),
+    AF_LOWP_BUG("planted-f16-acc-store-half", kAccStoreHalf, __half,
+                "online-row f16: the un-normalised accumulator rounded to fp16 before the division by l"),
+    AF_LOWP_BUG("planted-bf16-score-half", kScoreHalf, __hip_bfloat16,
+                "online-row bf16 (declared fused): the score rounded to bf16 before the softmax"),
 };
 static_assert(sizeof(kLowpBugs) / sizeof(kLowpBugs[0]) == attnfuzz_planted::kLowpBugCount,
               "planted.h's count matches the table");

@@ -19,7 +19,7 @@ saturating), or already stored (float16, uint16 bits, uint8 bits).
 Backward (Kernel(..., backward=fn)): fn(q, k, v, o, lse, do, problem) -> (dQ, dK, dV), same conventions; o,
 lse are the forward the tool gives (the exact one for --pass bwd, the kernel's own for --pass fwdbwd).
 Its dtypes: backward_dtypes (default: the kernel's f32 / f16 / bf16).
-attnfuzz.autograd.torch_backward builds one from a torch forward.
+attnfuzz.adapters._torch_common.torch_backward(forward, device) builds one from a torch forward.
 """
 
 import json
@@ -96,13 +96,17 @@ class Kernel:
 
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
-                 empty_keys=True, supports=None, backward=None, backward_dtypes=None):
+                 empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
                      "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
                      "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
                      "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
                      "check": supports is not None}
+        if compute_model is not None:  # "fused" | "unfused" (PROTOCOL.md; absent: the tool assumes unfused)
+            if compute_model not in ("fused", "unfused"):
+                raise ValueError(f"compute_model is 'fused' or 'unfused', not {compute_model!r}")
+            self.decl["compute_model"] = compute_model
         if backward is not None:
             self.decl["backward"] = True  # absent for forward-only kernels: a version-1 declaration as before
             # default: every declared dtype the gradient oracle checks (f32, f16, bf16)

@@ -1,4 +1,4 @@
-"""A numpy reference attention (float64 inside) with the spec's semantics (DESIGN.md): masks as key intervals,
+"""A numpy reference attention (float64 inside) with the tool's semantics (docs/semantics.md): masks as key intervals,
 fully masked rows O = 0 / LSE = -inf, masked positions never contribute.
 
 Dtypes (p.dtype): f32 in and out; f16 / bf16 / fp8 (stored elements: float16, uint16 bf16 or uint8 fp8 bit

@@ -12,9 +12,9 @@ stored elements (float32, float16, uint16 bf16 bits; attnfuzz.dtypes converts). 
 function takes and returns torch tensors on that device instead. Backward: backward=my_backward (a
 module-level function (q, k, v, o, lse, do, problem) -> (dQ, dK, dV)) or autograd=True (with torch_device)
 adds the --pass bwd sweep (f32).
-Failures raise AttnFuzzFailure (an AssertionError) listing each failure's class, reason, evidence and
-replay command. The tools are found through $ATTNFUZZ_BIN (a directory), then PATH, then the source
-tree's build/bin.
+Failures raise AttnFuzzFailure (an AssertionError) listing each failure's class, reason, evidence (the
+evidence of the detector that decided the class first) and replay command. The tools are found through
+$ATTNFUZZ_BIN (a directory), then PATH, then the source tree's build/bin.
 """
 
 import json
@@ -95,10 +95,10 @@ def _extra_path():
     if _default_path is None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         try:
-            out = subprocess.run([sys.executable, "-c", "import sys; print(repr(sys.path))"], env=env,
+            out = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"], env=env,
                                  stdout=subprocess.PIPE, text=True, check=True).stdout
-            _default_path = set(eval(out))  # a repr of a list of str from our own interpreter
-        except (subprocess.CalledProcessError, OSError, SyntaxError):
+            _default_path = set(json.loads(out))
+        except (subprocess.CalledProcessError, OSError, ValueError):
             _default_path = set()
     return [os.path.abspath(p) for p in sys.path if p and p not in _default_path]
 
@@ -109,18 +109,43 @@ def _failures(report_path):
             rep = json.load(f)
     except (OSError, ValueError):
         return []
-    out = []
-    for r in rep.get("results", []):
-        if r.get("verdict") == "FAIL" or r.get("class"):
-            out.append(r)
-    return out
+    return [r for r in rep.get("results", []) if r.get("verdict") == "fail"]  # verdict_name(): lower case
+
+
+# Evidence lines shown besides the decisive ones (the rest stay in report.json), and the length of one line.
+_OTHER_EVIDENCE = 6
+_LINE_CHARS = 2000
+# Which detectors decide a class found by the check itself (no classify line: the launch or the canaries).
+_CHECK_DETECTORS = ("canary", "guard-page", "launch")
+
+
+def _decisive(r):
+    """The detector whose experiment decided r's class: the classify line says 'CLASS by DETECTOR (...)'."""
+    for ev in r.get("evidence", []):
+        if isinstance(ev, dict) and ev.get("detector") == "classify":
+            words = str(ev.get("detail", "")).split()
+            if len(words) >= 3 and words[1] == "by" and words[2] != "check":
+                return (words[2],)
+    return _CHECK_DETECTORS + ((r["class"],) if r.get("class") else ())
 
 
 def _describe(r):
+    """One failure: class, kernel and case; the reason; the deciding detector's evidence first, then the
+    classify line and the first few other lines; the replay command."""
     lines = [f"  [{r.get('class')}] {r.get('kernel')}: {r.get('case_text', '')}", f"    {r.get('reason', '')}"]
-    for ev in r.get("evidence", [])[:6]:
-        if isinstance(ev, dict):
-            lines.append(f"    {ev.get('detector', '')}: {ev.get('detail', '')}"[:400])
+    evidence = [ev for ev in r.get("evidence", []) if isinstance(ev, dict)]
+    deciders = _decisive(r)
+    first = [ev for ev in evidence if ev.get("detector") in deciders]
+    closing = [ev for ev in evidence if ev.get("detector") == "classify"]
+    rest = [ev for ev in evidence if ev not in first and ev not in closing]
+
+    def show(ev):
+        lines.append(f"    {ev.get('detector', '')}: {ev.get('detail', '')}"[:_LINE_CHARS])
+
+    for ev in first + closing + rest[:_OTHER_EVIDENCE]:
+        show(ev)
+    if len(rest) > _OTHER_EVIDENCE:
+        lines.append(f"    ({len(rest) - _OTHER_EVIDENCE} more evidence line(s) in report.json)")
     if r.get("replay"):
         lines.append(f"    replay: {r['replay']}")
     return "\n".join(lines)

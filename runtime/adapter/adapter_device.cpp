@@ -49,6 +49,7 @@ struct KernelSpec {
   uint32_t dtypes = AF_SUPPORTS_F32, masks = AF_SUPPORTS_ALL_MASKS;
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false, backward = false;
+  int32_t compute_model = AF_COMPUTE_UNFUSED;
 };
 std::mutex g_mu;
 std::deque<KernelSpec> g_specs;        // slot -> spec; stable addresses (af_kernel.name points here)
@@ -436,6 +437,16 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
+    // How its f16 / bf16 path computes (the bound follows it): "fused" (scores and softmax statistics in fp32,
+    // P rounded before P.V: FlashAttention-style) or "unfused" (scores rounded to the storage type: math-style,
+    // the default, whose bound is the wider one).
+    const Json cm = k.value("compute_model", Json("unfused"));
+    if (cm == "fused")
+      a.compute_model = AF_COMPUTE_FUSED;
+    else if (cm == "unfused")
+      a.compute_model = AF_COMPUTE_UNFUSED;
+    else
+      throw std::runtime_error("kernel " + a.name + ": compute_model is \"fused\" or \"unfused\", not " + cm.dump());
     // The dtypes its backward takes (optional; default f32 only, as before the key existed): the ABI's
     // AF_SUPPORTS_BWD bits beside the forward dtypes. f32, f16 and bf16 (the gradient oracle's dtypes).
     if (a.backward && k.contains("backward_dtypes")) {
@@ -484,6 +495,7 @@ void AdapterDevice::register_kernels() {
     s.empty_keys = a.empty_keys;
     s.dynamic_check = a.dynamic_check;
     s.backward = a.backward;
+    s.compute_model = a.compute_model;
     auto it = g_slot.find(a.name);
     if (it != g_slot.end()) {  // re-opened in this process (a restart, a second device): same entry
       g_specs[it->second] = s;
@@ -506,6 +518,7 @@ void AdapterDevice::register_kernels() {
     k.check_support = kChecks[g_specs.size() - 1];
     k.launch = launch_elsewhere;
     k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
+    k.compute_model = st.compute_model;
     fresh.push_back(k);
   }
   try {

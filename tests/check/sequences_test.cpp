@@ -22,7 +22,7 @@ namespace {
 
 // ---- host-loop kernels (the cpu device calls launch() in its launch child; memory is host memory) ----
 
-enum class Bug { kNone, kNextKey, kWholePage, kLseTail };
+enum class Bug { kNone, kNextKey, kWholePage, kLseTail, kLseRowNotPacked };
 Bug g_bug = Bug::kNone;
 
 int host_attention(const af_problem* p, const af_buffers* bf, void*) {
@@ -80,7 +80,9 @@ int host_attention(const af_problem* p, const af_buffers* bf, void*) {
             acc[d] += w * double(v[krow(j, p->v_stride) + hk * p->v_stride[2] + d]);
         }
         for (int64_t d = 0; d < p->head_dim_v; ++d) o[orow + d] = l > 0 ? float(acc[d] / l) : 0.0f;
-        if (bf->lse) bf->lse[b * p->lse_stride[0] + h * p->lse_stride[1] + i * p->lse_stride[2]] =
+        // ABI v3 packed lse [Hq, total_q]: the row of query i of sequence b is cu_seqlens_q[b] + i
+        const int64_t lrow = p->lse_layout == AF_LSE_PACKED && g_bug != Bug::kLseRowNotPacked ? q0 + i : i;
+        if (bf->lse) bf->lse[b * p->lse_stride[0] + h * p->lse_stride[1] + lrow * p->lse_stride[2]] =
             l > 0 ? float(m + std::log(l)) : -INFINITY;
       }
     if (g_bug == Bug::kLseTail && bf->lse && sq < p->seq_q) bf->lse[b * p->lse_stride[0] + sq * p->lse_stride[2]] = 0;
@@ -276,6 +278,20 @@ TEST(SequenceRunner, CorrectKernelPassesEveryLayoutSweepCase) {
       EXPECT_EQ(j.result.verdict, Verdict::kPass) << grid[i].label << ": " << j.result.reason;
     }
   }
+}
+
+TEST(SequenceRunner, APackedLseKernelGetsHqByTotalQAndIsJudgedInTheDenseView) {
+  KernelEntry k = entry();
+  k.kernel.flags = AF_KERNEL_LSE_PACKED;
+  g_bug = Bug::kNone;
+  for (const char* mask : {"causal-br", "none"}) {
+    const Judged j = check(varlen_case({3, 0, 5}, {4, 1, 6}, mask), k);
+    EXPECT_EQ(j.result.verdict, Verdict::kPass) << mask << ": " << j.result.reason;
+  }
+  g_bug = Bug::kLseRowNotPacked;  // declares the packed layout, writes rows by their index in the sequence
+  const Judged bad = check(varlen_case({3, 2, 5}, {4, 3, 6}, "none"), k);
+  g_bug = Bug::kNone;
+  EXPECT_EQ(bad.result.verdict, Verdict::kFail) << bad.result.reason;
 }
 
 TEST(SequenceRunner, KernelWithoutTheFeatureIsRefused) {

@@ -1,5 +1,5 @@
-// registry_test.cpp - the kernel registry: ABI v1 plug-ins still load and run, tunables are validated and
-// resolved.
+// registry_test.cpp - the kernel registry: ABI v1 and v2 plug-ins still load and run, tunables and v3
+// declarations are validated, support questions see the pass and the declared page sizes.
 #include "attnfuzz/registry.h"
 
 #include <gtest/gtest.h>
@@ -58,7 +58,7 @@ TEST(Registry, RefusesAPluginOfAnUnknownAbiVersion) {
     FAIL() << "an ABI 99 plug-in was accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("ABI version 99"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("versions 1 to 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("versions 1 to 3"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(r.all().empty());
 }
@@ -154,7 +154,7 @@ TEST(Registry, RefusesTablesTheToolsCannotUse) {
   }
   af_kernel f = k;
   f.features = 1u << 7;
-  refused(f, "unknown feature bits 0x80");
+  refused(f, "feature bit this attn-fuzz does not know");
   af_kernel m = k;
   m.masks = 1u << 9;
   refused(m, "unknown mask bits");
@@ -194,12 +194,115 @@ TEST(Registry, TunablesRefusalNamesTheValueAndWhatIsAccepted) {
 
 TEST(Registry, UnsupportedReasonNamesTheMissingLayoutFeature) {
   af_kernel k{};
+  k.launch = noop_launch;
   Problem p = make_problem(1, 1, 1, 4, 4, 8, 8);
   EXPECT_EQ(unsupported_reason(k, p), "");
   p.kv_layout = AF_SEQ_PAGED;
+  p.page_size = 16;
   EXPECT_EQ(unsupported_reason(k, p), "paged k/v not supported");
   k.features = AF_FEATURE_KV_PAGED;
   EXPECT_EQ(unsupported_reason(k, p), "");
+}
+
+TEST(Registry, AbiV2PluginLoadsWithItsV2FieldsAndEveryV3FieldZero) {
+  static std::once_flag once;
+  std::call_once(once, [] { Registry::global().load_plugin(V2_PLUGIN); });
+  const KernelEntry* e = Registry::global().find(Backend::kCpu, "v2-naive");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->kernel.max_head_dim, 512);
+  ASSERT_EQ(e->kernel.n_tunables, 1);
+  EXPECT_STREQ(e->kernel.tunables[0].name, "unroll");
+  EXPECT_EQ(e->kernel.tunables[0].values[1], 5);
+  EXPECT_EQ(e->kernel.launch_bwd, nullptr);
+  EXPECT_EQ(e->kernel.compute_model, AF_COMPUTE_FUSED);
+  EXPECT_EQ(e->kernel.kind, AF_KIND_ATTENTION);
+  EXPECT_EQ(e->kernel.flags | e->kernel.variants | e->kernel.dropout_rngs, 0u);
+  EXPECT_EQ(e->kernel.min_page_size + e->kernel.max_page_size, 0);
+  DeviceOptions o;
+  o.workers = 1;
+  auto dev = open_device("cpu", o);
+  PreparedCase pc(make_case(make_problem(2, 4, 2, 7, 13, 19, 11), 5));
+  Judged j = check_case(*dev, *e, pc, RunOptions{});
+  EXPECT_EQ(j.result.verdict, Verdict::kPass) << j.result.reason;
+}
+
+int g_asked[4], g_n_asked = 0;
+int recording_check(const af_problem* p, char*, size_t) {
+  if (g_n_asked < 4) g_asked[g_n_asked++] = p->pass;
+  return 0;
+}
+
+TEST(Registry, ABackwardOnlyKernelLoadsAndClaimsBackwardCasesOnly) {
+  Registry r;
+  af_kernel k{};
+  k.name = "bwd-only";
+  k.family = "t";
+  k.launch_bwd = noop_launch;
+  k.writes_lse = 1;
+  ASSERT_NO_THROW(r.add(Backend::kCpu, &k, 1, "test"));
+  const Problem p = make_problem(1, 1, 1, 4, 4, 8, 8);
+  EXPECT_NE(case_unsupported_reason(k, p, Pass::kFwd).find("backward-only"), std::string::npos);
+  EXPECT_NE(case_unsupported_reason(k, p, Pass::kFwdBwd).find("backward-only"), std::string::npos);
+  EXPECT_EQ(case_unsupported_reason(k, p, Pass::kBwd), "");
+  k.launch_bwd = nullptr;  // neither launch: refused
+  k.name = "no-launch";
+  EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
+}
+
+TEST(Registry, CheckSupportSeesThePassItIsAskedAbout) {
+  af_kernel k{};
+  k.launch = noop_launch;
+  k.launch_bwd = noop_launch;
+  k.writes_lse = 1;
+  k.check_support = recording_check;
+  const Problem p = make_problem(1, 1, 1, 4, 4, 8, 8);
+  g_n_asked = 0;
+  EXPECT_EQ(case_unsupported_reason(k, p, Pass::kBwd), "");
+  ASSERT_EQ(g_n_asked, 1);
+  EXPECT_EQ(g_asked[0], AF_PASS_BACKWARD);
+  g_n_asked = 0;
+  EXPECT_EQ(case_unsupported_reason(k, p, Pass::kFwdBwd), "");  // asked once per launch it will get
+  ASSERT_EQ(g_n_asked, 2);
+  EXPECT_EQ(g_asked[0], AF_PASS_FORWARD);
+  EXPECT_EQ(g_asked[1], AF_PASS_BACKWARD);
+}
+
+TEST(Registry, PageSizesFollowTheKernelsDeclaration) {
+  af_kernel k{};
+  k.launch = noop_launch;
+  k.features = AF_FEATURE_KV_PAGED;
+  Problem p = make_problem(1, 1, 1, 4, 4, 8, 8);
+  p.kv_layout = AF_SEQ_PAGED;
+  p.page_size = 1;  // vLLM / FlashInfer's page size 1
+  EXPECT_NE(unsupported_reason(k, p).find("16 .. 256"), std::string::npos) << unsupported_reason(k, p);
+  k.min_page_size = 1;
+  k.max_page_size = 1024;
+  EXPECT_EQ(unsupported_reason(k, p), "");
+  p.page_size = 1024;
+  EXPECT_EQ(unsupported_reason(k, p), "");
+  Registry r;
+  k.name = "pages";
+  k.family = "t";
+  k.max_page_size = 2048;  // beyond the ABI's range
+  EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
+}
+
+TEST(Registry, RefusesDeclarationsThisVersionDoesNotKnow) {
+  Registry r;
+  af_kernel k{};
+  k.name = "x";
+  k.family = "t";
+  k.launch = noop_launch;
+  k.compute_model = 7;
+  EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
+  k.compute_model = AF_COMPUTE_UNFUSED;
+  k.variants = 1u << 30;
+  EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
+  k.variants = 0;
+  k.features = 1u << 9;
+  EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
+  k.features = 0;
+  EXPECT_NO_THROW(r.add(Backend::kCpu, &k, 1, "test"));
 }
 
 }  // namespace

@@ -75,12 +75,14 @@ static int naive_launch(const v1_problem* p, const v1_buffers* b, void* stream) 
   return 0;
 }
 
+#ifndef V1_PLUGIN_NO_ENTRY
 static const v1_kernel kKernels[] = {
     {"v1-naive", "naive", "ABI v1 plug-in: host loops in double", 1u, 1u /* mask none */, 512, 512, 1, 0, NULL,
      NULL, naive_launch},
 };
 
-/* Built a second time with -DPLUGIN_ABI_VERSION=99 to prove that an unknown version is refused. */
+/* Built a second time with -DPLUGIN_ABI_VERSION=99 to prove that an unknown version is refused; included by
+ * v2_plugin.c (with V1_PLUGIN_NO_ENTRY) for the structs and the launch. */
 #ifndef PLUGIN_ABI_VERSION
 #define PLUGIN_ABI_VERSION 1
 #endif
@@ -88,3 +90,4 @@ __attribute__((visibility("default"))) const v1_plugin* attnfuzz_plugin(void) {
   static const v1_plugin p = {PLUGIN_ABI_VERSION, "cpu", "abi-v1-test", 1, kKernels};
   return &p;
 }
+#endif

@@ -1,4 +1,4 @@
-// value_domain_test.cpp - the finite value domain (DESIGN.md "Value domains"): no generated case holds
+// value_domain_test.cpp - the finite value domain (docs/semantics.md "Value domains"): no generated case holds
 // NaN/Inf in q/k/v (sweep, flags, validate), extremes stay, and the domain round-trips through corpus files.
 #include <gtest/gtest.h>
 

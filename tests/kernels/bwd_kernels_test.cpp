@@ -50,6 +50,30 @@ TEST(BwdKernels, SweepOfShapesMasksGqaAndStridesStaysInsideTheBound) {
   std::printf("built-in backward kernels: worst err/bound %.3g\n", worst);
 }
 
+// Issue 25: a backward campaign's false positive on every built-in backward kernel. The last row's one visible
+// score is ~1e36 (inside fp32's range), but its fp32 rounding error is ~1e29, so no fp32 kernel can recompute
+// P = exp(s - lse): the backward contract calls the row outside, and no kernel fails.
+TEST(BwdKernels, AScoreWhoseRoundingMakesExpMeaninglessIsOutsideTheContract) {
+  auto dev = open_device(Backend::kCpu, DeviceOptions{});
+  for (const char* mask : {"causal-br", "none"})
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      Problem p = make_problem(1, 1, 1, 128, 1, 17, 17);
+      ASSERT_EQ(parse_mask(mask, p), "");
+      Case c = make_case(p, seed);
+      c.values.dist = {Distribution::kUniform, 1e18};
+      c.values.domain = ValueDomain::kFinite;
+      c.pass = Pass::kBwd;
+      for (const KernelEntry* e : bwd_kernels()) {
+        PreparedCase pc(c);
+        const Judged j = check_case(*dev, *e, pc, RunOptions{});
+        EXPECT_EQ(j.result.verdict, Verdict::kOutsideContract)
+            << e->kernel.name << " " << mask << " seed " << seed << ": " << j.result.reason;
+        if (std::string(mask) == "causal-br")  // one visible key: nothing else leaves the fp32 range
+          EXPECT_NE(j.result.reason.find("exp(s - lse) is undetermined"), std::string::npos) << j.result.reason;
+      }
+    }
+}
+
 TEST(BwdKernels, FedByTheirOwnForwardStayInsideTheBound) {
   auto dev = open_device(Backend::kCpu, DeviceOptions{});
   double worst = 0;

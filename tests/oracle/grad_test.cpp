@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "oracle/lowp.h"
 #include "tests/oracle/fp32_models.h"
 
 namespace attnfuzz {
@@ -61,7 +62,7 @@ BwdCase bwd_case(Rng& rng, bool allow_empty = true) {
   return c;
 }
 
-// Straight from DESIGN.md "Backward" in 50-digit arithmetic (mask from its formula).
+// Straight from docs/semantics.md "The backward contract" in 50-digit arithmetic (mask from its formula).
 struct Brute {
   std::vector<Big> dq, dk, dv;
 };
@@ -294,6 +295,31 @@ BwdCase fixed_case(int64_t sq, int64_t sk, const char* mask, int64_t hq = 2, int
 }
 GradResult run(const BwdCase& c, GradOptions go = one_thread()) {
   return compute_grad_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.dout.data(), c.o.data(), c.lse.data(), go);
+}
+
+// Issue 25's subnormal gradients: an f16 backward that rounds dS to f16 before dS^T Q (as tensor-core kernels do)
+// flushes every dS below 2^-25 to 0, so a tiny exact dK may come out 0. The bound allows it: each rounding to c
+// costs u_c relatively plus eta_c (half c's smallest subnormal) absolutely. Here key 1 is 17.25 below key 0 in
+// every row's score: P ~ 3e-8, |dS| mostly below 2^-25, exact dK_1 ~ 1e-7 (an f16 subnormal).
+TEST(GradOracle, AnF16dKMadeOfSubnormalTermsMayBeZero) {
+  BwdCase c = fixed_case(64, 2, "none", 1, 1);
+  c.p.dtype = AF_DTYPE_F16;
+  for (int64_t i = 0; i < 64; ++i)
+    for (int64_t d = 0; d < 4; ++d) c.q[q_index(c.p, 0, i, 0, d)] = d == 0 ? 3.0f : 0.0f;
+  for (int64_t d = 0; d < 4; ++d) {
+    c.k[k_index(c.p, 0, 0, 0, d)] = d == 0 ? 7.5f : 0.0f;  // score 3 x 7.5 / 2 = 11.25
+    c.k[k_index(c.p, 0, 1, 0, d)] = d == 0 ? -4.0f : 0.0f;  // -6: P_1 = e^-17.25 ~ 3e-8
+  }
+  fill_given(c);
+  for (float& x : c.o) x = round_to_dtype(x, AF_DTYPE_F16);
+  GradOptions go = one_thread();
+  go.fwd.compute_dtype = AF_DTYPE_F16;
+  const GradResult g = run(c, go);
+  const double dk = g.dk[g.dk_at(0, 1, 0, 0)], bound = g.dk_bound[g.dk_at(0, 1, 0, 0)];
+  ASSERT_GT(std::fabs(dk), 0x1p-26);  // not an exact zero: the case is what it claims
+  ASSERT_LT(std::fabs(dk), 0x1p-14);  // below f16's smallest normal
+  EXPECT_GE(bound, std::fabs(dk)) << "a kernel that flushes the tiny dS to 0 (dK = 0) would fail";
+  EXPECT_LT(bound, 1e-4) << "and the bound stays small against f16's normal range";
 }
 
 TEST(GradOracle, EmptyRowsAndMaskedKeysAreExactZeros) {

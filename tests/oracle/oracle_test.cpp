@@ -25,7 +25,7 @@ OracleOptions one_thread() {
   return o;
 }
 
-// Brute force in long double straight from DESIGN.md (mask from its formula, not visible_keys).
+// Brute force in long double straight from docs/semantics.md (mask from its formula, not visible_keys).
 struct Brute {
   std::vector<long double> o, lse;
 };

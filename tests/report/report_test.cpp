@@ -357,6 +357,30 @@ TEST(Heatmap, DegenerateShapes) {
   }
 }
 
+TEST(Heatmap, PngNextToTheSvgWhenBuiltWithLibrsvg) {
+  const Case c = labelled("tail-33x40-causal-br", "causal-br", 33, 40);
+  RatioMap m = map_with(33, 16);
+  m.fold(32, 15, 50.0);
+  const std::string svg = heatmap_svg(m, c.problem, {});
+  const fs::path dir = fs::temp_directory_path() / ("attnfuzz-png-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  EXPECT_EQ(write_heatmap_files(dir / "heatmap-k-0.svg", svg), "");
+  EXPECT_TRUE(fs::exists(dir / "heatmap-k-0.svg"));
+  if (!png_heatmaps_available()) {
+    EXPECT_FALSE(fs::exists(dir / "heatmap-k-0.png"));
+    EXPECT_NE(svg_to_png(svg, dir / "x.png"), "");
+    fs::remove_all(dir);
+    GTEST_SKIP() << "built without librsvg2-dev: SVG heatmaps only";
+  }
+  std::ifstream in(dir / "heatmap-k-0.png", std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  EXPECT_EQ(std::string(sig, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << "not a PNG";
+  EXPECT_GT(fs::file_size(dir / "heatmap-k-0.png"), 1000u);
+  EXPECT_NE(svg_to_png("<svg", dir / "bad.png"), "") << "a broken SVG is an error, not an empty PNG";
+  fs::remove_all(dir);
+}
+
 TEST(Files, WriteReportsAndErrors) {
   const fs::path dir = fs::temp_directory_path() / ("attnfuzz-report-test-" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -44,6 +44,9 @@ def main(argv=None):
     ap.add_argument("--no-dv-ne-d", action="store_true", help="Dv != D is not supported")
     ap.add_argument("--no-empty-keys", action="store_true", help="Sk = 0 is not supported")
     ap.add_argument("--max-head-dim", type=int, default=0)
+    ap.add_argument("--compute-model", choices=("fused", "unfused"), default="unfused",
+                    help="how its f16 / bf16 path computes: fused (fp32 scores and softmax statistics, "
+                         "FlashAttention-style) or unfused (scores rounded to the dtype; default: the wider bound)")
     ap.add_argument("--dtypes", default="f32",
                     help="dtypes the function takes, comma-separated: f32,f16,bf16,fp8_e4m3,fp8_e5m2")
     ap.add_argument("--torch", metavar="DEVICE", help="the function takes torch tensors on DEVICE (e.g. cuda)")
@@ -78,7 +81,8 @@ def main(argv=None):
     serve([Kernel(name, fn, family="callable", description=a.target, masks=masks, lse=a.lse,
                   gqa=not a.no_gqa, dv_ne_d=not a.no_dv_ne_d, empty_keys=not a.no_empty_keys,
                   max_head_dim=a.max_head_dim, max_head_dim_v=a.max_head_dim,
-                  dtypes=[d for d in a.dtypes.split(",") if d], backward=bwd)], name=a.target)
+                  dtypes=[d for d in a.dtypes.split(",") if d], compute_model=a.compute_model,
+                  backward=bwd)], name=a.target)
 
 
 if __name__ == "__main__":

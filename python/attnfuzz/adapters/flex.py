@@ -62,6 +62,8 @@ def make(device, dtypes, compiled, backward):
                   description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}) "
                               f"on {device}",
                   dtypes=dtypes, lse=True, empty_keys=False, supports=supports,
+                  # compiled: one fused Triton kernel (fp32 scores); eager: materialised scores in the dtype
+                  compute_model="fused" if compiled else "unfused",
                   backward=T.cuda_guarded(grad) if backward else None)
 
 

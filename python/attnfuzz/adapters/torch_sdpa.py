@@ -75,6 +75,9 @@ def make(backend, route, device, dtypes, backward):
     return Kernel(f"sdpa-{backend}-{route}", T.cuda_guarded(call), family="torch-sdpa",
                   description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, on {device}",
                   dtypes=dtypes, masks=ROUTES[route], supports=supports,
+                  # math rounds q*sqrt(scale), k*sqrt(scale) and the scores to the dtype; the fused backends keep
+                  # scores and softmax statistics in fp32
+                  compute_model="unfused" if backend == "math" else "fused",
                   backward=T.cuda_guarded(grad) if backward else None)
 
 

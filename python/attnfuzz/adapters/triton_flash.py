@@ -136,7 +136,7 @@ def main(argv=None):
     name = "triton-flash" + ("" if ieee else "-tf32")
     serve([Kernel(name, run, family="triton", description=f"Triton flash forward (tutorial algorithm), "
                   f"{a.precision} dots", lse=True, max_head_dim=256, max_head_dim_v=256,
-                  dtypes=[d for d in a.dtypes.split(",") if d],
+                  dtypes=[d for d in a.dtypes.split(",") if d], compute_model="fused",
                   empty_keys=False)], name="triton_flash")
 
 

@@ -55,7 +55,7 @@ struct Planted {
   const char* name;            // the planted kernel
   const char* family;          // its af_kernel::family
   const char* correct;         // the built-in kernel it is a variation of
-  const char* expected_class;  // DESIGN.md class the detectors should give (kernels/planted/README.md)
+  const char* expected_class;  // docs/semantics.md class the detectors should give (kernels/planted/README.md)
   Spec exposing;               // check_case says kFail (and the correct kernel passes)
   Spec quiet;                  // check_case says kPass
 };
@@ -245,6 +245,22 @@ const Planted kPlanted[] = {
      "lse",
      {1, 2, 1, 16, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_FP8_E4M3, {2, 2, 1, 1}},
      {1, 2, 1, 16, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_FP8_E4M3, {0.5f, 2, 4, 0.125f}}},
+    // Issue 25's regimes. Near-uniform weights (p = exp(s - m) ~ 0.5), v in [1024, 2048], 128 keys: sum p v ~ 98k >
+    // 65504 before the division by l. Quiet: 32 keys (~24k).
+    {"planted-f16-acc-store-half",
+     "planted/lowp",
+     "online-row",
+     "non-finite",
+     {1, 1, 1, 8, 128, 32, 32, "none", "widev:2048", "", kFwd, 1, AF_DTYPE_F16},
+     {1, 1, 1, 8, 32, 32, 32, "none", "widev:2048", "", kFwd, 1, AF_DTYPE_F16}},
+    // Logits of ~1e3: the bf16 score is ~2 off, the weights e^2. The fused bound catches it; the unfused bound
+    // (scores rounded to bf16 allowed) would not. Quiet: uniform:1.
+    {"planted-bf16-score-half",
+     "planted/lowp",
+     "online-row",
+     "precision",
+     {1, 1, 1, 8, 40, 32, 32, "none", "extreme:1000", "", kFwd, 1, AF_DTYPE_BF16},
+     {1, 1, 1, 8, 40, 32, 32, "none", "uniform:1", "", kFwd, 1, AF_DTYPE_BF16}},
     // ---- varlen / KV cache / paged KV / decode (issue 15) ----
     // Each sequence takes one key too many: the next sequence's first key, and past the end of k for the
     // last. Quiet: causal top-left with Sq_b <= Sk_b (no row sees key Sk_b).

@@ -621,23 +621,8 @@ CorpusFile read_corpus_file(const std::filesystem::path& path) {
 }
 
 void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f) {
-  const std::string text = to_corpus_text(f);
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": cannot open for writing");
-    out << text;
-    out.flush();
-    if (!out) throw CorpusError(CorpusError::Kind::kIo, path.string() + ": write error");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw CorpusError(CorpusError::Kind::kIo,
-                      path.string() + ": cannot rename the temporary file into place");
-  }
+  if (std::string why = write_file_atomically(path, to_corpus_text(f)); !why.empty())
+    throw CorpusError(CorpusError::Kind::kIo, why);
 }
 
 std::string case_hash(const CorpusFile& f) {

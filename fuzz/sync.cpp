@@ -3,6 +3,7 @@
 #include "fuzz/sync.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,32 +168,9 @@ std::string failure_key(const RecordedVerdict& v) {
 
 bool publish_file(const fs::path& dir, const std::string& name, const std::string& text,
                   const struct timespec* mtime) {
-  static std::atomic<uint64_t> counter{0};
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const fs::path tmp = dir / ("." + name + "." + host_name() + "." + std::to_string(::getpid()) + "." +
-                              std::to_string(counter++));
-  const int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  size_t done = 0;
-  bool ok = true;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      ok = false;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (ok && mtime) {
-    const struct timespec ts[2] = {*mtime, *mtime};
-    ::futimens(fd, ts);
-  }
-  if (::close(fd) != 0) ok = false;
-  if (ok && ::rename(tmp.c_str(), (dir / name).c_str()) != 0) ok = false;
-  if (!ok) ::unlink(tmp.c_str());
-  return ok;
+  return write_file_atomically(dir / name, text, mtime).empty();
 }
 
 // ------------------------------------------------------------------------------------------------ Sync
@@ -207,6 +185,29 @@ Sync::Sync(SyncConfig c) : c_(std::move(c)) {
     fs::create_directories(d, ec);
     if (ec) throw std::runtime_error(d.string() + ": cannot create the directory: " + ec.message());
   }
+  // One campaign per name: DIR/<name>/.lock is locked (flock; NFS and Lustre map it to their own locks) for as
+  // long as this campaign runs, so a second campaign with the same --name is refused instead of mixing files.
+  const fs::path lock = mine_ / ".lock";
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw std::runtime_error(lock.string() + ": cannot open: " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[128] = {0};
+    (void)!::pread(lock_fd_, holder, sizeof holder - 1, 0);
+    for (char& ch : holder)
+      if (ch == '\n') ch = 0;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw std::runtime_error("campaign name '" + c_.name + "' is in use by another campaign on this sync directory" +
+                             (*holder ? std::string(" (") + holder + ")" : std::string()) +
+                             ": give each campaign its own --name");
+  }
+  const std::string me = "pid " + std::to_string(::getpid()) + " on " + host_name() + "\n";
+  (void)!::ftruncate(lock_fd_, 0);
+  (void)!::pwrite(lock_fd_, me.data(), me.size(), 0);
+}
+
+Sync::~Sync() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void Sync::start() {
@@ -388,6 +389,29 @@ struct CampaignInfo {
 
 int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out_dir,
                     const std::string& command_line, bool quiet) {
+  // Refused before anything is read or written: an --out that is one of the campaigns (its own report would be
+  // overwritten by the merge's), a campaign given twice (it would be counted twice).
+  {
+    std::error_code ec;
+    const fs::path outc = fs::weakly_canonical(fs::absolute(out_dir), ec);
+    std::map<fs::path, std::string> seen;
+    for (const std::string& d : dirs) {
+      std::error_code dec;
+      const fs::path dc = fs::weakly_canonical(fs::absolute(d), dec);
+      if (const auto [it, fresh] = seen.emplace(dc, d); !fresh) {
+        std::fprintf(stderr, "attn-fuzz: --merge: %s is given twice (%s and %s): list each campaign once\n",
+                     dc.c_str(), it->second.c_str(), d.c_str());
+        return 2;
+      }
+      if (dc == outc) {
+        std::fprintf(stderr,
+                     "attn-fuzz: --merge: --out %s is one of the campaigns merged (its report would be "
+                     "overwritten): choose another --out\n",
+                     out_dir.c_str());
+        return 2;
+      }
+    }
+  }
   std::vector<CampaignInfo> camps;
   std::map<std::string, MergedFailure> by_key;
   std::vector<uint8_t> feature_union;
@@ -404,12 +428,27 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     if (has_report) {
       try {
         const Json j = Json::parse(text);
+        if (!j.is_object() || j.value("schema", std::string()) != kReportSchemaName ||
+            !j.contains("schema_version") || j.at("schema_version") != kReportSchemaVersion) {
+          const std::string v = j.is_object() && j.contains("schema_version") ? j.at("schema_version").dump() : "none";
+          std::fprintf(stderr,
+                       "attn-fuzz: %s: report schema %s version %s; this attn-fuzz merges %s version %d only\n",
+                       rj.c_str(), j.is_object() ? j.value("schema", std::string("(none)")).c_str() : "(none)",
+                       v.c_str(), kReportSchemaName, kReportSchemaVersion);
+          return 2;
+        }
         if (j.contains("campaign")) ci.stats = j.at("campaign");
       } catch (const std::exception& e) {
         std::fprintf(stderr, "attn-fuzz: %s: not a readable report: %s\n", rj.c_str(), e.what());
         return 2;
       }
     }
+    for (const char* sub : {"failures", "imported"})
+      if (fs::exists(fs::path(d) / sub, ec) && !fs::is_directory(fs::path(d) / sub, ec)) {
+        std::fprintf(stderr, "attn-fuzz: %s is not a directory: %s is no campaign directory\n",
+                     (fs::path(d) / sub).c_str(), d.c_str());
+        return 2;
+      }
     if (ci.stats.is_null() && !fs::is_directory(fs::path(d) / "failures", ec)) {
       std::fprintf(stderr,
                    "attn-fuzz: %s is not a campaign directory (no report.json with a campaign section, no "

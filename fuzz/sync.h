@@ -81,8 +81,12 @@ struct SyncTotals {
 
 class Sync {
  public:
-  // Creates DIR/<name>/{corpus,failures}; throws std::runtime_error with one line on failure.
+  // Creates DIR/<name>/{corpus,failures} and locks DIR/<name>/.lock until destroyed; throws std::runtime_error
+  // with one line on failure, or when another campaign with this name holds the lock.
   explicit Sync(SyncConfig c);
+  ~Sync();
+  Sync(const Sync&) = delete;
+  Sync& operator=(const Sync&) = delete;
   // At campaign start, before the corpus is loaded: claims the failures imported earlier (resume) in
   // OUT/work/dedup, then imports what the other campaigns published so far.
   void start();
@@ -98,6 +102,7 @@ class Sync {
   void import();
   SyncConfig c_;
   std::filesystem::path mine_;
+  int lock_fd_ = -1;  // DIR/<name>/.lock, locked
   std::set<std::string> corpus_seen_;    // corpus names published (by anyone) or imported
   std::set<std::string> failures_seen_;  // "<campaign>/<file>" of other campaigns' failures looked at
   std::set<std::string> published_failures_;

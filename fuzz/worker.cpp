@@ -219,13 +219,8 @@ void save_mps_suspect(const WorkerConfig& cfg, const uint8_t* data, size_t size)
   const fs::path dir = fs::path(cfg.out) / "work" / "mps-suspects";
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const fs::path tmp = dir / ("." + std::to_string(::getpid()) + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-    if (!f) return;
-  }
-  fs::rename(tmp, dir / hex16(input_hash(data, size)), ec);  // whole or not at all: the parent may read it at once
+  // whole or not at all: the parent may read it at once
+  write_file_atomically(dir / hex16(input_hash(data, size)), {reinterpret_cast<const char*>(data), size});
 }
 
 std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,
@@ -387,8 +382,12 @@ void on_inprocess_hang(const char* kernel, double seconds) {
     r.device = w->device_->name();
     r.verdict = Verdict::kFail;
     r.failure = FailureClass::kHang;
-    r.reason = "the kernel hung: it did not finish within " + std::to_string(seconds) +
-               " s (in-process launch; its worker process was ended)";
+    char why[160];
+    std::snprintf(why, sizeof why,
+                  "the kernel hung: no block of the launch finished for %g s (in-process launch; its worker "
+                  "process was ended)",
+                  seconds);
+    r.reason = why;
     r.evidence.push_back({"launch", r.reason});
     try {
       save_failure(w->cfg_, *g_current, r, {});
@@ -733,14 +732,7 @@ void Worker::write_stats(bool force) {
     bits.push_back(hex[b & 15]);
   }
   j["features"] = bits;
-  const std::string tmp = stats_path_ + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << j.dump() << "\n";
-    if (!f) return;
-  }
-  std::error_code ec;
-  fs::rename(tmp, stats_path_, ec);
+  write_file_atomically(stats_path_, j.dump() + "\n");
 }
 
 }  // namespace attnfuzz::fuzz

@@ -54,11 +54,7 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
     std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) throw ReportError(path.parent_path().string() + ": cannot create directory: " + ec.message());
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw ReportError(path.string() + ": cannot open for writing");
-  out << text;
-  out.flush();
-  if (!out) throw ReportError(path.string() + ": write error");
+  if (std::string why = write_file_atomically(path, text); !why.empty()) throw ReportError(why);  // whole or not at all
 }
 
 ReportPaths write_reports(const RunRecord& r, const std::filesystem::path& dir) {

@@ -1,6 +1,8 @@
 // corpus.h - the corpus file format (corpus/README.md): a saved Case, who made it, and its verdict.
 #pragma once
 
+#include <time.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -107,7 +109,14 @@ constexpr uint64_t kMaxCorpusFileBytes = uint64_t{64} << 20;
 // regular file or is larger than max_bytes without reading it, and never reads more than max_bytes + 1.
 // Returns "" and fills `out`, or a one-line reason ("x.json: not a regular file (a character device)").
 std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes, std::string& out);
-// Writes atomically (temporary file + rename). Throws CorpusError(kIo).
+// Every tool's write of an output file (reports, summaries, JUnit, failure sidecars, corpus and sync files): whole
+// or not at all, so a process killed at any moment leaves either the old file or the new one. The bytes go to a
+// temporary file in the same directory, named "." + name + "." + host + "." + pid + "." + counter (readers skip
+// names starting with '.'; two writers never share one), with the given mtime if any, then rename() it into
+// place (atomic on local file systems and NFS). The directory must exist. Returns "" or a one-line reason.
+std::string write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
+                                  const struct timespec* mtime = nullptr);
+// Writes atomically (write_file_atomically). Throws CorpusError(kIo).
 void write_corpus_file(const std::filesystem::path& path, const CorpusFile& f);
 
 // 16 hex digits identifying the case content (problem, values, seed, explicit values; not the label)

@@ -60,8 +60,8 @@ class AdapterDevice final : public Device {
     const void* data;
     size_t bytes;
   };
-  std::string start();  // spawn + hello; empty or why not
-  void stop();          // kill the process group, reap
+  std::string start();  // spawn (under a guardian) + hello; empty or why not
+  void stop();          // end the adapter and every process it started, reap
   void register_kernels();
   static std::vector<AdapterKernel> parse_kernels(const Json& list);
   static Json problem_json(const af_problem& p);
@@ -85,9 +85,11 @@ class AdapterDevice final : public Device {
   std::string exit_text();
   std::string stderr_tail();
 
-  std::string command_, adapter_name_, log_path_, bad_;
+  std::string command_, adapter_name_, bad_;
   off_t log_offset_ = 0;
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;   // the adapter's guardian (its wait status is the adapter's)
+  int life_ = -1;    // the guardian's lifeline (closing it ends the adapter)
+  int log_fd_ = -1;  // the adapter's stderr log (an unlinked temporary file)
   int to_ = -1, from_ = -1, starts_ = 0;
   int64_t next_id_ = 0;
   std::vector<AdapterKernel> declared_;

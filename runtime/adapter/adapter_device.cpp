@@ -33,6 +33,7 @@
 #include "attnfuzz/problem.h"
 #include "attnfuzz/registry.h"
 #include "runtime/adapter/adapter.h"
+#include "runtime/adapter/guardian.h"
 
 namespace attnfuzz {
 namespace {
@@ -148,7 +149,7 @@ AdapterDevice::~AdapterDevice() {
   }
   stop();
   for (auto& [p, n] : sizes_) std::free(p);
-  if (!log_path_.empty()) ::unlink(log_path_.c_str());
+  if (log_fd_ >= 0) ::close(log_fd_);
 }
 
 std::string AdapterDevice::name() const {
@@ -169,40 +170,43 @@ void AdapterDevice::free(void* p) {
 
 std::string AdapterDevice::start() {
   int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
-    return std::string("pipe: ") + std::strerror(errno);
-  if (log_path_.empty()) {
+  if (pipe2(in, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(in[0]);
+    ::close(in[1]);
+    return std::string("pipe: ") + std::strerror(e);
+  }
+  if (log_fd_ < 0) {  // the stderr log: unlinked at once, so no ending of this process leaves it behind
     const char* tmp = std::getenv("TMPDIR");
     std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/attnfuzz-adapter-XXXXXX";
     std::vector<char> buf(t.begin(), t.end());
     buf.push_back(0);
-    const int fd = mkstemp(buf.data());
-    if (fd < 0) return std::string("cannot create its stderr log: ") + std::strerror(errno);
-    ::close(fd);
-    log_path_ = buf.data();
+    log_fd_ = mkostemp(buf.data(), O_CLOEXEC | O_APPEND);
+    if (log_fd_ < 0) {
+      const int e = errno;
+      for (int fd : {in[0], in[1], out[0], out[1]}) ::close(fd);
+      return std::string("cannot create its stderr log: ") + std::strerror(e);
+    }
+    ::unlink(buf.data());
+  } else {
+    (void)!::ftruncate(log_fd_, 0);
   }
-  const int log = ::open(log_path_.c_str(), O_WRONLY | O_TRUNC | O_APPEND | O_CLOEXEC);
   log_offset_ = 0;
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) _exit(127);
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    if (log >= 0) ::dup2(log, 2);
-    ::setenv("ATTNFUZZ_ADAPTER_PROTOCOL", std::to_string(kAdapterProtocolVersion).c_str(), 1);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execl("/bin/sh", "sh", "-c", command_.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  ::setpgid(pid, pid);  // (also done by the child: whichever runs first)
-  if (log >= 0) ::close(log);
+  // The adapter runs under a guardian (runtime/adapter/guardian.h): when this process closes the lifeline,
+  // exits or is killed (even by SIGKILL), the adapter and everything it started are killed.
+  const GuardedChild c = spawn_guarded(
+      command_, {"ATTNFUZZ_ADAPTER_PROTOCOL=" + std::to_string(kAdapterProtocolVersion)}, in[0], out[1], log_fd_);
+  const int fork_errno = errno;
   ::close(in[0]);
   ::close(out[1]);
-  pid_ = pid;
+  if (c.pid < 0) {
+    ::close(in[1]);
+    ::close(out[0]);
+    return std::string("fork: ") + std::strerror(fork_errno);
+  }
+  pid_ = c.pid;
+  life_ = c.lifeline;
   to_ = in[1];
   from_ = out[0];
   ::fcntl(to_, F_SETFL, ::fcntl(to_, F_GETFL) | O_NONBLOCK);
@@ -236,13 +240,10 @@ void AdapterDevice::stop() {
   if (to_ >= 0) ::close(to_);
   if (from_ >= 0) ::close(from_);
   to_ = from_ = -1;
-  if (pid_ > 0) {
-    ::kill(-pid_, SIGKILL);
-    ::kill(pid_, SIGKILL);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-  }
+  GuardedChild c{pid_, life_};  // the guardian kills the adapter's processes, all of them, and ends
+  end_guarded(c);
   pid_ = -1;
+  life_ = -1;
 }
 
 std::string AdapterDevice::exit_text() {
@@ -261,7 +262,7 @@ std::string AdapterDevice::exit_text() {
 
 std::string AdapterDevice::stderr_tail() {
   std::string s;
-  const int fd = ::open(log_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = log_fd_;
   if (fd < 0) return s;
   struct stat stt {};
   ::fstat(fd, &stt);
@@ -271,7 +272,6 @@ std::string AdapterDevice::stderr_tail() {
     const ssize_t n = ::pread(fd, s.data(), s.size(), from);
     s.resize(n > 0 ? static_cast<size_t>(n) : 0);
   }
-  ::close(fd);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   if (s.empty()) return s;
   for (char& c : s)
@@ -684,8 +684,8 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
   }
   {  // a log that grows without bound is cut (the child appends)
     struct stat st {};
-    if (::stat(log_path_.c_str(), &st) == 0) {
-      if (st.st_size > (1 << 20)) ::truncate(log_path_.c_str(), 0);
+    if (log_fd_ >= 0 && ::fstat(log_fd_, &st) == 0) {
+      if (st.st_size > (1 << 20)) (void)!::ftruncate(log_fd_, 0);
       log_offset_ = st.st_size > (1 << 20) ? 0 : st.st_size;
     }
   }

@@ -45,6 +45,7 @@ struct ChildReport {
   int fault_access;        // 0 unknown, 1 read, 2 write
   int64_t grew[3];         // resident memory left by the launch and by the confirming second and third launches
   int confirmed;           // the confirming launches ran
+  std::atomic<uint64_t> progress;  // blocks the child's launches finished (hipemu::progress_counter)
 };
 
 // PROT_NONE bytes on each side of every buffer: an access up to this far outside any buffer faults.
@@ -122,6 +123,7 @@ class Watchdog {
     deadline_ =
         armed_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
     cpu0_ = cpu_seconds();
+    seen_ = hipemu::progress_counter()->load(std::memory_order_relaxed);
     ++gen_;
     armed_ = true;
     cv_.notify_one();
@@ -132,9 +134,10 @@ class Watchdog {
   }
 
  private:
-  // A launch counts as hung when the process has spent `seconds` of CPU time since it started (a slow
-  // launch on a loaded machine gets little CPU per wall second and is not blamed), or after ten times that
-  // in wall time (a kernel blocked without spinning).
+  // A launch counts as hung when the process has spent `seconds` of CPU time since it started or last
+  // finished a block (a slow launch on a loaded machine gets little CPU per wall second and is not blamed;
+  // a large one that keeps finishing blocks is not hung), or after ten times that in wall time (a kernel
+  // blocked without spinning).
   static double cpu_seconds() {
     timespec t{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -149,8 +152,16 @@ class Watchdog {
       }
       const auto d = deadline_;
       const uint64_t gen = gen_;
-      cv_.wait_until(lk, d);
-      if (!armed_ || gen != gen_ || Clock::now() < d) continue;
+      cv_.wait_until(lk, std::min(d, Clock::now() + std::chrono::milliseconds(250)));  // progress looks
+      if (!armed_ || gen != gen_) continue;
+      if (const uint64_t p = hipemu::progress_counter()->load(std::memory_order_relaxed); p != seen_) {
+        seen_ = p;  // a block finished since the last look: the count starts again
+        armed_at_ = Clock::now();
+        cpu0_ = cpu_seconds();
+        deadline_ = armed_at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds_));
+        continue;
+      }
+      if (Clock::now() < d) continue;
       const double used = cpu_seconds() - cpu0_;
       if (used < seconds_ && Clock::now() < armed_at_ + std::chrono::duration_cast<Clock::duration>(
                                                             std::chrono::duration<double>(10 * seconds_))) {
@@ -173,7 +184,7 @@ class Watchdog {
   Clock::time_point deadline_, armed_at_;
   std::string kernel_;
   double seconds_ = 0, cpu0_ = 0;
-  uint64_t gen_ = 0;
+  uint64_t gen_ = 0, seen_ = 0;
 };
 
 class CpuDevice final : public Device {
@@ -284,7 +295,7 @@ class CpuDevice final : public Device {
     auto* rep = static_cast<ChildReport*>(
         mmap(nullptr, sizeof(ChildReport), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     if (rep == MAP_FAILED) throw DeviceError("cpu backend: cannot map the launch report page");
-    std::memset(rep, 0, sizeof *rep);
+    new (rep) ChildReport();  // zeroed
     std::fflush(stdout);
     std::fflush(stderr);
     const auto t0 = Clock::now();
@@ -309,6 +320,7 @@ class CpuDevice final : public Device {
       for (int sig : {SIGABRT, SIGILL, SIGFPE, SIGTRAP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2})
         signal(sig, SIG_DFL);
       hipemu::config().deadline_s = 0;
+      hipemu::set_progress_counter(&rep->progress);  // the parent's watch reads it
       const int64_t limit = static_cast<int64_t>(opts_.leak_limit_bytes);
       int64_t heap0 = limit ? resident_bytes() : 0;
       int rc = k.launch(&p, &b, nullptr);
@@ -333,8 +345,12 @@ class CpuDevice final : public Device {
     }
     LaunchResult r;
     int status = 0;
-    const auto limit =
-        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+    // A hang is a launch that stops making progress: killed when no block finished for the timeout (a slow
+    // launch, e.g. a large case on a loaded emulator, finishes blocks all along and is never called hung).
+    const auto timeout =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+    uint64_t seen = 0;
+    auto moved = t0;  // when the child last finished a block (or started)
     // Wait for the child: poll() on a pidfd wakes the moment it exits; without pidfd (old kernels),
     // sleep-and-retry with a backoff capped at 2 ms.
     const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -348,18 +364,26 @@ class CpuDevice final : public Device {
         break;
       }
       const auto now = Clock::now();
-      if (opts_.timeout_s > 0 && now > limit) {
+      if (const uint64_t p = rep->progress.load(std::memory_order_relaxed); p != seen) {
+        seen = p;
+        moved = now;
+      }
+      if (opts_.timeout_s > 0 && now > moved + timeout) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         r.status = LaunchStatus::kHang;
-        r.message =
-            "the kernel did not finish within " + std::to_string(opts_.timeout_s) + " s and was killed";
+        char m[256];
+        std::snprintf(m, sizeof m,
+                      "no block of the launch finished for %g s (%llu finished in %.1f s): killed",
+                      opts_.timeout_s, static_cast<unsigned long long>(seen),
+                      std::chrono::duration<double>(now - t0).count());
+        r.message = m;
         break;
       }
       if (pidfd >= 0) {
         pollfd pfd{pidfd, POLLIN, 0};
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now).count() + 1;
-        poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1000)));
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(moved + timeout - now).count() + 1;
+        poll(&pfd, 1, static_cast<int>(std::clamp<long long>(left, 1, 250)));
       } else {
         std::this_thread::sleep_for(sleep);
         sleep = std::min(sleep * 2, std::chrono::microseconds(2000));

@@ -43,6 +43,14 @@ Config& config() {
 }
 
 namespace {
+std::atomic<uint64_t> g_progress_own{0};
+std::atomic<std::atomic<uint64_t>*> g_progress{&g_progress_own};
+}  // namespace
+
+std::atomic<uint64_t>* progress_counter() { return g_progress.load(std::memory_order_relaxed); }
+void set_progress_counter(std::atomic<uint64_t>* c) { g_progress.store(c ? c : &g_progress_own); }
+
+namespace {
 
 namespace bcd = boost::context::detail;
 
@@ -338,7 +346,15 @@ std::string site(const Fiber& f) {
 }
 
 // Runs one block to completion; returns an error message (empty on success).
-std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, bool has_deadline) {
+// Steady-clock nanoseconds (the time a block of a launch last finished).
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// `last_done_ns`: when a block of this launch last finished (or the launch began); with a deadline the block is
+// abandoned once no block has finished for deadline_ns (a slow launch that keeps finishing blocks is not hung).
+std::string run_block(Block& b, const std::atomic<int64_t>& last_done_ns, int64_t deadline_ns, bool has_deadline) {
   const Config& cfg = config();
   b.th.assign(b.n, Fiber{});
   b.done = b.at_bar = b.at_warp = 0;
@@ -429,8 +445,12 @@ std::string run_block(Block& b, std::chrono::steady_clock::time_point deadline, 
       err = "deadlock: no thread can proceed (" + std::to_string(at_bar) + " at __syncthreads, " +
             std::to_string(done) + " exited, the rest in a warp shuffle with missing lanes)";
     }
-    if (err.empty() && has_deadline && std::chrono::steady_clock::now() > deadline)
-      err = "timeout: the launch exceeded its deadline (round " + std::to_string(round) + ")";
+    if (err.empty() && has_deadline && now_ns() - last_done_ns.load(std::memory_order_relaxed) > deadline_ns) {
+      char m[128];
+      std::snprintf(m, sizeof m, "timeout: no block of the launch finished for %g s (hung at round %u)",
+                    cfg.deadline_s, round);
+      err = m;
+    }
     if (!err.empty()) {
       char where[96];
       std::snprintf(where, sizeof where, "block (%u,%u,%u): ", b.bid.x, b.bid.y, b.bid.z);
@@ -565,9 +585,9 @@ int run_grid(dim3 g, dim3 bd, size_t dynamic_shared, void (*fn)(void*), void* ct
   const uint64_t nb = uint64_t{g.x} * g.y * g.z;
   const unsigned W = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(cfg.workers, nb)));
   const bool has_deadline = cfg.deadline_s > 0;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(has_deadline ? cfg.deadline_s : 0));
+  const int64_t deadline_ns = has_deadline ? static_cast<int64_t>(cfg.deadline_s * 1e9) : 0;
+  std::atomic<int64_t> last_done_ns{now_ns()};
+  std::atomic<uint64_t>* const progress = progress_counter();
   std::atomic<bool> failed{false};
   std::mutex msg_mu;
   std::string first_err;
@@ -587,8 +607,12 @@ int run_grid(dim3 g, dim3 bd, size_t dynamic_shared, void (*fn)(void*), void* ct
                      static_cast<unsigned>(i / (uint64_t{g.x} * g.y)));
       std::fill(tl_dynamic_shared.begin(), tl_dynamic_shared.end(), 0xff);
       set_ids(&proto);
-      std::string e = run_block(blk, deadline, has_deadline);
+      std::string e = run_block(blk, last_done_ns, deadline_ns, has_deadline);
       set_ids(nullptr);
+      if (e.empty()) {
+        progress->fetch_add(1, std::memory_order_relaxed);
+        if (has_deadline) last_done_ns.store(now_ns(), std::memory_order_relaxed);
+      }
       if (!e.empty()) {
         std::lock_guard<std::mutex> lk(msg_mu);
         if (first_err.empty()) first_err = e;

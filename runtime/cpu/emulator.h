@@ -1,6 +1,7 @@
 // emulator.h - configuration of the CPU fiber emulator (what the cpu device sets before a launch).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,11 +18,16 @@ struct Config {
   size_t max_dynamic_shared = 64 * 1024;
   size_t stack_bytes = 128 * 1024;  // per GPU thread (fiber), with a guard page below
   double deadline_s = 0;         // > 0: abandon the launch when a fiber yields after this many seconds
+                                 // in which no block of the launch finished (slow is not hung)
   bool strict_sites = true;      // threads at different __syncthreads() lines is divergence
 };
 
 // The process-wide configuration (set before a launch; not changed while one runs).
 Config& config();
+// Launch progress: every finished block adds 1 to this counter (a process-wide one unless set; a forked
+// launch points it at a page its parent reads). A watchdog calls a launch hung only when it stops moving.
+std::atomic<uint64_t>* progress_counter();
+void set_progress_counter(std::atomic<uint64_t>* c);  // nullptr: the process-wide counter
 // The message that goes with the last error code (empty if none).
 std::string last_error_message();
 

@@ -1,7 +1,11 @@
 // adapter_test.cpp - attn-check / attn-fuzz --adapter end to end with the numpy adapters (python3 + numpy).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -405,6 +409,129 @@ TEST(Adapter, PytestEntryPointPassesACorrectKernelAndFailsAPlantedOne) {
   EXPECT_TRUE(has(bad.out, "[mask] leaky-attention")) << bad.out;
   EXPECT_TRUE(has(bad.out, "replay: attn-check --replay")) << bad.out;
   EXPECT_TRUE(has(bad.out, "--adapter")) << bad.out;
+}
+
+// ---- issue 27 items 1, 2 and 14: no process outlives attn-fuzz, no adapter log left behind ---------------------
+
+// Processes whose environment holds `mark` (set in attn-fuzz's environment: every descendant inherits it),
+// zombies aside, with their command names.
+std::vector<std::pair<pid_t, std::string>> marked(const std::string& mark) {
+  std::vector<std::pair<pid_t, std::string>> v;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == getpid()) continue;
+    std::ifstream env(e.path() / "environ", std::ios::binary), stat(e.path() / "stat");
+    std::string envs((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>()), st;
+    std::getline(stat, st);
+    const size_t open = st.find('('), close = st.rfind(')');
+    if (envs.find(mark + '\0') == std::string::npos || close == std::string::npos || close + 2 >= st.size() ||
+        st[close + 2] == 'Z')
+      continue;
+    v.push_back({std::stoi(name), st.substr(open + 1, close - open - 1)});
+  }
+  return v;
+}
+
+std::string names(const std::vector<std::pair<pid_t, std::string>>& v) {
+  std::string s;
+  for (const auto& [pid, comm] : v) s += " " + std::to_string(pid) + " (" + comm + ")";
+  return s;
+}
+
+// Adapter stderr logs (attnfuzz-adapter-*) in `dir`.
+int adapter_logs(const fs::path& dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    n += e.path().filename().string().rfind("attnfuzz-adapter-", 0) == 0;
+  return n;
+}
+
+// A campaign over an adapter that starts children (one in its process group, one in a session of its own with
+// a child of its own) and, for the signals, hangs in its first launch; ended by SIGINT, SIGTERM, SIGKILL of
+// attn-fuzz, or (0) by --max-time. Afterwards no process of it is left (before: the hung adapter lived on with
+// PPID 1 after SIGINT and SIGKILL, and the children after every ending) and no adapter log is left in TMPDIR.
+class AdapterCampaignEnd : public ::testing::TestWithParam<int> {};
+
+TEST_P(AdapterCampaignEnd, NoProcessOfItOutlivesAttnFuzz) {
+  NEED_NUMPY();
+  if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
+  const int sig = GetParam();
+  const std::string out = fresh(std::string("end-") + (sig ? sigabbrev_np(sig) : "normal"));
+  const fs::path tmp = fs::path(out + "-tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const std::string mark = "ATTNFUZZ_TEST_MARK=" + out;
+  const std::string cmd = "exec " + std::string(ATTN_FUZZ) + " --adapter " +
+                          q(misbehaving(sig ? "spawn-hang" : "spawn")) + " --out " + out +
+                          " --workers 1 --timeout 60 --no-seeds --progress 100 --max-time " + (sig ? "0" : "10") +
+                          " > " + out + ".log 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("ATTNFUZZ_TEST_MARK", out.c_str(), 1);
+    setenv("TMPDIR", tmp.c_str(), 1);  // where adapter logs would be left
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  int st = 0;
+  if (sig) {  // until the adapter's children run, and a little longer (its first launch is in flight)
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < end && names(marked(mark)).find("(sleep)") == std::string::npos)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_NE(names(marked(mark)).find("(sleep)"), std::string::npos) << "the adapter's children did not start";
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    kill(pid, sig);
+  }
+  waitpid(pid, &st, 0);
+  std::ifstream logf(out + ".log");
+  const std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+  if (sig == SIGKILL) EXPECT_TRUE(WIFSIGNALED(st)) << log;
+  else if (sig) EXPECT_TRUE(WIFEXITED(st)) << st << "\n" << log;  // (2 when the hung launch was all it ran)
+  else EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << "\n" << log;
+  // The ending is asynchronous after kill -9 (workers see their lifeline close, then the adapters' guardians
+  // theirs): give it time on a loaded machine.
+  auto left = marked(mark);
+  for (int i = 0; i < 150 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    left = marked(mark);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) outlived attn-fuzz:" << names(left) << "\n" << log;
+  for (const auto& [p, comm] : left) kill(p, SIGKILL);
+  EXPECT_EQ(adapter_logs(tmp), 0) << "adapter stderr logs left in " << tmp;
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, AdapterCampaignEnd, ::testing::Values(0, SIGINT, SIGTERM, SIGKILL),
+                         [](const auto& info) { return std::string(info.param ? sigabbrev_np(info.param) : "MaxTime"); });
+
+// attn-check killed by SIGKILL in a launch of a hanging, spawning adapter: its processes go too.
+TEST(AdapterProcesses, AttnCheckKilledLeavesNoAdapterProcess) {
+  NEED_NUMPY();
+  const std::string out = fresh("check-kill");
+  const std::string mark = "ATTNFUZZ_TEST_MARK=" + out;
+  const std::string cmd = "exec " + std::string(ATTN_CHECK) + " --adapter " + q(misbehaving("spawn-hang")) +
+                          " --timeout 60 --no-reports --out " + out + " > " + out + ".log 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("ATTNFUZZ_TEST_MARK", out.c_str(), 1);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < end && names(marked(mark)).find("(sleep)") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  auto left = marked(mark);
+  for (int i = 0; i < 100 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    left = marked(mark);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) outlived attn-check:" << names(left);
+  for (const auto& [p, comm] : left) kill(p, SIGKILL);
 }
 
 }  // namespace

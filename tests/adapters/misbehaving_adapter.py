@@ -5,6 +5,9 @@
         bad-hello, flaky (crashes on every 3rd run and computes correctly otherwise), v1 (a correct kernel
         declared as before f16 / bf16 / backward existed: no dtypes, no backward), f16-as-f32 (declares f16,
         answers O in f32), bwd-no-dtypes (declares f32 + f16 and a backward, without backward_dtypes),
+        spawn (starts two sleeping children at start-up, one in its process group and one in a session of
+        its own with a child of its own, then computes correctly), spawn-hang (the same, then hangs in its
+        first run),
         dup-names, neg-max-d, zero-multiple, named-all (hello declarations the tool refuses)
 The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
 """
@@ -13,6 +16,7 @@ import json
 import os
 import signal
 import struct
+import subprocess
 import sys
 import time
 
@@ -26,6 +30,9 @@ MODE = sys.argv[1]
 
 def main():
     inp, out = A._protocol_streams()
+    if MODE.startswith("spawn"):  # descendants the tool must end with the adapter, escaped ones included
+        subprocess.Popen(["sleep", "600"])
+        subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600"], start_new_session=True)
     runs = 0
     while True:
         msg = A.read_message(inp)
@@ -61,7 +68,7 @@ def main():
         p = A.Problem(h["problem"])
         o, _ = attention(ts["q"], ts["k"], ts["v"], p)
         good = {"type": "result", "id": h["id"], "tensors": [A.tensor_desc("o", o)]}
-        if MODE == "flaky" or MODE == "v1":
+        if MODE in ("flaky", "v1", "spawn"):
             if MODE == "flaky" and runs % 3 == 0:
                 os._exit(3)
             A.write_message(out, good, [o])
@@ -73,7 +80,7 @@ def main():
             os.kill(os.getpid(), signal.SIGSEGV)
         elif MODE == "exit-on-run":
             os._exit(0)
-        elif MODE == "hang-on-run":
+        elif MODE in ("hang-on-run", "spawn-hang"):
             time.sleep(3600)
         elif MODE == "bad-json":
             out.write(struct.pack("<I", 9) + b"{not json")

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -122,24 +125,27 @@ TEST(Sync, FailuresAreDeduplicatedAcrossCampaigns) {
   a.add_failure(failure_file(10, "k0", FailureClass::kMask, "mask:compare"));
   a.add_failure(failure_file(11, "k1", FailureClass::kNonFinite, "non-finite:compare"));
   b.add_failure(failure_file(12, "k0", FailureClass::kMask, "mask:compare"));
-  Sync sa(a.cfg), sb(b.cfg), sc(c.cfg);
-  for (Sync* s : {&sa, &sb, &sc}) s->start();
+  Sync sa(a.cfg), sb(b.cfg);
+  auto sc = std::make_unique<Sync>(c.cfg);
+  for (Sync* s : {&sa, &sb, sc.get()}) s->start();
   for (int i = 0; i < 2; ++i)
-    for (Sync* s : {&sa, &sb, &sc}) s->round();
+    for (Sync* s : {&sa, &sb, sc.get()}) s->round();
   // a imports nothing (it has both keys); b imports only the key it lacks; c imports each key once
   EXPECT_TRUE(sa.imported_failures().empty());
   const auto ib = sb.imported_failures();
   ASSERT_EQ(ib.size(), 1u);
   EXPECT_EQ(ib[0].verdict.kernel, "k1");
   EXPECT_EQ(ib[0].from, "a");
-  const auto ic = sc.imported_failures();
+  const auto ic = sc->imported_failures();
   ASSERT_EQ(ic.size(), 2u);
   std::set<std::string> keys;
   for (const auto& f : ic) keys.insert(failure_key(f.verdict));
   EXPECT_EQ(keys.size(), 2u);
   // the imported keys are claimed: a local worker's save_failure of the same key is a duplicate
   for (const auto& f : ic) EXPECT_TRUE(fs::exists(c.out / "work" / "dedup" / failure_key(f.verdict)));
-  // resume: a new Sync over the same OUT re-claims the imported keys after the campaign cleared work/dedup
+  // resume: a new Sync over the same OUT re-claims the imported keys after the campaign cleared work/dedup (the
+  // first one has ended: a live campaign's name is not taken twice)
+  sc.reset();
   fs::remove_all(c.out / "work" / "dedup");
   fs::create_directories(c.out / "work" / "dedup");
   Sync sc2(c.cfg);
@@ -224,6 +230,8 @@ TEST(Merge, EachDistinctFailureOnceWithWhoFoundItFirst) {
   set_mtime(fb2, 2000000500);
   auto report = [](const fs::path& out, const std::string& name, int64_t cases) {
     Json j;
+    j["schema"] = "attnfuzz-report";
+    j["schema_version"] = 1;
     j["campaign"] = {{"name", name}, {"cases", cases}, {"cases_per_s", cases / 10.0}, {"wall_s", 10.0},
                      {"semantic_features", 7}, {"started_unix", 1999998000}, {"started_at", "x"},
                      {"replay_flags", "--order shuffle --order-seed 1"}, {"features_hex", "0f00"}};
@@ -258,6 +266,74 @@ TEST(Merge, EachDistinctFailureOnceWithWhoFoundItFirst) {
   // a directory that is no campaign: exit 2
   fs::create_directories(root / "empty");
   EXPECT_EQ(merge_campaigns({(root / "empty").string()}, out.string(), "x", true), 2);
+}
+
+// Issue 27 item 7: inputs a merge must refuse, each with one line and exit 2, writing nothing: --out is one of the
+// campaigns (its report was overwritten), a campaign given twice (counted twice), a campaign whose failures/ is a
+// file (merged without a word), a report of another schema version (merged as version 1).
+TEST(Merge, BadInputsAreRefusedWithOneLineAndExitTwo) {
+  const fs::path root = fresh("merge-bad");
+  FakeCampaign a(root, "a", root / "sync"), b(root, "b", root / "sync");
+  a.add_failure(failure_file(30, "k0", FailureClass::kMask, "mask:compare"));
+  const std::string report_a = R"({"schema": "attnfuzz-report", "schema_version": 1, "campaign": {"name": "a"}})";
+  std::ofstream(a.out / "report.json") << report_a;
+  auto refused = [](const std::vector<std::string>& dirs, const fs::path& out, const std::string& why) {
+    ::testing::internal::CaptureStderr();
+    const int rc = merge_campaigns(dirs, out.string(), "attn-fuzz --merge", true);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << err;
+    EXPECT_NE(err.find(why), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  };
+  auto text = [](const fs::path& p) {
+    std::ifstream f(p);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  refused({a.out.string(), b.out.string()}, a.out, "is one of the campaigns merged");
+  refused({a.out.string(), b.out.string()}, a.out / "." , "is one of the campaigns merged");
+  EXPECT_EQ(text(a.out / "report.json"), report_a);  // untouched
+  refused({a.out.string(), (root / "." / "a").string()}, root / "m1", "is given twice");
+  EXPECT_FALSE(fs::exists(root / "m1"));
+  FakeCampaign c(root, "c", root / "sync");
+  fs::remove_all(c.out / "failures");
+  std::ofstream(c.out / "failures") << "not a directory";
+  refused({a.out.string(), c.out.string()}, root / "m2", "failures is not a directory");
+  FakeCampaign d(root, "d", root / "sync");
+  std::ofstream(d.out / "report.json") << R"({"schema": "attnfuzz-report", "schema_version": 2, "campaign": {}})";
+  refused({a.out.string(), d.out.string()}, root / "m3", "version 2");
+  EXPECT_FALSE(fs::exists(root / "m2") || fs::exists(root / "m3"));
+  EXPECT_EQ(merge_campaigns({a.out.string(), b.out.string()}, (root / "m4").string(), "x", true), 1);  // still merges
+}
+
+// Issue 27 item 8: a second campaign with the same --name on one sync directory is refused while the first runs
+// (the two used to mix their files and never import from each other); the name is free again once it ends.
+TEST(Sync, SameNameTwiceAtOnceIsRefused) {
+  const fs::path root = fresh("same-name");
+  FakeCampaign a(root, "x", root / "sync"), a2(root, "x2", root / "sync");
+  a2.cfg.name = "x";
+  {
+    Sync first(a.cfg);
+    try {
+      Sync second(a2.cfg);
+      ADD_FAILURE() << "a second campaign named x was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("'x' is in use by another campaign"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(getpid())), std::string::npos) << e.what();
+    }
+#ifdef ATTN_FUZZ
+    const fs::path log = root / "second.log";
+    const int st = std::system((std::string(ATTN_FUZZ) + " --sync " + (root / "sync").string() +
+                                " --name x --kernel online-row --no-seeds --workers 1 --max-time 5 --out " +
+                                (root / "second").string() + " > " + log.string() + " 2>&1")
+                                   .c_str());
+    std::ifstream f(log);
+    const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << out;
+    EXPECT_NE(out.find("in use by another campaign"), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+#endif
+  }
+  Sync again(a2.cfg);  // the first one ended: the name is free
 }
 
 #ifdef ATTN_FUZZ

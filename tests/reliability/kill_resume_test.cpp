@@ -145,6 +145,24 @@ TEST(SignalsResumeLock, LiveCampaignRefusedAtOnce) {
   EXPECT_EQ(o.out.find("is gone; waiting"), std::string::npos);
 }
 
+// Issue 27 item 14: a campaign killed outright leaves the inputs its fork-mode jobs found since their last merge in
+// libFuzzer's fork scratch (C<job>/ directories, listed in work/fork-scratch.txt). The resume used to delete
+// them; now they go into work/inputs (fuzzed again, and turned into corpus files) before the scratch is removed.
+TEST(SignalsResumeLock, ResumeKeepsTheInputsAKilledCampaignsJobsHadNotMerged) {
+  const fs::path out = fresh("salvage");
+  const fs::path scratch = fresh("salvage-tmp") / ("libFuzzerTemp.FuzzWithFork" + std::to_string(dead_pid()) + ".dir");
+  fs::create_directories(scratch / "C7");
+  fs::create_directories(out / "work");
+  const std::string bytes = "\x01\x02\x03 an input a killed job found";
+  std::ofstream(scratch / "C7" / "0123456789abcdef0123456789abcdef01234567", std::ios::binary) << bytes;
+  std::ofstream(out / "work" / "fork-scratch.txt") << scratch.string() << "\n";
+  const Outcome o = run(std::string(ATTN_FUZZ) + " --out " + out.string() +
+                        " --kernel online-row --workers 1 --no-seeds --max-time 4");
+  EXPECT_EQ(o.rc, 0);
+  EXPECT_FALSE(fs::exists(scratch)) << "the killed campaign's scratch was not removed";
+  EXPECT_EQ(read_text(out / "work" / "inputs" / "0123456789abcdef0123456789abcdef01234567"), bytes);
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, KillResume, ::testing::Values(SIGINT, SIGTERM, SIGKILL),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
 

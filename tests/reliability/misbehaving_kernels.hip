@@ -1,14 +1,17 @@
 // misbehaving_kernels.hip - a test-only plug-in of kernels that attack the tool, not the math: far
 // out-of-bounds writes, a leak, a spin, a segfault, an abort. Each computes the right O first (so only its
 // misbehaviour can fail it) and misbehaves on every launch.
+// Built a second time with AF_SLOW_PLUGIN (slow_kernel.hip) as a plug-in of one correct but slow kernel
+// (slow-blocks: every block sleeps 100 ms before its rows), for the hang watch: slow is not hung.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/common.h"
 
 namespace {
 
-enum Bad : int { kWrite16M, kWrite80K, kLeak8M, kSpin, kSegfault, kAbort };
+enum Bad : int { kWrite16M, kWrite80K, kLeak8M, kSpin, kSegfault, kAbort, kSlow };
 
 // One element past the last element of O (largest offset of any [b, s, h, d] + 1).
 __host__ __device__ inline int64_t o_end(const af_problem& p) {
@@ -21,6 +24,7 @@ __global__ void bad_kernel(af_problem p, const float* q, const float* k, const f
   const bool first = i == 0 && h == 0 && b == 0;
   if (first && bad == kSegfault) *(volatile float*)nullptr = 1.f;
   if (first && bad == kAbort) abort();
+  if (bad == kSlow && threadIdx.x == 0) usleep(100 * 1000);  // the emulator: one OS thread runs the block
   if (first && bad == kSpin) {
     volatile int forever = 1;
     while (forever) {
@@ -63,6 +67,11 @@ int launch(const af_problem* p, const af_buffers* b, void* stream) {
 }
 
 #define BAD(name, w, desc) {name, "test", desc, AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, 0, 0, 0, 0, nullptr, nullptr, &launch<w>}
+#if defined(AF_SLOW_PLUGIN)
+const af_kernel kBadKernels[] = {
+    BAD("slow-blocks", kSlow, "correct; every block sleeps 100 ms (a slow launch, not a hung one)"),
+};
+#else
 const af_kernel kBadKernels[] = {
     BAD("bad-write-16m", kWrite16M, "writes one float 16 MiB past the end of O on every launch"),
     BAD("bad-write-80k", kWrite80K, "writes one float 80 KiB past the end of O on every launch"),
@@ -71,6 +80,7 @@ const af_kernel kBadKernels[] = {
     BAD("bad-segfault", kSegfault, "dereferences NULL"),
     BAD("bad-abort", kAbort, "calls abort()"),
 };
+#endif
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 #include "attnfuzz/report.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -185,6 +186,32 @@ RunRecord sample_run() {
   r.entries.push_back(entry("flash-bk32", labelled("extreme-1e6", "none", 3, 3), Verdict::kOutsideContract,
                             FailureClass::kNone, "exact |s| exceeds the fp32 range"));
   return r;
+}
+
+// Issue 27 item 14: report files are replaced whole (temporary file, then rename), never rewritten in place: a
+// second name of the old file (a hard link, or a reader holding it open) still sees the old text, and nothing is
+// left beside the new file.
+TEST(ReportFiles, WrittenWholeNeverInPlace) {
+  const fs::path dir = fs::temp_directory_path() / ("attnfuzz-report-atomic-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "report.json", link = dir / "old-report.json";
+  write_text_file(file, "old\n");
+  fs::create_hard_link(file, link);
+  write_text_file(file, "new\n");
+  auto text = [](const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  EXPECT_EQ(text(file), "new\n");
+  EXPECT_EQ(text(link), "old\n") << "report.json was rewritten in place";
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) entries += e.path() != link;
+  EXPECT_EQ(entries, 1);  // no temporary file left
+  EXPECT_THROW(write_text_file(dir / "old-report.json" / "x", "y"), ReportError);  // one reason, no crash
+  fs::remove_all(dir);
 }
 
 TEST(JsonReport, SchemaFieldsPresent) {

@@ -1,0 +1,267 @@
+// case_space.cpp - the case space (space::: edge values every driver draws from) and the sweep grid.
+#include "attnfuzz/case.h"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <numbers>
+#include <stdexcept>
+
+#include "core/case_internal.h"
+#include "core/sequences.h"
+#include "oracle/lowp.h"
+
+namespace attnfuzz {
+
+using namespace case_detail;
+
+// ------------------------------------------------------------------------------------------ space
+
+namespace space {
+
+const std::vector<int64_t>& tile_sizes() {
+  static const std::vector<int64_t> t{16, 32, 64, 128};
+  return t;
+}
+
+std::vector<int64_t> edge_seq_lengths(int64_t max_len) {
+  std::vector<int64_t> v{1, 2, 3, 5, 7, 13, 17, 31, 61, 113, 127, 203, 239};
+  for (int64_t t : tile_sizes())
+    for (int64_t d : {-1, 0, 1}) v.push_back(t + d);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  std::erase_if(v, [&](int64_t x) { return x > max_len; });
+  return v;
+}
+
+std::vector<int64_t> edge_head_dims(int64_t max_d) {
+  std::vector<int64_t> v{1, 2, 3, 5, 7, 17, 31, 33, 59, 63, 65, 96, 111, 127, 129, 255, 256};
+  for (int64_t t : {4, 8, 16, 32, 64, 128}) v.push_back(t);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  std::erase_if(v, [&](int64_t x) { return x > max_d; });
+  return v;
+}
+
+const std::vector<std::pair<int64_t, int64_t>>& head_configs() {
+  static const std::vector<std::pair<int64_t, int64_t>> h{{1, 1}, {2, 2}, {4, 2}, {4, 1}, {6, 3}, {8, 1}};
+  return h;
+}
+
+const std::vector<std::string>& mask_forms() {
+  static const std::vector<std::string> m{"none",          "causal-br",       "causal-tl",
+                                          "window:8,0-br", "window:8,0-tl",   "window:4,4-br",
+                                          "window:0,0-br", "window:inf,3-br", "window:16,inf-tl"};
+  return m;
+}
+
+const std::vector<double>& extreme_magnitudes() {
+  static const std::vector<double> m{1, 10, 30, 80, 88, 89, 100, 300, 1000, 10000};
+  return m;
+}
+
+const std::vector<int32_t>& dtypes() {
+  static const std::vector<int32_t> d{AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16, AF_DTYPE_FP8_E4M3,
+                                      AF_DTYPE_FP8_E5M2};
+  return d;
+}
+
+std::vector<double> lowp_extreme_magnitudes(int32_t dtype) {
+  switch (dtype) {
+    // f16: exp(11.1) > 65504; at D = 64 q.k > 65504 > scale * q.k; 300: a max or lse kept in f16 is 2^-11 x 300
+    // off. bf16: exp(89) overflows; 1e3 and 1e4: a softmax statistic kept in bf16 loses 2^-9 relative, i.e.
+    // 2 .. 20 in the exponent (issue 25).
+    case AF_DTYPE_F16: return {11, 300, 3000};
+    case AF_DTYPE_BF16: return {89, 1000, 10000};
+    case AF_DTYPE_FP8_E4M3: return {6, 11};  // exp(6.1) > 448
+    case AF_DTYPE_FP8_E5M2: return {11};     // exp(11) > 57344
+    default: return {};
+  }
+}
+
+std::vector<double> lowp_wide_v(int32_t dtype) {
+  switch (dtype) {
+    case AF_DTYPE_F16: return {2048};  // ~0.5 x 128 x 1536 ~ 98k > 65504 while |v| <= 2048
+    case AF_DTYPE_FP8_E4M3: return {16};   // 0.75 x 128 x 16 > 448
+    case AF_DTYPE_FP8_E5M2: return {1024};
+    default: return {};  // bf16 shares fp32's range: no n |v| of a case passes it
+  }
+}
+
+std::vector<double> lowp_uniform_widths(int32_t dtype) {
+  if (dtype == AF_DTYPE_F32) return {};
+  return {8 * std::ldexp(1.0, dtype_quantum_exp(dtype)), 2 * dtype_min_normal(dtype), dtype_max(dtype) / 4};
+}
+
+const std::vector<float>& fp8_descales() {
+  static const std::vector<float> d{1.0f, 0.5f, 2.0f, 0.125f, 8.0f, 0.375f, 3.25f, 0.01171875f, 0x1.2p-9f};
+  return d;
+}
+
+const std::vector<SpecialKind>& special_kinds() {
+  static const std::vector<SpecialKind> k{SpecialKind::kNaN,    SpecialKind::kPosInf,
+                                          SpecialKind::kNegInf, SpecialKind::kSubnormal,
+                                          SpecialKind::kHuge,   SpecialKind::kNegZero};
+  return k;
+}
+
+const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
+  static const std::vector<SpecialKind> finite = [] {
+    std::vector<SpecialKind> k;
+    for (SpecialKind x : special_kinds())
+      if (special_in_domain(x, ValueDomain::kFinite)) k.push_back(x);
+    return k;
+  }();
+  return d == ValueDomain::kFinite ? finite : special_kinds();
+}
+
+}  // namespace space
+
+// ------------------------------------------------------------------------------------------ sweep
+
+std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dtype, Pass pass) {
+  std::vector<Case> grid;
+  auto add = [&](std::string label, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
+                 int64_t dv, const std::string& mask, ValueSpec values = {}) {
+    Case c;
+    c.problem = make_problem(b, hq, hkv, sq, sk, d, dv);
+    if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+    if (dtype != AF_DTYPE_F32) {
+      c.problem.dtype = dtype;
+      label = std::string(dtype_name(dtype)) + "-" + label;
+    }
+    c.values = std::move(values);
+    c.values.domain = domain;
+    c.pass = pass;
+    std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
+    std::replace(label.begin(), label.end(), ',', '.');
+    c.label = std::move(label);
+    uint64_t x = base_seed ^ hash64(c.label);
+    c.seed = splitmix64(x);
+    grid.push_back(std::move(c));
+  };
+  auto sp = [](const std::string& text) {
+    SpecialValue s;
+    if (std::string e = parse_special(text, s); !e.empty()) throw std::logic_error(e);
+    return s;
+  };
+  auto dist = [](Distribution k, double param) {
+    ValueSpec v;
+    v.dist = {k, param};
+    return v;
+  };
+  auto L = [](const char* prefix, int64_t sq, int64_t sk, const std::string& mask) {
+    return std::string(prefix) + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask;
+  };
+
+  // The classics.
+  add("1x1-d64-none", 1, 1, 1, 1, 1, 64, 64, "none");
+  add("1x1-d1-causal-br", 1, 1, 1, 1, 1, 1, 1, "causal-br");
+  for (const char* m : {"none", "causal-br", "causal-tl"}) {
+    add(L("flash", 7, 13, m) + "-d59", 1, 1, 1, 7, 13, 59, 59, m);
+    add(L("flash", 13, 7, m) + "-d59", 1, 1, 1, 13, 7, 59, 59, m);
+  }
+  // Tails around every tile size, square.
+  for (int64_t t : space::tile_sizes())
+    for (int64_t s : {t - 1, t, t + 1})
+      for (const char* m : {"none", "causal-br"}) add(L("tail", s, s, m) + "-d64", 1, 1, 1, s, s, 64, 64, m);
+  // Sq != Sk both ways (awkward pairs from flash-attention's tests), every mask alignment.
+  const std::pair<int64_t, int64_t> pairs[] = {{1, 129},  {129, 1},  {17, 65},  {65, 17},
+                                               {33, 100}, {100, 33}, {113, 203}};
+  for (auto [sq, sk] : pairs)
+    for (const char* m : {"none", "causal-br", "causal-tl"})
+      add(L("rect", sq, sk, m) + "-d32", 1, 1, 1, sq, sk, 32, 32, m);
+  // Head dims: odd, prime, tile +- 1 (Sq = Sk = 37 so the sequence tails are odd too).
+  for (int64_t d : {1, 3, 17, 31, 33, 59, 63, 65, 111, 127, 128})
+    add("headdim-37x37-d" + std::to_string(d), 1, 1, 1, 37, 37, d, d, "causal-br");
+  add("dv-40x40-d64-dv32", 1, 1, 1, 40, 40, 64, 32, "none");
+  add("dv-40x40-d32-dv64", 1, 1, 1, 40, 40, 32, 64, "causal-br");
+  add("dv-40x40-d59-dv17", 1, 1, 1, 40, 40, 59, 17, "causal-tl");
+  // Heads: GQA / MQA, and batch.
+  for (auto [hq, hkv] : space::head_configs())
+    if (hq > 1)
+      add("heads-" + std::to_string(hq) + "q" + std::to_string(hkv) + "kv-33x33", 1, hq, hkv, 33, 33, 32, 32,
+          "causal-br");
+  add("batch-3x2h-20x45", 3, 2, 2, 20, 45, 16, 16, "causal-br");
+  add("batch-2x4q2kv-45x20", 2, 4, 2, 45, 20, 16, 16, "causal-tl");
+  // Masks: windows, fully masked rows, Sk = 0.
+  for (const char* m : {"window:8,0-br", "window:8,0-tl", "window:4,4-br", "window:0,0-br", "window:inf,3-br",
+                        "window:16,inf-tl"})
+    add(L("window", 50, 70, m), 1, 1, 1, 50, 70, 32, 32, m);
+  add("masked-rows-40x9-causal-br", 1, 2, 1, 40, 9, 32, 32, "causal-br");        // rows 0..30 fully masked
+  add("masked-rows-9x3-window:0,0-tl", 1, 1, 1, 9, 3, 16, 16, "window:0,0-tl");  // rows 3..8 fully masked
+  add("masked-rows-20x40-window:0,2-tl-far", 1, 1, 1, 20, 40, 16, 16, "window:0,2-tl");
+  add("empty-keys-5x0-none", 1, 1, 1, 5, 0, 16, 16, "none");
+  add("empty-keys-17x0-causal-br", 1, 2, 1, 17, 0, 33, 33, "causal-br");
+  // Magnitudes: scores near and beyond exp's overflow without max subtraction, late maxima.
+  for (double mag : {10.0, 30.0, 88.0, 300.0})
+    add("extreme-" + shortest(mag) + "-65x65", 1, 1, 1, 65, 65, 64, 64, "causal-br",
+        dist(Distribution::kExtreme, mag));
+  add("normal-0.01-65x65", 1, 1, 1, 65, 65, 64, 64, "none", dist(Distribution::kNormal, 0.01));
+  add("uniform-100-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, 100));
+  // Special values: masked ones must not reach any output, visible ones must poison exactly their rows.
+  auto special = [&](std::string text, int64_t sq, int64_t sk, const std::string& mask) {
+    ValueSpec v;
+    v.specials.push_back(sp(text));
+    if (!special_in_domain(v.specials.back().kind, domain)) {  // finite: huge at the same place instead
+      v.specials.back().kind = SpecialKind::kHuge;
+      text = to_string(v.specials.back());
+    }
+    add("special-" + text + "-" + std::to_string(sq) + "x" + std::to_string(sk) + "-" + mask, 1, 1, 1, sq, sk,
+        32, 32, mask, v);
+  };
+  special("nan@k:hidden*3", 20, 40, "causal-tl");
+  special("nan@v:hidden*3", 20, 40, "causal-tl");
+  special("inf@k:hidden*2", 20, 40, "window:4,0-tl");
+  special("nan@k:masked", 33, 33, "causal-br");
+  special("inf@v:masked*2", 33, 33, "causal-br");
+  special("nan@q:masked*2", 40, 9, "causal-br");
+  special("nan@v:visible", 33, 33, "causal-br");
+  special("-inf@k:visible", 33, 33, "none");
+  special("inf@q:visible", 17, 17, "none");
+  special("subnormal@q:random*64", 33, 33, "none");
+  special("subnormal@v:random*64", 33, 33, "causal-br");
+  special("-0@k:random*16", 17, 17, "none");
+  if (dtype == AF_DTYPE_F32) return grid;
+  // Low precision (issue 13): exp overflow in the format without max subtraction, the format's subnormal
+  // range, its smallest normals and values near its largest, long rows (half-precision sums drift with Sk).
+  for (double mag : space::lowp_extreme_magnitudes(dtype))
+    add("lowp-extreme-" + shortest(mag) + "-65x65", 1, 1, 1, 65, 65, 64, 64, "causal-br",
+        dist(Distribution::kExtreme, mag));
+  for (double a : space::lowp_uniform_widths(dtype))
+    add("lowp-uniform-" + shortest(a) + "-33x33", 1, 1, 1, 33, 33, 32, 32, "none", dist(Distribution::kUniform, a));
+  add("lowp-long-4x2048", 1, 1, 1, 4, 2048, 32, 32, "none", dist(Distribution::kVBias, 1));
+  add("lowp-long-3x700-causal-br", 1, 1, 1, 3, 700, 16, 16, "causal-br", dist(Distribution::kVBias, 1));
+  add("lowp-long-uniform-4x1024", 1, 1, 1, 4, 1024, 32, 32, "none");
+  // Near-uniform weights with one-signed large v: the un-normalised accumulator sum exp(s - m) v passes the
+  // format's range before the division by the row sum (f16: 128 keys x ~768 ~ 98k > 65504).
+  for (double a : space::lowp_wide_v(dtype))
+    add("lowp-widev-" + shortest(a) + "-8x128", 1, 1, 1, 8, 128, 32, 32, "none", dist(Distribution::kWideV, a));
+  special("huge@v:visible*4", 33, 33, "none");
+  special("subnormal@k:random*64", 33, 33, "causal-br");
+  if (dtype == AF_DTYPE_FP8_E4M3 || dtype == AF_DTYPE_FP8_E5M2) {
+    // Descale factors: q and k scale the scores, v the output; o_scale keeps |O| o_scale in range.
+    const float triples[][4] = {{0.5f, 0.25f, 2.0f, 0.25f},
+                                {0.375f, 3.25f, 0.125f, 1.0f},
+                                {4.0f, 2.0f, 0.01171875f, 8.0f},
+                                {0.125f, 0.125f, 8.0f, 0.0625f}};
+    int n = 0;
+    for (const auto& t : triples) {
+      for (const char* m : {"none", "causal-br"}) {
+        add("descale-" + std::to_string(n) + "-40x70-" + m, 1, 2, 1, 40, 70, 32, 32, m,
+            dist(Distribution::kUniform, n % 2 ? 4.0 : 1.0));
+        Problem& p = grid.back().problem;
+        p.q_descale = t[0], p.k_descale = t[1], p.v_descale = t[2], p.o_scale = t[3];
+      }
+      ++n;
+    }
+  }
+  return grid;
+}
+
+}  // namespace attnfuzz

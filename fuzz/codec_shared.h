@@ -1,0 +1,37 @@
+// codec_shared.h - what the byte codec (codec.cpp) and the case domain (mutator.cpp) share: the menus of
+// edge values they draw from, the work budget, and small problem helpers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "fuzz/codec.h"
+
+namespace attnfuzz::fuzz::detail {
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline bool fp8(int32_t dtype) { return dtype == AF_DTYPE_FP8_E4M3 || dtype == AF_DTYPE_FP8_E5M2; }
+
+inline int64_t tensor_seq(const Problem& p, Tensor t) { return t == Tensor::kQ ? p.seq_q : p.seq_k; }
+inline int64_t tensor_heads(const Problem& p, Tensor t) { return t == Tensor::kQ ? p.heads_q : p.heads_kv; }
+inline int64_t tensor_dim(const Problem& p, Tensor t) {
+  return t == Tensor::kQ || t == Tensor::kK ? p.head_dim : p.head_dim_v;
+}
+
+std::vector<std::pair<int64_t, int64_t>> head_menu(const FuzzLimits& l);  // (Hq, Hkv) configurations
+const std::vector<float>& scale_menu();
+const std::vector<float>& o_scale_menu();  // fp8 output scales
+const std::vector<double>& param_menu(Distribution d);
+// B * Hq * Sq * max(Sk, 1) * max(D, Dv): the cost of one check (FuzzLimits::max_work).
+int64_t work(const Problem& p);
+// Brings a problem inside the limits and the work budget (deterministic; identity for in-limit problems).
+void fit(Problem& p, const FuzzLimits& l);
+
+}  // namespace attnfuzz::fuzz::detail

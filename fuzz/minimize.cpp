@@ -1,0 +1,103 @@
+// minimize.cpp - attn-fuzz --minimize: shrinks a failing corpus case while its kernel and class reproduce.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "fuzz/campaign.h"
+
+namespace attnfuzz::fuzz {
+
+namespace fs = std::filesystem;
+
+int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const MinimizeOptions& o) {
+  CorpusFile cf;
+  try {
+    cf = read_corpus_file(path);
+  } catch (const CorpusError& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) {
+    std::fprintf(stderr, "attn-fuzz: %s records no failure: nothing to minimize\n", path.c_str());
+    return 2;
+  }
+  const RecordedVerdict rv = *cf.verdict;
+  WorkerConfig cfg = cfg_in;
+  cfg.kernels = rv.kernel;
+  // Crashes and hangs need the forked launches; everything else runs faster in-process.
+  const bool dies = rv.failure == FailureClass::kCrash || rv.failure == FailureClass::kHang;
+  cfg.isolate = dies || cfg_in.isolate == "always" ? "always" : "never";
+  std::unique_ptr<Worker> w;
+  try {
+    w = std::make_unique<Worker>(cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  const KernelEntry& k = *w->kernels().front();
+  const RunOptions run = w->run_options();
+  CheckResult last;
+  auto still_fails = [&](const Case& c) {
+    if (!validate(c).empty()) return false;
+    PreparedCase pc(c);
+    Judged j = check_case(w->device(), k, pc, run);
+    if (j.result.verdict != Verdict::kFail) return false;
+    refine_class(w->device(), k, pc, run, cfg.plugins, j);
+    if (j.result.failure == rv.failure) {
+      last = j.result;
+      return true;
+    }
+    return false;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!still_fails(cf.the_case)) {
+    std::fprintf(stderr, "attn-fuzz: %s does not reproduce %s/%s on %s with these options: not minimized\n",
+                 path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), w->device().name().c_str());
+    return 2;
+  }
+  // The domain is unbounded here: the case only ever gets smaller.
+  FuzzLimits big;
+  big.max_batch = big.max_heads = big.max_seq = big.max_dim = big.max_work = int64_t{1} << 40;
+  big.max_specials = big.max_special_count = big.max_explicit = int64_t{1} << 30;
+  big.domain = cf.the_case.values.domain;  // shrinking keeps the recorded value domain
+  big.dtype = cf.the_case.problem.dtype;   // and the dtype
+  big.passes = static_cast<uint8_t>(1u << static_cast<int>(cf.the_case.pass));  // and the recorded pass
+  const CaseDomain dom(big);
+  int checks = 1;
+  auto timed = [&](const Case& c) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o.max_time_s) {
+      checks = o.max_checks;  // stop the greedy loop
+      return false;
+    }
+    return still_fails(c);
+  };
+  Case best = shrink_case(cf.the_case, dom, timed, o.max_checks, checks);
+  still_fails(best);  // the recorded verdict is the final case's
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CorpusFile mf;
+  mf.tool.name = "attn-fuzz";
+  mf.tool.command = "attn-fuzz --minimize " + path;
+  mf.the_case = best;
+  if (!cf.the_case.label.empty()) mf.the_case.label = cf.the_case.label + "-min";
+  RecordedVerdict nv = rv;
+  nv.device = last.device;
+  nv.reason = last.reason;
+  nv.max_ratio = last.max_ratio;
+  nv.signature = failure_signature(last);
+  mf.verdict = nv;
+  fs::path saved;
+  try {
+    saved = save_to_corpus_dir(o.out_dir, mf);
+  } catch (const CorpusError& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  std::printf(
+      "minimized %s (%s, %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
+      path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), checks, secs,
+      describe(cf.the_case).c_str(), describe(best).c_str(), saved.c_str(),
+      replay_command(cfg, saved.string()).c_str());
+  return 0;
+}
+
+}  // namespace attnfuzz::fuzz

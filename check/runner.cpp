@@ -620,7 +620,8 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
       } else if (lo.launch.message.rfind("memory grows", 0) == 0) {
         fail(FailureClass::kCrash, "the kernel leaks: " + lo.launch.message);
       } else {
-        fail(FailureClass::kCrash, "the kernel crashed: " + lo.launch.message);
+        const std::string& m = lo.launch.message;  // the device may already say it ("the kernel crashed: signal 11")
+        fail(FailureClass::kCrash, m.rfind("the kernel crashed", 0) == 0 ? m : "the kernel crashed: " + m);
       }
       break;
     case LaunchStatus::kHang: fail(FailureClass::kHang, "the kernel hung: " + lo.launch.message); break;
@@ -629,7 +630,11 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
       break;
   }
   if (r.verdict == Verdict::kFail) {
-    r.evidence.push_back({"launch", lo.launch.message});
+    // One account per access: a fault located in a buffer's guard pages is told by the reason and the
+    // guard-page line (the device's generic "outside any mapped memory" would contradict them), and a reason
+    // that already quotes the device's message is not repeated under it.
+    if (lo.fault_buffer.empty() && r.reason.find(lo.launch.message) == std::string::npos)
+      r.evidence.push_back({"launch", lo.launch.message});
     return j;
   }
   if (lo.canary_words && !lo.seq_gap_write.empty())

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <tuple>
 
 namespace attnfuzz {
 
@@ -246,7 +247,8 @@ Problem problem_from_json(const json& j) {
   if (j.contains("dtype")) {
     const std::string d = get_string(j, "dtype", ctx);
     const auto dt = parse_dtype(d);
-    if (!dt) corrupt("problem.dtype '" + d + "' is unknown");
+    if (!dt || d != dtype_name(*dt))  // the file's names only, not the CLI's aliases (fp8, e4m3, float32, ...)
+      corrupt("problem.dtype '" + d + "' is unknown (f32, f16, bf16, fp8-e4m3, fp8-e5m2)");
     p.dtype = *dt;
   }
   if (j.contains("descale_bits")) {  // q, k, v descale and o_scale, fp32 bits
@@ -284,6 +286,8 @@ Problem problem_from_json(const json& j) {
   }
   // Sequence layouts: the derived fields come from the case's "sequences"; case_from_json validates.
   const bool seqs = j.contains("q_layout") || j.contains("kv_layout");
+  if (seqs && j.contains("strides"))
+    corrupt("problem.strides given beside q_layout / kv_layout (a sequence layout's strides follow from its lengths)");
   if (seqs) {
     const std::string ql = j.contains("q_layout") ? get_string(j, "q_layout", ctx) : "dense";
     const std::string kl = j.contains("kv_layout") ? get_string(j, "kv_layout", ctx) : "dense";
@@ -398,7 +402,16 @@ Case case_from_json(const json& j) {
       c.seqs.page_order = parse_u64(o.get<std::string>(), "case.sequences.page_order");
     }
     if (q.contains("spare_pages")) c.seqs.spare_pages = get_int(q, "spare_pages", "case.sequences");
+    const Problem written = c.problem;
     if (std::string e = set_sequence_fields(c); !e.empty()) corrupt("case.sequences: " + e);
+    // The file's own seq_q / seq_k / batch must be the ones the lengths give: a file that disagrees is
+    // corrupt (corpus/README.md), not rewritten.
+    for (const auto& [name, was, now] : {std::tuple<const char*, int64_t, int64_t>{"seq_q", written.seq_q, c.problem.seq_q},
+                                         {"seq_k", written.seq_k, c.problem.seq_k},
+                                         {"batch", written.batch, c.problem.batch}})
+      if (was != now)
+        corrupt(std::string("problem.") + name + " = " + std::to_string(was) + " disagrees with case.sequences (" +
+                std::to_string(now) + ")");
   }
   if (j.contains("explicit")) {
     const json& e = j["explicit"];

@@ -6,6 +6,7 @@
 #include <fnmatch.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -48,6 +49,16 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
     if (!k.name || !*k.name || !k.family || (!k.launch && !k.launch_bwd))
       throw std::runtime_error(origin + ": kernel #" + std::to_string(i) +
                                " lacks a name, family or launch function");
+    // A name is selectable by --kernel only if it is not a list, a glob or the word "all".
+    const std::string name = k.name;
+    if (name == "all" || name.find_first_of(",*?[]\\ \t\n\r'\"") != std::string::npos)
+      throw std::runtime_error(origin + ": kernel name '" + name +
+                               "' cannot be selected by --kernel (no 'all', commas, glob characters *?[], quotes "
+                               "or spaces)");
+    if (k.masks & ~AF_SUPPORTS_ALL_MASKS)
+      throw std::runtime_error(origin + ": kernel '" + name + "' declares unknown mask bits (AF_SUPPORTS_* of abi.h)");
+    if (k.max_head_dim < 0 || k.max_head_dim_v < 0)
+      throw std::runtime_error(origin + ": kernel '" + name + "' declares a negative max head dim (0 = no limit)");
     if (k.compute_model != AF_COMPUTE_FUSED && k.compute_model != AF_COMPUTE_UNFUSED)
       throw std::runtime_error(origin + ": kernel '" + k.name + "' declares compute model " +
                                std::to_string(k.compute_model) + " (0 fused, 1 unfused)");
@@ -71,6 +82,15 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
         throw std::runtime_error(origin + ": kernel '" + k.name + "' tunable #" + std::to_string(t) +
                                  " needs a name and 1 to " + std::to_string(AF_MAX_TUNABLE_VALUES) +
                                  " accepted values, each >= 1");
+      // --tunable NAME=VALUE and the NAME=VALUE,... lists of reports: letters, digits, '_', '-', '.'.
+      const std::string tn = tu.name;
+      if (tn.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+          std::string::npos)
+        throw std::runtime_error(origin + ": kernel '" + name + "' tunable '" + tn +
+                                 "': a tunable name is letters, digits, '_', '-' and '.' (NAME=VALUE must parse)");
+      for (int32_t u = 0; u < t; ++u)
+        if (tn == k.tunables[u].name)
+          throw std::runtime_error(origin + ": kernel '" + name + "' declares the tunable '" + tn + "' twice");
     }
     if (find(backend, k.name))
       throw std::runtime_error(origin + ": kernel '" + k.name + "' is already registered for the " +
@@ -80,7 +100,10 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
 }
 
 void Registry::load_plugin(const std::string& path) {
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // dlopen searches the library path for a name without a '/': "libx.so" means the file here, as the tools'
+  // existence check read it.
+  const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw std::runtime_error("cannot load plug-in " + path + ": " + dlerror());
   auto entry = reinterpret_cast<af_plugin_entry>(dlsym(h, AF_PLUGIN_ENTRY));
   if (!entry) throw std::runtime_error("plug-in " + path + " has no '" AF_PLUGIN_ENTRY "' function");
@@ -166,6 +189,26 @@ void resolve_tunables(const af_kernel& k, af_problem& p) {
     for (int32_t i = 0; i < tu.n_values; ++i) accepted |= tu.values[i] == p.tunables[t];
     if (!accepted) p.tunables[t] = tu.values[0];
   }
+}
+
+std::string tunables_refusal(const af_kernel& k, const af_problem& p) {
+  for (int32_t t = 0; t < AF_MAX_TUNABLES; ++t) {
+    const int32_t v = p.tunables[t];
+    if (v == 0) continue;
+    const std::string at = "tunables[" + std::to_string(t) + "] = " + std::to_string(v);
+    if (t >= k.n_tunables)
+      return at + ", but kernel " + k.name + " declares " +
+             (k.n_tunables ? std::to_string(k.n_tunables) + " tunable(s)" : std::string("no tunable"));
+    const af_tunable& tu = k.tunables[t];
+    std::string accepted;
+    bool ok = false;
+    for (int32_t i = 0; i < tu.n_values; ++i) {
+      accepted += (i ? ", " : "") + std::to_string(tu.values[i]);
+      ok |= tu.values[i] == v;
+    }
+    if (!ok) return at + ": kernel " + k.name + "'s " + tu.name + " accepts " + accepted + " (0 = default)";
+  }
+  return {};
 }
 
 std::string tunables_to_string(const af_kernel& k, const af_problem& p) {

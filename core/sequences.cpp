@@ -508,7 +508,7 @@ std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_see
     const std::vector<std::string> masks = decode ? std::vector<std::string>{"none", "causal-br", "window:8,0-br"}
                                                   : std::vector<std::string>{"none", "causal-br", "causal-tl",
                                                                              "window:8,0-br"};
-    const std::vector<int64_t> sqs = decode ? std::vector<int64_t>{1, 2, 1, 4, 8, 3} : std::vector<int64_t>{16, 7, 33};
+    const std::vector<int64_t> sqs = decode ? std::vector<int64_t>{1, 2, 1, 4, 8, 3} : std::vector<int64_t>{16, 7, 33, 1, 4};
     for (const auto& used : lists)
       for (size_t m = 0; m < masks.size(); ++m, ++i) {
         const int64_t sq = sqs[i % sqs.size()];

@@ -150,7 +150,17 @@ Files files_in(const fs::path& dir) {
   Files f{dir / "q.npy", dir / "k.npy", dir / "v.npy", dir / "o.npy", {}};
   std::error_code ec;
   if (fs::exists(dir / "lse.npy", ec)) f.lse = dir / "lse.npy";
-  if (fs::exists(dir / "do.npy", ec))
+  // Backward: all four or none. Any one present without the others is an incomplete input, never a forward
+  // check that leaves the gradients unjudged.
+  std::string have, missing;
+  for (const char* g : {"do.npy", "dq.npy", "dk.npy", "dv.npy"}) {
+    std::string& list = fs::exists(dir / g, ec) ? have : missing;
+    list += (list.empty() ? "" : ", ") + std::string(g);
+  }
+  if (!have.empty() && !missing.empty())
+    throw NpyError(dir.string() + ": incomplete backward files: " + have + " without " + missing +
+                   " (give do.npy, dq.npy, dk.npy and dv.npy together)");
+  if (!have.empty())
     f.dout = dir / "do.npy", f.dq = dir / "dq.npy", f.dk = dir / "dk.npy", f.dv = dir / "dv.npy";
   return f;
 }

@@ -148,7 +148,17 @@ int run_npy(const NpyOptions& o, const SharedCaseFlags& f, Session& s, const Com
 
     Runner runner(s, common);
     std::error_code ec;
+    // --pass bwd / fwdbwd: the gradients must be there to judge (a forward check alone would exit 0).
+    const bool want_bwd = has_backward(case_pass(common));
+    const std::string pass_flag = "--pass " + common.pass;
+    if (want_bwd && o.dir.empty())
+      return input_error(pass_flag + ": --q/--k/--v/--o judge the forward only: give --npy DIR with do.npy, dq.npy, "
+                         "dk.npy and dv.npy");
     if (!o.dir.empty() && is_sequence_dir(o.dir)) {  // a varlen / KV-cache / paged case (npy/sequences.h)
+      for (const char* g : {"do.npy", "dq.npy", "dk.npy", "dv.npy"})
+        if (want_bwd || fs::exists(fs::path(o.dir) / g, ec))
+          return input_error(o.dir + ": a sequence layout is judged forward only" +
+                             (want_bwd ? " (drop " + pass_flag + ")" : " (" + std::string(g) + " is not read)"));
       Case c;
       Judged j = judge_sequence_dir(o.dir, oo, s.run.worst, c);
       runner.begin(1);
@@ -156,6 +166,8 @@ int run_npy(const NpyOptions& o, const SharedCaseFlags& f, Session& s, const Com
       return runner.finish();
     }
     if (!o.dir.empty() && fs::exists(fs::path(o.dir) / kManifestName, ec)) {
+      if (want_bwd)
+        return input_error(pass_flag + ": " + o.dir + " is an --npy-emit directory of forward variants");
       auto results = evaluate_manifest(o.dir, ov, oo, s.run.worst);
       runner.begin(static_cast<int64_t>(results.size()));
       for (auto& r : results) {
@@ -178,6 +190,8 @@ int run_npy(const NpyOptions& o, const SharedCaseFlags& f, Session& s, const Com
       files = {o.q, o.k, o.v, o.o, o.lse};
     }
     if (!o.meta.empty() && !fs::exists(o.meta, ec)) return input_error(o.meta + ": cannot open the file");
+    if (want_bwd && files.dq.empty())
+      return input_error(pass_flag + ": " + o.dir + " has no do.npy, dq.npy, dk.npy, dv.npy: no gradients to judge");
     const External e = load_external(files, resolve_spec(sidecar, ov));
     Judged j = judge_external(e, oo, s.run.worst);
     runner.begin(1);

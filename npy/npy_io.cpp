@@ -43,6 +43,25 @@ std::vector<T> row_major(xt::detail::npy_file&& f) {
   return std::vector<T>(c.begin(), c.end());
 }
 
+// xt::detail::load_npy_file with format version 3 as well: version 3 is version 2 with a UTF-8 header
+// (numpy's NEP 1 format, used for non-ASCII field names), the same bytes on disk, which xtensor's loader
+// refuses ("unsupported file format version"). The dtypes read here have ASCII headers; precheck has
+// already vetted the header.
+xt::detail::npy_file load_npy_any_version(std::istream& in) {
+  unsigned char major = 0, minor = 0;
+  xt::detail::read_magic(in, &major, &minor);
+  if (major < 1 || major > 3 || minor != 0)
+    throw std::runtime_error("unsupported file format version " + std::to_string(major) + "." + std::to_string(minor));
+  std::string header = major == 1 ? xt::detail::read_header_1_0(in) : xt::detail::read_header_2_0(in);
+  bool fortran_order = false;
+  std::string typestr;
+  std::vector<std::size_t> shape;
+  xt::detail::parse_header(header, typestr, &fortran_order, shape);
+  xt::detail::npy_file result(shape, fortran_order, typestr);
+  in.read(result.ptr(), std::streamsize(result.n_bytes()));
+  return result;
+}
+
 [[noreturn]] void bad_header(const std::string& name, const std::string& what) {
   throw NpyError(name + ": bad NPY header: " + what);
 }
@@ -152,7 +171,7 @@ Array read_array(const std::filesystem::path& path, bool bf16_raw) {
   in.seekg(0);
   std::optional<xt::detail::npy_file> loaded;
   try {
-    loaded.emplace(xt::detail::load_npy_file(in));
+    loaded.emplace(load_npy_any_version(in));
   } catch (const std::exception& e) {
     throw NpyError(name + ": bad NPY header (" + e.what() + ")");
   }

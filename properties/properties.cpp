@@ -199,12 +199,14 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   if (prop == Property::kCausalPrefix && k.kernel.masks != 0 &&
       (k.kernel.masks & ~AF_SUPPORTS_MASK_NONE) == 0) {
     out.passed = true;  // the kernel supports no mask: nothing is hidden from any row
+    out.rc_message = "the kernel supports no mask: not run";
     return out;
   }
   const uint32_t f = k.kernel.features;
   const bool layouts = ((f & AF_FEATURE_Q_PACKED) && (f & AF_FEATURE_KV_PACKED)) || (f & AF_FEATURE_SEQUSED_K);
   if (prop == Property::kPacking && !layouts) {
     out.passed = true;  // the kernel takes dense batches only: nothing is packed
+    out.rc_message = "the kernel takes dense batches only: not run";
     return out;
   }
   const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -57,28 +59,23 @@ std::string check_special(const std::string& t) {
   SpecialValue v;
   return parse_special(t, v);
 }
-// "Q,K,V[,O]": fp8 descale factors of q, k, v and the output scale (default 1).
+// "Q,K,V[,O]": fp8 descale factors of q, k, v and the output scale (default 1). Three or four numbers, no
+// empty item (a whole-string parse with std::from_chars: CLI11's ->delimiter(',') drops empty items).
 std::string parse_descale(const std::string& t, Problem& p) {
+  const std::string form = "'" + t + "' is not Q,K,V[,O] (3 or 4 fp8 descale factors and output scale)";
   float f[4] = {1, 1, 1, 1};
-  size_t pos = 0;
+  const char* at = t.data();
+  const char* const end = t.data() + t.size();
   int n = 0;
-  for (; n < 4 && pos <= t.size(); ++n) {
-    const size_t comma = t.find(',', pos);
-    const std::string item = t.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    try {
-      size_t used = 0;
-      f[n] = std::stof(item, &used);
-      if (used != item.size()) throw std::invalid_argument("trailing text");
-    } catch (const std::exception&) {
-      return "'" + t + "' is not Q,K,V[,O] (fp8 descale factors and output scale)";
-    }
-    if (comma == std::string::npos) {
-      ++n;
-      break;
-    }
-    pos = comma + 1;
+  for (;; ++n) {
+    if (n == 4) return form + ": more than 4 values";
+    const auto [next, ec] = std::from_chars(at, end, f[n]);
+    if (ec != std::errc() || next == at) return form;
+    if (next == end) break;
+    if (*next != ',') return form;
+    at = next + 1;
   }
-  if (n < 3) return "'" + t + "' is not Q,K,V[,O] (fp8 descale factors and output scale)";
+  if (n + 1 < 3) return form;
   p.q_descale = f[0], p.k_descale = f[1], p.v_descale = f[2], p.o_scale = f[3];
   return {};
 }
@@ -160,7 +157,10 @@ void define_options(CLI::App& app, Options& o) {
                       ->check(non_empty()));
   for (CLI::Option* x : add_sequence_options(app, o.seqs, "Sequences (varlen, KV cache, paged KV)"))
     shape.push_back(x);
-  auto* seed = app.add_option("--seed", o.seed, "value seed")->group(g)->check(u64())->capture_default_str();
+  auto* seed = app.add_option("--seed", o.seed, "value seed (decimal or 0x hex, as reports print it)")
+                   ->group(g)
+                   ->transform(u64())
+                   ->capture_default_str();
   shape.push_back(app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")
                       ->group(g)
                       ->check(int_range(1, 1000000)));
@@ -234,6 +234,7 @@ Case case_from_flags(const Options& o) {
     c.values.specials.push_back(sv);
   }
   if (std::string e = validate(c); !e.empty()) usage_error("invalid case: " + e);
+  if (std::string e = memory_refusal(c); !e.empty()) usage_error(e);
   return c;
 }
 
@@ -243,6 +244,14 @@ void set_tunables(const std::vector<std::string>& items, const std::string& patt
   if (kernels.size() != 1 || pattern.find_first_of("*?[,") != std::string::npos || pattern == "all")
     usage_error("--tunable needs exactly one --kernel NAME (tunables are declared per kernel)");
   const af_kernel& k = kernels[0]->kernel;
+  std::string declared;  // "num_splits (default 8; accepts 8, 1, 2)"
+  for (int32_t t = 0; t < k.n_tunables; ++t) {
+    const af_tunable& tu = k.tunables[t];
+    declared += std::string(t ? ", " : "") + tu.name + " (default " + std::to_string(tu.values[0]) + "; accepts ";
+    for (int32_t v = 0; v < tu.n_values; ++v) declared += (v ? ", " : "") + std::to_string(tu.values[v]);
+    declared += ")";
+  }
+  std::vector<bool> set(AF_MAX_TUNABLES, false);
   for (const std::string& item : items) {
     const size_t eq = item.find('=');
     const std::string name = item.substr(0, eq);
@@ -251,17 +260,22 @@ void set_tunables(const std::vector<std::string>& items, const std::string& patt
       if (name == k.tunables[t].name) idx = t;
     if (eq == std::string::npos || idx < 0)
       usage_error("--tunable '" + item + "': " + k.name + " declares " +
-                  (k.n_tunables ? "the tunables: " + tunables_to_string(k, Problem{}) + " (NAME=VALUE)"
-                                : std::string("no tunable")));
+                  (k.n_tunables ? "the tunables " + declared + "; give NAME=VALUE" : std::string("no tunable")));
+    if (set[idx]) usage_error("--tunable " + name + " is given twice: give each tunable once");
+    set[idx] = true;
     const af_tunable& tu = k.tunables[idx];
     std::string accepted;
-    bool ok = false;
+    int32_t value = 0;
+    const std::string text = item.substr(eq + 1);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    bool ok = ec == std::errc() && end == text.data() + text.size() && !text.empty();
+    bool member = false;
     for (int32_t v = 0; v < tu.n_values; ++v) {
       accepted += (v ? ", " : "") + std::to_string(tu.values[v]);
-      ok |= item.substr(eq + 1) == std::to_string(tu.values[v]);
+      member |= value == tu.values[v];
     }
-    if (!ok) usage_error("--tunable '" + item + "': " + name + " accepts " + accepted);
-    p.tunables[idx] = std::stoi(item.substr(eq + 1));
+    if (!ok || !member) usage_error("--tunable '" + item + "': " + name + " accepts " + accepted);
+    p.tunables[idx] = value;
   }
 }
 
@@ -333,6 +347,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   define_options(app, o);
   app.set_version_flag("--version", "attn-check " ATTNFUZZ_VERSION);
   if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check"); rc >= 0) return rc;
+  o.seqs.given = {app.count("--batch") > 0,     app.count("--sq") > 0,         app.count("--sk") > 0,
+                  app.count("--page-size") > 0, app.count("--page-order") > 0, app.count("--spare-pages") > 0};
   if (std::string e = npy::check_npy_combination(o.npy); !e.empty()) usage_error(e);
   if (!o.npy.emit.empty()) {
     std::string cmd;
@@ -365,6 +381,9 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
+  } else if (o.sweep && (o.seqs.layout == "varlen-q" || o.seqs.layout == "varlen-k")) {
+    usage_error("--sweep has no " + o.seqs.layout + " grid: sweep --seq-layout varlen (packed q and k/v), kvcache, "
+                "paged or decode, or check one " + o.seqs.layout + " case without --sweep");
   } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
     for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
       c.values.domain = value_domain(o.common);
@@ -396,6 +415,16 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     }
     if (!o.tunables.empty() && jobs[i].origin == "flags")
       set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
+    if (!o.replay.empty()) {  // a file's tunables are refused as the flag's would be, never run as the default
+      std::string why = memory_refusal(jobs[i].c);
+      for (const KernelEntry* k : kernels[i])
+        if (why.empty()) why = tunables_refusal(k->kernel, jobs[i].c.problem);
+      if (!why.empty()) {
+        bad.push_back(jobs[i].origin + ": " + why);
+        kernels[i].clear();
+        continue;
+      }
+    }
     if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
         o.common.kernel.find_first_of("*?[,") == std::string::npos)
       if (const std::string why = case_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem, jobs[i].c.pass);
@@ -414,6 +443,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   runner.begin(total);
   bool mismatch = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
+    if (kernels[i].empty()) continue;  // a bad input (listed above): no values to generate
     PreparedCase pc(jobs[i].c);
     for (const KernelEntry* k : kernels[i]) {
       const Judged& j = runner.check(*k, pc, jobs[i].origin);
@@ -432,6 +462,16 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
   const int rc = runner.finish();
   if (mismatch) std::printf("note: a replayed verdict differs from the one recorded in its file\n");
+  // Every check unsupported: nothing was checked, which must never read as a pass.
+  const auto& done = runner.entries();
+  const bool none_checked = !done.empty() && std::all_of(done.begin(), done.end(), [](const RunEntry& e) {
+    return e.result.verdict == Verdict::kUnsupported;
+  });
+  if (none_checked) {
+    std::fprintf(stderr, "attn-check: nothing checked: no selected kernel supports any of the %lld check(s) (%s: %s)\n",
+                 (long long)total, done.front().result.kernel.c_str(), done.front().result.reason.c_str());
+    if (bad.empty()) return 2;
+  }
   if (!bad.empty()) {
     // Input errors beat failures: a script must not read "failure found" while inputs went unchecked.
     std::fprintf(stderr, "attn-check: %zu replay input(s) were bad and not checked:\n", bad.size());

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -19,17 +20,26 @@ namespace attnfuzz {
 namespace cli {
 
 namespace {
-// Whole-string integer parse (no sign for u64); false on junk or overflow.
+// Whole-string decimal integer (std::from_chars: no sign but '-', no space, no junk, no overflow). A leading
+// zero is refused ("010"): CLI11 converts with base 0 and would read it as octal.
 bool parse_i64(const std::string& s, int64_t& out) {
-  if (s.empty() || s.size() > 20) return false;
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno == ERANGE || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
-    return false;
-  out = v;
-  return true;
+  const char *b = s.data(), *e = s.data() + s.size();
+  const size_t digit = !s.empty() && s[0] == '-' ? 1 : 0;
+  if (s.size() > digit + 1 && s[digit] == '0') return false;
+  const auto [p, ec] = std::from_chars(b, e, out, 10);
+  return ec == std::errc() && p == e && b != e;
 }
+}  // namespace
+
+bool parse_u64(const std::string& s, uint64_t& out) {
+  const bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const char *b = s.data() + (hex ? 2 : 0), *e = s.data() + s.size();
+  if (b == e || *b == '-' || *b == '+') return false;
+  const auto [p, ec] = std::from_chars(b, e, out, hex ? 16 : 10);
+  return ec == std::errc() && p == e;
+}
+
+namespace {
 std::string num(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.10g", v);
@@ -52,10 +62,11 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
 CLI::Validator u64() {
   return CLI::Validator(
       [](std::string& in) -> std::string {
-        const bool ok = !in.empty() && in.size() <= 20 &&
-                        in.find_first_not_of("0123456789") == std::string::npos &&
-                        (in.size() < 20 || in <= "18446744073709551615");
-        return ok ? std::string() : "'" + in + "' is not an integer in [0, 18446744073709551615]";
+        uint64_t v = 0;
+        if (!parse_u64(in, v))
+          return "'" + in + "' is not an integer in [0, 18446744073709551615] (decimal or 0x hex)";
+        in = std::to_string(v);  // a transform: CLI11 then reads plain decimal (its base-0 read takes 010 as octal)
+        return {};
       },
       "UINT64");
 }
@@ -148,6 +159,22 @@ CLI::Validator executable_file() {
       "FILE");
 }
 
+CLI::Validator writable_file() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::error_code ec;
+        if (in.empty()) return "'' is empty: need a file name";
+        if (fs::is_directory(in, ec)) return in + ": is a directory";
+        if (fs::exists(in, ec) && !fs::is_regular_file(in, ec)) return in + ": not a regular file";
+        if (fs::exists(in, ec) ? ::access(in.c_str(), W_OK) != 0 : false) return in + ": not writable";
+        const fs::path dir = fs::path(in).has_parent_path() ? fs::path(in).parent_path() : fs::path(".");
+        if (!fs::is_directory(dir, ec)) return in + ": no directory " + dir.string();
+        if (::access(dir.c_str(), W_OK | X_OK) != 0) return in + ": directory " + dir.string() + " not writable";
+        return {};
+      },
+      "FILE");
+}
+
 CLI::Validator writable_dir() {
   return CLI::Validator(
       [](std::string& in) -> std::string {
@@ -210,9 +237,9 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(k)
       ->check(one_of({"forward", "reverse", "shuffle"}))
       ->capture_default_str();
-  app.add_option("--order-seed", o.order_seed, "seed of --order shuffle")
+  app.add_option("--order-seed", o.order_seed, "seed of --order shuffle (decimal or 0x hex)")
       ->group(k)
-      ->check(u64())
+      ->transform(u64())
       ->capture_default_str();
   app.add_option("--workers", o.workers, "cpu emulator OS threads (0 = all cores)")
       ->group(k)
@@ -308,9 +335,9 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
   const std::string lengths = "comma-separated lengths, one per sequence (batch = their count)";
   auto list = CLI::Validator(
       [](std::string& in) -> std::string {
-        if (in.empty() || in.find_first_not_of("0123456789,") != std::string::npos || in.front() == ',' ||
-            in.back() == ',' || in.find(",,") != std::string::npos)
-          return "'" + in + "' is not a comma-separated list of lengths >= 0 (e.g. 3,0,17)";
+        std::vector<int64_t> v;
+        if (!parse_lengths(in, v))
+          return "'" + in + "' is not a comma-separated list of lengths in [0, 1000000000] (e.g. 3,0,17)";
         return {};
       },
       "N[,N...]");
@@ -339,7 +366,7 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
                   ->capture_default_str());
   v.push_back(app.add_option("--page-order", o.page_order, "paged: 0 = pool pages in order, else a shuffle seed")
                   ->group(group)
-                  ->check(u64())
+                  ->transform(u64())
                   ->capture_default_str());
   v.push_back(app.add_option("--spare-pages", o.spare_pages, "paged: unreferenced (poisoned) pool pages")
                   ->group(group)
@@ -348,31 +375,53 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
   return v;
 }
 
+bool parse_lengths(const std::string& text, std::vector<int64_t>& out) {
+  // A whole-string check, not CLI11's ->delimiter(','): CLI11 2.1 drops empty items ("3,,4" reads as 3,4).
+  out.clear();
+  if (text.empty()) return false;
+  const char* p = text.data();
+  const char* const end = text.data() + text.size();
+  while (true) {
+    int64_t v = -1;
+    const auto [next, ec] = std::from_chars(p, end, v, 10);
+    if (ec != std::errc() || next == p || v < 0 || v > 1000000000) return false;
+    out.push_back(v);
+    if (next == end) return true;
+    if (*next != ',' || next + 1 == end) return false;
+    p = next + 1;
+  }
+}
+
 std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
-  auto parse = [](const std::string& text, std::vector<int64_t>& out) {
-    out.clear();
-    size_t start = 0;
-    while (start <= text.size() && !text.empty()) {
-      const size_t comma = text.find(',', start);
-      const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (item.empty() || item.size() > 9) return false;
-      out.push_back(std::stoll(item));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-    return true;
-  };
   const std::string L = o.layout.empty() ? "dense" : o.layout;
   SeqLayout& s = c.seqs;
   s = {};
-  if (!parse(o.seqlens_q, s.q) || !parse(o.seqlens_k, s.k) || !parse(o.seqused_k, s.used))
-    return "a length list is malformed or holds a length above 10^9";
+  for (const auto& [text, out] : {std::pair<const std::string*, std::vector<int64_t>*>{&o.seqlens_q, &s.q},
+                                   {&o.seqlens_k, &s.k},
+                                   {&o.seqused_k, &s.used}})
+    if (!text->empty() && !parse_lengths(*text, *out))
+      return "a length list is malformed or holds a length above 10^9";
   Problem& p = c.problem;
   const bool any = !s.q.empty() || !s.k.empty() || !s.used.empty();
+  const bool paged = L == "paged" || L == "decode";
+  if (!paged)  // flags of paged K/V only: a value given for another layout would be silently ignored
+    for (const auto& [given, flag] : {std::pair<bool, const char*>{o.given.page_size, "--page-size"},
+                                      {o.given.page_order, "--page-order"},
+                                      {o.given.spare_pages, "--spare-pages"}})
+      if (given) return std::string(flag) + " applies to --seq-layout paged or decode only";
   if (L == "dense") {
     if (any) return "--seqlens-q / --seqlens-k / --seqused-k need --seq-layout (varlen, kvcache, paged, ...)";
     return {};
   }
+  // The lists set the batch (their count) and the lengths they give: a shape flag beside them would be
+  // overridden, so it is refused.
+  if (o.given.batch && any)
+    return "--batch does not apply beside --seqlens-q / --seqlens-k / --seqused-k (the batch is the number of lengths)";
+  if (o.given.sq && !s.q.empty())
+    return "--sq does not apply beside --seqlens-q (Sq is the longest sequence)";
+  if (o.given.sk && (!s.k.empty() || paged))
+    return std::string("--sk does not apply beside ") + (paged ? "--seq-layout " + L : std::string("--seqlens-k")) +
+           " (Sk is the longest used length; --sk is the capacity of --seq-layout kvcache)";
   p.q_layout = (L == "varlen" || L == "varlen-q" || !s.q.empty()) ? AF_SEQ_PACKED : AF_SEQ_DENSE;
   p.kv_layout = (L == "varlen" || L == "varlen-k") ? AF_SEQ_PACKED
                 : (L == "paged" || L == "decode") ? AF_SEQ_PAGED
@@ -397,6 +446,53 @@ std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
   p.batch = static_cast<int64_t>(first->size());
   if (std::string e = set_sequence_fields(c); !e.empty()) return e;
   return {};
+}
+
+namespace {
+// Bytes of memory a check may take, and where that limit comes from: $ATTNFUZZ_MEMORY_LIMIT_MB when set,
+// else MemAvailable, else the physical memory; 0 if unknown.
+uint64_t memory_limit_bytes(std::string& source) {
+  if (const char* env = std::getenv("ATTNFUZZ_MEMORY_LIMIT_MB"); env && *env) {
+    uint64_t mb = 0;
+    source = "$ATTNFUZZ_MEMORY_LIMIT_MB";
+    if (cli::parse_u64(env, mb) && mb < (uint64_t{1} << 40)) return mb << 20;
+  }
+  source = "the memory available now";
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  source = "the physical memory";
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) : 0;
+}
+}  // namespace
+
+uint64_t case_memory_bytes(const Case& c) {
+  const Problem& p = c.problem;
+  double elements = static_cast<double>(q_elements(p)) + static_cast<double>(k_elements(p)) +
+                    static_cast<double>(v_elements(p)) + static_cast<double>(o_elements(p)) +
+                    static_cast<double>(lse_elements(p));
+  if (has_backward(c.pass))  // dO, dQ, dK, dV
+    elements += static_cast<double>(o_elements(p)) + static_cast<double>(q_elements(p)) +
+                static_cast<double>(k_elements(p)) + static_cast<double>(v_elements(p));
+  // fp32 values on the host, the guarded device (or shared) buffers and the copies read back / kept for the
+  // detectors: kCaseMemoryCopies of every element.
+  return static_cast<uint64_t>(elements * 4.0 * kCaseMemoryCopies);
+}
+
+std::string memory_refusal(const Case& c) {
+  std::string source;
+  const uint64_t need = case_memory_bytes(c), have = memory_limit_bytes(source);
+  if (have == 0 || need <= have) return {};
+  char b[240];
+  std::snprintf(b, sizeof b,
+                "the case needs about %.1f GiB of memory, more than the limit of %.1f GiB (%s): use a smaller "
+                "shape%s",
+                need / 1073741824.0, have / 1073741824.0, source.c_str(),
+                c.seqs.spare_pages ? " or fewer --spare-pages" : "");
+  return b;
 }
 
 Pass case_pass(const CommonOptions& o) {
@@ -486,11 +582,15 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
 }
 
 void list_kernels(const Session& s) {
-  std::printf("%-22s %-10s %-7s %-8s %-5s %s\n", "kernel", "family", "backend", "max-D", "lse", "origin");
-  for (const auto& e : s.registry->all())
-    std::printf("%-22s %-10s %-7s %-8s %-5s %s\n", e.kernel.name, e.kernel.family, backend_name(e.backend),
-                e.kernel.max_head_dim ? std::to_string(e.kernel.max_head_dim).c_str() : "any",
-                e.kernel.writes_lse ? "yes" : "no", e.origin.c_str());
+  std::printf("%-22s %-10s %-7s %-9s %-5s %s\n", "kernel", "family", "backend", "max-D/Dv", "lse", "origin");
+  auto lim = [](int64_t v) { return v ? std::to_string(v) : std::string("any"); };
+  for (const auto& e : s.registry->all()) {
+    const af_kernel& k = e.kernel;  // "128" when D and Dv share the limit, else "any/256" (Dv: v and o rows)
+    const std::string d = k.max_head_dim == k.max_head_dim_v ? lim(k.max_head_dim)
+                                                             : lim(k.max_head_dim) + "/" + lim(k.max_head_dim_v);
+    std::printf("%-22s %-10s %-7s %-9s %-5s %s\n", k.name, k.family, backend_name(e.backend), d.c_str(),
+                k.writes_lse ? "yes" : "no", e.origin.c_str());
+  }
   std::printf("device: %s\n", s.device->name().c_str());
 }
 
@@ -718,8 +818,13 @@ int Runner::finish() {
   if (audited_)
     std::printf("audit: %lld passing check(s) audited (every %lld. pass per kernel), %lld hazard(s) found\n",
                 (long long)audited_, (long long)o_.audit_every, (long long)audit_found_);
+  const bool none_checked = std::all_of(entries_.begin(), entries_.end(), [](const RunEntry& e) {
+    return e.result.verdict == Verdict::kUnsupported;
+  });
   std::printf("%lld check(s) in %.1f s: %s\n", (long long)entries_.size(), el,
-              failures_ ? (std::to_string(failures_) + " FAILED").c_str() : "all passed");
+              failures_                                 ? (std::to_string(failures_) + " FAILED").c_str()
+              : none_checked && !entries_.empty() ? "nothing checked (every one unsupported)"
+                                                  : "all passed");
   if (!o_.no_reports) {
     try {
       RunRecord rec;

@@ -63,7 +63,8 @@ Pass case_pass(const CommonOptions& o);
 // allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").
 namespace cli {
 CLI::Validator int_range(int64_t lo, int64_t hi);               // an integer in [lo, hi]
-CLI::Validator u64();                                           // a 64-bit unsigned integer
+CLI::Validator u64();  // a 64-bit unsigned integer, decimal or 0x hex (a transform: ->transform(u64()))
+bool parse_u64(const std::string& text, uint64_t& out);         // the same parse: false on junk or overflow
 CLI::Validator real_range(double lo, double hi, bool lo_open);  // a finite number in [lo|(lo, hi]
 CLI::Validator one_of(std::vector<std::string> allowed);        // one of the words
 CLI::Validator non_empty();                                     // a non-empty string
@@ -71,6 +72,7 @@ CLI::Validator kernel_list();                                   // NAME|GLOB[,NA
 CLI::Validator existing_file();                                 // a regular file that exists
 CLI::Validator existing_dir();                                  // a directory that exists
 CLI::Validator executable_file();                               // a regular file with execute permission
+CLI::Validator writable_file();  // a path a file can be written at: not a directory, its directory writable
 CLI::Validator writable_dir();  // a directory this process can write (created, with its parents, if missing)
 CLI::Validator checked_by(std::string (*parse)(const std::string&));  // parse returns "" or the problem
 // Parses argv; on a usage error prints "TOOL: message" (one line) and returns 2, on --help 0; else -1.
@@ -85,13 +87,26 @@ struct SequenceOptions {
   int64_t page_size = 16;
   uint64_t page_order = 0;  // 0: pages in order; else the seed of the pool's shuffle
   int64_t spare_pages = 0;
+  // Which flags were typed (app.count), for the contradictions apply_sequence_options refuses.
+  struct Given {
+    bool batch = false, sq = false, sk = false, page_size = false, page_order = false, spare_pages = false;
+  } given;
 };
+// "3,0,17": lengths in [0, 10^9], no empty item (std::from_chars). False on anything else.
+bool parse_lengths(const std::string& text, std::vector<int64_t>& out);
 // Adds --seq-layout, --seqlens-q, --seqlens-k, --seqused-k, --page-size, --page-order, --spare-pages to group
 // `group`; returns the per-case options (all but --seq-layout, which also selects a layout sweep).
 std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o, const char* group);
 // Applies them to a dense case built from the shape flags (batch = the number of listed lengths; for kvcache
 // --sk is the capacity). Returns an error sentence or empty; the case is validated by the caller.
 std::string apply_sequence_options(const SequenceOptions& o, Case& c);
+
+// Memory a check of c takes (estimated from its tensors' elements), and a refusal sentence when that is more
+// than the machine has available (checked before generating anything: a case too large for the machine is
+// refused with the limit named, never left to grow until the OOM killer ends the tool).
+constexpr double kCaseMemoryCopies = 3;  // measured: peak RSS of a paged case with 65536 spare pages
+uint64_t case_memory_bytes(const Case& c);
+std::string memory_refusal(const Case& c);
 
 // " --adapter 'CMD'" when o names one (replay commands), else empty.
 std::string adapter_flag(const CommonOptions& o);

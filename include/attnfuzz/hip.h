@@ -7,6 +7,10 @@
 #elif defined(__CUDACC__)
 #include "attnfuzz/hip_cuda.h"
 #define AF_BACKEND_NAME "nvidia"
+#elif !defined(__HIP__) && !defined(__HIPCC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP_PLATFORM_HCC__)
+// A plain C++ compiler without the cpu define would reach ROCm's headers and fail there with "Must define
+// exactly one of __HIP_PLATFORM_AMD__ ...": say what to define instead.
+#error "attnfuzz/hip.h: no backend: compile with -DATTNFUZZ_BACKEND_CPU for the cpu emulator (g++/clang++ -x c++), with nvcc for nvidia, or with hipcc for amd (examples/plugin/README.md)"
 #else
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>

@@ -24,6 +24,11 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p);
 // Entries past k.n_tunables become 0.
 void resolve_tunables(const af_kernel& k, af_problem& p);
 
+// Why p's tunables cannot be run by k as written (a value k does not accept, or a value past k's declared
+// tunables), or empty: 0 (the default) is always fine. Replays refuse such a case instead of running the
+// default under the file's value (resolve_tunables would map it silently).
+std::string tunables_refusal(const af_kernel& k, const af_problem& p);
+
 // "num_splits=4,foo=2" for the declared tunables of k as set in p; empty when k declares none.
 std::string tunables_to_string(const af_kernel& k, const af_problem& p);
 

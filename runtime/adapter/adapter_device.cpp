@@ -411,6 +411,8 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.name = k.at("name").get<std::string>();
     if (a.name.empty() || a.name.find_first_of(" \t\n,*?[]'\"") != std::string::npos)
       throw std::runtime_error("kernel name '" + a.name + "' (no spaces, commas, quotes or glob characters)");
+    for (const AdapterKernel& earlier : out)
+      if (earlier.name == a.name) throw std::runtime_error("kernel name '" + a.name + "' is declared twice");
     a.family = k.value("family", std::string("adapter"));
     a.description = k.value("description", std::string());
     a.dtypes = 0;
@@ -460,7 +462,13 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     }
     a.max_head_dim = k.value("max_head_dim", int64_t{0});
     a.max_head_dim_v = k.value("max_head_dim_v", int64_t{0});
-    a.head_dim_multiple = std::max<int64_t>(1, k.value("head_dim_multiple", int64_t{1}));
+    a.head_dim_multiple = k.value("head_dim_multiple", int64_t{1});
+    for (const auto& [key, v] : {std::pair<const char*, int64_t>{"max_head_dim", a.max_head_dim},
+                                 {"max_head_dim_v", a.max_head_dim_v}})
+      if (v < 0) throw std::runtime_error("kernel " + a.name + ": " + key + " " + std::to_string(v) + " (>= 0; 0 = no limit)");
+    if (a.head_dim_multiple < 1)
+      throw std::runtime_error("kernel " + a.name + ": head_dim_multiple " + std::to_string(a.head_dim_multiple) +
+                               " (>= 1)");
     out.push_back(std::move(a));
   }
   return out;

@@ -308,6 +308,35 @@ TEST(Adapter, BadStartUpIsExitTwoWithAReason) {
   EXPECT_EQ(r.code, 2) << r.out;
 }
 
+// Issue 27 item 12: kernel declarations the tool cannot use are refused at the handshake, each with one line.
+TEST(Adapter, MalformedKernelDeclarationsAreRefused) {
+  NEED_NUMPY();
+  for (const auto& [mode, says] : std::vector<std::pair<std::string, std::string>>{
+           {"dup-names", "kernel name 'bad-dup-names' is declared twice"},
+           {"neg-max-d", "max_head_dim -5"},
+           {"zero-multiple", "head_dim_multiple 0"},
+           {"named-all", "'all'"}}) {
+    Result r = check(misbehaving(mode), "--sq 5 --d 8 --no-reports", fresh("decl-" + mode));
+    EXPECT_EQ(r.code, 2) << mode << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, says)) << mode << "\n" << r.out;
+  }
+}
+
+// Issue 27 item 17: an adapter whose Python lacks numpy says so in one line (which interpreter, what it lacks)
+// instead of a traceback.
+TEST(Adapter, AnInterpreterWithoutNumpyIsNamedInOneLine) {
+  NEED_NUMPY();
+  const fs::path script = fs::path(TEST_TMP) / "no_numpy.py";
+  fs::create_directories(script.parent_path());
+  std::ofstream(script) << "import sys, runpy\nsys.modules['numpy'] = None  # import numpy fails\n"
+                           "runpy.run_module('attnfuzz.adapters.numpy_ref', run_name='__main__')\n";
+  Result r = check(py() + " " + script.string(), "--sq 5 --d 8 --no-reports", fresh("no-numpy"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "cannot import numpy")) << r.out;
+  EXPECT_TRUE(has(r.out, PYTHON)) << r.out;
+  EXPECT_FALSE(has(r.out, "Traceback")) << r.out;
+}
+
 TEST(Adapter, AttnFuzzCampaignFindsThePlantedMaskLeakWithAReplayableCase) {
   NEED_NUMPY();
   if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";

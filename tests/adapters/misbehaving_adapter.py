@@ -7,7 +7,8 @@
         answers O in f32), bwd-no-dtypes (declares f32 + f16 and a backward, without backward_dtypes),
         spawn (starts two sleeping children at start-up, one in its process group and one in a session of
         its own with a child of its own, then computes correctly), spawn-hang (the same, then hangs in its
-        first run)
+        first run),
+        dup-names, neg-max-d, zero-multiple, named-all (hello declarations the tool refuses)
 The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
 """
 
@@ -49,7 +50,16 @@ def main():
                 decl["dtypes"] = ["f16"]
             if MODE == "bwd-no-dtypes":
                 decl.update(dtypes=["f32", "f16"], backward=True)
-            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": [decl]})
+            kernels = [decl]
+            if MODE == "dup-names":  # hello declarations the tool must refuse (issue 27 item 12)
+                kernels = [decl, dict(decl)]
+            if MODE == "neg-max-d":
+                decl["max_head_dim"] = -5
+            if MODE == "zero-multiple":
+                decl["head_dim_multiple"] = 0
+            if MODE == "named-all":
+                decl["name"] = "all"
+            A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": kernels})
             continue
         if h["type"] != "run":
             return

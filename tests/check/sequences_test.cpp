@@ -221,6 +221,18 @@ TEST(SequenceCase, LayoutSweepsAreValid) {
   EXPECT_TRUE(layout_sweep_grid("nonsense").empty());
 }
 
+// Issue 27 item 17: the paged sweep has decode-sized cases (1 and 4 query rows), so a decode kernel selected
+// with --seq-layout paged --sweep checks something.
+TEST(SequenceCase, PagedSweepHasDecodeSizedCases) {
+  int64_t one = 0, four = 0;
+  for (const Case& c : layout_sweep_grid("paged", 0)) {
+    one += c.problem.seq_q == 1;
+    four += c.problem.seq_q == 4;
+  }
+  EXPECT_GE(one, 3);
+  EXPECT_GE(four, 3);
+}
+
 // ---- oracle ----
 
 TEST(SequenceOracle, EachSequenceEqualsItsDenseProblem) {

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -93,6 +96,22 @@ TEST(Registry, ResolveTunablesKeepsAcceptedValuesAndDefaultsTheRest) {
 
 int noop_launch(const af_problem*, const af_buffers*, void*) { return 0; }
 
+// Issue 27 item 17: --plugin libx.so (no directory) is the file here, as the existence check read it, not a
+// name for dlopen's library search.
+TEST(Registry, APluginNamedWithoutADirectoryIsTheFileHere) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("af-plugin-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(V1_PLUGIN, dir / "libcopy.so", std::filesystem::copy_options::overwrite_existing);
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  Registry r;
+  EXPECT_NO_THROW(r.load_plugin("libcopy.so"));
+  std::filesystem::current_path(here);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.all().size(), 1u);
+  EXPECT_STREQ(r.all()[0].kernel.name, "v1-naive");
+}
+
 TEST(Registry, RefusesMalformedTunables) {
   Registry r;
   af_tunable bad = splits_tunable();
@@ -110,6 +129,67 @@ TEST(Registry, RefusesMalformedTunables) {
   k.n_tunables = 1;
   k.tunables = &good;
   EXPECT_NO_THROW(r.add(Backend::kCpu, &k, 1, "test"));
+}
+
+// Issue 27 item 12: a table whose names, tunables or bits the tools cannot use is refused at load, with a
+// message naming the kernel, never listed and then unselectable.
+TEST(Registry, RefusesTablesTheToolsCannotUse) {
+  auto refused = [](af_kernel k, const std::string& says) {
+    Registry r;
+    try {
+      r.add(Backend::kCpu, &k, 1, "test");
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  af_kernel k{};
+  k.name = "t";
+  k.family = "t";
+  k.launch = noop_launch;
+  for (const char* name : {"bad,comma", "all", "star*", "two words", "q?"}) {
+    af_kernel n = k;
+    n.name = name;
+    refused(n, "cannot be selected by --kernel");
+  }
+  af_kernel f = k;
+  f.features = 1u << 7;
+  refused(f, "feature bit this attn-fuzz does not know");
+  af_kernel m = k;
+  m.masks = 1u << 9;
+  refused(m, "unknown mask bits");
+  af_kernel d = k;
+  d.max_head_dim = -5;
+  refused(d, "negative max head dim");
+  static af_tunable spaced = splits_tunable();
+  spaced.name = "num splits=3";
+  af_kernel t1 = k;
+  t1.n_tunables = 1;
+  t1.tunables = &spaced;
+  refused(t1, "tunable 'num splits=3'");
+  static const af_tunable twice[] = {splits_tunable(), splits_tunable()};
+  af_kernel t2 = k;
+  t2.n_tunables = 2;
+  t2.tunables = twice;
+  refused(t2, "declares the tunable 'num_splits' twice");
+}
+
+// Items 5 and 11: the values a replay refuses (the CLI's --tunable refuses the same).
+TEST(Registry, TunablesRefusalNamesTheValueAndWhatIsAccepted) {
+  static const af_tunable tu[] = {splits_tunable()};
+  af_kernel k{};
+  k.name = "s";
+  k.n_tunables = 1;
+  k.tunables = tu;
+  Problem p = make_problem(1, 1, 1, 4, 4, 8, 8);
+  EXPECT_EQ(tunables_refusal(k, p), "");  // 0: the default
+  p.tunables[0] = 7;
+  EXPECT_EQ(tunables_refusal(k, p), "");
+  p.tunables[0] = 3;
+  EXPECT_EQ(tunables_refusal(k, p), "tunables[0] = 3: kernel s's num_splits accepts 4, 1, 7 (0 = default)");
+  p.tunables[0] = 0;
+  p.tunables[2] = 1;
+  EXPECT_EQ(tunables_refusal(k, p), "tunables[2] = 1, but kernel s declares 1 tunable(s)");
 }
 
 TEST(Registry, UnsupportedReasonNamesTheMissingLayoutFeature) {

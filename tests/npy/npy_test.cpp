@@ -303,4 +303,36 @@ TEST(Npy, MalformedFilesGiveOneClearLineAndExitTwo) {
   EXPECT_TRUE(has(nofile.out, "no such directory")) << nofile.out;
 }
 
+// Issue 27 item 13: format version 3 (version 2 with a UTF-8 header) reads like versions 1 and 2; unknown
+// versions are still refused with the ones read.
+TEST(Npy, Version3FilesRead) {
+  const fs::path dir = fresh("v3");
+  fs::create_directories(dir);
+  const std::vector<float> x = {1.5f, -2.0f, 0.25f, 8.0f, 3.0f, -0.5f};
+  write_array(dir / "v1.npy", {1, 3, 1, 2}, x.data());
+  std::ifstream in(dir / "v1.npy", std::ios::binary);
+  const std::string v1((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(v1[6], 1);
+  const uint32_t len = static_cast<unsigned char>(v1[8]) | static_cast<unsigned char>(v1[9]) << 8;
+  auto version = [&](char major) {
+    std::string b = v1.substr(0, 6) + major + '\0';
+    for (int i = 0; i < 4; ++i) b += static_cast<char>((len >> (8 * i)) & 0xff);
+    return b + v1.substr(10);
+  };
+  for (char major : {2, 3}) {
+    const fs::path f = dir / ("v" + std::to_string(major) + ".npy");
+    std::ofstream(f, std::ios::binary) << version(major);
+    const Array a = read_array(f);
+    EXPECT_EQ(a.shape, (std::vector<int64_t>{1, 3, 1, 2})) << int(major);
+    EXPECT_EQ(a.data, x) << int(major);
+  }
+  std::ofstream(dir / "v9.npy", std::ios::binary) << version(9);
+  try {
+    read_array(dir / "v9.npy");
+    ADD_FAILURE() << "version 9 was read";
+  } catch (const NpyError& e) {
+    EXPECT_TRUE(has(e.what(), "version 9 is unknown (1, 2 or 3)")) << e.what();
+  }
+}
+
 }  // namespace

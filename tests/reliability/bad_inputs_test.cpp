@@ -35,7 +35,8 @@ struct Outcome {
 
 // Runs binary with argv (no shell: '' stays an empty argument) in its own process group; kills the
 // group after timeout_s.
-Outcome run(const std::string& binary, const std::vector<std::string>& args, double timeout_s) {
+Outcome run(const std::string& binary, const std::vector<std::string>& args, double timeout_s,
+            const std::vector<std::pair<std::string, std::string>>& env = {}) {
   static int n = 0;
   fs::create_directories(kTmp / "logs");
   const fs::path log =
@@ -49,6 +50,7 @@ Outcome run(const std::string& binary, const std::vector<std::string>& args, dou
     dup2(fd, 2);
     const int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> argv{const_cast<char*>(binary.c_str())};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -122,7 +124,28 @@ std::string write_npy(const std::string& name, const std::string& shape, size_t 
 struct Inputs {
   std::string good_case, overlap_case, lse_overlap_case, big_file, fifo, good_and_bad_dir, empty_dir, neg_npy,
       huge_npy, product_npy, npy_dir, zero_sidecar_dir;
+  // issue 27
+  std::string fwd_npy_dir, grads_without_do_dir, tunable_9_case, tunable_past_declared_case, seq_q_disagrees_case,
+      strides_beside_sequences_case, dtype_alias_case;
 };
+
+// A varlen case file (packed q and k/v, two sequences) as the tools write it.
+std::string varlen_case_text() {
+  CorpusFile f = small_case_file();
+  Case& c = f.the_case;
+  c.problem.q_layout = c.problem.kv_layout = AF_SEQ_PACKED;
+  c.problem.batch = 2;
+  c.seqs.q = {3, 5};
+  c.seqs.k = {4, 6};
+  EXPECT_EQ(set_sequence_fields(c), "");
+  return to_corpus_text(f);
+}
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " not in\n" << text;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
 
 const Inputs& inputs() {
   static const Inputs in = [] {
@@ -169,6 +192,30 @@ const Inputs& inputs() {
     for (const char* t : {"q.npy", "k.npy", "v.npy", "o.npy"})
       fs::copy_file(one, fs::path(i.zero_sidecar_dir) / t);
     fs::create_symlink("/dev/zero", fs::path(i.zero_sidecar_dir) / "case.json");
+    // issue 27 item 6: a forward-only NPY directory (zeros: the outputs are right), and one with dq/dk/dv but no do.
+    i.fwd_npy_dir = (input_dir() / "fwd-npy").string();
+    i.grads_without_do_dir = (input_dir() / "grads-without-do").string();
+    for (const std::string& d : {i.fwd_npy_dir, i.grads_without_do_dir}) {
+      fs::create_directories(d);
+      for (const char* t : {"q.npy", "k.npy", "v.npy", "o.npy"}) fs::copy_file(one, fs::path(d) / t);
+    }
+    for (const char* t : {"dq.npy", "dk.npy", "dv.npy"}) fs::copy_file(one, fs::path(i.grads_without_do_dir) / t);
+    // items 5 and 11: tunables split-kv does not accept (num_splits = 9) or does not declare (a second one).
+    CorpusFile t9 = small_case_file();
+    t9.the_case.problem.tunables[0] = 9;
+    i.tunable_9_case = write_text("tunable-9.case", to_corpus_text(t9));
+    CorpusFile t2 = small_case_file();
+    t2.the_case.problem.tunables[1] = 2;
+    i.tunable_past_declared_case = write_text("tunable-past.case", to_corpus_text(t2));
+    // item 11: new fields that disagree with the sequences, or aliases the file format does not name.
+    const std::string varlen = varlen_case_text();
+    i.seq_q_disagrees_case = write_text("seq-q.case", replaced(varlen, "\"seq_q\": 5", "\"seq_q\": 9"));
+    i.strides_beside_sequences_case = write_text(
+        "strides.case", replaced(varlen, "\"dtype\": \"f32\",",
+                                 "\"dtype\": \"f32\", \"strides\": {\"q\": [1, 1, 1], \"k\": [1, 1, 1], "
+                                 "\"v\": [1, 1, 1], \"o\": [1, 1, 1], \"lse\": [1, 1, 1]},"));
+    i.dtype_alias_case =
+        write_text("dtype-alias.case", replaced(to_corpus_text(small_case_file()), "\"dtype\": \"f32\"", "\"dtype\": \"fp8\""));
     return i;
   }();
   return in;
@@ -176,7 +223,7 @@ const Inputs& inputs() {
 
 // ---- the table ----
 
-enum class Tool { kCheck, kFuzz };
+enum class Tool { kCheck, kFuzz, kProps };
 struct BadInput {
   const char* name;  // test name
   Tool tool;
@@ -184,6 +231,7 @@ struct BadInput {
   int code;                       // expected exit status
   std::vector<std::string> says;  // fragments the output must contain
   double timeout_s = 60;
+  std::vector<std::pair<std::string, std::string>> env = {};  // set in the tool's environment
 };
 
 std::string subst(const std::string& a) {
@@ -201,6 +249,13 @@ std::string subst(const std::string& a) {
       {"@product_npy", &in.product_npy},
       {"@npy_dir", &in.npy_dir},
       {"@zero_sidecar", &in.zero_sidecar_dir},
+      {"@fwd_npy", &in.fwd_npy_dir},
+      {"@grads_without_do", &in.grads_without_do_dir},
+      {"@tunable_9", &in.tunable_9_case},
+      {"@tunable_past", &in.tunable_past_declared_case},
+      {"@seq_q_disagrees", &in.seq_q_disagrees_case},
+      {"@strides_beside_sequences", &in.strides_beside_sequences_case},
+      {"@dtype_alias", &in.dtype_alias_case},
   };
   for (auto [key, val] : files)
     if (a == key) return *val;
@@ -208,7 +263,7 @@ std::string subst(const std::string& a) {
 }
 
 using V = std::vector<std::string>;
-const Tool C = Tool::kCheck, F = Tool::kFuzz;
+const Tool C = Tool::kCheck, F = Tool::kFuzz, P = Tool::kProps;
 
 const BadInput kTable[] = {
     // --- checking nothing ---
@@ -353,6 +408,70 @@ const BadInput kTable[] = {
      2,
      {"--q", "not a regular file"}},
     {"npy_sidecar_is_dev_zero", C, {"--npy", "@zero_sidecar"}, 2, {"case.json", "not a regular file"}, 30},
+    // --- issue 27 (hardening round 3) ---
+    // item 3: a case larger than the memory limit is refused before anything is allocated
+    {"paged_spare_pages_beyond_memory",
+     C,
+     {"--seq-layout", "paged", "--sq", "1", "--seqused-k", "33", "--spare-pages", "1048576", "--kernel",
+      "paged-decode"},
+     2,
+     {"GiB of memory", "limit of 8.0 GiB", "ATTNFUZZ_MEMORY_LIMIT_MB", "--spare-pages"},
+     60,
+     {{"ATTNFUZZ_MEMORY_LIMIT_MB", "8192"}}},
+    // item 4: attn-props's options: ranges, one line with its prefix, nothing checked is not a pass
+    {"props_n_negative", P, {"-n", "-1"}, 2, {"[1, 1000000]"}},
+    {"props_n_zero", P, {"-n", "0"}, 2, {"[1, 1000000]"}},
+    {"props_unknown_flag", P, {"--no-such-flag"}, 2, {"--no-such-flag"}},
+    {"props_not_a_number", P, {"-n", "many"}, 2, {"not an integer"}},
+    {"props_seed_negative", P, {"--seed", "-1"}, 2, {"--seed", "18446744073709551615"}},
+    {"props_out_is_a_file", P, {"-o", "/etc/passwd"}, 2, {"/etc/passwd", "not a directory"}},
+    {"props_table_is_a_dir", P, {"--table", "/tmp"}, 2, {"--table", "is a directory"}},
+    {"props_unknown_property", P, {"-p", "oracle,nonsense"}, 2, {"unknown property 'nonsense'"}},
+    {"props_bwd_without_backward_kernel",
+     P,
+     {"--pass", "bwd", "-k", "online-row", "-n", "1"},
+     2,
+     {"nothing checked", "backward"}},
+    // item 5 / 11: a file's tunables the kernel does not accept or declare are refused, not run as the default
+    {"replay_tunable_not_accepted", C, {"--replay", "@tunable_9", "--kernel", "split-kv"}, 2, {"tunable-9.case", "tunables[0] = 9", "accepts 8, 1, 2"}},
+    {"replay_tunable_not_declared", C, {"--replay", "@tunable_past", "--kernel", "split-kv"}, 2, {"tunables[1] = 2", "declares 1 tunable"}},
+    // item 6: NPY gradients: incomplete, or asked for and absent
+    {"npy_grads_without_do", C, {"--npy", "@grads_without_do"}, 2, {"incomplete backward files", "without do.npy"}},
+    {"npy_pass_bwd_without_grads", C, {"--npy", "@fwd_npy", "--pass", "bwd"}, 2, {"--pass bwd", "no gradients"}},
+    // item 9: a selection that supports nothing checks nothing: exit 2 with a line saying so
+    {"sweep_bwd_on_forward_only_kernel",
+     C,
+     {"--pass", "bwd", "--sweep", "--kernel", "online-row", "--no-reports"},
+     2,
+     {"nothing checked", "no selected kernel supports"},
+     120},
+    // item 10: contradicting case flags are refused, not resolved silently
+    {"descale_five_values",
+     C,
+     {"--dtype", "fp8-e4m3", "--descale", "1,1,1,1,2", "--sq", "2", "--d", "8"},
+     2,
+     {"--descale", "more than 4 values"}},
+    {"descale_empty_item", C, {"--dtype", "fp8-e4m3", "--descale", "1,,1"}, 2, {"--descale", "Q,K,V[,O]"}},
+    {"seqlens_q_with_sq", C, {"--seq-layout", "varlen", "--seqlens-q", "3,4", "--sq", "100"}, 2, {"--sq does not apply"}},
+    {"seqlens_q_with_batch", C, {"--seq-layout", "varlen", "--seqlens-q", "3,4", "--batch", "5"}, 2, {"--batch does not apply"}},
+    {"paged_with_sk", C, {"--seq-layout", "paged", "--seqused-k", "5", "--sq", "1", "--sk", "9"}, 2, {"--sk does not apply"}},
+    {"page_order_on_dense", C, {"--page-order", "7"}, 2, {"--page-order applies to --seq-layout paged"}},
+    {"spare_pages_on_dense", C, {"--spare-pages", "2"}, 2, {"--spare-pages applies to --seq-layout paged"}},
+    {"page_size_on_varlen", C, {"--seq-layout", "varlen", "--seqlens-q", "3", "--page-size", "32"}, 2, {"--page-size applies"}},
+    {"tunable_twice", C, {"--kernel", "split-kv", "--tunable", "num_splits=3", "--tunable", "num_splits=4"}, 2, {"num_splits is given twice"}},
+    {"seqlens_empty_item", C, {"--seq-layout", "varlen", "--seqlens-q", "3,,4"}, 2, {"--seqlens-q", "lengths"}},
+    // item 11: case files with the new fields that disagree are corrupt
+    {"replay_seq_q_disagrees", C, {"--replay", "@seq_q_disagrees"}, 2, {"seq-q.case", "seq_q = 9 disagrees"}},
+    {"replay_strides_beside_sequences", C, {"--replay", "@strides_beside_sequences"}, 2, {"strides.case", "strides given beside"}},
+    {"replay_dtype_alias", C, {"--replay", "@dtype_alias"}, 2, {"dtype-alias.case", "problem.dtype 'fp8' is unknown"}},
+    // item 15: a seed is decimal or 0x hex, nothing else (and no octal: CLI11 reads 010 as 8)
+    {"seed_hex_junk", C, {"--seed", "0xZZ"}, 2, {"--seed", "decimal or 0x hex"}},
+    {"seed_hex_overflow", C, {"--seed", "0x10000000000000000"}, 2, {"--seed", "18446744073709551615"}},
+    {"sq_leading_zero", C, {"--sq", "010"}, 2, {"--sq", "not an integer"}},
+    // item 17: the sweeps a layout does not have
+    {"sweep_varlen_q", C, {"--seq-layout", "varlen-q", "--sweep"}, 2, {"no varlen-q grid"}},
+    // item 18: --tunable NAME says the real default
+    {"tunable_unknown_says_default", C, {"--kernel", "split-kv", "--tunable", "foo"}, 2, {"num_splits (default 8; accepts 8, 1, 2"}},
 };
 
 void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
@@ -364,11 +483,13 @@ TEST_P(BadInputs, RefusedWithExitCodeAndOneClearMessage) {
   std::vector<std::string> args;
   const fs::path out = kTmp / "out" / b.name;
   fs::remove_all(out);
-  args = {"--out", out.string()};
+  if (b.tool == Tool::kProps && std::string(ATTN_PROPS).empty()) GTEST_SKIP() << "attn-props is not built";
+  if (b.tool != Tool::kProps) args = {"--out", out.string()};  // attn-props: its -o is one of the inputs
   if (b.tool == Tool::kCheck) args.insert(args.end(), {"--backend", "cpu"});
   for (const auto& a : b.args) args.push_back(subst(a));
-  const Outcome o = run(b.tool == Tool::kCheck ? ATTN_CHECK : ATTN_FUZZ, args, b.timeout_s);
-  std::string cmd = b.tool == Tool::kCheck ? "attn-check" : "attn-fuzz";
+  const Outcome o = run(b.tool == Tool::kCheck ? ATTN_CHECK : b.tool == Tool::kFuzz ? ATTN_FUZZ : ATTN_PROPS, args,
+                        b.timeout_s, b.env);
+  std::string cmd = b.tool == Tool::kCheck ? "attn-check" : b.tool == Tool::kFuzz ? "attn-fuzz" : "attn-props";
   for (const auto& a : args) cmd += " '" + a + "'";
   ASSERT_NE(o.code, -2) << cmd << "\ndid not end within " << b.timeout_s << " s\n" << o.out;
   EXPECT_EQ(o.code, b.code) << cmd << "\n(signal " << o.signal << ")\n" << o.out;
@@ -399,6 +520,49 @@ TEST(BadInputsReplay, GoodFilesAloneExitZero) {
                         60);
   EXPECT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("all passed"), std::string::npos) << o.out;
+}
+
+}  // namespace
+
+namespace {
+
+std::string file_text(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Issue 27 item 15: a seed pasted from a report (seed=0x...) is taken, and is the same seed as its decimal.
+TEST(GoodInputs, HexSeedsAreTakenWhereverASeedIs) {
+  std::string reports[2];
+  const char* seeds[2] = {"0xda8422cf30d8db53", "15745748470467189587"};
+  for (int i = 0; i < 2; ++i) {
+    const fs::path out = kTmp / "out" / ("hex-seed-" + std::to_string(i));
+    fs::remove_all(out);
+    const Outcome o = run(ATTN_CHECK,
+                          {"--out", out.string(), "--backend", "cpu", "--kernel", "online-row", "--sq", "3", "--d",
+                           "8", "--seed", seeds[i], "--order-seed", "0x2a", "--quiet"},
+                          60);
+    ASSERT_EQ(o.code, 0) << seeds[i] << "\n" << o.out;
+    reports[i] = file_text(out / "report.json");
+    EXPECT_NE(reports[i].find("0xda8422cf30d8db53"), std::string::npos) << reports[i];
+  }
+  if (std::string(ATTN_PROPS).empty()) return;
+  const Outcome p = run(ATTN_PROPS, {"--seed", "0x10", "-n", "2", "-p", "oracle", "-k", "online-row", "-q",
+                                     "-o", (kTmp / "out" / "props-hex").string()},
+                        120);
+  EXPECT_EQ(p.code, 0) << p.out;
+}
+
+// Issue 27 item 18: --list shows the Dv limit beside D (online-row: any D, Dv <= 256), not "any" for a kernel
+// that refuses D = Dv = 100000.
+TEST(GoodInputs, ListShowsTheDvLimit) {
+  const Outcome l = run(ATTN_CHECK, {"--out", (kTmp / "out" / "list").string(), "--backend", "cpu", "--list"}, 60);
+  ASSERT_EQ(l.code, 0) << l.out;
+  const size_t row = l.out.find("\nonline-row ");
+  ASSERT_NE(row, std::string::npos) << l.out;
+  EXPECT_NE(l.out.substr(row, l.out.find('\n', row + 1) - row).find(" any/256 "), std::string::npos) << l.out;
 }
 
 }  // namespace

@@ -45,6 +45,17 @@ TEST(Misbehaving, AttnCheckGivesEachItsVerdict) {
     const auto [cls, reason] = check_verdict(r.out, kernel);
     EXPECT_EQ(cls, w.first) << kernel;
     EXPECT_NE(reason.find(w.second), std::string::npos) << kernel << ": " << reason;
+    EXPECT_EQ(reason.find("crashed: the kernel crashed"), std::string::npos) << kernel << ": " << reason;
+  }
+  // Issue 27 item 18: one account per access. A write faulting in o's guard pages is not also "an access
+  // outside any mapped memory", and a crash's reason is not repeated as a launch line under it.
+  for (const std::string kernel : {"bad-write-80k", "bad-write-16m", "bad-segfault"}) {
+    const size_t at = r.out.find("fail             " + kernel);
+    ASSERT_NE(at, std::string::npos) << kernel << "\n" << r.out;
+    const std::string block = r.out.substr(at, r.out.find("replay:", at) - at);
+    if (kernel != "bad-segfault")
+      EXPECT_EQ(block.find("outside any mapped memory"), std::string::npos) << block;
+    EXPECT_EQ(block.find("launch: the kernel crashed"), std::string::npos) << block;
   }
 }
 

@@ -59,7 +59,10 @@ const std::map<std::string, std::string> kExpected = {
     {"planted-f16-exp-no-max-sub", "non-finite"},
     {"planted-f16-sum-half", "precision"},
     {"planted-f16-acc-half", "precision"},
-    {"planted-f16-scale-after-cast", "non-finite"},
+    // The budget's first f16 case (extreme:11) already shows it as a precision loss: the extra fp16 rounding of
+    // q.k moves the scores by 2^-11 |q.k|, which the fused bound (fp32 scores) no longer allows (issue 25). Its
+    // README exposing case (extreme:3000) is non-finite.
+    {"planted-f16-scale-after-cast", "precision"},
     {"planted-bf16-p-early-max", "rescale"},  // reordering the keys (max first) makes it pass
     {"planted-fp8-descale-twice", "lse"},      // O inside fp8's wide bound; LSE off by q_descale x k_descale
     // issue 25: the accumulator past f16's range, a bf16 score in a fused kernel

@@ -13,7 +13,7 @@ GPU backend, and the tour's command and output (tests/docs/readme_tour.py checks
 
 import os
 import re
-import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -48,7 +48,8 @@ def main():
     readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
     tour = re.search(r"<!-- tour-command -->\s*```sh\n(.*?)\n```", readme, re.S)
     tour_cmd = tour.group(1).strip() if tour else None
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a fresh scratch copy: an earlier run's reports/ would be resumed
+    os.makedirs(work)
     for name in ("python", "examples", "corpus", "kernels", "include", "scripts"):
         link = os.path.join(work, name)
         if not os.path.lexists(link):

@@ -529,6 +529,21 @@ TEST(PlantedPlugin, BarrierRacesDependOnTheThreadOrder) {
 
 // ---- the example plug-in (examples/plugin/) ---------------------------------------------------------------
 
+// Issue 25: the bound follows the declared compute model. A bf16 score in a kernel that declares fused fails at
+// logits of ~1e3; the very same launch declared unfused (scores rounded to bf16 allowed) passes.
+TEST(PlantedPlugin, ABf16ScoreFailsOnlyUnderTheFusedModelItDeclares) {
+  load_plugins();
+  const Spec s{1, 1, 1, 8, 40, 32, 32, "none", "extreme:1000", "", kFwd, 1, AF_DTYPE_BF16};
+  KernelEntry k = cpu_kernel("planted-bf16-score-half");
+  ASSERT_EQ(k.kernel.compute_model, AF_COMPUTE_FUSED);
+  PreparedCase pc(make_spec_case(s));
+  const CheckResult fused = check_case(cpu_device(s.order), k, pc, RunOptions{}).result;
+  EXPECT_EQ(fused.verdict, Verdict::kFail) << summary(fused);
+  k.kernel.compute_model = AF_COMPUTE_UNFUSED;
+  const CheckResult unfused = check_case(cpu_device(s.order), k, pc, RunOptions{}).result;
+  EXPECT_EQ(unfused.verdict, Verdict::kPass) << summary(unfused);
+}
+
 TEST(ExamplePlugin, LoadsAndPasses) {
   const KernelEntry& e = cpu_kernel("example-naive");
   EXPECT_EQ(e.origin, ATTNFUZZ_EXAMPLE_PLUGIN);

@@ -47,7 +47,7 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 // Helpers the phases share (campaign.cpp).
 std::string read_all(const fs::path& p);
 std::vector<std::string> read_lines_all(const fs::path& p);  // every line, duplicates too
-// The kernel a worker runs for an input (the selected one, or the next that supports the case).
+// The kernel a worker runs for an input (the selected one, or the next that supports the case and its pass).
 const KernelEntry* kernel_for(const FuzzInput& in, const Kernels& ks,
                               const std::vector<std::string>& quarantined = {});
 // The seconds from the start at which the workers are stopped (a little before --max-time, so that the

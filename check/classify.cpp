@@ -96,9 +96,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (co.unwritten) run("unwritten", detect::unwritten);
   if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
   // Sequence layouts (varlen / paged): a read across a sequence boundary (before the poison swap, which would
-  // only see the part past the last sequence); the experiments below that rebuild the problem (empty-row,
-  // tail, reorder, mask-model) assume a dense batch and are left out; mask runs its other-mask test per
-  // sequence, split-kv only varies the split count.
+  // only see the part past the last sequence). mask, empty-row, reorder and mask-model work per sequence
+  // (detectors.h: row_problem, layout_oracle); split-kv only varies the split count; tail is not run (below).
   const bool seqs = has_sequences(pc.problem());
   if (!decided && seqs && co.poison && !unreliable)
     unreliable = run("sequences", detect::sequence_isolation).unreliable_baseline;
@@ -106,19 +105,21 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
   if (seqs)
     r.evidence.push_back({"scope", "sequence layout " + layout_name(pc.problem()) +
-                                       ": the empty-row, tail, reorder and mask-model experiments rebuild a "
-                                       "dense problem and are not run; mask tries other masks per sequence only"});
+                                       ": mask, empty-row, reorder and mask-model run per sequence; tail is not "
+                                       "run: its paddings (Sq, Sk, D to tile multiples) are built for a dense "
+                                       "batch; padding one sequence of a layout (new cu_seqlens, block table "
+                                       "and packed buffers) is not implemented"});
   if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
   if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)
     run("compute-sanitizer", detect::compute_sanitizer);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
-  if (!seqs && !decided && co.empty_row) run("empty-row", detect::empty_row);
+  if (!decided && co.empty_row) run("empty-row", detect::empty_row);
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
   if (!seqs && !decided && co.tail && !unreliable) run("tail", detect::tail);
   if (!decided && co.lse) run("lse", detect::lse);
-  if (!seqs && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
-  if (!seqs && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
+  if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
+  if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   }
   if (r.failure == FailureClass::kNonFinite) {  // evidence in every case
     const detect::Finding nf = run("non-finite", detect::nonfinite);

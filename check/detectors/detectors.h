@@ -40,6 +40,21 @@ struct Context {
   bool gradient_failure() const { return j.outcome.backward && !j.result.tensor.empty() && j.result.tensor[0] == 'd'; }
   // An oracle for another problem or inputs, counted.
   OracleResult oracle(const Problem& p, const Tensors& t);
+
+  // Sequence layouts (varlen, KV cache, paged), where problem() is the dense view and launches, tensors() and
+  // the mask are per sequence. Each helper is the plain dense one for a dense case.
+  bool seqs() const { return has_sequences(pc.problem()); }
+  // The problem row s of sequence b belongs to: sequence b alone (sequence_problem, its mask aligned per
+  // sequence) for a layout, problem() when dense. visible_keys(row_problem(b), s) are row (b, s)'s keys.
+  Problem row_problem(int64_t b) const;
+  // The exact result of the case's layout problem `lp` (pc.problem() with, e.g., another mask) on layout
+  // inputs t, in the dense view: sequence_oracle for a layout, oracle() when dense. Counted.
+  OracleResult layout_oracle(const Problem& lp, const Tensors& t);
+  // Offsets of q row s of sequence b, and of key j of sequence b, in the layout tensors (q_offset, k_offset,
+  // v_offset; q_index, k_index, v_index when dense).
+  int64_t q_at(int64_t b, int64_t s, int64_t h, int64_t d) const;
+  int64_t k_at(int64_t b, int64_t j, int64_t hk, int64_t d) const;
+  int64_t v_at(int64_t b, int64_t j, int64_t hk, int64_t d) const;
 };
 
 // What a detector concluded.

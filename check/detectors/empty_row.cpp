@@ -132,7 +132,7 @@ Finding empty_row(Context& c) {
         if (!(row_ratio(p, ex, out, b, h, s) > 1)) continue;
         ++wrong;
         if (std::find(rows.begin(), rows.end(), s) == rows.end()) rows.push_back(s);
-        const std::string why = why_empty(p, s);
+        const std::string why = why_empty(c.row_problem(b), s);
         if (std::find(reasons.begin(), reasons.end(), why) == reasons.end() && reasons.size() < 3)
           reasons.push_back(why);
         bool nan = false, inf = false, zero = true;
@@ -152,10 +152,10 @@ Finding empty_row(Context& c) {
           k = &k_lse;
         else if (p.seq_k > 0) {
           if (!unmasked) {
-            Problem none = p;
+            Problem none = c.pc.problem();
             none.mask_kind = AF_MASK_NONE;
             try {
-              unmasked = c.oracle(none, c.tensors());
+              unmasked = c.layout_oracle(none, c.tensors());
             } catch (const std::exception&) {
               unmasked = OracleResult{};
             }

@@ -39,6 +39,26 @@ OracleResult Context::oracle(const Problem& p, const Tensors& t) {
   return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), opts.oracle);
 }
 
+Problem Context::row_problem(int64_t b) const {
+  return seqs() ? sequence_problem(pc.problem(), pc.tensors(), b) : problem();
+}
+
+OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t) {
+  if (!seqs()) return oracle(lp, t);
+  ++stats.oracles;
+  return sequence_oracle(lp, t, opts.oracle);
+}
+
+int64_t Context::q_at(int64_t b, int64_t s, int64_t h, int64_t d) const {
+  return seqs() ? q_offset(pc.problem(), pc.tensors(), b, s, h, d) : q_index(problem(), b, s, h, d);
+}
+int64_t Context::k_at(int64_t b, int64_t j, int64_t hk, int64_t d) const {
+  return seqs() ? k_offset(pc.problem(), pc.tensors(), b, j, hk, d) : k_index(problem(), b, j, hk, d);
+}
+int64_t Context::v_at(int64_t b, int64_t j, int64_t hk, int64_t d) const {
+  return seqs() ? v_offset(pc.problem(), pc.tensors(), b, j, hk, d) : v_index(problem(), b, j, hk, d);
+}
+
 std::string fmt(const char* f, ...) {
   char buf[1024];
   va_list ap;

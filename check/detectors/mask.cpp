@@ -105,21 +105,18 @@ VariantMatch variant_match(const Problem& p, const OracleResult& ex, const Probl
 
 namespace {
 
-// Sequence layouts: the other-mask test (c) alone, each variant aligned per sequence like the asked mask (the
-// per-sequence oracle of the layout problem with the variant's mask); outputs are compared in the dense view.
-Finding mask_sequences(Context& c) {
-  Finding f;
+// The masks a kernel may have used instead of the asked one, as layout problems (pc.problem() with another
+// mask) with their labels. A sequence layout aligns each per sequence like the asked mask, and adds the
+// bottom-right mask aligned with the batch's largest lengths (off = max Sk - max Sq for every sequence instead
+// of Sk_b - Sq_b: the same top-left window for all sequences, j - i in [off - left, off + right]) when its
+// sides are not negative.
+std::vector<std::pair<Problem, std::string>> other_masks(const Context& c) {
   const Problem& lp = c.pc.problem();
-  const Problem& p = c.problem();
-  const LaunchOutcome& out = c.original();
-  if (out.o.empty()) return f;
-  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
-  std::vector<std::pair<Problem, std::string>> variants;
-  for (const Problem& lv : mask_variants(lp)) variants.push_back({lv, mask_to_string(lv) + ", aligned per sequence"});
-  // A bottom-right mask aligned with the batch's largest lengths (off = max Sk - max Sq for every sequence,
-  // instead of Sk_b - Sq_b): the same top-left window for all sequences, j - i in [off - left, off + right],
-  // when its sides are not negative.
-  if (lp.mask_kind != AF_MASK_NONE && lp.mask_align == AF_ALIGN_BOTTOM_RIGHT) {
+  const bool seqs = c.seqs();
+  std::vector<std::pair<Problem, std::string>> out;
+  for (const Problem& lv : mask_variants(lp))
+    out.push_back({lv, mask_to_string(lv) + (seqs ? ", aligned per sequence" : "")});
+  if (seqs && lp.mask_kind != AF_MASK_NONE && lp.mask_align == AF_ALIGN_BOTTOM_RIGHT) {
     const int64_t off = lp.seq_k - lp.seq_q, l = window_left(lp), r = window_right(lp);
     Problem bm = lp;
     bm.mask_kind = AF_MASK_WINDOW;
@@ -128,36 +125,93 @@ Finding mask_sequences(Context& c) {
     bm.window_right = r == AF_UNBOUNDED ? AF_UNBOUNDED : r + off;
     if ((bm.window_left == AF_UNBOUNDED || bm.window_left >= 0) &&
         (bm.window_right == AF_UNBOUNDED || bm.window_right >= 0))
-      variants.push_back({bm, mask_to_string(lp) + fmt(" aligned with the batch's largest lengths (offset %lld = "
-                                                       "max Sk - max Sq for every sequence, instead of Sk_b - Sq_b)",
-                                                       (long long)off)});
+      out.push_back({bm, mask_to_string(lp) + fmt(" aligned with the batch's largest lengths (offset %lld = "
+                                                  "max Sk - max Sq for every sequence, instead of Sk_b - Sq_b)",
+                                                  (long long)off)});
   }
-  for (const auto& [lv, label] : variants) {
+  return out;
+}
+
+// Rows another mask (exv) leaves without keys that came out NaN in every O element: the 0 / 0 of a softmax
+// over no key, what a kernel without an empty-row guard writes for a row it found empty. They are set to that
+// row's exact result under exv (O = 0, LSE = -inf) in `out`, so that the comparison under the other mask judges
+// the rest: must_see counts those that have keys under the asked mask (ex), both those empty under both (an
+// empty-row bug of their own; set to O = 0 they equal the asked mask's result too, so they never count as a
+// match).
+struct NaNEmpty {
+  int64_t must_see = 0, both = 0;
+};
+NaNEmpty empty_rows_written_nan(const Problem& p, const OracleResult& ex, const OracleResult& exv,
+                                LaunchOutcome& out) {
+  NaNEmpty n;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo &ri = ex.row(b, h, s), &rv = exv.row(b, h, s);
+        if (!ri.computed || ri.kind == RowKind::kNaN || !rv.computed || rv.kind != RowKind::kFullyMasked) continue;
+        bool all_nan = p.head_dim_v > 0;
+        for (int64_t d = 0; d < p.head_dim_v && all_nan; ++d)
+          all_nan = std::isnan(out.o[static_cast<size_t>(o_index(p, b, s, h, d))]);
+        if (!all_nan) continue;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) out.o[static_cast<size_t>(o_index(p, b, s, h, d))] = 0.0f;
+        if (!out.lse.empty()) out.lse[static_cast<size_t>(lse_index(p, b, h, s))] = -INFINITY;
+        ++(ri.kind == RowKind::kNormal ? n.must_see : n.both);
+      }
+  return n;
+}
+
+// (c) The output matches the exact result under another mask (other_masks). Rows outside the fp32 contract
+// are not judged under either mask; the rest must all pass; the elements that fail under the asked mask must
+// match with values, not NaN = NaN (a NaN row under both says nothing about the mask).
+void other_mask_test(Context& c, Finding& f) {
+  const Problem& p = c.problem();
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  for (const auto& [lv, label] : other_masks(c)) {
     OracleResult exv;
     try {
-      ++c.stats.oracles;
-      exv = sequence_oracle(lv, c.tensors(), c.opts.oracle);
+      exv = c.layout_oracle(lv, c.tensors());
     } catch (const std::exception&) {
       continue;
     }
-    Problem v = p;
+    Problem v = p;  // the view with the other mask (nominal for a layout: exv aligned it per sequence)
     v.mask_kind = lv.mask_kind, v.mask_align = lv.mask_align;
     v.window_left = lv.window_left, v.window_right = lv.window_right;
+    LaunchOutcome out = c.original();
+    const NaNEmpty nan_empty = empty_rows_written_nan(p, ex, exv, out);
     const CheckResult r = judge(v, exv, out);
     if (r.verdict != Verdict::kPass && r.verdict != Verdict::kOutsideContract) continue;
     const VariantMatch vm = variant_match(p, ex, v, exv, out);
-    if (vm.real == 0) continue;
+    if (vm.real == 0) {
+      f.evidence.push_back(
+          {"mask", vm.nan_pairs ? fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not a match",
+                                      label.c_str(), (long long)vm.nan_pairs)
+                                : "mask " + label +
+                                      ": passes only because the failing elements are not judged under it "
+                                      "(outside the fp32 contract there): not a match"});
+      continue;
+    }
     f.fired = true;
     f.cls = FailureClass::kMask;
     f.evidence.push_back(
         {"mask", "O matches the exact result under mask " + label + " (the case asks for " +
-                     mask_to_string(lp) +
+                     mask_to_string(c.pc.problem()) +
                      fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) "
                          "match with values",
-                         (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real)});
-    break;
+                         (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real) +
+                     (vm.nan_pairs ? fmt(" (%lld more only as NaN = NaN, not counted)", (long long)vm.nan_pairs)
+                                   : "") +
+                     (nan_empty.must_see
+                          ? fmt("; %lld (b, h, row)s that must see keys have none under it and came out NaN in "
+                                "every element (the 0 / 0 of a softmax over no key), counted as that mask's "
+                                "empty rows",
+                                (long long)nan_empty.must_see)
+                          : "") +
+                     (nan_empty.both ? fmt("; %lld (b, h, row)s empty under both masks also came out NaN, not "
+                                           "O = 0 (an empty-row failure of its own)",
+                                           (long long)nan_empty.both)
+                                     : "")});
+    return;
   }
-  return f;
 }
 
 // ---- gradients: an input the mask hides from a gradient element must not reach it ----
@@ -541,7 +595,6 @@ Finding mask_gradients(Context& c) {
 
 Finding mask(Context& c) {
   if (c.gradient_failure()) return mask_gradients(c);
-  if (has_sequences(c.pc.problem())) return mask_sequences(c);
   Finding f;
   const Problem& p = c.problem();
   const Tensors& t = c.tensors();
@@ -553,6 +606,7 @@ Finding mask(Context& c) {
     f.cls = FailureClass::kMask;
     f.evidence.push_back({"mask", std::move(detail)});
   };
+  const std::string asked = mask_to_string(c.pc.problem()) + (c.seqs() ? " (aligned per sequence)" : "");
 
   // (a) Rows that must see keys but were written as empty rows (O = 0 for every d, LSE = -inf): the kernel
   // found no visible key where the mask gives some (an alignment or offset bug). Only with a mask: without
@@ -565,10 +619,10 @@ Finding mask(Context& c) {
       if (r.kind != RowKind::kNormal || !r.written_empty) continue;
       if (std::find(rows.begin(), rows.end(), r.key.s) == rows.end()) rows.push_back(r.key.s);
       if (n++ == 0) {
-        const KeyRange kr = visible_keys(p, r.key.s);
+        const KeyRange kr = visible_keys(c.row_problem(r.key.b), r.key.s);
         example = fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) under mask ", (long long)r.key.s,
                       (long long)r.key.b, (long long)r.key.h, (long long)kr.first, (long long)kr.last) +
-                  mask_to_string(p) + " but got O = 0" + (out.lse.empty() ? "" : ", LSE = -inf");
+                  asked + " but got O = 0" + (out.lse.empty() ? "" : ", LSE = -inf");
       }
     }
     if (n) {
@@ -601,14 +655,24 @@ Finding mask(Context& c) {
         got_nonfinite |= std::isfinite(ex.lse[e]) && !std::isfinite(g);
       }
       if (!got_nonfinite) continue;
-      const int64_t hk = kv_head(p, r.h);
-      if (row_has_nonfinite(p, t.q, r.b, r.s, r.h, p.head_dim, true)) continue;
-      const KeyRange kr = visible_keys(p, r.s);
+      bool q_bad = false;
+      for (int64_t d = 0; d < p.head_dim && !q_bad; ++d)
+        q_bad = !std::isfinite(t.q[static_cast<size_t>(c.q_at(r.b, r.s, r.h, d))]);
+      if (q_bad) continue;
+      const Problem rp = c.row_problem(r.b);
+      const KeyRange kr = visible_keys(rp, r.s);
       bool visible_bad = false;
       std::vector<int64_t> masked_bad;
-      for (int64_t j = 0; j < p.seq_k; ++j) {
-        const bool bad =
-            row_has_nonfinite(p, t.k, r.b, j, hk, p.head_dim, false) || v_row_nonfinite(p, t.v, r.b, j, hk);
+      // Key j is bad when it holds a NaN/Inf in any kv head of the sequence: a kernel that reads the wrong
+      // head (GQA mapping) takes another head's visible NaN, which is no mask leak.
+      for (int64_t j = 0; j < rp.seq_k; ++j) {
+        bool bad = false;
+        for (int64_t hk = 0; hk < p.heads_kv && !bad; ++hk) {
+          for (int64_t d = 0; d < p.head_dim && !bad; ++d)
+            bad = !std::isfinite(t.k[static_cast<size_t>(c.k_at(r.b, j, hk, d))]);
+          for (int64_t d = 0; d < p.head_dim_v && !bad; ++d)
+            bad = !std::isfinite(t.v[static_cast<size_t>(c.v_at(r.b, j, hk, d))]);
+        }
         if (!bad) continue;
         if (j >= kr.first && j < kr.last)
           visible_bad = true;
@@ -619,8 +683,7 @@ Finding mask(Context& c) {
       if (n++ == 0)
         example =
             fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) and is non-finite in the output, while "
-                "its "
-                "only NaN/Inf inputs are at masked keys j = ",
+                "its only NaN/Inf inputs are at masked keys j = ",
                 (long long)r.s, (long long)r.b, (long long)r.h, (long long)kr.first, (long long)kr.last) +
             ranges(masked_bad);
     }
@@ -628,36 +691,11 @@ Finding mask(Context& c) {
       fire(fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
   }
 
-  // (c) The output matches the oracle under another mask.
-  for (const Problem& v : mask_variants(p)) {
-    OracleResult exv;
-    try {
-      exv = c.oracle(v, t);
-    } catch (const std::exception&) {
-      continue;
-    }
-    const CheckResult r = judge(v, exv, out);
-    // Rows outside the fp32 contract are not judged under either mask; the rest must all pass.
-    if (r.verdict != Verdict::kPass && r.verdict != Verdict::kOutsideContract) continue;
-    // A match only counts where it is one: the elements that fail under the asked mask must match the
-    // variant with values, not NaN = NaN (a NaN row under both says nothing about the mask).
-    const VariantMatch vm = variant_match(p, ex, v, exv, out);
-    if (vm.real == 0) {
-      f.evidence.push_back(
-          {"mask", vm.nan_pairs ? fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not a match",
-                                      mask_to_string(v).c_str(), (long long)vm.nan_pairs)
-                                : "mask " + mask_to_string(v) +
-                                      ": passes only because the failing elements are not judged under it "
-                                      "(outside the fp32 contract there): not a match"});
-      continue;
-    }
-    fire("O matches the exact result under mask " + mask_to_string(v) + " (the case asks for " +
-         mask_to_string(p) +
-         fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) match "
-             "with values",
-             (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real) +
-         (vm.nan_pairs ? fmt(" (%lld more only as NaN = NaN, not counted)", (long long)vm.nan_pairs) : ""));
-    break;
+  other_mask_test(c, f);  // (c)
+  if (c.seqs()) {
+    f.evidence.push_back({"mask", "the NaN-in-masked-K/V probe (d) is not run on a sequence layout: it writes NaN "
+                                  "at one row's masked keys of every sequence, whose rows see different keys"});
+    return f;
   }
 
   // (d) NaN written into K and V at the keys masked for a probe row must not change any row that does not

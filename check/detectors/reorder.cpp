@@ -1,5 +1,5 @@
 // reorder.cpp - the rescale detector: the worst row's visible keys sorted so that its max key comes first,
-// then last.
+// then last (in a sequence layout: the keys of the worst row's sequence, moved in the layout's K / V).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,7 +14,7 @@ Finding reorder(Context& c) {
   const Tensors& t = c.tensors();
   int64_t b, h, s;
   if (c.original().o.empty() || !worst_row(c.j.result, b, h, s)) return f;
-  const KeyRange kr = visible_keys(p, s);
+  const KeyRange kr = visible_keys(c.row_problem(b), s);
   const int64_t n = kr.empty() ? 0 : kr.last - kr.first;
   if (n < 2) return f;
   const int64_t hk = kv_head(p, h);
@@ -22,8 +22,8 @@ Finding reorder(Context& c) {
   for (int64_t j = 0; j < n; ++j) {
     double dot = 0;
     for (int64_t d = 0; d < p.head_dim; ++d)
-      dot += double(t.q[static_cast<size_t>(q_index(p, b, s, h, d))]) *
-             double(t.k[static_cast<size_t>(k_index(p, b, kr.first + j, hk, d))]);
+      dot += double(t.q[static_cast<size_t>(c.q_at(b, s, h, d))]) *
+             double(t.k[static_cast<size_t>(c.k_at(b, kr.first + j, hk, d))]);
     score[static_cast<size_t>(j)] = double(p.scale) * dot;
     // A -inf score is a key of weight 0: it sorts below every other key (max first: it comes last). A NaN or
     // +inf score makes the whole row NaN: nothing to reorder.
@@ -42,11 +42,9 @@ Finding reorder(Context& c) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t src = kr.first + perm[static_cast<size_t>(max_first ? i : n - 1 - i)], dst = kr.first + i;
       for (int64_t d = 0; d < p.head_dim; ++d)
-        pt.k[static_cast<size_t>(k_index(p, b, dst, hk, d))] =
-            t.k[static_cast<size_t>(k_index(p, b, src, hk, d))];
+        pt.k[static_cast<size_t>(c.k_at(b, dst, hk, d))] = t.k[static_cast<size_t>(c.k_at(b, src, hk, d))];
       for (int64_t d = 0; d < p.head_dim_v; ++d)
-        pt.v[static_cast<size_t>(v_index(p, b, dst, hk, d))] =
-            t.v[static_cast<size_t>(v_index(p, b, src, hk, d))];
+        pt.v[static_cast<size_t>(c.v_at(b, dst, hk, d))] = t.v[static_cast<size_t>(c.v_at(b, src, hk, d))];
     }
     return pt;
   };
@@ -59,7 +57,7 @@ Finding reorder(Context& c) {
                                            launch_status_name(out.launch.status)});
       return f;
     }
-    ratio[first] = row_ratio(p, c.oracle(p, pt), out, b, h, s);
+    ratio[first] = row_ratio(p, c.layout_oracle(c.pc.problem(), pt), out, b, h, s);
   }
   const double checked = row_ratio(p, c.pc.oracle(c.opts.oracle), c.original(), b, h, s);
   const std::string row =

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -213,6 +214,19 @@ TEST(Classify, RowsWrittenEmptyByAMaskBugAreMask) {
   EXPECT_CLASS(sq_larger, "mask");
   EXPECT_NE(sq_larger.evidence.find("that must see keys were written as empty rows"), std::string::npos)
       << sq_larger.evidence;
+}
+
+// Issue 25 item 4: the same bug in a kernel without an empty-row guard writes the rows it finds empty as
+// 0 / 0 = NaN. Those rows count as the other mask's empty rows (said in the evidence), so the bug is still
+// mask, not non-finite; a kernel that writes NaN for rows that are empty under every mask stays empty-row.
+TEST(Classify, RowsWrittenNaNByAMaskBugAreMask) {
+  const Outcome o = run("det-always-br-nan", make(9, 4, 16, "causal-tl"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("O matches the exact result under mask causal-br"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("5 (b, h, row)s that must see keys have none under it and came out NaN"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_CLASS(run("det-masked-row-nan", make(9, 4, 16, "causal-br")), "empty-row");
 }
 
 // Issue 11: "O matches the exact result under mask X" is never said, nor decides, on NaN = NaN.
@@ -476,16 +490,28 @@ SUMMARY: ThreadSanitizer: data race /src/tests/check/detector_kernels.hip:59 in 
   EXPECT_EQ(races[0].variable, "TLS of main thread.");  // file not readable here: TSan's own words
 }
 
+// The 1-based line of the first line of `path` containing `needle` (0 if none).
+int line_of(const std::string& path, const std::string& needle) {
+  std::ifstream in(path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n)
+    if (line.find(needle) != std::string::npos) return n;
+  return 0;
+}
+
 TEST(TsanParser, NamesTheSharedVariableFromTheSource) {
   const std::string src = std::string(DETECTOR_SOURCE);
+  const int read = line_of(src, "const float alpha = coef[0]"), write = line_of(src, "coef[0] = alpha;");
+  ASSERT_GT(read, 0);
+  ASSERT_GT(write, 0);
   const std::string text =
       "WARNING: ThreadSanitizer: data race (pid=1)\n  Read of size 4 at 0x1 by main thread:\n"
       "    #0 f " +
-      src +
-      ":71 (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
+      src + ":" + std::to_string(read) +
+      " (x+0x1)\n  Previous write of size 4 at 0x1 by main thread:\n"
       "    #0 f " +
-      src +
-      ":67 (x+0x2)\n  Location is TLS of main thread.\n"
+      src + ":" + std::to_string(write) +
+      " (x+0x2)\n  Location is TLS of main thread.\n"
       "SUMMARY: ThreadSanitizer: data race\n";
   const auto races = parse_tsan_report(text);
   ASSERT_EQ(races.size(), 1u);

@@ -23,6 +23,7 @@ enum class Bug {
   kSloppy,        // precision: O off by a relative 1e-3 (err/bound ~10-100)
   kBrSignFlip,    // mask: bottom-right offset taken as Sq - Sk (sign flipped): with Sk > Sq the first rows see nothing
   kAlwaysBr,      // mask: bottom-right alignment used also for top-left: with Sq > Sk the first rows see nothing
+  kAlwaysBrNaN,   // mask: kAlwaysBr in a kernel without an empty-row guard: the rows it finds empty are 0 / 0
   kFarOff,        // wrong: O off by a relative 10 % (far beyond the bound, no signature)
 };
 
@@ -36,9 +37,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = kv_head_of(p, h);
   KeySpan keys = row_keys(p, i);
   if constexpr (kBug == Bug::kIgnoreMask) keys = {0, p.seq_k};
-  if constexpr (kBug == Bug::kBrSignFlip || kBug == Bug::kAlwaysBr) {
+  if constexpr (kBug == Bug::kBrSignFlip || kBug == Bug::kAlwaysBr || kBug == Bug::kAlwaysBrNaN) {
     if (p.mask_kind == AF_MASK_CAUSAL) {
-      const bool br = kBug == Bug::kAlwaysBr || p.mask_align == AF_ALIGN_BOTTOM_RIGHT;
+      const bool br = kBug == Bug::kAlwaysBr || kBug == Bug::kAlwaysBrNaN || p.mask_align == AF_ALIGN_BOTTOM_RIGHT;
       const int64_t off = !br ? 0 : kBug == Bug::kBrSignFlip ? p.seq_q - p.seq_k : p.seq_k - p.seq_q;
       keys = {0, min64(p.seq_k, max64(0, i + off + 1))};
     }
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t d = t + e * kThreads;
     if (d >= p.head_dim_v) continue;
     float x = finish_o(acc[e], m, l);
-    if constexpr (kBug == Bug::kMaskedRowNaN) x = acc[e] / l;
+    if constexpr (kBug == Bug::kMaskedRowNaN || kBug == Bug::kAlwaysBrNaN) x = acc[e] / l;
     if constexpr (kBug == Bug::kSloppy) x *= 1.001f;
     if constexpr (kBug == Bug::kFarOff) x *= 1.1f;
     orow[d] = x;
@@ -134,6 +135,7 @@ const af_kernel kDetectorKernels[] = {
     AF_DETECTOR_KERNEL("det-sloppy", kSloppy, "O off by 1e-3 relative"),
     AF_DETECTOR_KERNEL("det-br-sign-flip", kBrSignFlip, "bottom-right offset Sq - Sk"),
     AF_DETECTOR_KERNEL("det-always-br", kAlwaysBr, "bottom-right alignment also for top-left"),
+    AF_DETECTOR_KERNEL("det-always-br-nan", kAlwaysBrNaN, "det-always-br, rows found empty = 0 / 0"),
     AF_DETECTOR_KERNEL("det-far-off", kFarOff, "O off by 10 % relative"),
 };
 

@@ -22,7 +22,10 @@ namespace {
 
 // ---- host-loop kernels (the cpu device calls launch() in its launch child; memory is host memory) ----
 
-enum class Bug { kNone, kNextKey, kWholePage, kLseTail, kLseRowNotPacked };
+// kBatchOffsetNoGuard: the bottom-right offset from the batch's largest lengths (max Sk - max Sq), and O = acc / l
+// with no empty-row guard (0 / 0 = NaN for a row it finds empty); kEmptyNaN: only the missing guard; kNoRescale:
+// an online softmax that rescales l but not the accumulator when the running max grows.
+enum class Bug { kNone, kNextKey, kWholePage, kLseTail, kLseRowNotPacked, kBatchOffsetNoGuard, kEmptyNaN, kNoRescale };
 Bug g_bug = Bug::kNone;
 
 int host_attention(const af_problem* p, const af_buffers* bf, void*) {
@@ -53,7 +56,9 @@ int host_attention(const af_problem* p, const af_buffers* bf, void*) {
         const int64_t orow = (p->q_layout == AF_SEQ_PACKED ? 0 : b * p->o_stride[0]) + (q0 + i) * p->o_stride[1] +
                              h * p->o_stride[2];
         // per-sequence mask alignment
-        const int64_t off = p->mask_align == AF_ALIGN_BOTTOM_RIGHT ? sk - sq : 0;
+        const int64_t off = p->mask_align != AF_ALIGN_BOTTOM_RIGHT ? 0
+                            : g_bug == Bug::kBatchOffsetNoGuard ? p->seq_k - p->seq_q
+                                                                : sk - sq;
         const int64_t left = p->mask_kind == AF_MASK_WINDOW ? p->window_left : AF_UNBOUNDED;
         const int64_t right = p->mask_kind == AF_MASK_CAUSAL ? 0 : p->mask_kind == AF_MASK_WINDOW ? p->window_right
                                                                                                    : AF_UNBOUNDED;
@@ -79,7 +84,21 @@ int host_attention(const af_problem* p, const af_buffers* bf, void*) {
           for (int64_t d = 0; d < p->head_dim_v; ++d)
             acc[d] += w * double(v[krow(j, p->v_stride) + hk * p->v_stride[2] + d]);
         }
-        for (int64_t d = 0; d < p->head_dim_v; ++d) o[orow + d] = l > 0 ? float(acc[d] / l) : 0.0f;
+        if (g_bug == Bug::kNoRescale) {  // online: l follows the running max, acc keeps its old scale
+          double mr = -INFINITY;
+          l = 0;
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t j = first; j < last; ++j) {
+            const double mn = std::max(mr, s[j - first]);
+            l = l * std::exp(mr - mn) + std::exp(s[j - first] - mn);
+            for (int64_t d = 0; d < p->head_dim_v; ++d)
+              acc[d] += std::exp(s[j - first] - mn) * double(v[krow(j, p->v_stride) + hk * p->v_stride[2] + d]);
+            mr = mn;
+          }
+        }
+        const bool guard = g_bug != Bug::kBatchOffsetNoGuard && g_bug != Bug::kEmptyNaN;
+        for (int64_t d = 0; d < p->head_dim_v; ++d)
+          o[orow + d] = l > 0 || !guard ? float(acc[d] / l) : 0.0f;
         // ABI v3 packed lse [Hq, total_q]: the row of query i of sequence b is cu_seqlens_q[b] + i
         const int64_t lrow = p->lse_layout == AF_LSE_PACKED && g_bug != Bug::kLseRowNotPacked ? q0 + i : i;
         if (bf->lse) bf->lse[b * p->lse_stride[0] + h * p->lse_stride[1] + lrow * p->lse_stride[2]] =
@@ -336,6 +355,53 @@ TEST(SequenceRunner, LseWrittenPastASequenceIsOobWrite) {
   EXPECT_EQ(j.result.verdict, Verdict::kFail);
   EXPECT_EQ(j.result.failure, FailureClass::kOobWrite);
   EXPECT_NE(j.result.reason.find("outside every sequence"), std::string::npos);
+}
+
+// Issue 25 item 4: the detectors that used to skip sequence layouts run per sequence.
+std::string evidence_text(const Judged& j) {
+  std::string all;
+  for (const Evidence& e : j.result.evidence) all += e.detector + ": " + e.detail + "\n";
+  return all;
+}
+
+// The bottom-right offset taken from the batch maxima in a kernel without an empty-row guard: sequence 0
+// (6 queries, 2 keys) loses the keys of rows 4 and 5, which come out NaN. Once non-finite with no mask evidence.
+TEST(SequenceClassify, PerSequenceOffsetThatEmptiesRowsIsMask) {
+  g_bug = Bug::kBatchOffsetNoGuard;
+  const Judged j = check(varlen_case({6, 2}, {2, 10}, "window:4,0-br"), entry(), true);
+  g_bug = Bug::kNone;
+  EXPECT_EQ(j.result.failure, FailureClass::kMask) << evidence_text(j);
+  const std::string ev = evidence_text(j);
+  EXPECT_NE(ev.find("aligned with the batch's largest lengths"), std::string::npos) << ev;
+  EXPECT_NE(ev.find("must see keys have none under it and came out NaN"), std::string::npos) << ev;
+}
+
+// The other direction (rows see keys they must not) was already mask; it stays so.
+TEST(SequenceClassify, PerSequenceOffsetThatAddsKeysIsMask) {
+  g_bug = Bug::kBatchOffsetNoGuard;
+  const Judged j = check(varlen_case({3, 5}, {10, 5}), entry(), true);
+  g_bug = Bug::kNone;
+  EXPECT_EQ(j.result.failure, FailureClass::kMask) << evidence_text(j);
+}
+
+TEST(SequenceClassify, EmptyRowsOfASequenceAreEmptyRowWithTheirReason) {
+  g_bug = Bug::kEmptyNaN;
+  const Judged j = check(varlen_case({5, 2}, {2, 4}), entry(), true);
+  g_bug = Bug::kNone;
+  EXPECT_EQ(j.result.failure, FailureClass::kEmptyRow) << evidence_text(j);
+  const std::string ev = evidence_text(j);
+  EXPECT_NE(ev.find("no visible key under mask causal-br"), std::string::npos) << ev;
+  EXPECT_NE(ev.find("query rows s = 0-2"), std::string::npos) << ev;
+}
+
+TEST(SequenceClassify, AMissingRescaleInAPagedCaseIsRescale) {
+  g_bug = Bug::kNoRescale;
+  Case c = paged_case({17, 33, 5}, 16, 3, 1, 3);
+  c.values.dist = ValueDist{Distribution::kNormal, 3.0};
+  const Judged j = check(c, entry(), true);
+  g_bug = Bug::kNone;
+  EXPECT_EQ(j.result.failure, FailureClass::kRescale) << evidence_text(j);
+  EXPECT_NE(evidence_text(j).find("reordered by score: max key first -> err/bound"), std::string::npos);
 }
 
 }  // namespace

@@ -435,7 +435,7 @@ std::vector<std::vector<int64_t>> seq_length_lists(int64_t max_len) {
 }  // namespace space
 
 const std::vector<std::string>& sequence_layouts() {
-  static const std::vector<std::string> l{"varlen", "kvcache", "paged", "decode"};
+  static const std::vector<std::string> l{"varlen", "varlen-q", "varlen-k", "kvcache", "paged", "decode"};
   return l;
 }
 
@@ -492,6 +492,26 @@ std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_see
       for (size_t b = 0; b < lq.size(); ++b) c.seqs.k[b] = lq[b] + 1 + static_cast<int64_t>(b) * 7;
       add(c, "varlen-seqused-q" + tag(c.seqs.q) + "-k" + tag(c.seqs.k) + name(c));
     }
+  } else if (layout == "varlen-q" || layout == "varlen-k") {
+    // One side packed, the other dense: packed q over a dense K/V of Sk keys that every sequence sees, or a
+    // dense q of Sq rows per sequence over packed K/V.
+    const bool packed_q = layout == "varlen-q";
+    const std::vector<std::string> masks = {"none", "causal-br", "causal-tl", "window:8,0-br"};
+    const std::vector<int64_t> dense = {16, 1, 33, 7, 64};
+    for (const auto& l : lists)
+      for (size_t m = 0; m < masks.size(); ++m, ++i) {
+        const int64_t n = dense[i % dense.size()];
+        Case c = base(i, static_cast<int64_t>(l.size()), packed_q ? 1 : n, packed_q ? n : 0, masks[m]);
+        if (packed_q) {
+          c.problem.q_layout = AF_SEQ_PACKED;
+          c.seqs.q = l;
+        } else {
+          c.problem.kv_layout = AF_SEQ_PACKED;
+          c.seqs.k = l;
+        }
+        add(c, layout + (packed_q ? "-q" + tag(l) + "-sk" + std::to_string(n) : "-sq" + std::to_string(n) + "-k" + tag(l)) +
+                   name(c));
+      }
   } else if (layout == "kvcache") {
     const std::vector<std::string> masks = {"none", "causal-br", "window:16,0-br"};
     const std::vector<int64_t> sqs = {1, 4, 16};

@@ -20,6 +20,7 @@
 #include "attnfuzz/device.h"
 #include "attnfuzz/registry.h"
 #include "attnfuzz/report.h"
+#include "check/fit.h"
 #include "check/runner.h"
 #include "npy/npy_cli.h"
 #include "tools/cli_common.h"
@@ -341,7 +342,7 @@ int main(int argc, char** argv) {
   attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
   attn-check --seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --heads 4 --kv-heads 2
   attn-check --seq-layout paged --sq 1 --seqused-k 33,1,200 --page-size 16 --page-order 7 --spare-pages 2
-  attn-check --seq-layout varlen --sweep          # also kvcache, paged, decode
+  attn-check --seq-layout varlen --sweep          # also varlen-q, varlen-k, kvcache, paged, decode
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
 2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
@@ -381,9 +382,6 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
-  } else if (o.sweep && (o.seqs.layout == "varlen-q" || o.seqs.layout == "varlen-k")) {
-    usage_error("--sweep has no " + o.seqs.layout + " grid: sweep --seq-layout varlen (packed q and k/v), kvcache, "
-                "paged or decode, or check one " + o.seqs.layout + " case without --sweep");
   } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
     for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
       c.values.domain = value_domain(o.common);
@@ -446,6 +444,14 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     if (kernels[i].empty()) continue;  // a bad input (listed above): no values to generate
     PreparedCase pc(jobs[i].c);
     for (const KernelEntry* k : kernels[i]) {
+      // A layout sweep gives each kernel the case in a shape it declares (check/fit.h), e.g. one head for a
+      // one-head kernel, where the grid's own shape is refused.
+      if (jobs[i].origin == "sweep" && has_sequences(jobs[i].c.problem))
+        if (std::optional<Case> f = fit_to_kernel(jobs[i].c, k->kernel); f && f->label != jobs[i].c.label) {
+          PreparedCase fitted(*f);
+          runner.check(*k, fitted, jobs[i].origin);
+          continue;
+        }
       const Judged& j = runner.check(*k, pc, jobs[i].origin);
       if (jobs[i].recorded && jobs[i].recorded->kernel == k->kernel.name) {
         const RecordedVerdict& rv = *jobs[i].recorded;

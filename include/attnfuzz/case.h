@@ -312,7 +312,7 @@ std::vector<std::vector<int64_t>> seq_length_lists(int64_t max_len = 300);
 }  // namespace space
 
 // The sequence-layout sweeps of attn-check --layout L --sweep (L in sequence_layouts()): "varlen" (packed q
-// and K/V), "kvcache" (dense K/V with seqused_k), "paged" (paged K/V, page sizes 16..256, shuffled tables,
+// and K/V), "varlen-q" (packed q, dense K/V), "varlen-k" (dense q, packed K/V), "kvcache" (dense K/V with seqused_k), "paged" (paged K/V, page sizes 16..256, shuffled tables,
 // spare pages), "decode" (1..8 query tokens per sequence over a paged or cached K/V). Each crosses the
 // length lists with masks (per-sequence alignment, windows), GQA / MQA and head dims; labelled, seeds
 // derived from base_seed and the label. Empty for an unknown layout.

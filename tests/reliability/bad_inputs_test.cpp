@@ -468,8 +468,6 @@ const BadInput kTable[] = {
     {"seed_hex_junk", C, {"--seed", "0xZZ"}, 2, {"--seed", "decimal or 0x hex"}},
     {"seed_hex_overflow", C, {"--seed", "0x10000000000000000"}, 2, {"--seed", "18446744073709551615"}},
     {"sq_leading_zero", C, {"--sq", "010"}, 2, {"--sq", "not an integer"}},
-    // item 17: the sweeps a layout does not have
-    {"sweep_varlen_q", C, {"--seq-layout", "varlen-q", "--sweep"}, 2, {"no varlen-q grid"}},
     // item 18: --tunable NAME says the real default
     {"tunable_unknown_says_default", C, {"--kernel", "split-kv", "--tunable", "foo"}, 2, {"num_splits (default 8; accepts 8, 1, 2"}},
 };

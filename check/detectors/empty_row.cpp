@@ -19,6 +19,59 @@ std::string why_empty(const Problem& p, int64_t s) {
   return fmt("keys [%lld, %lld) visible, every visible score -inf", (long long)kr.first, (long long)kr.last);
 }
 
+// Whether every O element of every computed row is NaN.
+bool every_o_nan(const Context& c, const OracleResult& ex) {
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  int64_t n = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        if (!ex.row(b, h, s).computed) continue;
+        for (int64_t d = 0; d < p.head_dim_v; ++d, ++n)
+          if (!std::isnan(out.o[static_cast<size_t>(o_index(p, b, s, h, d))])) return false;
+      }
+  return n > 0;
+}
+
+// Whether row (b, h, s) of the output is the plain mean of V over every key of its sequence (to 1e-5 of the
+// largest |v|, fp32 summation error included).
+bool is_mean_of_v(const Context& c, const LaunchOutcome& out, int64_t b, int64_t h, int64_t s) {
+  const Problem& p = c.problem();
+  const int64_t sk = c.row_problem(b).seq_k, hk = kv_head(p, h);
+  if (sk < 1) return false;
+  const Tensors& t = c.tensors();
+  for (int64_t d = 0; d < p.head_dim_v; ++d) {
+    double sum = 0, vmax = 0;
+    for (int64_t j = 0; j < sk; ++j) {
+      const double v = t.v[static_cast<size_t>(c.v_at(b, j, hk, d))];
+      sum += v;
+      vmax = std::max(vmax, std::fabs(v));
+    }
+    if (!std::isfinite(sum)) return false;
+    const double g = out.o[static_cast<size_t>(o_index(p, b, s, h, d))];
+    if (!(std::fabs(g - sum / double(sk)) <= 1e-5 * vmax + 1e-30)) return false;
+  }
+  return true;
+}
+
+// Whether every addressed dQ, dK and dV element is NaN.
+bool every_gradient_nan(const Problem& p, const LaunchOutcome& out) {
+  auto all_nan = [](const std::vector<float>& x, const int64_t* st, int64_t batch, int64_t seq, int64_t heads,
+                    int64_t dim) {
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d)
+            if (!std::isnan(x[static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d)])) return false;
+    return true;
+  };
+  if (out.dq.empty() || out.dk.empty() || out.dv.empty()) return false;
+  return all_nan(out.dq, p.dq_stride, p.batch, p.seq_q, p.heads_q, p.head_dim) &&
+         all_nan(out.dk, p.dk_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim) &&
+         all_nan(out.dv, p.dv_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v);
+}
+
 }  // namespace
 
 namespace {
@@ -33,6 +86,11 @@ Finding empty_row_gradients(Context& c) {
   for (int64_t s = 0; s < p.seq_q; ++s)
     if (visible_keys(p, s).empty()) empty.push_back(s);
   if (empty.empty()) return f;
+  if (every_gradient_nan(p, c.original())) {
+    f.evidence.push_back({"empty-row", "not applicable: every dQ, dK and dV element is NaN, for the rows with "
+                                       "keys too: nothing specific to the empty rows"});
+    return f;
+  }
   RunOptions o = c.opts;
   o.worst = size_t{1} << 30;
   CheckResult g;
@@ -117,8 +175,15 @@ Finding empty_row(Context& c) {
     int64_t n = 0;
     std::string example;
   };
+  // A failure in which every output element is NaN (rows with keys too) says nothing about empty rows.
+  if (every_o_nan(c, ex)) {
+    f.evidence.push_back({"empty-row", "not applicable: every O element is NaN, in the rows with keys too: nothing "
+                                       "specific to the empty rows"});
+    return f;
+  }
   Kind k_nan{"O NaN (0 / 0, or exp(-inf - -inf) = exp(NaN))"}, k_inf{"O +-Inf"},
       k_unmasked{"O equal to the unmasked result (the softmax over all Sk keys)"},
+      k_mean{"O equal to the mean of V over every key (equal weights: a softmax over all-equal masked scores)"},
       k_garbage{"O finite, not 0 and not the unmasked result"}, k_lse{"O = 0 but LSE not -inf"};
   std::vector<int64_t> rows;
   std::vector<std::string> reasons;
@@ -163,6 +228,8 @@ Finding empty_row(Context& c) {
           if (!unmasked->o.empty() && unmasked->row(b, h, s).kind == RowKind::kNormal &&
               row_ratio(p, *unmasked, out, b, h, s) <= 1)
             k = &k_unmasked;
+          else if (is_mean_of_v(c, out, b, h, s))
+            k = &k_mean;
         }
         if (k->n++ == 0) {
           k->example = o_name(b, s, h, 0) + " = " + num(out.o[static_cast<size_t>(o_index(p, b, s, h, 0))]) +
@@ -184,7 +251,7 @@ Finding empty_row(Context& c) {
                        why + ") are not O = 0, LSE = -inf; query rows s = " + ranges(rows) +
                        "; the kernel wrote";
   std::string sep = " ";
-  for (const Kind* k : {&k_nan, &k_inf, &k_unmasked, &k_garbage, &k_lse})
+  for (const Kind* k : {&k_nan, &k_inf, &k_unmasked, &k_mean, &k_garbage, &k_lse})
     if (k->n) {
       detail += sep + fmt("%lld x ", (long long)k->n) + k->what + " (e.g. " + k->example + ")";
       sep = "; ";

@@ -717,10 +717,13 @@ Finding mask(Context& c) {
       for (int64_t j = 0; j < p.seq_k; ++j)
         if (kr.empty() || j < kr.first || j >= kr.last) masked.push_back(j);
       if (masked.empty()) continue;
-      std::vector<int64_t> checked;  // rows that see none of the masked keys
+      // Rows with keys that see none of the masked keys. A fully masked row is not checked: what it holds is
+      // the empty-row detector's (one root cause, one class: an empty row written as the unmasked result must
+      // not read as a mask leak here and as empty-row on another call route of the same inputs).
+      std::vector<int64_t> checked;
       for (int64_t i = 0; i < p.seq_q; ++i) {
         const KeyRange ki = visible_keys(p, i);
-        if (ki.empty() || (!kr.empty() && ki.first >= kr.first && ki.last <= kr.last)) checked.push_back(i);
+        if (!ki.empty() && !kr.empty() && ki.first >= kr.first && ki.last <= kr.last) checked.push_back(i);
       }
       Tensors pt = t;
       for (int64_t b = 0; b < p.batch; ++b)

@@ -66,6 +66,8 @@ class Problem:
         self.k_descale = float(d.get("k_descale", 1.0))
         self.v_descale = float(d.get("v_descale", 1.0))
         self.o_scale = float(d.get("o_scale", 1.0))
+        # The kernel's declared tunables (Kernel(tunables=...)), name -> the value this run uses; {} if none.
+        self.tunables = {str(k): int(v) for k, v in d.get("tunables", {}).items()}
 
     def visible(self):
         """bool [Sq, Sk]: visible(i, j) <=> j - (i + off) in [-left, right]."""
@@ -96,7 +98,8 @@ class Kernel:
 
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
-                 empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None):
+                 empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
+                 tunables=None):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
                      "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
@@ -107,6 +110,15 @@ class Kernel:
             if compute_model not in ("fused", "unfused"):
                 raise ValueError(f"compute_model is 'fused' or 'unfused', not {compute_model!r}")
             self.decl["compute_model"] = compute_model
+        if tunables:  # [{"name", "values": [default, ...], "role": "kv_splits" | "other", "description"}]
+            decl = []
+            for t in tunables:
+                vals = [int(v) for v in t["values"]]
+                if not vals or any(v < 1 for v in vals):
+                    raise ValueError(f"tunable {t.get('name')!r}: values are integers >= 1, the default first")
+                decl.append({"name": str(t["name"]), "values": vals, "role": t.get("role", "other"),
+                             "description": t.get("description", "")})
+            self.decl["tunables"] = decl
         if backward is not None:
             self.decl["backward"] = True  # absent for forward-only kernels: a version-1 declaration as before
             # default: every declared dtype the gradient oracle checks (f32, f16, bf16)

@@ -22,7 +22,11 @@ def attention(q, k, v, p, bug=None):
 
     bug (planted, for tests): "mask-leak" (one key past the window's right edge is visible),
     "missing-rescale" (tiles of 16 keys, accumulator not rescaled when the running max grows),
-    "empty-row-nan" (a fully masked row gives 0/0 = NaN), "lse-error" (LSE in base 2)."""
+    "empty-row-nan" (a fully masked row gives 0/0 = NaN), "lse-error" (LSE in base 2), "empty-row-mean" (a
+    fully masked row gives the mean of V over every key, as a softmax over all-equal masked scores does),
+    "split-average" (the visible keys in p.tunables["num_splits"] contiguous splits, whose partial outputs are
+    averaged instead of weighted by exp(lse_i - lse): exact at num_splits = 1), "scale-nan" (a scale <= 0 makes
+    every output NaN, as a flash kernel that takes log2(scale) does)."""
     B, Sq, Hq, _ = q.shape
     Hkv, Dv = k.shape[2], v.shape[3]
     group = Hq // Hkv
@@ -47,6 +51,8 @@ def attention(q, k, v, p, bug=None):
                     if last <= first:
                         if bug == "empty-row-nan":
                             o[b, i, h, :] = np.nan
+                        if bug == "empty-row-mean" and p.seq_k > 0:
+                            o[b, i, h, :] = V.mean(axis=0)
                         continue
                     s = scale * (K[first:last] @ q64[b, i, h, :])
                     m = np.max(s)
@@ -66,6 +72,19 @@ def attention(q, k, v, p, bug=None):
                         o[b, i, h, :] = acc / l
                         lse[b, h, i] = mrun + np.log(l)
                         continue
+                    splits = p.tunables.get("num_splits", 1) if bug == "split-average" else 1
+                    if splits > 1 and last - first > 1:
+                        parts = [c for c in np.array_split(np.arange(last - first), splits) if len(c)]
+                        outs, lses = [], []
+                        for c in parts:
+                            mc = np.max(s[c])
+                            ec = np.exp(s[c] - mc)
+                            outs.append((rp(ec) @ V[first + c]) / ec.sum())
+                            lses.append(mc + np.log(ec.sum()))
+                        o[b, i, h, :] = np.mean(outs, axis=0)  # BUG: not weighted by exp(lse_i - lse)
+                        mx = max(lses)
+                        lse[b, h, i] = mx + np.log(np.sum(np.exp(np.array(lses) - mx)))
+                        continue
                     e = np.exp(s - m)
                     l = e.sum()
                     # Every visible key takes part, IEEE: a zero weight (underflow or a -inf score) times a
@@ -74,6 +93,8 @@ def attention(q, k, v, p, bug=None):
                     lse[b, h, i] = m + np.log(l)
     if bug == "lse-error":
         lse = lse * np.log2(np.e)
+    if bug == "scale-nan" and not scale > 0:
+        o[:], lse[:] = np.nan, np.nan
     if dt.startswith("fp8"):  # the real O the stored fp8(O * o_scale) holds (o_scale a power of two: exact)
         o32 = (round_to(o * p.o_scale, dt) / p.o_scale).astype(np.float32)
     else:

@@ -26,6 +26,14 @@ struct AdapterKernel {
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
   bool backward = false;  // it takes backward runs ("backward": true)
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)
+  // "tunables": [{"name", "role": "kv_splits" | "other", "values": [default, ...], "description"}], at most
+  // AF_MAX_TUNABLES: the integer knobs the tool may set per run ("problem"."tunables": {name: value}).
+  struct Tunable {
+    std::string name, description;
+    int32_t role = AF_TUNABLE_OTHER;
+    std::vector<int32_t> values;
+  };
+  std::vector<Tunable> tunables;
 };
 
 // Opened by open_device() when DeviceOptions::adapter_command is set. Starting it runs the handshake and
@@ -64,7 +72,7 @@ class AdapterDevice final : public Device {
   void stop();          // end the adapter and every process it started, reap
   void register_kernels();
   static std::vector<AdapterKernel> parse_kernels(const Json& list);
-  static Json problem_json(const af_problem& p);
+  static Json problem_json(const af_problem& p, const std::string& kernel);  // with the kernel's tunables
   // One tensor of a reply: where its elements go (strided like the problem's buffers).
   struct Expected {
     const char* name;

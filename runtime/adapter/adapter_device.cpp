@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -51,6 +52,8 @@ struct KernelSpec {
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false, backward = false;
   int32_t compute_model = AF_COMPUTE_UNFUSED;
+  std::vector<AdapterKernel::Tunable> tunables;
+  std::vector<af_tunable> table;  // the af_kernel view of `tunables` (names point into it)
 };
 std::mutex g_mu;
 std::deque<KernelSpec> g_specs;        // slot -> spec; stable addresses (af_kernel.name points here)
@@ -401,6 +404,57 @@ AdapterDevice::Io AdapterDevice::recv(Json& header, std::vector<unsigned char>& 
 
 // ---- kernels ---------------------------------------------------------------------------------------
 
+namespace {
+// A kernel's "tunables" (AdapterKernel::Tunable); throws with a sentence naming the kernel.
+std::vector<AdapterKernel::Tunable> parse_tunables(const std::string& kernel, const Json& list) {
+  auto bad = [&](const std::string& what) { return std::runtime_error("kernel " + kernel + ": tunables: " + what); };
+  if (!list.is_array()) throw bad("an array of {name, role, values, description}");
+  if (list.size() > AF_MAX_TUNABLES) throw bad("at most " + std::to_string(AF_MAX_TUNABLES));
+  std::vector<AdapterKernel::Tunable> out;
+  for (const Json& t : list) {
+    if (!t.is_object() || !t.contains("name") || !t.at("name").is_string()) throw bad("each needs a \"name\"");
+    AdapterKernel::Tunable x;
+    x.name = t.at("name").get<std::string>();
+    if (x.name.empty() || x.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+                              std::string::npos)
+      throw bad("name '" + x.name + "' (letters, digits, '-' and '_')");
+    for (const auto& e : out)
+      if (e.name == x.name) throw bad("'" + x.name + "' is declared twice");
+    x.description = t.value("description", std::string());
+    const std::string role = t.value("role", std::string("other"));
+    if (role == "kv_splits")
+      x.role = AF_TUNABLE_KV_SPLITS;
+    else if (role != "other")
+      throw bad("'" + x.name + "': role is \"kv_splits\" or \"other\", not \"" + role + "\"");
+    const Json v = t.value("values", Json());
+    if (!v.is_array() || v.empty() || v.size() > AF_MAX_TUNABLE_VALUES)
+      throw bad("'" + x.name + "': values is an array of 1.." + std::to_string(AF_MAX_TUNABLE_VALUES) +
+                " integers >= 1, the default first");
+    for (const Json& e : v) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 1 || e.get<int64_t>() > INT32_MAX)
+        throw bad("'" + x.name + "': value " + e.dump() + " (integers >= 1)");
+      x.values.push_back(static_cast<int32_t>(e.get<int64_t>()));
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// af_tunable entries over spec's tunables (their strings stay in spec).
+void build_tunable_table(KernelSpec& spec) {
+  spec.table.clear();
+  for (const auto& t : spec.tunables) {
+    af_tunable a{};
+    a.name = t.name.c_str();
+    a.description = t.description.c_str();
+    a.role = t.role;
+    a.n_values = static_cast<int32_t>(t.values.size());
+    std::copy(t.values.begin(), t.values.end(), a.values);
+    spec.table.push_back(a);
+  }
+}
+}  // namespace
+
 std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
   if (!list.is_array() || list.empty()) throw std::runtime_error("'kernels' must be a non-empty array");
   if (list.size() > kMaxAdapterKernels)
@@ -460,6 +514,7 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
         if (*dt != AF_DTYPE_F32) a.dtypes |= AF_SUPPORTS_BWD(*dt);
       }
     }
+    a.tunables = parse_tunables(a.name, k.value("tunables", Json::array()));
     a.max_head_dim = k.value("max_head_dim", int64_t{0});
     a.max_head_dim_v = k.value("max_head_dim_v", int64_t{0});
     a.head_dim_multiple = k.value("head_dim_multiple", int64_t{1});
@@ -496,15 +551,24 @@ void AdapterDevice::register_kernels() {
     s.dynamic_check = a.dynamic_check;
     s.backward = a.backward;
     s.compute_model = a.compute_model;
+    s.tunables = a.tunables;
     auto it = g_slot.find(a.name);
     if (it != g_slot.end()) {  // re-opened in this process (a restart, a second device): same entry
-      g_specs[it->second] = s;
+      KernelSpec& old = g_specs[it->second];
+      // The registry's af_kernel points at the first declaration's tunable table: it stays (a re-open that
+      // declares other tunables is refused, as the registry could not follow).
+      if (old.table.size() != s.tunables.size())
+        throw DeviceError("adapter kernel " + a.name + " re-declared with other tunables in one process");
+      s.tunables = old.tunables;
+      s.table = std::move(old.table);
+      old = std::move(s);
       continue;
     }
     if (g_specs.size() >= kMaxAdapterKernels) throw DeviceError("too many adapter kernels in one process");
     g_slot[a.name] = g_specs.size();
     g_specs.push_back(s);
-    const KernelSpec& st = g_specs.back();
+    KernelSpec& st = g_specs.back();
+    build_tunable_table(st);
     af_kernel k{};
     k.name = st.name.c_str();
     k.family = st.family.c_str();
@@ -519,6 +583,8 @@ void AdapterDevice::register_kernels() {
     k.launch = launch_elsewhere;
     k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
     k.compute_model = st.compute_model;
+    k.n_tunables = static_cast<int32_t>(st.table.size());
+    k.tunables = st.table.empty() ? nullptr : st.table.data();
     fresh.push_back(k);
   }
   try {
@@ -528,7 +594,7 @@ void AdapterDevice::register_kernels() {
   }
 }
 
-Json AdapterDevice::problem_json(const af_problem& p) {
+Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel) {
   Json j;
   j["batch"] = p.batch;
   j["heads_q"] = p.heads_q;
@@ -550,6 +616,17 @@ Json AdapterDevice::problem_json(const af_problem& p) {
   j["k_descale"] = static_cast<double>(p.k_descale);
   j["v_descale"] = static_cast<double>(p.v_descale);
   j["o_scale"] = static_cast<double>(p.o_scale);
+  {  // the kernel's declared tunables, by name (0 in the problem = the default, values[0])
+    std::lock_guard<std::mutex> lk(g_mu);
+    const auto it = g_slot.find(kernel);
+    if (it != g_slot.end() && !g_specs[it->second].tunables.empty()) {
+      Json t = Json::object();
+      const auto& decl = g_specs[it->second].tunables;
+      for (size_t i = 0; i < decl.size(); ++i)
+        t[decl[i].name] = p.tunables[i] > 0 ? p.tunables[i] : decl[i].values.front();
+      j["tunables"] = std::move(t);
+    }
+  }
   return j;
 }
 
@@ -557,7 +634,7 @@ std::string AdapterDevice::remote_check(const std::string& kernel, const af_prob
   if (pid_ <= 0 && !start().empty()) return {};  // the launch will say what is wrong
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(opts_.timeout_s));
-  Json req = {{"type", "check"}, {"id", ++next_id_}, {"kernel", kernel}, {"problem", problem_json(p)}};
+  Json req = {{"type", "check"}, {"id", ++next_id_}, {"kernel", kernel}, {"problem", problem_json(p, kernel)}};
   Json h;
   std::vector<unsigned char> payload;
   if (send(req, {}, deadline) != Io::kOk || recv(h, payload, deadline, 0) != Io::kOk) {
@@ -655,7 +732,7 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   req["id"] = 0;  // exchange() numbers it
   req["kernel"] = k.name;
   req["pass"] = backward ? "bwd" : "fwd";
-  req["problem"] = problem_json(p);
+  req["problem"] = problem_json(p, k.name);
   req["want_lse"] = want_lse;
   req["tensors"] = std::move(tensors);
   size_t bytes = 0;

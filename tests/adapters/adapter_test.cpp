@@ -28,6 +28,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kPlantedClas
     {"missing-rescale", {"rescale"}},
     {"empty-row-nan", {"empty-row"}},
     {"lse-error", {"lse"}},
+    {"empty-row-mean", {"empty-row"}},  // issue 25 item 7: not `mask` (the masked-K/V probe skips empty rows)
+    {"split-average", {"split-kv"}},    // issue 25 item 7: through the adapter's declared num_splits tunable
 };
 
 struct Result {
@@ -241,6 +243,8 @@ TEST(Adapter, EachPlantedBugFailsWithItsClassAndReplays) {
       {"missing-rescale", "--sq 4 --sk 96 --d 16 --dist normal:3"},
       {"empty-row-nan", "--sq 9 --sk 4 --d 16 --mask causal-br"},
       {"lse-error", "--sq 8 --sk 20 --d 16"},
+      {"empty-row-mean", "--sq 9 --sk 4 --d 16 --mask causal-br"},
+      {"split-average", "--sq 4 --sk 40 --d 16"},
   };
   for (const auto& [bug, allowed] : kPlantedClasses) {
     const std::string out = fresh("planted-" + bug);
@@ -263,6 +267,32 @@ TEST(Adapter, EachPlantedBugFailsWithItsClassAndReplays) {
     EXPECT_EQ(again.code, 1) << again.out;
     EXPECT_TRUE(has(again.out, "reproduced")) << again.out;
   }
+}
+
+// Issue 25 item 7: a failure in which every output element is NaN (a scale <= 0 that a flash call turns into NaN)
+// is never `empty-row`, though the case has empty rows; the empty-row rows read as the same root cause.
+TEST(Adapter, EveryOutputNaNIsNeverEmptyRow) {
+  NEED_NUMPY();
+  const std::string out = fresh("scale-nan");
+  Result r = check(numpy_adapter("--bug scale-nan"), "--sq 9 --sk 4 --d 16 --mask causal-br --scale -0.5", out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto got = classes_in(out);
+  EXPECT_EQ(std::find(got.begin(), got.end(), std::string("empty-row")), got.end()) << r.out;
+  EXPECT_TRUE(has(r.out, "every O element is NaN, in the rows with keys too")) << r.out;
+}
+
+// The tunables of the adapter protocol (PROTOCOL.md): declared values are checked at the handshake.
+TEST(Adapter, TunablesAreDeclaredAndSentByName) {
+  NEED_NUMPY();
+  const std::string k = " --kernel numpy-split-average --sq 4 --sk 40 --d 16";
+  Result r = check(numpy_adapter("--bug split-average"), k + " --tunable num_splits=3", fresh("split-3"));
+  EXPECT_EQ(r.code, 2) << r.out;  // not a declared value: the declaration reached the tool
+  EXPECT_TRUE(has(r.out, "accepts 4, 1, 2, 8")) << r.out;
+  // At 1 (no split) the planted combine bug is quiet, at the default 4 it fails: the value reaches the adapter.
+  r = check(numpy_adapter("--bug split-average"), k + " --tunable num_splits=1", fresh("split-1"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = check(numpy_adapter("--bug split-average"), k, fresh("split-4"));
+  EXPECT_EQ(r.code, 1) << r.out;
 }
 
 TEST(Adapter, MisbehavingAdaptersGiveCrashHangOrProtocolErrorPerCase) {

@@ -12,7 +12,11 @@ import argparse
 from attnfuzz.adapter import Kernel, serve
 from attnfuzz.reference import attention, attention_backward
 
-BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak")
+BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
+        "split-average", "scale-nan")
+# The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
+SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
+           "description": "contiguous KV splits combined at the end"}]
 
 
 def main(argv=None):
@@ -35,7 +39,8 @@ def main(argv=None):
     desc = f"numpy reference with planted bug {bug}" if bug else "numpy reference (float64 inside)"
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
-                  backward=None if a.no_backward else backward)], name="numpy_ref")
+                  backward=None if a.no_backward else backward,
+                  tunables=SPLITS if bug == "split-average" else None)], name="numpy_ref")
 
 
 if __name__ == "__main__":

@@ -19,19 +19,21 @@ std::string why_empty(const Problem& p, int64_t s) {
   return fmt("keys [%lld, %lld) visible, every visible score -inf", (long long)kr.first, (long long)kr.last);
 }
 
-// Whether every O element of every computed row is NaN.
+// Whether every O element of every computed row is NaN, and some of those rows have keys.
 bool every_o_nan(const Context& c, const OracleResult& ex) {
   const Problem& p = c.problem();
   const LaunchOutcome& out = c.original();
-  int64_t n = 0;
+  bool with_keys = false;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t s = 0; s < p.seq_q; ++s) {
-        if (!ex.row(b, h, s).computed) continue;
-        for (int64_t d = 0; d < p.head_dim_v; ++d, ++n)
+        const RowInfo& ri = ex.row(b, h, s);
+        if (!ri.computed) continue;
+        with_keys |= ri.kind == RowKind::kNormal;
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
           if (!std::isnan(out.o[static_cast<size_t>(o_index(p, b, s, h, d))])) return false;
       }
-  return n > 0;
+  return with_keys;
 }
 
 // Whether row (b, h, s) of the output is the plain mean of V over every key of its sequence (to 1e-5 of the
@@ -86,7 +88,7 @@ Finding empty_row_gradients(Context& c) {
   for (int64_t s = 0; s < p.seq_q; ++s)
     if (visible_keys(p, s).empty()) empty.push_back(s);
   if (empty.empty()) return f;
-  if (every_gradient_nan(p, c.original())) {
+  if (static_cast<int64_t>(empty.size()) < p.seq_q && every_gradient_nan(p, c.original())) {
     f.evidence.push_back({"empty-row", "not applicable: every dQ, dK and dV element is NaN, for the rows with "
                                        "keys too: nothing specific to the empty rows"});
     return f;

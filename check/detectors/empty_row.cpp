@@ -89,8 +89,9 @@ Finding empty_row_gradients(Context& c) {
     if (visible_keys(p, s).empty()) empty.push_back(s);
   if (empty.empty()) return f;
   if (static_cast<int64_t>(empty.size()) < p.seq_q && every_gradient_nan(p, c.original())) {
-    f.evidence.push_back({"empty-row", "not applicable: every dQ, dK and dV element is NaN, for the rows with "
-                                       "keys too: nothing specific to the empty rows"});
+    f.evidence.push_back({"empty-row",
+                          "not applicable: every dQ, dK and dV element is NaN, for the rows with "
+                          "keys too: nothing specific to the empty rows"});
     return f;
   }
   RunOptions o = c.opts;
@@ -114,8 +115,8 @@ Finding empty_row_gradients(Context& c) {
     rows.push_back(e.s);
   }
   if (!n && !kv) {
-    f.evidence.push_back({"empty-row", "query rows s = " + ranges(empty) +
-                                           " see no key, and their dQ is 0 as it must be"});
+    f.evidence.push_back(
+        {"empty-row", "query rows s = " + ranges(empty) + " see no key, and their dQ is 0 as it must be"});
     return f;
   }
   // The experiment (dense problems: the sequence layouts' lse rows are the dense view's).
@@ -137,11 +138,12 @@ Finding empty_row_gradients(Context& c) {
         CheckResult g2;
         judge_gradients(c.pc, x, o, g2);
         cleared = g2.verdict == Verdict::kPass;
-        shown = cleared
-                    ? "; with the lse of those rows set to 0 instead of -inf (nothing else changed) every gradient "
-                      "passes: the kernel mishandles lse = -inf of rows that see no key"
-                    : "; with the lse of those rows set to 0 instead of -inf the gradients still fail (" +
-                          std::string(verdict_name(g2.verdict)) + fmt(", max err/bound %s)", num(g2.max_ratio).c_str());
+        shown = cleared ? "; with the lse of those rows set to 0 instead of -inf (nothing else changed) "
+                          "every gradient "
+                          "passes: the kernel mishandles lse = -inf of rows that see no key"
+                        : "; with the lse of those rows set to 0 instead of -inf the gradients still fail (" +
+                              std::string(verdict_name(g2.verdict)) +
+                              fmt(", max err/bound %s)", num(g2.max_ratio).c_str());
       }
     }
   }
@@ -150,7 +152,8 @@ Finding empty_row_gradients(Context& c) {
   const std::string seen =
       n ? "query rows s = " + ranges(rows) + " see no key (" + why_empty(p, rows.front()) +
               ", LSE = -inf): their dQ must be 0, but " +
-              fmt("%lld element(s) are not (%lld NaN/Inf); first ", (long long)n, (long long)nonfinite) + example
+              fmt("%lld element(s) are not (%lld NaN/Inf); first ", (long long)n, (long long)nonfinite) +
+              example
         : "query rows s = " + ranges(empty) + " see no key and their dQ is 0, " +
               fmt("%lld dK / dV element(s) fail", (long long)kv);
   if (!n && !cleared) {  // dK / dV only, and the experiment does not tie them to the empty rows
@@ -179,13 +182,15 @@ Finding empty_row(Context& c) {
   };
   // A failure in which every output element is NaN (rows with keys too) says nothing about empty rows.
   if (every_o_nan(c, ex)) {
-    f.evidence.push_back({"empty-row", "not applicable: every O element is NaN, in the rows with keys too: nothing "
-                                       "specific to the empty rows"});
+    f.evidence.push_back({"empty-row",
+                          "not applicable: every O element is NaN, in the rows with keys too: nothing "
+                          "specific to the empty rows"});
     return f;
   }
   Kind k_nan{"O NaN (0 / 0, or exp(-inf - -inf) = exp(NaN))"}, k_inf{"O +-Inf"},
       k_unmasked{"O equal to the unmasked result (the softmax over all Sk keys)"},
-      k_mean{"O equal to the mean of V over every key (equal weights: a softmax over all-equal masked scores)"},
+      k_mean{
+          "O equal to the mean of V over every key (equal weights: a softmax over all-equal masked scores)"},
       k_garbage{"O finite, not 0 and not the unmasked result"}, k_lse{"O = 0 but LSE not -inf"};
   std::vector<int64_t> rows;
   std::vector<std::string> reasons;

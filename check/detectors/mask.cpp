@@ -107,9 +107,9 @@ namespace {
 
 // The masks a kernel may have used instead of the asked one, as layout problems (pc.problem() with another
 // mask) with their labels. A sequence layout aligns each per sequence like the asked mask, and adds the
-// bottom-right mask aligned with the batch's largest lengths (off = max Sk - max Sq for every sequence instead
-// of Sk_b - Sq_b: the same top-left window for all sequences, j - i in [off - left, off + right]) when its
-// sides are not negative.
+// bottom-right mask aligned with the batch's largest lengths (off = max Sk - max Sq for every sequence
+// instead of Sk_b - Sq_b: the same top-left window for all sequences, j - i in [off - left, off + right])
+// when its sides are not negative.
 std::vector<std::pair<Problem, std::string>> other_masks(const Context& c) {
   const Problem& lp = c.pc.problem();
   const bool seqs = c.seqs();
@@ -125,19 +125,20 @@ std::vector<std::pair<Problem, std::string>> other_masks(const Context& c) {
     bm.window_right = r == AF_UNBOUNDED ? AF_UNBOUNDED : r + off;
     if ((bm.window_left == AF_UNBOUNDED || bm.window_left >= 0) &&
         (bm.window_right == AF_UNBOUNDED || bm.window_right >= 0))
-      out.push_back({bm, mask_to_string(lp) + fmt(" aligned with the batch's largest lengths (offset %lld = "
-                                                  "max Sk - max Sq for every sequence, instead of Sk_b - Sq_b)",
-                                                  (long long)off)});
+      out.push_back(
+          {bm, mask_to_string(lp) + fmt(" aligned with the batch's largest lengths (offset %lld = "
+                                        "max Sk - max Sq for every sequence, instead of Sk_b - Sq_b)",
+                                        (long long)off)});
   }
   return out;
 }
 
 // Rows another mask (exv) leaves without keys that came out NaN in every O element: the 0 / 0 of a softmax
 // over no key, what a kernel without an empty-row guard writes for a row it found empty. They are set to that
-// row's exact result under exv (O = 0, LSE = -inf) in `out`, so that the comparison under the other mask judges
-// the rest: must_see counts those that have keys under the asked mask (ex), both those empty under both (an
-// empty-row bug of their own; set to O = 0 they equal the asked mask's result too, so they never count as a
-// match).
+// row's exact result under exv (O = 0, LSE = -inf) in `out`, so that the comparison under the other mask
+// judges the rest: must_see counts those that have keys under the asked mask (ex), both those empty under
+// both (an empty-row bug of their own; set to O = 0 they equal the asked mask's result too, so they never
+// count as a match).
 struct NaNEmpty {
   int64_t must_see = 0, both = 0;
 };
@@ -148,7 +149,8 @@ NaNEmpty empty_rows_written_nan(const Problem& p, const OracleResult& ex, const 
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t s = 0; s < p.seq_q; ++s) {
         const RowInfo &ri = ex.row(b, h, s), &rv = exv.row(b, h, s);
-        if (!ri.computed || ri.kind == RowKind::kNaN || !rv.computed || rv.kind != RowKind::kFullyMasked) continue;
+        if (!ri.computed || ri.kind == RowKind::kNaN || !rv.computed || rv.kind != RowKind::kFullyMasked)
+          continue;
         bool all_nan = p.head_dim_v > 0;
         for (int64_t d = 0; d < p.head_dim_v && all_nan; ++d)
           all_nan = std::isnan(out.o[static_cast<size_t>(o_index(p, b, s, h, d))]);
@@ -183,33 +185,35 @@ void other_mask_test(Context& c, Finding& f) {
     const VariantMatch vm = variant_match(p, ex, v, exv, out);
     if (vm.real == 0) {
       f.evidence.push_back(
-          {"mask", vm.nan_pairs ? fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not a match",
-                                      label.c_str(), (long long)vm.nan_pairs)
-                                : "mask " + label +
-                                      ": passes only because the failing elements are not judged under it "
-                                      "(outside the fp32 contract there): not a match"});
+          {"mask", vm.nan_pairs
+                       ? fmt("mask %s: the %lld failing element(s) agree only as NaN = NaN: not a match",
+                             label.c_str(), (long long)vm.nan_pairs)
+                       : "mask " + label +
+                             ": passes only because the failing elements are not judged under it "
+                             "(outside the fp32 contract there): not a match"});
       continue;
     }
     f.fired = true;
     f.cls = FailureClass::kMask;
     f.evidence.push_back(
-        {"mask", "O matches the exact result under mask " + label + " (the case asks for " +
-                     mask_to_string(c.pc.problem()) +
-                     fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) "
-                         "match with values",
-                         (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real) +
-                     (vm.nan_pairs ? fmt(" (%lld more only as NaN = NaN, not counted)", (long long)vm.nan_pairs)
-                                   : "") +
-                     (nan_empty.must_see
-                          ? fmt("; %lld (b, h, row)s that must see keys have none under it and came out NaN in "
-                                "every element (the 0 / 0 of a softmax over no key), counted as that mask's "
-                                "empty rows",
-                                (long long)nan_empty.must_see)
-                          : "") +
-                     (nan_empty.both ? fmt("; %lld (b, h, row)s empty under both masks also came out NaN, not "
-                                           "O = 0 (an empty-row failure of its own)",
-                                           (long long)nan_empty.both)
-                                     : "")});
+        {"mask",
+         "O matches the exact result under mask " + label + " (the case asks for " +
+             mask_to_string(c.pc.problem()) +
+             fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) "
+                 "match with values",
+                 (long long)r.compared, num(r.max_ratio).c_str(), (long long)vm.real) +
+             (vm.nan_pairs ? fmt(" (%lld more only as NaN = NaN, not counted)", (long long)vm.nan_pairs)
+                           : "") +
+             (nan_empty.must_see
+                  ? fmt("; %lld (b, h, row)s that must see keys have none under it and came out NaN in "
+                        "every element (the 0 / 0 of a softmax over no key), counted as that mask's "
+                        "empty rows",
+                        (long long)nan_empty.must_see)
+                  : "") +
+             (nan_empty.both ? fmt("; %lld (b, h, row)s empty under both masks also came out NaN, not "
+                                   "O = 0 (an empty-row failure of its own)",
+                                   (long long)nan_empty.both)
+                             : "")});
     return;
   }
 }
@@ -248,8 +252,8 @@ bool mask_matters(const Problem& p, const std::string& tensor, int64_t s) {
 // Negates x at sequence positions `at` of every batch and head, all `dim` elements (index(b, s, h, d): its
 // element index). Negation is exact in every dtype: a correct kernel's hidden pairs still add exact zeros.
 template <class Index>
-void negate_at(std::vector<float>& x, const std::vector<int64_t>& at, int64_t batch, int64_t heads, int64_t dim,
-               Index index) {
+void negate_at(std::vector<float>& x, const std::vector<int64_t>& at, int64_t batch, int64_t heads,
+               int64_t dim, Index index) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t s : at)
@@ -302,97 +306,125 @@ std::string gradient_leak(Context& c, std::string& tried) {
   const Tensors& t = c.tensors();
   const LaunchOutcome& out = c.original();
   const GradResult& g = c.pc.grad(c.opts.oracle);
-  // (1) rows as probes
-  std::vector<int64_t> rows;
-  {
-    int64_t most = -1, fewest = -1, nm = 0, nf = 0;
+  // The worst failing gradient element: its row (dQ) or key (dK, dV) is the first probe, so that the
+  // experiment looks where the failure is.
+  const ElementReport* worst = c.j.result.worst.empty() ? nullptr : &c.j.result.worst.front();
+  // (1) rows as probes: K, V negated at the keys a probe row does not see must not move dQ of the rows that
+  // see none of them
+  auto row_probes = [&]() -> std::string {
+    std::vector<int64_t> rows;
+    if (worst && worst->tensor == "dQ" && !hidden_keys(p, worst->s).empty() &&
+        !visible_keys(p, worst->s).empty())
+      rows.push_back(worst->s);
+    {
+      int64_t most = -1, fewest = -1, nm = 0, nf = 0;
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const int64_t n = static_cast<int64_t>(hidden_keys(p, i).size());
+        if (n == 0 || visible_keys(p, i).empty()) continue;
+        if (most < 0 || n > nm) most = i, nm = n;
+        if (fewest < 0 || n < nf) fewest = i, nf = n;
+      }
+      for (int64_t r : {most, fewest})
+        if (r >= 0 && std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
+    }
+    for (int64_t r : rows) {
+      const std::vector<int64_t> keys = hidden_keys(p, r);
+      std::vector<int64_t> checked;
+      for (int64_t i = 0; i < p.seq_q; ++i)
+        if (!sees_any(visible_keys(p, i), keys)) checked.push_back(i);
+      Tensors pt = t;
+      negate_at(pt.k, keys, p.batch, p.heads_kv, p.head_dim, [&](auto... i) { return k_index(p, i...); });
+      negate_at(pt.v, keys, p.batch, p.heads_kv, p.head_dim_v, [&](auto... i) { return v_index(p, i...); });
+      const LaunchOutcome po = c.launch(pt);
+      if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
+      Moved m;
+      moved(p, "dQ", out.dq, po.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound, checked, m);
+      if (!tried.empty()) tried += "; ";
+      tried += fmt("K, V negated at the %zu key(s) row %lld does not see (j = ", keys.size(), (long long)r) +
+               ranges(keys) + fmt("): %lld dQ element(s) of rows s = ", (long long)m.checked) +
+               ranges(checked) + " unmoved";
+      if (m.changed)
+        return fmt("K and V negated at the %zu key(s) row %lld must not see (j = ", keys.size(),
+                   (long long)r) +
+               ranges(keys) +
+               fmt(") moved %lld dQ element(s) of rows that see none of them (s = ", (long long)m.changed) +
+               ranges(m.where) + "); first " + m.first;
+    }
+    return {};
+  };
+  // (2) keys as probes: Q, dO negated at the rows that do not see a probe key must not move dK / dV of the
+  // keys none of those rows sees
+  auto key_probes = [&]() -> std::string {
+    std::vector<std::vector<int64_t>> blind(static_cast<size_t>(p.seq_k));  // rows that do not see key j
     for (int64_t i = 0; i < p.seq_q; ++i) {
-      const int64_t n = static_cast<int64_t>(hidden_keys(p, i).size());
-      if (n == 0 || visible_keys(p, i).empty()) continue;
-      if (most < 0 || n > nm) most = i, nm = n;
-      if (fewest < 0 || n < nf) fewest = i, nf = n;
+      const KeyRange kr = visible_keys(p, i);
+      for (int64_t j = 0; j < p.seq_k; ++j)
+        if (kr.empty() || j < kr.first || j >= kr.last) blind[static_cast<size_t>(j)].push_back(i);
     }
-    if (most >= 0) rows.push_back(most);
-    if (fewest >= 0 && fewest != most) rows.push_back(fewest);
-  }
-  for (int64_t r : rows) {
-    const std::vector<int64_t> keys = hidden_keys(p, r);
-    std::vector<int64_t> checked;
-    for (int64_t i = 0; i < p.seq_q; ++i)
-      if (!sees_any(visible_keys(p, i), keys)) checked.push_back(i);
-    Tensors pt = t;
-    negate_at(pt.k, keys, p.batch, p.heads_kv, p.head_dim, [&](auto... i) { return k_index(p, i...); });
-    negate_at(pt.v, keys, p.batch, p.heads_kv, p.head_dim_v, [&](auto... i) { return v_index(p, i...); });
-    const LaunchOutcome po = c.launch(pt);
-    if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
-    Moved m;
-    moved(p, "dQ", out.dq, po.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound, checked, m);
-    if (!tried.empty()) tried += "; ";
-    tried += fmt("K, V negated at the %zu key(s) row %lld does not see (j = ", keys.size(), (long long)r) +
-             ranges(keys) + fmt("): %lld dQ element(s) of rows s = ", (long long)m.checked) +
-             ranges(checked) + " unmoved";
-    if (m.changed)
-      return fmt("K and V negated at the %zu key(s) row %lld must not see (j = ", keys.size(), (long long)r) +
-             ranges(keys) +
-             fmt(") moved %lld dQ element(s) of rows that see none of them (s = ", (long long)m.changed) +
-             ranges(m.where) + "); first " + m.first;
-  }
-  // (2) keys as probes
-  std::vector<std::vector<int64_t>> blind(static_cast<size_t>(p.seq_k));  // rows that do not see key j
-  for (int64_t i = 0; i < p.seq_q; ++i) {
-    const KeyRange kr = visible_keys(p, i);
-    for (int64_t j = 0; j < p.seq_k; ++j)
-      if (kr.empty() || j < kr.first || j >= kr.last) blind[static_cast<size_t>(j)].push_back(i);
-  }
-  std::vector<int64_t> keys;
-  {
-    int64_t most = -1, fewest = -1;
-    size_t nm = 0, nf = 0;
-    for (int64_t j = 0; j < p.seq_k; ++j) {
+    std::vector<int64_t> keys;
+    auto probe_key = [&](int64_t j) {  // seen by some row and not by every row
       const size_t n = blind[static_cast<size_t>(j)].size();
-      if (n == 0 || n == static_cast<size_t>(p.seq_q)) continue;  // seen by every row, or by none
-      if (most < 0 || n > nm) most = j, nm = n;
-      if (fewest < 0 || n < nf) fewest = j, nf = n;
+      return n > 0 && n < static_cast<size_t>(p.seq_q);
+    };
+    if (worst && (worst->tensor == "dK" || worst->tensor == "dV") && worst->s < p.seq_k &&
+        probe_key(worst->s))
+      keys.push_back(worst->s);
+    {
+      int64_t most = -1, fewest = -1;
+      size_t nm = 0, nf = 0;
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        const size_t n = blind[static_cast<size_t>(j)].size();
+        if (n == 0 || n == static_cast<size_t>(p.seq_q)) continue;  // seen by every row, or by none
+        if (most < 0 || n > nm) most = j, nm = n;
+        if (fewest < 0 || n < nf) fewest = j, nf = n;
+      }
+      for (int64_t j : {most, fewest})
+        if (j >= 0 && std::find(keys.begin(), keys.end(), j) == keys.end()) keys.push_back(j);
     }
-    if (most >= 0) keys.push_back(most);
-    if (fewest >= 0 && fewest != most) keys.push_back(fewest);
-  }
-  for (int64_t kj : keys) {
-    const std::vector<int64_t>& rs = blind[static_cast<size_t>(kj)];
-    std::vector<int64_t> checked;
-    for (int64_t j = 0; j < p.seq_k; ++j) {
-      bool seen = false;
-      for (int64_t i : rs) seen |= sees_any(visible_keys(p, i), {j});
-      if (!seen) checked.push_back(j);
+    for (int64_t kj : keys) {
+      const std::vector<int64_t>& rs = blind[static_cast<size_t>(kj)];
+      std::vector<int64_t> checked;
+      for (int64_t j = 0; j < p.seq_k; ++j) {
+        bool seen = false;
+        for (int64_t i : rs) seen |= sees_any(visible_keys(p, i), {j});
+        if (!seen) checked.push_back(j);
+      }
+      Tensors pt = t;
+      negate_at(pt.q, rs, p.batch, p.heads_q, p.head_dim, [&](auto... i) { return q_index(p, i...); });
+      negate_at(pt.dout, rs, p.batch, p.heads_q, p.head_dim_v, [&](auto... i) { return o_index(p, i...); });
+      const LaunchOutcome po = c.launch(pt);
+      if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
+      Moved m;
+      moved(p, "dK", out.dk, po.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
+      moved(p, "dV", out.dv, po.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
+      if (!tried.empty()) tried += "; ";
+      tried +=
+          fmt("Q, dO negated at the %zu row(s) that do not see key %lld (s = ", rs.size(), (long long)kj) +
+          ranges(rs) + fmt("): %lld dK / dV element(s) of keys j = ", (long long)m.checked) +
+          ranges(checked) + " unmoved";
+      if (m.changed)
+        return fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(),
+                   (long long)kj) +
+               ranges(rs) +
+               fmt(") moved %lld dK / dV element(s) of keys none of them sees (j = ", (long long)m.changed) +
+               ranges(m.where) + "); first " + m.first;
     }
-    Tensors pt = t;
-    negate_at(pt.q, rs, p.batch, p.heads_q, p.head_dim, [&](auto... i) { return q_index(p, i...); });
-    negate_at(pt.dout, rs, p.batch, p.heads_q, p.head_dim_v, [&](auto... i) { return o_index(p, i...); });
-    const LaunchOutcome po = c.launch(pt);
-    if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
-    Moved m;
-    moved(p, "dK", out.dk, po.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
-    moved(p, "dV", out.dv, po.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
-    if (!tried.empty()) tried += "; ";
-    tried += fmt("Q, dO negated at the %zu row(s) that do not see key %lld (s = ", rs.size(), (long long)kj) +
-             ranges(rs) + fmt("): %lld dK / dV element(s) of keys j = ", (long long)m.checked) +
-             ranges(checked) + " unmoved";
-    if (m.changed)
-      return fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(),
-                 (long long)kj) +
-             ranges(rs) +
-             fmt(") moved %lld dK / dV element(s) of keys none of them sees (j = ", (long long)m.changed) +
-             ranges(m.where) + "); first " + m.first;
-  }
-  return {};
+    return {};
+  };
+  // The probes of the failing tensor first (a dK / dV failure: keys as probes).
+  const bool keys_first = worst && (worst->tensor == "dK" || worst->tensor == "dV");
+  std::string found = keys_first ? key_probes() : row_probes();
+  if (found.empty()) found = keys_first ? row_probes() : key_probes();
+  return found;
 }
 
 // The NaN / Inf leak experiment for gradients (dense problems): the non-finite q / k / v / dO entries of keys
-// and rows the mask hides from someone are replaced by 0 and the backward relaunched. The dQ of a row that sees
-// none of those keys (and holds none itself), and the dK / dV of a key whose every viewer is such a row, have
-// the same exact value before and after; if such elements failed before (NaN / Inf or beyond the bound) and now
-// all pass, a hidden non-finite input reached them (0 * NaN = NaN: masked pairs entered a product). Returns the
-// finding ("" when the experiment does not apply or shows no leak) and says in `tried` what was checked.
+// and rows the mask hides from someone are replaced by 0 and the backward relaunched. The dQ of a row that
+// sees none of those keys (and holds none itself), and the dK / dV of a key whose every viewer is such a row,
+// have the same exact value before and after; if such elements failed before (NaN / Inf or beyond the bound)
+// and now all pass, a hidden non-finite input reached them (0 * NaN = NaN: masked pairs entered a product).
+// Returns the finding ("" when the experiment does not apply or shows no leak) and says in `tried` what was
+// checked.
 std::string gradient_nan_leak(Context& c, std::string& tried) {
   const Problem& p = c.problem();
   const Tensors& t = c.tensors();
@@ -443,25 +475,35 @@ std::string gradient_nan_leak(Context& c, std::string& tried) {
   for (int64_t i = 0; i < p.seq_q; ++i)
     if (!row_same[static_cast<size_t>(i)]) {
       const KeyRange kr = visible_keys(p, i);
-      for (int64_t j = kr.empty() ? 0 : kr.first; !kr.empty() && j < kr.last; ++j) key_same[static_cast<size_t>(j)] = 0;
+      for (int64_t j = kr.empty() ? 0 : kr.first; !kr.empty() && j < kr.last; ++j)
+        key_same[static_cast<size_t>(j)] = 0;
     }
   const LaunchOutcome& out = c.original();
   ++c.stats.launches;
   const LaunchOutcome po = c.launch(pt);
   if (po.launch.status != LaunchStatus::kOk || !po.backward) return {};
   const GradResult& g = c.pc.grad(c.opts.oracle);
-  int64_t failed_before = 0, failed_after = 0;
-  std::string first;
-  auto one = [&](const char* name, size_t e, size_t at, const std::vector<float>& a, const std::vector<float>& x,
-                 const std::vector<double>& ex, const std::vector<double>& bd, int64_t b, int64_t pos, int64_t h,
-                 int64_t d) {
+  int64_t failed_before = 0, failed_after = 0, nan_before = 0,
+          nan_cleared = 0;  // NaN/Inf where exact is finite
+  std::string first, first_cleared;
+  auto one = [&](const char* name, size_t e, size_t at, const std::vector<float>& a,
+                 const std::vector<float>& x, const std::vector<double>& ex, const std::vector<double>& bd,
+                 int64_t b, int64_t pos, int64_t h, int64_t d) {
     if (!judge_element(ex[e], a[at], bd[e]).fail) return;
     ++failed_before;
+    if (std::isfinite(ex[e]) && !std::isfinite(a[at])) {
+      ++nan_before;
+      if (std::isfinite(x[at]) && ++nan_cleared == 1)
+        first_cleared =
+            fmt("%s[b=%lld,%s=%lld,h=%lld,d=%lld]: %s -> %s", name, (long long)b, name[1] == 'Q' ? "s" : "j",
+                (long long)pos, (long long)h, (long long)d, num(a[at]).c_str(), num(x[at]).c_str());
+    }
     if (judge_element(ex[e], x[at], bd[e]).fail) {
       ++failed_after;
     } else if (first.empty()) {
-      first = fmt("%s[b=%lld,%s=%lld,h=%lld,d=%lld]: %s -> %s", name, (long long)b, name[1] == 'Q' ? "s" : "j",
-                  (long long)pos, (long long)h, (long long)d, num(a[at]).c_str(), num(x[at]).c_str());
+      first =
+          fmt("%s[b=%lld,%s=%lld,h=%lld,d=%lld]: %s -> %s", name, (long long)b, name[1] == 'Q' ? "s" : "j",
+              (long long)pos, (long long)h, (long long)d, num(a[at]).c_str(), num(x[at]).c_str());
     }
   };
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -484,13 +526,31 @@ std::string gradient_nan_leak(Context& c, std::string& tried) {
                            (!bad_keys.empty() && !bad_rows.empty() ? " and " : "") +
                            (bad_rows.empty() ? std::string() : "rows s = " + ranges(bad_rows) + " (q / dO)");
   if (!tried.empty()) tried += "; ";
-  tried += "NaN / Inf of the hidden " + what + fmt(" set to 0: %lld failing element(s) the change leaves exact, "
-                                                    "%lld still failing",
-                                                    (long long)failed_before, (long long)failed_after);
-  if (failed_before == 0 || failed_after > 0) return {};
-  return "the NaN / Inf in " + what + ", which the mask hides, reached the gradients: with it set to 0 (the exact "
-         "values of those elements unchanged) " + fmt("all %lld failing element(s) of rows / keys that do not see it "
-                                                      "pass; first ", (long long)failed_before) + first;
+  tried += "NaN / Inf of the hidden " + what +
+           fmt(" set to 0: %lld failing element(s) the change leaves exact, "
+               "%lld still failing",
+               (long long)failed_before, (long long)failed_after);
+  if (failed_before == 0) return {};
+  if (failed_after > 0) {
+    // Not every failure goes away, but every NaN / Inf of those elements turns finite: the hidden NaN / Inf
+    // reached them (the values that stay wrong say the hidden inputs reach them with their values too).
+    if (nan_before == 0 || nan_cleared < nan_before) return {};
+    return "the NaN / Inf in " + what +
+           ", which the mask hides, reached the gradients: with it set to 0 (the exact "
+           "values of those elements unchanged) " +
+           fmt("all %lld NaN / Inf element(s) of rows / keys that do not see it turn finite (%lld element(s) "
+               "stay "
+               "beyond the bound: the hidden inputs reach them with their values too); first ",
+               (long long)nan_before, (long long)failed_after) +
+           first_cleared;
+  }
+  return "the NaN / Inf in " + what +
+         ", which the mask hides, reached the gradients: with it set to 0 (the exact "
+         "values of those elements unchanged) " +
+         fmt("all %lld failing element(s) of rows / keys that do not see it "
+             "pass; first ",
+             (long long)failed_before) +
+         first;
 }
 
 // Gradient failures. Necessary: the same inputs pass under mask none. That alone proves nothing (a precision
@@ -693,8 +753,9 @@ Finding mask(Context& c) {
 
   other_mask_test(c, f);  // (c)
   if (c.seqs()) {
-    f.evidence.push_back({"mask", "the NaN-in-masked-K/V probe (d) is not run on a sequence layout: it writes NaN "
-                                  "at one row's masked keys of every sequence, whose rows see different keys"});
+    f.evidence.push_back({"mask",
+                          "the NaN-in-masked-K/V probe (d) is not run on a sequence layout: it writes NaN "
+                          "at one row's masked keys of every sequence, whose rows see different keys"});
     return f;
   }
 

@@ -25,6 +25,7 @@ enum class BwdBug {
   kNoDsBarrier,       // no barrier between writing the P / dS tiles and reading them
   kGqaOneHead,        // dK / dV of a GQA group from its first query head only
   kTailKvOobWrite,    // the last key tile's dK / dV stored whole (BN rows), past Sk
+  kEmptyRowNanKv,     // kEmptyRowNan in dK / dV only: an empty row's dQ is skipped (0), its NaN P still summed
 };
 
 // ---- forward: one thread per query row (b, h, i), online softmax in fp32 (correct) ----
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(NT)
           // PLANTED: every key of the tile for a row with keys; quiet when nothing is masked (mask none)
           if (l != neg_inf()) row_first[t] = j0, row_last[t] = j0 + cols;
         }
-        if constexpr (kBug == BwdBug::kEmptyRowNan) {
+        if constexpr (kBug == BwdBug::kEmptyRowNan || kBug == BwdBug::kEmptyRowNanKv) {
           // PLANTED: every row of the tile sweeps every key, the mask applied as s = -inf, also for an empty
           // row (lse = -inf): exp(-inf - -inf) = NaN; quiet when no row is empty
           row_vfirst[t] = keys.first;
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(NT)
             for (int64_t d = 0; d < D; ++d) dot += qi[d] * k_tile[c][d];
             for (int64_t d = 0; d < Dv; ++d) dp += gi[d] * v_tile[c][d];
             float s = p.scale * dot;
-            if constexpr (kBug == BwdBug::kEmptyRowNan)
+            if constexpr (kBug == BwdBug::kEmptyRowNan || kBug == BwdBug::kEmptyRowNanKv)
               if (j < row_vfirst[r] || j >= row_vlast[r]) s = neg_inf();
             P = expf(s - row_lse[r]);
             dS = P * (dp - row_delta[r]);
@@ -201,6 +202,8 @@ __global__ void __launch_bounds__(NT)
           const int r = (int)(idx / D);
           const int64_t d = idx % D;
           if (row_first[r] >= row_last[r]) continue;
+          if constexpr (kBug == BwdBug::kEmptyRowNanKv)
+            if (row_lse[r] == neg_inf()) continue;  // PLANTED: dQ guards the empty row; dK / dV above do not
           float acc = 0.0f;
           for (int64_t j = row_first[r]; j < row_last[r]; ++j) acc += ds_tile[r][j - j0] * k_tile[j - j0][d];
           if constexpr (kBug == BwdBug::kDqPlainAdd)
@@ -438,6 +441,8 @@ const af_kernel kBackwardBugs[] = {
     AF_PLANTED_BWD("planted-bwd-gqa-one-head", kGqaOneHead, "dK / dV of a GQA group from its first query head only"),
     AF_PLANTED_BWD("planted-bwd-tail-kv-oob-write", kTailKvOobWrite,
                    "last key tile's dK / dV stored whole, past the end"),
+    AF_PLANTED_BWD("planted-bwd-empty-row-nan-kv", kEmptyRowNanKv,
+                   "an empty row's dQ guarded, its exp(s - lse) = NaN still summed into dK / dV"),
     {"planted-bwd-lowp-ds-half", "planted/flash-bwd",
      "f16 / bf16 backward with dS rounded to the element type and dQ / dK / dV summed in it (no fp32 accumulation)",
      kLowpBwdDtypes, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,

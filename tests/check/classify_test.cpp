@@ -277,8 +277,40 @@ TEST(Classify, BackwardMaskNotReappliedIsMaskByALeak) {
     EXPECT_CLASS(o, "mask");
     EXPECT_EQ(o.stats.decided_by, "mask");
     EXPECT_NE(o.evidence.find("moved"), std::string::npos) << o.evidence;
-    EXPECT_NE(o.evidence.find("of rows that see none of them"), std::string::npos) << o.evidence;
+    // a row probe (dQ of rows that see none of its hidden keys) or a key probe (dK / dV of keys none of the
+    // negated rows sees), whichever the failing tensor starts with
+    EXPECT_TRUE(o.evidence.find("of rows that see none of them") != std::string::npos ||
+                o.evidence.find("of keys none of them sees") != std::string::npos)
+        << o.evidence;
   }
+}
+
+// Issue 25 item 3: a NaN at a masked key that reaches the gradients through P recomputed for masked keys
+// (0 * NaN) is `mask`, its evidence naming the key and the gradient tensor, never non-finite or empty-row.
+TEST(Classify, BackwardMaskedNaNReachingTheGradientsIsMaskNamingKeyAndTensor) {
+  Case c = bwd_case(1, 1, 1, 33, 16, "causal-tl", "uniform:1", 1, AF_DTYPE_F32);
+  SpecialValue sv;
+  ASSERT_EQ(parse_special("nan@k:at=20,3", sv), "");  // key 20: masked for rows 0..19
+  c.values.specials.push_back(sv);
+  const Outcome o = run("planted-bwd-mask-not-reapplied", c);
+  EXPECT_CLASS(o, "mask");
+  EXPECT_NE(o.evidence.find("the NaN / Inf in keys j = 20 (k / v), which the mask hides, reached the gradients"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_NE(o.evidence.find("dQ[b=0,s="), std::string::npos) << o.evidence;
+  EXPECT_EQ(o.evidence.find("exp(-inf - -inf)"), std::string::npos) << o.evidence;
+}
+
+// Issue 25 item 3: the gradient leak probes start at the worst failing row / key, so the experiment looks
+// where the failure is (the evidence lists that probe first).
+TEST(Classify, BackwardLeakProbesStartAtTheFailingRow) {
+  const Outcome o = run("planted-bwd-mask-not-reapplied", bwd_case(1, 1, 1, 33, 16, "causal-tl", "uniform:1", 1,
+                                                                   AF_DTYPE_F32));
+  ASSERT_FALSE(o.r.worst.empty());
+  const ElementReport& w = o.r.worst.front();
+  const std::string probe = w.tensor == "dQ" ? "row " + std::to_string(w.s) + " must not see"
+                                             : "must not see key " + std::to_string(w.s) + " ";
+  EXPECT_NE(o.evidence.find(probe), std::string::npos) << w.tensor << " " << w.s << o.evidence;
 }
 
 // Issue 11: a missing rescale on large-magnitude inputs is rescale, not precision. The worst row has keys

@@ -24,6 +24,9 @@ struct Context {
   ClassifyStats& stats;
   std::string case_file;  // written on first use by subprocess detectors
   bool deterministic = false;  // bitwise reruns already matched the checked launch (reruns detector)
+  // Reruns of the same inputs differ only in the sign / payload of NaNs (the operand order of IEEE arithmetic, which
+  // a correct multithreaded library such as BLAS varies): launch_diff then compares NaNs by value, not by bits.
+  bool nan_payloads_vary = false;
   std::optional<Tensors> view_t;  // sequence layouts: q / k / v in the dense view (view_tensors())
 
   // The problem outputs are indexed by (the dense view for a sequence layout); launches use pc.problem().
@@ -80,9 +83,11 @@ struct BitDiff {
   float a = 0, x = 0;                  // its values in the first and second launch
   std::string first() const;           // "O[b=0,s=3,h=0,d=1]: 0.25 vs 0.31"
 };
-// Backward outcomes: also the addressed elements of dQ, dK and dV.
-BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x);
-// What the schedule / rerun / poison-swap detectors compare. Forward: every bit (bit_diff). Backward: O / LSE
+// Backward outcomes: also the addressed elements of dQ, dK and dV. nan_payloads false: two NaNs are the same
+// whatever their sign and payload.
+BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x, bool nan_payloads = true);
+// What the schedule / rerun / poison-swap detectors compare. Forward: every bit (bit_diff; NaN payloads only
+// while c.nan_payloads_vary is false). Backward: O / LSE
 // bits, and gradient elements that differ by more than max(the gradient oracle's bound, 1e-4 of the larger
 // magnitude) or as a NaN/Inf mismatch:
 // a correct kernel accumulating dQ with atomics rounds differently from launch to launch, within the bound

@@ -95,7 +95,11 @@ uint32_t bits(float f) {
 }
 }  // namespace
 
-BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x) {
+BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& x, bool nan_payloads) {
+  // Bitwise equal, or (nan_payloads false) both NaN.
+  auto same_bits = [nan_payloads](float u, float w) {
+    return bits(u) == bits(w) || (!nan_payloads && std::isnan(u) && std::isnan(w));
+  };
   BitDiff r;
   if (a.o.size() != x.o.size() || a.lse.size() != x.lse.size()) {
     r.count = -1;
@@ -112,29 +116,28 @@ BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& 
       for (int64_t h = 0; h < p.heads_q; ++h)
         for (int64_t d = 0; d < p.head_dim_v; ++d) {
           const size_t i = static_cast<size_t>(o_index(p, b, s, h, d));
-          if (i < a.o.size() && bits(a.o[i]) != bits(x.o[i])) note(false, b, s, h, d, a.o[i], x.o[i]);
+          if (i < a.o.size() && !same_bits(a.o[i], x.o[i])) note(false, b, s, h, d, a.o[i], x.o[i]);
         }
   if (!a.lse.empty())
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.heads_q; ++h)
         for (int64_t s = 0; s < p.seq_q; ++s) {
           const size_t i = static_cast<size_t>(lse_index(p, b, h, s));
-          if (i < a.lse.size() && bits(a.lse[i]) != bits(x.lse[i]))
-            note(true, b, s, h, 0, a.lse[i], x.lse[i]);
+          if (i < a.lse.size() && !same_bits(a.lse[i], x.lse[i])) note(true, b, s, h, 0, a.lse[i], x.lse[i]);
         }
   if (!a.backward || !x.backward) return r;
   if (a.dq.size() != x.dq.size() || a.dk.size() != x.dk.size() || a.dv.size() != x.dv.size()) {
     r.count = -1;
     return r;
   }
-  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx, const int64_t* st,
-                  int64_t seq, int64_t heads, int64_t dim) {
+  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx,
+                  const int64_t* st, int64_t seq, int64_t heads, int64_t dim) {
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t s = 0; s < seq; ++s)
         for (int64_t h = 0; h < heads; ++h)
           for (int64_t d = 0; d < dim; ++d) {
             const size_t i = static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d);
-            if (bits(va[i]) == bits(vx[i])) continue;
+            if (same_bits(va[i], vx[i])) continue;
             if (r.count == 0) r.tensor = name;
             note(false, b, s, h, d, va[i], vx[i]);
           }
@@ -147,29 +150,35 @@ BitDiff bit_diff(const Problem& p, const LaunchOutcome& a, const LaunchOutcome& 
 
 BitDiff launch_diff(Context& c, const LaunchOutcome& a, const LaunchOutcome& x) {
   const Problem& p = c.problem();
-  if (!a.backward || !x.backward) return bit_diff(p, a, x);
+  const bool payloads = !c.nan_payloads_vary;
+  auto same_bits = [payloads](float u, float w) {
+    return bits(u) == bits(w) || (!payloads && std::isnan(u) && std::isnan(w));
+  };
+  if (!a.backward || !x.backward) return bit_diff(p, a, x, payloads);
   LaunchOutcome fa, fx;  // O / LSE only: every bit counts
   fa.o = a.o, fa.lse = a.lse, fx.o = x.o, fx.lse = x.lse;
-  BitDiff r = bit_diff(p, fa, fx);
+  BitDiff r = bit_diff(p, fa, fx, payloads);
   if (r.count < 0) return r;
   if (a.dq.size() != x.dq.size() || a.dk.size() != x.dk.size() || a.dv.size() != x.dv.size()) {
     r.count = -1;
     return r;
   }
   const GradResult& g = c.pc.grad(c.opts.oracle);
-  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx, const int64_t* st,
-                  int64_t seq, int64_t heads, int64_t dim, const std::vector<double>& bound) {
+  auto grad = [&](const char* name, const std::vector<float>& va, const std::vector<float>& vx,
+                  const int64_t* st, int64_t seq, int64_t heads, int64_t dim,
+                  const std::vector<double>& bound) {
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t s = 0; s < seq; ++s)
         for (int64_t h = 0; h < heads; ++h)
           for (int64_t d = 0; d < dim; ++d) {
             const size_t i = static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d);
-            if (bits(va[i]) == bits(vx[i])) continue;
+            if (same_bits(va[i], vx[i])) continue;
             // Accumulation order moves a sum by rounding errors relative to its terms: within the element's
             // bound when the result is right, within 1e-4 of its magnitude when it is wrong anyway (a lost
             // update or a missing barrier moves whole terms).
             const double bd = bound[static_cast<size_t>(((b * seq + s) * heads + h) * dim + d)];
-            const double rel = 1e-4 * std::max(std::fabs(static_cast<double>(va[i])), std::fabs(static_cast<double>(vx[i])));
+            const double rel =
+                1e-4 * std::max(std::fabs(static_cast<double>(va[i])), std::fabs(static_cast<double>(vx[i])));
             const ElementJudgement jd = judge_element(va[i], vx[i], std::isnan(bd) ? rel : std::max(bd, rel));
             if (!jd.nonfinite_mismatch && (std::isnan(bd) || !jd.fail)) {
               ++r.within_bound;
@@ -228,8 +237,8 @@ std::string gradient_failure_text(Context& c) {
     heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
     if (!text.empty()) text += "; ";
     const bool q = std::string(t) == "dQ";
-    text += fmt("%s: %lld element(s) beyond the bound (%lld NaN/Inf), %s = ", t, (long long)n, (long long)nonfinite,
-                q ? "query rows s" : "keys j") +
+    text += fmt("%s: %lld element(s) beyond the bound (%lld NaN/Inf), %s = ", t, (long long)n,
+                (long long)nonfinite, q ? "query rows s" : "keys j") +
             ranges(pos) + fmt(" of %s=%lld", q ? "Sq" : "Sk", (long long)(q ? p.seq_q : p.seq_k)) +
             fmt(", %s heads h = ", q ? "query" : "KV") + ranges(heads);
   }

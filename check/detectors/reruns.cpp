@@ -20,7 +20,18 @@ Finding reruns(Context& c) {
       ++differ;
       continue;
     }
-    const BitDiff d = launch_diff(c, c.original(), again);
+    BitDiff d = launch_diff(c, c.original(), again);
+    if (d.count != 0 && !c.nan_payloads_vary &&
+        bit_diff(c.problem(), c.original(), again, false).count == 0) {
+      c.nan_payloads_vary = true;  // only NaN signs / payloads differ: not a value the schedule changed
+      f.evidence.push_back({"reruns", "rerun " + std::to_string(i + 1) +
+                                          " differs from the checked launch only in the "
+                                          "sign / payload of NaNs (" +
+                                          d.first() +
+                                          "): NaNs are compared by value from "
+                                          "here on, not by bits"});
+      d = launch_diff(c, c.original(), again);
+    }
     if (d.count != 0) {
       if (differ == 0) first = d;
       ++differ;
@@ -38,10 +49,11 @@ Finding reruns(Context& c) {
   } else {
     c.deterministic = true;
     f.evidence.push_back(
-        {"reruns", fmt("%d bitwise reruns are identical%s", n,
-                       cpu ? ""
-                           : " (a GPU schedule can be deterministic and still racy: the cpu backend's "
-                             "thread orders and --tsan, or compute-sanitizer racecheck, settle it)")});
+        {"reruns",
+         fmt("%d bitwise reruns are identical%s%s", n, c.nan_payloads_vary ? " (NaNs compared by value)" : "",
+             cpu ? ""
+                 : " (a GPU schedule can be deterministic and still racy: the cpu backend's "
+                   "thread orders and --tsan, or compute-sanitizer racecheck, settle it)")});
   }
   return f;
 }

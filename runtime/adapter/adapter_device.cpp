@@ -28,8 +28,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "attnfuzz/problem.h"
 #include "attnfuzz/registry.h"
@@ -198,8 +198,9 @@ std::string AdapterDevice::start() {
   log_offset_ = 0;
   // The adapter runs under a guardian (runtime/adapter/guardian.h): when this process closes the lifeline,
   // exits or is killed (even by SIGKILL), the adapter and everything it started are killed.
-  const GuardedChild c = spawn_guarded(
-      command_, {"ATTNFUZZ_ADAPTER_PROTOCOL=" + std::to_string(kAdapterProtocolVersion)}, in[0], out[1], log_fd_);
+  const GuardedChild c =
+      spawn_guarded(command_, {"ATTNFUZZ_ADAPTER_PROTOCOL=" + std::to_string(kAdapterProtocolVersion)}, in[0],
+                    out[1], log_fd_);
   const int fork_errno = errno;
   ::close(in[0]);
   ::close(out[1]);
@@ -407,16 +408,20 @@ AdapterDevice::Io AdapterDevice::recv(Json& header, std::vector<unsigned char>& 
 namespace {
 // A kernel's "tunables" (AdapterKernel::Tunable); throws with a sentence naming the kernel.
 std::vector<AdapterKernel::Tunable> parse_tunables(const std::string& kernel, const Json& list) {
-  auto bad = [&](const std::string& what) { return std::runtime_error("kernel " + kernel + ": tunables: " + what); };
+  auto bad = [&](const std::string& what) {
+    return std::runtime_error("kernel " + kernel + ": tunables: " + what);
+  };
   if (!list.is_array()) throw bad("an array of {name, role, values, description}");
   if (list.size() > AF_MAX_TUNABLES) throw bad("at most " + std::to_string(AF_MAX_TUNABLES));
   std::vector<AdapterKernel::Tunable> out;
   for (const Json& t : list) {
-    if (!t.is_object() || !t.contains("name") || !t.at("name").is_string()) throw bad("each needs a \"name\"");
+    if (!t.is_object() || !t.contains("name") || !t.at("name").is_string())
+      throw bad("each needs a \"name\"");
     AdapterKernel::Tunable x;
     x.name = t.at("name").get<std::string>();
-    if (x.name.empty() || x.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
-                              std::string::npos)
+    if (x.name.empty() ||
+        x.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+            std::string::npos)
       throw bad("name '" + x.name + "' (letters, digits, '-' and '_')");
     for (const auto& e : out)
       if (e.name == x.name) throw bad("'" + x.name + "' is declared twice");
@@ -491,23 +496,25 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
-    // How its f16 / bf16 path computes (the bound follows it): "fused" (scores and softmax statistics in fp32,
-    // P rounded before P.V: FlashAttention-style) or "unfused" (scores rounded to the storage type: math-style,
-    // the default, whose bound is the wider one).
+    // How its f16 / bf16 path computes (the bound follows it): "fused" (scores and softmax statistics in
+    // fp32, P rounded before P.V: FlashAttention-style) or "unfused" (scores rounded to the storage type:
+    // math-style, the default, whose bound is the wider one).
     const Json cm = k.value("compute_model", Json("unfused"));
     if (cm == "fused")
       a.compute_model = AF_COMPUTE_FUSED;
     else if (cm == "unfused")
       a.compute_model = AF_COMPUTE_UNFUSED;
     else
-      throw std::runtime_error("kernel " + a.name + ": compute_model is \"fused\" or \"unfused\", not " + cm.dump());
+      throw std::runtime_error("kernel " + a.name + ": compute_model is \"fused\" or \"unfused\", not " +
+                               cm.dump());
     // The dtypes its backward takes (optional; default f32 only, as before the key existed): the ABI's
     // AF_SUPPORTS_BWD bits beside the forward dtypes. f32, f16 and bf16 (the gradient oracle's dtypes).
     if (a.backward && k.contains("backward_dtypes")) {
       for (const Json& d : k.at("backward_dtypes")) {
         const auto dt = parse_wire_dtype(d.is_string() ? d.get<std::string>() : std::string());
         if (!dt || (*dt != AF_DTYPE_F32 && *dt != AF_DTYPE_F16 && *dt != AF_DTYPE_BF16))
-          throw std::runtime_error("kernel " + a.name + ": backward_dtypes takes f32, f16, bf16, not " + d.dump());
+          throw std::runtime_error("kernel " + a.name + ": backward_dtypes takes f32, f16, bf16, not " +
+                                   d.dump());
         if (!(a.dtypes & (1u << *dt)))
           throw std::runtime_error("kernel " + a.name + ": backward dtype " + d.get<std::string>() +
                                    " is not one of its dtypes");
@@ -520,10 +527,12 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.head_dim_multiple = k.value("head_dim_multiple", int64_t{1});
     for (const auto& [key, v] : {std::pair<const char*, int64_t>{"max_head_dim", a.max_head_dim},
                                  {"max_head_dim_v", a.max_head_dim_v}})
-      if (v < 0) throw std::runtime_error("kernel " + a.name + ": " + key + " " + std::to_string(v) + " (>= 0; 0 = no limit)");
+      if (v < 0)
+        throw std::runtime_error("kernel " + a.name + ": " + key + " " + std::to_string(v) +
+                                 " (>= 0; 0 = no limit)");
     if (a.head_dim_multiple < 1)
-      throw std::runtime_error("kernel " + a.name + ": head_dim_multiple " + std::to_string(a.head_dim_multiple) +
-                               " (>= 1)");
+      throw std::runtime_error("kernel " + a.name + ": head_dim_multiple " +
+                               std::to_string(a.head_dim_multiple) + " (>= 1)");
     out.push_back(std::move(a));
   }
   return out;
@@ -611,7 +620,8 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
   j["window_left"] = window_left(p);  // after normalising causal / none; -1 = unbounded
   j["window_right"] = window_right(p);
   j["diagonal_offset"] = mask_offset(p);
-  // fp8: real q/k/v = stored * descale, stored O = fp8(O * o_scale); 1 for every other dtype. Exact as doubles.
+  // fp8: real q/k/v = stored * descale, stored O = fp8(O * o_scale); 1 for every other dtype. Exact as
+  // doubles.
   j["q_descale"] = static_cast<double>(p.q_descale);
   j["k_descale"] = static_cast<double>(p.k_descale);
   j["v_descale"] = static_cast<double>(p.v_descale);
@@ -634,7 +644,8 @@ std::string AdapterDevice::remote_check(const std::string& kernel, const af_prob
   if (pid_ <= 0 && !start().empty()) return {};  // the launch will say what is wrong
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(opts_.timeout_s));
-  Json req = {{"type", "check"}, {"id", ++next_id_}, {"kernel", kernel}, {"problem", problem_json(p, kernel)}};
+  Json req = {
+      {"type", "check"}, {"id", ++next_id_}, {"kernel", kernel}, {"problem", problem_json(p, kernel)}};
   Json h;
   std::vector<unsigned char> payload;
   if (send(req, {}, deadline) != Io::kOk || recv(h, payload, deadline, 0) != Io::kOk) {
@@ -656,12 +667,16 @@ namespace {
 // Bytes of one stored element of the dtypes protocol 1 carries (f32, f16, bf16, fp8); 0 = not carried.
 size_t carried_bytes(int32_t dtype) {
   switch (dtype) {
-    case AF_DTYPE_F32: return 4;
+    case AF_DTYPE_F32:
+      return 4;
     case AF_DTYPE_F16:
-    case AF_DTYPE_BF16: return 2;
+    case AF_DTYPE_BF16:
+      return 2;
     case AF_DTYPE_FP8_E4M3:
-    case AF_DTYPE_FP8_E5M2: return 1;
-    default: return 0;
+    case AF_DTYPE_FP8_E5M2:
+      return 1;
+    default:
+      return 0;
   }
 }
 // The in-bounds elements of a strided [n0, n1, n2, n3] tensor (last stride 1), as contiguous bytes.
@@ -706,8 +721,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   blobs.push_back(gather(b.q, eb, p.q_stride, B, Sq, Hq, D));
   blobs.push_back(gather(b.k, eb, p.k_stride, B, Sk, Hk, D));
   blobs.push_back(gather(b.v, eb, p.v_stride, B, Sk, Hk, Dv));
-  Json tensors = Json::array({desc("q", wire, {B, Sq, Hq, D}), desc("k", wire, {B, Sk, Hk, D}),
-                              desc("v", wire, {B, Sk, Hk, Dv})});
+  Json tensors = Json::array(
+      {desc("q", wire, {B, Sq, Hq, D}), desc("k", wire, {B, Sk, Hk, D}), desc("v", wire, {B, Sk, Hk, Dv})});
   std::vector<Expected> want;
   const bool want_lse = !backward && k.writes_lse && b.lse;
   if (backward) {  // + the forward it is given (O in the dtype, LSE f32) and dO; dQ, dK, dV come back
@@ -724,8 +739,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   } else {
     want.push_back({"o", p.dtype, {B, Sq, Hq, Dv}, {p.o_stride[0], p.o_stride[1], p.o_stride[2]}, b.o});
     if (want_lse)
-      want.push_back({"lse", AF_DTYPE_F32, {B, Hq, Sq, 1}, {p.lse_stride[0], p.lse_stride[1], p.lse_stride[2]},
-                      b.lse});
+      want.push_back(
+          {"lse", AF_DTYPE_F32, {B, Hq, Sq, 1}, {p.lse_stride[0], p.lse_stride[1], p.lse_stride[2]}, b.lse});
   }
   Json req;
   req["type"] = "run";
@@ -811,7 +826,8 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
         std::vector<int64_t> ws(w.n, w.n + 4);
         if (ws.back() == 1 && name == std::string("lse")) ws.pop_back();  // LSE travels as [B, Hq, Sq]
         if (dt != wire_dtype(w.dtype))
-          throw std::runtime_error("tensor " + name + " has dtype " + dt + ", expected " + wire_dtype(w.dtype));
+          throw std::runtime_error("tensor " + name + " has dtype " + dt + ", expected " +
+                                   wire_dtype(w.dtype));
         if (shape != ws)
           throw std::runtime_error("tensor " + name + " has shape " + shape_text(shape) + ", expected " +
                                    shape_text(ws));
@@ -823,7 +839,9 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
         for (int64_t a = 0; a < w.n[0]; ++a)
           for (int64_t bb = 0; bb < w.n[1]; ++bb)
             for (int64_t c = 0; c < w.n[2]; ++c, src += row)
-              if (row) std::memcpy(dst + static_cast<size_t>(a * w.st[0] + bb * w.st[1] + c * w.st[2]) * eb, src, row);
+              if (row)
+                std::memcpy(dst + static_cast<size_t>(a * w.st[0] + bb * w.st[1] + c * w.st[2]) * eb, src,
+                            row);
         got[i] = true;
         off += bytes;
       }

@@ -281,6 +281,19 @@ TEST(Adapter, EveryOutputNaNIsNeverEmptyRow) {
   EXPECT_TRUE(has(r.out, "every O element is NaN, in the rows with keys too")) << r.out;
 }
 
+// Issue 25 item 7: reruns of an adapter whose NaN outputs change sign run to run (a multithreaded BLAS's operand
+// order) are no barrier race: the planted mask leak keeps its class.
+TEST(Adapter, NaNSignNoiseIsNotARace) {
+  NEED_NUMPY();
+  const std::string out = fresh("nan-noise");
+  Result r = check(numpy_adapter("--bug mask-leak --nan-noise"),
+                   "--sq 33 --sk 33 --d 16 --mask causal-br --special nan@v:visible*3", out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto got = classes_in(out);
+  EXPECT_EQ(std::find(got.begin(), got.end(), std::string("barrier-race")), got.end()) << r.out;
+  EXPECT_NE(std::find(got.begin(), got.end(), std::string("mask")), got.end()) << r.out;
+}
+
 // The tunables of the adapter protocol (PROTOCOL.md): declared values are checked at the handshake.
 TEST(Adapter, TunablesAreDeclaredAndSentByName) {
   NEED_NUMPY();

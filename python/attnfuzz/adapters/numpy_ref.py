@@ -9,6 +9,8 @@ tool's own tests.
 
 import argparse
 
+import numpy as np
+
 from attnfuzz.adapter import Kernel, serve
 from attnfuzz.reference import attention, attention_backward
 
@@ -26,11 +28,18 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="f32,f16,bf16,fp8_e4m3,fp8_e5m2",
                     help="declared dtypes, comma-separated (f32, f16, bf16, fp8_e4m3, fp8_e5m2)")
     ap.add_argument("--no-backward", action="store_true", help="declare no backward (a forward-only kernel)")
+    ap.add_argument("--nan-noise", action="store_true",
+                    help="flip the sign of NaN outputs at random, as a multithreaded BLAS's operand order does")
     a = ap.parse_args(argv)
     bug = a.bug
+    rng = np.random.default_rng()
 
     def run(q, k, v, p):
-        return attention(q, k, v, p, bug=None if bug == "bwd-mask-leak" else bug)
+        o, lse = attention(q, k, v, p, bug=None if bug == "bwd-mask-leak" else bug)
+        if a.nan_noise:  # a NaN's sign carries no value: the tool must not read its variation as a race
+            flip = np.isnan(o) & (rng.random(o.shape) < 0.5)
+            o = np.where(flip, -o, o).astype(np.float32)
+        return o, lse
 
     def backward(q, k, v, o, lse, do, p):
         return attention_backward(q, k, v, do, p, o=o, lse=lse, bug=bug if bug == "bwd-mask-leak" else None)

@@ -38,6 +38,7 @@ const PlantedBwd kPlantedBwd[] = {
     {"planted-bwd-delta-scaled", "qk", {1, 2, 1, 20, 24, 16, 16, "none"}, {1, 2, 1, 20, 24, 1, 16, "none"}},
     {"planted-bwd-mask-not-reapplied", "qkv", {1, 1, 1, 33, 33, 16, 16, "causal-tl"}, {1, 1, 1, 33, 33, 16, 16, "none"}},
     {"planted-bwd-empty-row-nan", "qkv", {1, 1, 1, 9, 4, 16, 16, "causal-br"}, {1, 1, 1, 9, 9, 16, 16, "causal-tl"}},
+    {"planted-bwd-empty-row-nan-kv", "kv", {1, 1, 1, 9, 4, 16, 16, "causal-br"}, {1, 1, 1, 9, 9, 16, 16, "causal-tl"}},
     {"planted-bwd-dk-no-scale", "k", {1, 2, 1, 17, 20, 32, 32, "causal-br", true}, {1, 2, 1, 17, 20, 1, 32, "causal-br"}},
     {"planted-bwd-dq-plain-add", "q", {1, 1, 1, 64, 128, 32, 32, "none"}, {1, 1, 1, 64, 16, 32, 32, "none"}, 2},
     {"planted-bwd-no-ds-barrier", "qkv", {1, 1, 1, 20, 20, 16, 16, "none"}, {1, 1, 1, 1, 1, 1, 1, "none"}},

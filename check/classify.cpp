@@ -51,6 +51,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   bool decided = false;
   FailureClass cls = r.failure;
   stats.decided_by = "check";
+  r.decided_by = "check";
   // Runs one detector; a firing detector decides the class unless one of higher precedence already did.
   auto run = [&](const char* name, detect::Finding (*fn)(detect::Context&)) -> detect::Finding {
     detect::Finding f;
@@ -65,6 +66,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
       cls = f.cls;
       decided = true;
       stats.decided_by = name;
+      r.decided_by = f.kind.empty() ? std::string(name) : std::string(name) + "/" + f.kind;
     }
     return f;
   };
@@ -126,6 +128,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     if (nf.overflow_shown && cls == FailureClass::kMask) {  // a visible score overflows: not a mask finding
       cls = FailureClass::kNonFinite;
       stats.decided_by = "non-finite (a visible score is past exp's fp32 range; the mask finding stays as evidence)";
+      r.decided_by = "non-finite/overflow";
     }
   }
   if (!decided) run("precision", detect::precision);

@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "fuzz/campaign.h"
 
@@ -37,17 +39,21 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
   const KernelEntry& k = *w->kernels().front();
   const RunOptions run = w->run_options();
   CheckResult last;
+  // The class AND the kind of its evidence must stay (a causal off-by-one must keep "O matches the exact result
+  // under mask ..." and not shrink into a case where only a fit or the flash rule says mask): the first check,
+  // on the file's own case, fixes decided_by ("mask/other-mask", "reorder", ...).
+  std::optional<std::string> decided;
   auto still_fails = [&](const Case& c) {
     if (!validate(c).empty()) return false;
     PreparedCase pc(c);
     Judged j = check_case(w->device(), k, pc, run);
     if (j.result.verdict != Verdict::kFail) return false;
     refine_class(w->device(), k, pc, run, cfg.plugins, j);
-    if (j.result.failure == rv.failure) {
-      last = j.result;
-      return true;
-    }
-    return false;
+    if (j.result.failure != rv.failure) return false;
+    if (!decided) decided = j.result.decided_by;
+    if (j.result.decided_by != *decided) return false;
+    last = j.result;
+    return true;
   };
   const auto t0 = std::chrono::steady_clock::now();
   if (!still_fails(cf.the_case)) {
@@ -93,8 +99,8 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
     return 2;
   }
   std::printf(
-      "minimized %s (%s, %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
-      path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), checks, secs,
+      "minimized %s (%s, %s by %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
+      path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), decided->c_str(), checks, secs,
       describe(cf.the_case).c_str(), describe(best).c_str(), saved.c_str(),
       replay_command(cfg, saved.string()).c_str());
   return 0;

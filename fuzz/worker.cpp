@@ -134,8 +134,10 @@ std::string failure_signature(const CheckResult& r) {
     return "crash:leak";
   if (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang)
     return failure_class_name(r.failure);
+  // The detector that named the class and the kind of its evidence (mask/other-mask, reorder, ...); an
+  // unclassified failure keeps its first evidence line's detector.
   return std::string(failure_class_name(r.failure)) + ":" +
-         (r.evidence.empty() ? "-" : r.evidence.front().detector);
+         (!r.decided_by.empty() ? r.decided_by : r.evidence.empty() ? "-" : r.evidence.front().detector);
 }
 
 bool refine_class(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& run,

@@ -67,6 +67,7 @@ struct Finding {
   std::vector<Evidence> evidence;
   bool unreliable_baseline = false;  // reruns differ: bitwise experiments cannot be trusted
   bool overflow_shown = false;  // non-finite: every failing row shown has a visible score past exp's fp32 range
+  std::string kind;  // which of the detector's tests fired, where it has several ("other-mask", "nan-leak", ...)
 };
 
 // ---- helpers (helpers.cpp) ----

@@ -193,6 +193,7 @@ void other_mask_test(Context& c, Finding& f) {
                              "(outside the fp32 contract there): not a match"});
       continue;
     }
+    if (!f.fired) f.kind = "other-mask";
     f.fired = true;
     f.cls = FailureClass::kMask;
     f.evidence.push_back(
@@ -595,6 +596,7 @@ Finding mask_gradients(Context& c) {
     tried = "not run (sequence layout)";
   } else {
     if (const std::string nan_leak = gradient_nan_leak(c, tried); !nan_leak.empty()) {
+      f.kind = "nan-leak";
       f.fired = true;
       f.cls = FailureClass::kMask;
       f.evidence.push_back({"mask", passes + "; " + nan_leak});
@@ -602,6 +604,7 @@ Finding mask_gradients(Context& c) {
     }
     const std::string leak = gradient_leak(c, tried);
     if (!leak.empty()) {
+      f.kind = "leak";
       f.fired = true;
       f.cls = FailureClass::kMask;
       f.evidence.push_back({"mask", passes + "; " + leak +
@@ -626,6 +629,7 @@ Finding mask_gradients(Context& c) {
     outside += !mask_matters(p, e.tensor, e.s);
   }
   if (failing && !nonfinite && outside == 0 && worst > kPrecisionLimit) {
+    f.kind = "far-where-hidden";
     f.fired = true;
     f.cls = FailureClass::kMask;
     f.evidence.push_back(
@@ -661,7 +665,8 @@ Finding mask(Context& c) {
   const LaunchOutcome& out = c.original();
   if (out.o.empty()) return f;
   const OracleResult& ex = c.pc.oracle(c.opts.oracle);
-  auto fire = [&](std::string detail) {
+  auto fire = [&](const char* kind, std::string detail) {
+    if (!f.fired) f.kind = kind;
     f.fired = true;
     f.cls = FailureClass::kMask;
     f.evidence.push_back({"mask", std::move(detail)});
@@ -687,7 +692,7 @@ Finding mask(Context& c) {
     }
     if (n) {
       std::sort(rows.begin(), rows.end());
-      fire(fmt("%lld (b, h, row)s that must see keys were written as empty rows (no visible key found: "
+      fire("written-empty", fmt("%lld (b, h, row)s that must see keys were written as empty rows (no visible key found: "
                "a mask alignment or offset bug; s = ",
                (long long)n) +
            ranges(rows) + "); " + example);
@@ -748,7 +753,7 @@ Finding mask(Context& c) {
             ranges(masked_bad);
     }
     if (n)
-      fire(fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
+      fire("nan-leak", fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
   }
 
   other_mask_test(c, f);  // (c)
@@ -812,7 +817,7 @@ Finding mask(Context& c) {
               if (rows.empty() || rows.back() != i) rows.push_back(i);
             }
       if (changed) {
-        fire(fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(),
+        fire("probe", fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(),
                  (long long)r) +
              ranges(masked) +
              fmt(") changed %lld output element(s) of rows that see none of them (s = ", (long long)changed) +

@@ -78,6 +78,10 @@ struct CheckResult {
   double oracle_ms = 0;
   std::string tensor;  // a failed backward check: the first failing tensor ("dQ", "dK", "dV"; "O" / "LSE" when
                        // the forward of a fwd+bwd case failed); empty otherwise
+  // A classified failure: the detector that named the class and the kind of its evidence ("mask/other-mask",
+  // "reorder", "empty-row"; "check" when no detector decided); empty before classification. The failure's
+  // signature and the minimizer keep it.
+  std::string decided_by;
 };
 
 }  // namespace attnfuzz

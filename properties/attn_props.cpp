@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
   bool no_shrink = false, strict = false, quiet = false;
   std::string values = "ieee", pass = "fwd";
   CLI::App app{
-      "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu "
-      "emulator. RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...).",
+      "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu emulator.\n"
+      "RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...).",
       "attn-props"};
   using namespace cli;
   const char* props_g = "Properties";
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str()
       ->group(cases);
-  app.footer("Exit status: 0 every property held on at least one case, 1 a property failed, 2 usage or input "
+  app.footer("Exit status: 0 every property held on at least one case, 1 a property failed, 2 usage or input\n"
              "error (also when nothing selected could run a case).");
   app.set_version_flag("--version", "attn-props " ATTNFUZZ_VERSION);
   if (const int rc = parse_or_exit_code(app, argc, argv, "attn-props"); rc >= 0) return rc;

@@ -835,12 +835,14 @@ int Runner::finish() {
     if (r.result.verdict != Verdict::kUnsupported && !std::isnan(r.result.max_ratio))
       row.worst = std::max(row.worst, r.result.max_ratio);
   }
-  std::printf("\n%-22s %6s %6s %11s %9s %10s  %s\n", "kernel", "pass", "FAIL", "unsupported", "outside",
+  int width = 22;  // the kernel column as wide as its longest name: the counts line up
+  for (const auto& [name, row] : rows) width = std::max(width, static_cast<int>(name.size()));
+  std::printf("\n%-*s %6s %6s %11s %9s %10s  %s\n", width, "kernel", "pass", "FAIL", "unsupported", "outside",
               "max err/bnd", "failure classes");
   for (const auto& [name, row] : rows) {
     std::string cls;
     for (const auto& [c, n] : row.classes) cls += (cls.empty() ? "" : ", ") + c + " x" + std::to_string(n);
-    std::printf("%-22s %6lld %6lld %11lld %9lld %10s  %s\n", name.c_str(), (long long)row.pass,
+    std::printf("%-*s %6lld %6lld %11lld %9lld %10s  %s\n", width, name.c_str(), (long long)row.pass,
                 (long long)row.fail, (long long)row.unsupported, (long long)row.outside,
                 fmt_ratio(row.worst).c_str(), cls.c_str());
   }

@@ -20,23 +20,6 @@ std::string fmt(const char* f, double a) {
   return buf;
 }
 
-}  // namespace
-
-std::string element_name(const ElementReport& e) {
-  char buf[96];
-  if (!e.tensor.empty())
-    std::snprintf(buf, sizeof buf, "%s[b=%lld,%s=%lld,h=%lld,d=%lld]", e.tensor.c_str(), (long long)e.b,
-                  e.tensor == "dQ" ? "s" : "j", (long long)e.s, (long long)e.h, (long long)e.d);
-  else if (e.is_lse)
-    std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h,
-                  (long long)e.s);
-  else
-    std::snprintf(buf, sizeof buf, "O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)e.b, (long long)e.s,
-                  (long long)e.h, (long long)e.d);
-  return buf;
-}
-
-namespace {
 
 // Keeps the k elements of highest ratio; ties keep the earlier element.
 struct Worst {

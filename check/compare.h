@@ -20,10 +20,6 @@ struct ElementJudgement {
 };
 ElementJudgement judge_element(double expected, double got, double bound);
 
-// The element as the reasons and the console name it: "O[b=0,s=3,h=1,d=2]", "LSE[b=0,h=1,s=3]",
-// "dK[b=0,j=4,h=0,d=1]" (O, dQ, dK, dV in their storage order b, s|j, h, d; LSE in b, h, s).
-std::string element_name(const ElementReport& e);
-
 struct CompareOptions {
   size_t worst = 16;      // how many worst elements CheckResult::worst keeps
   bool check_lse = true;  // compare LSE when the kernel wrote it (lse != nullptr)

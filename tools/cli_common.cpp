@@ -1,7 +1,6 @@
 // cli_common.cpp - shared tool plumbing: options, session, progress line, verdict lines, corpus saving,
 // reports.
 #include "tools/cli_common.h"
-#include "check/compare.h"
 
 #include <unistd.h>
 

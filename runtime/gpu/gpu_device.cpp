@@ -1,5 +1,6 @@
 // gpu_device.cpp - the nvidia and amd backends of the device layer: one HIP source, built by nvcc (shim) or hipcc.
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 

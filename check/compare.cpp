@@ -20,19 +20,6 @@ std::string fmt(const char* f, double a) {
   return buf;
 }
 
-std::string where(const ElementReport& e) {
-  char buf[96];
-  if (!e.tensor.empty())
-    std::snprintf(buf, sizeof buf, "%s[b=%lld,%s=%lld,h=%lld,d=%lld]", e.tensor.c_str(), (long long)e.b,
-                  e.tensor == "dQ" ? "s" : "j", (long long)e.s, (long long)e.h, (long long)e.d);
-  else if (e.is_lse)
-    std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h,
-                  (long long)e.s);
-  else
-    std::snprintf(buf, sizeof buf, "O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)e.b, (long long)e.s,
-                  (long long)e.h, (long long)e.d);
-  return buf;
-}
 
 // Keeps the k elements of highest ratio; ties keep the earlier element.
 struct Worst {
@@ -178,7 +165,7 @@ std::vector<double> compare_output(const Problem& p, const OracleResult& exact, 
     const ElementReport& w = r.worst.front();
     std::snprintf(buf, sizeof buf,
                   "%lld of %lld elements beyond their bound (%lld NaN/Inf mismatches); worst %s",
-                  (long long)failed, (long long)compared, (long long)nonfinite, where(w).c_str());
+                  (long long)failed, (long long)compared, (long long)nonfinite, element_name(w).c_str());
     r.reason = buf;
     r.reason += " expected " + fmt("%.9g", w.expected) + " got " + fmt("%.9g", w.got) + " bound " +
                 fmt("%.3g", w.bound) + " ratio " + fmt("%.3g", w.ratio);
@@ -275,7 +262,7 @@ std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, co
     const ElementReport& w = r.worst.front();
     r.tensor = w.tensor;
     std::snprintf(buf, sizeof buf, "%lld of %lld gradient elements beyond their bound (%lld NaN/Inf mismatches); worst %s",
-                  (long long)failed, (long long)compared, (long long)nonfinite, where(w).c_str());
+                  (long long)failed, (long long)compared, (long long)nonfinite, element_name(w).c_str());
     r.reason = buf;
     r.reason += " expected " + fmt("%.9g", w.expected) + " got " + fmt("%.9g", w.got) + " bound " +
                 fmt("%.3g", w.bound) + " ratio " + fmt("%.3g", w.ratio);

@@ -126,8 +126,7 @@ bool parse_double(const std::string& s, double& out) {
 
 bool parse_int(const std::string& s, int64_t& out) {
   if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-  out = std::stoll(s);
-  return true;
+  return std::from_chars(s.data(), s.data() + s.size(), out).ec == std::errc();
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

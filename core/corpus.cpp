@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -83,9 +83,9 @@ uint64_t parse_u64(const std::string& s, const std::string& ctx) {
       digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos ||
       (hex && digits.size() > 16))
     corrupt(ctx + " '" + s + "' is not a 64-bit number");
-  errno = 0;
-  const unsigned long long v = std::strtoull(digits.c_str(), nullptr, hex ? 16 : 10);
-  if (errno == ERANGE) corrupt(ctx + " '" + s + "' is out of range");
+  uint64_t v = 0;
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), v, hex ? 16 : 10).ec != std::errc())
+    corrupt(ctx + " '" + s + "' is out of range");
   return v;
 }
 std::string hex32(uint32_t v) {
@@ -171,19 +171,10 @@ std::vector<float> hex_to_floats(std::string_view hex, const std::string& what) 
   std::vector<float> v(hex.size() / 8);
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t bits = 0;
-    for (int n = 0; n < 8; ++n) {
-      const char c = hex[i * 8 + n];
-      int d;
-      if (c >= '0' && c <= '9')
-        d = c - '0';
-      else if (c >= 'a' && c <= 'f')
-        d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F')
-        d = c - 'A' + 10;
-      else
-        corrupt(what + " has a non-hex character at value " + std::to_string(i));
-      bits = bits << 4 | static_cast<uint32_t>(d);
-    }
+    const char* const at = hex.data() + i * 8;
+    const auto [end, ec] = std::from_chars(at, at + 8, bits, 16);  // 8 digits fit: no overflow
+    if (ec != std::errc() || end != at + 8)
+      corrupt(what + " has a non-hex character at value " + std::to_string(i));
     v[i] = std::bit_cast<float>(bits);
   }
   return v;
@@ -521,7 +512,8 @@ CorpusFile parse_corpus(std::string_view text, const std::string& origin) {
       throw CorpusError(K::kTruncated, where + "truncated after the header magic");
     throw CorpusError(K::kCorrupt, where + "malformed header line '" + std::string(header) + "'");
   }
-  const int version = std::stoi(std::string(ver.substr(1)));
+  int version = 0;
+  std::from_chars(ver.data() + 1, ver.data() + ver.size(), version);  // 1 to 9 digits (checked above)
   if (version > kCorpusFormatVersion)
     throw CorpusError(K::kFutureVersion, where + "corpus format version " + std::to_string(version) +
                                              " is newer than this build reads (" +

@@ -1,6 +1,7 @@
 // problem.cpp - construction, validation, mask algebra and text forms of af_problem.
 #include "attnfuzz/problem.h"
 
+#include <charconv>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -299,8 +300,7 @@ bool parse_side(const std::string& s, int64_t& out) {
     return true;
   }
   if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-  out = std::stoll(s);
-  return true;
+  return std::from_chars(s.data(), s.data() + s.size(), out).ec == std::errc();
 }
 }  // namespace
 

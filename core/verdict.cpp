@@ -1,7 +1,23 @@
 // verdict.cpp - names of verdicts and failure classes, as reports and corpus files spell them.
 #include "attnfuzz/verdict.h"
 
+#include <cstdio>
+
 namespace attnfuzz {
+
+std::string element_name(const ElementReport& e) {
+  char buf[96];
+  if (!e.tensor.empty())
+    std::snprintf(buf, sizeof buf, "%s[b=%lld,%s=%lld,h=%lld,d=%lld]", e.tensor.c_str(), (long long)e.b,
+                  e.tensor == "dQ" ? "s" : "j", (long long)e.s, (long long)e.h, (long long)e.d);
+  else if (e.is_lse)
+    std::snprintf(buf, sizeof buf, "LSE[b=%lld,h=%lld,s=%lld]", (long long)e.b, (long long)e.h,
+                  (long long)e.s);
+  else
+    std::snprintf(buf, sizeof buf, "O[b=%lld,s=%lld,h=%lld,d=%lld]", (long long)e.b, (long long)e.s,
+                  (long long)e.h, (long long)e.d);
+  return buf;
+}
 
 const char* verdict_name(Verdict v) {
   switch (v) {

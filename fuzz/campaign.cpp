@@ -96,9 +96,10 @@ void print_banner(const CampaignOptions& o, const Paths& p, const Kernels& kerne
                   const FuzzerProcesses& fuzzers) {
   const size_t groups = fuzzers.groups();
   std::printf(
-      "attn-fuzz %s: %zu kernel(s) on %s, %u worker(s)%s, corpus %s (%lld case file(s), %lld seed(s)%s), "
+      "attn-fuzz %s: %zu kernel%s on %s, %u worker%s%s, corpus %s (%lld case file(s), %lld seed(s)%s), "
       "out %s%s\n",
-      ATTNFUZZ_VERSION, kernels.size(), o.worker.backend.c_str(), fuzzers.workers(),
+      ATTNFUZZ_VERSION, kernels.size(), kernels.size() == 1 ? "" : "s", o.worker.backend.c_str(), fuzzers.workers(),
+      fuzzers.workers() == 1 ? "" : "s",
       groups > 1 ? (" in " + std::to_string(groups) + " GPU groups").c_str() : "", p.corpus.c_str(),
       (long long)in.loaded, (long long)in.seeds,
       in.skipped ? (", " + std::to_string(in.skipped) + " skipped").c_str() : "", p.out.c_str(),

@@ -129,6 +129,12 @@ struct MutateTimer {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  // --version as every tool answers it (libFuzzer ignores flags that start with "--" and would start fuzzing).
+  for (int i = 1; argc && argv && i < *argc; ++i)
+    if (std::strcmp((*argv)[i], "--version") == 0) {
+      std::printf("attn-fuzz-worker " ATTNFUZZ_VERSION "\n");
+      std::exit(0);
+    }
   watch_lifeline();  // the fork-mode parent and every job die with attn-fuzz
   (void)config();    // a bad configuration stops here, before libFuzzer starts
   if (argc && argv) lengthen_fork_job(*argc, *argv);

@@ -20,7 +20,7 @@ void add_npy_options(CLI::App& app, NpyOptions& o) {
              "judge outputs computed elsewhere: DIR with q.npy k.npy v.npy o.npy [lse.npy] [case.json], or "
              "an --npy-emit directory whose variants hold o.npy")
           ->group(g)
-          ->check(existing_dir());
+          ->check(CLI::ExistingDirectory);
   auto* q = app.add_option("--q", o.q, "q file [B,Sq,Hq,D] (with --k --v --o, instead of --npy)")
                 ->group(g)
                 ->check(existing_file());
@@ -37,19 +37,19 @@ void add_npy_options(CLI::App& app, NpyOptions& o) {
                    ->check(existing_file());
   app.add_option("--layout", o.layout, "bshd ([B,S,H,D], default) | bhsd ([B,H,S,D]); lse is always [B,H,Sq]")
       ->group(g)
-      ->check(one_of({"bshd", "bhsd"}));
+      ->check(CLI::IsMember({"bshd", "bhsd"}));
   app.add_option(
          "--compute-dtype", o.compute_dtype,
          "precision the kernel computed in: fp32 | fp16 | bf16 (default: from q's dtype); picks the bound; "
          "with --npy-emit, the values are rounded to it and stored as float16 / float32")
       ->group(g)
-      ->check(one_of({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--compute-model", o.compute_model,
                  "how an fp16 / bf16 kernel computed: fused (fp32 scores and softmax statistics, P rounded before "
                  "P.V: FlashAttention-style) | unfused (scores rounded to the dtype: math-style; default, the "
                  "wider bound); picks the bound")
       ->group(g)
-      ->check(one_of({"fused", "unfused"}));
+      ->check(CLI::IsMember({"fused", "unfused"}));
   app.add_flag("--bf16-raw", o.bf16_raw, "16-bit integer NPY arrays hold bfloat16 bits (read and --npy-emit)")
       ->group(g);
   auto* emit =

@@ -1,11 +1,11 @@
-// npy_io.cpp - NPY reading and writing on top of xtensor's xnpy.hpp, with one-line errors.
+// npy_io.cpp - NPY reading and writing with xtensor's xnpy.hpp (data, layout, header writer) and one header
+// parse of its own that bounds memory (read_header says why), with one-line errors.
 #include "npy/npy_io.h"
 
+#include <charconv>
 #include <cstring>
 #include <fstream>
-#include <optional>
 #include <sstream>
-#include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xnpy.hpp>
 
@@ -43,33 +43,30 @@ std::vector<T> row_major(xt::detail::npy_file&& f) {
   return std::vector<T>(c.begin(), c.end());
 }
 
-// xt::detail::load_npy_file with format version 3 as well: version 3 is version 2 with a UTF-8 header
-// (numpy's NEP 1 format, used for non-ASCII field names), the same bytes on disk, which xtensor's loader
-// refuses ("unsupported file format version"). The dtypes read here have ASCII headers; precheck has
-// already vetted the header.
-xt::detail::npy_file load_npy_any_version(std::istream& in) {
-  unsigned char major = 0, minor = 0;
-  xt::detail::read_magic(in, &major, &minor);
-  if (major < 1 || major > 3 || minor != 0)
-    throw std::runtime_error("unsupported file format version " + std::to_string(major) + "." + std::to_string(minor));
-  std::string header = major == 1 ? xt::detail::read_header_1_0(in) : xt::detail::read_header_2_0(in);
-  bool fortran_order = false;
-  std::string typestr;
-  std::vector<std::size_t> shape;
-  xt::detail::parse_header(header, typestr, &fortran_order, shape);
-  xt::detail::npy_file result(shape, fortran_order, typestr);
-  in.read(result.ptr(), std::streamsize(result.n_bytes()));
-  return result;
-}
-
 [[noreturn]] void bad_header(const std::string& name, const std::string& what) {
   throw NpyError(name + ": bad NPY header: " + what);
 }
 
-// Reads and checks the NPY header before xtensor allocates anything: magic, header length, dtype item
-// size and every shape dimension (>= 0, at most kMaxNpyElements in all), and that the file holds exactly
-// the data the header describes. Memory is then bounded by the file's size.
-void precheck(const std::string& name, std::istream& in, uint64_t file_size) {
+// What the header says; the stream is left at the first data byte.
+struct Header {
+  std::string descr;  // "<f4"
+  bool fortran_order = false;
+  std::vector<size_t> shape;
+};
+
+// Reads and checks the NPY header before anything is allocated: magic, version (1, 2 or 3), header length,
+// dtype item size, fortran_order and every shape dimension (>= 0, at most kMaxNpyElements in all), and that
+// the file holds exactly the data the header describes. Memory is then bounded by the file's size.
+//
+// This is the one parse of the header; xtensor's (xt::detail::load_npy_file, xnpy.hpp of xtensor 0.24) is not
+// used because it falls short here: it refuses format version 3 (version 2 with a UTF-8 header, numpy's
+// NEP 1); it reads a dimension with `istream >> size_t`, so "-3" becomes 2^64 - 3, junk becomes 0 and an
+// overflow saturates, none of them an error; it allocates the header (up to 4 GiB in version 2) and then
+// shape-product x item bytes before reading a byte of data, so a 100-byte file can ask for terabytes; and it
+// does not check that the data read was complete. xtensor still holds and reorders the data (npy_file::cast:
+// Fortran order to row-major, f16 / bf16 as uint16 bits).
+Header read_header(const std::string& name, std::istream& in, uint64_t file_size) {
+  Header out;
   char pre[10];
   in.read(pre, sizeof pre);
   if (in.gcount() < 8 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
@@ -108,8 +105,18 @@ void precheck(const std::string& name, std::istream& in, uint64_t file_size) {
       descr.find_first_not_of("0123456789", digits) != std::string::npos)
     throw NpyError(name + ": unsupported dtype '" + descr +
                    "' (use float32, float16, or bfloat16 as float32 or raw 16-bit)");
-  const uint64_t item = std::stoull(descr.substr(digits));
+  uint64_t item = 0;
+  std::from_chars(descr.data() + digits, descr.data() + descr.size(), item);  // digits only (checked above)
   if (item < 1 || item > 16) throw NpyError(name + ": unsupported dtype '" + descr + "'");
+  out.descr = descr;
+  // fortran_order
+  const size_t fo = h.find("'fortran_order'");
+  const size_t colon = fo == std::string::npos ? fo : h.find(':', fo);
+  const size_t value = colon == std::string::npos ? colon : h.find_first_not_of(" \t", colon + 1);
+  if (value != std::string::npos && h.compare(value, 4, "True") == 0)
+    out.fortran_order = true;
+  else if (value == std::string::npos || h.compare(value, 5, "False") != 0)
+    bad_header(name, "no 'fortran_order' True or False");
   // shape
   const size_t sk = h.find("'shape'");
   const size_t open = sk == std::string::npos ? sk : h.find('(', sk);
@@ -136,9 +143,11 @@ void precheck(const std::string& name, std::istream& in, uint64_t file_size) {
     if (!t.empty() && t[0] == '-') bad_header(name, which + ": a dimension must be >= 0");
     if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
       bad_header(name, which + ": not an integer");
-    if (t.size() > 12 || std::stoull(t) > kMaxNpyElements)
+    uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);  // digits only (checked above)
+    if (ec != std::errc() || end != t.data() + t.size() || n > kMaxNpyElements)
       bad_header(name, which + ": more than the limit of " + std::to_string(kMaxNpyElements) + " elements");
-    const uint64_t n = std::stoull(t);
+    out.shape.push_back(static_cast<size_t>(n));
     if (n != 0 && elements > kMaxNpyElements / n)
       bad_header(name, "shape " + shape_str + " holds more than the limit of " +
                            std::to_string(kMaxNpyElements) + " elements");
@@ -152,6 +161,7 @@ void precheck(const std::string& name, std::istream& in, uint64_t file_size) {
   if (have > need)
     throw NpyError(name + ": " + std::to_string(have - need) +
                    " bytes after the data: the header's shape or dtype does not describe the file");
+  return out;
 }
 
 }  // namespace
@@ -166,27 +176,13 @@ Array read_array(const std::filesystem::path& path, bool bf16_raw) {
   if (!in) throw NpyError(name + ": cannot open the file");
   const auto file_size = std::filesystem::file_size(path, ec);
   if (ec) throw NpyError(name + ": cannot read the file size");
-  precheck(name, in, file_size);
-  in.clear();
-  in.seekg(0);
-  std::optional<xt::detail::npy_file> loaded;
-  try {
-    loaded.emplace(load_npy_any_version(in));
-  } catch (const std::exception& e) {
-    throw NpyError(name + ": bad NPY header (" + e.what() + ")");
-  }
-  xt::detail::npy_file& f = *loaded;
-  if (!in) {
-    // xtensor reads the data with one istream::read and does not check it: a short read is truncation.
-    throw NpyError(name + ": truncated data: " + std::to_string(in.gcount()) + " of " +
-                   std::to_string(f.n_bytes()) + " data bytes for shape " +
-                   shape_text(std::vector<int64_t>(f.m_shape.begin(), f.m_shape.end())) + " (" +
-                   f.m_typestring + ")");
-  }
-  if (in.peek() != std::char_traits<char>::eof())
-    throw NpyError(name + ": " +
-                   std::to_string(static_cast<uint64_t>(file_size) - static_cast<uint64_t>(in.tellg())) +
-                   " bytes after the data: the header's shape or dtype does not describe the file");
+  Header h = read_header(name, in, file_size);
+  xt::detail::npy_file f(h.shape, h.fortran_order, h.descr);  // sizes checked against the file above
+  in.read(f.ptr(), static_cast<std::streamsize>(f.n_bytes()));
+  if (static_cast<uint64_t>(in.gcount()) != f.n_bytes())  // the file shrank since its size was read
+    throw NpyError(name + ": truncated data: " + std::to_string(in.gcount()) + " of " + std::to_string(f.n_bytes()) +
+                   " data bytes for shape " + shape_text(std::vector<int64_t>(h.shape.begin(), h.shape.end())) +
+                   " (" + h.descr + ")");
   Array a;
   for (auto s : f.m_shape) a.shape.push_back(static_cast<int64_t>(s));
   const std::string& t = f.m_typestring;
@@ -225,29 +221,27 @@ void write_array(const std::filesystem::path& path, const std::vector<int64_t>& 
   std::vector<size_t> sh(shape.begin(), shape.end());
   size_t n = 1;
   for (auto s : sh) n *= s;
-  std::string bytes;
+  // xtensor's header writer with the dtype named here, then the raw elements: xt::dump_npy takes the descr
+  // from the C++ element type, and f16 has none (a uint16_t array is '<u2'; the bits are IEEE binary16, '<f2').
+  // bf16 bits stay '<u2' (numpy has no bfloat16: read back with --bf16-raw).
+  std::ostringstream bytes;
   try {
     if (as == Stored::kF32 || as == Stored::kF64) {
-      bytes = xt::dump_npy(xt::adapt(data, n, xt::no_ownership(), sh));
+      xt::detail::write_header(bytes, "<f4", false, sh);
+      bytes.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(float)));
     } else {
       std::vector<uint16_t> bits(n);
       for (size_t i = 0; i < n; ++i)
         bits[i] = as == Stored::kF16 ? float_to_f16_bits(data[i]) : float_to_bf16_bits(data[i]);
-      bytes = xt::dump_npy(xt::adapt(bits.data(), n, xt::no_ownership(), sh));
-      if (as == Stored::kF16) {
-        // xtensor names uint16_t '<u2'; the bits are IEEE binary16, so the descr is '<f2' (same length).
-        const size_t at = bytes.find("'<u2'");
-        if (at == std::string::npos) throw NpyError(path.string() + ": unexpected NPY header from xtensor");
-        bytes[at + 2] = 'f';
-      }
+      xt::detail::write_header(bytes, as == Stored::kF16 ? "<f2" : "<u2", false, sh);
+      bytes.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(n * sizeof(uint16_t)));
     }
-  } catch (const NpyError&) {
-    throw;
   } catch (const std::exception& e) {
     throw NpyError(path.string() + ": cannot encode NPY: " + e.what());
   }
+  const std::string b = bytes.str();
   std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.write(b.data(), static_cast<std::streamsize>(b.size()));
   if (!out) throw NpyError(path.string() + ": cannot write the file");
 }
 

@@ -32,49 +32,68 @@ int main(int argc, char** argv) {
   bool no_shrink = false, strict = false, quiet = false;
   std::string values = "ieee", pass = "fwd";
   CLI::App app{
-      "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu "
-      "emulator. RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...)."};
+      "attn-props: RapidCheck properties (oracle and metamorphic) of attention kernels on the cpu emulator.\n"
+      "RC_PARAMS, when set, overrides --max-success / --seed (e.g. reproduce=...).",
+      "attn-props"};
   using namespace cli;
+  const char* props_g = "Properties";
+  const char* kernels_g = "Kernels";
+  const char* cases = "Cases";
+  const char* out_g = "Output";
   app.add_option("--property,-p", properties, "comma-separated property names, or 'all'")
       ->delimiter(',')
       ->check(checked_by(check_property))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(props_g);
   app.add_option("--kernel,-k", kernels, "kernel names or globs, comma separated ('all')")
       ->check(kernel_list())
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(kernels_g);
   app.add_option("--plugin", plugins, "load kernels from a cpu plug-in shared library (repeatable)")
-      ->check(existing_file());
+      ->check(existing_file())
+      ->group(kernels_g);
   app.add_option("--adapter", adapter,
                  "run the properties on the kernels of this adapter process (adapters/PROTOCOL.md)")
-      ->check(non_empty());
+      ->check(non_empty())
+      ->group(kernels_g);
   app.add_option("--max-success,-n", max_success, "cases per (property, kernel)")
       ->check(int_range(1, 1000000))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(props_g);
   app.add_option("--seed", seed, "RapidCheck seed, decimal or 0x hex (0: fixed per property and kernel)")
       ->transform(u64())
-      ->capture_default_str();
-  app.add_flag("--no-shrink", no_shrink, "report the first failing case without shrinking");
-  app.add_flag("--strict", strict, "causal-prefix, row-independence and batch-head must hold bitwise");
+      ->capture_default_str()
+      ->group(props_g);
+  app.add_flag("--no-shrink", no_shrink, "report the first failing case without shrinking")
+      ->group(props_g);
+  app.add_flag("--strict", strict, "causal-prefix, row-independence and batch-head must hold bitwise")
+      ->group(props_g);
   app.add_option("--out,-o", out,
                  "directory for failing cases (default $ATTNFUZZ_PROPERTY_OUT or "
                  "<build>/property-failures)")
-      ->check(writable_dir());
+      ->check(writable_dir())
+      ->group(out_g);
   app.add_option("--table", table, "also write a Markdown table property x kernel to this file")
-      ->check(writable_file());
-  app.add_flag("--quiet,-q", quiet, "no per-failure report");
+      ->check(writable_file())
+      ->group(out_g);
+  app.add_flag("--quiet,-q", quiet, "no per-failure report")
+      ->group(out_g);
   app.add_option("--values", values, "value domain: ieee | finite (no NaN / Inf in cases and perturbations)")
-      ->check(one_of({"ieee", "finite"}))
-      ->capture_default_str();
+      ->check(CLI::IsMember({"ieee", "finite"}))
+      ->capture_default_str()
+      ->group(cases);
   std::string dtype = "f32";
   app.add_option("--dtype", dtype, "dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2")
-      ->check(one_of({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"}))
-      ->capture_default_str();
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2"}))
+      ->capture_default_str()
+      ->group(cases);
   app.add_option("--pass", pass,
                  "pass of the cases: fwd | bwd | fwdbwd (backward: oracle, key-permutation, batch-head and determinism "
                  "on dQ / dK / dV; kernels without a backward launch are not run)")
-      ->check(one_of({"fwd", "bwd", "fwdbwd"}))
-      ->capture_default_str();
-  app.footer("Exit status: 0 every property held on at least one case, 1 a property failed, 2 usage or input "
+      ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
+      ->capture_default_str()
+      ->group(cases);
+  app.footer("Exit status: 0 every property held on at least one case, 1 a property failed, 2 usage or input\n"
              "error (also when nothing selected could run a case).");
   app.set_version_flag("--version", "attn-props " ATTNFUZZ_VERSION);
   if (const int rc = parse_or_exit_code(app, argc, argv, "attn-props"); rc >= 0) return rc;

@@ -1,4 +1,12 @@
 // junit.cpp - JUnit XML for CI systems: one testsuite per kernel, one testcase per case.
+//
+// Written with an ostream and xml_escape (report/files.cpp), not an XML library (tinyxml2, pugixml): the
+// document is three fixed levels of elements written once, in order, which a library's printer would spell
+// element by element in as many lines; xml_escape stays anyway for the SVG heatmaps (report/heatmap.cpp), and
+// the one thing beyond entity escaping that XML 1.0 needs here, replacing control characters below 0x20
+// but tab, newline and return (forbidden even as character references; a kernel's reason may carry them), is
+// xml_escape's too. A library
+// would add a dependency (install-deps.sh, offline-build.sh, CMake) without removing a line of that.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -64,11 +72,9 @@ std::string junit_xml(const RunRecord& r) {
         for (const Evidence& ev : c.evidence) body << ev.detector << ": " << ev.detail << "\n";
         for (size_t i = 0; i < c.worst.size() && i < 5; ++i) {
           const ElementReport& w = c.worst[i];
-          char line[256];
-          std::snprintf(line, sizeof line,
-                        "%s[b=%lld h=%lld s=%lld d=%lld] expected %.9g got %.9g bound %.3g ratio %.3g\n",
-                        w.is_lse ? "lse" : "o", (long long)w.b, (long long)w.h, (long long)w.s,
-                        (long long)w.d, w.expected, w.got, w.bound, w.ratio);
+          char line[256];  // the element named as the reasons name it (one index order everywhere)
+          std::snprintf(line, sizeof line, "%s expected %.9g got %.9g bound %.3g ratio %.3g\n",
+                        element_name(w).c_str(), w.expected, w.got, w.bound, w.ratio);
           body << line;
         }
         if (!e->replay_command.empty()) body << "replay: " << e->replay_command << "\n";

@@ -48,7 +48,7 @@ std::string code(const std::string& s) {
 std::string markdown_summary(const RunRecord& r) {
   std::ostringstream md;
   const RunCounts c = count(r);
-  md << "# " << markdown_escape(r.tool.name) << " run: " << r.entries.size() << " checks, " << c.fail
+  md << "# " << markdown_escape(r.tool.name) << " run: " << r.entries.size() << (r.entries.size() == 1 ? " check, " : " checks, ") << c.fail
      << (c.fail == 1 ? " failure" : " failures") << "\n\n";
   md << "- tool: " << markdown_escape(r.tool.name) << ' ' << markdown_escape(r.tool.version) << "\n";
   md << "- backend: " << markdown_escape(r.backend) << ", device: " << markdown_escape(r.device) << "\n";

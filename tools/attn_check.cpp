@@ -43,7 +43,7 @@ struct Options {
   // modes
   bool sweep = false;
   std::vector<std::string> replay;
-  bool list = false;
+  bool list = false, json = false;
   npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
   SequenceOptions seqs;  // --seq-layout, --seqlens-q, ... (tools/cli_common.h)
 };
@@ -165,14 +165,15 @@ void define_options(CLI::App& app, Options& o) {
   shape.push_back(app.add_option("--repeat", o.repeat, "check N seeds: seed, seed+1, ...")
                       ->group(g)
                       ->check(int_range(1, 1000000)));
-  auto* m = "Mode";
+  auto* m = "Mode (one at a time, without the case flags)";
   auto* sweep = app.add_flag("--sweep", o.sweep,
                              "run the built-in grid of edge shapes over every kernel that supports each case")
                     ->group(m);
   auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
                      ->group(m)
                      ->check(non_empty());
-  auto* list = app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+  auto* list = app.add_flag("--list", o.list, "list the registered kernels with what each declares, and exit")->group(m);
+  app.add_flag("--json", o.json, "with --list: the same facts as one JSON document")->group(m)->needs(list);
   npy::add_npy_options(app, o.npy);
   // Contradictions: one mode at a time; the case flags describe the single case only.
   sweep->excludes(replay);
@@ -195,7 +196,7 @@ void define_options(CLI::App& app, Options& o) {
       ->group(a);
   app.add_option("--audit-every", o.common.audit_every, "audit every N-th passing check of each kernel")
       ->group(a)
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->check(int_range(1, int64_t{1} << 40))
       ->capture_default_str();
 }
 
@@ -332,17 +333,18 @@ int main(int argc, char** argv) {
                "attn-check"};
   app.footer(R"(Examples:
   attn-check --kernel flash-bm16-bn32 --sq 7 --sk 13 --d 59 --mask causal-br
-  attn-check --sweep                          # edge shapes x every kernel, cpu emulator when no GPU
+  attn-check --sweep                            # edge shapes x every kernel, cpu emulator when no GPU
   attn-check --kernel 'flash-*' --sq 4096 --d 128 --dist extreme:1e4 --oracle-rows 512
   attn-check --special nan@k:masked --mask causal-tl --sq 33 --sk 33
   attn-check --dtype f16 --sweep                # every f16 kernel over the f16 edge grid
   attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-bm16-bn32 --sq 40
-  attn-check --pass bwd --sweep                # dQ, dK, dV of every kernel with a backward launch
+  attn-check --pass bwd --sweep                 # dQ, dK, dV of every kernel with a backward launch
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
-  attn-check --plugin ./libmykernels.so --kernel my-flash --sweep
+  attn-check --plugin ./libmykernels_cpu.so --kernel example-naive --sweep   # examples/plugin/README.md
   attn-check --seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --heads 4 --kv-heads 2
   attn-check --seq-layout paged --sq 1 --seqused-k 33,1,200 --page-size 16 --page-order 7 --spare-pages 2
-  attn-check --seq-layout varlen --sweep          # also varlen-q, varlen-k, kvcache, paged, decode
+  attn-check --seq-layout varlen --sweep        # also varlen-q, varlen-k, kvcache, paged, decode
+  attn-check --list --json                      # what every kernel declares, as JSON
 Exit status: 0 every check passed (unsupported / outside-contract are not failures), 1 a failure was found,
 2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
@@ -367,7 +369,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s,
                         o.common);
   if (o.list) {
-    list_kernels(s);
+    list_kernels(s, o.json);
     return 0;
   }
   if (o.common.audit) {
@@ -474,8 +476,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     return e.result.verdict == Verdict::kUnsupported;
   });
   if (none_checked) {
-    std::fprintf(stderr, "attn-check: nothing checked: no selected kernel supports any of the %lld check(s) (%s: %s)\n",
-                 (long long)total, done.front().result.kernel.c_str(), done.front().result.reason.c_str());
+    std::fprintf(stderr, "attn-check: nothing checked: no selected kernel supports any of the %s (%s: %s)\n",
+                 count_of(total, "check").c_str(), done.front().result.kernel.c_str(), done.front().result.reason.c_str());
     if (bad.empty()) return 2;
   }
   if (!bad.empty()) {

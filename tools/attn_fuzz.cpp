@@ -36,7 +36,7 @@ struct Options {
   std::string isolate = "auto";
   std::string minimize;
   double minimize_time = 60;
-  bool list = false;
+  bool list = false, json = false;
   std::string sync, name;
   double sync_interval = 30;
   std::vector<std::string> merge;
@@ -50,7 +50,7 @@ void define_options(CLI::App& app, Options& o) {
   add_common_options(app, o.common);
   // attn-check's --workers counts emulator threads; here it counts fuzzing processes (each emulates with 1).
   app.remove_option(app.get_option("--workers"));
-  auto* c = "Campaign";
+  auto* c = "Campaign (most not with --merge, --minimize or --list)";
   std::vector<CLI::Option*> campaign;
   campaign.push_back(
       app.add_option("--max-time,-t", o.max_time, "stop after this many seconds (0: run until Ctrl-C)")
@@ -76,7 +76,7 @@ void define_options(CLI::App& app, Options& o) {
   auto* seeds = app.add_option("--seeds", o.seeds,
                                "extra read-only .case directories (default: the source tree's corpus/seed)")
                     ->group(c)
-                    ->check(existing_dir());
+                    ->check(CLI::ExistingDirectory);
   campaign.push_back(seeds);
   auto* no_seeds = app.add_flag("--no-seeds", o.no_seeds, "do not read the seed corpus")->group(c);
   campaign.push_back(no_seeds);
@@ -112,7 +112,7 @@ void define_options(CLI::App& app, Options& o) {
   app.add_option("--isolate", o.isolate,
                  "cpu launches in a forked child: auto (after a kernel first kills a worker), always, never")
       ->group(c)
-      ->check(one_of({"auto", "always", "never"}))
+      ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
   campaign.push_back(
       app.add_option("--worker", o.worker,
@@ -139,9 +139,9 @@ void define_options(CLI::App& app, Options& o) {
                                "write one deduplicated summary of these campaign directories (their --out) "
                                "into --out (default reports/merged)")
                     ->group(sy)
-                    ->check(existing_dir())
+                    ->check(CLI::ExistingDirectory)
                     ->expected(1, -1);
-  auto* m = "Mode";
+  auto* m = "Mode (instead of a campaign)";
   auto* minimize = app.add_option("--minimize", o.minimize,
                                   "shrink the failing case of FILE (same kernel and class) and write it")
                        ->group(m)
@@ -151,7 +151,8 @@ void define_options(CLI::App& app, Options& o) {
       ->check(real_range(0, 31536000, true))
       ->needs(minimize)
       ->capture_default_str();
-  auto* list = app.add_flag("--list", o.list, "list the registered kernels and exit")->group(m);
+  auto* list = app.add_flag("--list", o.list, "list the registered kernels with what each declares, and exit")->group(m);
+  app.add_flag("--json", o.json, "with --list: the same facts as one JSON document")->group(m)->needs(list);
   // A minimization is not a campaign: campaign flags with --minimize would be silently ignored.
   for (CLI::Option* x : campaign) minimize->excludes(x);
   list->excludes(minimize);
@@ -259,7 +260,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   session_opts.backend = backend_name(backend);
   Session s = open_session(session_opts, "attn-fuzz", argc, argv);
   if (o.list) {
-    list_kernels(s);
+    list_kernels(s, o.json);
     return 0;
   }
   s.device.reset();  // the workers open their own devices

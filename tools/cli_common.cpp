@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 
 namespace fs = std::filesystem;
 
@@ -48,35 +48,39 @@ std::string num(double v) {
 }  // namespace
 
 CLI::Validator int_range(int64_t lo, int64_t hi) {
-  const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  // CLI::Range judges the range (and words the refusal); the decimal check comes first because CLI11 2.1
+  // converts integers with strtoll base 0, which reads "010" as 8 and "0x10" as 16.
+  const CLI::Range range(lo, hi);
   return CLI::Validator(
-      [lo, hi, range](std::string& in) -> std::string {
+      [range](std::string& in) -> std::string {
         int64_t v = 0;
-        if (!parse_i64(in, v)) return "'" + in + "' is not " + range;
-        if (v < lo || v > hi) return in + " is out of range: " + range;
-        return {};
+        if (!parse_i64(in, v)) return "'" + in + "' is not an integer (decimal, no leading zero)";
+        return range(in);
       },
       "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 CLI::Validator u64() {
+  // Not CLI11's conversion: a seed is decimal or 0x hex (as reports print it), never octal (CLI11 2.1 reads
+  // unsigned integers with strtoull base 0).
   return CLI::Validator(
       [](std::string& in) -> std::string {
         uint64_t v = 0;
         if (!parse_u64(in, v))
           return "'" + in + "' is not an integer in [0, 18446744073709551615] (decimal or 0x hex)";
-        in = std::to_string(v);  // a transform: CLI11 then reads plain decimal (its base-0 read takes 010 as octal)
+        in = std::to_string(v);  // a transform: CLI11 then reads plain decimal
         return {};
       },
       "UINT64");
 }
 
 CLI::Validator real_range(double lo, double hi, bool lo_open) {
+  // Not CLI::Range<double>: NaN passes it (every comparison with NaN is false), it has no open bound, and its
+  // refusal prints the bounds with std::to_string ("0.100000").
   const std::string range =
       std::string("a finite number in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
   return CLI::Validator(
       [lo, hi, lo_open, range](std::string& in) -> std::string {
-        errno = 0;
         char* end = nullptr;
         const double v = std::strtod(in.c_str(), &end);
         if (in.empty() || end != in.c_str() + in.size() || std::isspace(static_cast<unsigned char>(in[0])))
@@ -88,24 +92,14 @@ CLI::Validator real_range(double lo, double hi, bool lo_open) {
       std::string("NUMBER in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]");
 }
 
-CLI::Validator one_of(std::vector<std::string> allowed) {
-  std::string list;
-  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  return CLI::Validator(
-      [allowed, list](std::string& in) -> std::string {
-        for (const auto& a : allowed)
-          if (in == a) return {};
-        return "'" + in + "' is not one of: " + list;
-      },
-      "{" + list + "}");
-}
-
 CLI::Validator non_empty() {
   return CLI::Validator(
       [](std::string& in) { return in.empty() ? std::string("must not be empty") : std::string(); }, "TEXT");
 }
 
 CLI::Validator kernel_list() {
+  // A whole-string check, not ->delimiter(','): CLI11 2.1 splits on the delimiter and drops empty items
+  // (Option::_add_result), so "online-row,,naive" would read as two names instead of being refused.
   return CLI::Validator(
       [](std::string& in) -> std::string {
         const std::string need = "a comma-separated list of kernel names or globs ('all'), none empty";
@@ -124,6 +118,8 @@ CLI::Validator kernel_list() {
 }
 
 CLI::Validator existing_file() {
+  // Not CLI::ExistingFile: it accepts anything that exists and is not a directory, so a FIFO or /dev/zero
+  // given as --plugin or --q would be opened (and read forever).
   return CLI::Validator(
       [](std::string& in) -> std::string {
         std::error_code ec;
@@ -133,18 +129,6 @@ CLI::Validator existing_file() {
         return {};
       },
       "FILE");
-}
-
-CLI::Validator existing_dir() {
-  return CLI::Validator(
-      [](std::string& in) -> std::string {
-        std::error_code ec;
-        if (in.empty()) return "'' is empty: need an existing directory";
-        if (!fs::exists(in, ec)) return in + ": no such directory";
-        if (!fs::is_directory(in, ec)) return in + ": not a directory";
-        return {};
-      },
-      "DIR");
 }
 
 CLI::Validator executable_file() {
@@ -193,7 +177,65 @@ CLI::Validator checked_by(std::string (*parse)(const std::string&)) {
   return CLI::Validator([parse](std::string& in) { return parse(in); }, "TEXT");
 }
 
+namespace {
+// --help as every tool prints it: "--flag TYPE=DEFAULT" and the description wrapped beside it. CLI11 2.1's own
+// formatter joins the option's type and its validators' descriptions ("UINT:UINT64", "INT:INT in [1, 8]") and
+// appends every Excludes: name (50 of them on --sweep); here the validator's description alone names the
+// type, Needs becomes "(needs --tsan)", a short Excludes list "(not with --no-classify)", and a long one is
+// left to the group's title, which states the rule ("Case (not with --sweep / --replay ...)").
+class HelpFormatter : public CLI::Formatter {
+ public:
+  static constexpr size_t kWidth = 110;  // characters per line
+  static constexpr size_t kMaxExcludes = 2;
+  HelpFormatter() { column_width(30); }
+
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
+    if (opt->get_type_size() == 0) return {};
+    std::string type = opt->get_type_name();
+    if (const size_t colon = type.find(':'); colon != std::string::npos) type = type.substr(colon + 1);
+    std::string out = " " + type;
+    if (!opt->get_default_str().empty()) out += "=" + opt->get_default_str();
+    if (opt->get_expected_max() == CLI::detail::expected_max_vector_size) out += " ...";
+    if (opt->get_required()) out += " REQUIRED";
+    return out;
+  }
+
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    std::string d = opt->get_description();
+    auto names = [](const std::set<CLI::Option*>& opts) {
+      std::vector<std::string> v;
+      for (const CLI::Option* o : opts) v.push_back(o->get_name());
+      std::sort(v.begin(), v.end());
+      std::string s;
+      for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+      return s;
+    };
+    if (!opt->get_needs().empty()) d += " (needs " + names(opt->get_needs()) + ")";
+    if (!opt->get_excludes().empty() && opt->get_excludes().size() <= kMaxExcludes)
+      d += " (not with " + names(opt->get_excludes()) + ")";
+    // Wrapped at word boundaries; CLI11 indents each line after a '\n' to the description column.
+    const size_t room = kWidth - get_column_width();
+    std::string out, line;
+    size_t at = 0;
+    while (at < d.size()) {
+      size_t end = d.find(' ', at);
+      if (end == std::string::npos) end = d.size();
+      const std::string word = d.substr(at, end - at);
+      if (!line.empty() && line.size() + 1 + word.size() > room) {
+        out += line + "\n";
+        line.clear();
+      }
+      line += (line.empty() ? "" : " ") + word;
+      at = end + 1;
+    }
+    return out + line;
+  }
+};
+}  // namespace
+
 int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool) {
+  app.formatter(std::make_shared<HelpFormatter>());
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -223,7 +265,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--backend,-b", o.backend,
                  "cpu | nvidia | amd | auto (a GPU backend with a device, else cpu)")
       ->group(k)
-      ->check(one_of({"cpu", "nvidia", "amd", "auto"}))
+      ->check(CLI::IsMember({"cpu", "nvidia", "amd", "auto"}))
       ->capture_default_str();
   app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")
       ->group(k)
@@ -235,7 +277,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->check(non_empty());
   app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
       ->group(k)
-      ->check(one_of({"forward", "reverse", "shuffle"}))
+      ->check(CLI::IsMember({"forward", "reverse", "shuffle"}))
       ->capture_default_str();
   app.add_option("--order-seed", o.order_seed, "seed of --order shuffle (decimal or 0x hex)")
       ->group(k)
@@ -247,7 +289,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--warp-size", o.warp_size, "cpu emulator warp size: 32 or 64")
       ->group(k)
-      ->check(one_of({"32", "64"}))
+      ->check(CLI::IsMember({"32", "64"}))
       ->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "seconds before a launch counts as a hang")
       ->group(k)
@@ -346,7 +388,7 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
                  "(dense K/V with seqused-k) | paged (paged K/V, seqused-k) | decode (paged, 1..8 query tokens); "
                  "with --sweep: that layout's sweep")
       ->group(group)
-      ->check(one_of({"dense", "varlen", "varlen-q", "varlen-k", "kvcache", "paged", "decode"}));
+      ->check(CLI::IsMember({"dense", "varlen", "varlen-q", "varlen-k", "kvcache", "paged", "decode"}));
   std::vector<CLI::Option*> v;
   v.push_back(app.add_option("--seqlens-q", o.seqlens_q, "query tokens per sequence (packed q): " + lengths)
                   ->group(group)
@@ -501,6 +543,10 @@ Pass case_pass(const CommonOptions& o) {
   return p;
 }
 
+std::string count_of(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string adapter_flag(const CommonOptions& o) {
   return o.adapter.empty() ? std::string() : " --adapter " + shell_quote(o.adapter);
 }
@@ -581,27 +627,14 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
   return s;
 }
 
-void list_kernels(const Session& s) {
-  std::printf("%-22s %-10s %-7s %-9s %-5s %s\n", "kernel", "family", "backend", "max-D/Dv", "lse", "origin");
-  auto lim = [](int64_t v) { return v ? std::to_string(v) : std::string("any"); };
-  for (const auto& e : s.registry->all()) {
-    const af_kernel& k = e.kernel;  // "128" when D and Dv share the limit, else "any/256" (Dv: v and o rows)
-    const std::string d = k.max_head_dim == k.max_head_dim_v ? lim(k.max_head_dim)
-                                                             : lim(k.max_head_dim) + "/" + lim(k.max_head_dim_v);
-    std::printf("%-22s %-10s %-7s %-9s %-5s %s\n", k.name, k.family, backend_name(e.backend), d.c_str(),
-                k.writes_lse ? "yes" : "no", e.origin.c_str());
-  }
-  std::printf("device: %s\n", s.device->name().c_str());
-}
-
 Runner::Runner(Session& s, const CommonOptions& o) : s_(s), o_(o) { tty_ = isatty(2); }
 
 void Runner::begin(int64_t total) {
   total_ = total;
   start_ = last_progress_ = std::chrono::steady_clock::now();
   if (!o_.quiet)
-    std::printf("%s %s on %s: %lld check(s)\n", s_.tool.c_str(), ATTNFUZZ_VERSION, s_.device->name().c_str(),
-                (long long)total);
+    std::printf("%s %s on %s: %s\n", s_.tool.c_str(), ATTNFUZZ_VERSION, s_.device->name().c_str(),
+                count_of(total, "check").c_str());
 }
 
 void Runner::progress(bool final) {
@@ -680,16 +713,12 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
                 r.verdict == Verdict::kFail && !r.tensor.empty() ? (" in " + r.tensor).c_str() : "");
     if (r.compared) std::printf("  err/bound %s", fmt_ratio(r.max_ratio).c_str());
     if (!r.reason.empty() && r.verdict != Verdict::kPass) std::printf("\n    %s", r.reason.c_str());
-    if (r.verdict == Verdict::kFail && !r.worst.empty()) {
+    // The worst element once: the comparison's reason names it already when the comparison decided the verdict.
+    if (r.verdict == Verdict::kFail && !r.worst.empty() &&
+        r.reason.find("worst " + element_name(r.worst.front())) == std::string::npos) {
       const ElementReport& w = r.worst.front();
-      if (!w.tensor.empty())
-        std::printf("\n    worst %s[b=%lld,%s=%lld,h=%lld,d=%lld]: expected %.9g got %.9g bound %.3g", w.tensor.c_str(),
-                    (long long)w.b, w.tensor == "dQ" ? "s" : "j", (long long)w.s, (long long)w.h, (long long)w.d,
-                    w.expected, w.got, w.bound);
-      else
-      std::printf("\n    worst %s[b=%lld,h=%lld,s=%lld%s]: expected %.9g got %.9g bound %.3g",
-                  w.is_lse ? "LSE" : "O", (long long)w.b, (long long)w.h, (long long)w.s,
-                  w.is_lse ? "" : (",d=" + std::to_string(w.d)).c_str(), w.expected, w.got, w.bound);
+      std::printf("\n    worst %s: expected %.9g got %.9g bound %.3g", element_name(w).c_str(), w.expected, w.got,
+                  w.bound);
     }
     if (r.verdict == Verdict::kFail)
       for (const Evidence& ev : r.evidence)
@@ -805,23 +834,26 @@ int Runner::finish() {
     if (r.result.verdict != Verdict::kUnsupported && !std::isnan(r.result.max_ratio))
       row.worst = std::max(row.worst, r.result.max_ratio);
   }
-  std::printf("\n%-22s %6s %6s %11s %9s %10s  %s\n", "kernel", "pass", "FAIL", "unsupported", "outside",
+  int width = 22;  // the kernel column as wide as its longest name: the counts line up
+  for (const auto& [name, row] : rows) width = std::max(width, static_cast<int>(name.size()));
+  std::printf("\n%-*s %6s %6s %11s %9s %10s  %s\n", width, "kernel", "pass", "FAIL", "unsupported", "outside",
               "max err/bnd", "failure classes");
   for (const auto& [name, row] : rows) {
     std::string cls;
     for (const auto& [c, n] : row.classes) cls += (cls.empty() ? "" : ", ") + c + " x" + std::to_string(n);
-    std::printf("%-22s %6lld %6lld %11lld %9lld %10s  %s\n", name.c_str(), (long long)row.pass,
+    std::printf("%-*s %6lld %6lld %11lld %9lld %10s  %s\n", width, name.c_str(), (long long)row.pass,
                 (long long)row.fail, (long long)row.unsupported, (long long)row.outside,
                 fmt_ratio(row.worst).c_str(), cls.c_str());
   }
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (audited_)
-    std::printf("audit: %lld passing check(s) audited (every %lld. pass per kernel), %lld hazard(s) found\n",
-                (long long)audited_, (long long)o_.audit_every, (long long)audit_found_);
+    std::printf("audit: %s audited (every %lld. pass per kernel), %s found\n",
+                count_of(audited_, "passing check").c_str(), (long long)o_.audit_every,
+                count_of(audit_found_, "hazard").c_str());
   const bool none_checked = std::all_of(entries_.begin(), entries_.end(), [](const RunEntry& e) {
     return e.result.verdict == Verdict::kUnsupported;
   });
-  std::printf("%lld check(s) in %.1f s: %s\n", (long long)entries_.size(), el,
+  std::printf("%s in %.1f s: %s\n", count_of(static_cast<int64_t>(entries_.size()), "check").c_str(), el,
               failures_                                 ? (std::to_string(failures_) + " FAILED").c_str()
               : none_checked && !entries_.empty() ? "nothing checked (every one unsupported)"
                                                   : "all passed");

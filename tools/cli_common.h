@@ -60,17 +60,17 @@ int32_t case_dtype(const CommonOptions& o);
 Pass case_pass(const CommonOptions& o);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
-// allowed range; CLI11 prefixes the flag ("--sk: -1 is out of range: an integer in [0, 2147483648]").
+// allowed range; CLI11 prefixes the flag ("--sk: Value -1 not in range 0 to 2147483648"). Words and
+// directories use CLI11's own (CLI::IsMember, CLI::ExistingDirectory); these are the checks CLI11 2.1 has no
+// validator for, or whose CLI11 validator lets through what the tools refuse (each says why in cli_common.cpp).
 namespace cli {
-CLI::Validator int_range(int64_t lo, int64_t hi);               // an integer in [lo, hi]
+CLI::Validator int_range(int64_t lo, int64_t hi);  // a decimal integer (no octal), then CLI::Range(lo, hi)
 CLI::Validator u64();  // a 64-bit unsigned integer, decimal or 0x hex (a transform: ->transform(u64()))
 bool parse_u64(const std::string& text, uint64_t& out);         // the same parse: false on junk or overflow
 CLI::Validator real_range(double lo, double hi, bool lo_open);  // a finite number in [lo|(lo, hi]
-CLI::Validator one_of(std::vector<std::string> allowed);        // one of the words
 CLI::Validator non_empty();                                     // a non-empty string
 CLI::Validator kernel_list();                                   // NAME|GLOB[,NAME|GLOB...], no empty item
 CLI::Validator existing_file();                                 // a regular file that exists
-CLI::Validator existing_dir();                                  // a directory that exists
 CLI::Validator executable_file();                               // a regular file with execute permission
 CLI::Validator writable_file();  // a path a file can be written at: not a directory, its directory writable
 CLI::Validator writable_dir();  // a directory this process can write (created, with its parents, if missing)
@@ -108,6 +108,9 @@ constexpr double kCaseMemoryCopies = 3;  // measured: peak RSS of a paged case w
 uint64_t case_memory_bytes(const Case& c);
 std::string memory_refusal(const Case& c);
 
+// "1 check", "2 checks": a count with its noun in the right number.
+std::string count_of(int64_t n, const std::string& noun);
+
 // " --adapter 'CMD'" when o names one (replay commands), else empty.
 std::string adapter_flag(const CommonOptions& o);
 
@@ -122,7 +125,9 @@ struct Session {
 };
 // Loads plug-ins, opens the device, checks --out is writable. Exits 2 with a message on bad input.
 Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv);
-void list_kernels(const Session& s);
+// --list: one aligned row per registered kernel with what it declares (tools/kernel_list.cpp); json: the same
+// facts as one JSON document.
+void list_kernels(const Session& s, bool json = false);
 
 // Runs checks one after another, prints progress and verdicts, saves failing cases into <out>/corpus,
 // and at the end prints the summary table and writes the reports.

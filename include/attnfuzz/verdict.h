@@ -53,6 +53,9 @@ struct ElementReport {
   std::string tensor;  // backward: "dQ", "dK" or "dV" (then h is the KV head and s the key for dK / dV;
                        // is_lse false); empty: O or LSE (is_lse)
 };
+// The element as reasons, the console and JUnit name it: "O[b=0,s=3,h=1,d=2]", "LSE[b=0,h=1,s=3]",
+// "dK[b=0,j=4,h=0,d=1]" (O, dQ, dK, dV in their storage order b, s|j, h, d; LSE in b, h, s).
+std::string element_name(const ElementReport& e);
 
 // A piece of evidence: what a detector did and saw, in words a kernel engineer reads.
 struct Evidence {

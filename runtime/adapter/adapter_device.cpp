@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -784,8 +785,9 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
   req["id"] = ++next_id_;
   const auto deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
-  const std::string timeout_text =
-      "no answer within " + std::to_string(opts_.timeout_s) + " s (the adapter was killed)";
+  char secs[32];  // "30 s", not std::to_string's "30.000000 s"
+  std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
+  const std::string timeout_text = std::string("no answer within ") + secs + " s (the adapter was killed)";
   if (Io r = send(req, payload_out, deadline); r != Io::kOk) {
     if (r == Io::kTimeout) return done(LaunchStatus::kHang, timeout_text, true);
     return done(LaunchStatus::kCrash, io_trouble(r), true);

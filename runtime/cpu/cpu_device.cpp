@@ -197,7 +197,7 @@ class CpuDevice final : public Device {
   Backend backend() const override { return Backend::kCpu; }
 
   std::string name() const override {
-    std::string s = "cpu emulator (" + std::to_string(workers()) + " workers, warp " +
+    std::string s = "cpu emulator (" + std::to_string(workers()) + (workers() == 1 ? " worker" : " workers") + ", warp " +
                     std::to_string(opts_.warp_size) + ", order " + thread_order_name(opts_.order);
     if (opts_.order == ThreadOrder::kShuffle) s += "/" + std::to_string(opts_.order_seed);
     return s + (opts_.isolate ? ", isolated)" : ")");

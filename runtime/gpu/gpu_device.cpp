@@ -1,5 +1,6 @@
 // gpu_device.cpp - the nvidia and amd backends of the device layer: one HIP source, built by nvcc (shim) or hipcc.
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -94,7 +95,9 @@ class GpuDevice final : public Device {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opts_.timeout_s) {
         usable_ = false;  // a running kernel cannot be stopped; the context is lost to this process
         r.status = LaunchStatus::kHang;
-        r.message = "the kernel did not finish within " + std::to_string(opts_.timeout_s) + " s";
+        char secs[32];  // "30 s", not std::to_string's "30.000000 s"
+        std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
+        r.message = std::string("the kernel did not finish within ") + secs + " s";
         return r;
       }
       std::this_thread::sleep_for(sleep);

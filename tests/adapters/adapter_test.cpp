@@ -196,7 +196,7 @@ TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   r = check(numpy_adapter(), "--pass bwd --dtype f16 --sq 17 --sk 17 --d 16 --heads 2 --kv-heads 1 --mask causal-br",
             fresh("bwd-f16"));
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "1 check(s) in")) << r.out;
+  EXPECT_TRUE(has(r.out, "1 check in")) << r.out;
   EXPECT_TRUE(has(r.out, "all passed")) << r.out;
   const std::string out16 = fresh("planted-bwd-bf16");
   r = check(numpy_adapter("--bug bwd-mask-leak"), "--pass bwd --dtype bf16 --sq 33 --sk 33 --d 16 --mask causal-tl",
@@ -216,7 +216,7 @@ TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   r = check(callable, "--pass bwd --sq 9 --sk 12 --d 16 --heads 2 --kv-heads 1 --mask causal-br --no-reports",
             fresh("callable-bwd"));
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "1 check(s) in")) << r.out;
+  EXPECT_TRUE(has(r.out, "1 check in")) << r.out;
   EXPECT_TRUE(has(r.out, "all passed")) << r.out;
   EXPECT_FALSE(has(r.out, "launch_bwd")) << r.out;  // checked, not refused as forward-only
   r = check(callable, "--dtype bf16 --sq 9 --sk 12 --d 16 --mask causal-br --no-reports", fresh("callable-bf16"));
@@ -322,7 +322,7 @@ TEST(Adapter, MisbehavingAdaptersGiveCrashHangOrProtocolErrorPerCase) {
     Result r = check(misbehaving(mode), "--sq 5 --sk 7 --d 8 --repeat 2 --timeout 2 --no-reports", out);
     EXPECT_EQ(r.code, 1) << mode << "\n" << r.out;
     EXPECT_TRUE(has(r.out, cls)) << mode << " should give " << cls << "\n" << r.out;
-    EXPECT_TRUE(has(r.out, "2 check(s)")) << mode << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "2 checks")) << mode << "\n" << r.out;
   }
   Result r = check(misbehaving("bad-json"), "--sq 5 --d 8 --no-reports", fresh("bad-json-msg"));
   EXPECT_TRUE(has(r.out, "adapter protocol error")) << r.out;

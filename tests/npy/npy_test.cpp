@@ -300,7 +300,7 @@ TEST(Npy, MalformedFilesGiveOneClearLineAndExitTwo) {
   expect_error("shape mismatch", "o [1, 4, 2, 4]");
   Result nofile = run("--npy " + fs::path(dir).string() + "/nothing");
   EXPECT_EQ(nofile.code, 2) << nofile.out;
-  EXPECT_TRUE(has(nofile.out, "no such directory")) << nofile.out;
+  EXPECT_TRUE(has(nofile.out, "Directory does not exist")) << nofile.out;
 }
 
 // Issue 27 item 13: format version 3 (version 2 with a UTF-8 header) reads like versions 1 and 2; unknown

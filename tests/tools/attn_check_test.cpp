@@ -122,7 +122,7 @@ TEST(AttnCheck, BadInputIsExitTwoWithAMessage) {
       {"--mask diagonal", "mask"},
       {"--kernel no-such-kernel", "no kernel matches"},
       {"--kernel test-nomask-only --mask causal", "does not support"},
-      {"--backend tpu", "--backend: 'tpu' is not one of"},
+      {"--backend tpu", "--backend: tpu not in {cpu,nvidia,amd,auto}"},
       {"--dist weird", "dist"},
       {"--special nan@x", "special"},
       {"--no-such-flag", "no-such-flag"},

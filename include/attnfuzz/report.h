@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -86,6 +88,30 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
 bool png_heatmaps_available();
 // Renders an SVG into a PNG file; returns empty on success, else why not (also when not available).
 std::string svg_to_png(const std::string& svg, const std::filesystem::path& png);
+
+// --- Bounded console output (report/console.cpp): the tools show the first failures of each kernel x class
+// with the evidence that decided the class, and count the rest (report.json lists every one).
+// The lines of the detector that decided r's class (the classify line's "CLASS by DETECTOR"; the check's own
+// finding when no detector ran): its first line and its last (the conclusion), at most two.
+std::vector<const Evidence*> deciding_evidence(const CheckResult& r);
+// Failures counted per (kernel, class), in the order each pair first failed.
+class FailureTally {
+ public:
+  // Counts one failure; returns how many of this pair came before it (0: the first).
+  int64_t add(const std::string& kernel, const std::string& cls);
+  int64_t count(const std::string& kernel, const std::string& cls) const;
+  int64_t total() const;
+  size_t groups() const { return order_.size(); }
+  size_t kernels() const;
+  const std::vector<std::pair<std::string, std::string>>& order() const { return order_; }
+  // "12 failures in 3 kernel x class pairs (2 kernels); start with: KERNEL CLASS: REPLAY"
+  std::string headline(const std::string& start_kernel, const std::string& start_class,
+                       const std::string& start_replay) const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, int64_t> seen_;
+  std::vector<std::pair<std::string, std::string>> order_;
+};
 
 // --- files
 class ReportError : public std::runtime_error {

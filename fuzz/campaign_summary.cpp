@@ -281,7 +281,7 @@ int write_summary(const CampaignOptions& o, const Paths& p, const Outcome& r) {
     const ReportPaths paths = write_reports(rec, p.out);
     Json j = report_to_json(rec);
     j["campaign"] = campaign_json(o, p, r);
-    write_text_file(paths.json, j.dump(2) + "\n");
+    write_text_file(paths.json, report_json_text(j));
     write_text_file(paths.markdown, summary_markdown(o, p, r, rec));
     std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
   } catch (const std::exception& e) {

@@ -429,10 +429,11 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
       try {
         const Json j = Json::parse(text);
         if (!j.is_object() || j.value("schema", std::string()) != kReportSchemaName ||
-            !j.contains("schema_version") || j.at("schema_version") != kReportSchemaVersion) {
+            !j.contains("schema_version") ||
+            (j.at("schema_version") != kReportSchemaVersion && j.at("schema_version") != 1)) {
           const std::string v = j.is_object() && j.contains("schema_version") ? j.at("schema_version").dump() : "none";
           std::fprintf(stderr,
-                       "attn-fuzz: %s: report schema %s version %s; this attn-fuzz merges %s version %d only\n",
+                       "attn-fuzz: %s: report schema %s version %s; this attn-fuzz merges %s versions 1 to %d only\n",
                        rj.c_str(), j.is_object() ? j.value("schema", std::string("(none)")).c_str() : "(none)",
                        v.c_str(), kReportSchemaName, kReportSchemaVersion);
           return 2;
@@ -624,7 +625,7 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     mj["distinct_failures"] = order.size();
     mj["failures"] = jf;
     j["merge"] = mj;
-    write_text_file(paths.json, j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+    write_text_file(paths.json, report_json_text(j));
     std::ostringstream md;
     md << "# attn-fuzz merged campaigns\n\n- command: `" << command_line << "`\n- " << camps.size()
        << " campaign(s), " << cases << " cases (" << static_cast<long long>(rate) << "/s together), **"

@@ -204,7 +204,7 @@ void write_failure_report(const WorkerConfig& cfg, const fs::path& case_path, co
   rec.backend = r.backend;
   rec.device = r.device;
   rec.entries.push_back(e);
-  write_text_file(stem.string() + ".json", report_to_json(rec).dump(2) + "\n");
+  write_text_file(stem.string() + ".json", report_json_text(report_to_json(rec)));
   write_text_file(stem.string() + ".md", markdown_summary(rec));
 }
 

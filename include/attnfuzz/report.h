@@ -16,7 +16,9 @@
 namespace attnfuzz {
 
 // Bumped on any incompatible change of the JSON report (fields removed or changing meaning).
-inline constexpr int kReportSchemaVersion = 1;
+// 2: each case once in "cases" (results[].case is its index; case_text is cases[].text), backend / device at
+// the top only, empty fields left out; 1 is read by --merge too (its campaign section is the same).
+inline constexpr int kReportSchemaVersion = 2;
 inline constexpr const char* kReportSchemaName = "attnfuzz-report";
 
 // One kernel x case check of a run.
@@ -46,9 +48,14 @@ struct RunCounts {
 RunCounts count(const RunRecord& r);
 
 // --- JSON (schema: corpus/README.md "Reports"): {"schema", "schema_version", "tool", "backend", ...,
-// "summary", "results": [{kernel, case, seed, verdict, class, evidence, worst, replay, ...}]}.
+// "summary", "cases": [{label, problem, values, seed, text}], "results": [{kernel, case (index into cases),
+// verdict, class, evidence, worst, replay, ...}]}: what every result shares is said once.
 Json report_to_json(const RunRecord& r);
-Json entry_to_json(const RunEntry& e);
+// One result; case_index null: the case inline (case_text, case), else that index. With run: backend and
+// device only where they differ from the run's.
+Json entry_to_json(const RunEntry& e, const Json& case_index = nullptr, const RunRecord* run = nullptr);
+// The report's text: pretty at the top, one line per case and per result.
+std::string report_json_text(const Json& j);
 Json element_to_json(const ElementReport& e);
 
 // --- Markdown: header, counts, failures first (class, ratio, replay, heatmap link, evidence, worst

@@ -299,8 +299,8 @@ TEST(Merge, BadInputsAreRefusedWithOneLineAndExitTwo) {
   std::ofstream(c.out / "failures") << "not a directory";
   refused({a.out.string(), c.out.string()}, root / "m2", "failures is not a directory");
   FakeCampaign d(root, "d", root / "sync");
-  std::ofstream(d.out / "report.json") << R"({"schema": "attnfuzz-report", "schema_version": 2, "campaign": {}})";
-  refused({a.out.string(), d.out.string()}, root / "m3", "version 2");
+  std::ofstream(d.out / "report.json") << R"({"schema": "attnfuzz-report", "schema_version": 99, "campaign": {}})";
+  refused({a.out.string(), d.out.string()}, root / "m3", "version 99");
   EXPECT_FALSE(fs::exists(root / "m2") || fs::exists(root / "m3"));
   EXPECT_EQ(merge_campaigns({a.out.string(), b.out.string()}, (root / "m4").string(), "x", true), 1);  // still merges
 }

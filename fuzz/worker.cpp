@@ -479,6 +479,39 @@ bool Worker::quarantined(const KernelEntry* k) const {
   return std::find(quarantined_.begin(), quarantined_.end(), k->kernel.name) != quarantined_.end();
 }
 
+// A failed check: its class refined (the first two of each kind), counted under its kind's class, the kernel
+// quarantined or isolated when it hung or leaked, and the failure saved when it is new.
+void Worker::on_failure(Outcome& out, PreparedCase& pc, Judged& j) {
+  const CheckResult& r = out.result;
+  // The detectors cost several launches: run them on the first two failures of each (kernel, first
+  // class, signature) in this process; later ones of the same kind are counted, not saved again.
+  const double found_unix = unix_now();  // the check failed; its class is known once the detectors ran
+  const std::string raw = r.kernel + "|" + failure_signature(r);
+  const bool classify = raw_failures_[raw]++ < 2;
+  if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
+  if (classify) raw_class_[raw] = failure_class_name(r.failure);
+  // Counted under the class the classified ones of its kind got (not the check's first guess).
+  const auto known = raw_class_.find(raw);
+  ++classes_[known != raw_class_.end() ? known->second : failure_class_name(r.failure)];
+  const fs::path work = fs::path(cfg_.out) / "work";
+  if (r.failure == FailureClass::kHang ||  // one timeout is all a spinning kernel may cost
+      (cfg_.mps_recheck && mps_suspect(r))) {  // under MPS a crash takes every worker's context down
+    append_line((work / "quarantine.txt").string(), r.kernel);
+    quarantined_.push_back(r.kernel);
+  } else if (r.failure == FailureClass::kCrash && cfg_.isolate == "auto" &&
+             r.reason.find("memory grows") != std::string::npos &&
+             std::find(isolated_.begin(), isolated_.end(), r.kernel) ==
+                 isolated_.end()) {  // a leak: isolate it
+    append_line((work / "isolate.txt").string(), r.kernel);
+    isolated_.push_back(r.kernel);
+  }
+  try {
+    if (classify) out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map, found_unix);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz-worker: cannot save a failure: %s\n", e.what());
+  }
+}
+
 Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
   ++cases_;
@@ -571,35 +604,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     // its jobs every few seconds to minutes, and a throttle each new job had to relearn throttled nothing.
     if (n == kThrottleAfter) append_line((fs::path(cfg_.out) / "work" / "throttle.txt").string(), r.kernel);
   }
-  if (r.verdict == Verdict::kFail) {
-    // The detectors cost several launches: run them on the first two failures of each (kernel, first
-    // class, signature) in this process; later ones of the same kind are counted, not saved again.
-    const double found_unix = unix_now();  // the check failed; its class is known once the detectors ran
-    const std::string raw = r.kernel + "|" + failure_signature(r);
-    const bool classify = raw_failures_[raw]++ < 2;
-    if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
-    if (classify) raw_class_[raw] = failure_class_name(r.failure);
-    // Counted under the class the classified ones of its kind got (not the check's first guess).
-    const auto known = raw_class_.find(raw);
-    ++classes_[known != raw_class_.end() ? known->second : failure_class_name(r.failure)];
-    const fs::path work = fs::path(cfg_.out) / "work";
-    if (r.failure == FailureClass::kHang ||  // one timeout is all a spinning kernel may cost
-        (cfg_.mps_recheck && mps_suspect(r))) {  // under MPS a crash takes every worker's context down
-      append_line((work / "quarantine.txt").string(), r.kernel);
-      quarantined_.push_back(r.kernel);
-    } else if (r.failure == FailureClass::kCrash && cfg_.isolate == "auto" &&
-               r.reason.find("memory grows") != std::string::npos &&
-               std::find(isolated_.begin(), isolated_.end(), r.kernel) ==
-                   isolated_.end()) {  // a leak: isolate it
-      append_line((work / "isolate.txt").string(), r.kernel);
-      isolated_.push_back(r.kernel);
-    }
-    try {
-      if (classify) out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map, found_unix);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "attn-fuzz-worker: cannot save a failure: %s\n", e.what());
-    }
-  }
+  if (r.verdict == Verdict::kFail) on_failure(out, pc, j);
   write_stats(!out.saved.empty());
   return out;
 }

@@ -169,6 +169,7 @@ class Worker {
   }
 
  private:
+  void on_failure(Outcome& out, PreparedCase& pc, Judged& j);
   WorkerConfig cfg_;
   std::unique_ptr<Device> device_;
   std::vector<const KernelEntry*> kernels_;

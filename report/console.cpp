@@ -9,7 +9,7 @@ namespace attnfuzz {
 namespace {
 // Detectors whose lines say what did not happen (or are advisory): never the deciding evidence.
 bool background(const std::string& detector) {
-  for (const char* d : {"compare", "flash-rule", "rows", "classify"})
+  for (const char* d : {"compare", "flash-rule", "rows", "classify", "bound"})
     if (detector == d) return true;
   return false;
 }
@@ -23,13 +23,23 @@ std::vector<const Evidence*> deciding_evidence(const CheckResult& r) {
       std::string cls, word;
       if (words >> cls >> word && word == "by") words >> by;
     }
-  std::vector<const Evidence*> group;
+  // The deciding detector's lines; no detector ran (the check decided, or outputs judged from files): every
+  // detector's but the background ones. Of each detector its first line and its last (the conclusion).
+  std::vector<const Evidence*> out;
+  std::map<std::string, std::vector<const Evidence*>> by_detector;
+  std::vector<std::string> order;
   for (const Evidence& e : r.evidence) {
     const bool wanted = by.empty() || by == "check" ? !background(e.detector) : e.detector == by;
-    if (wanted && (group.empty() || group.front()->detector == e.detector)) group.push_back(&e);
+    if (!wanted) continue;
+    if (by_detector[e.detector].empty()) order.push_back(e.detector);
+    by_detector[e.detector].push_back(&e);
   }
-  if (group.size() > 2) group.erase(group.begin() + 1, group.end() - 1);  // the first line and the conclusion
-  return group;
+  for (const std::string& d : order) {
+    const auto& g = by_detector[d];
+    out.push_back(g.front());
+    if (g.size() > 1) out.push_back(g.back());
+  }
+  return out;
 }
 
 int64_t FailureTally::add(const std::string& kernel, const std::string& cls) {

@@ -98,8 +98,8 @@ std::string svg_to_png(const std::string& svg, const std::filesystem::path& png)
 
 // --- Bounded console output (report/console.cpp): the tools show the first failures of each kernel x class
 // with the evidence that decided the class, and count the rest (report.json lists every one).
-// The lines of the detector that decided r's class (the classify line's "CLASS by DETECTOR"; the check's own
-// finding when no detector ran): its first line and its last (the conclusion), at most two.
+// The lines of the detector that decided r's class (the classify line's "CLASS by DETECTOR"; when no detector
+// decided, every detector's but the advisory / background ones): of each its first line and its last.
 std::vector<const Evidence*> deciding_evidence(const CheckResult& r);
 // Failures counted per (kernel, class), in the order each pair first failed.
 class FailureTally {

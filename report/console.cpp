@@ -21,8 +21,12 @@ std::vector<const Evidence*> deciding_evidence(const CheckResult& r) {
     if (e.detector == "classify") {
       std::istringstream words(e.detail);
       std::string cls, word;
-      if (words >> cls >> word && word == "by") words >> by;
+      // Only when it names the final class (a later experiment, e.g. an NPY variant, may have changed it).
+      if (words >> cls >> word && word == "by" && cls == failure_class_name(r.failure)) words >> by;
     }
+  bool by_has_lines = false;
+  for (const Evidence& e : r.evidence) by_has_lines |= !by.empty() && e.detector == by;
+  if (!by_has_lines) by.clear();  // the decider left no line of its own: every detector's but the background
   // The deciding detector's lines; no detector ran (the check decided, or outputs judged from files): every
   // detector's but the background ones. Of each detector its first line and its last (the conclusion).
   std::vector<const Evidence*> out;

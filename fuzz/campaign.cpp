@@ -157,8 +157,13 @@ int run_campaign(const CampaignOptions& o) {
   if (!select_kernels(o, kernels)) return 2;
   claim_earlier_failures(p);
   Outcome r;
-  r.name = o.name.empty() ? default_campaign_name() : o.name;
+  r.history = read_history(p);  // a resume: the earlier runs, their failures' times, the campaign's name
+  r.name = !o.name.empty() ? o.name : !r.history.name.empty() ? r.history.name : default_campaign_name();
+  r.history.name = r.name;
   r.started_unix = std::time(nullptr);
+  for (const KernelEntry* k : kernels) r.kernels.push_back(k->kernel.name);
+  r.max_failures = o.max_failures;
+  r.all_failures = o.all_failures;
   std::unique_ptr<Sync> sync;
   if (!o.sync_dir.empty() && !(sync = start_sync(o, p, r.name, kernels))) return 2;
   const CorpusIn in = load_corpus(p, o.seed_dirs, kernels, cfg.limits);
@@ -222,6 +227,7 @@ int run_campaign(const CampaignOptions& o) {
   r.mps = mps != nullptr;
   r.mps_rechecked = rechecks.rechecked();
   r.mps_pending = rechecks.pending();
+  record_run(p, r.history, {r.started_unix, r.wall, r.stats.cases, r.stats.failing, r.interrupted}, r.found);
   return write_summary(o, p, r);
 }
 

@@ -27,7 +27,10 @@ struct CampaignOptions {
   bool mps = false;
   // --sync DIR (fuzz/sync.h): publish / import corpus entries and distinct failures every sync_interval_s
   std::string sync_dir;
-  std::string name;  // this campaign's name (in DIR and in merged summaries); default <host>-<pid>
+  std::string name;  // this campaign's name (in DIR and in merged summaries); default: the name of the run this
+                     // OUT resumes (history.json), else <host>-<pid>
+  int64_t max_failures = 1;   // distinct failures listed per kernel x class on the console; the rest counted
+  bool all_failures = false;  // every one
   double sync_interval_s = 30;
 };
 

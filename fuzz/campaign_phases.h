@@ -273,6 +273,8 @@ struct Aggregate {
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, int64_t> refusals;  // "kernel: why it refused an input" -> count
   std::map<std::string, std::map<std::string, int64_t>> kernels;
+  // kernel -> "PASS DTYPE" -> verdict or "refused" -> count (the per-kernel table)
+  std::map<std::string, std::map<std::string, std::map<std::string, int64_t>>> by_kernel;
   int64_t features = 0;
   std::string features_hex;  // the union bitmap (merged summaries take the union over campaigns)
 };
@@ -324,6 +326,35 @@ class Stop {
   }, old_term_{}, old_hup_{};  // the handlers before
 };
 
+// ------------------------------------------------ history across runs of one OUT (campaign_history.cpp)
+
+// OUT/history.json: the campaign's name, its runs, and when each distinct failure was found and its class
+// known (from the workers' work/found.txt; a failure without a line there is timed by its file, marked so).
+// A resume reads it, so the name, the campaign's clock and the failures' times carry over.
+struct FailureTimes {
+  double found_unix = 0, classified_unix = 0;
+  double found_after_s = 0, classified_after_s = 0;  // campaign time: earlier runs' wall + this run's seconds
+  int run = 0;                                       // 1 = the first run of this OUT
+  bool from_file_time = false;
+};
+struct History {
+  std::string name;
+  struct Run {
+    std::time_t started_unix = 0;
+    double wall_s = 0;
+    int64_t cases = 0, failing = 0;
+    bool interrupted = false;
+  };
+  std::vector<Run> runs;                        // earlier runs, then this one (added by record_run)
+  std::map<std::string, FailureTimes> failures;  // failure file name -> times
+  double earlier_wall() const;                   // campaign time before this run
+  std::time_t first_started() const;
+};
+// The history of OUT so far (empty for a new OUT; a campaign from before history.json: its report's name).
+History read_history(const Paths& p);
+// Adds this run (started, wall, cases) and the times of the failures in failures/ not yet timed; writes it.
+void record_run(const Paths& p, History& h, const History::Run& run, const std::vector<Failure>& found);
+
 // ---------------------------------------------------------------------- the summary (campaign_summary.cpp)
 
 // What the summary reports, gathered after the workers have ended.
@@ -343,6 +374,10 @@ struct Outcome {
   std::vector<ImportedFailure> imported;
   bool mps = false;
   int64_t mps_rechecked = 0, mps_pending = 0;
+  std::vector<std::string> kernels;  // the selected kernels (a kernel that got no check is listed loudly)
+  History history;                   // this run included
+  int64_t max_failures = 1;          // failures listed per kernel x class on the console (all_failures: every one)
+  bool all_failures = false;
 };
 // Prints the summary, writes summary.md, report.json and junit.xml; returns the exit status.
 int write_summary(const CampaignOptions& o, const Paths& p, const Outcome& r);

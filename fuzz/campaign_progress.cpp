@@ -25,6 +25,10 @@ Aggregate read_stats(const fs::path& dir) {
         for (const auto& [k, v] : j.at("refusals").items()) a.refusals[k] += v.get<int64_t>();
       for (const auto& [k, m] : j.at("kernels").items())
         for (const auto& [v, n] : m.items()) a.kernels[k][v] += n.get<int64_t>();
+      if (j.contains("by_kernel"))
+        for (const auto& [k, rows] : j.at("by_kernel").items())
+          for (const auto& [row, m] : rows.items())
+            for (const auto& [v, n] : m.items()) a.by_kernel[k][row][v] += n.get<int64_t>();
       const std::string hex = j.value("features", std::string());
       for (size_t i = 0; i + 1 < hex.size() && i / 2 < bits.size(); i += 2)
         bits[i / 2] |= static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16));

@@ -1,5 +1,6 @@
 // campaign_summary.cpp - a campaign's summary: the console lines, report.json's campaign facts, summary.md,
 // and the exit status.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -33,6 +34,79 @@ std::string ended_text(const Outcome& r) {
   return t;
 }
 
+// One kernel's row of the per-kernel table, summed over passes and dtypes (or one "PASS DTYPE" of it).
+struct KernelCounts {
+  int64_t checked = 0, failed = 0, refused = 0;
+};
+KernelCounts counts_of(const std::map<std::string, int64_t>& m) {
+  KernelCounts c;
+  for (const auto& [v, n] : m) {
+    if (v == "refused" || v == "unsupported") c.refused += n;
+    else if (v == "pass" || v == "fail" || v == "outside-contract") c.checked += n;
+    if (v == "fail") c.failed += n;
+  }
+  return c;
+}
+KernelCounts kernel_total(const Aggregate& a, const std::string& k) {
+  KernelCounts t;
+  if (const auto it = a.by_kernel.find(k); it != a.by_kernel.end())
+    for (const auto& [row, m] : it->second) {
+      const KernelCounts c = counts_of(m);
+      t.checked += c.checked, t.failed += c.failed, t.refused += c.refused;
+    }
+  return t;
+}
+// The most frequent reason kernel k gave for refusing an input ("" = none recorded).
+std::string refusal_of(const Aggregate& a, const std::string& k) {
+  std::string why;
+  int64_t most = 0;
+  for (const auto& [key, n] : a.refusals)
+    if (key.rfind(k + ": ", 0) == 0 && n > most) why = key.substr(k.size() + 2), most = n;
+  return why;
+}
+// The selected kernels that got no check in this run (every input refused, or none drawn for them).
+std::vector<std::string> unchecked(const Outcome& r) {
+  std::vector<std::string> out;
+  for (const std::string& k : r.kernels)
+    if (kernel_total(r.stats, k).checked == 0) out.push_back(k);
+  return out;
+}
+std::string unchecked_line(const Outcome& r, const std::vector<std::string>& ks) {
+  std::string t = "NOT CHECKED: " + std::to_string(ks.size()) + " of " + std::to_string(r.kernels.size()) +
+                  " selected kernel(s) got no check in this run: ";
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const std::string why = refusal_of(r.stats, ks[i]);
+    t += (i ? "; " : "") + ks[i] + (why.empty() ? " (no input drawn for it)" : " (refused: " + why.substr(0, 120) + ")");
+  }
+  return t;
+}
+const FailureTimes* times_of(const Outcome& r, const Failure& f) {
+  const auto it = r.history.failures.find(f.path.filename().string());
+  return it == r.history.failures.end() ? nullptr : &it->second;
+}
+bool is_new(const Outcome& r, const Failure& f) {
+  const FailureTimes* t = times_of(r, f);
+  return t && t->run == static_cast<int>(r.history.runs.size());
+}
+std::string after_text(const FailureTimes* t) {
+  if (!t) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.0f s%s", t->found_after_s, t->from_file_time ? " (file time)" : "");
+  return b;
+}
+// The campaign over every run of this OUT: "run 2 of this OUT: 120 s, 4000 cases in all".
+std::string runs_text(const Outcome& r) {
+  const History& h = r.history;
+  if (h.runs.size() < 2) return "";
+  int64_t cases = 0;
+  double wall = 0;
+  for (const History::Run& x : h.runs) cases += x.cases, wall += x.wall_s;
+  char b[160];
+  std::snprintf(b, sizeof b, "run %zu of this OUT (resumed): %.0f s, %lld case(s) in all runs", h.runs.size(), wall,
+                (long long)cases);
+  return b;
+}
+
 // The distinct failures found here as report entries, each with its replay command and heatmap.
 RunRecord make_record(const CampaignOptions& o, const Paths& p, const Outcome& r) {
   const WorkerConfig& cfg = o.worker;
@@ -56,20 +130,69 @@ RunRecord make_record(const CampaignOptions& o, const Paths& p, const Outcome& r
   return rec;
 }
 
+// The distinct failures: the first --max-failures of each kernel x class (found first), the rest counted.
+void print_failures(const Outcome& r, const RunRecord& rec) {
+  if (r.found.empty()) return;
+  std::vector<size_t> order(r.found.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto found_s = [&](size_t i) {
+    const FailureTimes* t = times_of(r, r.found[i]);
+    return t ? t->found_after_s : 1e300;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return found_s(x) < found_s(y); });
+  FailureTally tally;
+  std::vector<size_t> shown;
+  for (size_t i : order) {
+    const RecordedVerdict& v = *r.found[i].file.verdict;
+    if (tally.add(v.kernel, failure_class_name(v.failure)) < r.max_failures || r.all_failures) shown.push_back(i);
+  }
+  std::printf("%-13s %-30s %-34s %-10s %s\n", "class", "kernel", "shape", "found", "replay");
+  for (size_t i : shown) {
+    const RecordedVerdict& v = *r.found[i].file.verdict;
+    const int64_t n = tally.count(v.kernel, failure_class_name(v.failure));
+    std::printf("%-13s %-30s %-34s %-10s %s%s%s\n", failure_class_name(v.failure), v.kernel.c_str(),
+                shape(rec.entries[i].the_case.problem).c_str(), after_text(times_of(r, r.found[i])).c_str(),
+                rec.entries[i].replay_command.c_str(), is_new(r, r.found[i]) && r.history.runs.size() > 1 ? "  NEW" : "",
+                n > 1 && !r.all_failures ? ("  (" + std::to_string(n) + " distinct of this kernel x class)").c_str() : "");
+  }
+  if (shown.size() < r.found.size())
+    std::printf("(%zu more distinct failure(s) of the same kernels x classes: summary.md, report.json; --all-failures "
+                "lists them)\n", r.found.size() - shown.size());
+}
+
+// One line per selected kernel: checks, failures, refusals and the most frequent reason, per pass and dtype.
+void print_kernels(const Outcome& r) {
+  std::printf("%-30s %8s %7s %8s  %s\n", "kernel", "checked", "failed", "refused", "per pass and dtype; why refused");
+  for (const std::string& k : r.kernels) {
+    const KernelCounts t = kernel_total(r.stats, k);
+    std::string rows;
+    if (const auto it = r.stats.by_kernel.find(k); it != r.stats.by_kernel.end())
+      for (const auto& [row, m] : it->second) {
+        const KernelCounts c = counts_of(m);
+        if (c.checked) rows += (rows.empty() ? "" : ", ") + row + " " + std::to_string(c.checked);
+      }
+    const std::string why = refusal_of(r.stats, k);
+    std::printf("%-30s %8lld %7lld %8lld  %s%s%s\n", k.c_str(), (long long)t.checked, (long long)t.failed,
+                (long long)t.refused, rows.empty() ? "NONE" : rows.c_str(), why.empty() ? "" : "; ",
+                why.substr(0, 100).c_str());
+  }
+}
+
 void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& rec) {
   const Aggregate& a = r.stats;
+  int64_t fresh = 0;
+  for (const Failure& f : r.found) fresh += is_new(r, f);
+  const std::vector<std::string> none = unchecked(r);
+  if (!none.empty()) std::printf("\n%s\n", unchecked_line(r, none).c_str());
   std::printf(
-      "\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s%s\n",
+      "\nattn-fuzz: %.0f s, %lld case(s) (%.0f/s), %lld failing check(s), %zu distinct failure(s)%s%s%s\n",
       r.wall, (long long)a.cases, r.wall > 0 ? a.cases / r.wall : 0.0, (long long)a.failing, r.found.size(),
       r.synced ? (" found here, " + std::to_string(r.imported.size()) + " imported").c_str() : "",
+      r.history.runs.size() > 1 ? (", " + std::to_string(fresh) + " new in this run").c_str() : "",
       r.interrupted ? " (interrupted)" : "");
-  if (!r.found.empty()) std::printf("%-13s %-30s %-34s %s\n", "class", "kernel", "shape", "replay");
-  for (size_t i = 0; i < r.found.size(); ++i) {
-    const RecordedVerdict& v = *r.found[i].file.verdict;
-    const RunEntry& e = rec.entries[i];
-    std::printf("%-13s %-30s %-34s %s\n", failure_class_name(v.failure), v.kernel.c_str(),
-                shape(e.the_case.problem).c_str(), e.replay_command.c_str());
-  }
+  if (const std::string runs = runs_text(r); !runs.empty()) std::printf("%s\n", runs.c_str());
+  print_failures(r, rec);
+  print_kernels(r);
   if (!r.imported.empty()) {
     std::printf("imported from other campaigns (--sync %s; first found there, not saved again here):\n",
                 o.sync_dir.c_str());
@@ -136,6 +259,36 @@ Json sync_json(const CampaignOptions& o, const Outcome& r) {
   return sj;
 }
 
+// The campaign over its runs (report.json's campaign): the runs, when each distinct failure was found and its
+// class known, the per-kernel table, the kernels that got no check.
+void history_json(const Outcome& r, Json& camp) {
+  camp["first_started_unix"] = static_cast<int64_t>(r.history.first_started());
+  Json runs = Json::array();
+  for (const History::Run& x : r.history.runs)
+    runs.push_back({{"started_unix", static_cast<int64_t>(x.started_unix)}, {"wall_s", x.wall_s},
+                    {"cases", x.cases}, {"failing", x.failing}, {"interrupted", x.interrupted}});
+  camp["runs"] = runs;
+  Json fl = Json::array();
+  for (const Failure& f : r.found) {
+    const RecordedVerdict& v = *f.file.verdict;
+    Json x = {{"file", f.path.filename().string()}, {"kernel", v.kernel}, {"class", failure_class_name(v.failure)},
+              {"signature", v.signature}, {"new", is_new(r, f)}};
+    if (const FailureTimes* t = times_of(r, f)) {
+      x["found_unix"] = t->found_unix;
+      x["classified_unix"] = t->classified_unix;
+      x["found_after_s"] = t->found_after_s;  // campaign time: the earlier runs' wall time included
+      x["classified_after_s"] = t->classified_after_s;
+      x["run"] = t->run;
+      x["from_file_time"] = t->from_file_time;
+    }
+    fl.push_back(std::move(x));
+  }
+  camp["failures"] = fl;
+  camp["by_kernel"] = r.stats.by_kernel;  // kernel -> "PASS DTYPE" -> verdict or "refused" -> count
+  camp["kernels"] = r.kernels;
+  camp["unchecked_kernels"] = unchecked(r);
+}
+
 // Campaign facts on top of the shared report formats (report.json's "campaign").
 Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
   const Aggregate& a = r.stats;
@@ -189,7 +342,37 @@ Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
   camp["replay_flags"] = o.worker.replay_flags;
   camp["features_hex"] = a.features_hex;
   if (r.synced) camp["sync"] = sync_json(o, r);
+  history_json(r, camp);
   return camp;
+}
+
+// The per-kernel table: checked, failed, refused and the most frequent reason, per pass and dtype.
+void kernels_markdown(const Outcome& r, std::ostringstream& md) {
+  md << "## Per kernel\n\n| kernel | pass, dtype | checked | failed | refused | why refused (most often) |\n"
+        "|---|---|---|---|---|---|\n";
+  for (const std::string& k : r.kernels) {
+    const std::string why = markdown_escape(refusal_of(r.stats, k));
+    const auto it = r.stats.by_kernel.find(k);
+    if (it == r.stats.by_kernel.end() || it->second.empty()) {
+      md << "| " << markdown_escape(k) << " | - | **0** | 0 | 0 | " << (why.empty() ? "no input drawn for it" : why)
+         << " |\n";
+      continue;
+    }
+    for (const auto& [row, m] : it->second) {
+      const KernelCounts c = counts_of(m);
+      md << "| " << markdown_escape(k) << " | " << row << " | " << (c.checked ? std::to_string(c.checked) : "**0**")
+         << " | " << c.failed << " | " << c.refused << " | " << (c.refused ? why : "") << " |\n";
+    }
+  }
+  md << "\n";
+}
+
+// The shared Markdown summary under a campaign's own title: its headings one level down (one H1 per page).
+std::string demote_headings(const std::string& md) {
+  std::istringstream in(md);
+  std::string out;
+  for (std::string line; std::getline(in, line);) out += (line.rfind('#', 0) == 0 ? "#" : "") + line + "\n";
+  return out;
 }
 
 // summary.md: the campaign's counts, the failures imported and found, then the shared Markdown summary.
@@ -198,8 +381,11 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
   const Aggregate& a = r.stats;
   const std::string ended = ended_text(r);
   std::ostringstream md;
-  md << "# attn-fuzz campaign\n\n"
-     << "- command: `" << o.command_line << "`\n"
+  md << "# attn-fuzz campaign " << markdown_escape(r.name) << "\n\n";
+  if (const std::vector<std::string> none = unchecked(r); !none.empty())
+    md << "**" << markdown_escape(unchecked_line(r, none)) << "**\n\n";
+  if (const std::string runs = runs_text(r); !runs.empty()) md << "- " << runs << "\n";
+  md << "- command: `" << o.command_line << "`\n"
      << "- " << static_cast<long long>(r.wall) << " s, " << a.cases << " cases ("
      << static_cast<long long>(r.wall > 0 ? a.cases / r.wall : 0) << "/s), " << a.failing
      << " failing checks, **" << r.found.size() << " distinct failure(s)**"
@@ -238,14 +424,23 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
     md << "\n";
   }
   if (!r.found.empty()) {
-    md << "| class | kernel | shape | replay |\n|---|---|---|---|\n";
-    for (const RunEntry& e : rec.entries)
+    md << "## Distinct failures\n\n| class | kernel | shape | found after | class known after | run | replay |\n"
+          "|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < r.found.size(); ++i) {
+      const RunEntry& e = rec.entries[i];
+      const FailureTimes* t = times_of(r, r.found[i]);
+      char known[32] = "-";
+      if (t) std::snprintf(known, sizeof known, "%.0f s", t->classified_after_s);
       md << "| " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel) << " | "
-         << markdown_escape(shape(e.the_case.problem)) << " | `" << e.replay_command << "` |\n";
+         << markdown_escape(shape(e.the_case.problem)) << " | " << after_text(t) << " | " << known << " | "
+         << (t ? std::to_string(t->run) : "-") << (is_new(r, r.found[i]) && r.history.runs.size() > 1 ? " **new**" : "")
+         << " | `" << e.replay_command << "` |\n";
+    }
     md << "\n";
   }
-  if (!rec.entries.empty())
-    md << markdown_summary(rec);  // the distinct failures replayed; none: no empty table
+  kernels_markdown(r, md);
+  if (!rec.entries.empty())  // the distinct failures replayed, under this page's title; none: no empty table
+    md << demote_headings(markdown_summary(rec));
   return md.str();
 }
 
@@ -281,7 +476,7 @@ int write_summary(const CampaignOptions& o, const Paths& p, const Outcome& r) {
     const ReportPaths paths = write_reports(rec, p.out);
     Json j = report_to_json(rec);
     j["campaign"] = campaign_json(o, p, r);
-    write_text_file(paths.json, j.dump(2) + "\n");
+    write_text_file(paths.json, report_json_text(j));
     write_text_file(paths.markdown, summary_markdown(o, p, r, rec));
     std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
   } catch (const std::exception& e) {

@@ -373,185 +373,201 @@ struct MergedFailure {
   std::string first_by;
   std::time_t found_at = 0;
   double found_at_exact = 0;  // with the nanoseconds of the mtime: who was first within a second
-  double found_after_s = -1;  // since its finder started (-1: unknown)
+  double found_after_s = -1;  // since its finder's first start (campaign time across resumes)
+  bool after_merge_start = false;  // its finder is not merged (or left no report): since the merge's first start
   std::string replay_flags;
   std::set<std::string> also_by;
 };
 
 struct CampaignInfo {
   std::string name, dir, started_at;
-  std::time_t started = 0;
-  Json stats;  // report.json's "campaign" section (empty when the campaign left none)
+  std::time_t started = 0;  // its first start (a resumed campaign: the first run's)
+  Json stats;               // report.json's "campaign" section (empty when the campaign left none)
+  std::map<std::string, double> after;  // failure file -> found_after_s its report gives (history.json)
   int64_t own = 0, imported = 0, first = 0;
 };
 
-}  // namespace
-
-int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out_dir,
-                    const std::string& command_line, bool quiet) {
-  // Refused before anything is read or written: an --out that is one of the campaigns (its own report would be
-  // overwritten by the merge's), a campaign given twice (it would be counted twice).
-  {
-    std::error_code ec;
-    const fs::path outc = fs::weakly_canonical(fs::absolute(out_dir), ec);
-    std::map<fs::path, std::string> seen;
-    for (const std::string& d : dirs) {
-      std::error_code dec;
-      const fs::path dc = fs::weakly_canonical(fs::absolute(d), dec);
-      if (const auto [it, fresh] = seen.emplace(dc, d); !fresh) {
-        std::fprintf(stderr, "attn-fuzz: --merge: %s is given twice (%s and %s): list each campaign once\n",
-                     dc.c_str(), it->second.c_str(), d.c_str());
-        return 2;
-      }
-      if (dc == outc) {
-        std::fprintf(stderr,
-                     "attn-fuzz: --merge: --out %s is one of the campaigns merged (its report would be "
-                     "overwritten): choose another --out\n",
-                     out_dir.c_str());
-        return 2;
-      }
-    }
-  }
+struct Merge {
   std::vector<CampaignInfo> camps;
   std::map<std::string, MergedFailure> by_key;
   std::vector<uint8_t> feature_union;
   bool have_union = true;
-  for (const std::string& d : dirs) {
-    CampaignInfo ci;
-    ci.dir = d;
-    ci.name = fs::path(d).lexically_normal().filename().string();
-    if (ci.name.empty()) ci.name = fs::path(d).lexically_normal().parent_path().filename().string();
-    std::string text;
-    const fs::path rj = fs::path(d) / "report.json";
-    std::error_code ec;
-    const bool has_report = read_text(rj, text);
-    if (has_report) {
-      try {
-        const Json j = Json::parse(text);
-        if (!j.is_object() || j.value("schema", std::string()) != kReportSchemaName ||
-            !j.contains("schema_version") || j.at("schema_version") != kReportSchemaVersion) {
-          const std::string v = j.is_object() && j.contains("schema_version") ? j.at("schema_version").dump() : "none";
-          std::fprintf(stderr,
-                       "attn-fuzz: %s: report schema %s version %s; this attn-fuzz merges %s version %d only\n",
-                       rj.c_str(), j.is_object() ? j.value("schema", std::string("(none)")).c_str() : "(none)",
-                       v.c_str(), kReportSchemaName, kReportSchemaVersion);
-          return 2;
-        }
-        if (j.contains("campaign")) ci.stats = j.at("campaign");
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "attn-fuzz: %s: not a readable report: %s\n", rj.c_str(), e.what());
-        return 2;
-      }
-    }
-    for (const char* sub : {"failures", "imported"})
-      if (fs::exists(fs::path(d) / sub, ec) && !fs::is_directory(fs::path(d) / sub, ec)) {
-        std::fprintf(stderr, "attn-fuzz: %s is not a directory: %s is no campaign directory\n",
-                     (fs::path(d) / sub).c_str(), d.c_str());
-        return 2;
-      }
-    if (ci.stats.is_null() && !fs::is_directory(fs::path(d) / "failures", ec)) {
-      std::fprintf(stderr,
-                   "attn-fuzz: %s is not a campaign directory (no report.json with a campaign section, no "
-                   "failures/)\n",
-                   d.c_str());
-      return 2;
-    }
-    if (ci.stats.is_null() && !quiet)
-      std::fprintf(stderr, "attn-fuzz: %s has no campaign report (still running, or killed): failures only\n",
-                   d.c_str());
-    if (ci.stats.is_object()) {
-      ci.name = ci.stats.value("name", ci.name);
-      ci.started = ci.stats.value("started_unix", int64_t{0});
-      ci.started_at = ci.stats.value("started_at", std::string());
-      const std::string hex = ci.stats.value("features_hex", std::string());
-      if (hex.empty()) have_union = false;
-      if (feature_union.size() < hex.size() / 2) feature_union.resize(hex.size() / 2, 0);
-      for (size_t i = 0; i + 1 < hex.size(); i += 2)
-        feature_union[i / 2] |= static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16));
-    } else {
-      have_union = false;
-    }
-    const std::string flags = ci.stats.is_object() ? ci.stats.value("replay_flags", std::string()) : "";
-    auto take = [&](const fs::path& f, const std::string& by, bool own) {
-      CorpusFile cf;
-      try {
-        cf = read_corpus_file(f);
-      } catch (const CorpusError& e) {
-        std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());
-        return;
-      }
-      if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) return;
-      struct timespec t {};
-      mtime_of(f, t);
-      ++(own ? ci.own : ci.imported);
-      const std::string key = failure_key(*cf.verdict);
-      auto it = by_key.find(key);
-      const double exact = static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-      if (it == by_key.end() || exact < it->second.found_at_exact) {
-        MergedFailure m;
-        m.verdict = *cf.verdict;
-        m.the_case = cf.the_case;
-        m.path = f;
-        m.first_by = by;
-        m.found_at = t.tv_sec;
-        m.found_at_exact = exact;
-        m.replay_flags = flags;
-        if (it != by_key.end()) {
-          m.also_by = it->second.also_by;
-          m.also_by.insert(it->second.first_by);
-        }
-        m.also_by.erase(by);
-        by_key[key] = std::move(m);
-      } else if (it->second.first_by != by) {
-        it->second.also_by.insert(by);
-      }
-    };
-    for (const fs::path& f : list(fs::path(d) / "failures", kCaseFileExtension)) take(f, ci.name, true);
-    for (const fs::path& from : subdirs(fs::path(d) / "imported"))
-      for (const fs::path& f : list(from, kCaseFileExtension)) take(f, from.filename().string(), false);
-    camps.push_back(std::move(ci));
-  }
-  for (auto& [key, m] : by_key) {
-    (void)key;
-    for (CampaignInfo& c : camps)
-      if (c.name == m.first_by) {
-        ++c.first;
-        if (c.started > 0) m.found_after_s = static_cast<double>(m.found_at - c.started);
-      }
-  }
-  // Output: the distinct failures (case + heatmap copied), then the reports.
-  const fs::path out = out_dir, fdir = out / "failures";
+  std::time_t earliest = 0;  // the first start among the campaigns with a report
+};
+
+// Refused before anything is read or written: an --out that is one of the campaigns (its own report would be
+// overwritten by the merge's), a campaign given twice (it would be counted twice).
+bool refuse_dirs(const std::vector<std::string>& dirs, const std::string& out_dir) {
   std::error_code ec;
-  fs::create_directories(fdir, ec);
-  if (ec) {
-    std::fprintf(stderr, "attn-fuzz: cannot create %s: %s\n", fdir.c_str(), ec.message().c_str());
-    return 2;
-  }
-  std::vector<const MergedFailure*> order;
-  for (const auto& [k, m] : by_key) order.push_back(&m);
-  std::sort(order.begin(), order.end(), [](const MergedFailure* a, const MergedFailure* b) {
-    return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact : a->path < b->path;
-  });
-  RunRecord rec;
-  rec.tool.name = "attn-fuzz";
-  rec.tool.command = command_line;
-  int64_t cases = 0, features_sum = 0;
-  double rate = 0, wall = 0;
-  for (const CampaignInfo& c : camps)
-    if (c.stats.is_object()) {
-      cases += c.stats.value("cases", int64_t{0});
-      rate += c.stats.value("cases_per_s", 0.0);
-      features_sum += c.stats.value("semantic_features", int64_t{0});
-      wall = std::max(wall, c.stats.value("wall_s", 0.0));
-      if (rec.backend.empty()) rec.backend = c.stats.value("backend", std::string());
+  const fs::path outc = fs::weakly_canonical(fs::absolute(out_dir), ec);
+  std::map<fs::path, std::string> seen;
+  for (const std::string& d : dirs) {
+    std::error_code dec;
+    const fs::path dc = fs::weakly_canonical(fs::absolute(d), dec);
+    if (const auto [it, fresh] = seen.emplace(dc, d); !fresh) {
+      std::fprintf(stderr, "attn-fuzz: --merge: %s is given twice (%s and %s): list each campaign once\n",
+                   dc.c_str(), it->second.c_str(), d.c_str());
+      return true;
     }
-  rec.wall_s = wall;
-  Json jf = Json::array();
+    if (dc == outc) {
+      std::fprintf(stderr,
+                   "attn-fuzz: --merge: --out %s is one of the campaigns merged (its report would be "
+                   "overwritten): choose another --out\n",
+                   out_dir.c_str());
+      return true;
+    }
+  }
+  return false;
+}
+
+// report.json's campaign section into ci (none: stays null). false: said why on stderr.
+bool read_report(const fs::path& rj, CampaignInfo& ci) {
+  std::string text;
+  if (!read_text(rj, text)) return true;
+  try {
+    const Json j = Json::parse(text);
+    if (!j.is_object() || j.value("schema", std::string()) != kReportSchemaName || !j.contains("schema_version") ||
+        (j.at("schema_version") != kReportSchemaVersion && j.at("schema_version") != 1)) {
+      const std::string v = j.is_object() && j.contains("schema_version") ? j.at("schema_version").dump() : "none";
+      std::fprintf(stderr, "attn-fuzz: %s: report schema %s version %s; this attn-fuzz merges %s versions 1 to %d only\n",
+                   rj.c_str(), j.is_object() ? j.value("schema", std::string("(none)")).c_str() : "(none)", v.c_str(),
+                   kReportSchemaName, kReportSchemaVersion);
+      return false;
+    }
+    if (j.contains("campaign")) ci.stats = j.at("campaign");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz: %s: not a readable report: %s\n", rj.c_str(), e.what());
+    return false;
+  }
+  return true;
+}
+
+// The campaign's name, first start, failure times and semantic features from its report.
+void take_stats(CampaignInfo& ci, Merge& m) {
+  if (!ci.stats.is_object()) {
+    m.have_union = false;
+    return;
+  }
+  ci.name = ci.stats.value("name", ci.name);
+  const int64_t first = ci.stats.value("first_started_unix", int64_t{0});
+  ci.started = first > 0 ? first : ci.stats.value("started_unix", int64_t{0});
+  ci.started_at = ci.stats.value("started_at", std::string());
+  if (ci.stats.contains("failures") && ci.stats.at("failures").is_array())
+    for (const Json& f : ci.stats.at("failures"))
+      if (f.contains("found_after_s")) ci.after[f.value("file", std::string())] = f.at("found_after_s").get<double>();
+  if (ci.started > 0 && (m.earliest == 0 || ci.started < m.earliest)) m.earliest = ci.started;
+  const std::string hex = ci.stats.value("features_hex", std::string());
+  if (hex.empty()) m.have_union = false;
+  if (m.feature_union.size() < hex.size() / 2) m.feature_union.resize(hex.size() / 2, 0);
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    m.feature_union[i / 2] |= static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16));
+}
+
+// One failure file found by `by` (own: in the campaign's failures/, else imported from `by`).
+void take_failure(const fs::path& f, const std::string& by, bool own, const std::string& flags, CampaignInfo& ci,
+                  Merge& m) {
+  CorpusFile cf;
+  try {
+    cf = read_corpus_file(f);
+  } catch (const CorpusError& e) {
+    std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());
+    return;
+  }
+  if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) return;
+  struct timespec t {};
+  mtime_of(f, t);
+  ++(own ? ci.own : ci.imported);
+  const std::string key = failure_key(*cf.verdict);
+  auto it = m.by_key.find(key);
+  const double exact = static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  if (it != m.by_key.end() && exact >= it->second.found_at_exact) {
+    if (it->second.first_by != by) it->second.also_by.insert(by);
+    return;
+  }
+  MergedFailure mf;
+  mf.verdict = *cf.verdict;
+  mf.the_case = cf.the_case;
+  mf.path = f;
+  mf.first_by = by;
+  mf.found_at = t.tv_sec;
+  mf.found_at_exact = exact;
+  mf.replay_flags = flags;
+  if (it != m.by_key.end()) {
+    mf.also_by = it->second.also_by;
+    mf.also_by.insert(it->second.first_by);
+  }
+  mf.also_by.erase(by);
+  m.by_key[key] = std::move(mf);
+}
+
+// One campaign directory: its report and its failures (own and imported). false: said why on stderr.
+bool read_campaign(const std::string& d, bool quiet, Merge& m) {
+  CampaignInfo ci;
+  ci.dir = d;
+  ci.name = fs::path(d).lexically_normal().filename().string();
+  if (ci.name.empty()) ci.name = fs::path(d).lexically_normal().parent_path().filename().string();
+  if (!read_report(fs::path(d) / "report.json", ci)) return false;
+  std::error_code ec;
+  for (const char* sub : {"failures", "imported"})
+    if (fs::exists(fs::path(d) / sub, ec) && !fs::is_directory(fs::path(d) / sub, ec)) {
+      std::fprintf(stderr, "attn-fuzz: %s is not a directory: %s is no campaign directory\n",
+                   (fs::path(d) / sub).c_str(), d.c_str());
+      return false;
+    }
+  if (ci.stats.is_null() && !fs::is_directory(fs::path(d) / "failures", ec)) {
+    std::fprintf(stderr,
+                 "attn-fuzz: %s is not a campaign directory (no report.json with a campaign section, no "
+                 "failures/)\n",
+                 d.c_str());
+    return false;
+  }
+  if (ci.stats.is_null() && !quiet)
+    std::fprintf(stderr, "attn-fuzz: %s has no campaign report (still running, or killed): failures only\n",
+                 d.c_str());
+  take_stats(ci, m);
+  const std::string flags = ci.stats.is_object() ? ci.stats.value("replay_flags", std::string()) : "";
+  for (const fs::path& f : list(fs::path(d) / "failures", kCaseFileExtension)) take_failure(f, ci.name, true, flags, ci, m);
+  for (const fs::path& from : subdirs(fs::path(d) / "imported"))
+    for (const fs::path& f : list(from, kCaseFileExtension))
+      take_failure(f, from.filename().string(), false, flags, ci, m);
+  m.camps.push_back(std::move(ci));
+  return true;
+}
+
+// Who found each failure first, and after how long: the finder's own report (campaign time, resumes included),
+// else since its first start; a finder that is not merged: since the merge's first start.
+void time_failures(Merge& m) {
+  for (auto& [key, f] : m.by_key) {
+    (void)key;
+    const CampaignInfo* finder = nullptr;
+    for (CampaignInfo& c : m.camps)
+      if (c.name == f.first_by) ++c.first, finder = &c;
+    const std::string file = f.path.filename().string();
+    if (finder && finder->after.count(file)) {
+      f.found_after_s = finder->after.at(file);
+    } else if (finder && finder->started > 0) {
+      f.found_after_s = std::max(0.0, f.found_at_exact - static_cast<double>(finder->started));
+    } else if (m.earliest > 0) {
+      f.found_after_s = std::max(0.0, f.found_at_exact - static_cast<double>(m.earliest));
+      f.after_merge_start = true;
+    }
+  }
+}
+
+std::string after_cell(const MergedFailure& f) {
+  if (f.found_after_s < 0) return "- (no campaign report)";
+  return std::to_string(static_cast<long long>(f.found_after_s)) + " s" + (f.after_merge_start ? " *" : "");
+}
+
+// The distinct failures copied into OUT/failures (case, report, heatmap) as report entries, and their JSON.
+bool copy_failures(const std::vector<const MergedFailure*>& order, const fs::path& out, RunRecord& rec, Json& jf) {
+  const fs::path fdir = out / "failures";
+  std::error_code ec;
   for (const MergedFailure* m : order) {
     std::string text;
     if (!read_text(m->path, text) || !copy_failure(m->path, fdir, text)) {
       std::fprintf(stderr, "attn-fuzz: cannot copy %s into %s\n", m->path.c_str(), fdir.c_str());
-      return 2;
+      return false;
     }
     const fs::path saved = fdir / m->path.filename();
     RunEntry e;
@@ -573,14 +589,22 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
                   {"first_found_by", m->first_by},
                   {"found_at", iso_utc(m->found_at)},
                   {"found_after_s", m->found_after_s},
+                  {"found_after_s_from", m->after_merge_start ? "merge-start" : "finder-start"},
                   {"also_found_by", a},
                   {"replay", e.replay_command}});
     rec.entries.push_back(std::move(e));
   }
-  int64_t union_features = 0;
-  for (uint8_t b : feature_union) union_features += __builtin_popcount(b);
+  return true;
+}
+
+struct Totals {
+  int64_t cases = 0, union_features = 0;
+  double rate = 0;
+};
+
+Json campaigns_json(const Merge& m) {
   Json jc = Json::array();
-  for (const CampaignInfo& c : camps) {
+  for (const CampaignInfo& c : m.camps) {
     Json x;
     x["name"] = c.name;
     x["dir"] = c.dir;
@@ -594,71 +618,124 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     if (c.stats.is_object() && c.stats.contains("sync")) x["sync"] = c.stats["sync"];
     jc.push_back(std::move(x));
   }
-  if (!quiet) {
-    std::printf("attn-fuzz --merge: %zu campaign(s), %lld case(s) (%.0f/s together), %zu distinct failure(s)\n",
-                camps.size(), (long long)cases, rate, order.size());
-    std::printf("%-24s %10s %8s %9s %6s %6s %8s\n", "campaign", "cases", "cases/s", "features", "found", "first",
-                "imported");
-    for (const CampaignInfo& c : camps)
-      std::printf("%-24s %10lld %8.1f %9lld %6lld %6lld %8lld\n", c.name.c_str(),
-                  (long long)(c.stats.is_object() ? c.stats.value("cases", int64_t{0}) : -1),
-                  c.stats.is_object() ? c.stats.value("cases_per_s", 0.0) : 0.0,
-                  (long long)(c.stats.is_object() ? c.stats.value("semantic_features", int64_t{0}) : -1),
-                  (long long)c.own, (long long)c.first, (long long)c.imported);
-    if (!order.empty())
-      std::printf("%-13s %-30s %-22s %-16s %-20s %s\n", "class", "kernel", "signature", "first found by", "at",
-                  "replay");
-    for (size_t i = 0; i < order.size(); ++i)
-      std::printf("%-13s %-30s %-22s %-16s %-20s %s\n", failure_class_name(order[i]->verdict.failure),
-                  order[i]->verdict.kernel.c_str(), order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
-                  iso_utc(order[i]->found_at).c_str(), rec.entries[i].replay_command.c_str());
+  return jc;
+}
+
+void print_merge(const Merge& m, const Totals& t, const std::vector<const MergedFailure*>& order,
+                 const RunRecord& rec) {
+  std::printf("attn-fuzz --merge: %zu campaign(s), %lld case(s) (%.0f/s together), %zu distinct failure(s)\n",
+              m.camps.size(), (long long)t.cases, t.rate, order.size());
+  std::printf("%-24s %10s %8s %9s %6s %6s %8s\n", "campaign", "cases", "cases/s", "features", "found", "first",
+              "imported");
+  for (const CampaignInfo& c : m.camps)
+    std::printf("%-24s %10lld %8.1f %9lld %6lld %6lld %8lld\n", c.name.c_str(),
+                (long long)(c.stats.is_object() ? c.stats.value("cases", int64_t{0}) : -1),
+                c.stats.is_object() ? c.stats.value("cases_per_s", 0.0) : 0.0,
+                (long long)(c.stats.is_object() ? c.stats.value("semantic_features", int64_t{0}) : -1),
+                (long long)c.own, (long long)c.first, (long long)c.imported);
+  if (!order.empty())
+    std::printf("%-13s %-30s %-22s %-16s %-20s %-10s %s\n", "class", "kernel", "signature", "first found by", "at",
+                "after", "replay");
+  for (size_t i = 0; i < order.size(); ++i)
+    std::printf("%-13s %-30s %-22s %-16s %-20s %-10s %s\n", failure_class_name(order[i]->verdict.failure),
+                order[i]->verdict.kernel.c_str(), order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
+                iso_utc(order[i]->found_at).c_str(), after_cell(*order[i]).c_str(),
+                rec.entries[i].replay_command.c_str());
+}
+
+std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<const MergedFailure*>& order,
+                           const RunRecord& rec, const std::string& command_line) {
+  std::ostringstream md;
+  md << "# attn-fuzz merged campaigns\n\n- command: `" << command_line << "`\n- " << m.camps.size()
+     << " campaign(s), " << t.cases << " cases (" << static_cast<long long>(t.rate) << "/s together), **"
+     << order.size() << " distinct failure(s)**";
+  if (m.have_union && !m.camps.empty()) md << "; semantic features covered together: " << t.union_features;
+  md << "\n\n| campaign | started | cases | cases/s | features | failures found | first found | imported |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
+  for (const CampaignInfo& c : m.camps) {
+    const bool s = c.stats.is_object();
+    md << "| " << markdown_escape(c.name) << " | " << markdown_escape(c.started_at) << " | "
+       << (s ? std::to_string(c.stats.value("cases", int64_t{0})) : "?") << " | "
+       << (s ? std::to_string(static_cast<long long>(c.stats.value("cases_per_s", 0.0))) : "?") << " | "
+       << (s ? std::to_string(c.stats.value("semantic_features", int64_t{0})) : "?") << " | " << c.own << " | "
+       << c.first << " | " << c.imported << " |\n";
   }
+  md << "\n";
+  if (!order.empty()) {
+    bool starred = false;
+    md << "| class | kernel | signature | first found by | at | after | also found by | replay |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < order.size(); ++i) {
+      const MergedFailure& f = *order[i];
+      starred |= f.after_merge_start;
+      std::string also;
+      for (const auto& b : f.also_by) also += (also.empty() ? "" : ", ") + b;
+      md << "| " << failure_class_name(f.verdict.failure) << " | " << markdown_escape(f.verdict.kernel) << " | "
+         << markdown_escape(f.verdict.signature) << " | " << markdown_escape(f.first_by) << " | "
+         << iso_utc(f.found_at) << " | " << markdown_escape(after_cell(f)) << " | " << markdown_escape(also)
+         << " | `" << rec.entries[i].replay_command << "` |\n";
+    }
+    md << "\n";
+    if (starred)
+      md << "\\* after the first start among the merged campaigns (the finder is not among them or left no "
+            "report); otherwise after the finder's own first start, its earlier runs included\n\n";
+  }
+  std::istringstream in(markdown_summary(rec));  // under this page's title: its headings one level down
+  for (std::string line; std::getline(in, line);) md << (line.rfind('#', 0) == 0 ? "#" : "") << line << "\n";
+  return md.str();
+}
+
+}  // namespace
+
+int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out_dir,
+                    const std::string& command_line, bool quiet) {
+  if (refuse_dirs(dirs, out_dir)) return 2;
+  Merge m;
+  for (const std::string& d : dirs)
+    if (!read_campaign(d, quiet, m)) return 2;
+  time_failures(m);
+  // Output: the distinct failures (case + heatmap copied), then the reports.
+  const fs::path out = out_dir;
+  std::error_code ec;
+  fs::create_directories(out / "failures", ec);
+  if (ec) {
+    std::fprintf(stderr, "attn-fuzz: cannot create %s: %s\n", (out / "failures").c_str(), ec.message().c_str());
+    return 2;
+  }
+  std::vector<const MergedFailure*> order;
+  for (const auto& [k, f] : m.by_key) order.push_back(&f);
+  std::sort(order.begin(), order.end(), [](const MergedFailure* a, const MergedFailure* b) {
+    return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact : a->path < b->path;
+  });
+  RunRecord rec;
+  rec.tool.name = "attn-fuzz";
+  rec.tool.command = command_line;
+  Totals t;
+  for (const CampaignInfo& c : m.camps)
+    if (c.stats.is_object()) {
+      t.cases += c.stats.value("cases", int64_t{0});
+      t.rate += c.stats.value("cases_per_s", 0.0);
+      rec.wall_s = std::max(rec.wall_s, c.stats.value("wall_s", 0.0));
+      if (rec.backend.empty()) rec.backend = c.stats.value("backend", std::string());
+    }
+  for (uint8_t b : m.feature_union) t.union_features += __builtin_popcount(b);
+  Json jf = Json::array();
+  if (!copy_failures(order, out, rec, jf)) return 2;
+  if (!quiet) print_merge(m, t, order, rec);
   try {
     const ReportPaths paths = write_reports(rec, out);
     Json j = report_to_json(rec);
     Json mj;
-    mj["campaigns"] = jc;
-    mj["cases"] = cases;
-    mj["cases_per_s"] = rate;
-    mj["semantic_features_union"] = have_union && !camps.empty() ? Json(union_features) : Json(nullptr);
+    mj["campaigns"] = campaigns_json(m);
+    mj["cases"] = t.cases;
+    mj["cases_per_s"] = t.rate;
+    mj["semantic_features_union"] = m.have_union && !m.camps.empty() ? Json(t.union_features) : Json(nullptr);
     mj["distinct_failures"] = order.size();
     mj["failures"] = jf;
     j["merge"] = mj;
-    write_text_file(paths.json, j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
-    std::ostringstream md;
-    md << "# attn-fuzz merged campaigns\n\n- command: `" << command_line << "`\n- " << camps.size()
-       << " campaign(s), " << cases << " cases (" << static_cast<long long>(rate) << "/s together), **"
-       << order.size() << " distinct failure(s)**";
-    if (have_union && !camps.empty()) md << "; semantic features covered together: " << union_features;
-    md << "\n\n| campaign | started | cases | cases/s | features | failures found | first found | imported |\n"
-       << "|---|---|---|---|---|---|---|---|\n";
-    for (const CampaignInfo& c : camps) {
-      const bool s = c.stats.is_object();
-      md << "| " << markdown_escape(c.name) << " | " << markdown_escape(c.started_at) << " | "
-         << (s ? std::to_string(c.stats.value("cases", int64_t{0})) : "?") << " | "
-         << (s ? std::to_string(static_cast<long long>(c.stats.value("cases_per_s", 0.0))) : "?") << " | "
-         << (s ? std::to_string(c.stats.value("semantic_features", int64_t{0})) : "?") << " | " << c.own << " | "
-         << c.first << " | " << c.imported << " |\n";
-    }
-    md << "\n";
-    if (!order.empty()) {
-      md << "| class | kernel | signature | first found by | at | after | also found by | replay |\n"
-         << "|---|---|---|---|---|---|---|---|\n";
-      for (size_t i = 0; i < order.size(); ++i) {
-        const MergedFailure& m = *order[i];
-        std::string also;
-        for (const auto& b : m.also_by) also += (also.empty() ? "" : ", ") + b;
-        md << "| " << failure_class_name(m.verdict.failure) << " | " << markdown_escape(m.verdict.kernel) << " | "
-           << markdown_escape(m.verdict.signature) << " | " << markdown_escape(m.first_by) << " | " << iso_utc(m.found_at) << " | "
-           << (m.found_after_s >= 0 ? std::to_string(static_cast<long long>(m.found_after_s)) + " s" : "?")
-           << " | " << markdown_escape(also) << " | `" << rec.entries[i].replay_command << "` |\n";
-      }
-      md << "\n";
-    }
-    md << markdown_summary(rec);
-    write_text_file(paths.markdown, md.str());
-    if (!quiet)
-      std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
+    write_text_file(paths.json, report_json_text(j));
+    write_text_file(paths.markdown, merge_markdown(m, t, order, rec, command_line));
+    if (!quiet) std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());
     return 2;

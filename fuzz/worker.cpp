@@ -206,7 +206,7 @@ void write_failure_report(const WorkerConfig& cfg, const fs::path& case_path, co
   rec.backend = r.backend;
   rec.device = r.device;
   rec.entries.push_back(e);
-  write_text_file(stem.string() + ".json", report_to_json(rec).dump(2) + "\n");
+  write_text_file(stem.string() + ".json", report_json_text(report_to_json(rec)));
   write_text_file(stem.string() + ".md", markdown_summary(rec));
 }
 
@@ -225,8 +225,16 @@ void save_mps_suspect(const WorkerConfig& cfg, const uint8_t* data, size_t size)
   write_file_atomically(dir / hex16(input_hash(data, size)), {reinterpret_cast<const char*>(data), size});
 }
 
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string pass_dtype(const Case& c) {
+  return std::string(pass_name(c.pass)) + " " + dtype_name(c.problem.dtype);
+}
+
 std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,
-                         const std::vector<double>& ratio_map) {
+                         const std::vector<double>& ratio_map, double found_unix) {
   const std::string sig = failure_signature(r);
   const fs::path dedup = fs::path(cfg.out) / "work" / "dedup";
   std::error_code ec;
@@ -243,6 +251,12 @@ std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResu
   cf.the_case = c;
   cf.verdict = recorded_verdict(r, sig);
   const fs::path path = save_to_corpus_dir(fs::path(cfg.out) / "failures", cf);
+  // When it was found and when its class was known (the campaign's history reads this; file times are a fallback).
+  char when[512];
+  const double classified = unix_now();
+  std::snprintf(when, sizeof when, "%s %.3f %.3f", path.filename().c_str(), found_unix > 0 ? found_unix : classified,
+                classified);
+  append_line((fs::path(cfg.out) / "work" / "found.txt").string(), when);
   if (cfg.reports) {
     try {
       write_failure_report(cfg, path, c, r, ratio_map);
@@ -467,6 +481,39 @@ bool Worker::quarantined(const KernelEntry* k) const {
   return std::find(quarantined_.begin(), quarantined_.end(), k->kernel.name) != quarantined_.end();
 }
 
+// A failed check: its class refined (the first two of each kind), counted under its kind's class, the kernel
+// quarantined or isolated when it hung or leaked, and the failure saved when it is new.
+void Worker::on_failure(Outcome& out, PreparedCase& pc, Judged& j) {
+  const CheckResult& r = out.result;
+  // The detectors cost several launches: run them on the first two failures of each (kernel, first
+  // class, signature) in this process; later ones of the same kind are counted, not saved again.
+  const double found_unix = unix_now();  // the check failed; its class is known once the detectors ran
+  const std::string raw = r.kernel + "|" + failure_signature(r);
+  const bool classify = raw_failures_[raw]++ < 2;
+  if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
+  if (classify) raw_class_[raw] = failure_class_name(r.failure);
+  // Counted under the class the classified ones of its kind got (not the check's first guess).
+  const auto known = raw_class_.find(raw);
+  ++classes_[known != raw_class_.end() ? known->second : failure_class_name(r.failure)];
+  const fs::path work = fs::path(cfg_.out) / "work";
+  if (r.failure == FailureClass::kHang ||  // one timeout is all a spinning kernel may cost
+      (cfg_.mps_recheck && mps_suspect(r))) {  // under MPS a crash takes every worker's context down
+    append_line((work / "quarantine.txt").string(), r.kernel);
+    quarantined_.push_back(r.kernel);
+  } else if (r.failure == FailureClass::kCrash && cfg_.isolate == "auto" &&
+             r.reason.find("memory grows") != std::string::npos &&
+             std::find(isolated_.begin(), isolated_.end(), r.kernel) ==
+                 isolated_.end()) {  // a leak: isolate it
+    append_line((work / "isolate.txt").string(), r.kernel);
+    isolated_.push_back(r.kernel);
+  }
+  try {
+    if (classify) out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map, found_unix);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-fuzz-worker: cannot save a failure: %s\n", e.what());
+  }
+}
+
 Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
   ++cases_;
@@ -498,6 +545,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
       slot = idx;
       break;
     }
+    ++by_kernel_[kernels_[idx]->kernel.name][pass_dtype(pc.the_case())]["refused"];
     const std::string key = std::string(kernels_[idx]->kernel.name) + ": " + why.substr(0, 300);
     if (auto it = refusals_.find(key); it != refusals_.end()) ++it->second;
     else if (refusals_.size() < kMaxRefusals) refusals_[key] = 1;
@@ -547,6 +595,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   last_ids_ = ids;
   ++verdicts_[verdict_name(r.verdict)];
   ++per_kernel_[r.kernel][verdict_name(r.verdict)];
+  ++by_kernel_[r.kernel][pass_dtype(pc.the_case())][verdict_name(r.verdict)];
   {
     bool dies = r.verdict == Verdict::kFail &&
                 (r.failure == FailureClass::kCrash || r.failure == FailureClass::kHang);
@@ -557,31 +606,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     // its jobs every few seconds to minutes, and a throttle each new job had to relearn throttled nothing.
     if (n == kThrottleAfter) append_line((fs::path(cfg_.out) / "work" / "throttle.txt").string(), r.kernel);
   }
-  if (r.verdict == Verdict::kFail) {
-    // The detectors cost several launches: run them on the first two failures of each (kernel, first
-    // class, signature) in this process; later ones of the same kind are counted, not saved again.
-    const std::string raw = r.kernel + "|" + failure_signature(r);
-    const bool classify = raw_failures_[raw]++ < 2;
-    if (classify && refine_class(*device_, *out.kernel, pc, run_, cfg_.plugins, j)) out.result = j.result;
-    ++classes_[failure_class_name(r.failure)];
-    const fs::path work = fs::path(cfg_.out) / "work";
-    if (r.failure == FailureClass::kHang ||  // one timeout is all a spinning kernel may cost
-        (cfg_.mps_recheck && mps_suspect(r))) {  // under MPS a crash takes every worker's context down
-      append_line((work / "quarantine.txt").string(), r.kernel);
-      quarantined_.push_back(r.kernel);
-    } else if (r.failure == FailureClass::kCrash && cfg_.isolate == "auto" &&
-               r.reason.find("memory grows") != std::string::npos &&
-               std::find(isolated_.begin(), isolated_.end(), r.kernel) ==
-                   isolated_.end()) {  // a leak: isolate it
-      append_line((work / "isolate.txt").string(), r.kernel);
-      isolated_.push_back(r.kernel);
-    }
-    try {
-      if (classify) out.saved = save_failure(cfg_, pc.the_case(), r, j.ratio_map);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "attn-fuzz-worker: cannot save a failure: %s\n", e.what());
-    }
-  }
+  if (r.verdict == Verdict::kFail) on_failure(out, pc, j);
   write_stats(!out.saved.empty());
   return out;
 }
@@ -727,6 +752,7 @@ void Worker::write_stats(bool force) {
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;
+  j["by_kernel"] = by_kernel_;
   j["refusals"] = refusals_;
   static const char* hex = "0123456789abcdef";
   std::string bits;

@@ -94,10 +94,13 @@ bool mps_suspect(const CheckResult& r);
 // the first evidence ("non-finite:compare", "oob-write:canary"); just the class for crash and hang.
 std::string failure_signature(const CheckResult& r);
 
-// Saves a failure unless its (kernel, class, signature) was already claimed in this campaign directory.
-// Returns the saved .case path, or empty for a duplicate.
+// Saves a failure unless its (kernel, class, signature) was already claimed in this campaign directory, and
+// appends "<file> <found> <classified>" (Unix seconds: when the check failed, when its class was known; found
+// 0 = now) to OUT/work/found.txt. Returns the saved .case path, or empty for a duplicate.
 std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResult& r,
-                         const std::vector<double>& ratio_map);
+                         const std::vector<double>& ratio_map, double found_unix = 0);
+double unix_now();                     // seconds since the epoch
+std::string pass_dtype(const Case& c);  // "fwd f32": a row of the campaign's per-kernel table
 
 // Refines the class of a failed check with the classification detectors (check/classify.h) when they are
 // built; returns false (class left as check_case named it) otherwise.
@@ -166,6 +169,7 @@ class Worker {
   }
 
  private:
+  void on_failure(Outcome& out, PreparedCase& pc, Judged& j);
   WorkerConfig cfg_;
   std::unique_ptr<Device> device_;
   std::vector<const KernelEntry*> kernels_;
@@ -173,7 +177,10 @@ class Worker {
   // statistics
   int64_t cases_ = 0;
   std::map<std::string, int64_t> verdicts_, classes_, raw_failures_;
+  std::map<std::string, std::string> raw_class_;  // kernel|first signature -> the class its classified ones got
   std::map<std::string, std::map<std::string, int64_t>> per_kernel_;
+  // kernel -> "PASS DTYPE" (e.g. "bwd f16") -> verdict or "refused" -> count: the campaign's per-kernel table
+  std::map<std::string, std::map<std::string, std::map<std::string, int64_t>>> by_kernel_;
   // Why kernels refused inputs: "kernel: reason" -> count (the first kMaxRefusals distinct ones), so a campaign
   // whose kernels refuse everything can say why (e.g. an SDPA backend that takes no explicit mask).
   std::map<std::string, int64_t> refusals_;

@@ -59,7 +59,7 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
 
 ReportPaths write_reports(const RunRecord& r, const std::filesystem::path& dir) {
   ReportPaths p{dir / "report.json", dir / "summary.md", dir / "junit.xml"};
-  write_text_file(p.json, report_to_json(r).dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+  write_text_file(p.json, report_json_text(report_to_json(r)));
   write_text_file(p.markdown, markdown_summary(r));
   write_text_file(p.junit, junit_xml(r));
   return p;

@@ -458,12 +458,11 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       if (jobs[i].recorded && jobs[i].recorded->kernel == k->kernel.name) {
         const RecordedVerdict& rv = *jobs[i].recorded;
         const bool same = rv.verdict == j.result.verdict && rv.failure == j.result.failure;
-        std::printf("replay %s: recorded %s%s%s, now %s%s%s -> %s\n", jobs[i].origin.c_str(),
-                    verdict_name(rv.verdict), rv.failure != FailureClass::kNone ? "/" : "",
-                    rv.failure != FailureClass::kNone ? failure_class_name(rv.failure) : "",
-                    verdict_name(j.result.verdict), j.result.failure != FailureClass::kNone ? "/" : "",
-                    j.result.failure != FailureClass::kNone ? failure_class_name(j.result.failure) : "",
-                    same ? "reproduced" : "DIFFERENT");
+        auto cls = [](FailureClass f) { return f != FailureClass::kNone ? "/" + std::string(failure_class_name(f)) : ""; };
+        runner.replay_verdict("replay " + jobs[i].origin + ": recorded " + verdict_name(rv.verdict) + cls(rv.failure) +
+                                  ", now " + verdict_name(j.result.verdict) + cls(j.result.failure) + " -> " +
+                                  (same ? "reproduced" : "DIFFERENT"),
+                              same);
         mismatch |= !same;
       }
     }

@@ -132,7 +132,7 @@ void define_options(CLI::App& app, Options& o) {
                          ->needs(sync)
                          ->capture_default_str());
   campaign.push_back(
-      app.add_option("--name", o.name, "this campaign's name in DIR and merged summaries (default HOST-PID)")
+      app.add_option("--name", o.name, "this campaign's name in DIR and merged summaries (default: the name of the campaign this OUT resumes, else HOST-PID)")
           ->group(sy)
           ->check(checked_by(&campaign_name_problem)));
   auto* merge = app.add_option("--merge", o.merge,
@@ -340,6 +340,8 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.quiet = o.common.quiet;
   c.sync_dir = o.sync;
   c.name = o.name;
+  c.max_failures = o.common.max_failures;
+  c.all_failures = o.common.all_failures;
   c.sync_interval_s = o.sync_interval;
   return run_campaign(c);
 }

@@ -332,6 +332,17 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("--no-reports", o.no_reports, "write no report files (failing cases are still saved)")
       ->group(r);
   app.add_flag("--quiet", o.quiet, "only the summary")->group(r);
+  auto* max_failures =
+      app.add_option("--max-failures", o.max_failures,
+                     "runs of several checks: failures shown per kernel x class, each with its deciding evidence "
+                     "and a heatmap; the rest are counted (report.json lists every one)")
+          ->group(r)
+          ->check(int_range(1, 1000000))
+          ->capture_default_str();
+  app.add_flag("--all-failures", o.all_failures,
+               "show every failure with all its evidence, and write a heatmap for each")
+      ->group(r)
+      ->excludes(max_failures);
   auto* c = "Classification (check/README.md)";
   auto* no_classify =
       app.add_flag("--no-classify", o.no_classify, "keep check's first class: run no detector experiments")
@@ -632,9 +643,9 @@ Runner::Runner(Session& s, const CommonOptions& o) : s_(s), o_(o) { tty_ = isatt
 void Runner::begin(int64_t total) {
   total_ = total;
   start_ = last_progress_ = std::chrono::steady_clock::now();
-  if (!o_.quiet)
-    std::printf("%s %s on %s: %s\n", s_.tool.c_str(), ATTNFUZZ_VERSION, s_.device->name().c_str(),
-                count_of(total, "check").c_str());
+  if (!o_.quiet)  // several checks: stdout's first line is the results' first line (finish), this goes with progress
+    std::fprintf(several() ? stderr : stdout, "%s %s on %s: %s\n", s_.tool.c_str(), ATTNFUZZ_VERSION,
+                 s_.device->name().c_str(), count_of(total, "check").c_str());
 }
 
 void Runner::progress(bool final) {
@@ -642,6 +653,10 @@ void Runner::progress(bool final) {
   const auto now = std::chrono::steady_clock::now();
   const double since = std::chrono::duration<double>(now - last_progress_).count();
   if (!final && since < (tty_ ? 0.25 : 10.0)) return;
+  // Not on a terminal every line stays: one a tenth of the run, or a minute, so a long sweep's log stays short.
+  const int decile = static_cast<int>(10 * done_ / std::max<int64_t>(total_, 1));
+  if (!tty_ && !final && decile == last_decile_ && since < 60) return;
+  last_decile_ = decile;
   last_progress_ = now;
   std::map<Verdict, int64_t> n;
   for (const auto& e : entries_) ++n[e.result.verdict];
@@ -664,18 +679,33 @@ const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::s
   return record(pc.the_case(), std::move(last_), "");
 }
 
+std::string Runner::replay_command_for(const CheckResult& r, const std::string& corpus_path) const {
+  std::string cmd = "attn-check --replay " + shell_quote(corpus_path) +
+                    (r.backend == "adapter" ? adapter_flag(o_)
+                     : r.backend != "cpu"   ? " --backend " + r.backend
+                                            : "");
+  for (const auto& p : o_.plugins) cmd += " --plugin " + shell_quote(p);
+  auto is_audit = [](const Evidence& e) { return e.detector == "audit"; };
+  if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))
+    cmd += " --audit --audit-every 1";  // the output passes: only the audit shows the hazard
+  if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
+    cmd += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
+  return cmd;
+}
+
 const Judged& Runner::record(const Case& the_case, Judged judged, const std::string& replay_command) {
   last_ = std::move(judged);
   ++done_;
   RunEntry rec{the_case, last_.result, "", "", ""};
   const CheckResult& r = rec.result;
-  if (r.verdict == Verdict::kFail) ++failures_;
-  if (r.verdict == Verdict::kFail && !replay_command.empty()) {  // not a case: nothing to save
+  const bool fail = r.verdict == Verdict::kFail;
+  // Several checks: the first --max-failures failures of each kernel x class are shown and get a heatmap.
+  const int64_t before = fail ? tally_.add(r.kernel, failure_class_name(r.failure)) : 0;
+  const bool shown = fail && (!several() || o_.all_failures || before < o_.max_failures);
+  if (fail) ++failures_;
+  if (fail && !replay_command.empty()) {  // not a case: nothing to save
     rec.replay_command = replay_command;
-    if (!o_.no_reports)
-      rec.heatmap_path = last_.grad_maps.empty() ? write_heatmap(rec, last_.ratio_map)
-                                                 : write_grad_heatmaps(rec, last_.grad_maps);
-  } else if (r.verdict == Verdict::kFail) {
+  } else if (fail) {
     CorpusFile cf;
     cf.tool.name = s_.tool;
     cf.tool.command = s_.command_line;
@@ -686,50 +716,94 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
     } catch (const CorpusError& e) {
       std::fprintf(stderr, "%s: warning: %s\n", s_.tool.c_str(), e.what());
     }
-    rec.replay_command = "attn-check --replay " + shell_quote(rec.corpus_path) +
-                         (r.backend == "adapter" ? adapter_flag(o_)
-                          : r.backend != "cpu"   ? " --backend " + r.backend
-                                                 : "");
-    for (const auto& p : o_.plugins) rec.replay_command += " --plugin " + shell_quote(p);
-    auto is_audit = [](const Evidence& e) { return e.detector == "audit"; };
-    if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))
-      rec.replay_command += " --audit --audit-every 1";  // the output passes: only the audit shows the hazard
-    if (o_.order != CommonOptions{}.order ||
-        o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
-      rec.replay_command +=
-          " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
-    if (!o_.no_reports)
-      rec.heatmap_path = last_.grad_maps.empty() || (!r.tensor.empty() && r.tensor[0] != 'd')
-                             ? write_heatmap(rec, last_.ratio_map)
-                             : write_grad_heatmaps(rec, last_.grad_maps);
+    rec.replay_command = replay_command_for(r, rec.corpus_path);
   }
-  const bool single = total_ < 2;
-  if (!o_.quiet && (single || r.verdict == Verdict::kFail)) {
-    if (tty_ && !single) std::fprintf(stderr, "\r%*s\r", 100, "");
-    std::printf("%-16s %-18s %s%s  %s%s", verdict_name(r.verdict), r.kernel.c_str(),
-                shape(the_case.problem).c_str(),
-                the_case.pass == Pass::kFwd ? "" : (std::string(" pass=") + pass_name(the_case.pass)).c_str(),
-                r.verdict == Verdict::kFail ? failure_class_name(r.failure) : "",
-                r.verdict == Verdict::kFail && !r.tensor.empty() ? (" in " + r.tensor).c_str() : "");
-    if (r.compared) std::printf("  err/bound %s", fmt_ratio(r.max_ratio).c_str());
-    if (!r.reason.empty() && r.verdict != Verdict::kPass) std::printf("\n    %s", r.reason.c_str());
-    // The worst element once: the comparison's reason names it already when the comparison decided the verdict.
-    if (r.verdict == Verdict::kFail && !r.worst.empty() &&
-        r.reason.find("worst " + element_name(r.worst.front())) == std::string::npos) {
-      const ElementReport& w = r.worst.front();
-      std::printf("\n    worst %s: expected %.9g got %.9g bound %.3g", element_name(w).c_str(), w.expected, w.got,
-                  w.bound);
-    }
-    if (r.verdict == Verdict::kFail)
-      for (const Evidence& ev : r.evidence)
-        if (ev.detector != "compare") std::printf("\n    %s: %s", ev.detector.c_str(), ev.detail.c_str());
-    if (!rec.replay_command.empty()) std::printf("\n    replay: %s", rec.replay_command.c_str());
-    std::printf("\n");
+  if (shown && !o_.no_reports)
+    rec.heatmap_path = last_.grad_maps.empty() || (!r.tensor.empty() && r.tensor[0] != 'd')
+                           ? write_heatmap(rec, last_.ratio_map)
+                           : write_grad_heatmaps(rec, last_.grad_maps);
+  if (!o_.quiet && !several()) {
+    const auto [head, body] = verdict_text(the_case, rec, false);
+    std::printf("%s%s\n", head.c_str(), body.c_str());
     std::fflush(stdout);
+  } else if (!o_.quiet && shown) {
+    auto [head, body] = verdict_text(the_case, rec, !o_.all_failures);
+    const Problem& p = the_case.problem;
+    shown_.push_back({r.kernel, failure_class_name(r.failure), std::move(head), std::move(body), rec.replay_command,
+                      p.batch * p.heads_q * p.seq_q * std::max<int64_t>(p.seq_k, 1) * p.head_dim});
   }
   entries_.push_back(std::move(rec));
   progress(false);
   return last_;
+}
+
+std::pair<std::string, std::string> Runner::verdict_text(const Case& c, const RunEntry& rec, bool condensed) const {
+  const CheckResult& r = rec.result;
+  const bool fail = r.verdict == Verdict::kFail;
+  char b[1024];
+  std::string head, body;
+  std::snprintf(b, sizeof b, "%-16s %-18s %s%s  %s%s", verdict_name(r.verdict), r.kernel.c_str(),
+                shape(c.problem).c_str(), c.pass == Pass::kFwd ? "" : (std::string(" pass=") + pass_name(c.pass)).c_str(),
+                fail ? failure_class_name(r.failure) : "", fail && !r.tensor.empty() ? (" in " + r.tensor).c_str() : "");
+  head = b;
+  if (r.compared) head += "  err/bound " + fmt_ratio(r.max_ratio);
+  if (!r.reason.empty() && r.verdict != Verdict::kPass) body += "\n    " + r.reason;
+  // The worst element once: the comparison's reason names it already when the comparison decided the verdict.
+  if (fail && !r.worst.empty() && r.reason.find("worst " + element_name(r.worst.front())) == std::string::npos) {
+    const ElementReport& w = r.worst.front();
+    std::snprintf(b, sizeof b, "\n    worst %s: expected %.9g got %.9g bound %.3g", element_name(w).c_str(), w.expected,
+                  w.got, w.bound);
+    body += b;
+  }
+  if (fail && condensed)
+    for (const Evidence* ev : deciding_evidence(r)) body += "\n    " + ev->detector + ": " + ev->detail;
+  else if (fail)
+    for (const Evidence& ev : r.evidence)
+      if (ev.detector != "compare") body += "\n    " + ev.detector + ": " + ev.detail;
+  if (!rec.replay_command.empty()) body += "\n    replay: " + rec.replay_command;
+  return {head, body};
+}
+
+void Runner::replay_verdict(const std::string& line, bool same) {
+  ++replays_;
+  reproduced_ += same;
+  if (!several()) {
+    std::printf("%s\n", line.c_str());
+  } else if (!same || o_.all_failures) {
+    replay_lines_.push_back(line);
+  }
+}
+
+void Runner::print_results() {
+  if (o_.quiet || !several()) return;
+  if (!shown_.empty()) {  // where to start: the smallest case among the first failures
+    const Shown* start = &shown_.front();
+    for (const Shown& x : shown_)
+      if (x.elements < start->elements) start = &x;
+    std::printf("%s\n", tally_.headline(start->kernel, start->cls, start->replay).c_str());
+    if (!o_.all_failures)
+      std::printf("the first %s of each kernel x class, with the evidence that decided its class (every line: "
+                  "summary.md, report.json; --all-failures prints them):\n",
+                  o_.max_failures == 1 ? "failure" : (std::to_string(o_.max_failures) + " failures").c_str());
+    if (!o_.no_reports)
+      std::printf("heatmaps of the failures shown: %s (summary.md links each)\n",
+                  (fs::path(o_.out) / "heatmap-*.svg").c_str());
+  }
+  for (const auto& [kernel, cls] : tally_.order()) {  // grouped by pair, in the order the pairs first failed
+    const int64_t n = tally_.count(kernel, cls);
+    int64_t i = 0;
+    for (const Shown& x : shown_)
+      if (x.kernel == kernel && x.cls == cls) {
+        const bool more = ++i == 1 && !o_.all_failures && n > o_.max_failures;
+        std::printf("%s%s%s\n", x.head.c_str(), more ? ("  (first of " + std::to_string(n) + ")").c_str() : "",
+                    x.body.c_str());
+      }
+  }
+  if (replays_ > 1)
+    std::printf("replay: %lld of %lld recorded verdict(s) reproduced%s\n", (long long)reproduced_,
+                (long long)replays_, replay_lines_.empty() ? "" : ":");
+  for (const std::string& l : replay_lines_) std::printf("  %s\n", l.c_str());
+  std::fflush(stdout);
 }
 
 namespace {
@@ -805,9 +879,7 @@ std::string Runner::write_heatmap(const RunEntry& e, const std::vector<double>& 
   return name;
 }
 
-int Runner::finish() {
-  progress(true);
-  // Summary: one row per kernel.
+void Runner::print_table() const {
   struct Row {
     int64_t pass = 0, fail = 0, unsupported = 0, outside = 0;
     double worst = 0;
@@ -834,17 +906,38 @@ int Runner::finish() {
     if (r.result.verdict != Verdict::kUnsupported && !std::isnan(r.result.max_ratio))
       row.worst = std::max(row.worst, r.result.max_ratio);
   }
+  // Many kernels and bounded output: a row for each kernel that failed; the others named on two lines.
+  const bool group = several() && !o_.all_failures && rows.size() > 12;
+  std::string passed, nothing;
+  int64_t n_passed = 0, n_nothing = 0;
   int width = 22;  // the kernel column as wide as its longest name: the counts line up
   for (const auto& [name, row] : rows) width = std::max(width, static_cast<int>(name.size()));
   std::printf("\n%-*s %6s %6s %11s %9s %10s  %s\n", width, "kernel", "pass", "FAIL", "unsupported", "outside",
               "max err/bnd", "failure classes");
   for (const auto& [name, row] : rows) {
+    if (group && row.fail == 0) {
+      const bool none = row.pass + row.outside == 0;
+      (none ? nothing : passed) += ((none ? n_nothing : n_passed)++ ? ", " : "") + name;
+      continue;
+    }
     std::string cls;
     for (const auto& [c, n] : row.classes) cls += (cls.empty() ? "" : ", ") + c + " x" + std::to_string(n);
     std::printf("%-*s %6lld %6lld %11lld %9lld %10s  %s\n", width, name.c_str(), (long long)row.pass,
                 (long long)row.fail, (long long)row.unsupported, (long long)row.outside,
                 fmt_ratio(row.worst).c_str(), cls.c_str());
   }
+  if (n_passed)
+    std::printf("no failure (pass, unsupported or outside the contract): %lld kernel(s): %s\n", (long long)n_passed,
+                passed.c_str());
+  if (n_nothing)
+    std::printf("NOTHING CHECKED (every case unsupported): %lld kernel(s): %s\n", (long long)n_nothing,
+                nothing.c_str());
+}
+
+int Runner::finish() {
+  progress(true);
+  print_results();
+  print_table();
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (audited_)
     std::printf("audit: %s audited (every %lld. pass per kernel), %s found\n",

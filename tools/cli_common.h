@@ -40,6 +40,9 @@ struct CommonOptions {
   std::string pass = "fwd";     // pass of generated cases: fwd | bwd | fwdbwd (case.h Pass)
   bool quiet = false;
   bool no_reports = false;
+  // bounded output (issue 26): failures shown with evidence and a heatmap per kernel x class; the rest counted
+  int64_t max_failures = 1;
+  bool all_failures = false;  // every failure with all its evidence, and a heatmap each
   // failure classification (check/classify.h)
   bool no_classify = false;
   int reruns = 5;     // GPU bitwise reruns of a failing case
@@ -143,8 +146,22 @@ class Runner {
   // Prints the summary, writes the reports; returns the exit code (0 all pass, 1 any failure).
   int finish();
   const std::vector<RunEntry>& entries() const { return entries_; }
+  // A replayed file's recorded verdict against the new one: printed at once for a single check; in a run of
+  // several, a DIFFERENT one is listed after the first line and reproduced ones are counted (--all-failures:
+  // every line).
+  void replay_verdict(const std::string& line, bool same);
 
  private:
+  struct Shown {  // a failure shown in a run of several checks (printed by finish, after the first line)
+    std::string kernel, cls, head, body, replay;
+    int64_t elements = 0;  // the case's size: the smallest first failure is where to start
+  };
+  bool several() const { return total_ >= 2; }
+  // The verdict line and the lines under it; condensed: the deciding evidence only.
+  std::pair<std::string, std::string> verdict_text(const Case& c, const RunEntry& rec, bool condensed) const;
+  void print_results();       // the first line, the failures shown, the replayed verdicts (several checks)
+  void print_table() const;   // one row per kernel (several checks, bounded: the ones that failed, the rest grouped)
+  std::string replay_command_for(const CheckResult& r, const std::string& corpus_path) const;
   void progress(bool final);
   std::string write_heatmap(const RunEntry& e, const std::vector<double>& ratio_map);
   // Backward checks: one SVG per gradient tensor with a failing element; returns the failing tensor's.
@@ -158,6 +175,11 @@ class Runner {
   int64_t audited_ = 0, audit_found_ = 0;
   std::chrono::steady_clock::time_point start_, last_progress_;
   bool tty_ = false;
+  int last_decile_ = -1;  // progress not on a terminal: a line each tenth of the run (or minute)
+  FailureTally tally_;
+  std::vector<Shown> shown_;
+  std::vector<std::string> replay_lines_;
+  int64_t replays_ = 0, reproduced_ = 0;
 };
 
 }  // namespace attnfuzz

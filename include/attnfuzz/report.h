@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,7 +16,9 @@
 namespace attnfuzz {
 
 // Bumped on any incompatible change of the JSON report (fields removed or changing meaning).
-inline constexpr int kReportSchemaVersion = 1;
+// 2: each case once in "cases" (results[].case is its index; case_text is cases[].text), backend / device at
+// the top only, empty fields left out; 1 is read by --merge too (its campaign section is the same).
+inline constexpr int kReportSchemaVersion = 2;
 inline constexpr const char* kReportSchemaName = "attnfuzz-report";
 
 // One kernel x case check of a run.
@@ -44,9 +48,14 @@ struct RunCounts {
 RunCounts count(const RunRecord& r);
 
 // --- JSON (schema: corpus/README.md "Reports"): {"schema", "schema_version", "tool", "backend", ...,
-// "summary", "results": [{kernel, case, seed, verdict, class, evidence, worst, replay, ...}]}.
+// "summary", "cases": [{label, problem, values, seed, text}], "results": [{kernel, case (index into cases),
+// verdict, class, evidence, worst, replay, ...}]}: what every result shares is said once.
 Json report_to_json(const RunRecord& r);
-Json entry_to_json(const RunEntry& e);
+// One result; case_index null: the case inline (case_text, case), else that index. With run: backend and
+// device only where they differ from the run's.
+Json entry_to_json(const RunEntry& e, const Json& case_index = nullptr, const RunRecord* run = nullptr);
+// The report's text: pretty at the top, one line per case and per result.
+std::string report_json_text(const Json& j);
 Json element_to_json(const ElementReport& e);
 
 // --- Markdown: header, counts, failures first (class, ratio, replay, heatmap link, evidence, worst
@@ -86,6 +95,30 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
 bool png_heatmaps_available();
 // Renders an SVG into a PNG file; returns empty on success, else why not (also when not available).
 std::string svg_to_png(const std::string& svg, const std::filesystem::path& png);
+
+// --- Bounded console output (report/console.cpp): the tools show the first failures of each kernel x class
+// with the evidence that decided the class, and count the rest (report.json lists every one).
+// The lines of the detector that decided r's class (the classify line's "CLASS by DETECTOR"; when no detector
+// decided, every detector's but the advisory / background ones): of each its first line and its last.
+std::vector<const Evidence*> deciding_evidence(const CheckResult& r);
+// Failures counted per (kernel, class), in the order each pair first failed.
+class FailureTally {
+ public:
+  // Counts one failure; returns how many of this pair came before it (0: the first).
+  int64_t add(const std::string& kernel, const std::string& cls);
+  int64_t count(const std::string& kernel, const std::string& cls) const;
+  int64_t total() const;
+  size_t groups() const { return order_.size(); }
+  size_t kernels() const;
+  const std::vector<std::pair<std::string, std::string>>& order() const { return order_; }
+  // "12 failures in 3 kernel x class pairs (2 kernels); start with: KERNEL CLASS: REPLAY"
+  std::string headline(const std::string& start_kernel, const std::string& start_class,
+                       const std::string& start_replay) const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, int64_t> seen_;
+  std::vector<std::pair<std::string, std::string>> order_;
+};
 
 // --- files
 class ReportError : public std::runtime_error {

@@ -109,7 +109,12 @@ def _failures(report_path):
             rep = json.load(f)
     except (OSError, ValueError):
         return []
-    return [r for r in rep.get("results", []) if r.get("verdict") == "fail"]  # verdict_name(): lower case
+    cases = rep.get("cases", [])  # schema 2: each case once, results name it by index
+    fails = [dict(r) for r in rep.get("results", []) if r.get("verdict") == "fail"]  # verdict_name(): lower case
+    for r in fails:
+        if isinstance(r.get("case"), int) and 0 <= r["case"] < len(cases):
+            r.setdefault("case_text", cases[r["case"]].get("text", ""))
+    return fails
 
 
 # Evidence lines shown besides the decisive ones (the rest stay in report.json), and the length of one line.

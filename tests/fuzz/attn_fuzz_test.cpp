@@ -12,6 +12,9 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <set>
 #include <thread>
 
 #include "attnfuzz/corpus.h"
@@ -233,6 +236,61 @@ TEST(AttnFuzz, SigintStopsAndWritesTheSummary) {
   EXPECT_EQ(WEXITSTATUS(st), 0);
   EXPECT_NE(text.find("(interrupted)"), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "summary.md"));
+}
+
+std::string text_of(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Issue 26 item 4: the summary says which kernel got no check (first), has the per-kernel table, times each
+// distinct failure (found, class known) in report.json; a resume without --name keeps the name and the
+// history, and says which failures are new; summary.md has one H1.
+TEST(AttnFuzz, SummaryTimesFailuresTablesKernelsAndAResumeKeepsItsHistory) {
+  const fs::path out = fresh("history");
+  const std::string args = std::string("--plugin ") + PLANTED_PLUGIN +
+                           " --kernel planted-no-score-barrier,planted-f16-acc-half --workers 1 --max-time ";
+  const Outcome first = run(fuzz(out, args + "12"));
+  ASSERT_EQ(first.rc, 1) << first.out;
+  const size_t loud = first.out.find("NOT CHECKED: 1 of 2 selected kernel(s)"), summary = first.out.find("\nattn-fuzz: ");
+  ASSERT_NE(loud, std::string::npos) << first.out;
+  EXPECT_LT(loud, summary) << "the kernel that got no check comes first";
+  Json c1 = Json::parse(text_of(out / "report.json")).at("campaign");
+  EXPECT_EQ(c1.at("unchecked_kernels"), Json::array({"planted-f16-acc-half"}));
+  const Json& row = c1.at("by_kernel").at("planted-no-score-barrier").at("fwd f32");
+  EXPECT_GT(row.value("fail", int64_t{0}), 0) << row.dump();
+  EXPECT_GT(c1.at("by_kernel").at("planted-f16-acc-half").at("fwd f32").value("refused", int64_t{0}), 0);
+  // The class counts are the classified ones: no failing check is counted under a class no distinct failure has.
+  std::set<std::string> classes;
+  ASSERT_FALSE(c1.at("failures").empty());
+  for (const Json& f : c1.at("failures")) {
+    classes.insert(f.at("class").get<std::string>());
+    EXPECT_FALSE(f.at("from_file_time").get<bool>()) << f.dump();
+    EXPECT_GE(f.at("classified_after_s").get<double>(), f.at("found_after_s").get<double>()) << f.dump();
+    EXPECT_LT(f.at("found_after_s").get<double>(), 30) << f.dump();
+    EXPECT_EQ(f.at("run"), 1);
+  }
+  for (const auto& [cls, n] : c1.at("failing_by_class").items()) EXPECT_TRUE(classes.count(cls)) << cls;
+  const std::string md = text_of(out / "summary.md");
+  EXPECT_EQ(md.find("\n# "), std::string::npos) << "a second H1\n" << md;
+  EXPECT_NE(md.find("## Per kernel"), std::string::npos) << md;
+  EXPECT_LT(md.find("NOT CHECKED"), md.find("## Distinct failures")) << md;
+
+  const Outcome again = run(fuzz(out, args + "8"));  // the resume: no --name
+  ASSERT_EQ(again.rc, 1) << again.out;
+  EXPECT_NE(again.out.find("run 2 of this OUT"), std::string::npos) << again.out;
+  const Json c2 = Json::parse(text_of(out / "report.json")).at("campaign");
+  EXPECT_EQ(c2.at("name"), c1.at("name"));
+  EXPECT_EQ(c2.at("runs").size(), 2u);
+  EXPECT_EQ(c2.at("first_started_unix"), c1.at("started_unix"));
+  for (const Json& f : c2.at("failures"))
+    for (const Json& g : c1.at("failures"))
+      if (f.at("file") == g.at("file")) {
+        EXPECT_EQ(f.at("found_after_s"), g.at("found_after_s"));  // the earlier run's time, kept
+        EXPECT_FALSE(f.at("new").get<bool>());
+      }
 }
 
 }  // namespace

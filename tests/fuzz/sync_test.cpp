@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "attnfuzz/corpus.h"
@@ -299,10 +300,56 @@ TEST(Merge, BadInputsAreRefusedWithOneLineAndExitTwo) {
   std::ofstream(c.out / "failures") << "not a directory";
   refused({a.out.string(), c.out.string()}, root / "m2", "failures is not a directory");
   FakeCampaign d(root, "d", root / "sync");
-  std::ofstream(d.out / "report.json") << R"({"schema": "attnfuzz-report", "schema_version": 2, "campaign": {}})";
-  refused({a.out.string(), d.out.string()}, root / "m3", "version 2");
+  std::ofstream(d.out / "report.json") << R"({"schema": "attnfuzz-report", "schema_version": 99, "campaign": {}})";
+  refused({a.out.string(), d.out.string()}, root / "m3", "version 99");
   EXPECT_FALSE(fs::exists(root / "m2") || fs::exists(root / "m3"));
   EXPECT_EQ(merge_campaigns({a.out.string(), b.out.string()}, (root / "m4").string(), "x", true), 1);  // still merges
+}
+
+// Issue 26 item 4: a resumed campaign's failures are timed from its first start (its report's campaign time),
+// never before the campaign's own start; a failure imported from a campaign not merged gets an "after" too (from
+// the merge's first start, marked), never "?"; summary.md has one H1.
+TEST(Merge, AResumedCampaignIsTimedFromItsFirstStartAndNoCellIsUnknown) {
+  const fs::path root = fresh("merge-resumed");
+  FakeCampaign a(root, "a", root / "sync");
+  const fs::path own = a.add_failure(failure_file(30, "k0", FailureClass::kMask, "mask:compare"));
+  fs::create_directories(a.out / "imported" / "elsewhere");
+  const fs::path imp = save_to_corpus_dir(a.out / "imported" / "elsewhere",
+                                          failure_file(31, "k1", FailureClass::kRescale, "rescale:compare"));
+  auto set_mtime = [](const fs::path& p, time_t t) {
+    struct timespec ts[2] = {{t, 0}, {t, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), ts, 0), 0);
+  };
+  set_mtime(own, 2000000100);  // found in the first run, which started at 2000000000
+  set_mtime(imp, 2000000300);
+  Json j;
+  j["schema"] = "attnfuzz-report";
+  j["schema_version"] = 2;
+  j["campaign"] = {{"name", "a"}, {"cases", 10}, {"started_unix", 2000001000},  // the resume
+                   {"first_started_unix", 2000000000}, {"started_at", "x"}, {"features_hex", "01"},
+                   {"failures", Json::array({{{"file", own.filename().string()}, {"found_after_s", 100.0}}})}};
+  std::ofstream(a.out / "report.json") << j.dump();
+  const fs::path out = root / "merged";
+  EXPECT_EQ(merge_campaigns({a.out.string()}, out.string(), "attn-fuzz --merge", true), 1);
+  std::ifstream in(out / "report.json");
+  const Json m = Json::parse(in).at("merge");
+  ASSERT_EQ(m.at("failures").size(), 2u);
+  for (const Json& f : m.at("failures")) {
+    EXPECT_GE(f.at("found_after_s").get<double>(), 0) << f.dump();
+    if (f.at("kernel") == "k0") {
+      EXPECT_EQ(f.at("found_after_s"), 100.0);
+      EXPECT_EQ(f.at("found_after_s_from"), "finder-start");
+    } else {
+      EXPECT_EQ(f.at("found_after_s"), 300.0);  // since the merge's first start: its finder is not merged
+      EXPECT_EQ(f.at("found_after_s_from"), "merge-start");
+    }
+  }
+  std::ifstream mdf(out / "summary.md");
+  std::stringstream md;
+  md << mdf.rdbuf();
+  EXPECT_EQ(md.str().find("| ? |"), std::string::npos) << md.str();
+  EXPECT_EQ(md.str().find("\n# "), std::string::npos) << "a second H1\n" << md.str();
+  EXPECT_NE(md.str().find("| 100 s |"), std::string::npos) << md.str();
 }
 
 // Issue 27 item 8: a second campaign with the same --name on one sync directory is refused while the first runs

@@ -80,6 +80,10 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
   v.v_descale = p.v_descale;
   v.o_scale = p.o_scale;
   std::copy(std::begin(p.tunables), std::end(p.tunables), std::begin(v.tunables));
+  // Score variants (issue 28): the same variants; the bias keeps its broadcast dimensions, contiguous in the others.
+  v.variants = p.variants;
+  v.softcap = p.softcap;
+  if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(v, bias_broadcast(p));
   return v;
 }
 

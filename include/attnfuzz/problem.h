@@ -18,7 +18,7 @@ Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
                      int64_t head_dim, int64_t head_dim_v);
 
 // p with another shape, dense and contiguous: the same heads, scale (kept, not the new D's default), mask,
-// dtype, fp8 scales and tunables.
+// dtype, fp8 scales, tunables and score variants (the bias broadcast over the same dimensions).
 Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t seq_k, int64_t head_dim,
                         int64_t head_dim_v);
 // The same with other head counts too (heads_kv must divide heads_q), e.g. one (b, h) slice: B = Hq = Hkv = 1.

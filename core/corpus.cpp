@@ -341,18 +341,14 @@ json case_to_json(const Case& c) {
     v["use"] = variant_names(p.variants);
     if (p.variants & AF_VARIANT_SOFTCAP) v["softcap_bits"] = hex32(std::bit_cast<uint32_t>(p.softcap));
     if (p.variants & AF_VARIANT_SINK) {
-      if (vs.sinks.empty())
-        v["sink_range"] = json_number(vs.sink_range);
-      else
-        v["sinks"] = floats_to_hex(vs.sinks);
+      v["sink_range"] = json_number(vs.sink_range);  // the generator's range (provenance when sinks are given)
+      if (!vs.sinks.empty()) v["sinks"] = floats_to_hex(vs.sinks);
     }
     if ((p.variants & AF_VARIANT_ALIBI) && !vs.alibi_slopes.empty()) v["alibi_slopes"] = floats_to_hex(vs.alibi_slopes);
     if (p.variants & AF_VARIANT_BIAS) {
       v["bias_stride"] = {p.bias_stride[0], p.bias_stride[1], p.bias_stride[2], p.bias_stride[3]};
-      if (vs.bias.empty())
-        v["bias_range"] = json_number(vs.bias_range);
-      else
-        v["bias"] = floats_to_hex(vs.bias);
+      v["bias_range"] = json_number(vs.bias_range);
+      if (!vs.bias.empty()) v["bias"] = floats_to_hex(vs.bias);
     }
     j["variants"] = v;
   }

@@ -322,7 +322,9 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   load();
   for (const KernelEntry& e : Registry::global().all())
     if (e.origin == PLANTED_PLUGIN)
-      EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name)) << e.kernel.name;
+      EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
+                  std::string(e.kernel.family) == "planted/variants")  // PlantedVariant below
+          << e.kernel.name;
 }
 
 TEST(PlantedClassification, NoCorrectKernelFailsTheBudget) {
@@ -395,6 +397,17 @@ TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
     return;
   }
   ADD_FAILURE() << name << " passed all " << checked << " supported variant budget cases";
+}
+
+TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) {
+  load();
+  int n = 0;
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/variants") {
+      EXPECT_TRUE(kExpectedVariants.count(e.kernel.name)) << e.kernel.name;
+      ++n;
+    }
+  EXPECT_EQ(n, static_cast<int>(kExpectedVariants.size()));
 }
 
 // The correct kernels that declare the variants pass the same budget (flash family: forward and backward).

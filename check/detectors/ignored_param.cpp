@@ -4,6 +4,7 @@
 // dimension along which the case's bias has its own values). A match within the bound names the parameter.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "check/compare.h"
@@ -123,20 +124,36 @@ Finding ignored_parameter(Context& c) {
   const std::vector<RowKey> rows = failing_rows(c);
   if (rows.empty()) return f;
   const LaunchOutcome& out = c.original();
+  const OracleResult& exact = c.pc.oracle(c.opts.oracle);
   for (const Probe& pr : probes(p, c.tensors())) {
     const OracleResult ex = c.oracle(pr.p, pr.t ? *pr.t : c.tensors());
-    int64_t match = 0;
+    int64_t match = 0, visible = 0;
     double worst = 0;
     std::vector<int64_t> where;
     for (const RowKey& r : rows) {
-      const double rr = row_ratio(pr.p, ex, out, r.b, r.h, r.s);
+      double rr = row_ratio(pr.p, ex, out, r.b, r.h, r.s);
+      // Never a NaN = NaN "match": a row whose other exact result is NaN says nothing about the parameter.
+      for (int64_t d = 0; d < p.head_dim_v; ++d)
+        if (std::isnan(ex.o[ex.o_at(r.b, r.s, r.h, d)])) rr = std::numeric_limits<double>::infinity();
       if (rr <= 1) ++match;
+      // The parameter's effect must be visible on the row: the other exact result is itself beyond the case's bound
+      // (else a kernel that is merely imprecise would "match" a parameter that changes nothing there).
+      bool vis = false;
+      for (int64_t d = 0; d < p.head_dim_v && !vis; ++d) {
+        const size_t e = exact.o_at(r.b, r.s, r.h, d);
+        vis = judge_element(exact.o[e], static_cast<float>(ex.o[e]), exact.o_bound[e]).fail;
+      }
+      if (!vis && !out.lse.empty()) {
+        const size_t e = exact.lse_at(r.b, r.h, r.s);
+        vis = judge_element(exact.lse[e], static_cast<float>(ex.lse[e]), exact.lse_bound[e]).fail;
+      }
+      visible += vis;
       if (!std::isnan(rr)) worst = std::max(worst, rr);
       if (where.size() < 64) where.push_back(r.s);
     }
     std::sort(where.begin(), where.end());
     where.erase(std::unique(where.begin(), where.end()), where.end());
-    if (match == static_cast<int64_t>(rows.size())) {
+    if (match == static_cast<int64_t>(rows.size()) && visible == match) {
       // The row's whole output (O and LSE) matches the other exact result: every other row already passes.
       f.fired = true;
       f.cls = FailureClass::kIgnoredParameter;
@@ -147,9 +164,10 @@ Finding ignored_parameter(Context& c) {
                                                      worst, c.j.result.max_ratio)});
       return f;
     }
-    f.evidence.push_back({"ignored-parameter", fmt("not %s: %lld of %lld failing row(s) match it (max ratio %.3g)",
+    f.evidence.push_back({"ignored-parameter", fmt("not %s: %lld of %lld failing row(s) match it (max ratio %.3g), on "
+                                                   "%lld its effect is beyond the bound",
                                                    pr.what.substr(0, pr.what.find(':')).c_str(), (long long)match,
-                                                   (long long)rows.size(), worst)});
+                                                   (long long)rows.size(), worst, (long long)visible)});
   }
   return f;
 }

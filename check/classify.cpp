@@ -15,6 +15,7 @@ const std::vector<FailureClass>& class_precedence() {
       FailureClass::kUnwritten,    //
       FailureClass::kOobRead,      //
       FailureClass::kBarrierRace,  //
+      FailureClass::kIgnoredParameter,  // a direct experiment (the variant switched off) whose match is exact
       FailureClass::kMask,         //
       FailureClass::kEmptyRow,     //
       FailureClass::kSplitKv,      // split / padding experiments (check/README.md): before lse, since a tail
@@ -90,7 +91,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
     if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
     if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
-    if (!decided && co.empty_row) run("empty-row", detect::empty_row);
+    if (!decided && pc.problem().variants && !unreliable) run("ignored-parameter", detect::ignored_parameter);
+    if (!decided && co.empty_row && !pc.problem().variants) run("empty-row", detect::empty_row);
     if (!decided && co.mask && !unreliable) run("mask", detect::mask);
   } else {
   // Detectors in run order, one line each; the first that fires decides unless a later one ranks higher.
@@ -115,13 +117,21 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
   if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)
     run("compute-sanitizer", detect::compute_sanitizer);
+  // Score variants (issue 28): the ignored-parameter experiment; the experiments that rebuild the problem or move
+  // keys (empty-row, tail, reorder, mask-model) do not keep a bias / ALiBi / sink case's exact result and are left out.
+  const bool vars = pc.problem().variants != 0;
+  if (vars)
+    r.evidence.push_back({"scope", "score variant(s) " + variant_names(pc.problem().variants) +
+                                       ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
+                                       "or move keys and are not run"});
+  if (!decided && vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
-  if (!decided && co.empty_row) run("empty-row", detect::empty_row);
+  if (!vars && !decided && co.empty_row) run("empty-row", detect::empty_row);
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
-  if (!seqs && !decided && co.tail && !unreliable) run("tail", detect::tail);
+  if (!seqs && !vars && !decided && co.tail && !unreliable) run("tail", detect::tail);
   if (!decided && co.lse) run("lse", detect::lse);
-  if (!decided && co.reorder && !unreliable) run("reorder", detect::reorder);
-  if (!decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
+  if (!vars && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
+  if (!vars && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   }
   if (r.failure == FailureClass::kNonFinite) {  // evidence in every case
     const detect::Finding nf = run("non-finite", detect::nonfinite);

@@ -187,7 +187,8 @@ std::vector<double> compare_output(const Problem& p, const OracleResult& exact, 
 }
 
 std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, const float* dq, const float* dk,
-                                       const float* dv, CheckResult& r, const CompareOptions& opts) {
+                                       const float* dv, CheckResult& r, const CompareOptions& opts,
+                                       const float* dsinks, const float* dbias) {
   std::vector<GradMap> maps = {{"dQ", p.seq_q, p.head_dim, {}}, {"dK", p.seq_k, p.head_dim, {}},
                                {"dV", p.seq_k, p.head_dim_v, {}}};
   for (GradMap& m : maps) m.ratio.assign(static_cast<size_t>(m.rows * m.cols), kNaN);
@@ -199,11 +200,12 @@ std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, co
     return maps;
   }
   Worst worst{opts.worst};
-  int64_t compared = 0, failed = 0, nonfinite = 0, per_failed[3] = {0, 0, 0}, per_compared[3] = {0, 0, 0};
-  double max_ratio = 0, max_abs = 0, per_max[3] = {0, 0, 0};
+  int64_t compared = 0, failed = 0, nonfinite = 0, per_failed[5] = {0, 0, 0, 0, 0}, per_compared[5] = {0, 0, 0, 0, 0};
+  double max_ratio = 0, max_abs = 0, per_max[5] = {0, 0, 0, 0, 0};
+  static const char* const kVariantTensors[2] = {"dSink", "dBias"};
   auto one = [&](int t, int64_t b, int64_t s, int64_t h, int64_t d, double expected, double bound, float got) {
     ElementReport e;
-    e.tensor = maps[t].tensor;
+    e.tensor = t < 3 ? maps[t].tensor : kVariantTensors[t - 3];
     e.b = b, e.h = h, e.s = s, e.d = d;
     e.expected = expected;
     e.got = got;
@@ -217,6 +219,7 @@ std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, co
     max_ratio = std::max(max_ratio, j.ratio);
     per_max[t] = std::max(per_max[t], j.ratio);
     if (std::isfinite(j.err)) max_abs = std::max(max_abs, j.err);
+    if (t >= 3) return;  // no heatmap for the variants' gradients
     double& m = maps[t].ratio[static_cast<size_t>(s * maps[t].cols + d)];
     if (std::isnan(m) || j.ratio > m) m = j.ratio;
   };
@@ -242,20 +245,41 @@ std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, co
           one(2, b, j, h, d, g.dv[i], g.dv_bound[i], dv[v_index(p, b, j, h, d)]);
         }
       }
+  // Score variants: d sink per head (reported at h), d bias per element (reported at b, h, s = i, d = j of its
+  // first (b, h, i, j) in the bias layout).
+  if (dsinks && !g.dsinks.empty())
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      one(3, 0, 0, h, 0, g.dsinks[static_cast<size_t>(h)], g.dsinks_bound[static_cast<size_t>(h)], dsinks[h]);
+  if (dbias && !g.dbias.empty()) {
+    std::vector<unsigned char> seen(g.dbias.size(), 0);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t i = 0; i < p.seq_q; ++i)
+          for (int64_t j = 0; j < p.seq_k; ++j) {
+            const size_t e = static_cast<size_t>(bias_index(p, b, h, i, j));
+            if (seen[e]) continue;
+            seen[e] = 1;
+            one(4, b, i, h, j, g.dbias[e], g.dbias_bound[e], dbias[e]);
+          }
+  }
   r.worst = worst.sorted();
   r.compared = compared;
   r.failed = failed;
   r.max_ratio = max_ratio;
   r.max_abs_err = max_abs;
   r.oracle_ms = g.ms;
-  char buf[384];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
                 "dQ %lld of %lld beyond the bound (max ratio %.3g), dK %lld of %lld (%.3g), dV %lld of %lld "
                 "(%.3g)",
                 (long long)per_failed[0], (long long)per_compared[0], per_max[0], (long long)per_failed[1],
                 (long long)per_compared[1], per_max[1], (long long)per_failed[2], (long long)per_compared[2],
                 per_max[2]);
-  const std::string counts = buf;
+  std::string counts = buf;
+  for (int t = 3; t < 5; ++t)
+    if (per_compared[t])
+      counts += std::string(", ") + kVariantTensors[t - 3] + " " + std::to_string(per_failed[t]) + " of " +
+                std::to_string(per_compared[t]) + fmt(" (%.3g)", per_max[t]);
   if (failed > 0) {
     r.verdict = Verdict::kFail;
     r.failure = nonfinite > 0 ? FailureClass::kNonFinite : FailureClass::kPrecision;

@@ -53,7 +53,10 @@ struct GradMap {
 // Fills r like compare_output (ElementReport::tensor names dQ / dK / dV) and r.tensor with the tensor of the
 // worst failing element; evidence "compare" counts failures per tensor. Outside the fp32 contract
 // (!g.inside_contract) nothing is judged: kOutsideContract with g.why. Returns the three maps.
+// With score variants the d sink [Hq] and d bias (bias_stride) the kernel wrote are judged too (tensors "dSink"
+// and "dBias"); nullptr where the problem has no such gradient.
 std::vector<GradMap> compare_gradients(const Problem& p, const GradResult& g, const float* dq, const float* dk,
-                                       const float* dv, CheckResult& r, const CompareOptions& opts = {});
+                                       const float* dv, CheckResult& r, const CompareOptions& opts = {},
+                                       const float* dsinks = nullptr, const float* dbias = nullptr);
 
 }  // namespace attnfuzz

@@ -37,7 +37,8 @@ const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
   if (!oracle_ && has_sequences(case_.problem))
     oracle_ = sequence_oracle(case_.problem, tensors_, o);
   if (!oracle_)
-    oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(), o);
+    oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
+                             tensors_.variant_inputs(), o);
   return *oracle_;
 }
 
@@ -49,7 +50,8 @@ void PreparedCase::make_given(const OracleOptions& o) {
   every.baseline = false;
   const OracleResult& ex = o.row_budget == 0 ? oracle(o)
                                              : full_.emplace(compute_oracle(p, tensors_.q.data(), tensors_.k.data(),
-                                                                            tensors_.v.data(), every));
+                                                                            tensors_.v.data(), tensors_.variant_inputs(),
+                                                                            every));
   const bool lowp = p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16;
   auto round = [&](double x) {
     const float f = static_cast<float>(x);
@@ -98,7 +100,7 @@ const GradResult& PreparedCase::grad(const OracleOptions& o) {
     GradOptions g = grad_options(o);
     g.forward = &full_forward(o);  // the gradient oracle skips its own forward pass
     grad_ = compute_grad_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
-                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), g);
+                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), tensors_.variant_inputs(), g);
   }
   return *grad_;
 }
@@ -292,6 +294,19 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   if (want_lse) lse = make("lse", static_cast<size_t>(packed ? p.heads_q * p.total_q : lse_elements(p)) * 4);
   const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes);
+  // Score variants (fp32 in every dtype): sinks [Hq], alibi_slopes [Hq], bias (bias_stride), guarded inputs.
+  std::unique_ptr<GuardedBuffer> sinks, slopes, bias;
+  auto make_floats = [&](const char* name, const std::vector<float>& a) {
+    std::unique_ptr<GuardedBuffer> gb;
+    if (!a.empty()) {
+      gb = make(name, a.size() * 4);
+      gb->upload(a.data());
+    }
+    return gb;
+  };
+  sinks = make_floats("sinks", t.sinks);
+  slopes = make_floats("alibi_slopes", t.alibi_slopes);
+  bias = make_floats("bias", t.bias);
   // K/V gaps of a sequence layout hold the fp32 guard poison; in a narrow dtype it is encoded as that format's
   // NaN (or, for the finite second poison, its nearest value).
   const std::vector<float>& kin = seqs ? gapped.k : t.k;
@@ -322,9 +337,15 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.cu_seqlens_k = ints(cu_k);
   b.seqused_k = ints(used_k);
   b.block_table = ints(table);
+  auto floats = [](const std::unique_ptr<GuardedBuffer>& gb) {
+    return gb ? static_cast<const float*>(gb->data()) : nullptr;
+  };
+  b.sinks = floats(sinks);
+  b.alibi_slopes = floats(slopes);
+  b.bias = floats(bias);
   out.launch = counted_launch(dev, k.kernel, p, b);
   locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
-                     table.get()});
+                     table.get(), sinks.get(), slopes.get(), bias.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -340,7 +361,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
   collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                         used_k.get(), table.get()});
+                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -369,7 +390,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table})
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias})
       if (*gb) pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o) ? fpoison : poison);
   return out;
 }
@@ -423,6 +444,16 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
                                  dv = make("dv", t.v.size() * eb, fpoison), ws;
   const size_t ws_bytes = k.kernel.bwd_workspace_bytes ? k.kernel.bwd_workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes, poison);
+  // Score variants: fp32 inputs (sinks, slopes, bias) and outputs (d sinks [Hq], d bias with bias_stride).
+  std::unique_ptr<GuardedBuffer> sinks, slopes, bias, dsinks, dbias;
+  if (!t.sinks.empty()) sinks = make("sinks", t.sinks.size() * 4, poison), sinks->upload(t.sinks.data());
+  if (!t.alibi_slopes.empty())
+    slopes = make("alibi_slopes", t.alibi_slopes.size() * 4, poison), slopes->upload(t.alibi_slopes.data());
+  if (!t.bias.empty()) bias = make("bias", t.bias.size() * 4, poison), bias->upload(t.bias.data());
+  if (p.variants & AF_VARIANT_SINK)
+    dsinks = make("dsinks", static_cast<size_t>(p.heads_q) * 4, poison), dsinks->fill_payload(opts.output_poison);
+  if ((p.variants & AF_VARIANT_BIAS) && !t.bias.empty())
+    dbias = make("dbias", t.bias.size() * 4, poison), dbias->fill_payload(opts.output_poison);
   auto upload = [&](GuardedBuffer& gb, const std::vector<float>& x) {
     if (p.dtype == AF_DTYPE_F32)
       gb.upload(x.data());
@@ -448,11 +479,18 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   b.dq = dq->data();
   b.dk = dk->data();
   b.dv = dv->data();
+  b.sinks = sinks ? static_cast<const float*>(sinks->data()) : nullptr;
+  b.alibi_slopes = slopes ? static_cast<const float*>(slopes->data()) : nullptr;
+  b.bias = bias ? static_cast<const float*>(bias->data()) : nullptr;
+  b.dsinks = dsinks ? static_cast<float*>(dsinks->data()) : nullptr;
+  b.dbias = dbias ? static_cast<float*>(dbias->data()) : nullptr;
   af_kernel bwd = k.kernel;  // the device layer launches `launch`: hand it the backward entry point
   bwd.launch = k.kernel.launch_bwd;
   bwd.workspace_bytes = k.kernel.bwd_workspace_bytes;
-  const std::initializer_list<const GuardedBuffer*> all = {q.get(),    kb.get(), v.get(),  o.get(),  lse.get(),
-                                                           dout.get(), dq.get(), dk.get(), dv.get(), ws.get()};
+  const std::initializer_list<const GuardedBuffer*> all = {q.get(),     kb.get(),     v.get(),      o.get(),
+                                                           lse.get(),   dout.get(),   dq.get(),     dk.get(),
+                                                           dv.get(),    ws.get(),     sinks.get(),  slopes.get(),
+                                                           bias.get(),  dsinks.get(), dbias.get()};
   out.launch = counted_launch(dev, bwd, p, b);
   locate_fault(out, all);
   if (!dev.usable()) return out;
@@ -473,14 +511,20 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   download(*dq, out.dq);
   download(*dk, out.dk);
   download(*dv, out.dv);
+  if (dsinks) out.dsinks.resize(t.sinks.size()), dsinks->download(out.dsinks.data());
+  if (dbias) out.dbias.resize(t.bias.size()), dbias->download(out.dbias.data());
   collect_canaries(out, all);
   out.unwritten =
       count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dk, p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dv, p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v, opts.output_poison);
   if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws})
-      if (*gb) pool->give(std::move(*gb), g, (gb == &lse || gb == &ws) ? poison : fpoison);
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws, &sinks, &slopes, &bias, &dsinks, &dbias})
+      if (*gb)
+        pool->give(std::move(*gb), g,
+                   (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &dout || gb == &dq || gb == &dk || gb == &dv)
+                       ? fpoison
+                       : poison);
   return out;
 }
 
@@ -536,9 +580,13 @@ std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out,
   CompareOptions co;
   co.worst = opts.worst;
   if (pc.the_case().pass == Pass::kBwd)
-    return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+    return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co,
+                             out.dsinks.empty() ? nullptr : out.dsinks.data(),
+                             out.dbias.empty() ? nullptr : out.dbias.data());
   const GradResult g = grad_oracle_for(pc, out, opts);
-  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co);
+  return compare_gradients(p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, co,
+                           out.dsinks.empty() ? nullptr : out.dsinks.data(),
+                           out.dbias.empty() ? nullptr : out.dbias.data());
 }
 
 GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts) {
@@ -547,7 +595,7 @@ GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const Run
   GradOptions go = grad_options(opts.oracle);
   go.forward = &pc.full_forward(opts.oracle);
   return compute_grad_oracle(pc.problem(), t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
-                             out.lse.data(), go);
+                             out.lse.data(), t.variant_inputs(), go);
 }
 
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {

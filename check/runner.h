@@ -133,6 +133,7 @@ struct LaunchOutcome {
   // Backward launches (the case's pass has one): the gradients downloaded (q / k / v strides), and the o /
   // lse the backward launch was given (fwd+bwd: the kernel's own forward, also in o / lse above).
   std::vector<float> dq, dk, dv;
+  std::vector<float> dsinks, dbias;  // score variants' gradients (empty where the problem has none)
   bool backward = false;  // launch / canaries / unwritten are the backward launch's
 };
 

@@ -98,6 +98,7 @@ std::string validate(const Case& c) {
            dtype_name(c.problem.dtype) + " (yet)";
   if (has_backward(c.pass) && has_sequences(c.problem))
     return "the backward pass is checked on dense batches only, not on sequence layouts (yet)";
+  if (std::string e = validate_variants(c); !e.empty()) return e;
   const double a = c.values.dist.param;
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
@@ -156,6 +157,65 @@ std::string describe(const Case& c) {
   if (c.values.domain != ValueDomain::kIeee)
     t += std::string(" domain=") + value_domain_name(c.values.domain);
   if (c.pass != Pass::kFwd) t += std::string(" pass=") + pass_name(c.pass);
+  t += describe_variants(c);
+  return t;
+}
+
+std::string validate_variants(const Case& c) {
+  const Problem& p = c.problem;
+  const VariantSpec& vs = c.variants;
+  if (p.variants & ~kCheckedVariants)
+    return "variant " + variant_names(p.variants & ~kCheckedVariants) +
+           " is not checked yet (the checked ones: sink, softcap, alibi, bias)";
+  if (p.variants && has_sequences(p))
+    return "score variants are checked on dense batches only, not on sequence layouts (yet)";
+  auto count = [](const char* what, size_t have, int64_t need) -> std::string {
+    if (static_cast<int64_t>(have) == need) return {};
+    return std::string(what) + " holds " + std::to_string(have) + " values, the problem needs " + std::to_string(need);
+  };
+  if (!(p.variants & AF_VARIANT_SINK) && !vs.sinks.empty()) return "sink values are given but the problem has no sinks";
+  if (!(p.variants & AF_VARIANT_ALIBI) && !vs.alibi_slopes.empty())
+    return "ALiBi slopes are given but the problem has no ALiBi";
+  if (!(p.variants & AF_VARIANT_BIAS) && !vs.bias.empty()) return "bias values are given but the problem has no bias";
+  if (!(vs.sink_range > 0) || !std::isfinite(vs.sink_range)) return "the sink range must be a finite value > 0";
+  if (!(vs.bias_range > 0) || !std::isfinite(vs.bias_range)) return "the bias range must be a finite value > 0";
+  if (!vs.sinks.empty()) {
+    if (auto m = count("sinks", vs.sinks.size(), p.heads_q); !m.empty()) return m;
+    for (float x : vs.sinks)  // -inf = no sink for that head; NaN and +inf are not logits
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+        return "a sink logit is NaN or +inf: need a finite value or -inf (no sink)";
+  }
+  if (!vs.alibi_slopes.empty()) {
+    if (auto m = count("ALiBi slopes", vs.alibi_slopes.size(), p.heads_q); !m.empty()) return m;
+    for (float x : vs.alibi_slopes)
+      if (!std::isfinite(x)) return "an ALiBi slope is not finite";
+  }
+  if (!vs.bias.empty()) {
+    if (auto m = count("bias", vs.bias.size(), bias_elements(p)); !m.empty()) return m;
+    if (c.values.domain == ValueDomain::kFinite)
+      for (float x : vs.bias)
+        if (!std::isfinite(x)) return "the bias holds a NaN or Inf: not in the finite value domain";
+  }
+  return {};
+}
+
+std::string set_variants(Case& c, uint32_t bits, float softcap, const std::string& bias_broadcast) {
+  if (bits & ~kCheckedVariants) return "variant " + variant_names(bits & ~kCheckedVariants) + " is not checked yet";
+  c.problem.variants = bits;
+  c.problem.softcap = (bits & AF_VARIANT_SOFTCAP) ? softcap : 0.0f;
+  for (int64_t& st : c.problem.bias_stride) st = 0;
+  if (bits & AF_VARIANT_BIAS)
+    if (std::string e = set_bias_strides(c.problem, bias_broadcast); !e.empty()) return e;
+  return {};
+}
+
+std::string describe_variants(const Case& c) {
+  const Problem& p = c.problem;
+  const VariantSpec& vs = c.variants;
+  std::string t;
+  if (p.variants & AF_VARIANT_SINK) t += vs.sinks.empty() ? " sinks=uniform:" + shortest(vs.sink_range) : " sinks=given";
+  if (p.variants & AF_VARIANT_ALIBI) t += vs.alibi_slopes.empty() ? " slopes=default" : " slopes=given";
+  if (p.variants & AF_VARIANT_BIAS) t += vs.bias.empty() ? " bias=uniform:" + shortest(vs.bias_range) : " bias=given";
   return t;
 }
 

@@ -82,8 +82,36 @@ std::vector<float> generate_dout(const Case& c) {
 Tensors generate_qkv(const Case& c);
 }  // namespace
 
+// The variant buffers (case.h VariantSpec): given lists as they are, else sinks from stream (seed, 6) and the bias
+// from stream (seed, 7), uniform; the default ALiBi slopes. fp32 values (the buffers are fp32 in every dtype).
+void generate_variants(const Case& c, Tensors& out) {
+  const Problem& p = c.problem;
+  const VariantSpec& vs = c.variants;
+  if (p.variants & AF_VARIANT_SINK) {
+    if (!vs.sinks.empty()) {
+      out.sinks = vs.sinks;
+    } else {
+      Rng rng(c.seed, 6);
+      out.sinks.resize(static_cast<size_t>(p.heads_q));
+      for (float& x : out.sinks) x = static_cast<float>(vs.sink_range * (2 * rng.uniform01() - 1));
+    }
+  }
+  if (p.variants & AF_VARIANT_ALIBI)
+    out.alibi_slopes = vs.alibi_slopes.empty() ? alibi_default_slopes(p.heads_q) : vs.alibi_slopes;
+  if (p.variants & AF_VARIANT_BIAS) {
+    if (!vs.bias.empty()) {
+      out.bias = vs.bias;
+    } else {
+      Rng rng(c.seed, 7);
+      out.bias.assign(static_cast<size_t>(bias_elements(p)), 0.0f);
+      for (float& x : out.bias) x = static_cast<float>(vs.bias_range * (2 * rng.uniform01() - 1));
+    }
+  }
+}
+
 Tensors generate(const Case& c) {
   Tensors out = generate_qkv(c);
+  generate_variants(c, out);
   if (has_backward(c.pass)) {
     out.dout = c.explicit_values && !c.explicit_values->dout.empty() ? c.explicit_values->dout : generate_dout(c);
     if (c.problem.dtype != AF_DTYPE_F32)  // dO is stored in the dtype too (NaN, so the stride gaps, pass)

@@ -264,4 +264,85 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
   return grid;
 }
 
+std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDomain domain, int32_t dtype, Pass pass) {
+  std::vector<Case> grid;
+  const std::string name = variant_names(bits);
+  static const char* const kBroadcasts[] = {"", "b", "h", "bh", "i", "j", "bhi"};
+  size_t n = 0;
+  auto finish = [&](Case c, const std::string& label, float softcap, const std::string& bcast) {
+    if (std::string e = set_variants(c, bits, softcap, bcast); !e.empty()) throw std::logic_error(e);
+    c.label = name + "-" + label;
+    uint64_t x = base_seed ^ hash64(c.label);
+    c.seed = splitmix64(x);
+    grid.push_back(std::move(c));
+  };
+  for (Case& c : sweep_grid(base_seed, domain, dtype, pass)) {
+    const std::string label = c.label;
+    finish(std::move(c), label, 30.0f, kBroadcasts[n++ % 7]);
+  }
+  // The variants' own edges (dtype and pass as the grid's).
+  auto base = [&](int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d, const std::string& mask,
+                  ValueDist dist = {}) {
+    Case c;
+    c.problem = make_problem(b, hq, hkv, sq, sk, d, d);
+    if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+    c.problem.dtype = dtype;
+    c.values.dist = dist;
+    c.values.domain = domain;
+    c.pass = pass;
+    return c;
+  };
+  const std::string dt = dtype == AF_DTYPE_F32 ? "" : std::string(dtype_name(dtype)) + "-";
+  // Softcap: logits far past the cap (|s / cap| >> 88 would overflow an exp-based tanh), small and large caps.
+  for (double mag : {100.0, 1000.0, 1e4})
+    for (float cap : {5.0f, 50.0f})
+      finish(base(1, 2, 1, 33, 47, 32, "causal-br", {Distribution::kExtreme, mag}),
+             dt + "cap" + shortest(cap) + "-extreme" + shortest(mag) + "-33x47", cap, "");
+  finish(base(1, 1, 1, 20, 20, 16, "none"), dt + "cap-huge-20x20", 1e30f, "");
+  // Sinks: fully masked rows (the sink alone), a window whose first KV split is empty, large logits.
+  finish(base(1, 2, 1, 40, 9, 32, "causal-br"), dt + "masked-rows-40x9", 30.0f, "");
+  finish(base(1, 2, 2, 8, 200, 32, "window:16,0-br"), dt + "window-8x200-empty-front", 30.0f, "h");
+  finish(base(1, 1, 1, 1, 0, 16, "none"), dt + "empty-keys-1x0", 30.0f, "");
+  {
+    Case c = base(1, 4, 2, 24, 24, 32, "causal-tl");
+    c.variants.sink_range = 20;  // a sink that dominates some rows
+    finish(std::move(c), dt + "sink-range20-24x24", 30.0f, "bh");
+  }
+  {
+    Case c = base(1, 3, 1, 16, 16, 16, "none");
+    c.variants.sinks = {-std::numeric_limits<float>::infinity(), 0.5f, 3.0f};
+    if (bits & AF_VARIANT_SINK) finish(std::move(c), dt + "sinks-neginf-16x16", 30.0f, "");
+  }
+  // ALiBi: head counts that are not powers of two (the paper's interleaved rule), long rows, both alignments.
+  for (int64_t hq : {12, 6, 8})
+    for (const char* m : {"causal-br", "none"})
+      finish(base(1, hq, hq == 8 ? 2 : hq / 3, 17, 70, 16, m), dt + "heads" + std::to_string(hq) + "-17x70-" + m, 30.0f,
+             hq == 12 ? "b" : "");
+  // Bias: broadcast forms over batch and GQA, and -inf / large values (a float mask).
+  for (const char* bc : {"", "b", "h", "bh", "i", "j", "bhij"}) {
+    std::string l = bc[0] ? bc : "none";
+    finish(base(3, 4, 2, 19, 37, 16, "none"), dt + "bcast-" + l + "-3x4h-19x37", 30.0f, bc);
+  }
+  {
+    Case c = base(2, 2, 1, 9, 13, 16, "none");
+    c.variants.bias_range = 50;  // bias dominates the scores
+    finish(std::move(c), dt + "bias-range50-9x13", 30.0f, "h");
+  }
+  if ((bits & AF_VARIANT_BIAS) && domain == ValueDomain::kIeee) {
+    Case c = base(1, 1, 1, 6, 10, 8, "none");
+    if (std::string e = set_variants(c, bits, 30.0f, "bh"); !e.empty()) throw std::logic_error(e);
+    Rng rng(base_seed ^ 0x62696173ull, 7);
+    c.variants.bias.assign(static_cast<size_t>(bias_elements(c.problem)), 0.0f);
+    for (size_t e = 0; e < c.variants.bias.size(); ++e)  // a float mask: -inf above the diagonal
+      c.variants.bias[e] = (e % 10) > (e / 10) + 4 ? -std::numeric_limits<float>::infinity()
+                                                    : static_cast<float>(rng.uniform01() - 0.5);
+    finish(std::move(c), dt + "float-mask-6x10", 30.0f, "bh");
+  }
+  for (Case& c : grid) {
+    std::replace(c.label.begin(), c.label.end(), ':', '=');
+    std::replace(c.label.begin(), c.label.end(), ',', '.');
+  }
+  return grid;
+}
+
 }  // namespace attnfuzz

@@ -324,6 +324,25 @@ json case_to_json(const Case& c) {
   }
   // Backward cases only (issue 14): forward files stay as they were, so their names and hashes do not move.
   if (c.pass != Pass::kFwd) j["pass"] = pass_name(c.pass);
+  // Score variants (issue 28), only when the problem uses one: files without them keep their names.
+  if (c.problem.variants) {
+    const Problem& p = c.problem;
+    const VariantSpec& vs = c.variants;
+    json v;
+    v["use"] = variant_names(p.variants);
+    if (p.variants & AF_VARIANT_SOFTCAP) v["softcap_bits"] = hex32(std::bit_cast<uint32_t>(p.softcap));
+    if (p.variants & AF_VARIANT_SINK) {
+      v["sink_range"] = json_number(vs.sink_range);  // the generator's range (provenance when sinks are given)
+      if (!vs.sinks.empty()) v["sinks"] = floats_to_hex(vs.sinks);
+    }
+    if ((p.variants & AF_VARIANT_ALIBI) && !vs.alibi_slopes.empty()) v["alibi_slopes"] = floats_to_hex(vs.alibi_slopes);
+    if (p.variants & AF_VARIANT_BIAS) {
+      v["bias_stride"] = {p.bias_stride[0], p.bias_stride[1], p.bias_stride[2], p.bias_stride[3]};
+      v["bias_range"] = json_number(vs.bias_range);
+      if (!vs.bias.empty()) v["bias"] = floats_to_hex(vs.bias);
+    }
+    j["variants"] = v;
+  }
   if (c.explicit_values) {
     j["explicit"] = {{"q", floats_to_hex(c.explicit_values->q)},
                      {"k", floats_to_hex(c.explicit_values->k)},
@@ -415,6 +434,32 @@ Case case_from_json(const json& j) {
   }
   if (j.contains("pass")) {  // absent in files written before backward cases: forward
     if (std::string e = parse_pass(get_string(j, "pass", ctx), c.pass); !e.empty()) corrupt("case: " + e);
+  }
+  if (j.contains("variants")) {
+    const json& v = j["variants"];
+    const std::string vc = "case.variants";
+    if (!v.is_object()) corrupt("case.variants is not a JSON object");
+    Problem& p = c.problem;
+    if (std::string e = parse_variant_names(get_string(v, "use", vc), p.variants); !e.empty()) corrupt(vc + ": " + e);
+    if (p.variants & AF_VARIANT_SOFTCAP) {
+      const uint64_t bits = parse_u64(get_string(v, "softcap_bits", vc), "case.variants.softcap_bits");
+      if (bits > 0xffffffffu) corrupt("case.variants.softcap_bits is wider than 32 bits");
+      p.softcap = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    }
+    if (v.contains("sink_range")) c.variants.sink_range = get_number(v, "sink_range", vc);
+    if (v.contains("sinks")) c.variants.sinks = hex_to_floats(get_string(v, "sinks", vc), "case.variants.sinks");
+    if (v.contains("alibi_slopes"))
+      c.variants.alibi_slopes = hex_to_floats(get_string(v, "alibi_slopes", vc), "case.variants.alibi_slopes");
+    if (p.variants & AF_VARIANT_BIAS) {
+      const json& a = field(v, "bias_stride", vc);
+      if (!a.is_array() || a.size() != 4) corrupt("case.variants.bias_stride is not an array of 4 integers");
+      for (int n = 0; n < 4; ++n) {
+        if (!a[n].is_number_integer()) corrupt("case.variants.bias_stride is not an array of 4 integers");
+        p.bias_stride[n] = a[n].get<int64_t>();
+      }
+    }
+    if (v.contains("bias_range")) c.variants.bias_range = get_number(v, "bias_range", vc);
+    if (v.contains("bias")) c.variants.bias = hex_to_floats(get_string(v, "bias", vc), "case.variants.bias");
   }
   if (std::string e = validate(c); !e.empty()) corrupt("case: " + e);
   return c;

@@ -81,6 +81,10 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
   v.v_descale = p.v_descale;
   v.o_scale = p.o_scale;
   std::copy(std::begin(p.tunables), std::end(p.tunables), std::begin(v.tunables));
+  // Score variants (issue 28): the same variants; the bias keeps its broadcast dimensions, contiguous in the others.
+  v.variants = p.variants;
+  v.softcap = p.softcap;
+  if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(v, bias_broadcast(p));
   return v;
 }
 
@@ -193,6 +197,119 @@ std::string validate_layout(const Problem& p) {
 }
 }  // namespace
 
+namespace {
+// The problem-level variant fields (the values are the case's: validate_variants in core/case.cpp).
+std::string validate_variant_fields(const Problem& p) {
+  if (p.variants & ~AF_VARIANTS_KNOWN) return "the problem uses an unknown variant bit";
+  if (p.variants & AF_VARIANT_SOFTCAP)
+    if (!(p.softcap > 0) || !std::isfinite(p.softcap)) return "softcap must be a finite value > 0";
+  if (p.variants & AF_VARIANT_BIAS) {
+    for (int64_t st : p.bias_stride)
+      if (st < 0) return "a bias stride is negative";
+    if (bias_elements(p) > kMaxElements) return "the bias tensor would exceed " + std::to_string(kMaxElements) + " elements";
+  }
+  return {};
+}
+}  // namespace
+
+const char* variant_name(uint32_t bit) {
+  switch (bit) {
+    case AF_VARIANT_SINK: return "sink";
+    case AF_VARIANT_SOFTCAP: return "softcap";
+    case AF_VARIANT_ALIBI: return "alibi";
+    case AF_VARIANT_BIAS: return "bias";
+    case AF_VARIANT_MASK_DENSE: return "mask-dense";
+    case AF_VARIANT_MASK_BITS: return "mask-bits";
+    case AF_VARIANT_BLOCK_SPARSE: return "block-sparse";
+    case AF_VARIANT_KV_SHARED: return "kv-shared";
+    case AF_VARIANT_HEAD_DESCALE: return "head-descale";
+    case AF_VARIANT_DROPOUT: return "dropout";
+  }
+  return "";
+}
+
+std::string variant_names(uint32_t bits) {
+  if (!bits) return "none";
+  std::string out;
+  for (uint32_t bit = 1; bit && bit <= AF_VARIANTS_KNOWN; bit <<= 1)
+    if (bits & bit) out += (out.empty() ? "" : "+") + std::string(variant_name(bit));
+  return out;
+}
+
+std::string parse_variant_names(const std::string& text, uint32_t& out) {
+  out = 0;
+  if (text.empty() || text == "none") return {};
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find_first_of("+,", start);
+    if (end == std::string::npos) end = text.size();
+    const std::string name = text.substr(start, end - start);
+    uint32_t found = 0;
+    for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
+      if (name == variant_name(bit)) found = bit;
+    if (!found) return "unknown variant '" + name + "' (sink, softcap, alibi, bias)";
+    out |= found;
+    start = end + 1;
+  }
+  return {};
+}
+
+int64_t bias_elements(const Problem& p) {
+  if (!(p.variants & AF_VARIANT_BIAS)) return 0;
+  const int64_t ext[4] = {p.batch, p.heads_q, p.seq_q, p.seq_k};
+  int64_t last = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (ext[i] == 0) return 0;
+    last += (ext[i] - 1) * p.bias_stride[i];
+  }
+  return last + 1;
+}
+
+std::string set_bias_strides(Problem& p, const std::string& broadcast) {
+  for (char c : broadcast)
+    if (c != 'b' && c != 'h' && c != 'i' && c != 'j')
+      return "bias broadcast '" + broadcast + "' is invalid: name dimensions among b, h, i, j (e.g. bh)";
+  const int64_t ext[4] = {p.batch, p.heads_q, p.seq_q, p.seq_k};
+  const char names[4] = {'b', 'h', 'i', 'j'};
+  int64_t st = 1;
+  for (int i = 3; i >= 0; --i) {
+    if (broadcast.find(names[i]) != std::string::npos) {
+      p.bias_stride[i] = 0;
+    } else {
+      p.bias_stride[i] = st;
+      st *= std::max<int64_t>(ext[i], 1);
+    }
+  }
+  return {};
+}
+
+std::string bias_broadcast(const Problem& p) {
+  std::string out;
+  const char names[4] = {'b', 'h', 'i', 'j'};
+  for (int i = 0; i < 4; ++i)
+    if (p.bias_stride[i] == 0) out += names[i];
+  return out;
+}
+
+std::vector<float> alibi_default_slopes(int64_t heads) {
+  auto pow2_slopes = [](int64_t n) {
+    std::vector<double> s;
+    for (int64_t h = 0; h < n; ++h) s.push_back(std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(n)));
+    return s;
+  };
+  std::vector<double> s;
+  if (heads >= 1) {
+    int64_t P = 1;
+    while (P * 2 <= heads) P *= 2;
+    s = pow2_slopes(P);
+    if (P < heads) {
+      const std::vector<double> twice = pow2_slopes(2 * P);
+      for (int64_t x = 0; x < heads - P; ++x) s.push_back(twice[static_cast<size_t>(2 * x)]);
+    }
+  }
+  return std::vector<float>(s.begin(), s.end());
+}
+
 std::string validate(const Problem& p) {
   auto bad = [](const char* what, int64_t v, const char* need) {
     return std::string(what) + " = " + std::to_string(v) + " is invalid: " + need;
@@ -213,6 +330,7 @@ std::string validate(const Problem& p) {
   if (std::string e = validate_descales(p); !e.empty()) return e;
   for (int32_t t : p.tunables)
     if (t < 0) return bad("tunable", t, "need >= 0 (0 = the kernel's default)");
+  if (std::string e = validate_variant_fields(p); !e.empty()) return e;
   if (p.mask_kind != AF_MASK_NONE && p.mask_kind != AF_MASK_CAUSAL && p.mask_kind != AF_MASK_WINDOW)
     return "mask kind " + std::to_string(p.mask_kind) + " is unknown";
   if (p.mask_align != AF_ALIGN_TOP_LEFT && p.mask_align != AF_ALIGN_BOTTOM_RIGHT)
@@ -424,6 +542,15 @@ std::string describe(const Problem& p) {
     std::snprintf(buf, sizeof buf, " descale=%.9g,%.9g,%.9g o_scale=%.9g", (double)p.q_descale,
                   (double)p.k_descale, (double)p.v_descale, (double)p.o_scale);
     out += buf;
+  }
+  // ABI v3 score variants, only when one is used.
+  if (p.variants) {
+    out += " variants=" + variant_names(p.variants);
+    if (p.variants & AF_VARIANT_SOFTCAP) {
+      std::snprintf(buf, sizeof buf, " softcap=%.9g", (double)p.softcap);
+      out += buf;
+    }
+    if ((p.variants & AF_VARIANT_BIAS) && !bias_broadcast(p).empty()) out += " bias-bcast=" + bias_broadcast(p);
   }
   // ABI v2 tunables, only when one is set (0 = the kernel's default).
   if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; })) {

@@ -235,7 +235,9 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
       return "page size " + std::to_string(p.page_size) + " not supported (the kernel takes " + std::to_string(lo) +
              " .. " + std::to_string(hi) + ")";
   }
-  if (p.variants & ~k.variants) return "a variant of the problem is not declared by the kernel (af_kernel::variants)";
+  if (p.variants & ~k.variants)
+    return "variant " + variant_names(p.variants & ~k.variants) +
+           " not declared by the kernel (af_kernel::variants)";
   if (p.kv_capacity > 0 && !(k.features & AF_FEATURE_SEQUSED_K))
     return "a KV cache with seqused_k (used length below capacity) not supported";
   if (k.max_head_dim && p.head_dim > k.max_head_dim)

@@ -69,6 +69,8 @@ const char* failure_class_name(FailureClass c) {
       return "tail";
     case FailureClass::kWrong:
       return "wrong";
+    case FailureClass::kIgnoredParameter:
+      return "ignored-parameter";
   }
   return "?";
 }

@@ -33,6 +33,31 @@ const std::vector<double>& param_menu(Distribution d) {
   return d == Distribution::kExtreme ? space::extreme_magnitudes() : plain;
 }
 
+const std::vector<float>& softcap_menu() {
+  static const std::vector<float> m = {30.0f, 50.0f, 5.0f, 1.0f, 20.0f, 0.5f, 1e4f};
+  return m;
+}
+const std::vector<double>& sink_range_menu() {
+  static const std::vector<double> m = {2, 0.5, 10, 50};
+  return m;
+}
+const std::vector<double>& bias_range_menu() {
+  static const std::vector<double> m = {1, 0.1, 10, 100};
+  return m;
+}
+uint8_t broadcast_bits(const Problem& p) {
+  uint8_t b = 0;
+  for (int d = 0; d < 4; ++d)
+    if (p.bias_stride[d] == 0) b |= static_cast<uint8_t>(1u << d);
+  return b;
+}
+std::string broadcast_text(uint8_t bits) {
+  std::string t;
+  for (int d = 0; d < 4; ++d)
+    if (bits & (1u << d)) t += "bhij"[d];
+  return t;
+}
+
 int64_t work(const Problem& p) {
   return p.batch * p.heads_q * p.seq_q * std::max<int64_t>(p.seq_k, 1) * std::max(p.head_dim, p.head_dim_v);
 }
@@ -472,6 +497,25 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       if (!std::isfinite(x)) x = std::isnan(x) ? 0.0f : std::copysign(FLT_MAX, x);  // dO finite
     }
   }
+  // Score variants (issue 28): the last field. Bits outside the limits' set are dropped; none with a sequence layout.
+  const uint8_t vb = r.u8();
+  uint32_t bits = (vb & 0x0f) & lim.variants;
+  float softcap = 30.0f;
+  uint8_t bcast = 0;
+  if (vb & 0x0f & AF_VARIANT_SOFTCAP) {
+    const uint8_t t = r.u8();
+    softcap = t == kRaw ? bits_float(r.u32()) : softcap_menu()[t % softcap_menu().size()];
+    if (!(softcap > 0) || !std::isfinite(softcap)) softcap = 30.0f;
+  }
+  if (vb & 0x0f & AF_VARIANT_SINK) c.variants.sink_range = sink_range_menu()[r.u8() % sink_range_menu().size()];
+  if (vb & 0x0f & AF_VARIANT_BIAS) {
+    bcast = r.u8() & 0x0f;
+    c.variants.bias_range = bias_range_menu()[r.u8() % bias_range_menu().size()];
+  }
+  if (has_sequences(c.problem)) bits = 0;
+  (void)set_variants(c, bits, softcap, broadcast_text(bcast));
+  if (!(bits & AF_VARIANT_SINK)) c.variants.sink_range = 2;
+  if (!(bits & AF_VARIANT_BIAS)) c.variants.bias_range = 1;
   // Backward cases are dense f32 / f16 / bf16 (validate(Case)): a backward pass drawn for a sequence layout or
   // fp8 becomes the forward pass when the limits allow it; else the case goes back to dense f32.
   if (has_backward(c.pass) && (has_sequences(c.problem) || fp8(c.problem.dtype))) {
@@ -581,6 +625,27 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
   w.u8(static_cast<uint8_t>(static_cast<int>(c.pass) | (dout ? 0x80 : 0)));
   if (dout)
     for (float x : c.explicit_values->dout) w.u32(float_bits(x));
+  if (p.variants) {  // issue 28: absent when the case has none (the bytes of such inputs are unchanged)
+    w.u8(static_cast<uint8_t>(p.variants & 0x0f));
+    if (p.variants & AF_VARIANT_SOFTCAP) {
+      const auto& m = softcap_menu();
+      auto it = std::find_if(m.begin(), m.end(), [&](float x) { return float_bits(x) == float_bits(p.softcap); });
+      if (it != m.end()) {
+        w.u8(static_cast<uint8_t>(it - m.begin()));
+      } else {
+        w.u8(kRaw);
+        w.u32(float_bits(p.softcap));
+      }
+    }
+    auto index = [](const std::vector<double>& m, double x) {
+      return static_cast<uint8_t>(std::find(m.begin(), m.end(), x) - m.begin());
+    };
+    if (p.variants & AF_VARIANT_SINK) w.u8(index(sink_range_menu(), c.variants.sink_range));
+    if (p.variants & AF_VARIANT_BIAS) {
+      w.u8(broadcast_bits(p));
+      w.u8(index(bias_range_menu(), c.variants.bias_range));
+    }
+  }
   return std::move(w.out);
 }
 
@@ -598,6 +663,27 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
     if (std::find(om.begin(), om.end(), c.problem.o_scale) == om.end()) return "o_scale outside the fuzz menu";
   }
   if (!(l.passes & (1u << static_cast<int>(c.pass)))) return "pass outside the fuzz limits' passes";
+  if (c.problem.variants & ~l.variants) return "a score variant outside the fuzz limits' variants";
+  {
+    const VariantSpec& vs = c.variants;
+    const uint32_t v = c.problem.variants;
+    if (!vs.sinks.empty() || !vs.alibi_slopes.empty() || !vs.bias.empty()) return "given variant values are not encoded";
+    auto in_menu = [](const std::vector<double>& m, double x) { return std::find(m.begin(), m.end(), x) != m.end(); };
+    if ((v & AF_VARIANT_SINK) ? !in_menu(sink_range_menu(), vs.sink_range) : vs.sink_range != 2)
+      return "sink range outside the fuzz menu";
+    if ((v & AF_VARIANT_BIAS) ? !in_menu(bias_range_menu(), vs.bias_range) : vs.bias_range != 1)
+      return "bias range outside the fuzz menu";
+    if (!(v & AF_VARIANT_SOFTCAP) && c.problem.softcap != 0) return "a softcap without the softcap variant";
+    if (v & AF_VARIANT_BIAS) {
+      Problem want = c.problem;
+      (void)set_bias_strides(want, broadcast_text(broadcast_bits(c.problem)));
+      if (!std::equal(std::begin(want.bias_stride), std::end(want.bias_stride), std::begin(c.problem.bias_stride)))
+        return "bias strides other than contiguous with broadcast dimensions";
+    } else if (std::any_of(std::begin(c.problem.bias_stride), std::end(c.problem.bias_stride),
+                           [](int64_t x) { return x != 0; })) {
+      return "bias strides without the bias variant";
+    }
+  }
   if (c.explicit_values)
     for (float x : c.explicit_values->dout)
       if (!std::isfinite(x)) return "explicit dO holds a NaN or Inf";

@@ -40,6 +40,11 @@ struct FuzzLimits {
   // out: forward, so inputs written before it decode as they did); a pass outside the set decodes as the
   // lowest one in it. With more than one, the mutator also changes the pass.
   uint8_t passes = 1u << static_cast<int>(Pass::kFwd);
+  // Score variants a decoded case may use (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS; attn-fuzz --variant). They
+  // follow the pass as the last field (absent: none, so inputs written before decode as they did): the variant
+  // bits, then the softcap (a menu or raw fp32 bits), the sink range, the bias broadcast dimensions and range
+  // (menus); values are generated from the seed. Bits outside the set are dropped; none with a sequence layout.
+  uint32_t variants = 0;
 };
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

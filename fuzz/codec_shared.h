@@ -29,6 +29,13 @@ std::vector<std::pair<int64_t, int64_t>> head_menu(const FuzzLimits& l);  // (Hq
 const std::vector<float>& scale_menu();
 const std::vector<float>& o_scale_menu();  // fp8 output scales
 const std::vector<double>& param_menu(Distribution d);
+// Score variants (issue 28): softcaps (|s / cap| from << 1 to >> 88 on the fuzzer's logits), sink and bias ranges.
+const std::vector<float>& softcap_menu();
+const std::vector<double>& sink_range_menu();
+const std::vector<double>& bias_range_menu();
+// The broadcast dimensions of a bias as bits (b 1, h 2, i 4, j 8) and back ("bh").
+uint8_t broadcast_bits(const Problem& p);
+std::string broadcast_text(uint8_t bits);
 // B * Hq * Sq * max(Sk, 1) * max(D, Dv): the cost of one check (FuzzLimits::max_work).
 int64_t work(const Problem& p);
 // Brings a problem inside the limits and the work budget (deterministic; identity for in-limit problems).

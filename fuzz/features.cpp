@@ -41,7 +41,16 @@ enum Base : uint16_t {
   kPass = 542,        // pass fwd / bwd / fwdbwd 3 x fully masked 3 = 9 (issue 14)
   kGradTensor = 551,  // a backward failure's tensor: dQ, dK, dV = 3
   kPassRatio = 554,   // backward passes: ratio 12
-  kEnd = 566,
+  // Score variants (issue 28): the variant set 16, softcap regime max|s| / cap (< 1, < 10, < 88, >= 88) 4, a sink
+  // above / near / below the row's max logit 3, bias broadcast dimensions 16, ALiBi over a head count that is not a
+  // power of two 1, each variant x pass / fail 8
+  kVariants = 566,
+  kSoftcapRegime = 582,
+  kSinkRegime = 586,
+  kBiasBroadcast = 589,
+  kAlibiOddHeads = 605,
+  kVariantVerdict = 606,
+  kEnd = 614,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -258,6 +267,26 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
   add(kDtype + f.dtype);
   f.pass = static_cast<int>(c.pass);
   add(kPass + f.pass * 3 + f.fully_masked);
+  f.variants = p.variants & 0x0f;
+  if (f.variants) {
+    add(kVariants + static_cast<int>(f.variants));
+    if (p.variants & AF_VARIANT_SOFTCAP) {
+      const double r = std::isfinite(max_abs) ? max_abs / std::max(1e-30, static_cast<double>(p.softcap)) : 1e9;
+      add(kSoftcapRegime + (r < 1 ? 0 : r < 10 ? 1 : r < 88 ? 2 : 3));
+    }
+    if ((p.variants & AF_VARIANT_SINK) && !t.sinks.empty()) {
+      double smax = -1e300;
+      for (float x : t.sinks) smax = std::max(smax, static_cast<double>(x));
+      const double m = std::isfinite(max_abs) ? max_abs : 1e9;
+      add(kSinkRegime + (smax > m ? 0 : smax > -m ? 1 : 2));
+    }
+    if (p.variants & AF_VARIANT_BIAS) {
+      int bits = 0;
+      for (int d = 0; d < 4; ++d) bits |= p.bias_stride[d] == 0 ? 1 << d : 0;
+      add(kBiasBroadcast + bits);
+    }
+    if ((p.variants & AF_VARIANT_ALIBI) && (p.heads_q & (p.heads_q - 1))) add(kAlibiOddHeads);
+  }
   return f;
 }
 
@@ -289,6 +318,9 @@ std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult&
     add(kCrossRatioTiles + rb * 4 + cf.max_change_tiles);
     if (cf.pass != 0) add(kPassRatio + rb);
   }
+  for (int v = 0; v < 4; ++v)
+    if ((cf.variants & (1u << v)) && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail))
+      add(kVariantVerdict + v * 2 + (r.verdict == Verdict::kFail));
   if (r.verdict == Verdict::kFail && !r.tensor.empty() && r.tensor[0] == 'd')
     add(kGradTensor + (r.tensor == "dQ" ? 0 : r.tensor == "dK" ? 1 : 2));
   return ids;

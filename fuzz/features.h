@@ -34,6 +34,7 @@ struct CaseFeatures {
   int dist = 0;              // Distribution
   int dtype = 0;             // af_dtype 0 .. 4
   int pass = 0;              // Pass (fwd, bwd, fwdbwd)
+  uint32_t variants = 0;     // score variants (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS)
   std::vector<int> special_kinds;  // index into space::special_kinds() of every placed value
 };
 CaseFeatures case_features(const Case& c, const Tensors& t);

@@ -79,6 +79,9 @@ Problem reshaped(const Problem& p, int64_t b, int64_t hq, int64_t hkv, int64_t s
   n.dtype = p.dtype;
   n.q_descale = p.q_descale, n.k_descale = p.k_descale, n.v_descale = p.v_descale, n.o_scale = p.o_scale;
   if (float_bits(p.scale) != float_bits(default_scale(p.head_dim))) n.scale = p.scale;
+  n.variants = p.variants;  // score variants (issue 28): the bias keeps its broadcast dimensions
+  n.softcap = p.softcap;
+  if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(n, broadcast_text(broadcast_bits(p)));
   return n;
 }
 
@@ -519,6 +522,34 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
         break;
       default:
         explicit_step(ws, rng);
+    }
+    if (lim_.variants && rng.below(4) == 0) {  // score variants (issue 28): a bit, the softcap, a range, a broadcast
+      uint32_t bits = p.variants;
+      float softcap = bits & AF_VARIANT_SOFTCAP ? p.softcap : softcap_menu()[0];
+      uint8_t bcast = bits & AF_VARIANT_BIAS ? broadcast_bits(p) : 0;
+      switch (rng.below(4)) {
+        case 0: {
+          std::vector<uint32_t> allowed;
+          for (uint32_t bit = 1; bit <= AF_VARIANT_BIAS; bit <<= 1)
+            if (lim_.variants & bit) allowed.push_back(bit);
+          bits ^= allowed[rng.below(allowed.size())];
+          break;
+        }
+        case 1:
+          softcap = softcap_menu()[rng.below(softcap_menu().size())];
+          break;
+        case 2:
+          c.variants.sink_range = sink_range_menu()[rng.below(sink_range_menu().size())];
+          c.variants.bias_range = bias_range_menu()[rng.below(bias_range_menu().size())];
+          break;
+        default:
+          bcast = static_cast<uint8_t>(rng.below(16));
+      }
+      if (!has_sequences(p)) (void)set_variants(c, bits & lim_.variants, softcap, broadcast_text(bcast));
+      Problem& vp = p;  // the step's problem follows
+      vp.variants = c.problem.variants;
+      vp.softcap = c.problem.softcap;
+      std::copy(std::begin(c.problem.bias_stride), std::end(c.problem.bias_stride), std::begin(vp.bias_stride));
     }
     if (__builtin_popcount(lim_.passes) > 1 && rng.below(8) == 0) {  // another allowed pass
       const int now = static_cast<int>(c.pass);

@@ -55,7 +55,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"max_explicit", c.limits.max_explicit},
                  {"values", value_domain_name(c.limits.domain)},
                  {"dtype", c.limits.dtype < 0 ? std::string("any") : std::string(dtype_name(c.limits.dtype))},
-                 {"passes", c.limits.passes}};
+                 {"passes", c.limits.passes},
+                 {"variants", c.limits.variants}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -103,6 +104,8 @@ WorkerConfig worker_config_from_json(const Json& j) {
     if (l.contains("passes") && l.at("passes").is_number_unsigned() && l.at("passes").get<uint64_t>() > 0 &&
         l.at("passes").get<uint64_t>() < 8)
       c.limits.passes = static_cast<uint8_t>(l.at("passes").get<uint64_t>());
+    if (l.contains("variants") && l.at("variants").is_number_unsigned())
+      c.limits.variants = static_cast<uint32_t>(l.at("variants").get<uint64_t>()) & kCheckedVariants;
   }
   get("out", c.out);
   get("command", c.command);

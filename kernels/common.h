@@ -252,6 +252,53 @@ inline int check_dtype(const af_problem* p, uint32_t dtypes, char* why, size_t w
 
 // ---- host-side support checks ------------------------------------------------------------------------
 
+// ---- score variants (docs/semantics.md "Variants"; issue 28) ---------------------------------------------
+// The fp32 buffers a problem's variants read (NULL where unused). A kernel declares the ones it applies in
+// af_kernel::variants; these helpers are the one definition the built-in kernels share.
+struct VariantBufs {
+  const float* sinks;
+  const float* slopes;
+  const float* bias;
+};
+inline VariantBufs variant_bufs(const af_buffers& b) { return VariantBufs{b.sinks, b.alibi_slopes, b.bias}; }
+
+// The final score of a visible pair (b, h, i, j) from s = scale q.k: softcap (dcap <- d s_capped / d s =
+// 1 - tanh^2, when asked), then the bias and the ALiBi term -slope_h |j - (i + off)|.
+__host__ __device__ inline float variant_score(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h,
+                                               int64_t i, int64_t j, float s, float* dcap = nullptr) {
+  if (dcap) *dcap = 1.0f;
+  if (!p.variants) return s;
+  if (p.variants & AF_VARIANT_SOFTCAP) {
+    const float t = tanhf(s / p.softcap);
+    s = p.softcap * t;
+    if (dcap) *dcap = 1.0f - t * t;
+  }
+  if (p.variants & AF_VARIANT_BIAS)
+    s += v.bias[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3]];
+  if (p.variants & AF_VARIANT_ALIBI) {
+    const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+    const int64_t dist = j - (i + off);
+    s -= v.slopes[h] * (float)(dist < 0 ? -dist : dist);
+  }
+  return s;
+}
+// The sink logit of query head h, -inf without one.
+__host__ __device__ inline float variant_sink(const af_problem& p, const VariantBufs& v, int64_t h) {
+  return (p.variants & AF_VARIANT_SINK) ? v.sinks[h] : neg_inf();
+}
+// Folds a sink into a finished online-softmax state (m, l): the sink is one more term exp(sink - m) of l with no
+// value vector; returns the factor the accumulators are multiplied by (1 without a sink).
+__host__ __device__ inline float fold_sink(float sink, float& m, float& l) {
+  if (sink == neg_inf()) return 1.0f;
+  const float m_new = nan_max(m, sink);
+  const float alpha = m_new == neg_inf() ? 1.0f : expf(m - m_new);
+  l = l * alpha + expf(sink - m_new);
+  m = m_new;
+  return alpha;
+}
+// The score variants the built-in flash family applies.
+constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+
 // Writes a reason into why (may be NULL) and returns 1.
 inline int unsupported(char* why, size_t why_len, const char* reason) {
   if (why && why_len) snprintf(why, why_len, "%s", reason);

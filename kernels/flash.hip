@@ -23,7 +23,7 @@ constexpr int kMaxD = 128;  // largest D and Dv (the tiles hold whole rows in sh
 template <class T, int BM, int BN, int NT>
 __global__ void __launch_bounds__(NT)
     flash_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
-                 const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+                 const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse, VariantBufs vb) {
   static_assert(NT >= BM, "one thread per row updates the softmax state");
   static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
   constexpr int kAcc = BM * kMaxD / NT;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(NT)
       if (j >= row_first[r] && j < row_last[r]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
-        s = score_scale<T>(p) * dot;
+        s = variant_score(p, vb, b, h, i0 + r, j, score_scale<T>(p) * dot);
       }
       s_tile[r][c] = s;
     }
@@ -119,6 +119,16 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();  // 4
   }
+  // A sink enters the denominator only (docs/semantics.md "Variants"): folded into the final state.
+  if (t < BM) row_alpha[t] = fold_sink(variant_sink(p, vb, h), row_m[t], row_l[t]);
+  __syncthreads();
+  if (p.variants & AF_VARIANT_SINK) {
+    AF_UNROLL
+    for (int e = 0; e < kAcc; ++e) {
+      const int idx = t + e * NT;
+      if (idx < BM * Dv) acc[e] *= row_alpha[idx / (int)Dv];
+    }
+  }
 
   AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
@@ -148,11 +158,11 @@ int flash_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   if (flash_check<BM, BN, NT, DT>(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
   return dispatch_dtype(p, DT, [&](auto tag) {
     using T = decltype(tag);
-    void (*kernel)(af_problem, const T*, const T*, const T*, T*, float*) = flash_kernel<T, BM, BN, NT>;
+    void (*kernel)(af_problem, const T*, const T*, const T*, T*, float*, VariantBufs) = flash_kernel<T, BM, BN, NT>;
     hipLaunchKernelGGL(kernel, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
                        dim3(NT), 0, (hipStream_t)stream, p, static_cast<const T*>(buf->q),
                        static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), static_cast<T*>(buf->o),
-                       buf->lse);
+                       buf->lse, variant_bufs(*buf));
     return (int)hipGetLastError();
   });
 }
@@ -193,7 +203,7 @@ constexpr int kPreThreads = 128;
 template <class T>
 __global__ void __launch_bounds__(kPreThreads)
     bwd_pre_kernel(af_problem p, const T* __restrict__ o, const T* __restrict__ dout, float* delta,
-                   float* dq, int zero_dq) {
+                   float* dq, int zero_dq, float* dbias) {
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = r % p.seq_q, h = (r / p.seq_q) % p.heads_q, b = r / (p.seq_q * p.heads_q);
@@ -204,25 +214,55 @@ __global__ void __launch_bounds__(kPreThreads)
     delta[delta_at(p, b, h, i)] = acc;
     if (zero_dq)
       for (int64_t d = 0; d < p.head_dim; ++d) dq[dq_row(p, b, i, h) + d] = 0.0f;
+    // d bias is accumulated by the key blocks: zeroed first, each element by the one row thread that owns it
+    // (index 0 along a broadcast dimension).
+    if (dbias && (p.bias_stride[0] || b == 0) && (p.bias_stride[1] || h == 0) && (p.bias_stride[2] || i == 0))
+      for (int64_t j = 0; j < (p.bias_stride[3] ? p.seq_k : 1); ++j)
+        dbias[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3]] = 0.0f;
   }
 }
 
-// P_ij and dS_ij of a visible pair (row i with lse / Delta, key row kc / vc on chip).
+// d sink_h = -sum over (b, i) of exp(sink_h - lse_i) Delta_i (docs/semantics.md "Variants"), one thread per head,
+// rows in order (deterministic).
+__global__ void __launch_bounds__(kPreThreads)
+    bwd_sink_kernel(af_problem p, const float* __restrict__ sinks, const float* __restrict__ lse,
+                    const float* __restrict__ delta, float* dsinks) {
+  for (int64_t h = threadIdx.x; h < p.heads_q; h += blockDim.x) {
+    const float sink = sinks[h];
+    float acc = 0.0f;
+    if (sink != neg_inf())
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t i = 0; i < p.seq_q; ++i) {
+          const float l = lse[lse_at(p, b, h, i)];
+          if (l == neg_inf()) continue;
+          acc -= expf(sink - l) * delta[delta_at(p, b, h, i)];
+        }
+    dsinks[h] = acc;
+  }
+}
+
+// P_ij and dS_ij of a visible pair (b, h, i, j) (row i with lse / Delta, key row kc / vc on chip). Score variants:
+// P from the final score; dS_f = P (dP - Delta) is the final score's gradient (d bias), dS = dS_f (1 - tanh^2)
+// the raw score's (dQ, dK).
 template <class T>
-__device__ inline void bwd_pair(const af_problem& p, const T* qi, const T* gi, const float* kc,
-                                const float* vc, float lse, float delta, float& P, float& dS) {
+__device__ inline void bwd_pair(const af_problem& p, const VariantBufs& vb, int64_t b, int64_t h, int64_t i, int64_t j,
+                                const T* qi, const T* gi, const float* kc, const float* vc, float lse, float delta,
+                                float& P, float& dS, float& dS_f) {
   float dot = 0.0f, dp = 0.0f;
   for (int64_t d = 0; d < p.head_dim; ++d) dot += Elem<T>::load(qi[d]) * kc[d];
   for (int64_t d = 0; d < p.head_dim_v; ++d) dp += Elem<T>::load(gi[d]) * vc[d];
-  P = expf(p.scale * dot - lse);
-  dS = P * (dp - delta);
+  float dcap;
+  P = expf(variant_score(p, vb, b, h, i, j, p.scale * dot, &dcap) - lse);
+  dS_f = P * (dp - delta);
+  dS = dS_f * dcap;
 }
 
 template <class T, int BM, int BN, int NT, bool kAtomicDq>
 __global__ void __launch_bounds__(NT)
     bwd_kv_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
                   const T* __restrict__ v, const float* __restrict__ lse, const T* __restrict__ dout,
-                  const float* __restrict__ delta, float* dq, T* __restrict__ dk, T* __restrict__ dv) {
+                  const float* __restrict__ delta, float* dq, T* __restrict__ dk, T* __restrict__ dv, VariantBufs vb,
+                  float* dbias) {
   static_assert((BN * kMaxD) % NT == 0, "accumulators split evenly over the threads");
   constexpr int kAcc = BN * kMaxD / NT;
   __shared__ float k_tile[BN][kMaxD];
@@ -267,10 +307,19 @@ __global__ void __launch_bounds__(NT)
         for (int idx = t; idx < BM * BN; idx += NT) {
           const int r = idx / BN, c = idx % BN;
           const int64_t j = j0 + c;
-          float P = 0.0f, dS = 0.0f;
-          if (j >= row_first[r] && j < row_last[r])
-            bwd_pair(p, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c], v_tile[c],
-                     row_lse[r], row_delta[r], P, dS);
+          float P = 0.0f, dS = 0.0f, dS_f = 0.0f;
+          if (j >= row_first[r] && j < row_last[r]) {
+            bwd_pair(p, vb, b, h, i0 + r, j, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c],
+                     v_tile[c], row_lse[r], row_delta[r], P, dS, dS_f);
+            if (dbias) {  // one writer per element unless the bias is broadcast
+              float* e = dbias + b * p.bias_stride[0] + h * p.bias_stride[1] + (i0 + r) * p.bias_stride[2] +
+                         j * p.bias_stride[3];
+              if (p.bias_stride[0] && p.bias_stride[1] && p.bias_stride[2] && p.bias_stride[3])
+                *e = dS_f;
+              else
+                atomicAdd(e, dS_f);
+            }
+          }
           p_tile[r][c] = P;
           ds_tile[r][c] = dS;
         }
@@ -319,7 +368,7 @@ template <class T, int BM, int BN, int NT>
 __global__ void __launch_bounds__(NT)
     bwd_dq_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
                   const T* __restrict__ v, const float* __restrict__ lse, const T* __restrict__ dout,
-                  const float* __restrict__ delta, T* __restrict__ dq) {
+                  const float* __restrict__ delta, T* __restrict__ dq, VariantBufs vb) {
   static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
   constexpr int kAcc = BM * kMaxD / NT;
   __shared__ float k_tile[BN][kMaxD];
@@ -361,10 +410,10 @@ __global__ void __launch_bounds__(NT)
     for (int idx = t; idx < BM * BN; idx += NT) {
       const int r = idx / BN, c = idx % BN;
       const int64_t j = n0 + c;
-      float P = 0.0f, dS = 0.0f;
+      float P = 0.0f, dS = 0.0f, dS_f = 0.0f;
       if (j >= row_first[r] && j < row_last[r])
-        bwd_pair(p, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c], v_tile[c],
-                 row_lse[r], row_delta[r], P, dS);
+        bwd_pair(p, vb, b, h, i0 + r, j, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c],
+                 v_tile[c], row_lse[r], row_delta[r], P, dS, dS_f);
       ds_tile[r][c] = dS;
     }
     __syncthreads();
@@ -414,24 +463,31 @@ int flash_bwd_launch(const af_problem* pp, const af_buffers* buf, void* stream) 
     // Atomic dQ accumulates into the fp32 dq buffer (T is float then); the deterministic pass stores T.
     float* dq_acc = kAtomicDq ? static_cast<float*>(buf->dq) : nullptr;
     const int64_t rows = p.batch * p.heads_q * p.seq_q;
-    void (*pre)(af_problem, const T*, const T*, float*, float*, int) = bwd_pre_kernel<T>;
+    const VariantBufs vb = variant_bufs(*buf);
+    float* dbias = (p.variants & AF_VARIANT_BIAS) ? buf->dbias : nullptr;
+    void (*pre)(af_problem, const T*, const T*, float*, float*, int, float*) = bwd_pre_kernel<T>;
     hipLaunchKernelGGL(pre, dim3((unsigned)min64(ceil_div(rows, kPreThreads), 1 << 16)), dim3(kPreThreads), 0,
-                       (hipStream_t)stream, p, o, dout, delta, dq_acc, kAtomicDq ? 1 : 0);
+                       (hipStream_t)stream, p, o, dout, delta, dq_acc, kAtomicDq ? 1 : 0, dbias);
     if (int e = (int)hipGetLastError()) return e;
+    if (p.variants & AF_VARIANT_SINK) {
+      hipLaunchKernelGGL(bwd_sink_kernel, dim3(1), dim3(kPreThreads), 0, (hipStream_t)stream, p, buf->sinks,
+                         (const float*)buf->lse, (const float*)delta, buf->dsinks);
+      if (int e = (int)hipGetLastError()) return e;
+    }
     if (p.seq_k > 0) {
-      void (*kv)(af_problem, const T*, const T*, const T*, const float*, const T*, const float*, float*, T*, T*) =
-          bwd_kv_kernel<T, BM, BN, NT, kAtomicDq>;
+      void (*kv)(af_problem, const T*, const T*, const T*, const float*, const T*, const float*, float*, T*, T*,
+                 VariantBufs, float*) = bwd_kv_kernel<T, BM, BN, NT, kAtomicDq>;
       hipLaunchKernelGGL(kv, dim3((unsigned)ceil_div(p.seq_k, BN), (unsigned)p.heads_kv, (unsigned)p.batch),
                          dim3(NT), 0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout,
-                         (const float*)delta, dq_acc, static_cast<T*>(buf->dk), static_cast<T*>(buf->dv));
+                         (const float*)delta, dq_acc, static_cast<T*>(buf->dk), static_cast<T*>(buf->dv), vb, dbias);
       if (int e = (int)hipGetLastError()) return e;
     }
     if (!kAtomicDq) {
-      void (*dqk)(af_problem, const T*, const T*, const T*, const float*, const T*, const float*, T*) =
+      void (*dqk)(af_problem, const T*, const T*, const T*, const float*, const T*, const float*, T*, VariantBufs) =
           bwd_dq_kernel<T, BM, BN, NT>;
       hipLaunchKernelGGL(dqk, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
                          dim3(NT), 0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout,
-                         (const float*)delta, static_cast<T*>(buf->dq));
+                         (const float*)delta, static_cast<T*>(buf->dq), vb);
     }
     return (int)hipGetLastError();
   });
@@ -446,7 +502,8 @@ constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
         "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip"  \
         BWD_DESC,                                                                                          \
         DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
-        nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD     \
+        nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD,    \
+        /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/kScoreVariants                            \
   }
 
 // Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors.

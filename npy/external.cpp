@@ -9,6 +9,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "attnfuzz/corpus.h"
 #include "check/compare.h"
@@ -109,10 +110,13 @@ void read_sidecar(const fs::path& path, Spec& spec) {
         spec.compute_model = *m;
       } else if (key == "bf16_raw") {
         spec.bf16_raw = it->get<bool>();
+      } else if (key == "softcap") {
+        spec.softcap = it->get<float>();
+        if (!(*spec.softcap > 0) || !std::isfinite(*spec.softcap)) fail(path.string() + ": softcap must be > 0");
       } else if (key == "comment" || key == "variant") {
       } else {
         fail(path.string() + ": unknown key '" + key +
-             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw)");
+             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap)");
       }
     }
   } catch (const json::exception& e) {
@@ -143,6 +147,7 @@ std::string sidecar_text(const Spec& s) {
   if (s.compute_dtype >= 0) j["compute_dtype"] = compute_dtype_name(s.compute_dtype);
   j["compute_model"] = s.compute_model == AF_COMPUTE_FUSED ? "fused" : "unfused";
   j["bf16_raw"] = s.bf16_raw;
+  if (s.softcap) j["softcap"] = *s.softcap;
   return j.dump(2) + "\n";
 }
 
@@ -162,6 +167,9 @@ Files files_in(const fs::path& dir) {
                    " (give do.npy, dq.npy, dk.npy and dv.npy together)");
   if (!have.empty())
     f.dout = dir / "do.npy", f.dq = dir / "dq.npy", f.dk = dir / "dk.npy", f.dv = dir / "dv.npy";
+  if (fs::exists(dir / "sinks.npy", ec)) f.sinks = dir / "sinks.npy";
+  if (fs::exists(dir / "alibi_slopes.npy", ec)) f.alibi_slopes = dir / "alibi_slopes.npy";
+  if (fs::exists(dir / "bias.npy", ec)) f.bias = dir / "bias.npy";
   return f;
 }
 
@@ -265,6 +273,42 @@ External load_external(const Files& files, const Spec& spec) {
                           " numbers; the bound allows the kernel to round them");
     }
   }
+  // Score variants (issue 28): sinks and slopes [Hq]; the bias [B|1, Hq|1, Sq|1, Sk|1], size-1 dimensions broadcast.
+  if (spec.softcap) {
+    p.variants |= AF_VARIANT_SOFTCAP;
+    p.softcap = *spec.softcap;
+  }
+  for (const auto& [path, out, bit, name] :
+       {std::tuple<const fs::path*, std::vector<float>*, uint32_t, const char*>{&files.sinks, &e.sinks, AF_VARIANT_SINK, "sinks"},
+        {&files.alibi_slopes, &e.alibi_slopes, AF_VARIANT_ALIBI, "alibi_slopes"}}) {
+    if (path->empty()) continue;
+    Array a = read_array(*path, false);
+    if (a.shape != std::vector<int64_t>{Hq})
+      fail(std::string("shape mismatch: ") + name + " must be [Hq] = " + shape_text({Hq}) + ", got " + shape_text(a.shape));
+    for (float x : a.data)
+      if (std::isnan(x) || (bit == AF_VARIANT_SINK && x == INFINITY) || (bit == AF_VARIANT_ALIBI && !std::isfinite(x)))
+        fail(std::string(name) + " holds a value that is not allowed (sinks: finite or -inf; slopes: finite)");
+    *out = std::move(a.data);
+    p.variants |= bit;
+  }
+  if (!files.bias.empty()) {
+    Array a = read_array(files.bias, false);
+    const int64_t full[4] = {B, Hq, Sq, Sk};
+    bool ok = a.shape.size() == 4;
+    std::string bcast;
+    for (int d = 0; d < 4 && ok; ++d) {
+      ok = a.shape[static_cast<size_t>(d)] == full[d] || a.shape[static_cast<size_t>(d)] == 1;
+      if (ok && a.shape[static_cast<size_t>(d)] == 1 && full[d] != 1) bcast += "bhij"[d];
+    }
+    if (!ok)
+      fail("shape mismatch: bias must be [B|1, Hq|1, Sq|1, Sk|1] with B, Hq, Sq, Sk = " + shape_text({B, Hq, Sq, Sk}) +
+           ", got " + shape_text(a.shape));
+    p.variants |= AF_VARIANT_BIAS;
+    if (std::string err = set_bias_strides(p, bcast); !err.empty()) fail(err);
+    e.bias = std::move(a.data);
+  }
+  if (p.variants) e.notes.push_back("score variants " + variant_names(p.variants) + " from the input files / sidecar");
+  if (std::string err = validate(p); !err.empty()) fail("invalid problem: " + err);
   e.problem = p;
   e.label = "npy:" + files.o.parent_path().string();
   return e;
@@ -274,6 +318,9 @@ Case case_of(const External& e) {
   Case c = make_case(e.problem, 0);
   c.label = e.label;
   if (!e.dq.empty()) c.pass = Pass::kFwdBwd;
+  c.variants.sinks = e.sinks;  // score variants: the files' values
+  c.variants.alibi_slopes = e.alibi_slopes;
+  c.variants.bias = e.bias;
   return c;
 }
 
@@ -409,7 +456,7 @@ void classify_output(const External& e, const OracleResult& ex, const OracleOpti
       parse_mask(m, alt);
       OracleOptions o2 = opts;
       o2.baseline = false;
-      const OracleResult ax = compute_oracle(alt, e.q.data(), e.k.data(), e.v.data(), o2);
+      const OracleResult ax = compute_oracle(alt, e.q.data(), e.k.data(), e.v.data(), e.variant_inputs(), o2);
       bool all = true;
       for (const RowKey& k : bad) {
         if (!ax.row(k.b, k.h, k.s).computed) {
@@ -469,7 +516,7 @@ Judged judge_external(const External& e, const OracleOptions& base, size_t worst
   OracleOptions opts = base;
   opts.compute_dtype = e.compute_dtype;
   opts.compute_model = e.compute_model;
-  const OracleResult ex = compute_oracle(e.problem, e.q.data(), e.k.data(), e.v.data(), opts);
+  const OracleResult ex = compute_oracle(e.problem, e.q.data(), e.k.data(), e.v.data(), e.variant_inputs(), opts);
   CompareOptions co;
   co.worst = worst;
   j.ratio_map = compare_output(e.problem, ex, e.o.data(), e.lse.empty() ? nullptr : e.lse.data(), r, co);
@@ -492,7 +539,8 @@ Judged judge_external(const External& e, const OracleOptions& base, size_t worst
     OracleOptions every = opts;
     every.row_budget = 0;
     every.baseline = false;
-    const OracleResult full = opts.row_budget == 0 ? ex : compute_oracle(p, e.q.data(), e.k.data(), e.v.data(), every);
+    const OracleResult full =
+        opts.row_budget == 0 ? ex : compute_oracle(p, e.q.data(), e.k.data(), e.v.data(), e.variant_inputs(), every);
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t h = 0; h < p.heads_q; ++h)
         for (int64_t s = 0; s < p.seq_q; ++s)
@@ -501,7 +549,7 @@ Judged judge_external(const External& e, const OracleOptions& base, size_t worst
   }
   GradOptions go = grad_options(opts);
   const GradResult g = compute_grad_oracle(p, e.q.data(), e.k.data(), e.v.data(), e.dout.data(), e.o.data(),
-                                           lse.data(), go);
+                                           lse.data(), e.variant_inputs(), go);
   CheckResult gr;
   j.grad_maps = compare_gradients(p, g, e.dq.data(), e.dk.data(), e.dv.data(), gr, co);
   merge_gradient_judgement(r, gr);

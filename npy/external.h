@@ -38,6 +38,7 @@ struct Spec {
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // af_compute_model of an fp16 / bf16 computation ("unfused":
                                                // the wider bound, for code of unknown structure)
   bool bf16_raw = false;       // 16-bit integer arrays hold bfloat16 bits
+  std::optional<float> softcap;  // score variant (issue 28): s <- softcap tanh(s / softcap), > 0
 };
 // Flags given on the command line (each overrides the sidecar).
 struct Overrides {
@@ -61,8 +62,12 @@ struct Files {
   std::filesystem::path q, k, v, o, lse;
   // Backward (issue 14): dO given to the backward and the gradients it computed; all four or none.
   std::filesystem::path dout, dq, dk, dv;
+  // Score variants (issue 28), each optional: sinks [Hq], alibi_slopes [Hq], bias [B|1, Hq|1, Sq|1, Sk|1] (that
+  // order in every layout; a dimension of size 1 is broadcast).
+  std::filesystem::path sinks, alibi_slopes, bias;
 };
-// DIR/q.npy, k.npy, v.npy, o.npy and lse.npy when present; do.npy, dq.npy, dk.npy, dv.npy when do.npy is.
+// DIR/q.npy, k.npy, v.npy, o.npy and lse.npy when present; do.npy, dq.npy, dk.npy, dv.npy when do.npy is;
+// sinks.npy, alibi_slopes.npy, bias.npy when present.
 Files files_in(const std::filesystem::path& dir);
 
 // One external computation as a problem with contiguous [B, S, H, D] tensors (converted from bhsd).
@@ -70,6 +75,11 @@ struct External {
   Problem problem{};
   std::vector<float> q, k, v, o, lse;  // lse empty when no LSE file was given
   std::vector<float> dout, dq, dk, dv;  // backward files ([B, S, H, D] like o, q, k, v); empty without do.npy
+  std::vector<float> sinks, alibi_slopes, bias;  // score variants' values (problem.variants says which)
+  VariantInputs variant_inputs() const {
+    return {sinks.empty() ? nullptr : sinks.data(), alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
+            bias.empty() ? nullptr : bias.data()};
+  }
   int32_t compute_dtype = 0;
   int32_t compute_model = AF_COMPUTE_UNFUSED;
   Stored stored = Stored::kF32;    // q's storage

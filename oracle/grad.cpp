@@ -108,10 +108,22 @@ struct Shared {
   std::vector<unsigned char> q_pick, k_pick;  // rows whose dQ / keys whose dK, dV are computed
   std::vector<int64_t> k_list;                // sampled keys, ascending
   bool all_keys = true;
+  // Score variants (docs/semantics.md "Variants"). With a bias every visible pair is visited (d bias needs them
+  // all): pair_* hold dS of the final score per (b, h, i, j), its error bound and |dS|; with a sink row_* hold
+  // the row's d sink term -exp(sink - LSE_i) Delta_i, its error bound and magnitude; taint marks rows outside
+  // the contract. Each slot is written by the one thread that owns its row.
+  VariantInputs vars;
+  bool need_all = false;
+  std::vector<double>* pair_ds = nullptr;
+  std::vector<double>* pair_err = nullptr;
+  std::vector<double>* row_sink = nullptr;
+  std::vector<double>* row_sink_err = nullptr;
+  std::vector<double>* row_sink_mag = nullptr;
+  std::vector<unsigned char>* row_taint = nullptr;
 };
 
 struct RowBuf {
-  std::vector<double> P, dP, eP, edP, s;
+  std::vector<double> P, dP, eP, edP, s, dsc, edsc;
   oracle_detail::RowWork mp;
   std::vector<double> dq_val, dq_err, dq_mag;
 };
@@ -145,7 +157,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   }
   if (kr.empty()) return;  // no visible key: dQ_i = 0 exactly, no contribution to any key
   // The keys this row works on: every visible one (dQ wanted or every key picked), else the picked ones.
-  const bool all_j = want_dq || S.all_keys;
+  const bool all_j = want_dq || S.all_keys || S.need_all;
   std::vector<int64_t>::const_iterator kb = S.k_list.begin(), ke = S.k_list.end();
   if (!all_j) {
     kb = std::lower_bound(S.k_list.begin(), S.k_list.end(), kr.first);
@@ -188,7 +200,20 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   const bool tainted = !why.empty();
   const int64_t n = kr.last - kr.first;
   const int64_t nwork = all_j ? n : static_cast<int64_t>(ke - kb);
-  for (auto* x : {&rb.P, &rb.dP, &rb.eP, &rb.edP, &rb.s})
+  // The row's variants (oracle/row.h RowRef: the same definitions as the forward).
+  oracle_detail::RowRef vr;
+  if (p.variants & AF_VARIANT_SOFTCAP) vr.softcap = p.softcap;
+  if (p.variants & AF_VARIANT_BIAS) vr.bias = S.vars.bias + bias_index(p, b, h, i, 0), vr.bias_j = p.bias_stride[3];
+  if (p.variants & AF_VARIANT_ALIBI) {
+    vr.alibi = true;
+    vr.slope = S.vars.alibi_slopes[h];
+    vr.diag = i + (p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0);
+  }
+  if ((p.variants & AF_VARIANT_SINK) && S.vars.sinks[h] != -kInf) vr.has_sink = true, vr.sink = S.vars.sinks[h];
+  const bool var = vr.any_variant();
+  const size_t row_slot = static_cast<size_t>((b * p.heads_q + h) * p.seq_q + i);
+  if (!why.empty() && S.row_taint) (*S.row_taint)[row_slot] = 1;
+  for (auto* x : {&rb.P, &rb.dP, &rb.eP, &rb.edP, &rb.s, &rb.dsc, &rb.edsc})
     if (x->size() < static_cast<size_t>(n)) x->resize(static_cast<size_t>(n));
 
   // ---- the exact P_ij, LSE, O: fast (plain double from the certified forward) or arbiter (mp_row) ----
@@ -208,14 +233,27 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     r.D = D;
     r.Dv = Dv;
     r.scale = p.scale;
+    r.softcap = vr.softcap, r.bias = vr.bias, r.bias_j = vr.bias_j, r.alibi = vr.alibi, r.slope = vr.slope;
+    r.diag = vr.diag, r.has_sink = vr.has_sink, r.sink = vr.sink;
     auto& w = rb.mp;
-    for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho}) x->assign(static_cast<size_t>(n), 0.0);
+    for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho, &w.dscale, &w.extra}) x->assign(static_cast<size_t>(n), 0.0);
     w.nonfinite.assign(static_cast<size_t>(n), 0);
+    w.raw_bad.assign(static_cast<size_t>(n), 0);
+    w.addmax = 0;
     for (auto* x : {&w.o, &w.swa, &w.o_err, &w.soft, &w.acc_hi, &w.acc_lo}) x->assign(static_cast<size_t>(Dv), 0.0);
     for (int64_t jj = 0; jj < n; ++jj) {
       double dd, aa;
       dot_abs(qrow, kbase + (kr.first + jj) * kst, D, dd, aa);
       w.a[static_cast<size_t>(jj)] = aa;
+      if (var) {
+        double sv = scale * dd;
+        if (r.softcap > 0) sv = r.softcap * std::tanh(sv / r.softcap);
+        const double bj = r.bias_at(kr.first + jj), aj = r.alibi_at(kr.first + jj);
+        if (!std::isfinite(sv + bj + aj))
+          w.nonfinite[static_cast<size_t>(jj)] = 1;  // a -inf bias: weight 0
+        else
+          w.addmax = std::max(w.addmax, std::fabs(sv) + std::fabs(bj) + std::fabs(aj));
+      }
     }
     oracle_detail::mp_row(r, w, opts.fwd.mp_bits, opts.fwd.mp_backend);
     LSE = w.lse;
@@ -250,17 +288,35 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double dot, a, dp, bsum;
       dot_abs(qrow, kj, D, dot, a);
       dot_abs(dorow, vj, Dv, dp, bsum);
-      const double s = scale * dot;
+      const double s_raw = scale * dot;
+      double s = s_raw, dsc = 1, extra = 0, edsc = 0, own_var = 0;
+      if (var) {  // README "Variants": softcap, then bias and ALiBi; dS reaches q, k through d softcap / ds
+        if (vr.softcap > 0) {
+          const double cap = vr.softcap, t = std::tanh(s_raw / cap);
+          s = cap * t;
+          dsc = 1 - t * t;
+          extra = std::fabs(s_raw) * dsc + M.c_exp * std::min(cap, std::fabs(s_raw)) + std::fabs(s);
+          // the kernel's 1 - t^2: t's error (the raw score's through the derivative, tanh's own) doubled
+          edsc = 2 * kU * (static_cast<double>(D + 2) * sc * a * dsc / cap + std::fabs(s_raw) * dsc / cap + M.c_exp + 1);
+          own_var = 4 * kUd * (std::fabs(s) + cap);
+        }
+        const double bj = vr.bias_at(j), aj = vr.alibi_at(j);
+        if (vr.bias || vr.alibi) extra += 2 * (std::fabs(s) + std::fabs(bj) + std::fabs(aj));
+        s += bj + aj;
+        if (!std::isfinite(s)) extra = 0;  // a -inf bias: weight exactly 0 (P = 0)
+      }
       double P;
       if (use_mp)
         P = rb.mp.w[jj];
       else
         P = std::exp(s - LSE);
       // Kernel: relative error of its P = exp(s' - lse') (README "Backward bound" (1)).
-      const double ftz = 2 * sc * kFltMin * (qsum + kf.ksum[static_cast<size_t>(j)] + 2.0 * D) + kFltMin;
-      double dlt = kU * (static_cast<double>(D + 2) * sc * a + M.c_arg * (std::fabs(s) + std::fabs(LSE) + 1) + M.c_exp) +
+      const double ftz = 2 * sc * kFltMin * (qsum + kf.ksum[static_cast<size_t>(j)] + 2.0 * D) * dsc + kFltMin;
+      const double as = var && !std::isfinite(s) ? 0.0 : std::fabs(s);  // a -inf bias: P = 0 exactly
+      double dlt = kU * (static_cast<double>(D + 2) * sc * a * dsc + extra + M.c_arg * (as + std::fabs(LSE) + 1) +
+                         M.c_exp) +
                    lse_dev + ftz;
-      if (uc > 0) dlt += uc * (H.c_in * sc * a + H.c_s * (std::fabs(s) + std::fabs(LSE)) + H.c_p);
+      if (uc > 0) dlt += uc * (H.c_in * sc * a + H.c_s * (as + std::fabs(LSE)) + H.c_p);
       // The kernel's P' = exp(s' - lse') lies in [P e^-dlt, P e^dlt] (README "Backward bound" (1)). Backward
       // contract (README "The backward contract", rule B1): where P e^dlt may pass the fp32 range, the fp32
       // rounding of the score or of lse leaves exp(s - lse) undetermined, and the row is outside.
@@ -273,6 +329,8 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double edP = kU * static_cast<double>(Dv + 2) * bsum + 2 * kFltMin * (dosum + Dv);
       if (uc > 0) edP += uc * H.c_acc * bsum;
       rb.s[jj] = s;
+      rb.dsc[jj] = dsc;
+      rb.edsc[jj] = edsc;
       rb.P[jj] = P;
       rb.dP[jj] = dp;
       rb.eP[jj] = eP;
@@ -284,7 +342,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       if (bsum > kRange && why.empty()) why = "an exact |dO . v| exceeds the fp32 range";
       // The oracle's own relative error of P: score (plain double), argument, exp, the forward's LSE.
       if (!use_mp) {
-        const double own = ud_s * sc * a + 4 * kUd * (std::fabs(s) + std::fabs(LSE) + 1) + lse_err;
+        const double own = ud_s * sc * a + 4 * kUd * (as + std::fabs(LSE) + 1) + lse_err + own_var;
         pmax_rel_own = std::max(pmax_rel_own, own);
         if (own > kTau * dlt) cert = false;
       }
@@ -303,6 +361,14 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       continue;
     }
     if (std::fabs(delta) > kRange && why.empty()) why = "an exact |Delta| exceeds the fp32 range";
+    if (vr.has_sink && S.row_sink) {  // d sink term of this row: -exp(sink - LSE) Delta, as the kernel forms it
+      const double Ps = std::exp(vr.sink - LSE);
+      const double dls = kU * (M.c_arg * (std::fabs(vr.sink) + std::fabs(LSE) + 1) + M.c_exp) + lse_dev;
+      const double ePs = Ps * std::expm1(std::min(dls, 700.0)) + kFltMin;
+      (*S.row_sink)[row_slot] = -Ps * delta;
+      (*S.row_sink_err)[row_slot] = ePs * std::fabs(delta) + (Ps + ePs) * eDelta + 2 * kU * Ps * std::fabs(delta);
+      (*S.row_sink_mag)[row_slot] = Ps * std::fabs(delta);
+    }
     // Pass 2: dS and the accumulations.
     if (want_dq) {
       rb.dq_val.assign(static_cast<size_t>(D), 0.0);
@@ -314,9 +380,18 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       const size_t jj = static_cast<size_t>(j - kr.first);
       const double P = rb.P[jj], dp = rb.dP[jj], eP = rb.eP[jj], edP = rb.edP[jj];
       const double diff = dp - delta;
-      const double dS = P * diff;
+      const double dS_f = P * diff;
       const double mS = P * (std::fabs(dp) + std::fabs(delta));
-      double eS = eP * std::fabs(diff) + (P + eP) * (edP + eDelta) + 2 * kU * mS + kFltMin;
+      double eS_f = eP * std::fabs(diff) + (P + eP) * (edP + eDelta) + 2 * kU * mS + kFltMin;
+      if (S.pair_ds) {  // d bias of this pair: dS of the final score (fp32 on the device)
+        const size_t slot = row_slot * static_cast<size_t>(p.seq_k) + static_cast<size_t>(j);
+        (*S.pair_ds)[slot] = dS_f;
+        (*S.pair_err)[slot] = eS_f;
+      }
+      // Softcap: the raw score's dS = dS_f (1 - tanh^2), with the error of the kernel's 1 - tanh^2.
+      const double dsc = rb.dsc[jj];
+      const double dS = dS_f * dsc;
+      double eS = eS_f * dsc + std::fabs(dS_f) * rb.edsc[jj] + (dsc != 1 ? 2 * kU * std::fabs(dS) : 0.0);
       if (uc > 0) eS += uc * std::fabs(dS) + eta_c;  // dS rounded to the compute dtype before the products
       // Rule B2: what the kernel may form for dS, P' (dP' - Delta'), within the fp32 range.
       if (why.empty() && (P + eP) * (std::fabs(dp) + edP + std::fabs(delta) + eDelta) > kRange)
@@ -360,6 +435,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   }
   use_mp ? ++cnt.mp : ++cnt.fast;
   if (!why.empty()) {
+    if (S.row_taint) (*S.row_taint)[row_slot] = 1;
     if (cnt.why.empty()) cnt.why = why;
     ++ka.taint_diff[static_cast<size_t>(kr.first)];
     --ka.taint_diff[static_cast<size_t>(kr.last)];
@@ -420,6 +496,12 @@ std::vector<int64_t> sample_keys(const Problem& p, const float* k, const float* 
 
 GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k, const float* v,
                                const float* dout, const float* o, const float* lse, const GradOptions& opts) {
+  return compute_grad_oracle(p, q, k, v, dout, o, lse, VariantInputs{}, opts);
+}
+
+GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k, const float* v,
+                               const float* dout, const float* o, const float* lse, const VariantInputs& vars,
+                               const GradOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string why = validate(p); !why.empty()) throw std::invalid_argument("grad oracle: " + why);
   // The forward: exact LSE and O of every row (each key's dK / dV needs every row that sees it).
@@ -431,7 +513,7 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
   const bool reuse = opts.forward && opts.forward->rows_computed == p.batch * p.heads_q * p.seq_q &&
                      opts.forward->problem.seq_q == p.seq_q && opts.forward->problem.seq_k == p.seq_k &&
                      opts.forward->problem.heads_q == p.heads_q && opts.forward->problem.head_dim_v == p.head_dim_v;
-  if (!reuse) own = compute_oracle(p, q, k, v, fo);
+  if (!reuse) own = compute_oracle(p, q, k, v, vars, fo);  // throws when a variant's values are missing
   const OracleResult& F = reuse ? *opts.forward : own;
   GradResult R;
   R.problem = p;
@@ -454,6 +536,23 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
   S.k_pick.assign(static_cast<size_t>(Sk), 0);
   for (int64_t j : R.sampled_k) S.k_pick[static_cast<size_t>(j)] = 1;
   S.all_keys = static_cast<int64_t>(R.sampled_k.size()) == Sk;
+  S.vars = vars;
+  std::vector<double> pair_ds, pair_err, row_sink, row_sink_err, row_sink_mag;
+  std::vector<unsigned char> row_taint(static_cast<size_t>(B * Hq * Sq), 0);
+  S.row_taint = &row_taint;
+  if (p.variants & AF_VARIANT_BIAS) {
+    S.need_all = true;
+    pair_ds.assign(static_cast<size_t>(B * Hq * Sq * Sk), 0.0);
+    pair_err.assign(pair_ds.size(), 0.0);
+    S.pair_ds = &pair_ds;
+    S.pair_err = &pair_err;
+  }
+  if (p.variants & AF_VARIANT_SINK) {
+    for (auto* x : {&row_sink, &row_sink_err, &row_sink_mag}) x->assign(static_cast<size_t>(B * Hq * Sq), 0.0);
+    S.row_sink = &row_sink;
+    S.row_sink_err = &row_sink_err;
+    S.row_sink_mag = &row_sink_mag;
+  }
 
   const unsigned hw = opts.fwd.threads ? opts.fwd.threads : std::max(1u, std::thread::hardware_concurrency());
   const BoundModel& M = opts.fwd.model;
@@ -570,13 +669,66 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
         }
       }
     }
+  // Score variants: d sink per head, d bias per element (sums over rows / broadcast dimensions, any order).
+  if (p.variants & AF_VARIANT_SINK) {
+    R.dsinks.assign(static_cast<size_t>(Hq), 0.0);
+    R.dsinks_bound.assign(static_cast<size_t>(Hq), 0.0);
+    for (int64_t h = 0; h < Hq; ++h) {
+      double val = 0, err = 0, mag = 0;
+      bool taint = false;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Sq; ++i) {
+          const size_t x = static_cast<size_t>((b * Hq + h) * Sq + i);
+          val += row_sink[x], err += row_sink_err[x], mag += row_sink_mag[x];
+          taint |= row_taint[x] != 0;
+        }
+      const double N = static_cast<double>(B * Sq);
+      double bd = sf * (err + (kU * (M.c_n * N + M.c_0) + uc * H.c_acc) * mag + kU * std::fabs(val) + kFltMin * (N + 2));
+      if (taint || mag + err > kRange) bd = kInf;
+      if (std::isnan(val)) bd = 0;
+      R.dsinks[static_cast<size_t>(h)] = val;
+      R.dsinks_bound[static_cast<size_t>(h)] = bd;
+    }
+  }
+  if (p.variants & AF_VARIANT_BIAS) {
+    const size_t nb = static_cast<size_t>(bias_elements(p));
+    std::vector<double> err(nb, 0.0), mag(nb, 0.0), cnt(nb, 0.0);
+    std::vector<unsigned char> taint(nb, 0);
+    R.dbias.assign(nb, 0.0);
+    R.dbias_bound.assign(nb, 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t i = 0; i < Sq; ++i) {
+          const KeyRange kr = visible_keys(p, i);
+          const size_t row = static_cast<size_t>((b * Hq + h) * Sq + i);
+          for (int64_t j = kr.first; j < kr.last; ++j) {
+            const size_t e = static_cast<size_t>(bias_index(p, b, h, i, j));
+            const size_t x = row * static_cast<size_t>(Sk) + static_cast<size_t>(j);
+            R.dbias[e] += pair_ds[x];
+            err[e] += pair_err[x];
+            mag[e] += std::fabs(pair_ds[x]);
+            cnt[e] += 1;
+            taint[e] |= row_taint[row];
+          }
+        }
+    for (size_t e = 0; e < nb; ++e) {
+      const double val = R.dbias[e];
+      double bd = cnt[e] == 0 ? 0
+                              : sf * (err[e] + (kU * (M.c_n * cnt[e] + M.c_0) + uc * H.c_acc) * mag[e] +
+                                      kU * std::fabs(val) + kFltMin * (cnt[e] + 2));
+      if (taint[e] || mag[e] + err[e] > kRange) bd = kInf;
+      if (std::isnan(val)) bd = 0;
+      R.dbias_bound[e] = bd;
+    }
+  }
   R.rows_fast = total.fast;
   R.rows_mp = total.mp;
   R.rows_fallback = total.fallback;
   auto any_inf = [](const std::vector<double>& x) {
     return std::any_of(x.begin(), x.end(), [](double y) { return std::isinf(y); });
   };
-  if (any_inf(R.dq_bound) || any_inf(R.dk_bound) || any_inf(R.dv_bound)) {
+  if (any_inf(R.dq_bound) || any_inf(R.dk_bound) || any_inf(R.dv_bound) || any_inf(R.dsinks_bound) ||
+      any_inf(R.dbias_bound)) {
     R.inside_contract = false;
     R.why = total.why.empty() ? "an accumulated gradient magnitude exceeds the fp32 range" : total.why;
   }

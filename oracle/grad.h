@@ -34,6 +34,9 @@ struct GradResult {
   std::vector<uint8_t> q_computed;  // per (b, s, h): 1 when dQ of that row was computed
   std::vector<uint8_t> k_computed;  // per (b, j, hkv): 1 when dK / dV of that key were computed
   std::vector<int64_t> sampled_q, sampled_k;  // query rows / key positions computed, ascending
+  // Score variants: d loss / d sink [Hq] (AF_VARIANT_SINK) and d loss / d bias (AF_VARIANT_BIAS, bias_elements
+  // floats with the problem's bias_stride, summed over its broadcast dimensions); empty without the variant.
+  std::vector<double> dsinks, dsinks_bound, dbias, dbias_bound;
   int64_t rows_fast = 0, rows_mp = 0, rows_fallback = 0;
   bool inside_contract = true;  // false: some exact intermediate exceeds the fp32 range (see why)
   std::string why;              // empty, or the first contract problem
@@ -58,6 +61,12 @@ struct GradResult {
 // Throws std::invalid_argument when p is malformed.
 GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k, const float* v,
                                const float* dout, const float* o, const float* lse,
+                               const GradOptions& opts = {});
+// The same with the values of p's score variants (the overload above has none: it throws for a problem that
+// uses one). Softcap: dS reaches q and k through d(cap tanh(s / cap)) / ds = 1 - tanh^2; bias and ALiBi: the
+// final score's dS; sinks: d sink_h = -sum over (b, i) of exp(sink_h - LSE_i) Delta_i.
+GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k, const float* v,
+                               const float* dout, const float* o, const float* lse, const VariantInputs& vars,
                                const GradOptions& opts = {});
 
 // The key positions computed under a k_budget (GradOptions::k_budget): every key when budget <= 0 or

@@ -26,15 +26,28 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   Real m = 0;
   bool have = false;
   const Real scale = r.scale;
+  const bool var = r.any_variant();
   for (int64_t j = 0; j < n; ++j) {
     if (w.nonfinite[j]) continue;  // only -inf reaches here: weight exactly 0
-    const float* kj = r.k + (r.first + j) * r.k_row;
-    Real acc = 0;
-    for (int64_t d = 0; d < r.D; ++d) acc += static_cast<double>(r.q[d]) * static_cast<double>(kj[d]);
-    e[j] = acc * scale;
+    if (var && w.raw_bad[j]) {
+      // softcap of an infinite raw score: +-cap plus the additions, exact as the double-double s_hi + s_lo
+      e[j] = Real(w.s_hi[j]) + Real(w.s_lo[j]);
+    } else {
+      const float* kj = r.k + (r.first + j) * r.k_row;
+      Real acc = 0;
+      for (int64_t d = 0; d < r.D; ++d) acc += static_cast<double>(r.q[d]) * static_cast<double>(kj[d]);
+      e[j] = acc * scale;
+      if (r.softcap > 0) {  // the variants in Real (README "Variants")
+        const Real cap = r.softcap;
+        e[j] = Real(cap * tanh(Real(e[j] / cap)));
+      }
+      if (r.bias) e[j] += Real(r.bias_at(r.first + j));
+      if (r.alibi) e[j] += Real(r.alibi_at(r.first + j));
+    }
     if (!have || e[j] > m) m = e[j];
     have = true;
   }
+  if (r.has_sink && (!have || Real(r.sink) > m)) m = Real(r.sink);
   Real L = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (w.nonfinite[j]) {
@@ -44,6 +57,11 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
     e[j] = exp(Real(e[j] - m));
     L += e[j];
   }
+  Real esink = 0;
+  if (r.has_sink) {
+    esink = exp(Real(Real(r.sink) - m));
+    L += esink;
+  }
   std::vector<Real> acc(static_cast<size_t>(r.Dv), Real(0));
   for (int64_t j = 0; j < n; ++j) {
     const float* vj = r.v + (r.first + j) * r.v_row;
@@ -51,6 +69,7 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   }
   for (int64_t d = 0; d < r.Dv; ++d) w.o[d] = static_cast<double>(Real(acc[d] / L));
   for (int64_t j = 0; j < n; ++j) w.w[j] = static_cast<double>(Real(e[j] / L));
+  w.w_sink = r.has_sink ? static_cast<double>(Real(esink / L)) : 0.0;
   w.m = static_cast<double>(m);
   w.L = static_cast<double>(L);
   const Real logL = log(L);
@@ -61,7 +80,8 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   double amax = 0;
   for (int64_t j = 0; j < n; ++j) amax = std::max(amax, w.a[j]);
   const double er = std::ldexp(static_cast<double>(n + r.D + 8), 1 - bits) *
-                    (1 + std::fabs(static_cast<double>(r.scale)) * amax);
+                    (1 + std::fabs(static_cast<double>(r.scale)) * amax + (var ? w.addmax + r.softcap : 0.0) +
+                     (r.has_sink ? std::fabs(r.sink) : 0.0));
   std::fill(w.swa.begin(), w.swa.end(), 0.0);
   for (int64_t j = 0; j < n; ++j) {
     const float* vj = r.v + (r.first + j) * r.v_row;

@@ -90,6 +90,7 @@ struct Shared {
   std::vector<HeadFacts> heads;  // [b * Hkv + hk]
   OracleResult* res;
   bool fused;  // scores in fp32 (fused_compute)
+  VariantInputs vars;  // the problem's variant values (docs/semantics.md "Variants")
 };
 
 struct Counters {
@@ -157,6 +158,65 @@ void score_pass(const RowRef& r, const HeadFacts& hf, bool q_nonfinite, const do
   }
 }
 
+// ---- variant pass (docs/semantics.md "Variants"; oracle/README.md "Variants"): the scores of score_pass become
+// the final scores s = softcap tanh(s_raw / softcap) + bias + ALiBi. The additions stay double-double (each term
+// is exact in double); tanh is taken in double (its own error in var_own). dscale / extra feed the bound.
+void apply_variants(const RowRef& r, RowWork& w, const BoundModel& M) {
+  const int64_t n = r.last - r.first;
+  w.var_big = 0, w.var_own = 0, w.addmax = 0;
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const int64_t j = r.first + jj;
+    double hi = w.s_hi[jj], lo = w.s_lo[jj];
+    double dscale = 1, extra = 0;
+    w.raw_bad[jj] = 0;
+    if (r.softcap > 0) {
+      const double cap = r.softcap;
+      const double raw = hi + lo;
+      if (std::isnan(raw)) {
+        // stays NaN (nonfinite)
+      } else if (std::isinf(raw)) {  // cap tanh(+-inf) = +-cap exactly
+        hi = raw > 0 ? cap : -cap, lo = 0;
+        w.raw_bad[jj] = 1;
+        w.nonfinite[jj] = 0;
+        dscale = 0;
+        extra = M.c_exp * cap;  // tanh(+-inf) = +-1 exactly in any implementation; kept as a margin
+      } else {
+        const double t = std::tanh(raw / cap);
+        hi = cap * t, lo = 0;
+        dscale = 1 - t * t;
+        // The kernel's softcap: s / cap rounded (u |s| through the derivative), tanh's own absolute error
+        // (c_exp u relative, at most c_exp u min(cap, |s|) absolute), the product (u |s'|).
+        extra = std::fabs(raw) * dscale + M.c_exp * std::min(cap, std::fabs(raw)) + std::fabs(hi);
+        w.var_own = std::max(w.var_own, 4 * kUd * (std::fabs(hi) + cap) + kUd * std::fabs(raw) * dscale);
+      }
+    }
+    const double bj = r.bias_at(j), aj = r.alibi_at(j);
+    if (r.bias || r.alibi) {
+      extra += 2 * (std::fabs(hi) + std::fabs(bj) + std::fabs(aj));
+      if (w.nonfinite[jj] || !std::isfinite(bj) || !std::isfinite(aj)) {
+        hi = (hi + lo) + bj + aj;  // IEEE: -inf stays -inf (weight 0), NaN / +inf make the row NaN
+        lo = 0;
+        w.nonfinite[jj] = 1;
+      } else {
+        for (double add : {bj, aj}) {
+          double t, e;
+          two_sum(hi, add, t, e);
+          lo += e;
+          two_sum(t, lo, hi, lo);
+        }
+      }
+    }
+    if (!w.nonfinite[jj]) {
+      w.var_big = std::max({w.var_big, std::fabs(bj), std::fabs(aj), std::fabs(hi)});
+      w.addmax = std::max(w.addmax, std::fabs(hi) + std::fabs(bj) + std::fabs(aj));
+    }
+    w.s_hi[jj] = hi;
+    w.s_lo[jj] = lo;
+    w.dscale[jj] = dscale;
+    w.extra[jj] = extra;
+  }
+}
+
 // ---- fast value path ----
 void fast_row(const RowRef& r, RowWork& w) {
   const int64_t n = r.last - r.first;
@@ -166,6 +226,8 @@ void fast_row(const RowRef& r, RowWork& w) {
     if (w.s_hi[j] > mh || (w.s_hi[j] == mh && w.s_lo[j] > ml)) mh = w.s_hi[j], ml = w.s_lo[j];
     amax = std::max(amax, w.a[j]);
   }
+  // A sink (README "Variants") is one more term of the denominator, exp(sink - m), with no value vector.
+  if (r.has_sink && (r.sink > mh || (r.sink == mh && 0 > ml))) mh = r.sink, ml = 0;
   double Lh = 0, Ll = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (w.nonfinite[j]) {
@@ -183,8 +245,21 @@ void fast_row(const RowRef& r, RowWork& w) {
     Lh = t;
     Ll += e;
   }
+  double psink = 0;
+  if (r.has_sink) {
+    double t, e;
+    two_sum(r.sink, -mh, t, e);
+    e -= ml;
+    const double ah = t + e, al = e - (ah - t);
+    psink = std::exp(ah);
+    psink += psink * al;
+    two_sum(Lh, psink, t, e);
+    Lh = t;
+    Ll += e;
+  }
   const double L = Lh + Ll;
   for (int64_t j = 0; j < n; ++j) w.w[j] /= L;
+  w.w_sink = psink / L;
   const int64_t Dv = r.Dv;
   std::fill(w.acc_hi.begin(), w.acc_hi.end(), 0.0);
   std::fill(w.acc_lo.begin(), w.acc_lo.end(), 0.0);
@@ -216,7 +291,7 @@ void fast_row(const RowRef& r, RowWork& w) {
   // Own error (README "fast path"): score double-double error eps_s, weight error eps_w (exp < 1 ulp,
   // the (1 + al) correction, L's compensated sum, the division), Dot2 error of the P.V sum.
   const double D4 = static_cast<double>(r.D + 4);
-  const double eps_s = 4 * D4 * D4 * kUd * kUd * (std::fabs(r.scale) * amax + 1);
+  const double eps_s = 4 * D4 * D4 * kUd * kUd * (std::fabs(r.scale) * amax + 1) + w.var_own;
   const double eps_w = 6 * kUd + 2 * eps_s;
   const double nn = static_cast<double>(n + 2);
   for (int64_t d = 0; d < Dv; ++d)
@@ -237,6 +312,8 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
   const int64_t n = r.last - r.first;
   int64_t nf = 0;
   for (int64_t j = 0; j < n; ++j) nf += !w.nonfinite[j];
+  const bool var = r.any_variant();
+  if (r.has_sink) ++nf;  // the sink is one more term of the softmax (a key whose value vector is 0)
   const double logn = std::log(static_cast<double>(std::max<int64_t>(nf, 1)));
   const double sc = std::fabs(static_cast<double>(r.scale));
   const double dterm = static_cast<double>(r.D + 2) * sc;
@@ -247,8 +324,11 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
       w.rho[j] = 0;
       continue;
     }
-    const double ftz = 2 * sc * kFltMin * (qsum + hf.ksum[r.first + j] + 2.0 * r.D) + kFltMin;
-    double delta = kU * (dterm * w.a[j] + M.c_arg * std::fabs(w.s_hi[j]) + argc + M.c_exp) + ftz;
+    // Variants (README "Variants"): the raw score's error passes through softcap's derivative (<= 1); the
+    // softcap and the additions add their own roundings (extra).
+    const double dsc = var ? w.dscale[j] : 1.0, extra = var ? w.extra[j] : 0.0;
+    const double ftz = (2 * sc * kFltMin * (qsum + hf.ksum[r.first + j] + 2.0 * r.D)) * dsc + kFltMin;
+    double delta = kU * (dterm * w.a[j] * dsc + extra + M.c_arg * std::fabs(w.s_hi[j]) + argc + M.c_exp) + ftz;
     if (uc > 0)  // q, k (pre-scaled or not) rounded to c, the score rounded to c, p_j rounded to c; c's underflow
       delta += uc * (H.c_in * sc * w.a[j] + H.c_s * (std::fabs(w.s_hi[j]) + std::fabs(w.m)) + H.c_p) +
                2 * sc * eta * (qsum + hf.ksum[r.first + j] + 2.0 * r.D);
@@ -259,11 +339,27 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     Ep += w.w[j] * ed;
     Em += w.w[j] / ed;
   }
+  // The sink's term exp(sink - m): an exact fp32 logit, so only the argument and exp errors.
+  double rho_sink = 0;
+  if (r.has_sink && w.w_sink > 0) {
+    double delta = kU * (M.c_arg * std::fabs(r.sink) + argc + M.c_exp);
+    if (uc > 0) delta += uc * (H.c_s * (std::fabs(r.sink) + std::fabs(w.m)) + H.c_p);
+    delta_max = std::max(delta_max, delta);
+    delta = std::min(delta, 700.0);
+    rho_sink = delta;
+    const double ed = std::exp(delta);
+    Ep += w.w_sink * ed;
+    Em += w.w_sink / ed;
+  }
   for (int64_t j = 0; j < n; ++j) {
     if (w.rho[j] == 0) continue;
     const double ed = std::exp(w.rho[j]);
     const double r1 = std::max(ed / Em - 1, 1 - 1 / (ed * Ep));
     w.rho[j] = std::min(1.0, w.w[j] * r1);
+  }
+  if (rho_sink > 0) {
+    const double ed = std::exp(rho_sink);
+    rho_sink = std::min(1.0, w.w_sink * std::max(ed / Em - 1, 1 - 1 / (ed * Ep)));
   }
   const int64_t Dv = r.Dv;
   std::fill(w.soft.begin(), w.soft.end(), 0.0);
@@ -275,6 +371,8 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     const float* __restrict vj = r.v + (r.first + j) * r.v_row;
     for (int64_t d = 0; d < Dv; ++d) soft[d] += rj * std::fabs(static_cast<double>(vj[d]) - o[d]);
   }
+  if (rho_sink > 0)  // the sink's value vector is 0
+    for (int64_t d = 0; d < Dv; ++d) soft[d] += rho_sink * std::fabs(o[d]);
   const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0) + uc * H.c_acc;
   // Flushed weights and products; in c, every weight may lose up to eta absolutely (fp16 subnormal p).
   // fp8 (README "fp8 bound"): only a weight whose p_j = exp(s_j - m_run) >= exp(s_j - m) = w_j L can fall
@@ -306,8 +404,9 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
 void resize_work(RowWork& w, int64_t n, int64_t Dv) {
   const size_t N = static_cast<size_t>(std::max<int64_t>(n, 1)), V = static_cast<size_t>(Dv);
   if (w.s_hi.size() < N) {
-    for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho}) x->resize(N);
+    for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho, &w.dscale, &w.extra}) x->resize(N);
     w.nonfinite.resize(N);
+    w.raw_bad.resize(N);
   }
   if (w.o.size() != V)
     for (auto* x : {&w.o, &w.swa, &w.o_err, &w.soft, &w.acc_hi, &w.acc_lo}) x->assign(V, 0.0);
@@ -340,8 +439,20 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     R.lse_bound[li] = bound;
     R.lse_err[li] = 0;
   };
+  // The row's sink (README "Variants"): -inf is no sink.
+  const bool has_sink = (p.variants & AF_VARIANT_SINK) && S.vars.sinks[h] != -std::numeric_limits<float>::infinity();
+  const double sink = has_sink ? static_cast<double>(S.vars.sinks[h]) : 0.0;
+  // A row with a sink and no key of positive weight: the sink alone, O = 0 exactly and LSE = sink (the kernel's
+  // l = exp(sink - sink) = 1, acc = 0); LSE's error: the argument and one exp / log.
+  auto fill_sink_only = [&] {
+    if (std::fabs(sink) > kRange && info.inside_contract())
+      info.contract = ContractReason::kScoreRange, info.contract_value = std::fabs(sink);
+    fill(0.0, sink, RowKind::kNormal);
+    if (info.inside_contract())
+      R.lse_bound[li] = opts.safety_factor * kU * (opts.model.c_arg * (2 * std::fabs(sink) + 1) + opts.model.c_exp);
+  };
   const KeyRange kr = visible_keys(p, s);
-  if (kr.empty()) return fill(0.0, -kInf, RowKind::kFullyMasked);
+  if (kr.empty()) return has_sink ? fill_sink_only() : fill(0.0, -kInf, RowKind::kFullyMasked);
   RowRef r;
   r.q = S.q + q_index(p, b, s, h, 0);
   r.k = S.k + k_index(p, b, 0, hk, 0);
@@ -353,6 +464,18 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   r.D = p.head_dim;
   r.Dv = Dv;
   r.scale = p.scale;
+  if (p.variants & AF_VARIANT_SOFTCAP) r.softcap = p.softcap;
+  if (p.variants & AF_VARIANT_BIAS) {
+    r.bias = S.vars.bias + bias_index(p, b, h, s, 0);
+    r.bias_j = p.bias_stride[3];
+  }
+  if (p.variants & AF_VARIANT_ALIBI) {
+    r.alibi = true;
+    r.slope = S.vars.alibi_slopes[h];
+    r.diag = s + (p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0);
+  }
+  r.has_sink = has_sink;
+  r.sink = sink;
   const HeadFacts& hf = S.heads[static_cast<size_t>(b * p.heads_kv + hk)];
   bool q_nan = false, q_nonfinite = false;
   double qsum = 0;
@@ -366,6 +489,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   const int64_t n = kr.last - kr.first;
   resize_work(w, n, Dv);
   score_pass(r, hf, q_nonfinite, qd.data(), w);
+  if (r.any_variant()) apply_variants(r, w, opts.model);
   int64_t nf = 0;
   double amax = 0, amax_all = 0;  // amax_all: also over non-finite scores' finite products
   bool nan_row = false;
@@ -393,6 +517,9 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   if (score_big > kRange) {
     info.contract = ContractReason::kScoreRange;
     info.contract_value = score_big;
+  } else if (r.any_variant() && std::max(w.var_big, std::fabs(sink)) > kRange) {  // a bias, ALiBi term or final score
+    info.contract = ContractReason::kScoreRange;
+    info.contract_value = std::max(w.var_big, std::fabs(sink));
   } else if (sc > 1) {
     const double kcap = kRange / std::sqrt(sc);
     for (int64_t j = kr.first; j < kr.last && info.contract == ContractReason::kInside; ++j)
@@ -416,6 +543,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
           info.contract_value = kInf;
           break;
         }
+    if (!nan_row && has_sink) return fill_sink_only();
     return nan_row ? fill(kNaN, kNaN, RowKind::kNaN) : fill(0.0, -kInf, RowKind::kFullyMasked);
   }
   if (S.cd == AF_DTYPE_F16 && !S.fused && info.contract == ContractReason::kInside) {
@@ -566,8 +694,22 @@ const LowpBoundModel& lowp_terms(const OracleOptions& opts, int32_t cd) {
 
 OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
                             const OracleOptions& opts) {
+  return compute_oracle(p, q, k, v, VariantInputs{}, opts);
+}
+
+OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
+                            const VariantInputs& vars, const OracleOptions& opts_in) {
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string why = validate(p); !why.empty()) throw std::invalid_argument("oracle: " + why);
+  if (p.variants & ~kCheckedVariants)
+    throw std::invalid_argument("oracle: variant " + variant_names(p.variants & ~kCheckedVariants) + " is not checked");
+  if (((p.variants & AF_VARIANT_SINK) && !vars.sinks) || ((p.variants & AF_VARIANT_ALIBI) && !vars.alibi_slopes) ||
+      ((p.variants & AF_VARIANT_BIAS) && !vars.bias && bias_elements(p) > 0))
+    throw std::invalid_argument("oracle: the problem uses variant " + variant_names(p.variants) +
+                                " but its values (sinks / ALiBi slopes / bias) were not given");
+  OracleOptions opts_v = opts_in;
+  if (p.variants) opts_v.baseline = false;  // the plain fp32 reference knows no variant
+  const OracleOptions& opts = opts_v;
   const int32_t cd = opts.compute_dtype < 0 ? p.dtype : opts.compute_dtype;
   if (cd < AF_DTYPE_F32 || cd > AF_DTYPE_FP8_E5M2)
     throw std::invalid_argument("oracle: unknown compute dtype " + std::to_string(cd));
@@ -585,7 +727,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
     p1.q_descale = p1.k_descale = p1.v_descale = 1.0f;
     OracleOptions o1 = opts;
     o1.compute_dtype = cd;
-    OracleResult R = compute_oracle(p1, qs.data(), ks.data(), vs.data(), o1);
+    OracleResult R = compute_oracle(p1, qs.data(), ks.data(), vs.data(), vars, o1);
     R.problem = p;
     return R;
   }
@@ -607,7 +749,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   R.rows.assign(nl, RowInfo{});
   R.sampled = sample_rows(p, q, k, opts.row_budget, opts.sample_seed);
 
-  Shared S{&p, q, k, v, &opts, cd, {}, &R, fused_compute(opts, cd)};
+  Shared S{&p, q, k, v, &opts, cd, {}, &R, fused_compute(opts, cd), vars};
   S.heads.resize(static_cast<size_t>(p.batch * p.heads_kv));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {

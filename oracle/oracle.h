@@ -135,6 +135,11 @@ struct OracleResult {
 // std::runtime_error when the requested multiprecision backend is not built in.
 OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
                             const OracleOptions& opts = {});
+// The same with the values of p's score variants (docs/semantics.md "Variants": sinks, softcap, ALiBi, bias).
+// The overload above is this one with no variant values: it throws std::invalid_argument for a problem that
+// uses a variant whose values are missing.
+OracleResult compute_oracle(const Problem& p, const float* q, const float* k, const float* v,
+                            const VariantInputs& vars, const OracleOptions& opts = {});
 
 // The query rows computed under row sampling: every row when budget <= 0 or budget >= Sq; else rows 0
 // and Sq-1, the first and last row of every 16/32/64/128 tile, every row whose visible key range is

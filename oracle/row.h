@@ -17,6 +17,24 @@ struct RowRef {
   int64_t first = 0, last = 0;  // visible keys [first, last), non-empty
   int64_t D = 0, Dv = 0;
   float scale = 1;
+  // Score variants of this row (docs/semantics.md "Variants"): s <- softcap tanh(s / softcap), then
+  // s += bias_j - slope |j - diag|; the sink logit enters the denominator only.
+  double softcap = 0;           // 0: no softcap
+  const float* bias = nullptr;  // bias of row (b, h, i): key j at bias[j * bias_j]; nullptr: none
+  int64_t bias_j = 0;
+  bool alibi = false;
+  double slope = 0;
+  int64_t diag = 0;             // i + off (off of the mask alignment)
+  bool has_sink = false;        // a sink logit other than -inf
+  double sink = 0;
+  bool any_variant() const { return softcap > 0 || bias || alibi; }
+  // What the variants add to key j's (softcapped) score: bias + ALiBi, each exact in double.
+  double bias_at(int64_t j) const { return bias ? static_cast<double>(bias[j * bias_j]) : 0.0; }
+  double alibi_at(int64_t j) const {
+    if (!alibi) return 0.0;
+    const int64_t dist = j - diag;
+    return -slope * static_cast<double>(dist < 0 ? -dist : dist);
+  }
 };
 
 // Per-row buffers, reused across rows by one worker. Key arrays are indexed by j - first.
@@ -25,7 +43,16 @@ struct RowWork {
   std::vector<double> s_hi, s_lo;        // score as a double-double (exact to ~2^-100 relative); non-finite
                                          // scores (from Inf operands) are IEEE doubles in s_hi, s_lo = 0
   std::vector<double> a;                 // sum_d |q_d k_jd| over the finite products (unscaled)
-  std::vector<unsigned char> nonfinite;  // score had a non-finite operand
+  std::vector<unsigned char> nonfinite;  // score had a non-finite operand (after the variants: the final score
+                                         // is not finite)
+  // Filled by the variant pass (apply_variants), when the row has a variant.
+  std::vector<double> dscale;            // d s_final / d s_raw (softcap: 1 - tanh^2; else 1)
+  std::vector<double> extra;             // u-multiples of the kernel's extra score error (tanh, additions)
+  std::vector<unsigned char> raw_bad;    // the raw score was not finite (softcap made it +-cap)
+  double var_big = 0;                    // max |bias|, |alibi|, |final score| over the finite keys (contract)
+  double var_own = 0;                    // the fast path's own absolute score error from the variants (tanh)
+  double addmax = 0;                     // max |softcapped score| + |bias| + |alibi| (multiprecision error)
+  double w_sink = 0;                     // the sink's weight exp(sink - m) / L
   // Filled by a value path.
   std::vector<double> w;      // exact normalised weights exp(s_j - m) / L, rounded to double
   std::vector<double> o;      // exact O_d

@@ -206,6 +206,16 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
       }
     }
     c.pass = limits.pass;
+    if (limits.variants) {
+      uint32_t bits = 0;
+      for (uint32_t bit = 1; bit <= AF_VARIANT_BIAS; bit <<= 1)
+        if ((limits.variants & bit) && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
+          bits |= bit;
+      const float cap = *element_of(std::vector<float>{30.0f, 5.0f, 1.0f, 50.0f});
+      c.variants.sink_range = *element_of(std::vector<double>{2, 0.5, 10});
+      const std::string bcast = *element_of(std::vector<std::string>{"", "b", "h", "bh", "i", "j"});
+      if (std::string e = set_variants(c, bits, cap, bcast); !e.empty()) throw std::logic_error(e);
+    }
     if (limits.specials && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
       // 1..3 specials; the container shrinks by dropping elements, each element toward nan@q:random*1.
       c.values.specials =

@@ -546,8 +546,71 @@ void prop_packing(const KernelEntry& k, const Case& c, bool strict) {
   }
 }
 
+// Score-variant identities (issue 28): one relation per case, among those the case and the kernel allow.
+void prop_variants(const KernelEntry& k, const Case& c) {
+  const Problem& p = c.problem;
+  const uint32_t kv = k.kernel.variants;
+  Case plain = c;  // the case without its variants
+  (void)set_variants(plain, 0);
+  plain.variants = VariantSpec{};
+  auto without = [&](uint32_t bit) {
+    Case x = c;
+    (void)set_variants(x, p.variants & ~bit, p.softcap, bias_broadcast(p));
+    if (bit == AF_VARIANT_SINK) x.variants.sinks.clear();
+    return x;
+  };
+  std::vector<int> rel;
+  if (p.variants & AF_VARIANT_SINK) rel.push_back(0);
+  // Softcap 1e30 = none only where no raw score is infinite (cap tanh(-inf / cap) = -cap, a finite score).
+  if ((p.variants & AF_VARIANT_SOFTCAP) && c.values.specials.empty()) rel.push_back(1);
+  if ((p.variants & AF_VARIANT_ALIBI) && !(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(2);
+  if (!(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(3);
+  if (rel.empty()) return;
+  const int r = rel[*index_below(rel.size())];
+  std::vector<bool> keep(static_cast<size_t>(p.seq_q), true);
+  const std::vector<RowPair> rows = identity_rows(p, keep);
+  if (r == 0) {  // every sink -inf = no sink
+    Case a = c;
+    a.variants.sinks.assign(static_cast<size_t>(p.heads_q), -std::numeric_limits<float>::infinity());
+    if (!supported(k, a.problem)) return;
+    return assert_relation(k, a, without(AF_VARIANT_SINK), rows, false, true, "sinks of -inf against no sink");
+  }
+  if (r == 1) {  // softcap 1e30 = no softcap (cap tanh(s / cap) = s (1 - (s / cap)^2 / 3 ...))
+    Case a = c;
+    a.problem.softcap = 1e30f;
+    if (!supported(k, a.problem)) return;
+    return assert_relation(k, a, without(AF_VARIANT_SOFTCAP), rows, false, true, "softcap 1e30 against no softcap");
+  }
+  if (r == 2) {  // ALiBi = the bias tensor -slope_h |j - (i + off)| (broadcast over the batch)
+    Case b = without(AF_VARIANT_ALIBI);
+    if (std::string e = set_variants(b, b.problem.variants | AF_VARIANT_BIAS, b.problem.softcap, "b"); !e.empty())
+      throw std::logic_error(e);
+    const std::vector<float> slopes = c.variants.alibi_slopes.empty() ? alibi_default_slopes(p.heads_q)
+                                                                      : c.variants.alibi_slopes;
+    b.variants.bias.assign(static_cast<size_t>(bias_elements(b.problem)), 0.0f);
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i)
+        for (int64_t j = 0; j < p.seq_k; ++j)
+          b.variants.bias[static_cast<size_t>(bias_index(b.problem, 0, h, i, j))] =
+              static_cast<float>(alibi_term(p, slopes[static_cast<size_t>(h)], i, j));
+    if (!supported(k, b.problem)) return;
+    return assert_relation(k, c, b, rows, false, true, "ALiBi against its bias tensor");
+  }
+  // A bias constant along each row (c_bhi, broadcast over keys): O unchanged, LSE moves by c_bhi (without a sink:
+  // the sink does not move with the scores).
+  const Case base = (p.variants & AF_VARIANT_SINK) ? without(AF_VARIANT_SINK) : c;
+  Case a = base;
+  if (std::string e = set_variants(a, base.problem.variants | AF_VARIANT_BIAS, p.softcap, "j"); !e.empty())
+    throw std::logic_error(e);
+  a.variants.bias_range = *element_of(std::vector<double>{4, 0.25, 64});
+  if (!supported(k, a.problem)) return;
+  assert_relation(k, a, base, rows, false, false, "a bias constant along each row against no bias (O only)");
+}
+
 void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
   switch (p) {
+    case Property::kVariants:
+      return prop_variants(k, c);
     case Property::kOracle:
       return prop_oracle(k, c);
     case Property::kKeyPermutation:

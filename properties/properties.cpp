@@ -67,6 +67,10 @@ const PropertyInfo kInfo[] = {
     {Property::kDeterminism, "determinism",
      "forward, reverse and shuffled emulator thread orders give bit-identical O and LSE (backward: dQ, dK, "
      "dV)"},
+    {Property::kVariants, "variants",
+     "for a kernel that declares the score variants, each identity holds within bound(A) + bound(B): every sink -inf "
+     "equals no sink (O, LSE); softcap 1e30 equals no softcap (O, LSE); ALiBi equals the bias tensor "
+     "-slope_h |j - (i + off)| (O, LSE); a bias constant along each row (broadcast over keys) leaves O unchanged"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -110,6 +114,9 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       break;
     case Property::kBatchHead:
       l.min_bh = 2;
+      break;
+    case Property::kVariants:
+      l.variants = k.variants & kCheckedVariants;
       break;
     default:
       break;
@@ -207,6 +214,11 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   if (prop == Property::kPacking && !layouts) {
     out.passed = true;  // the kernel takes dense batches only: nothing is packed
     out.rc_message = "the kernel takes dense batches only: not run";
+    return out;
+  }
+  if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants)) {
+    out.passed = true;  // nothing to relate
+    out.rc_message = "the kernel declares no score variant: not run";
     return out;
   }
   const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);

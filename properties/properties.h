@@ -28,6 +28,8 @@ enum class Property {
                      // kv head equal the sum over its query heads)
   kDeterminism,      // forward, reverse and shuffled emulator thread orders give the same bits
   kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
+  kVariants,         // score-variant identities: sinks of -inf = no sink; a huge softcap = no softcap; ALiBi = its
+                     // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

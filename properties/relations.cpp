@@ -80,7 +80,8 @@ Run run_case(const KernelEntry& k, const Case& c, Device& dev, bool need_oracle)
     r.out = launch_guarded(dev, k, c.problem, r.t, devices().run);
   }
   if (need_oracle)
-    r.exact = compute_oracle(c.problem, r.t.q.data(), r.t.k.data(), r.t.v.data(), devices().run.oracle);
+    r.exact = compute_oracle(c.problem, r.t.q.data(), r.t.k.data(), r.t.v.data(), r.t.variant_inputs(),
+                             devices().run.oracle);
   return r;
 }
 

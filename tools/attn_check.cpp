@@ -229,6 +229,7 @@ Case case_from_flags(const Options& o) {
   if (std::string e = apply_sequence_options(o.seqs, c); !e.empty()) usage_error(e);
   c.values.domain = value_domain(o.common);
   c.pass = case_pass(o.common);
+  if (std::string e = apply_variant_options(o.common, c); !e.empty()) usage_error(e);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
     SpecialValue sv;
@@ -389,6 +390,10 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       c.values.domain = value_domain(o.common);
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
     }
+  } else if (o.sweep && case_variants(o.common)) {
+    for (Case& c : variant_sweep_grid(case_variants(o.common), o.seed, value_domain(o.common), case_dtype(o.common),
+                                      case_pass(o.common)))
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else if (o.sweep) {
     for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});

@@ -282,6 +282,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.limits.domain = value_domain(o.common);
   w.limits.dtype = case_dtype(o.common);
   w.limits.passes = static_cast<uint8_t>(1u << static_cast<int>(case_pass(o.common)));
+  w.limits.variants = case_variants(o.common);  // issue 28: --variant lets decoded cases use score variants
   if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
     usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " + o.common.dtype);
   w.out = o.common.out;

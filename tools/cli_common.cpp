@@ -325,6 +325,39 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)
       ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();
+  auto* vg = "Score variants (docs/semantics.md \"Variants\")";
+  app.add_option("--variant", o.variant,
+                 "score variants of generated cases: sink, softcap, alibi, bias, '+' or ',' separated, or all; with "
+                 "--sweep the variant sweep; a kernel that does not declare one is unsupported")
+      ->group(vg)
+      ->check(checked_by([](const std::string& t) -> std::string {
+        uint32_t bits = 0;
+        if (t == "all") return {};
+        std::string e = parse_variant_names(t, bits);
+        if (e.empty() && (bits & ~kCheckedVariants)) e = "only sink, softcap, alibi and bias are checked";
+        return e;
+      }));
+  app.add_option("--softcap", o.softcap, "with --variant softcap: s <- CAP tanh(s / CAP)")
+      ->group(vg)
+      ->check(real_range(0, 3e38, true))
+      ->capture_default_str();
+  app.add_option("--sink-range", o.sink_range, "with --variant sink: generated sink logits uniform in [-R, R]")
+      ->group(vg)
+      ->check(real_range(0, 1e30, true))
+      ->capture_default_str();
+  app.add_option("--bias-range", o.bias_range, "with --variant bias: generated bias uniform in [-R, R]")
+      ->group(vg)
+      ->check(real_range(0, 1e30, true))
+      ->capture_default_str();
+  app.add_option("--bias-broadcast", o.bias_broadcast,
+                 "with --variant bias: the dimensions the bias is broadcast over (stride 0), a subset of bhij "
+                 "(b batch, h query head, i query row, j key), e.g. bh")
+      ->group(vg)
+      ->check(checked_by([](const std::string& t) -> std::string {
+        for (char ch : t)
+          if (ch != 'b' && ch != 'h' && ch != 'i' && ch != 'j') return "'" + t + "' is not a subset of bhij";
+        return {};
+      }));
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
       ->group(r)
       ->check(non_empty())
@@ -376,6 +409,21 @@ ValueDomain value_domain(const CommonOptions& o) {
   ValueDomain d = ValueDomain::kIeee;
   (void)parse_value_domain(o.values, d);  // checked by the option table
   return d;
+}
+
+uint32_t case_variants(const CommonOptions& o) {
+  if (o.variant == "all") return kCheckedVariants;
+  uint32_t bits = 0;
+  (void)parse_variant_names(o.variant, bits);  // checked by the option table
+  return bits;
+}
+
+std::string apply_variant_options(const CommonOptions& o, Case& c) {
+  const uint32_t bits = case_variants(o);
+  if (!bits) return {};
+  c.variants.sink_range = o.sink_range;
+  c.variants.bias_range = o.bias_range;
+  return set_variants(c, bits, o.softcap, o.bias_broadcast);
 }
 
 int32_t case_dtype(const CommonOptions& o) {

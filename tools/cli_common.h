@@ -38,6 +38,12 @@ struct CommonOptions {
   std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
   std::string dtype = "f32";    // dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (attn-fuzz: | any)
   std::string pass = "fwd";     // pass of generated cases: fwd | bwd | fwdbwd (case.h Pass)
+  // Score variants of generated cases (issue 28; case.h VariantSpec): sink, softcap, alibi, bias ('+' or ','
+  // separated, or all); with --sweep the variant sweep (variant_sweep_grid).
+  std::string variant;
+  float softcap = 30;
+  double sink_range = 2, bias_range = 1;
+  std::string bias_broadcast;  // subset of "bhij"
   bool quiet = false;
   bool no_reports = false;
   // bounded output (issue 26): failures shown with evidence and a heatmap per kernel x class; the rest counted
@@ -61,6 +67,11 @@ ValueDomain value_domain(const CommonOptions& o);
 int32_t case_dtype(const CommonOptions& o);
 // The --pass of generated cases (add_common_options accepts only fwd, bwd and fwdbwd).
 Pass case_pass(const CommonOptions& o);
+// The --variant bits (AF_VARIANT_*; "all" = the four checked ones), 0 when none.
+uint32_t case_variants(const CommonOptions& o);
+// Applies --variant, --softcap, --sink-range, --bias-range, --bias-broadcast to a case built from flags. Returns an
+// error sentence or empty.
+std::string apply_variant_options(const CommonOptions& o, Case& c);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
 // allowed range; CLI11 prefixes the flag ("--sk: Value -1 not in range 0 to 2147483648"). Words and

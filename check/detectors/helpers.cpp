@@ -36,7 +36,7 @@ const Tensors& Context::view_tensors() {
 
 OracleResult Context::oracle(const Problem& p, const Tensors& t) {
   ++stats.oracles;
-  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), opts.oracle);
+  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), opts.oracle);
 }
 
 Problem Context::row_problem(int64_t b) const {

@@ -152,6 +152,20 @@ const char* pass_name(Pass p);  // "fwd", "bwd", "fwdbwd"
 std::string parse_pass(const std::string& text, Pass& out);
 inline bool has_backward(Pass p) { return p != Pass::kFwd; }
 
+// The values of a case's score variants (docs/semantics.md "Variants"). Which variants a case uses, the softcap
+// and the bias strides are fields of its problem (variants, softcap, bias_stride); this holds what the buffers
+// carry. Each list is either given (explicit, e.g. from a reproducer) or, when empty, generated from the seed.
+struct VariantSpec {
+  std::vector<float> sinks;         // [Hq] sink logits, each finite or -inf (= no sink for that head); empty:
+                                    // uniform in [-sink_range, sink_range] from stream (seed, 6)
+  double sink_range = 2;            // > 0
+  std::vector<float> alibi_slopes;  // [Hq] finite slopes; empty: alibi_default_slopes(Hq) (the paper's rule)
+  std::vector<float> bias;          // bias_elements(problem) floats with bias_stride; empty: uniform in
+                                    // [-bias_range, bias_range] from stream (seed, 7)
+  double bias_range = 1;            // > 0
+  bool operator==(const VariantSpec&) const = default;
+};
+
 // A test case. When explicit_values is set it *is* the input, and values/seed are provenance only.
 struct Case {
   Problem problem{};
@@ -161,6 +175,7 @@ struct Case {
   std::string label;  // optional human name ("tail-33x33-causal"), not part of the case's identity
   SeqLayout seqs;     // per-sequence lengths and pages when has_sequences(problem)
   Pass pass = Pass::kFwd;  // which pass is checked; backward cases also generate dO
+  VariantSpec variants;    // values of problem.variants' buffers (sinks, ALiBi slopes, bias)
 };
 
 // A case with make_problem(...) shape, uniform:1 values and the given seed.
@@ -195,7 +210,22 @@ struct Tensors {
   // block_table [B, max_pages_per_seq] (paged; entries past a sequence's pages name a spare page, or 0).
   std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k, block_table;
   std::vector<float> dout;            // backward cases: dO, o_elements(problem) floats with o strides; else empty
+  // Score variants (problem.variants): sinks [Hq], alibi_slopes [Hq], bias (bias_elements, bias_stride); empty
+  // where the problem does not use the variant.
+  std::vector<float> sinks, alibi_slopes, bias;
+  VariantInputs variant_inputs() const {
+    return {sinks.empty() ? nullptr : sinks.data(), alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
+            bias.empty() ? nullptr : bias.data()};
+  }
 };
+// " variants=sink+softcap sinks=uniform:2 softcap=30 alibi=default bias=uniform:1/bcast=bh" (empty without variants).
+std::string describe_variants(const Case& c);
+// Empty when c's variant fields agree with its problem (called by validate(Case)).
+std::string validate_variants(const Case& c);
+// Makes c use the score variants `bits` (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS) with generated values: the
+// softcap, and contiguous bias strides with the dimensions in bias_broadcast (a subset of "bhij") broadcast.
+// Returns an error sentence or empty.
+std::string set_variants(Case& c, uint32_t bits, float softcap = 30, const std::string& bias_broadcast = "");
 
 // Bit pattern written into stride gaps (elements no index of the problem addresses): a quiet NaN
 // with a recognisable payload, so a kernel that ignores the strides produces NaN instead of luck.
@@ -330,6 +360,13 @@ const std::vector<std::string>& sequence_layouts();
 // With a backward pass every case gets that pass (same labels and seeds: q, k, v are the forward grid's).
 std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee,
                              int32_t dtype = AF_DTYPE_F32, Pass pass = Pass::kFwd);
+// The variant sweep of attn-check --sweep --variant V (issue 28): every case of sweep_grid with the variants
+// `bits` (softcap 30; the bias broadcast cycling through none, b, h, bh, i, j, bhi), labelled "<variants>-<label>",
+// plus the variants' own edge cases: softcap over |s / cap| >> 88 (extreme logits, small caps), a dominant sink
+// and sinks of -inf, sinks on fully masked rows, ALiBi over 12 and 6 heads (not powers of two) and long rows,
+// bias broadcasts with batch and GQA, -inf and large bias values. Seeds from base_seed and the label.
+std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee,
+                                     int32_t dtype = AF_DTYPE_F32, Pass pass = Pass::kFwd);
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnfuzz/abi.h"
 
@@ -17,7 +18,7 @@ Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
                      int64_t head_dim, int64_t head_dim_v);
 
 // p with another shape, dense and contiguous: the same heads, scale (kept, not the new D's default), mask,
-// dtype, fp8 scales and tunables.
+// dtype, fp8 scales, tunables and score variants (the bias broadcast over the same dimensions).
 Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t seq_k, int64_t head_dim,
                         int64_t head_dim_v);
 // The same with other head counts too (heads_kv must divide heads_q), e.g. one (b, h) slice: B = Hq = Hkv = 1.
@@ -101,5 +102,42 @@ inline int64_t lse_index(const Problem& p, int64_t b, int64_t h, int64_t s) {
 }
 // The kv head read by query head h (GQA / MQA).
 inline int64_t kv_head(const Problem& p, int64_t h) { return h / (p.heads_q / p.heads_kv); }
+
+// ---- Score variants (docs/semantics.md "Variants"; issue 28): sinks, softcap, ALiBi, additive bias ----------
+// The variants the tool checks (a subset of AF_VARIANTS_KNOWN; a case using another is refused with a reason).
+constexpr uint32_t kCheckedVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+// "sink", "softcap", "alibi", "bias", ... for one AF_VARIANT_* bit; "" for an unknown bit.
+const char* variant_name(uint32_t bit);
+// "sink+softcap" for a bit set ("none" for 0); parse_variant_names takes the same form (also ',' separated).
+std::string variant_names(uint32_t bits);
+std::string parse_variant_names(const std::string& text, uint32_t& out);
+
+// The values a problem's variants read (af_buffers' sinks / alibi_slopes / bias on the host): nullptr where the
+// problem does not use the variant. sinks [Hq], alibi_slopes [Hq], bias with p.bias_stride (bias_elements floats).
+struct VariantInputs {
+  const float* sinks = nullptr;
+  const float* alibi_slopes = nullptr;
+  const float* bias = nullptr;
+};
+// Elements the bias tensor spans with p.bias_stride (0 when the problem has no bias).
+int64_t bias_elements(const Problem& p);
+inline int64_t bias_index(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3];
+}
+// Contiguous bias strides [B, Hq, Sq, Sk] with the dimensions named in `broadcast` ("b", "h", "i", "j", any
+// subset, e.g. "bh") given stride 0. Returns an error sentence or empty.
+std::string set_bias_strides(Problem& p, const std::string& broadcast);
+// The broadcast dimensions of p's bias ("bh", "" = none): the inverse of set_bias_strides for its layouts.
+std::string bias_broadcast(const Problem& p);
+// The ALiBi paper's slopes for n heads (Press et al. 2022, the reference get_slopes): for a power of two n,
+// 2^(-8 (h + 1) / n); otherwise the slopes of the largest power of two P < n followed by every other slope of
+// 2P (the first n - P of them). Rounded to fp32.
+std::vector<float> alibi_default_slopes(int64_t heads);
+// The ALiBi term of (i, j): -slope * |j - (i + off)| with off of the mask alignment (Sk - Sq bottom-right).
+inline double alibi_term(const Problem& p, double slope, int64_t i, int64_t j) {
+  const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+  const int64_t dist = j - (i + off);
+  return -slope * static_cast<double>(dist < 0 ? -dist : dist);
+}
 
 }  // namespace attnfuzz

@@ -37,7 +37,9 @@ enum class FailureClass {
   kSplitKv,    // failure appears / vanishes as the declared KV split count changes
   kTail,       // failure vanishes when the case is padded without changing the exact result
   kWrong,      // far beyond the bound with no signature
-  kLastClass = kWrong,
+  // Added with issue 28 (appended: ordinals stay put).
+  kIgnoredParameter,  // the output matches the exact result with a variant's parameter switched off / replaced
+  kLastClass = kIgnoredParameter,
 };
 const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
 bool parse_failure_class(const std::string& text, FailureClass& out);
@@ -50,7 +52,7 @@ struct ElementReport {
   double got = 0;                      // what the kernel wrote (float widened)
   double bound = 0;                    // allowed |got - expected|
   double ratio = 0;                    // |got - expected| / bound; +inf for a NaN/Inf mismatch
-  std::string tensor;  // backward: "dQ", "dK" or "dV" (then h is the KV head and s the key for dK / dV;
+  std::string tensor;  // backward: "dQ", "dK", "dV", "dSink" (h) or "dBias" (b, h, s = i, d = j) (then h is the KV head and s the key for dK / dV;
                        // is_lse false); empty: O or LSE (is_lse)
 };
 // The element as reasons, the console and JUnit name it: "O[b=0,s=3,h=1,d=2]", "LSE[b=0,h=1,s=3]",

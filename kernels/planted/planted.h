@@ -20,7 +20,8 @@ constexpr size_t kSplitKvBugCount = 3;       // split_kv_bugs.hip
 constexpr size_t kLowpBugCount = 8;          // lowp_bugs.hip (f16 / bf16 / fp8)
 constexpr size_t kVarlenBugCount = 4;        // varlen_bugs.hip
 constexpr size_t kPagedDecodeBugCount = 5;   // paged_decode_bugs.hip
-constexpr size_t kBackwardBugCount = 10;      // backward_bugs.hip
+constexpr size_t kBackwardBugCount = 10;     // backward_bugs.hip
+constexpr size_t kVariantBugCount = 6;       // variant_bugs.hip (issue 28: sinks, softcap, ALiBi, bias)
 
 const af_kernel* flash_bugs();         // kFlashBugCount entries
 const af_kernel* online_row_bugs();    // kOnlineRowBugCount entries
@@ -30,5 +31,6 @@ const af_kernel* lowp_bugs();          // kLowpBugCount entries
 const af_kernel* varlen_bugs();        // kVarlenBugCount entries
 const af_kernel* paged_decode_bugs();  // kPagedDecodeBugCount entries
 const af_kernel* backward_bugs();      // kBackwardBugCount entries
+const af_kernel* variant_bugs();       // kVariantBugCount entries
 
 }  // namespace attnfuzz_planted

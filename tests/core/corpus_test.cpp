@@ -351,5 +351,58 @@ TEST(CorpusErrors, RandomMutationsNeverEscapeAsOtherExceptions) {
   RecordProperty("parsed", parsed);
 }
 
+
+// Score variants (issue 28): the case file's variants block round-trips (generated and given values), describe names
+// them, generation is deterministic and leaves q, k, v unchanged, and invalid variant values are refused.
+TEST(CorpusVariants, RoundTripDescribeValidate) {
+  Case c = make_case(make_problem(2, 12, 4, 9, 14, 16, 16), 77);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS, 7.5f, "bi"), "");
+  c.variants.sink_range = 3;
+  const Case back = case_from_json(case_to_json(c));
+  EXPECT_EQ(case_to_json(back).dump(), case_to_json(c).dump());
+  EXPECT_EQ(back.problem.variants, c.problem.variants);
+  EXPECT_EQ(back.problem.softcap, 7.5f);
+  EXPECT_EQ(bias_broadcast(back.problem), "bi");
+  EXPECT_EQ(back.variants, c.variants);
+  const std::string d = describe(c);
+  for (const char* w : {"variants=sink+softcap+alibi+bias", "softcap=7.5", "bias-bcast=bi", "sinks=uniform:3",
+                        "slopes=default", "bias=uniform:1"})
+    EXPECT_NE(d.find(w), std::string::npos) << d;
+  const Tensors t = generate(c), t2 = generate(c);
+  EXPECT_EQ(t.sinks, t2.sinks);
+  EXPECT_EQ(t.bias, t2.bias);
+  EXPECT_EQ(t.sinks.size(), 12u);
+  EXPECT_EQ(t.alibi_slopes, alibi_default_slopes(12));
+  EXPECT_EQ(static_cast<int64_t>(t.bias.size()), 12 * 14);  // broadcast over b and i: [Hq, Sk]
+  Case plain = c;
+  ASSERT_EQ(set_variants(plain, 0), "");
+  EXPECT_EQ(generate(plain).q, t.q);  // the variants' own streams leave q, k, v alone
+  EXPECT_EQ(generate(plain).k, t.k);
+  // Given values round-trip too (a -inf sink = no sink for that head).
+  Case g = c;
+  g.variants.sinks.assign(12, 0.5f);
+  g.variants.sinks[3] = -INFINITY;
+  g.variants.bias.assign(static_cast<size_t>(bias_elements(g.problem)), -1.25f);
+  g.variants.alibi_slopes.assign(12, 0.125f);
+  EXPECT_EQ(validate(g), "");
+  EXPECT_EQ(case_from_json(case_to_json(g)).variants, g.variants);
+  // Refused: a NaN / +inf sink, a softcap <= 0, wrong counts, a variant on a sequence layout.
+  Case bad = g;
+  bad.variants.sinks[0] = NAN;
+  EXPECT_NE(validate(bad), "");
+  bad = g;
+  bad.variants.sinks[0] = INFINITY;
+  EXPECT_NE(validate(bad), "");
+  bad = g;
+  bad.problem.softcap = 0;
+  EXPECT_NE(validate(bad), "");
+  bad = g;
+  bad.variants.alibi_slopes.pop_back();
+  EXPECT_NE(validate(bad), "");
+  bad = c;
+  bad.problem.variants |= AF_VARIANT_DROPOUT;
+  EXPECT_NE(validate(bad), "");
+}
+
 }  // namespace
 }  // namespace attnfuzz

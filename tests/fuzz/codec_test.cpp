@@ -290,6 +290,37 @@ TEST(BackwardPass, MutationsReachEveryAllowedPassAndMaterializeKeepsDout) {
   EXPECT_EQ(seen.size(), 2u);
 }
 
+// Score variants (issue 28): the last field; limits without variants decode every input without them (as before),
+// limits with them reach every variant, round-trip exactly, and mutations keep the case in the domain.
+TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
+  Rng rng(43);
+  FuzzLimits none, all;
+  all.variants = kCheckedVariants;
+  uint32_t seen = 0;
+  int with_bias_bcast = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const auto b = random_bytes(rng, 300);
+    EXPECT_EQ(decode(b.data(), b.size(), none).the_case.problem.variants, 0u);
+    const FuzzInput in = decode(b.data(), b.size(), all);
+    ASSERT_EQ(in_domain(in.the_case, all), "") << text(in);
+    const auto e = encode(in, all);
+    ASSERT_EQ(text(decode(e.data(), e.size(), all)), text(in));
+    seen |= in.the_case.problem.variants;
+  }
+  const CaseDomain dom(all);
+  FuzzInput in = dom.init(rng);
+  for (int i = 0; i < 3000; ++i) {
+    dom.mutate(in, rng);
+    ASSERT_EQ(dom.validate(in.the_case), "") << text(in);
+    const auto e = encode(in, all);
+    ASSERT_EQ(text(decode(e.data(), e.size(), all)), text(in));
+    seen |= in.the_case.problem.variants;
+    with_bias_bcast += (in.the_case.problem.variants & AF_VARIANT_BIAS) && !bias_broadcast(in.the_case.problem).empty();
+  }
+  EXPECT_EQ(seen, kCheckedVariants);
+  EXPECT_GT(with_bias_bcast, 0);
+}
+
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {
   Case c = make_case(make_problem(3, 4, 2, 100, 90, 64, 64), 1);
   (void)parse_mask("causal-br", c.problem);

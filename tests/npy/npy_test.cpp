@@ -336,3 +336,43 @@ TEST(Npy, Version3FilesRead) {
 }
 
 }  // namespace
+
+// Score variants (issue 28): sinks.npy, alibi_slopes.npy, bias.npy (size-1 dimensions broadcast) and the sidecar's
+// softcap describe the problem; the flash kernel's output of the same variant case passes, the output computed
+// without the sink fails.
+TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
+  const fs::path dir = fresh("variants");
+  fs::create_directories(dir);
+  Problem p = make_problem(2, 2, 1, 9, 14, 16, 16);
+  ASSERT_EQ(parse_mask("causal-br", p), "");
+  Case c = make_case(p, 11);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS, 5.0f, "b"), "");
+  PreparedCase pc(c);
+  const Tensors& t = pc.tensors();
+  auto dev = open_device("cpu", DeviceOptions{});
+  const KernelEntry& k = *Registry::global().select(Backend::kCpu, "flash-bm16-bn32").at(0);
+  const LaunchOutcome out = launch_guarded(*dev, k, pc.problem(), t, RunOptions{});
+  const Problem& q = pc.problem();
+  write_array(dir / "q.npy", {q.batch, q.seq_q, q.heads_q, q.head_dim}, t.q.data());
+  write_array(dir / "k.npy", {q.batch, q.seq_k, q.heads_kv, q.head_dim}, t.k.data());
+  write_array(dir / "v.npy", {q.batch, q.seq_k, q.heads_kv, q.head_dim_v}, t.v.data());
+  write_array(dir / "o.npy", {q.batch, q.seq_q, q.heads_q, q.head_dim_v}, out.o.data());
+  write_array(dir / "lse.npy", {q.batch, q.heads_q, q.seq_q}, out.lse.data());
+  write_array(dir / "sinks.npy", {q.heads_q}, t.sinks.data());
+  write_array(dir / "alibi_slopes.npy", {q.heads_q}, t.alibi_slopes.data());
+  write_array(dir / "bias.npy", {1, q.heads_q, q.seq_q, q.seq_k}, t.bias.data());
+  {
+    std::ofstream sc(dir / "case.json");
+    sc << "{\"mask\": \"causal-br\", \"softcap\": 5}\n";
+  }
+  const External ext = load_external(files_in(dir), resolve_spec(dir / "case.json", {}));
+  EXPECT_EQ(ext.problem.variants, static_cast<uint32_t>(AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI |
+                                                        AF_VARIANT_BIAS));
+  EXPECT_EQ(bias_broadcast(ext.problem), "b");
+  const Judged j = judge_external(ext, OracleOptions{});
+  EXPECT_EQ(j.result.verdict, Verdict::kPass) << j.result.reason;
+  // Without sinks.npy the same output is judged against the sink-free exact result: it fails.
+  fs::remove(dir / "sinks.npy");
+  const Judged no_sink = judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{});
+  EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
+}

@@ -99,6 +99,9 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            Catch{Property::kDeterminism, "planted-no-score-barrier"},
                                            Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
                                            Catch{Property::kPacking, "planted-varlen-cu-off-by-one"},
+                                           // Score variants (issue 28): a huge softcap against none (an
+                                           // exp-based tanh cancels to 0 there).
+                                           Catch{Property::kVariants, "planted-softcap-exp"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

@@ -1,0 +1,175 @@
+// ignored_param.cpp - ignored-parameter: the failing output re-judged against the exact result with one of the case's
+// score variants switched off (no sink, no softcap, no ALiBi, no bias) or its parameter replaced by what a kernel
+// that ignores the given buffer uses instead (ALiBi slopes by the power-of-two rule; a bias broadcast over a
+// dimension along which the case's bias has its own values). A match within the bound names the parameter.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "check/compare.h"
+#include "check/detectors/detectors.h"
+
+namespace attnfuzz::detect {
+
+namespace {
+
+// One re-judgement: the problem (and inputs) of the exact result the kernel may have computed instead.
+struct Probe {
+  std::string what;  // "the sink (AF_VARIANT_SINK)": what the kernel ignored
+  Problem p;
+  std::optional<Tensors> t;  // other variant values (nullopt: the case's)
+};
+
+bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+std::vector<Probe> probes(const Problem& p, const Tensors& t) {
+  std::vector<Probe> out;
+  static const std::pair<uint32_t, const char*> kOff[] = {
+      {AF_VARIANT_SINK, "the sink logits (buffers.sinks): the output is the softmax without the sink"},
+      {AF_VARIANT_SOFTCAP, "the softcap (problem.softcap): the output is the uncapped softmax"},
+      {AF_VARIANT_ALIBI, "the ALiBi slopes (buffers.alibi_slopes): the output has no ALiBi term"},
+      {AF_VARIANT_BIAS, "the bias (buffers.bias): the output has no additive bias"},
+  };
+  for (const auto& [bit, what] : kOff) {
+    if (!(p.variants & bit)) continue;
+    Probe pr{what, p, std::nullopt};
+    pr.p.variants &= ~bit;
+    out.push_back(std::move(pr));
+  }
+  if ((p.variants & AF_VARIANT_ALIBI) && !power_of_two(p.heads_q)) {
+    // A kernel that computes its own slopes 2^(-8 (h + 1) / Hq): right for a power-of-two head count only.
+    Probe pr{fmt("the given ALiBi slopes (buffers.alibi_slopes): the output matches the slopes 2^(-8 (h + 1) / Hq) "
+                 "of the power-of-two rule, which the ALiBi paper replaces for Hq = %lld (not a power of two)",
+                 (long long)p.heads_q),
+             p, t};
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      pr.t->alibi_slopes[static_cast<size_t>(h)] =
+          static_cast<float>(std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(p.heads_q)));
+    out.push_back(std::move(pr));
+  }
+  if (p.variants & AF_VARIANT_BIAS) {
+    static const char* const kDim[4] = {"batch", "query head", "query row", "key"};
+    const int64_t ext[4] = {p.batch, p.heads_q, p.seq_q, p.seq_k};
+    for (int d = 0; d < 4; ++d) {
+      if (p.bias_stride[d] == 0 || ext[d] < 2) continue;
+      Probe pr{fmt("bias_stride[%d] (the %s stride of the bias): the output matches the bias broadcast over the %s "
+                   "(index 0 everywhere) while the case's bias has its own values per %s",
+                   d, kDim[d], kDim[d], kDim[d]),
+               p, std::nullopt};
+      pr.p.bias_stride[d] = 0;
+      out.push_back(std::move(pr));
+    }
+  }
+  return out;
+}
+
+Finding gradient_probes(Context& c) {
+  Finding f;
+  const Problem& p = c.pc.problem();
+  const LaunchOutcome& out = c.original();
+  const Tensors& t = c.tensors();
+  // d sink left 0: every head's d sink exactly 0 where the exact one is beyond its bound from 0.
+  if (c.j.result.tensor == "dSink" && !out.dsinks.empty()) {
+    const GradResult g = grad_oracle_for(c.pc, out, c.opts);
+    int64_t zero = 0, visible = 0;
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const double ex = g.dsinks[static_cast<size_t>(h)], bd = g.dsinks_bound[static_cast<size_t>(h)];
+      if (!(std::fabs(ex) > bd)) continue;
+      ++visible;
+      zero += out.dsinks[static_cast<size_t>(h)] == 0.0f;
+    }
+    if (visible > 0 && zero == visible) {
+      f.fired = true;
+      f.cls = FailureClass::kIgnoredParameter;
+      f.evidence.push_back({"ignored-parameter", fmt("the sink's gradient: d sink is exactly 0 at all %lld head(s) whose "
+                                                     "exact d sink is beyond its bound from 0 (the backward ignores the "
+                                                     "sink; dQ, dK, dV are judged separately)",
+                                                     (long long)visible)});
+      return f;
+    }
+  }
+  const std::vector<float>& o = c.pass() == Pass::kBwd ? c.pc.given_o(c.opts.oracle) : out.o;
+  const std::vector<float>& lse = c.pass() == Pass::kBwd ? c.pc.given_lse(c.opts.oracle) : out.lse;
+  if (lse.empty()) return f;
+  for (const Probe& pr : probes(p, t)) {
+    const Tensors& pt = pr.t ? *pr.t : t;
+    GradOptions go = grad_options(c.opts.oracle);
+    ++c.stats.oracles;
+    const GradResult g =
+        compute_grad_oracle(pr.p, pt.q.data(), pt.k.data(), pt.v.data(), pt.dout.data(), o.data(), lse.data(),
+                            pt.variant_inputs(), go);
+    CheckResult r;
+    compare_gradients(pr.p, g, out.dq.data(), out.dk.data(), out.dv.data(), r);
+    if (r.verdict == Verdict::kPass) {
+      f.fired = true;
+      f.cls = FailureClass::kIgnoredParameter;
+      f.evidence.push_back({"ignored-parameter", "the backward ignores " + pr.what + ": dQ, dK, dV are within the bound "
+                                                 "of that problem's exact gradients" + fmt(" (max ratio %.3g)", r.max_ratio)});
+      return f;
+    }
+    f.evidence.push_back({"ignored-parameter", "not " + pr.what.substr(0, pr.what.find(':')) +
+                                                   fmt(": the gradients stay beyond the bound (max ratio %.3g)", r.max_ratio)});
+  }
+  return f;
+}
+
+}  // namespace
+
+Finding ignored_parameter(Context& c) {
+  Finding f;
+  const Problem& p = c.problem();
+  if (!p.variants) return f;
+  if (c.gradient_failure()) return gradient_probes(c);
+  const std::vector<RowKey> rows = failing_rows(c);
+  if (rows.empty()) return f;
+  const LaunchOutcome& out = c.original();
+  const OracleResult& exact = c.pc.oracle(c.opts.oracle);
+  for (const Probe& pr : probes(p, c.tensors())) {
+    const OracleResult ex = c.oracle(pr.p, pr.t ? *pr.t : c.tensors());
+    int64_t match = 0, visible = 0;
+    double worst = 0;
+    std::vector<int64_t> where;
+    for (const RowKey& r : rows) {
+      double rr = row_ratio(pr.p, ex, out, r.b, r.h, r.s);
+      // Never a NaN = NaN "match": a row whose other exact result is NaN says nothing about the parameter.
+      for (int64_t d = 0; d < p.head_dim_v; ++d)
+        if (std::isnan(ex.o[ex.o_at(r.b, r.s, r.h, d)])) rr = std::numeric_limits<double>::infinity();
+      if (rr <= 1) ++match;
+      // The parameter's effect must be visible on the row: the other exact result is itself beyond the case's bound
+      // (else a kernel that is merely imprecise would "match" a parameter that changes nothing there).
+      bool vis = false;
+      for (int64_t d = 0; d < p.head_dim_v && !vis; ++d) {
+        const size_t e = exact.o_at(r.b, r.s, r.h, d);
+        vis = judge_element(exact.o[e], static_cast<float>(ex.o[e]), exact.o_bound[e]).fail;
+      }
+      if (!vis && !out.lse.empty()) {
+        const size_t e = exact.lse_at(r.b, r.h, r.s);
+        vis = judge_element(exact.lse[e], static_cast<float>(ex.lse[e]), exact.lse_bound[e]).fail;
+      }
+      visible += vis;
+      if (!std::isnan(rr)) worst = std::max(worst, rr);
+      if (where.size() < 64) where.push_back(r.s);
+    }
+    std::sort(where.begin(), where.end());
+    where.erase(std::unique(where.begin(), where.end()), where.end());
+    if (match == static_cast<int64_t>(rows.size()) && visible == match) {
+      // The row's whole output (O and LSE) matches the other exact result: every other row already passes.
+      f.fired = true;
+      f.cls = FailureClass::kIgnoredParameter;
+      f.evidence.push_back({"ignored-parameter", fmt("the kernel ignores %s: all %lld failing row(s) (s = %s) are within "
+                                                     "the bound of that exact result (max ratio %.3g against it, %.3g "
+                                                     "against the case's)",
+                                                     pr.what.c_str(), (long long)rows.size(), ranges(where).c_str(),
+                                                     worst, c.j.result.max_ratio)});
+      return f;
+    }
+    f.evidence.push_back({"ignored-parameter", fmt("not %s: %lld of %lld failing row(s) match it (max ratio %.3g), on "
+                                                   "%lld its effect is beyond the bound",
+                                                   pr.what.substr(0, pr.what.find(':')).c_str(), (long long)match,
+                                                   (long long)rows.size(), worst, (long long)visible)});
+  }
+  return f;
+}
+
+}  // namespace attnfuzz::detect

@@ -1,0 +1,208 @@
+// variants_test.cpp - the score variants in the oracle (issue 28): sinks, softcap, ALiBi, bias against hand-computed
+// values; the fast path against the multiprecision arbiter; gradients (d sink, d bias, dQ through tanh) against
+// central finite differences of the exact forward; the sink alone on an empty row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "oracle/grad.h"
+#include "oracle/oracle.h"
+
+namespace attnfuzz {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+OracleOptions one_thread() {
+  OracleOptions o;
+  o.threads = 1;
+  return o;
+}
+
+// One row, D = Dv = 1: q = 1, k = (1, 0), v = (1, 0), scale 1: raw scores (1, 0).
+struct Tiny {
+  Problem p = make_problem(1, 1, 1, 1, 2, 1, 1);
+  std::vector<float> q{1.0f}, k{1.0f, 0.0f}, v{1.0f, 0.0f};
+  std::vector<float> sinks{0.0f}, slopes{0.5f}, bias{0.25f, -0.75f};
+  Tiny() {
+    p.scale = 1.0f;
+    p.mask_align = AF_ALIGN_TOP_LEFT;  // ALiBi distances from key 0 (make_problem aligns bottom-right)
+  }
+  VariantInputs vars() const { return {sinks.data(), slopes.data(), bias.data()}; }
+  OracleResult run() const { return compute_oracle(p, q.data(), k.data(), v.data(), vars(), one_thread()); }
+};
+
+// Exact O and LSE of one row from final scores s and an optional sink.
+void expect_row(const OracleResult& r, double s0, double s1, double sink, bool has_sink) {
+  const double m = std::max({s0, s1, has_sink ? sink : -kInf});
+  const double L = std::exp(s0 - m) + std::exp(s1 - m) + (has_sink ? std::exp(sink - m) : 0.0);
+  EXPECT_NEAR(r.o[0], std::exp(s0 - m) / L, 1e-15);
+  EXPECT_NEAR(r.lse[0], m + std::log(L), 1e-15);
+  EXPECT_GT(r.o_bound[0], 0.0);
+}
+
+TEST(OracleVariants, SinkEntersTheDenominatorOnly) {
+  Tiny t;
+  t.p.variants = AF_VARIANT_SINK;
+  expect_row(t.run(), 1, 0, 0, true);  // O = e / (e + 1 + 1), LSE = log(e + 2)
+  t.sinks[0] = -std::numeric_limits<float>::infinity();  // -inf = no sink
+  expect_row(t.run(), 1, 0, 0, false);
+}
+
+TEST(OracleVariants, SoftcapAlibiAndBias) {
+  Tiny t;
+  t.p.variants = AF_VARIANT_SOFTCAP;
+  t.p.softcap = 0.5f;
+  expect_row(t.run(), 0.5 * std::tanh(2.0), 0, 0, false);
+  t.p.variants = AF_VARIANT_ALIBI;  // top-left: key 0 at distance 0, key 1 at distance 1
+  expect_row(t.run(), 1, -0.5, 0, false);
+  t.p.variants = AF_VARIANT_BIAS;
+  ASSERT_EQ(set_bias_strides(t.p, "bhi"), "");
+  expect_row(t.run(), 1.25, -0.75, 0, false);
+  t.p.variants = AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS | AF_VARIANT_SINK;
+  expect_row(t.run(), 0.5 * std::tanh(2.0) + 0.25, -0.75 - 0.5, 0, true);
+}
+
+TEST(OracleVariants, AlibiFollowsTheMaskAlignment) {
+  Tiny t;
+  t.p.variants = AF_VARIANT_ALIBI;
+  t.p.mask_align = AF_ALIGN_BOTTOM_RIGHT;  // off = Sk - Sq = 1: key 1 is on the diagonal
+  expect_row(t.run(), 1 - 0.5, 0, 0, false);
+}
+
+TEST(OracleVariants, SinkAloneOnAnEmptyRow) {
+  Problem p = make_problem(1, 1, 1, 2, 1, 4, 4);  // causal-br with Sq > Sk: row 0 sees no key
+  ASSERT_EQ(parse_mask("causal-br", p), "");
+  p.variants = AF_VARIANT_SINK;
+  std::vector<float> q(8, 0.5f), k(4, 0.25f), v(4, 1.0f), sinks{1.5f};
+  const OracleResult r = compute_oracle(p, q.data(), k.data(), v.data(), VariantInputs{sinks.data()}, one_thread());
+  EXPECT_EQ(r.o[r.o_at(0, 0, 0, 0)], 0.0);
+  EXPECT_EQ(r.o_bound[r.o_at(0, 0, 0, 0)], 0.0);  // exactly 0
+  EXPECT_EQ(r.lse[r.lse_at(0, 0, 0)], 1.5);       // LSE = the sink
+  EXPECT_GT(r.lse_bound[r.lse_at(0, 0, 0)], 0.0);
+  EXPECT_EQ(r.row(0, 0, 0).kind, RowKind::kNormal);
+}
+
+TEST(OracleVariants, MissingValuesAreRefused) {
+  Tiny t;
+  t.p.variants = AF_VARIANT_SINK;
+  EXPECT_THROW(compute_oracle(t.p, t.q.data(), t.k.data(), t.v.data(), one_thread()), std::invalid_argument);
+}
+
+TEST(OracleVariants, SoftcapOfHugeLogitsStaysFinite) {
+  // |s / cap| >> 88: cap tanh(s / cap) = +-cap; an exp-based tanh would give inf / inf.
+  Tiny t;
+  t.q = {1e4f};
+  t.k = {1e4f, -1e4f};
+  t.p.variants = AF_VARIANT_SOFTCAP;
+  t.p.softcap = 5.0f;
+  expect_row(t.run(), 5, -5, 0, false);
+}
+
+// A random problem with every variant; the fast path agrees with the arbiter within its own error.
+struct Rand {
+  Problem p;
+  std::vector<float> q, k, v, dout, sinks, slopes, bias;
+  explicit Rand(uint32_t seed, const char* mask = "causal-br", const char* bcast = "b") {
+    p = make_problem(2, 4, 2, 9, 13, 8, 8);
+    EXPECT_EQ(parse_mask(mask, p), "");
+    p.variants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+    p.softcap = 1.5f;
+    EXPECT_EQ(set_bias_strides(p, bcast), "");
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(-1.5f, 1.5f);
+    for (auto* x : {&q, &k, &v, &dout}) x->clear();
+    q.resize(static_cast<size_t>(q_elements(p)));
+    k.resize(static_cast<size_t>(k_elements(p)));
+    v.resize(static_cast<size_t>(v_elements(p)));
+    dout.resize(static_cast<size_t>(o_elements(p)));
+    sinks.resize(4);
+    bias.resize(static_cast<size_t>(bias_elements(p)));
+    for (auto* x : {&q, &k, &v, &dout, &sinks, &bias})
+      for (float& e : *x) e = u(g);
+    slopes = alibi_default_slopes(4);
+  }
+  VariantInputs vars() const { return {sinks.data(), slopes.data(), bias.data()}; }
+};
+
+TEST(OracleVariants, FastPathMatchesTheArbiter) {
+  const Rand c(7);
+  OracleOptions fast = one_thread(), mp = one_thread();
+  mp.force_multiprecision = true;
+  const OracleResult a = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), fast);
+  const OracleResult b = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), mp);
+  for (size_t i = 0; i < a.o.size(); ++i) EXPECT_NEAR(a.o[i], b.o[i], 1e-13 + a.o_err[i]) << i;
+  for (size_t i = 0; i < a.lse.size(); ++i) EXPECT_NEAR(a.lse[i], b.lse[i], 1e-12) << i;
+  EXPECT_EQ(b.rows_mp, b.rows_computed);
+}
+
+TEST(OracleVariants, AlibiDefaultSlopesFollowThePaper) {
+  const std::vector<float> s8 = alibi_default_slopes(8);
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(s8[h], std::exp2(-(h + 1.0)));
+  // 12 heads: the 8 slopes of 8 heads, then every other slope of 16 heads (2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5).
+  const std::vector<float> s12 = alibi_default_slopes(12);
+  ASSERT_EQ(s12.size(), 12u);
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(s12[h], s8[h]);
+  for (int x = 0; x < 4; ++x) EXPECT_EQ(s12[8 + x], static_cast<float>(std::exp2(-0.5 - x)));
+}
+
+// Loss = sum dO . O of the exact forward as a function of one input (for finite differences).
+double loss(const Rand& c) {
+  OracleOptions o = one_thread();
+  o.baseline = false;
+  const OracleResult r = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), o);
+  double l = 0;
+  for (int64_t b = 0; b < c.p.batch; ++b)
+    for (int64_t s = 0; s < c.p.seq_q; ++s)
+      for (int64_t h = 0; h < c.p.heads_q; ++h)
+        for (int64_t d = 0; d < c.p.head_dim_v; ++d)
+          l += static_cast<double>(c.dout[o_index(c.p, b, s, h, d)]) * r.o[r.o_at(b, s, h, d)];
+  return l;
+}
+
+template <class F>
+double central(Rand c, float& (*at)(Rand&, size_t), size_t i, F&&) {
+  const float x0 = at(c, i);
+  const float h = 1.0f / 1024;
+  at(c, i) = x0 + h;
+  const double lp = loss(c);
+  at(c, i) = x0 - h;
+  const double lm = loss(c);
+  return (lp - lm) / (2.0 * h);
+}
+
+TEST(OracleVariants, GradientsMatchFiniteDifferences) {
+  for (const char* bcast : {"", "b", "bh", "i"}) {
+    Rand c(11, "causal-br", bcast);
+    OracleOptions fo = one_thread();
+    fo.baseline = false;
+    const OracleResult F = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), fo);
+    std::vector<float> o(static_cast<size_t>(o_elements(c.p))), lse(static_cast<size_t>(lse_elements(c.p)));
+    for (int64_t b = 0; b < c.p.batch; ++b)
+      for (int64_t h = 0; h < c.p.heads_q; ++h)
+        for (int64_t s = 0; s < c.p.seq_q; ++s) {
+          lse[lse_index(c.p, b, h, s)] = static_cast<float>(F.lse[F.lse_at(b, h, s)]);
+          for (int64_t d = 0; d < c.p.head_dim_v; ++d)
+            o[o_index(c.p, b, s, h, d)] = static_cast<float>(F.o[F.o_at(b, s, h, d)]);
+        }
+    GradOptions go;
+    go.fwd = fo;
+    const GradResult g =
+        compute_grad_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.dout.data(), o.data(), lse.data(), c.vars(), go);
+    ASSERT_TRUE(g.inside_contract) << g.why;
+    ASSERT_EQ(g.dsinks.size(), 4u);
+    ASSERT_EQ(g.dbias.size(), c.bias.size());
+    auto sink_at = +[](Rand& r, size_t i) -> float& { return r.sinks[i]; };
+    auto bias_at = +[](Rand& r, size_t i) -> float& { return r.bias[i]; };
+    auto q_at = +[](Rand& r, size_t i) -> float& { return r.q[i]; };
+    for (size_t h = 0; h < 4; ++h) EXPECT_NEAR(g.dsinks[h], central(c, sink_at, h, 0), 2e-5) << bcast << " h " << h;
+    for (size_t e = 0; e < c.bias.size(); e += 7) EXPECT_NEAR(g.dbias[e], central(c, bias_at, e, 0), 2e-5) << bcast << e;
+    for (size_t e = 0; e < c.q.size(); e += 5)
+      EXPECT_NEAR(g.dq[g.dq_at(e / (4 * 8 * 9), (e / 32) % 9, (e / 8) % 4, e % 8)], central(c, q_at, e, 0), 2e-5) << e;
+  }
+}
+
+}  // namespace
+}  // namespace attnfuzz

@@ -179,17 +179,20 @@ TEST_P(Planted, DetectedAndRightlyClassifiedWithinTheBudget) {
   ADD_FAILURE() << name << " passed all " << checked << " supported budget cases";
 }
 
+// A kernel name as a gtest parameter name ('-' is not allowed there).
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
 std::vector<std::string> planted_names() {
   std::vector<std::string> v;
   for (const auto& [n, c] : kExpected) v.push_back(n);
   return v;
 }
-INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()), [](const auto& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(All, Planted, ::testing::ValuesIn(planted_names()), param_name);
 
 // ---- backward (issue 14) -------------------------------------------------------------------------------
 // The backward table of kernels/planted/README.md ("## Backward bugs"): per planted-bwd kernel the class and
@@ -291,12 +294,7 @@ std::vector<std::string> planted_bwd_names() {
     if (!e.lowp) v.push_back(n);  // low-precision rows: PlantedBwdLowp (tests/kernels/planted/bwd_planted_test.cpp)
   return v;
 }
-INSTANTIATE_TEST_SUITE_P(All, PlantedBwd, ::testing::ValuesIn(planted_bwd_names()), [](const auto& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(All, PlantedBwd, ::testing::ValuesIn(planted_bwd_names()), param_name);
 
 TEST(PlantedBackward, NoCorrectBackwardKernelFailsTheBudget) {
   load();
@@ -431,12 +429,7 @@ std::vector<std::string> planted_variant_names() {
   for (const auto& [n, e] : kExpectedVariants) v.push_back(n);
   return v;
 }
-INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), [](const auto& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), param_name);
 
 }  // namespace
 }  // namespace attnfuzz

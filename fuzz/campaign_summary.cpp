@@ -139,18 +139,27 @@ void print_failures(const Outcome& r, const RunRecord& rec) {
     const FailureTimes* t = times_of(r, r.found[i]);
     return t ? t->found_after_s : 1e300;
   };
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return found_s(x) < found_s(y); });
+  // Ordinary inputs first (issue 30: a maintainer reads those first), then by when found.
+  std::vector<InputTier> tier(r.found.size());
+  size_t ordinary = 0;
+  for (size_t i = 0; i < tier.size(); ++i) ordinary += (tier[i] = input_tier(r.found[i].file.the_case)) == InputTier::kOrdinary;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return tier[x] != tier[y] ? tier[x] < tier[y] : found_s(x) < found_s(y);
+  });
   FailureTally tally;
   std::vector<size_t> shown;
   for (size_t i : order) {
     const RecordedVerdict& v = *r.found[i].file.verdict;
     if (tally.add(v.kernel, failure_class_name(v.failure)) < r.max_failures || r.all_failures) shown.push_back(i);
   }
-  std::printf("%-13s %-30s %-34s %-10s %s\n", "class", "kernel", "shape", "found", "replay");
+  std::printf("%zu of %zu distinct failure(s) on ordinary inputs (finite, model-sized values, no special value)\n",
+              ordinary, r.found.size());
+  std::printf("%-18s %-13s %-30s %-34s %-10s %s\n", "inputs", "class", "kernel", "shape", "found", "replay");
   for (size_t i : shown) {
     const RecordedVerdict& v = *r.found[i].file.verdict;
     const int64_t n = tally.count(v.kernel, failure_class_name(v.failure));
-    std::printf("%-13s %-30s %-34s %-10s %s%s%s\n", failure_class_name(v.failure), v.kernel.c_str(),
+    std::printf("%-18s %-13s %-30s %-34s %-10s %s%s%s\n", input_tier_name(tier[i]), failure_class_name(v.failure),
+                v.kernel.c_str(),
                 shape(rec.entries[i].the_case.problem).c_str(), after_text(times_of(r, r.found[i])).c_str(),
                 rec.entries[i].replay_command.c_str(), is_new(r, r.found[i]) && r.history.runs.size() > 1 ? "  NEW" : "",
                 n > 1 && !r.all_failures ? ("  (" + std::to_string(n) + " distinct of this kernel x class)").c_str() : "");
@@ -272,7 +281,7 @@ void history_json(const Outcome& r, Json& camp) {
   for (const Failure& f : r.found) {
     const RecordedVerdict& v = *f.file.verdict;
     Json x = {{"file", f.path.filename().string()}, {"kernel", v.kernel}, {"class", failure_class_name(v.failure)},
-              {"signature", v.signature}, {"new", is_new(r, f)}};
+              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(input_tier(f.file.the_case))}};
     if (const FailureTimes* t = times_of(r, f)) {
       x["found_unix"] = t->found_unix;
       x["classified_unix"] = t->classified_unix;
@@ -424,14 +433,19 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
     md << "\n";
   }
   if (!r.found.empty()) {
-    md << "## Distinct failures\n\n| class | kernel | shape | found after | class known after | run | replay |\n"
-          "|---|---|---|---|---|---|---|\n";
-    for (size_t i = 0; i < r.found.size(); ++i) {
+    md << "## Distinct failures\n\nOrdinary inputs first.\n\n| inputs | class | kernel | shape | found after | class known "
+          "after | run | replay |\n|---|---|---|---|---|---|---|---|\n";
+    std::vector<size_t> order(r.found.size());
+    std::vector<InputTier> tier(r.found.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i, tier[i] = input_tier(r.found[i].file.the_case);
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return tier[x] < tier[y]; });
+    for (size_t i : order) {
       const RunEntry& e = rec.entries[i];
       const FailureTimes* t = times_of(r, r.found[i]);
       char known[32] = "-";
       if (t) std::snprintf(known, sizeof known, "%.0f s", t->classified_after_s);
-      md << "| " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel) << " | "
+      md << "| " << input_tier_name(tier[i]) << " | " << failure_class_name(e.result.failure) << " | "
+         << markdown_escape(e.result.kernel) << " | "
          << markdown_escape(shape(e.the_case.problem)) << " | " << after_text(t) << " | " << known << " | "
          << (t ? std::to_string(t->run) : "-") << (is_new(r, r.found[i]) && r.history.runs.size() > 1 ? " **new**" : "")
          << " | `" << e.replay_command << "` |\n";

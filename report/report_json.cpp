@@ -112,6 +112,7 @@ Json report_to_json(const RunRecord& r) {
     const auto [it, fresh] = seen.emplace(cj.dump(), cases.size());
     if (fresh) {
       cj["text"] = describe(e.the_case);
+      cj["tier"] = input_tier_name(input_tier(e.the_case));  // how unusual its inputs are (docs/semantics.md)
       cases.push_back(std::move(cj));
     }
     results.push_back(entry_to_json(e, Json(it->second), &r));

@@ -574,3 +574,35 @@ TEST(Reshape, KeepsScaleMaskDtypeScalesAndTunables) {
 
 }  // namespace
 }  // namespace attnfuzz
+
+// Issue 30 item 2: input tiers, least unusual first.
+namespace attnfuzz {
+namespace {
+Case tier_case(const char* mask, const char* dist, const char* special) {
+  Case c = make_case(make_problem(1, 1, 1, 8, 8, 16, 16), 3);
+  EXPECT_EQ(parse_mask(mask, c.problem), "");
+  EXPECT_EQ(parse_distribution(dist, c.values.dist), "");
+  if (*special) {
+    SpecialValue sv;
+    EXPECT_EQ(parse_special(special, sv), "");
+    c.values.specials.push_back(sv);
+  }
+  return c;
+}
+TEST(InputTier, OrdinaryExtremeAndWhereTheNaNSits) {
+  EXPECT_EQ(input_tier(tier_case("causal-br", "uniform:1", "")), InputTier::kOrdinary);
+  EXPECT_EQ(input_tier(tier_case("none", "normal:3", "-0@k")), InputTier::kOrdinary);
+  EXPECT_EQ(input_tier(tier_case("none", "extreme:30", "")), InputTier::kExtreme);
+  EXPECT_EQ(input_tier(tier_case("none", "uniform:1", "huge@k")), InputTier::kExtreme);
+  Case neg = tier_case("none", "uniform:1", "");
+  neg.problem.scale = -0.25f;
+  EXPECT_EQ(input_tier(neg), InputTier::kExtreme);
+  // causal-br 8x8: key 7 is seen by row 7 only (masked for the others), key 0 by every row.
+  EXPECT_EQ(input_tier(tier_case("causal-br", "uniform:1", "nan@k:at=7,0")), InputTier::kNonFiniteMasked);
+  EXPECT_EQ(input_tier(tier_case("causal-br", "uniform:1", "nan@k:at=0,0")), InputTier::kNonFiniteVisible);
+  EXPECT_EQ(input_tier(tier_case("none", "uniform:1", "inf@q")), InputTier::kNonFiniteVisible);
+  EXPECT_EQ(input_tier(tier_case("causal-br", "uniform:1", "nan@v:hidden")), InputTier::kOrdinary);  // no hidden key
+  EXPECT_STREQ(input_tier_name(InputTier::kNonFiniteMasked), "non-finite-masked");
+}
+}  // namespace
+}  // namespace attnfuzz

@@ -1,0 +1,88 @@
+// input_tier.cpp - how unusual a case's inputs are (issue 30 item 2): ordinary, extreme, non-finite-visible,
+// non-finite-masked, so that a summary can lead with the failures of ordinary inputs.
+#include <cmath>
+#include <vector>
+
+#include "attnfuzz/case.h"
+
+namespace attnfuzz {
+
+namespace {
+
+bool nonfinite_kind(SpecialKind k) {
+  return k == SpecialKind::kNaN || k == SpecialKind::kPosInf || k == SpecialKind::kNegInf;
+}
+
+// Magnitudes a model's activations do not have: logits of RMS > 100 (extreme:MAG), uniform / normal / vbias / widev
+// parameters past 100 or below 1e-4, a scale <= 0, non-finite, or 1000x off fp32(1/sqrt(D)).
+bool extreme_spec(const Case& c) {
+  const ValueDist& d = c.values.dist;
+  if (!c.explicit_values && (d.kind == Distribution::kExtreme || d.param > 100 || d.param < 1e-4)) return true;
+  const double s = c.problem.scale, def = default_scale(c.problem.head_dim);
+  if (!(s > 0) || !std::isfinite(s) || s > 1e3 * def || s < 1e-3 * def) return true;
+  if (!c.explicit_values)
+    for (const SpecialValue& sv : c.values.specials)
+      if (sv.count > 0 && (sv.kind == SpecialKind::kHuge || sv.kind == SpecialKind::kSubnormal)) return true;
+  return false;
+}
+
+// Whether a non-finite value at q row s / key j of a dense problem is hidden from some query row (a fully masked
+// row's q; a key some row must not see).
+bool hidden_somewhere(const Problem& p, Tensor t, int64_t s, const std::vector<int64_t>& key_count) {
+  if (t == Tensor::kQ) return visible_keys(p, s).empty();
+  return s >= 0 && s < static_cast<int64_t>(key_count.size()) && key_count[static_cast<size_t>(s)] < p.seq_q;
+}
+
+}  // namespace
+
+const char* input_tier_name(InputTier t) {
+  switch (t) {
+    case InputTier::kOrdinary: return "ordinary";
+    case InputTier::kExtreme: return "extreme";
+    case InputTier::kNonFiniteVisible: return "non-finite-visible";
+    case InputTier::kNonFiniteMasked: return "non-finite-masked";
+  }
+  return "?";
+}
+
+InputTier input_tier(const Case& c) {
+  const Problem& p = c.problem;
+  const bool dense = !has_sequences(p);
+  const std::vector<int64_t> key_count = dense && p.seq_k > 0 ? key_visibility_counts(p) : std::vector<int64_t>{};
+  int visible = 0, hidden = 0;  // non-finite values seen by every row that may see them / hidden from some row
+  bool huge_explicit = false;
+  if (c.explicit_values && dense) {
+    const ExplicitValues& e = *c.explicit_values;
+    auto scan = [&](const std::vector<float>& x, Tensor t, const int64_t* st, int64_t seq, int64_t heads, int64_t dim) {
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t s = 0; s < seq; ++s)
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t d = 0; d < dim; ++d) {
+              const float v = x[static_cast<size_t>(b * st[0] + s * st[1] + h * st[2] + d)];
+              if (!std::isfinite(v))
+                ++(hidden_somewhere(p, t, s, key_count) ? hidden : visible);
+              else if (std::fabs(v) > 1e4f || (v != 0 && std::fabs(v) < 1e-30f))
+                huge_explicit = true;
+            }
+    };
+    scan(e.q, Tensor::kQ, p.q_stride, p.seq_q, p.heads_q, p.head_dim);
+    scan(e.k, Tensor::kK, p.k_stride, p.seq_k, p.heads_kv, p.head_dim);
+    scan(e.v, Tensor::kV, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v);
+  } else if (!c.explicit_values) {
+    bool any = false;
+    for (const SpecialValue& sv : c.values.specials) any |= sv.count > 0 && nonfinite_kind(sv.kind);
+    if (any && dense) {
+      for (const PlacedSpecial& ps : generate(c).placed)
+        if (nonfinite_kind(ps.kind)) ++(hidden_somewhere(p, ps.tensor, ps.s, key_count) ? hidden : visible);
+    } else if (any) {  // a sequence layout: the placement asked for says where
+      for (const SpecialValue& sv : c.values.specials)
+        if (sv.count > 0 && nonfinite_kind(sv.kind))
+          ++(sv.placement == Placement::kMasked || sv.placement == Placement::kHidden ? hidden : visible);
+    }
+  }
+  if (visible) return InputTier::kNonFiniteVisible;
+  if (hidden) return InputTier::kNonFiniteMasked;
+  return extreme_spec(c) || huge_explicit ? InputTier::kExtreme : InputTier::kOrdinary;
+}
+
+}  // namespace attnfuzz

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
@@ -342,6 +343,14 @@ std::string gradient_leak(Context& c, std::string& tried) {
   // experiment looks where the failure is.
   const ElementReport* worst = c.j.result.worst.empty() ? nullptr : &c.j.result.worst.front();
   const bool worst_is_key = worst && (worst->tensor == "dK" || worst->tensor == "dV");
+  // The kernel on the original inputs changed by `negate`; nullopt unless it ran and gave gradients.
+  auto relaunch = [&](const std::function<void(Tensors&)>& negate) -> std::optional<LaunchOutcome> {
+    Tensors pt = t;
+    negate(pt);
+    LaunchOutcome po = c.launch(pt);
+    if (po.launch.status != LaunchStatus::kOk || !po.backward) return std::nullopt;
+    return po;
+  };
   // (1) rows as probes: K, V negated at the keys a probe row does not see must not move dQ of the rows that
   // see none of them
   auto row_probes = [&]() -> std::string {
@@ -354,13 +363,13 @@ std::string gradient_leak(Context& c, std::string& tried) {
       std::vector<int64_t> checked;
       for (int64_t i = 0; i < p.seq_q; ++i)
         if (!sees_any(visible_keys(p, i), keys)) checked.push_back(i);
-      Tensors pt = t;
-      negate_at(pt.k, keys, p.batch, p.heads_kv, p.head_dim, [&](auto... i) { return k_index(p, i...); });
-      negate_at(pt.v, keys, p.batch, p.heads_kv, p.head_dim_v, [&](auto... i) { return v_index(p, i...); });
-      const LaunchOutcome po = c.launch(pt);
-      if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
+      const auto po = relaunch([&](Tensors& pt) {
+        negate_at(pt.k, keys, p.batch, p.heads_kv, p.head_dim, [&](auto... i) { return k_index(p, i...); });
+        negate_at(pt.v, keys, p.batch, p.heads_kv, p.head_dim_v, [&](auto... i) { return v_index(p, i...); });
+      });
+      if (!po) continue;
       Moved m;
-      moved(p, "dQ", out.dq, po.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound, checked, m);
+      moved(p, "dQ", out.dq, po->dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound, checked, m);
       const std::string found = probe_outcome(
           tried,
           fmt("K and V negated at the %zu key(s) row %lld must not see (j = ", keys.size(), (long long)r) +
@@ -392,14 +401,14 @@ std::string gradient_leak(Context& c, std::string& tried) {
         for (int64_t i : rs) seen |= sees_any(visible_keys(p, i), {j});
         if (!seen) checked.push_back(j);
       }
-      Tensors pt = t;
-      negate_at(pt.q, rs, p.batch, p.heads_q, p.head_dim, [&](auto... i) { return q_index(p, i...); });
-      negate_at(pt.dout, rs, p.batch, p.heads_q, p.head_dim_v, [&](auto... i) { return o_index(p, i...); });
-      const LaunchOutcome po = c.launch(pt);
-      if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
+      const auto po = relaunch([&](Tensors& pt) {
+        negate_at(pt.q, rs, p.batch, p.heads_q, p.head_dim, [&](auto... i) { return q_index(p, i...); });
+        negate_at(pt.dout, rs, p.batch, p.heads_q, p.head_dim_v, [&](auto... i) { return o_index(p, i...); });
+      });
+      if (!po) continue;
       Moved m;
-      moved(p, "dK", out.dk, po.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
-      moved(p, "dV", out.dv, po.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
+      moved(p, "dK", out.dk, po->dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
+      moved(p, "dV", out.dv, po->dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
       const std::string found = probe_outcome(
           tried,
           fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(), (long long)kj) +

@@ -1,5 +1,6 @@
 // input_tier.cpp - how unusual a case's inputs are (issue 30 item 2): ordinary, extreme, non-finite-visible,
 // non-finite-masked, so that a summary can lead with the failures of ordinary inputs.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -31,6 +32,28 @@ bool extreme_spec(const Case& c) {
 bool hidden_somewhere(const Problem& p, Tensor t, int64_t s, const std::vector<int64_t>& key_count) {
   if (t == Tensor::kQ) return visible_keys(p, s).empty();
   return s >= 0 && s < static_cast<int64_t>(key_count.size()) && key_count[static_cast<size_t>(s)] < p.seq_q;
+}
+
+// Models' attention logits stay within this (softcaps of 30 and 50 bound them where they would not): a visible
+// logit |scale * q.k| beyond it is extreme, the explicit counterpart of extreme:MAG.
+constexpr double kOrdinaryLogit = 50;
+
+// The largest |scale * q_i . k_j| over the (i, j) a row sees, of a dense problem's explicit values (finite ones).
+double max_visible_logit(const Problem& p, const ExplicitValues& e) {
+  double most = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeyRange kr = visible_keys(p, i);
+        for (int64_t j = kr.first; j < kr.last; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            dot += static_cast<double>(e.q[static_cast<size_t>(q_index(p, b, i, h, d))]) *
+                   e.k[static_cast<size_t>(k_index(p, b, j, kv_head(p, h), d))];
+          if (std::isfinite(dot)) most = std::max(most, std::fabs(p.scale * dot));
+        }
+      }
+  return most;
 }
 
 }  // namespace
@@ -68,6 +91,7 @@ InputTier input_tier(const Case& c) {
     scan(e.q, Tensor::kQ, p.q_stride, p.seq_q, p.heads_q, p.head_dim);
     scan(e.k, Tensor::kK, p.k_stride, p.seq_k, p.heads_kv, p.head_dim);
     scan(e.v, Tensor::kV, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v);
+    huge_explicit = huge_explicit || max_visible_logit(p, e) > kOrdinaryLogit;
   } else if (!c.explicit_values) {
     bool any = false;
     for (const SpecialValue& sv : c.values.specials) any |= sv.count > 0 && nonfinite_kind(sv.kind);

@@ -223,6 +223,7 @@ int run_campaign(const CampaignOptions& o) {
   r.found = read_failures(p.failures, &r.skipped, false);
   r.quarantined = read_lines(p.quarantine());
   r.isolated = read_lines(p.isolate());
+  minimize_failures(o, p, r.isolated, r.found);
   if (sync) r.sync = sync->totals();
   r.mps = mps != nullptr;
   r.mps_rechecked = rechecks.rechecked();

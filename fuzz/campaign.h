@@ -32,6 +32,9 @@ struct CampaignOptions {
   int64_t max_failures = 1;   // distinct failures listed per kernel x class on the console; the rest counted
   bool all_failures = false;  // every one
   double sync_interval_s = 30;
+  // Seconds, in all, for minimizing the new distinct failures after the workers end (campaign_minimize.cpp);
+  // < 0: a tenth of max_time_s, at most 300 (30 without max_time_s); 0: none.
+  double minimize_budget_s = -1;
 };
 
 // Runs a campaign; returns the exit status (0 no failure, 1 distinct failures found, 2 error).
@@ -43,6 +46,19 @@ struct MinimizeOptions {
   std::string out_dir;  // where the minimal case is written (<out>/minimized)
   bool quiet = false;
 };
+// The minimal case of a failure: its corpus file (the class, kernel and signature re-recorded), the checks and
+// seconds spent, and the evidence kind it kept (decided_by).
+struct Minimized {
+  CorpusFile file;
+  int checks = 0;
+  double secs = 0;
+  std::string decided_by;
+};
+// Shrinks cf's failing case (from `source`, a path for messages) while its kernel, class and the kind of evidence
+// that decided the class reproduce, for at most max_time_s / max_checks. Returns an error sentence (not a
+// failure, does not reproduce, no such kernel) or empty with `out` filled.
+std::string minimize_case(const CorpusFile& cf, const std::string& source, const WorkerConfig& cfg,
+                          double max_time_s, int max_checks, Minimized& out);
 // Shrinks the failing case of a corpus file (its recorded kernel and class must reproduce) and writes the
 // minimal case; returns the exit status (0 written, 2 error or not reproducible).
 int minimize_file(const std::string& path, const WorkerConfig& cfg, const MinimizeOptions& o);

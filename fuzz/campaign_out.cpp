@@ -126,7 +126,15 @@ std::vector<Failure> read_failures(const fs::path& dir, std::vector<Skipped>* sk
   for (const auto& f : files) {
     try {
       CorpusFile cf = read_corpus_file(f);
-      if (cf.verdict && cf.verdict->verdict == Verdict::kFail) out.push_back({f, std::move(cf)});
+      if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) continue;
+      Failure x{f, std::move(cf), dir.parent_path() / "minimized" / f.filename(), std::nullopt};
+      if (fs::exists(x.minimal_path, ec)) {
+        try {
+          x.minimal = read_corpus_file(x.minimal_path);
+        } catch (const CorpusError&) {  // a minimal case that does not read: the failure as found is shown
+        }
+      }
+      out.push_back(std::move(x));
     } catch (const CorpusError& e) {
       if (skipped) {
         if (report_skips) std::fprintf(stderr, "attn-fuzz: skipping unreadable failure file: %s\n", e.what());

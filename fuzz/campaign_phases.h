@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -65,14 +66,20 @@ bool reset_work(const Paths& p);
 struct Failure {
   fs::path path;
   CorpusFile file;
+  // Its minimal case (OUT/minimized/<the same file name>, campaign_minimize.cpp), when it was minimized.
+  fs::path minimal_path;
+  std::optional<CorpusFile> minimal;
+  // What a summary shows: the minimal case where there is one, else the failure as found.
+  const CorpusFile& shown() const { return minimal ? *minimal : file; }
+  const fs::path& shown_path() const { return minimal ? minimal_path : path; }
 };
 // Failure files that do not read (corrupted, truncated): kept in OUT untouched and listed in the summary.
 struct Skipped {
   fs::path path;
   std::string why;
 };
-// The failure files of a failures/ folder (sorted by name); unreadable ones go to skipped, reported on stderr
-// when report_skips.
+// The failure files of a failures/ folder (sorted by name), each with its minimal case from the minimized/ folder
+// beside it where there is one; unreadable ones go to skipped, reported on stderr when report_skips.
 std::vector<Failure> read_failures(const fs::path& dir, std::vector<Skipped>* skipped = nullptr,
                                    bool report_skips = true);
 // Resume: the failures of earlier runs in OUT stay claimed, and a kernel that hung stays quarantined (a
@@ -355,6 +362,14 @@ History read_history(const Paths& p);
 // Adds this run (started, wall, cases) and the times of the failures in failures/ not yet timed; writes it.
 void record_run(const Paths& p, History& h, const History::Run& run, const std::vector<Failure>& found);
 
+// ------------------------------------------------------ minimizing the distinct failures (campaign_minimize.cpp)
+
+// Shrinks every distinct failure in `found` that has no minimal case yet (hangs excepted: each step would wait
+// --timeout; attn-fuzz --minimize does them), ordinary inputs first, within o.minimize_budget_s in all, and
+// writes each minimal case to OUT/minimized/<the failure's file name>; a progress line per failure.
+void minimize_failures(const CampaignOptions& o, const Paths& p, const std::vector<std::string>& isolated,
+                       std::vector<Failure>& found);
+
 // ---------------------------------------------------------------------- the summary (campaign_summary.cpp)
 
 // What the summary reports, gathered after the workers have ended.
@@ -379,6 +394,8 @@ struct Outcome {
   int64_t max_failures = 1;          // failures listed per kernel x class on the console (all_failures: every one)
   bool all_failures = false;
 };
+// "B=1 H=2/1 7x13 D=59 causal-br" (+ the layout): a failure's shape in summary tables.
+std::string shape(const Problem& p);
 // Prints the summary, writes summary.md, report.json and junit.xml; returns the exit status.
 int write_summary(const CampaignOptions& o, const Paths& p, const Outcome& r);
 

@@ -9,8 +9,6 @@
 
 namespace attnfuzz::fuzz::campaign {
 
-namespace {
-
 std::string shape(const Problem& p) {
   char b[160];
   std::snprintf(b, sizeof b, "B=%lld H=%lld/%lld %lldx%lld D=%lld%s %s", (long long)p.batch,
@@ -21,6 +19,8 @@ std::string shape(const Problem& p) {
   if (has_sequences(p)) return std::string(b) + " " + layout_name(p);  // Sq x Sk: the largest lengths
   return b;
 }
+
+namespace {
 
 std::string joined(const std::vector<std::string>& v) {
   std::string t;
@@ -117,12 +117,12 @@ RunRecord make_record(const CampaignOptions& o, const Paths& p, const Outcome& r
   rec.device = r.found.empty() ? cfg.backend : r.found.front().file.verdict->device;
   rec.wall_s = r.wall;
   std::error_code ec;
-  for (const Failure& f : r.found) {
+  for (const Failure& f : r.found) {  // the minimal case where there is one (the original: report.json's campaign)
     RunEntry e;
-    e.the_case = f.file.the_case;
-    e.result = recorded_result(*f.file.verdict);
-    e.corpus_path = f.path.string();
-    e.replay_command = replay_command(cfg, f.path.string());
+    e.the_case = f.shown().the_case;
+    e.result = recorded_result(*f.shown().verdict);
+    e.corpus_path = f.shown_path().string();
+    e.replay_command = replay_command(cfg, f.shown_path().string());
     const fs::path svg = f.path.parent_path() / (f.path.stem().string() + ".svg");
     if (fs::exists(svg, ec)) e.heatmap_path = fs::relative(svg, p.out, ec).string();
     rec.entries.push_back(std::move(e));
@@ -142,7 +142,11 @@ void print_failures(const Outcome& r, const RunRecord& rec) {
   // Ordinary inputs first (issue 30: a maintainer reads those first), then by when found.
   std::vector<InputTier> tier(r.found.size());
   size_t ordinary = 0;
-  for (size_t i = 0; i < tier.size(); ++i) ordinary += (tier[i] = input_tier(r.found[i].file.the_case)) == InputTier::kOrdinary;
+  size_t minimized = 0;
+  for (size_t i = 0; i < tier.size(); ++i) {
+    ordinary += (tier[i] = input_tier(r.found[i].shown().the_case)) == InputTier::kOrdinary;
+    minimized += r.found[i].minimal.has_value();
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
     return tier[x] != tier[y] ? tier[x] < tier[y] : found_s(x) < found_s(y);
   });
@@ -154,6 +158,9 @@ void print_failures(const Outcome& r, const RunRecord& rec) {
   }
   std::printf("%zu of %zu distinct failure(s) on ordinary inputs (finite, model-sized values, no special value)\n",
               ordinary, r.found.size());
+  if (minimized)
+    std::printf("%zu minimized: their inputs, shape and replay are the minimal case's (OUT/minimized; the case as "
+                "found: OUT/failures)\n", minimized);
   std::printf("%-18s %-13s %-30s %-34s %-10s %s\n", "inputs", "class", "kernel", "shape", "found", "replay");
   for (size_t i : shown) {
     const RecordedVerdict& v = *r.found[i].file.verdict;
@@ -281,7 +288,11 @@ void history_json(const Outcome& r, Json& camp) {
   for (const Failure& f : r.found) {
     const RecordedVerdict& v = *f.file.verdict;
     Json x = {{"file", f.path.filename().string()}, {"kernel", v.kernel}, {"class", failure_class_name(v.failure)},
-              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(input_tier(f.file.the_case))}};
+              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(input_tier(f.shown().the_case))},
+              {"tier_as_found", input_tier_name(input_tier(f.file.the_case))}, {"shape_as_found", shape(f.file.the_case.problem)}};
+    if (f.minimal)
+      x["minimized"] = {{"file", "minimized/" + f.minimal_path.filename().string()}, {"shape", shape(f.minimal->the_case.problem)},
+                        {"description", describe(f.minimal->the_case)}, {"signature", f.minimal->verdict->signature}};
     if (const FailureTimes* t = times_of(r, f)) {
       x["found_unix"] = t->found_unix;
       x["classified_unix"] = t->classified_unix;
@@ -433,11 +444,12 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
     md << "\n";
   }
   if (!r.found.empty()) {
-    md << "## Distinct failures\n\nOrdinary inputs first.\n\n| inputs | class | kernel | shape | found after | class known "
+    md << "## Distinct failures\n\nOrdinary inputs first. Where a failure was minimized, its inputs, shape and replay "
+          "are the minimal case's (minimized/; as found: failures/).\n\n| inputs | class | kernel | shape | found after | class known "
           "after | run | replay |\n|---|---|---|---|---|---|---|---|\n";
     std::vector<size_t> order(r.found.size());
     std::vector<InputTier> tier(r.found.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i, tier[i] = input_tier(r.found[i].file.the_case);
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i, tier[i] = input_tier(r.found[i].shown().the_case);
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return tier[x] < tier[y]; });
     for (size_t i : order) {
       const RunEntry& e = rec.entries[i];

@@ -11,18 +11,9 @@ namespace attnfuzz::fuzz {
 
 namespace fs = std::filesystem;
 
-int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const MinimizeOptions& o) {
-  CorpusFile cf;
-  try {
-    cf = read_corpus_file(path);
-  } catch (const CorpusError& e) {
-    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
-    return 2;
-  }
-  if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) {
-    std::fprintf(stderr, "attn-fuzz: %s records no failure: nothing to minimize\n", path.c_str());
-    return 2;
-  }
+std::string minimize_case(const CorpusFile& cf, const std::string& source, const WorkerConfig& cfg_in,
+                          double max_time_s, int max_checks, Minimized& out) {
+  if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) return source + " records no failure: nothing to minimize";
   const RecordedVerdict rv = *cf.verdict;
   WorkerConfig cfg = cfg_in;
   cfg.kernels = rv.kernel;
@@ -33,8 +24,7 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
   try {
     w = std::make_unique<Worker>(cfg);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
-    return 2;
+    return e.what();
   }
   const KernelEntry& k = *w->kernels().front();
   const RunOptions run = w->run_options();
@@ -56,11 +46,9 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
     return true;
   };
   const auto t0 = std::chrono::steady_clock::now();
-  if (!still_fails(cf.the_case)) {
-    std::fprintf(stderr, "attn-fuzz: %s does not reproduce %s/%s on %s with these options: not minimized\n",
-                 path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), w->device().name().c_str());
-    return 2;
-  }
+  if (!still_fails(cf.the_case))
+    return source + " does not reproduce " + rv.kernel + "/" + failure_class_name(rv.failure) + " on " +
+           w->device().name() + " with these options: not minimized";
   // The domain is unbounded here: the case only ever gets smaller.
   FuzzLimits big;
   big.max_batch = big.max_heads = big.max_seq = big.max_dim = big.max_work = int64_t{1} << 40;
@@ -71,37 +59,56 @@ int minimize_file(const std::string& path, const WorkerConfig& cfg_in, const Min
   const CaseDomain dom(big);
   int checks = 1;
   auto timed = [&](const Case& c) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o.max_time_s) {
-      checks = o.max_checks;  // stop the greedy loop
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_time_s) {
+      checks = max_checks;  // stop the greedy loop
       return false;
     }
     return still_fails(c);
   };
-  Case best = shrink_case(cf.the_case, dom, timed, o.max_checks, checks);
+  Case best = shrink_case(cf.the_case, dom, timed, max_checks, checks);
   still_fails(best);  // the recorded verdict is the final case's
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CorpusFile mf;
-  mf.tool.name = "attn-fuzz";
-  mf.tool.command = "attn-fuzz --minimize " + path;
-  mf.the_case = best;
-  if (!cf.the_case.label.empty()) mf.the_case.label = cf.the_case.label + "-min";
+  out.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.checks = checks;
+  out.decided_by = *decided;
+  out.file = CorpusFile{};
+  out.file.tool.name = "attn-fuzz";
+  out.file.tool.command = "attn-fuzz --minimize " + source;
+  out.file.the_case = best;
+  if (!cf.the_case.label.empty()) out.file.the_case.label = cf.the_case.label + "-min";
   RecordedVerdict nv = rv;
   nv.device = last.device;
   nv.reason = last.reason;
   nv.max_ratio = last.max_ratio;
   nv.signature = failure_signature(last);
-  mf.verdict = nv;
-  fs::path saved;
+  out.file.verdict = nv;
+  return {};
+}
+
+int minimize_file(const std::string& path, const WorkerConfig& cfg, const MinimizeOptions& o) {
+  CorpusFile cf;
   try {
-    saved = save_to_corpus_dir(o.out_dir, mf);
+    cf = read_corpus_file(path);
   } catch (const CorpusError& e) {
     std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
     return 2;
   }
+  Minimized m;
+  if (const std::string e = minimize_case(cf, path, cfg, o.max_time_s, o.max_checks, m); !e.empty()) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.c_str());
+    return 2;
+  }
+  fs::path saved;
+  try {
+    saved = save_to_corpus_dir(o.out_dir, m.file);
+  } catch (const CorpusError& e) {
+    std::fprintf(stderr, "attn-fuzz: %s\n", e.what());
+    return 2;
+  }
+  const RecordedVerdict& rv = *cf.verdict;
   std::printf(
       "minimized %s (%s, %s by %s) in %d check(s), %.1f s:\n  before: %s\n  after:  %s\n  wrote %s\n  replay: %s\n",
-      path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), decided->c_str(), checks, secs,
-      describe(cf.the_case).c_str(), describe(best).c_str(), saved.c_str(),
+      path.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), m.decided_by.c_str(), m.checks, m.secs,
+      describe(cf.the_case).c_str(), describe(m.file.the_case).c_str(), saved.c_str(),
       replay_command(cfg, saved.string()).c_str());
   return 0;
 }

@@ -36,6 +36,7 @@ struct Options {
   std::string isolate = "auto";
   std::string minimize;
   double minimize_time = 60;
+  double minimize_budget = -1;
   bool list = false, json = false;
   std::string sync, name;
   double sync_interval = 30;
@@ -64,6 +65,13 @@ void define_options(CLI::App& app, Options& o) {
           ->group(c)
           ->check(int_range(0, 1024))
           ->capture_default_str());
+  campaign.push_back(
+      app.add_option("--minimize-budget", o.minimize_budget,
+                     "seconds, in all, for shrinking the new distinct failures when the workers end (after "
+                     "--max-time; the summary shows the minimal cases); default a tenth of --max-time, at most "
+                     "300 (30 without it); 0: none")
+          ->group(c)
+          ->check(real_range(0, 31536000, false)));
   campaign.push_back(
       app.add_option("--gpus", o.gpus, "GPU worker groups (HIP_/CUDA_VISIBLE_DEVICES per group); 0: detect")
           ->group(c)
@@ -348,5 +356,6 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.max_failures = o.common.max_failures;
   c.all_failures = o.common.all_failures;
   c.sync_interval_s = o.sync_interval;
+  c.minimize_budget_s = o.minimize_budget;
   return run_campaign(c);
 }

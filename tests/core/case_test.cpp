@@ -597,5 +597,19 @@ TEST(InputTier, OrdinaryExtremeAndWhereTheNaNSits) {
   EXPECT_EQ(input_tier(tier_case("causal-br", "uniform:1", "nan@v:hidden")), InputTier::kOrdinary);  // no hidden key
   EXPECT_STREQ(input_tier_name(InputTier::kNonFiniteMasked), "non-finite-masked");
 }
+
+// Explicit values (a minimized case): a visible logit |scale q.k| above 50 is extreme, as extreme:MAG is; a logit of
+// that size a row must not see is not.
+TEST(InputTier, ExplicitValuesWithHugeVisibleLogitsAreExtreme) {
+  auto explicit_case = [](float q, float k1, const char* mask) {
+    Case c = test_util::text_case(make_problem(1, 1, 1, 1, 2, 1, 1), mask);
+    c.problem.scale = 1;
+    c.explicit_values = ExplicitValues{{q}, {1.0f, k1}, {1.0f, 1.0f}, {}};
+    return c;
+  };
+  EXPECT_EQ(input_tier(explicit_case(2, 3, "none")), InputTier::kOrdinary);     // logits 2, 6
+  EXPECT_EQ(input_tier(explicit_case(9.5f, 9.5f, "none")), InputTier::kExtreme);  // 90.25
+  EXPECT_EQ(input_tier(explicit_case(2, 40, "causal-tl")), InputTier::kOrdinary);  // 80, but key 1 is masked
+}
 }  // namespace
 }  // namespace attnfuzz

@@ -106,6 +106,29 @@ TEST(AttnFuzz, CorrectKernelsFindNothing) {
 }
 
 // One planted kernel per class the checker names today; all twelve: ATTNFUZZ_FULL_CAMPAIGN=1.
+// A minimal case of `original`: same kernel, class and signature (the kind of evidence), no larger, B = 1, and
+// attn-check reproduces it.
+void check_minimal(const fs::path& original, const fs::path& minimal, const std::string& kernel) {
+  const CorpusFile before = read_corpus_file(original), after = read_corpus_file(minimal);
+  EXPECT_EQ(after.verdict->kernel, kernel);
+  EXPECT_EQ(after.verdict->failure, before.verdict->failure);
+  // Issue 30: the class AND the kind of its evidence (the deciding detector and test) stay.
+  EXPECT_EQ(after.verdict->signature, before.verdict->signature);
+  // e.g. "mask:mask/other-mask" or "empty-row:empty-row" (the class the campaign found), never the first
+  // evidence line's detector
+  EXPECT_EQ(before.verdict->signature.find(":compare"), std::string::npos) << before.verdict->signature;
+  const Problem &a = before.the_case.problem, &b = after.the_case.problem;
+  EXPECT_LE(b.batch * b.heads_q * b.seq_q * b.seq_k * b.head_dim,
+            a.batch * a.heads_q * a.seq_q * a.seq_k * a.head_dim);
+  EXPECT_LE(b.seq_q, a.seq_q);
+  EXPECT_EQ(b.batch, 1);
+  const Outcome rm = run(std::string(ATTN_CHECK) + " --no-reports --out " +
+                         (original.parent_path().parent_path() / "replay").string() + " --replay " + minimal.string() +
+                         " --plugin " + PLANTED_PLUGIN);
+  EXPECT_EQ(rm.rc, 1);
+  EXPECT_NE(rm.out.find("reproduced"), std::string::npos);
+}
+
 TEST(AttnFuzz, PlantedBugsAreFound) {
   const bool full = std::getenv("ATTNFUZZ_FULL_CAMPAIGN") != nullptr;
   const std::vector<std::string> subset{"planted-causal-top-left", "planted-tail-q-oob-write",
@@ -114,7 +137,7 @@ TEST(AttnFuzz, PlantedBugsAreFound) {
   std::string kernels = full ? "planted-*" : "";
   for (const auto& k : subset) kernels += (kernels.empty() ? "" : ",") + (full ? "" : k);
   const fs::path out = fresh("planted");
-  const Outcome r = run(fuzz(out, std::string("--max-time 60 --workers 2 --plugin ") + PLANTED_PLUGIN +
+  const Outcome r = run(fuzz(out, std::string("--max-time 60 --minimize-budget 30 --workers 2 --plugin ") + PLANTED_PLUGIN +
                                       " --kernel '" + kernels + "'"));
   EXPECT_EQ(r.rc, 1);
   const auto found = failures(out);
@@ -145,30 +168,23 @@ TEST(AttnFuzz, PlantedBugsAreFound) {
   EXPECT_NE(summary.find("attn-check --replay"), std::string::npos);
   EXPECT_NE(summary.find("planted-causal-top-left"), std::string::npos);
 
-  // Minimize it: smaller, same kernel and class, and the result replays.
-  const Outcome m = run(std::string(ATTN_FUZZ) + " --out " + out.string() + " --plugin " + PLANTED_PLUGIN +
+  // Issue 30: the campaign minimized its distinct failures (ordinary inputs first, within a tenth of --max-time):
+  // the minimal case beside the original, same kernel, class and signature, and the summary's replay is it.
+  const fs::path camp_min = out / "minimized" / f.filename();
+  ASSERT_TRUE(fs::exists(camp_min)) << r.out;
+  EXPECT_NE(summary.find("attn-check --replay " + camp_min.string()), std::string::npos) << summary;
+  EXPECT_NE(r.out.find("minimize 1/"), std::string::npos) << r.out;
+  check_minimal(f, camp_min, "planted-causal-top-left");
+
+  // attn-fuzz --minimize FILE does the same for one file.
+  const fs::path mout = out / "m";
+  const Outcome m = run(std::string(ATTN_FUZZ) + " --out " + mout.string() + " --plugin " + PLANTED_PLUGIN +
                         " --minimize " + f.string() + " --minimize-time 30");
   ASSERT_EQ(m.rc, 0);
   fs::path minimal;
-  for (const auto& e : fs::directory_iterator(out / "minimized")) minimal = e.path();
+  for (const auto& e : fs::directory_iterator(mout / "minimized")) minimal = e.path();
   ASSERT_FALSE(minimal.empty());
-  const CorpusFile before = read_corpus_file(f), after = read_corpus_file(minimal);
-  EXPECT_EQ(after.verdict->kernel, "planted-causal-top-left");
-  EXPECT_EQ(after.verdict->failure, before.verdict->failure);
-  // Issue 30: the class AND the kind of its evidence (the deciding detector and test) stay.
-  EXPECT_EQ(after.verdict->signature, before.verdict->signature);
-  // e.g. "mask:mask/other-mask" or "empty-row:empty-row" (the class the campaign found), never the first
-  // evidence line's detector
-  EXPECT_EQ(before.verdict->signature.find(":compare"), std::string::npos) << before.verdict->signature;
-  const Problem &a = before.the_case.problem, &b = after.the_case.problem;
-  EXPECT_LE(b.batch * b.heads_q * b.seq_q * b.seq_k * b.head_dim,
-            a.batch * a.heads_q * a.seq_q * a.seq_k * a.head_dim);
-  EXPECT_LE(b.seq_q, a.seq_q);
-  EXPECT_EQ(b.batch, 1);
-  const Outcome rm = run(std::string(ATTN_CHECK) + " --no-reports --out " + (out / "replay").string() +
-                         " --replay " + minimal.string() + " --plugin " + PLANTED_PLUGIN);
-  EXPECT_EQ(rm.rc, 1);
-  EXPECT_NE(rm.out.find("reproduced"), std::string::npos);
+  check_minimal(f, minimal, "planted-causal-top-left");
 }
 
 TEST(AttnFuzz, CrashingAndHangingKernelsDoNotEndTheCampaign) {

@@ -6,6 +6,7 @@
 
 #include "attnfuzz/report.h"
 #include "fuzz/campaign_phases.h"
+#include "fuzz/findings.h"
 
 namespace attnfuzz::fuzz::campaign {
 
@@ -130,6 +131,23 @@ RunRecord make_record(const CampaignOptions& o, const Paths& p, const Outcome& r
   return rec;
 }
 
+// The distinct failures grouped into findings (fuzz/findings.h), by their shown (minimal) cases.
+std::vector<Finding> findings_of(const Outcome& r) {
+  std::vector<const CorpusFile*> shown;
+  for (const Failure& f : r.found) shown.push_back(&f.shown());
+  return group_findings(shown);
+}
+
+// The findings, those across the most kernels first; the first ten on the console.
+void print_findings(const Outcome& r) {
+  const std::vector<Finding> fs = findings_of(r);
+  if (fs.size() >= r.found.size()) return;  // nothing grouped: the failure table says it all
+  std::printf("%zu finding(s): the %zu distinct failures grouped by class, deciding evidence and minimal input "
+              "pattern\n", fs.size(), r.found.size());
+  for (size_t i = 0; i < fs.size() && i < 10; ++i) std::printf("  %s\n", finding_line(fs[i]).c_str());
+  if (fs.size() > 10) std::printf("  (%zu more: summary.md, report.json)\n", fs.size() - 10);
+}
+
 // The distinct failures: the first --max-failures of each kernel x class (found first), the rest counted.
 void print_failures(const Outcome& r, const RunRecord& rec) {
   if (r.found.empty()) return;
@@ -207,6 +225,7 @@ void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& 
       r.history.runs.size() > 1 ? (", " + std::to_string(fresh) + " new in this run").c_str() : "",
       r.interrupted ? " (interrupted)" : "");
   if (const std::string runs = runs_text(r); !runs.empty()) std::printf("%s\n", runs.c_str());
+  print_findings(r);
   print_failures(r, rec);
   print_kernels(r);
   if (!r.imported.empty()) {
@@ -304,6 +323,9 @@ void history_json(const Outcome& r, Json& camp) {
     fl.push_back(std::move(x));
   }
   camp["failures"] = fl;
+  std::vector<std::string> names;
+  for (const Failure& f : r.found) names.push_back(f.path.filename().string());
+  camp["findings"] = findings_json(findings_of(r), names);
   camp["by_kernel"] = r.stats.by_kernel;  // kernel -> "PASS DTYPE" -> verdict or "refused" -> count
   camp["kernels"] = r.kernels;
   camp["unchecked_kernels"] = unchecked(r);
@@ -464,6 +486,7 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
     }
     md << "\n";
   }
+  md << findings_markdown(findings_of(r));
   kernels_markdown(r, md);
   if (!rec.entries.empty())  // the distinct failures replayed, under this page's title; none: no empty table
     md << demote_headings(markdown_summary(rec));

@@ -2,6 +2,8 @@
 // directory, atomic renames only) and attn-fuzz --merge (one deduplicated summary over many campaigns).
 #include "fuzz/sync.h"
 
+#include "fuzz/findings.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -377,6 +379,7 @@ struct MergedFailure {
   bool after_merge_start = false;  // its finder is not merged (or left no report): since the merge's first start
   std::string replay_flags;
   std::set<std::string> also_by;
+  CorpusFile grouped;  // what findings group by: its campaign's minimal case (OUT/minimized/<name>), else this one
 };
 
 struct CampaignInfo {
@@ -492,6 +495,15 @@ void take_failure(const fs::path& f, const std::string& by, bool own, const std:
   mf.found_at = t.tv_sec;
   mf.found_at_exact = exact;
   mf.replay_flags = flags;
+  mf.grouped = cf;
+  const fs::path minimal = f.parent_path().parent_path() / "minimized" / f.filename();
+  std::error_code ec;
+  if (fs::exists(minimal, ec)) {
+    try {
+      mf.grouped = read_corpus_file(minimal);
+    } catch (const CorpusError&) {  // unreadable: grouped as found
+    }
+  }
   if (it != m.by_key.end()) {
     mf.also_by = it->second.also_by;
     mf.also_by.insert(it->second.first_by);
@@ -644,7 +656,7 @@ void print_merge(const Merge& m, const Totals& t, const std::vector<const Merged
 }
 
 std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<const MergedFailure*>& order,
-                           const RunRecord& rec, const std::string& command_line) {
+                           const RunRecord& rec, const std::string& command_line, const std::vector<Finding>& findings) {
   std::ostringstream md;
   md << "# attn-fuzz merged campaigns\n\n- command: `" << command_line << "`\n- " << m.camps.size()
      << " campaign(s), " << t.cases << " cases (" << static_cast<long long>(t.rate) << "/s together), **"
@@ -680,6 +692,7 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
       md << "\\* after the first start among the merged campaigns (the finder is not among them or left no "
             "report); otherwise after the finder's own first start, its earlier runs included\n\n";
   }
+  md << findings_markdown(findings);
   std::istringstream in(markdown_summary(rec));  // under this page's title: its headings one level down
   for (std::string line; std::getline(in, line);) md << (line.rfind('#', 0) == 0 ? "#" : "") << line << "\n";
   return md.str();
@@ -721,7 +734,15 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
   for (uint8_t b : m.feature_union) t.union_features += __builtin_popcount(b);
   Json jf = Json::array();
   if (!copy_failures(order, out, rec, jf)) return 2;
-  if (!quiet) print_merge(m, t, order, rec);
+  std::vector<const CorpusFile*> grouped;
+  for (const MergedFailure* f : order) grouped.push_back(&f->grouped);
+  const std::vector<Finding> findings = group_findings(grouped);
+  if (!quiet) {
+    print_merge(m, t, order, rec);
+    std::printf("%zu finding(s): the distinct failures grouped by class, deciding evidence and minimal input pattern\n",
+                findings.size());
+    for (const Finding& g : findings) std::printf("  %s\n", finding_line(g).c_str());
+  }
   try {
     const ReportPaths paths = write_reports(rec, out);
     Json j = report_to_json(rec);
@@ -732,9 +753,12 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     mj["semantic_features_union"] = m.have_union && !m.camps.empty() ? Json(t.union_features) : Json(nullptr);
     mj["distinct_failures"] = order.size();
     mj["failures"] = jf;
+    std::vector<std::string> names;
+    for (const MergedFailure* f : order) names.push_back(f->path.filename().string());
+    mj["findings"] = findings_json(findings, names);
     j["merge"] = mj;
     write_text_file(paths.json, report_json_text(j));
-    write_text_file(paths.markdown, merge_markdown(m, t, order, rec, command_line));
+    write_text_file(paths.markdown, merge_markdown(m, t, order, rec, command_line, findings));
     if (!quiet) std::printf("reports: %s  %s  %s\n", paths.markdown.c_str(), paths.json.c_str(), paths.junit.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());

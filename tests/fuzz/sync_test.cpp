@@ -438,6 +438,13 @@ TEST(Sync, TwoCampaignsSyncThroughATempDirAndMerge) {
     EXPECT_TRUE(merged.insert(failure_key(v)).second) << "listed twice: " << f.dump();
   }
   EXPECT_EQ(merged, all_keys);
+  // Issue 30 item 3: the merged failures grouped into findings; every failure in exactly one.
+  size_t members = 0;
+  for (const Json& g : m.at("findings")) {
+    EXPECT_FALSE(g.at("kernels").empty()) << g.dump();
+    members += g.at("failures").size();
+  }
+  EXPECT_EQ(members, m.at("failures").size());
   // bad --sync: one line, exit 2
   EXPECT_EQ(sh(std::string(ATTN_FUZZ) + " --sync " + (root / "a.log").string() + " --max-time 1 2>&1 | grep -c . | grep -qx 1 && " +
                ATTN_FUZZ + " --sync " + (root / "a.log").string() + " --max-time 1; test $? -eq 2"),

@@ -1,5 +1,6 @@
 // merge.cpp - merge cases (issue 29): key-range cuts, LSE shifts, state layouts and strides, the merge sweep grid.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <stdexcept>
 
@@ -64,6 +65,39 @@ std::string set_merge_fields(Case& c) {
 std::string set_merge(Case& c, std::vector<int64_t> cuts, std::vector<double> lse_shift, int32_t layout, int64_t pad) {
   c.merge = MergeSpec{std::move(cuts), std::move(lse_shift), layout, pad};
   return set_merge_fields(c);
+}
+
+std::string parse_merge(const std::string& cuts, const std::string& shifts, bool token_major, int64_t pad, Case& c) {
+  auto split = [](const std::string& t, std::vector<std::string>& out) {
+    size_t at = 0;
+    while (at <= t.size()) {
+      const size_t comma = std::min(t.find(',', at), t.size());
+      out.push_back(t.substr(at, comma - at));
+      at = comma + 1;
+    }
+  };
+  std::vector<std::string> ct, st;
+  split(cuts, ct);
+  if (!shifts.empty()) split(shifts, st);
+  std::vector<int64_t> cv;
+  std::vector<double> sv;
+  for (const std::string& x : ct) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(x.data(), x.data() + x.size(), v);
+    if (ec != std::errc() || end != x.data() + x.size() || x.empty())
+      return "merge cuts '" + cuts + "' are not integers 0,C1,...,Sk";
+    cv.push_back(v);
+  }
+  for (const std::string& x : st) {
+    double v = 0;
+    const auto [end, ec] = std::from_chars(x.data(), x.data() + x.size(), v);
+    if (x == "-inf") v = -INFINITY;
+    else if (ec != std::errc() || end != x.data() + x.size() || x.empty())
+      return "merge shift '" + shifts + "' is not numbers (or -inf), one per state";
+    sv.push_back(v);
+  }
+  if (std::string e = set_merge(c, cv, sv, token_major ? 1 : 0, pad); !e.empty()) return e;
+  return validate_merge(c);
 }
 
 std::string validate_merge(const Case& c) {

@@ -62,7 +62,7 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
     if (k.compute_model != AF_COMPUTE_FUSED && k.compute_model != AF_COMPUTE_UNFUSED)
       throw std::runtime_error(origin + ": kernel '" + k.name + "' declares compute model " +
                                std::to_string(k.compute_model) + " (0 fused, 1 unfused)");
-    if (k.kind != AF_KIND_ATTENTION || (k.flags & ~AF_KERNEL_FLAGS_KNOWN) || (k.variants & ~AF_VARIANTS_KNOWN) ||
+    if ((k.kind != AF_KIND_ATTENTION && k.kind != AF_KIND_MERGE) || (k.flags & ~AF_KERNEL_FLAGS_KNOWN) || (k.variants & ~AF_VARIANTS_KNOWN) ||
         (k.features & ~AF_FEATURES_KNOWN))
       throw std::runtime_error(origin + ": kernel '" + k.name +
                                "' declares a kind, flag, variant or feature bit this attn-fuzz does not know");

@@ -263,6 +263,9 @@ inline bool is_merge(const Problem& p) { return p.n_states > 0; }
 // the state strides (set_merge_fields). Returns an error sentence or empty.
 std::string set_merge(Case& c, std::vector<int64_t> cuts, std::vector<double> lse_shift = {}, int32_t layout = 0,
                       int64_t pad = 0);
+// set_merge from text: cuts "0,32,40", shifts "0,-1e4" or "" (each a number or -inf), token-major or not, pad.
+// Returns an error sentence or empty.
+std::string parse_merge(const std::string& cuts, const std::string& shifts, bool token_major, int64_t pad, Case& c);
 // Sets problem.state_o_stride / state_lse_stride from c.merge's layout and pad (after set_sequence_fields for a
 // sequence layout). Returns an error sentence or empty.
 std::string set_merge_fields(Case& c);

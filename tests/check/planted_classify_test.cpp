@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -327,7 +328,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   for (const KernelEntry& e : Registry::global().all())
     if (e.origin == PLANTED_PLUGIN)
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
-                  std::string(e.kernel.family) == "planted/variants")  // PlantedVariant below
+                  std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
+                  std::string(e.kernel.family) == "planted/merge")       // PlantedMerge below
           << e.kernel.name;
 }
 
@@ -400,6 +402,101 @@ std::vector<std::string> planted_variant_names() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), param_name);
+
+// ---- merged attention states (issue 29) ----------------------------------------------------------------------
+// The planted merge kernels (kernels/planted/merge_bugs.hip; kernels/planted/README.md "Merge bugs") on the merge
+// sweep (merge_sweep_grid(0), f32); the correct merge kernels pass it in f32, f16 and bf16.
+const std::map<std::string, std::string> kExpectedMerge = {
+    {"planted-merge-stride-of-output", "merge"},
+    {"planted-merge-empty-nan", "empty-row"},
+    {"planted-merge-max-from-zero", "merge"},
+    {"planted-merge-lse-base2", "lse"},
+};
+
+std::vector<PreparedCase>& prepared_merge(int32_t dtype) {
+  static std::map<int32_t, std::vector<PreparedCase>> by_dtype;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = by_dtype.find(dtype);
+  if (it != by_dtype.end()) return it->second;
+  std::vector<PreparedCase>& v = by_dtype[dtype];
+  for (Case& c : merge_sweep_grid(0, dtype)) v.emplace_back(std::move(c));
+  return v;
+}
+
+// The first case of `cases` on which `name` fails, classified (with its evidence, printed with `tag`); a test
+// failure when every supported case passes. (The same loop as the suites above, for one kernel and one budget.)
+std::optional<Judged> first_failure_classified(const char* tag, const std::string& name, std::vector<PreparedCase>& cases,
+                                               std::string& ev) {
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  if (!k) {
+    ADD_FAILURE() << "no kernel " << name;
+    return std::nullopt;
+  }
+  RunOptions ro;
+  int checked = 0;
+  for (PreparedCase& pc : cases) {
+    Judged j = check_case(device(), *k, pc, ro);
+    if (j.result.verdict == Verdict::kUnsupported) continue;
+    ++checked;
+    if (j.result.verdict != Verdict::kFail) continue;
+    const std::string first = failure_class_name(j.result.failure);
+    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
+    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
+    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
+              << describe(pc.the_case()) << "); check said " << first << ", classified "
+              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+    return j;
+  }
+  ADD_FAILURE() << name << " passed all " << checked << " supported " << tag << " budget cases";
+  return std::nullopt;
+}
+
+class PlantedMerge : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedMerge, DetectedAndRightlyClassifiedOnTheMergeSweep) {
+  load();
+  std::string ev;
+  if (const auto j = first_failure_classified("planted-merge", GetParam(), prepared_merge(AF_DTYPE_F32), ev))
+    EXPECT_EQ(failure_class_name(j->result.failure), kExpectedMerge.at(GetParam())) << ev;
+}
+
+std::vector<std::string> planted_merge_names() {
+  std::vector<std::string> v;
+  for (const auto& [n, c] : kExpectedMerge) v.push_back(n);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(All, PlantedMerge, ::testing::ValuesIn(planted_merge_names()), param_name);
+
+TEST(PlantedMerge, EveryMergePlantedKernelHasAnExpectedClass) {
+  load();
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/merge")
+      EXPECT_TRUE(kExpectedMerge.count(e.kernel.name)) << e.kernel.name;
+}
+
+TEST(PlantedMerge, NoCorrectMergeKernelFailsTheMergeSweep) {
+  load();
+  int kernels = 0;
+  for (const KernelEntry& e : Registry::global().all()) {
+    if (e.backend != Backend::kCpu || e.origin != "built-in" || e.kernel.kind != AF_KIND_MERGE) continue;
+    ++kernels;
+    for (int32_t dt : {AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16}) {
+      int pass = 0;
+      double worst = 0;
+      for (PreparedCase& pc : prepared_merge(dt)) {
+        const Judged j = check_case(device(), e, pc, RunOptions{});
+        EXPECT_EQ(j.result.verdict, Verdict::kPass) << e.kernel.name << " on " << describe(pc.the_case()) << ": "
+                                                    << j.result.reason;
+        pass += j.result.verdict == Verdict::kPass;
+        worst = std::max(worst, j.result.max_ratio);
+      }
+      std::cout << "[ correct-merge ] " << e.kernel.name << " " << dtype_name(dt) << ": " << pass << " of "
+                << prepared_merge(dt).size() << " pass, max err/bound " << worst << "\n";
+    }
+  }
+  EXPECT_GE(kernels, 2);
+}
 
 }  // namespace
 }  // namespace attnfuzz

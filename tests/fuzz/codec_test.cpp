@@ -321,6 +321,48 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   EXPECT_GT(with_bias_bcast, 0);
 }
 
+TEST(Merge, MergeIsTheFieldAfterTheVariantsRoundTripsAndIsReached) {
+  // Without merge in the limits no bytes give a merge case (earlier inputs decode as before); with it random bytes
+  // and mutations reach merge cases of several states, shifts, both layouts and pads, and round-trip.
+  Rng rng(44);
+  FuzzLimits none, merge;
+  merge.merge = true;
+  int merges = 0, shifted = 0, token = 0, padded = 0, many = 0;
+  auto count = [&](const Case& c) {
+    if (!is_merge(c.problem)) return;
+    ++merges;
+    shifted += !c.merge.lse_shift.empty();
+    token += c.merge.layout == 1;
+    padded += c.merge.pad > 0;
+    many += c.problem.n_states > 2;
+  };
+  for (int i = 0; i < 3000; ++i) {
+    const auto b = random_bytes(rng, 300);
+    EXPECT_FALSE(is_merge(decode(b.data(), b.size(), none).the_case.problem));
+    const FuzzInput in = decode(b.data(), b.size(), merge);
+    ASSERT_EQ(in_domain(in.the_case, merge), "") << text(in);
+    const auto e = encode(in, merge);
+    ASSERT_EQ(text(decode(e.data(), e.size(), merge)), text(in));
+    count(in.the_case);
+  }
+  const CaseDomain dom(merge);
+  FuzzInput in = dom.init(rng);
+  for (int i = 0; i < 3000; ++i) {
+    dom.mutate(in, rng);
+    ASSERT_EQ(dom.validate(in.the_case), "") << text(in);
+    const auto e = encode(in, merge);
+    ASSERT_EQ(text(decode(e.data(), e.size(), merge)), text(in));
+    count(in.the_case);
+  }
+  std::printf("merge cases %d (shifted %d, token-major %d, padded %d, > 2 states %d)\n", merges, shifted, token,
+              padded, many);
+  EXPECT_GT(merges, 500);
+  EXPECT_GT(shifted, 50);
+  EXPECT_GT(token, 50);
+  EXPECT_GT(padded, 50);
+  EXPECT_GT(many, 50);
+}
+
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {
   Case c = make_case(make_problem(3, 4, 2, 100, 90, 64, 64), 1);
   (void)parse_mask("causal-br", c.problem);

@@ -424,41 +424,12 @@ std::vector<PreparedCase>& prepared_merge(int32_t dtype) {
   return v;
 }
 
-// The first case of `cases` on which `name` fails, classified (with its evidence, printed with `tag`); a test
-// failure when every supported case passes. (The same loop as the suites above, for one kernel and one budget.)
-std::optional<Judged> first_failure_classified(const char* tag, const std::string& name, std::vector<PreparedCase>& cases,
-                                               std::string& ev) {
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  if (!k) {
-    ADD_FAILURE() << "no kernel " << name;
-    return std::nullopt;
-  }
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : cases) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.the_case()) << "); check said " << first << ", classified "
-              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
-    return j;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported " << tag << " budget cases";
-  return std::nullopt;
-}
-
 class PlantedMerge : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlantedMerge, DetectedAndRightlyClassifiedOnTheMergeSweep) {
   load();
-  std::string ev;
-  if (const auto j = first_failure_classified("planted-merge", GetParam(), prepared_merge(AF_DTYPE_F32), ev))
-    EXPECT_EQ(failure_class_name(j->result.failure), kExpectedMerge.at(GetParam())) << ev;
+  if (const auto f = first_failure("planted-merge", GetParam(), prepared_merge(AF_DTYPE_F32)))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), kExpectedMerge.at(GetParam())) << f->evidence;
 }
 
 std::vector<std::string> planted_merge_names() {
@@ -481,19 +452,10 @@ TEST(PlantedMerge, NoCorrectMergeKernelFailsTheMergeSweep) {
   for (const KernelEntry& e : Registry::global().all()) {
     if (e.backend != Backend::kCpu || e.origin != "built-in" || e.kernel.kind != AF_KIND_MERGE) continue;
     ++kernels;
-    for (int32_t dt : {AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16}) {
-      int pass = 0;
-      double worst = 0;
-      for (PreparedCase& pc : prepared_merge(dt)) {
-        const Judged j = check_case(device(), e, pc, RunOptions{});
-        EXPECT_EQ(j.result.verdict, Verdict::kPass) << e.kernel.name << " on " << describe(pc.the_case()) << ": "
-                                                    << j.result.reason;
-        pass += j.result.verdict == Verdict::kPass;
-        worst = std::max(worst, j.result.max_ratio);
-      }
-      std::cout << "[ correct-merge ] " << e.kernel.name << " " << dtype_name(dt) << ": " << pass << " of "
-                << prepared_merge(dt).size() << " pass, max err/bound " << worst << "\n";
-    }
+    for (int32_t dt : {AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16})
+      EXPECT_EQ(passes_without_failure("correct-merge", e, prepared_merge(dt)),
+                static_cast<int>(prepared_merge(dt).size()))
+          << e.kernel.name << " " << dtype_name(dt);
   }
   EXPECT_GE(kernels, 2);
 }

@@ -161,7 +161,7 @@ void define_options(CLI::App& app, Options& o) {
                       ->check(non_empty()));
   for (CLI::Option* x : add_sequence_options(app, o.seqs, "Sequences (varlen, KV cache, paged KV)"))
     shape.push_back(x);
-  const char* mg = "Merged states (a merge kernel's case: docs/semantics.md \"Merged states\")";
+  const char* mg = "Merged states (merge kernels: docs/semantics.md)";
   shape.push_back(app.add_option("--merge-cuts", o.merge_cuts,
                                  "0,C1,...,Sk: the key ranges of the states (n_states + 1 cuts; equal cuts = an "
                                  "empty state), e.g. 0,32,40")

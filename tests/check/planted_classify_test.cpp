@@ -352,16 +352,26 @@ const std::map<std::string, std::pair<std::string, Pass>> kExpectedVariants = {
     {"planted-dsink-zero", {"ignored-parameter", Pass::kBwd}},
 };
 
-std::vector<PreparedCase>& prepared_variants(Pass pass) {
-  static std::map<Pass, std::vector<PreparedCase>> by_pass;
+// A budget prepared once per key (a pass, a dtype): make() gives its cases on first use.
+template <class Key, class Make>
+std::vector<PreparedCase>& prepared_once(Key key, Make make) {
+  static std::map<Key, std::vector<PreparedCase>> by_key;
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
-  auto it = by_pass.find(pass);
-  if (it != by_pass.end()) return it->second;
-  std::vector<PreparedCase>& v = by_pass[pass];
-  for (Case& c : variant_sweep_grid(kCheckedVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, pass))
-    if (work(c.problem) <= (pass == Pass::kFwd ? kMaxWork : kMaxWork / 4)) v.emplace_back(std::move(c));
+  auto it = by_key.find(key);
+  if (it != by_key.end()) return it->second;
+  std::vector<PreparedCase>& v = by_key[key];
+  for (Case& c : make()) v.emplace_back(std::move(c));
   return v;
+}
+
+std::vector<PreparedCase>& prepared_variants(Pass pass) {
+  return prepared_once(pass, [pass] {
+    std::vector<Case> out;
+    for (Case& c : variant_sweep_grid(kCheckedVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, pass))
+      if (work(c.problem) <= (pass == Pass::kFwd ? kMaxWork : kMaxWork / 4)) out.push_back(std::move(c));
+    return out;
+  });
 }
 
 class PlantedVariant : public ::testing::TestWithParam<std::string> {};
@@ -414,14 +424,7 @@ const std::map<std::string, std::string> kExpectedMerge = {
 };
 
 std::vector<PreparedCase>& prepared_merge(int32_t dtype) {
-  static std::map<int32_t, std::vector<PreparedCase>> by_dtype;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> g(mu);
-  auto it = by_dtype.find(dtype);
-  if (it != by_dtype.end()) return it->second;
-  std::vector<PreparedCase>& v = by_dtype[dtype];
-  for (Case& c : merge_sweep_grid(0, dtype)) v.emplace_back(std::move(c));
-  return v;
+  return prepared_once(dtype, [dtype] { return merge_sweep_grid(0, dtype); });
 }
 
 class PlantedMerge : public ::testing::TestWithParam<std::string> {};

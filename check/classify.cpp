@@ -18,6 +18,7 @@ const std::vector<FailureClass>& class_precedence() {
       FailureClass::kIgnoredParameter,  // a direct experiment (the variant switched off) whose match is exact
       FailureClass::kMask,         //
       FailureClass::kEmptyRow,     //
+      FailureClass::kMerge,        // merge cases (issue 29): a relaunch with the states' layout or LSE level changed
       FailureClass::kSplitKv,      // split / padding experiments (check/README.md): before lse, since a tail
       FailureClass::kTail,         // or combine bug can leave O right and LSE wrong; the experiment proves cause
       FailureClass::kLse,          //
@@ -80,7 +81,19 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
                                        (!caps.memory_guards && !caps.thread_schedule ? ", " : "") +
                                        (caps.thread_schedule ? "" : "thread orders, TSan, compute-sanitizer")});
   bool unreliable = false;
-  if (c.gradient_failure()) {  // a backward failure in dQ / dK / dV: the detectors that apply to gradients
+  if (is_merge(pc.problem())) {  // merged states (issue 29): the detectors that apply to a merge of given states
+    r.evidence.push_back({"scope", "merge case: mask, empty-row, split-kv, tail, reorder and mask-model build "
+                                   "attention experiments and do not run; the merge detector replaces them"});
+    run("rows", detect::row_kinds);
+    if (co.unwritten) run("unwritten", detect::unwritten);
+    if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
+    if (!decided && co.poison && caps.memory_guards && !unreliable)
+      unreliable = run("poison-swap", detect::poison_swap).unreliable_baseline;
+    if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
+    if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
+    if (!decided && !unreliable) run("merge", detect::merge);
+    if (!decided && co.lse) run("lse", detect::lse);
+  } else if (c.gradient_failure()) {  // a backward failure in dQ / dK / dV: the detectors that apply to gradients
     r.evidence.push_back({"scope", "backward failure in " + r.tensor +
                                        ": detectors for gradients (split-kv, tail, lse, rescale, mask-model are "
                                        "forward signatures and do not run)"});
@@ -133,7 +146,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (!vars && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!vars && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   }
-  if (r.failure == FailureClass::kNonFinite) {  // evidence in every case
+  if (r.failure == FailureClass::kNonFinite && !is_merge(pc.problem())) {  // evidence in every attention case
     const detect::Finding nf = run("non-finite", detect::nonfinite);
     if (nf.overflow_shown && cls == FailureClass::kMask) {  // a visible score overflows: not a mask finding
       cls = FailureClass::kNonFinite;

@@ -12,6 +12,7 @@
 
 #include "check/compare.h"
 #include "check/dtype_codec.h"
+#include "check/merge.h"
 #include "check/sequences.h"
 #include "oracle/lowp.h"
 
@@ -22,24 +23,38 @@ PreparedCase::PreparedCase(Case c)
   // What check_support sees (ABI v3): a backward-only case asks about the backward launch.
   case_.problem.pass = case_.pass == Pass::kBwd ? AF_PASS_BACKWARD : AF_PASS_FORWARD;
   view_.pass = case_.problem.pass;
+  if (is_merge(case_.problem)) make_states(case_, tensors_);  // the merge kernel's inputs (check/merge.h)
 }
 
 void PreparedCase::use_model(int32_t compute_model) {
   if (compute_model == model_) return;
   oracle_.reset();  // bounds of another compute model: the values would be the same, the bounds are not
   full_.reset();
+  whole_.reset();
   grad_.reset();
   model_ = compute_model;
 }
 
 const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
   use_model(o.compute_model);
+  if (!oracle_ && is_merge(case_.problem)) oracle_ = merge_oracle(case_.problem, tensors_, o);
   if (!oracle_ && has_sequences(case_.problem))
     oracle_ = sequence_oracle(case_.problem, tensors_, o);
   if (!oracle_)
     oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
                              tensors_.variant_inputs(), o);
   return *oracle_;
+}
+
+const OracleResult* PreparedCase::merge_whole(const OracleOptions& o) {
+  if (!is_merge(case_.problem)) return nullptr;
+  const OracleResult& merged = oracle(o);
+  if (!whole_) {
+    std::optional<OracleResult> w = merge_whole_oracle(case_, tensors_, merged, o);
+    if (!w) return nullptr;
+    whole_ = std::move(*w);
+  }
+  return &*whole_;
 }
 
 void PreparedCase::make_given(const OracleOptions& o) {
@@ -300,6 +315,14 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   sinks = make_input("sinks", t.sinks);
   slopes = make_input("alibi_slopes", t.alibi_slopes);
   bias = make_input("bias", t.bias);
+  // Merge cases (issue 29): the partial states (O_s in the dtype, LSE_s fp32) are the inputs; q, k, v are not passed.
+  const bool merge = is_merge(p);
+  std::unique_ptr<GuardedBuffer> so, sl = make_input("state_lse", t.state_lse);
+  if (merge && !t.state_o.empty()) {
+    so = make("state_o", t.state_o.size() * eb, fpoison);
+    so->upload(p.dtype == AF_DTYPE_F32 ? static_cast<const void*>(t.state_o.data())
+                                       : static_cast<const void*>(encode_tensor(t.state_o, p.dtype).data()));
+  }
   // K/V gaps of a sequence layout hold the fp32 guard poison; in a narrow dtype it is encoded as that format's
   // NaN (or, for the finite second poison, its nearest value).
   const std::vector<float>& kin = seqs ? gapped.k : t.k;
@@ -317,9 +340,9 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   if (lse) lse->fill_payload(opts.output_poison);
   if (ws) ws->fill_payload(opts.output_poison);
   af_buffers b{};
-  b.q = q->data();
-  b.k = kb->data();
-  b.v = v->data();
+  b.q = merge ? nullptr : q->data();
+  b.k = merge ? nullptr : kb->data();
+  b.v = merge ? nullptr : v->data();
   b.o = o->data();
   b.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   b.workspace = ws ? ws->data() : nullptr;
@@ -336,9 +359,11 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.sinks = floats(sinks);
   b.alibi_slopes = floats(slopes);
   b.bias = floats(bias);
+  b.state_o = so ? so->data() : nullptr;
+  b.state_lse = floats(sl);
   out.launch = counted_launch(dev, k.kernel, p, b);
   locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
-                     table.get(), sinks.get(), slopes.get(), bias.get()});
+                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -354,7 +379,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
   collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get()});
+                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -383,8 +408,9 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias})
-      if (*gb) pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o) ? fpoison : poison);
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl})
+      if (*gb)
+        pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &so) ? fpoison : poison);
   return out;
 }
 
@@ -623,6 +649,28 @@ RunOptions for_kernel(const RunOptions& opts, const af_kernel& k, const Problem&
   return o;
 }
 
+namespace {
+// Merge cases: the merged output against the whole problem's exact result under the composed bound (check/merge.h);
+// a failure here when the merge of the given states passed means the states and the whole problem disagree.
+void judge_merge_whole(PreparedCase& pc, const LaunchOutcome& lo, const RunOptions& opts, CheckResult& r) {
+  const OracleResult* whole = pc.merge_whole(opts.oracle);
+  if (!whole || r.verdict != Verdict::kPass) return;
+  CheckResult cmp;
+  CompareOptions co;
+  co.worst = opts.worst;
+  compare_output(pc.view(), *whole, lo.o.data(), lo.lse.empty() ? nullptr : lo.lse.data(), cmp, co);
+  if (cmp.verdict != Verdict::kFail) return;
+  r.verdict = Verdict::kFail;
+  r.failure = cmp.failure;
+  r.reason = "within the bound of the given states' merge, but not of the whole problem's exact result: " + cmp.reason;
+  r.worst = std::move(cmp.worst);
+  r.max_ratio = cmp.max_ratio;
+  r.failed = cmp.failed;
+  r.evidence.push_back({"merge-whole", "compared with the whole problem (every key, one launch's exact result) under "
+                                       "the merge bound plus the states' rounding"});
+}
+}  // namespace
+
 Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& given) {
   const RunOptions opts = for_kernel(given, k.kernel, pc.problem());
   Judged j;
@@ -734,6 +782,7 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
     r.verdict = Verdict::kOutsideContract;
     r.reason = cmp.reason;
   }
+  judge_merge_whole(pc, lo, opts, r);
   if (pass == Pass::kFwdBwd && lo.backward) {  // the kernel's own forward fed its backward: judge that too
     CheckResult g;
     j.grad_maps = judge_gradients(pc, lo, opts, g);

@@ -98,6 +98,11 @@ class PreparedCase {
   const GradResult& grad(const OracleOptions& o);
   // The exact forward of every row (oracle() when it is unsampled), which the gradient oracle reuses.
   const OracleResult& full_forward(const OracleOptions& o);
+  // Merge cases (problem().n_states > 0): oracle() is the exact merge of the given states (check/merge.h); this is
+  // the whole problem's exact result with the bound composed of the merge bound and the states' rounding
+  // (docs/semantics.md "Merged states"), or nullptr where that comparison is not meaningful (a shifted or
+  // dropped state).
+  const OracleResult* merge_whole(const OracleOptions& o);
 
  private:
   void make_given(const OracleOptions& o);
@@ -109,6 +114,7 @@ class PreparedCase {
   std::optional<OracleResult> full_;  // the unsampled forward when oracle() is sampled
   std::optional<std::vector<float>> given_o_, given_lse_;
   std::optional<GradResult> grad_;
+  std::optional<OracleResult> whole_;  // merge cases: merge_whole()
   int32_t model_ = -1;  // the compute model of the cached oracles
 };
 

@@ -99,6 +99,7 @@ std::string validate(const Case& c) {
   if (has_backward(c.pass) && has_sequences(c.problem))
     return "the backward pass is checked on dense batches only, not on sequence layouts (yet)";
   if (std::string e = validate_variants(c); !e.empty()) return e;
+  if (std::string e = validate_merge(c); !e.empty()) return e;
   const double a = c.values.dist.param;
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
@@ -158,6 +159,7 @@ std::string describe(const Case& c) {
     t += std::string(" domain=") + value_domain_name(c.values.domain);
   if (c.pass != Pass::kFwd) t += std::string(" pass=") + pass_name(c.pass);
   t += describe_variants(c);
+  t += describe_merge(c);
   return t;
 }
 

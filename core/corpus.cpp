@@ -64,8 +64,8 @@ std::string get_string(const json& j, const char* key, const std::string& ctx) {
 std::string opt_string(const json& j, const char* key, const std::string& ctx) {
   return j.contains(key) ? get_string(j, key, ctx) : std::string();
 }
-double get_number(const json& j, const char* key, const std::string& ctx) {
-  const json& v = field(j, key, ctx);
+// A JSON number, or the strings "nan", "inf", "-inf" (json_number's non-finite forms).
+double number_value(const json& v, const std::string& what) {
   if (v.is_number()) return v.get<double>();
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
@@ -73,7 +73,10 @@ double get_number(const json& j, const char* key, const std::string& ctx) {
     if (s == "inf") return INFINITY;
     if (s == "-inf") return -INFINITY;
   }
-  corrupt(ctx + "." + key + " is not a number");
+  corrupt(what + " is not a number");
+}
+double get_number(const json& j, const char* key, const std::string& ctx) {
+  return number_value(field(j, key, ctx), ctx + "." + key);
 }
 uint64_t parse_u64(const std::string& s, const std::string& ctx) {
   if (s.empty() || s.size() > 20) corrupt(ctx + " '" + s + "' is not a 64-bit number");
@@ -299,6 +302,29 @@ Problem problem_from_json(const json& j) {
 
 // ------------------------------------------------------------------------------------------ case
 
+// case.merge (issue 29): cuts, shifts (numbers, "-inf" for a dropped state), layout "state" | "token", pad.
+void read_merge(const json& m, Case& c) {
+  const std::string mc = "case.merge";
+  if (!m.is_object()) corrupt("case.merge is not a JSON object");
+  const json& cuts = field(m, "cuts", mc);
+  if (!cuts.is_array()) corrupt("case.merge.cuts is not an array of integers");
+  std::vector<int64_t> cv;
+  for (const json& x : cuts) {
+    if (!x.is_number_integer()) corrupt("case.merge.cuts is not an array of integers");
+    cv.push_back(x.get<int64_t>());
+  }
+  std::vector<double> sv;
+  if (m.contains("shift")) {
+    const json& sh = m["shift"];
+    if (!sh.is_array()) corrupt("case.merge.shift is not an array");
+    for (const json& x : sh) sv.push_back(number_value(x, "case.merge.shift"));
+  }
+  const std::string layout = m.contains("layout") ? get_string(m, "layout", mc) : "state";
+  if (layout != "state" && layout != "token") corrupt("case.merge.layout '" + layout + "' is not state or token");
+  const int64_t pad = m.contains("pad") ? static_cast<int64_t>(get_number(m, "pad", mc)) : 0;
+  if (std::string e = set_merge(c, cv, sv, layout == "token" ? 1 : 0, pad); !e.empty()) corrupt(mc + ": " + e);
+}
+
 json case_to_json(const Case& c) {
   json j;
   if (!c.label.empty()) j["label"] = c.label;
@@ -342,6 +368,17 @@ json case_to_json(const Case& c) {
       if (!vs.bias.empty()) v["bias"] = floats_to_hex(vs.bias);
     }
     j["variants"] = v;
+  }
+  // Merge cases (issue 29), only for a problem with states: other files keep their names.
+  if (is_merge(c.problem)) {
+    json m;
+    m["cuts"] = c.merge.cuts;
+    json sh = json::array();
+    for (double x : c.merge.lse_shift) sh.push_back(json_number(x));
+    if (!c.merge.lse_shift.empty()) m["shift"] = sh;
+    m["layout"] = c.merge.layout == 1 ? "token" : "state";
+    m["pad"] = c.merge.pad;
+    j["merge"] = m;
   }
   if (c.explicit_values) {
     j["explicit"] = {{"q", floats_to_hex(c.explicit_values->q)},
@@ -461,6 +498,7 @@ Case case_from_json(const json& j) {
     if (v.contains("bias_range")) c.variants.bias_range = get_number(v, "bias_range", vc);
     if (v.contains("bias")) c.variants.bias = hex_to_floats(get_string(v, "bias", vc), "case.variants.bias");
   }
+  if (j.contains("merge")) read_merge(j["merge"], c);
   if (std::string e = validate(c); !e.empty()) corrupt("case: " + e);
   return c;
 }

@@ -62,7 +62,7 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
     if (k.compute_model != AF_COMPUTE_FUSED && k.compute_model != AF_COMPUTE_UNFUSED)
       throw std::runtime_error(origin + ": kernel '" + k.name + "' declares compute model " +
                                std::to_string(k.compute_model) + " (0 fused, 1 unfused)");
-    if (k.kind != AF_KIND_ATTENTION || (k.flags & ~AF_KERNEL_FLAGS_KNOWN) || (k.variants & ~AF_VARIANTS_KNOWN) ||
+    if ((k.kind != AF_KIND_ATTENTION && k.kind != AF_KIND_MERGE) || (k.flags & ~AF_KERNEL_FLAGS_KNOWN) || (k.variants & ~AF_VARIANTS_KNOWN) ||
         (k.features & ~AF_FEATURES_KNOWN))
       throw std::runtime_error(origin + ": kernel '" + k.name +
                                "' declares a kind, flag, variant or feature bit this attn-fuzz does not know");
@@ -218,6 +218,23 @@ std::string tunables_to_string(const af_kernel& k, const af_problem& p) {
   return s;
 }
 
+namespace {
+// The kernel's own check_support ("" = it takes p).
+std::string own_check(const af_kernel& k, const af_problem& p) {
+  if (k.check_support) {
+    char why[256] = {0};
+    if (k.check_support(&p, why, sizeof why) != 0) return why[0] ? why : "the kernel's own check refused the problem";
+  }
+  return {};
+}
+// The rest of unsupported_reason for a merge kernel: Dv and its own check.
+std::string kind_checks_merge(const af_kernel& k, const af_problem& p) {
+  if (k.max_head_dim_v && p.head_dim_v > k.max_head_dim_v)
+    return "Dv = " + std::to_string(p.head_dim_v) + " exceeds the kernel's max " + std::to_string(k.max_head_dim_v);
+  return own_check(k, p);
+}
+}  // namespace
+
 std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   if (p.pass == AF_PASS_FORWARD && !k.launch)
     return "the kernel is backward-only (no forward launch): it does not claim forward cases";
@@ -226,6 +243,13 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   if (k.masks && !(k.masks & mask_support_bit(p))) return "mask " + mask_to_string(p) + " not supported";
   if (p.q_layout == AF_SEQ_PACKED && !(k.features & AF_FEATURE_Q_PACKED))
     return "packed (varlen) q not supported";
+  // Merged states (issue 29): a merge kernel takes merge cases only, and reads no K / V (their layout and D do
+  // not matter to it); an attention kernel takes no merge case.
+  const bool merge_kernel = k.kind == AF_KIND_MERGE;
+  if (merge_kernel != (p.n_states > 0))
+    return merge_kernel ? "a merge kernel (AF_KIND_MERGE) takes merge cases only (n_states > 0)"
+                        : "a merge case (n_states > 0) needs a merge kernel (AF_KIND_MERGE)";
+  if (merge_kernel) return kind_checks_merge(k, p);
   if (p.kv_layout == AF_SEQ_PACKED && !(k.features & AF_FEATURE_KV_PACKED))
     return "packed (varlen) k/v not supported";
   if (p.kv_layout == AF_SEQ_PAGED && !(k.features & AF_FEATURE_KV_PAGED)) return "paged k/v not supported";
@@ -247,12 +271,7 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
     return "Dv = " + std::to_string(p.head_dim_v) + " exceeds the kernel's max " +
            std::to_string(k.max_head_dim_v);
   if (k.needs_dv_eq_d && p.head_dim != p.head_dim_v) return "the kernel needs Dv == D";
-  if (k.check_support) {
-    char why[256] = {0};
-    if (k.check_support(&p, why, sizeof why) != 0)
-      return why[0] ? why : "the kernel's own check refused the problem";
-  }
-  return {};
+  return own_check(k, p);
 }
 
 }  // namespace attnfuzz

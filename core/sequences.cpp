@@ -359,6 +359,7 @@ Tensors generate_sequences(const Case& c) {
   Case vc = c;
   vc.problem = dense_view(p, out);
   vc.seqs = {};
+  vc.merge = {};  // the dense view of a merge case's q, k, v: the states are built from them later (check/merge.h)
   vc.label.clear();
   // An at= position past every sequence (e.g. in a KV cache's capacity tail) has no place in the view.
   int64_t dropped = 0;

@@ -148,13 +148,16 @@ struct Supervisor {
 
 // The phases in order: OUT (lock, reset, resume), kernels, --sync start, corpus in, workers (config,
 // lifeline, scratch, MPS, libFuzzer processes), supervision until they end, wind-down, summary.
-int run_campaign(const CampaignOptions& o) {
+int run_campaign(const CampaignOptions& given) {
   using namespace campaign;
+  CampaignOptions o = given;
   const WorkerConfig& cfg = o.worker;
   const Paths p(o);
   if (!lock_out(p) || !reset_work(p)) return 2;
   Kernels kernels;
   if (!select_kernels(o, kernels)) return 2;
+  for (const KernelEntry* k : kernels)  // merged states (issue 29): merge kernels get merge cases from the decoder
+    if (k->kernel.kind == AF_KIND_MERGE) o.worker.limits.merge = true;
   claim_earlier_failures(p);
   Outcome r;
   r.history = read_history(p);  // a resume: the earlier runs, their failures' times, the campaign's name

@@ -41,6 +41,23 @@ const std::vector<double>& sink_range_menu() {
   static const std::vector<double> m = {2, 0.5, 10, 50};
   return m;
 }
+const std::vector<double>& merge_shift_menu() {
+  static const std::vector<double> m = {0, -1e4, -200, 150, -INFINITY};
+  return m;
+}
+const std::vector<int64_t>& merge_pad_menu() {
+  static const std::vector<int64_t> m = {0, 1, 3, 5};
+  return m;
+}
+void fit_merge(Case& c) {
+  if (!is_merge(c.problem) || c.merge.cuts.size() < 2) return;
+  const int64_t sk = c.problem.seq_k;
+  for (int64_t& x : c.merge.cuts) x = std::min(x, sk);
+  c.merge.cuts.front() = 0;
+  c.merge.cuts.back() = sk;
+  for (size_t i = 1; i < c.merge.cuts.size(); ++i) c.merge.cuts[i] = std::max(c.merge.cuts[i], c.merge.cuts[i - 1]);
+  (void)set_merge_fields(c);
+}
 const std::vector<double>& bias_range_menu() {
   static const std::vector<double> m = {1, 0.1, 10, 100};
   return m;
@@ -362,6 +379,40 @@ void write_sequences(Writer& w, const Case& c) {
 
 // One function of ~150 lines on purpose: it is the byte format, read field by field in the order encode()
 // writes them; split up, the order (which is the format) would no longer be readable in one place.
+namespace {
+// Merged states (issue 29), the field after the variants: a byte with 0x80 set makes a merge case of 1 + (low 7
+// bits % 6) states when the limits allow merge cases and the case can be one (forward, no variant, not fp8); then
+// the cut deltas (varints, clipped to Sk), a shift flag with one menu index per state, and the layout (bit 0) and
+// pad (menu index, bits 1-2). Absent or 0: no merge (inputs written before decode as they did).
+void read_merge(Reader& r, Case& c, const FuzzLimits& lim) {
+  const uint8_t mb = r.u8();
+  if (!(mb & 0x80) || !lim.merge || c.pass != Pass::kFwd || c.problem.variants || fp8(c.problem.dtype)) return;
+  const int64_t n = 1 + (mb & 0x7f) % kMaxFuzzStates, sk = c.problem.seq_k;
+  std::vector<int64_t> cuts{0};
+  for (int64_t i = 1; i < n; ++i)
+    cuts.push_back(std::min(sk, cuts.back() + static_cast<int64_t>(r.varint() % static_cast<uint64_t>(sk + 1))));
+  cuts.push_back(sk);
+  std::vector<double> shift;
+  if (r.u8() & 1)
+    for (int64_t i = 0; i < n; ++i) shift.push_back(merge_shift_menu()[r.u8() % merge_shift_menu().size()]);
+  const uint8_t lb = r.u8();
+  (void)set_merge(c, cuts, shift, lb & 1, merge_pad_menu()[(lb >> 1) % merge_pad_menu().size()]);
+}
+
+void write_merge(Writer& w, const Case& c) {
+  const MergeSpec& m = c.merge;
+  w.u8(static_cast<uint8_t>(0x80 | (c.problem.n_states - 1)));
+  for (size_t i = 1; i + 1 < m.cuts.size(); ++i) w.varint(static_cast<uint64_t>(m.cuts[i] - m.cuts[i - 1]));
+  w.u8(m.lse_shift.empty() ? 0 : 1);
+  for (double x : m.lse_shift) {
+    const auto& menu = merge_shift_menu();
+    w.u8(static_cast<uint8_t>(std::find(menu.begin(), menu.end(), x) - menu.begin()));
+  }
+  const auto& pads = merge_pad_menu();
+  w.u8(static_cast<uint8_t>(m.layout | ((std::find(pads.begin(), pads.end(), m.pad) - pads.begin()) << 1)));
+}
+}  // namespace
+
 FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   Reader r(data, size);
   const Fields f(lim);
@@ -531,6 +582,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       c.problem.q_descale = c.problem.k_descale = c.problem.v_descale = c.problem.o_scale = 1.0f;
     }
   }
+  read_merge(r, c, lim);
   return in;
 }
 
@@ -625,7 +677,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
   w.u8(static_cast<uint8_t>(static_cast<int>(c.pass) | (dout ? 0x80 : 0)));
   if (dout)
     for (float x : c.explicit_values->dout) w.u32(float_bits(x));
-  if (p.variants) {  // issue 28: absent when the case has none (the bytes of such inputs are unchanged)
+  if (p.variants || is_merge(p)) {  // issue 28: absent when the case has none (the bytes of such inputs are unchanged)
     w.u8(static_cast<uint8_t>(p.variants & 0x0f));
     if (p.variants & AF_VARIANT_SOFTCAP) {
       const auto& m = softcap_menu();
@@ -646,6 +698,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       w.u8(index(bias_range_menu(), c.variants.bias_range));
     }
   }
+  if (is_merge(p)) write_merge(w, c);  // issue 29: after the variants byte (0 when none)
   return std::move(w.out);
 }
 
@@ -683,6 +736,15 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
                            [](int64_t x) { return x != 0; })) {
       return "bias strides without the bias variant";
     }
+  }
+  if (is_merge(c.problem)) {  // issue 29
+    const MergeSpec& m = c.merge;
+    auto in_menu = [](const auto& menu, auto x) { return std::find(menu.begin(), menu.end(), x) != menu.end(); };
+    if (!l.merge) return "a merge case while the fuzz limits take none";
+    if (c.problem.n_states > kMaxFuzzStates) return "more merge states than the fuzzer encodes";
+    if (!in_menu(merge_pad_menu(), m.pad)) return "a state pad outside the fuzz menu";
+    for (double x : m.lse_shift)
+      if (!in_menu(merge_shift_menu(), x)) return "a merge shift outside the fuzz menu";
   }
   if (c.explicit_values)
     for (float x : c.explicit_values->dout)

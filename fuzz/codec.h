@@ -45,6 +45,9 @@ struct FuzzLimits {
   // bits, then the softcap (a menu or raw fp32 bits), the sink range, the bias broadcast dimensions and range
   // (menus); values are generated from the seed. Bits outside the set are dropped; none with a sequence layout.
   uint32_t variants = 0;
+  // Merged states (issue 29): whether decoded cases may be merge cases (set when the campaign's kernels include a
+  // merge kernel, AF_KIND_MERGE). The field after the variants (absent: none): docs in codec.cpp read_merge.
+  bool merge = false;
 };
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

@@ -33,6 +33,13 @@ const std::vector<double>& param_menu(Distribution d);
 const std::vector<float>& softcap_menu();
 const std::vector<double>& sink_range_menu();
 const std::vector<double>& bias_range_menu();
+// Merged states (issue 29): LSE shifts (0, one state dominated by 1e4, every LSE near -200 / +150, a dropped
+// state), stride pads, and the most states a fuzzed merge case has.
+const std::vector<double>& merge_shift_menu();
+const std::vector<int64_t>& merge_pad_menu();
+constexpr int64_t kMaxFuzzStates = 6;
+// A merge case's cuts clipped to its (new) Sk, the last one Sk, and its state strides recomputed; no-op otherwise.
+void fit_merge(Case& c);
 // The broadcast dimensions of a bias as bits (b 1, h 2, i 4, j 8) and back ("bh").
 uint8_t broadcast_bits(const Problem& p);
 std::string broadcast_text(uint8_t bits);

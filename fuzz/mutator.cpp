@@ -36,7 +36,9 @@ int64_t near_vector(Rng& rng, int64_t max_d) {
 // Copies explicit values onto a new shape (overlapping region kept, the rest zero).
 Case reshape(const Case& c, Problem np) {
   Case n = c;
+  np.n_states = c.problem.n_states;  // merged states (issue 29) survive a reshape, their cuts fitted to the new Sk
   n.problem = np;
+  fit_merge(n);
   if (has_sequences(np) || has_sequences(c.problem)) n.explicit_values.reset();  // not encoded with a layout
   if (!n.explicit_values) return n;
   const Problem& p = c.problem;
@@ -104,6 +106,44 @@ void normalise(FuzzInput& in, const FuzzLimits& l) {
   const auto bytes = encode(in, l);
   in = decode(bytes.data(), bytes.size(), l);
   in.the_case.label = label;
+}
+
+// Merged states (issue 29): a merge case made or dropped, a cut moved, the shifts, or the state layout and pad
+// redrawn (c's problem keeps its shape; normalise() refuses what the case cannot take).
+void merge_step(Case& c, Rng& rng) {
+  const int64_t sk = c.problem.seq_k;
+  if (!is_merge(c.problem) || rng.below(5) == 0) {
+    if (is_merge(c.problem)) {
+      c.problem.n_states = 0;
+      c.merge = {};
+      return;
+    }
+    const int64_t n = 1 + static_cast<int64_t>(rng.below(kMaxFuzzStates));
+    std::vector<int64_t> cuts{0};
+    for (int64_t i = 1; i < n; ++i) cuts.push_back(static_cast<int64_t>(rng.below(static_cast<uint64_t>(sk + 1))));
+    cuts.push_back(sk);
+    std::sort(cuts.begin(), cuts.end());
+    (void)set_merge(c, cuts);
+    return;
+  }
+  MergeSpec& m = c.merge;
+  switch (rng.below(3)) {
+    case 0:
+      if (m.cuts.size() > 2)
+        m.cuts[1 + rng.below(m.cuts.size() - 2)] = static_cast<int64_t>(rng.below(static_cast<uint64_t>(sk + 1)));
+      std::sort(m.cuts.begin(), m.cuts.end());
+      break;
+    case 1:
+      m.lse_shift.clear();
+      if (rng.below(2))
+        for (int32_t i = 0; i < c.problem.n_states; ++i)
+          m.lse_shift.push_back(merge_shift_menu()[rng.below(merge_shift_menu().size())]);
+      break;
+    default:
+      m.layout = static_cast<int32_t>(rng.below(2));
+      m.pad = merge_pad_menu()[rng.below(merge_pad_menu().size())];
+  }
+  (void)set_merge_fields(c);
 }
 
 SpecialValue random_special(Rng& rng, const Problem& p) {
@@ -551,6 +591,7 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       vp.softcap = c.problem.softcap;
       std::copy(std::begin(c.problem.bias_stride), std::end(c.problem.bias_stride), std::begin(vp.bias_stride));
     }
+    if (lim_.merge && rng.below(4) == 0) merge_step(c, rng);  // merged states (issue 29)
     if (__builtin_popcount(lim_.passes) > 1 && rng.below(8) == 0) {  // another allowed pass
       const int now = static_cast<int>(c.pass);
       for (int i = 1; i < 3; ++i)

@@ -56,7 +56,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"values", value_domain_name(c.limits.domain)},
                  {"dtype", c.limits.dtype < 0 ? std::string("any") : std::string(dtype_name(c.limits.dtype))},
                  {"passes", c.limits.passes},
-                 {"variants", c.limits.variants}};
+                 {"variants", c.limits.variants},
+                 {"merge", c.limits.merge}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -106,6 +107,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
       c.limits.passes = static_cast<uint8_t>(l.at("passes").get<uint64_t>());
     if (l.contains("variants") && l.at("variants").is_number_unsigned())
       c.limits.variants = static_cast<uint32_t>(l.at("variants").get<uint64_t>()) & kCheckedVariants;
+    if (l.contains("merge") && l.at("merge").is_boolean()) c.limits.merge = l.at("merge").get<bool>();
   }
   get("out", c.out);
   get("command", c.command);

@@ -607,8 +607,43 @@ void prop_variants(const KernelEntry& k, const Case& c) {
   assert_relation(k, a, base, rows, false, false, "a bias constant along each row against no bias (O only)");
 }
 
+// Merged states (issue 29): one relation per case. The base case's key range is cut into 1 .. 4 states; B adds an
+// empty state (a repeated cut) or cuts elsewhere, in another state layout and pad.
+void prop_merge(const KernelEntry& k, const Case& c) {
+  const int64_t sk = c.problem.seq_k;
+  auto cuts_of = [sk](int n) {
+    std::vector<int64_t> cuts{0};
+    for (int i = 1; i < n; ++i) cuts.push_back(*rc::gen::inRange<int64_t>(0, sk + 1));
+    cuts.push_back(sk);
+    std::sort(cuts.begin(), cuts.end());
+    return cuts;
+  };
+  Case a = c;
+  const std::vector<int64_t> cuts = cuts_of(*rc::gen::inRange(1, 5));
+  if (std::string e = set_merge(a, cuts); !e.empty() || !validate(a).empty()) return;
+  if (!supported(k, a.problem)) return;
+  const std::vector<RowPair> rows = identity_rows(a.problem, std::vector<bool>(static_cast<size_t>(c.problem.seq_q), true));
+  Case b = c;
+  const bool empty = *element_of(std::vector<bool>{true, false});
+  std::vector<int64_t> other = cuts;
+  if (empty) {
+    const size_t i = *index_below(other.size());
+    other.insert(other.begin() + static_cast<std::ptrdiff_t>(i), other[i]);
+  } else {
+    other = cuts_of(*rc::gen::inRange(1, 5));
+  }
+  std::sort(other.begin(), other.end());
+  if (std::string e = set_merge(b, other, {}, *rc::gen::inRange(0, 2), *element_of(std::vector<int64_t>{0, 3}));
+      !e.empty() || !validate(b).empty())
+    return;
+  assert_relation(k, a, b, rows, false, true,
+                  empty ? "the states and one more empty state against the states alone" : "the merge at other split points");
+}
+
 void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
   switch (p) {
+    case Property::kMerge:
+      return prop_merge(k, c);
     case Property::kVariants:
       return prop_variants(k, c);
     case Property::kOracle:

@@ -71,6 +71,10 @@ const PropertyInfo kInfo[] = {
      "for a kernel that declares the score variants, each identity holds within bound(A) + bound(B): every sink -inf "
      "equals no sink (O, LSE); softcap 1e30 equals no softcap (O, LSE); ALiBi equals the bias tensor "
      "-slope_h |j - (i + off)| (O, LSE); a bias constant along each row (broadcast over keys) leaves O unchanged"},
+    {Property::kMerge, "merge",
+     "for a merge kernel (AF_KIND_MERGE), merging the states with one more empty state (an empty key range) equals "
+     "merging the states alone, and the merge at other split points (another state layout and pad) equals it, within "
+     "bound(A) + bound(B) (each the whole problem's composed bound: the merge plus the states' rounding)"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -214,6 +218,12 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   if (prop == Property::kPacking && !layouts) {
     out.passed = true;  // the kernel takes dense batches only: nothing is packed
     out.rc_message = "the kernel takes dense batches only: not run";
+    return out;
+  }
+  if ((prop == Property::kMerge) != (k.kernel.kind == AF_KIND_MERGE)) {  // issue 29: merge kernels, merge relations
+    out.passed = true;
+    out.rc_message = prop == Property::kMerge ? "not a merge kernel: not run"
+                                              : "a merge kernel: only the merge property applies, not run";
     return out;
   }
   if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants)) {

@@ -30,6 +30,8 @@ enum class Property {
   kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
   kVariants,         // score-variant identities: sinks of -inf = no sink; a huge softcap = no softcap; ALiBi = its
                      // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
+  kMerge,            // merge kernels (issue 29): an extra empty state is the identity; other split points (and state
+                     // layouts) give the same merged result within the composed bounds
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

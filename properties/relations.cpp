@@ -13,11 +13,13 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "attnfuzz/corpus.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/problem.h"
+#include "check/merge.h"
 #include "check/runner.h"
 #include "check/sequences.h"
 #include "oracle/oracle.h"
@@ -73,6 +75,16 @@ Case with_values(const Case& base, std::vector<float> q, std::vector<float> k, s
 Run run_case(const KernelEntry& k, const Case& c, Device& dev, bool need_oracle) {
   Run r;
   r.t = generate(c);
+  if (is_merge(c.problem)) {  // merged states (issue 29): the states, and the whole problem's composed bound
+    make_states(c, r.t);
+    r.out = launch_guarded(dev, k, c.problem, r.t, devices().run);
+    if (need_oracle) {
+      OracleResult m = merge_oracle(c.problem, r.t, devices().run.oracle);
+      std::optional<OracleResult> w = merge_whole_oracle(c, r.t, m, devices().run.oracle);
+      r.exact = w ? std::move(*w) : std::move(m);
+    }
+    return r;
+  }
   if (has_backward(c.pass)) {  // the launch of the case's pass (backward given the exact O / LSE)
     PreparedCase pc(c);
     r.out = launch_for_pass(dev, k, pc, r.t, devices().run);

@@ -46,6 +46,9 @@ struct Options {
   bool list = false, json = false;
   npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
   SequenceOptions seqs;  // --seq-layout, --seqlens-q, ... (tools/cli_common.h)
+  // merge cases (issue 29): --merge-cuts, --merge-shift, --merge-layout, --merge-pad
+  std::string merge_cuts, merge_shift, merge_layout = "state";
+  int64_t merge_pad = 0;
 };
 
 std::string check_mask(const std::string& t) {
@@ -158,6 +161,20 @@ void define_options(CLI::App& app, Options& o) {
                       ->check(non_empty()));
   for (CLI::Option* x : add_sequence_options(app, o.seqs, "Sequences (varlen, KV cache, paged KV)"))
     shape.push_back(x);
+  const char* mg = "Merged states (merge kernels: docs/semantics.md)";
+  shape.push_back(app.add_option("--merge-cuts", o.merge_cuts,
+                                 "0,C1,...,Sk: the key ranges of the states (n_states + 1 cuts; equal cuts = an "
+                                 "empty state), e.g. 0,32,40")
+                      ->group(mg));
+  shape.push_back(app.add_option("--merge-shift", o.merge_shift,
+                                 "one shift per state added to LSE_s (-inf drops the state), e.g. 0,-1e4")
+                      ->group(mg));
+  shape.push_back(app.add_option("--merge-layout", o.merge_layout, "state buffers: state (state-major) | token")
+                      ->group(mg)
+                      ->check(CLI::IsMember({"state", "token"})));
+  shape.push_back(app.add_option("--merge-pad", o.merge_pad, "stride gap after each state head row (elements)")
+                      ->group(mg)
+                      ->check(int_range(0, 64)));
   auto* seed = app.add_option("--seed", o.seed, "value seed (decimal or 0x hex, as reports print it)")
                    ->group(g)
                    ->transform(u64())
@@ -230,6 +247,9 @@ Case case_from_flags(const Options& o) {
   c.values.domain = value_domain(o.common);
   c.pass = case_pass(o.common);
   if (std::string e = apply_variant_options(o.common, c); !e.empty()) usage_error(e);
+  if (!o.merge_cuts.empty() || !o.merge_shift.empty())
+    if (std::string e = parse_merge(o.merge_cuts, o.merge_shift, o.merge_layout == "token", o.merge_pad, c); !e.empty())
+      usage_error(e);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
     SpecialValue sv;
@@ -400,8 +420,17 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
                                       case_pass(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else if (o.sweep) {
-    for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common)))
-      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    // The attention grid for attention kernels, the merge grid (issue 29) for merge kernels: each only where the
+    // selection holds a kernel of that kind.
+    bool attention = false, merge = false;
+    for (const KernelEntry* k : s.registry->select(s.device->backend(), o.common.kernel))
+      (k->kernel.kind == AF_KIND_MERGE ? merge : attention) = true;
+    if (attention)
+      for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common)))
+        jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    if (merge && case_pass(o.common) == Pass::kFwd && !case_variants(o.common))
+      for (Case& c : merge_sweep_grid(o.seed, case_dtype(o.common)))
+        jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else {
     Case base = case_from_flags(o);
     for (int r = 0; r < o.repeat; ++r) {
@@ -423,6 +452,10 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       bad.push_back(jobs[i].origin + ": " + e.what());
       continue;
     }
+    if (jobs[i].origin == "sweep")  // a sweep case goes to the kernels of its kind (attention or merge) only
+      std::erase_if(kernels[i], [&](const KernelEntry* k) {
+        return (k->kernel.kind == AF_KIND_MERGE) != is_merge(jobs[i].c.problem);
+      });
     if (!o.tunables.empty() && jobs[i].origin == "flags")
       set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
     if (!o.replay.empty()) {  // a file's tunables are refused as the flag's would be, never run as the default

@@ -182,6 +182,7 @@ Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with 
 Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs
 Finding precision(Context& c);          // nonfinite.cpp: error / bound <= kPrecisionLimit, tile grid
 Finding wrong(Context& c);              // nonfinite.cpp: error / bound > kPrecisionLimit, no signature
+Finding merge(Context& c);              // merge.cpp: merge cases: all-empty rows, state layout, LSE level
 Finding row_kinds(Context& c);          // empty_row.cpp: every kind of wrong row with counts (never fires)
 
 }  // namespace attnfuzz::detect

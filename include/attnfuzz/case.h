@@ -166,6 +166,21 @@ struct VariantSpec {
   bool operator==(const VariantSpec&) const = default;
 };
 
+// Merged attention states (issue 29; docs/semantics.md "Merged states"): a case whose problem has n_states > 0 is
+// checked on merge kernels (AF_KIND_MERGE). Its key range [0, Sk) (per sequence [0, Sk_b)) is cut into n_states
+// consecutive ranges [cuts[s], cuts[s + 1]) (possibly empty); state s is the exact (O_s, LSE_s) of the problem
+// restricted to range s, O_s rounded to the dtype and LSE_s to fp32, then LSE_s + lse_shift[s] (states of
+// different problems: one dominating by 1e4; -inf drops the state: O_s = 0, LSE_s = -inf). The state buffers'
+// strides (problem.state_o_stride / state_lse_stride) follow from layout and pad through set_merge_fields().
+struct MergeSpec {
+  std::vector<int64_t> cuts;       // n_states + 1 entries: 0 = cuts[0] <= cuts[1] <= ... <= cuts[n] = Sk
+  std::vector<double> lse_shift;   // n_states entries, finite or -inf; empty = every shift 0
+  int32_t layout = 0;              // 0: state-major O [n, B, Sq, Hq, Dv], LSE [n, B, Hq, Sq];
+                                   // 1: token-major O [B, Sq, n, Hq, Dv], LSE [B, Hq, Sq, n] (packed q: total_q for B, Sq)
+  int64_t pad = 0;                 // elements of stride gap after each state head row of O (head stride Dv + pad)
+  bool operator==(const MergeSpec&) const = default;
+};
+
 // A test case. When explicit_values is set it *is* the input, and values/seed are provenance only.
 struct Case {
   Problem problem{};
@@ -176,6 +191,7 @@ struct Case {
   SeqLayout seqs;     // per-sequence lengths and pages when has_sequences(problem)
   Pass pass = Pass::kFwd;  // which pass is checked; backward cases also generate dO
   VariantSpec variants;    // values of problem.variants' buffers (sinks, ALiBi slopes, bias)
+  MergeSpec merge;         // merge cases (problem.n_states > 0): the key ranges and shifts of the states
 };
 
 // A case with make_problem(...) shape, uniform:1 values and the given seed.
@@ -222,6 +238,10 @@ struct Tensors {
   // Score variants (problem.variants): sinks [Hq], alibi_slopes [Hq], bias (bias_elements, bias_stride); empty
   // where the problem does not use the variant.
   std::vector<float> sinks, alibi_slopes, bias;
+  // Merge cases: the partial states the merge kernel takes (state_o with problem.state_o_stride in the case's
+  // dtype values, state_lse with state_lse_stride, fp32, natural log). Filled by the check layer (check/merge.h:
+  // they are exact results of sub-problems), empty otherwise and after generate().
+  std::vector<float> state_o, state_lse;
   VariantInputs variant_inputs() const {
     return {sinks.empty() ? nullptr : sinks.data(), alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
             bias.empty() ? nullptr : bias.data()};
@@ -235,6 +255,35 @@ std::string validate_variants(const Case& c);
 // softcap, and contiguous bias strides with the dimensions in bias_broadcast (a subset of "bhij") broadcast.
 // Returns an error sentence or empty.
 std::string set_variants(Case& c, uint32_t bits, float softcap = 30, const std::string& bias_broadcast = "");
+
+// ---- Merged states (core/merge.cpp) ----
+// Whether c is a merge case (problem.n_states > 0).
+inline bool is_merge(const Problem& p) { return p.n_states > 0; }
+// Makes c a merge case over the given cuts (n_states + 1 entries, see MergeSpec), shifts, layout and pad, and sets
+// the state strides (set_merge_fields). Returns an error sentence or empty.
+std::string set_merge(Case& c, std::vector<int64_t> cuts, std::vector<double> lse_shift = {}, int32_t layout = 0,
+                      int64_t pad = 0);
+// set_merge from text: cuts "0,32,40", shifts "0,-1e4" or "" (each a number or -inf), token-major or not, pad.
+// Returns an error sentence or empty.
+std::string parse_merge(const std::string& cuts, const std::string& shifts, bool token_major, int64_t pad, Case& c);
+// Sets problem.state_o_stride / state_lse_stride from c.merge's layout and pad (after set_sequence_fields for a
+// sequence layout). Returns an error sentence or empty.
+std::string set_merge_fields(Case& c);
+// Empty when c's merge fields agree with its problem (called by validate(Case)).
+std::string validate_merge(const Case& c);
+// " merge=3 cuts=0,5,9,13 shift=0,-10000,0 state-layout=token pad=3" (empty unless a merge case).
+std::string describe_merge(const Case& c);
+// Elements the state buffers span (0 unless a merge case).
+int64_t state_o_elements(const Problem& p);
+int64_t state_lse_elements(const Problem& p);
+// Element offsets of state st's O (token s of sequence b; packed q: row cu_seqlens_q[b] + s) and LSE.
+int64_t state_o_offset(const Problem& p, const std::vector<int32_t>& cu_seqlens_q, int64_t st, int64_t b, int64_t s,
+                       int64_t h, int64_t d);
+int64_t state_lse_offset(const Problem& p, int64_t st, int64_t b, int64_t h, int64_t s);
+// The keys of state st for a sequence of sk keys: [cuts[st], cuts[st + 1]) clipped to [0, sk).
+KeyRange merge_range(const MergeSpec& m, int64_t st, int64_t sk);
+// The shift of state st (0 when lse_shift is empty).
+double merge_shift(const MergeSpec& m, int64_t st);
 
 // Bit pattern written into stride gaps (elements no index of the problem addresses): a quiet NaN
 // with a recognisable payload, so a kernel that ignores the strides produces NaN instead of luck.
@@ -376,6 +425,12 @@ std::vector<Case> sweep_grid(uint64_t base_seed = 0, ValueDomain domain = ValueD
 // bias broadcasts with batch and GQA, -inf and large bias values. Seeds from base_seed and the label.
 std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed = 0, ValueDomain domain = ValueDomain::kIeee,
                                      int32_t dtype = AF_DTYPE_F32, Pass pass = Pass::kFwd);
+
+// The merge sweep of attn-check --sweep on a merge kernel (issue 29): two states, many states (up to 9), empty
+// states, all states empty (Sk = 0, fully masked rows, every state dropped), one state dominating by 1e4 and all
+// states far below 0 (LSE ~ -200), token-major and padded state strides, GQA, Dv != D, varlen q (packed), and the
+// cascade split (a shared prefix and a suffix). Labelled "merge-..."; seeds from base_seed and the label.
+std::vector<Case> merge_sweep_grid(uint64_t base_seed = 0, int32_t dtype = AF_DTYPE_F32);
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);

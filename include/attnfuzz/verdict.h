@@ -39,7 +39,9 @@ enum class FailureClass {
   kWrong,      // far beyond the bound with no signature
   // Added with issue 28 (appended: ordinals stay put).
   kIgnoredParameter,  // the output matches the exact result with a variant's parameter switched off / replaced
-  kLastClass = kIgnoredParameter,
+  // Added with issue 29 (appended).
+  kMerge,  // a merge of partial attention states is wrong: it depends on the states' layout or their LSE level
+  kLastClass = kMerge,
 };
 const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
 bool parse_failure_class(const std::string& text, FailureClass& out);

@@ -484,7 +484,7 @@ TEST(Classify, PrecedenceIsDocumentedOrder) {
   std::string names;
   for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
   EXPECT_EQ(names,
-            "oob-write unwritten oob-read barrier-race ignored-parameter mask empty-row split-kv tail lse rescale "
+            "oob-write unwritten oob-read barrier-race ignored-parameter mask empty-row merge split-kv tail lse rescale "
             "non-finite precision wrong ");
 }
 

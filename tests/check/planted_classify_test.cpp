@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -327,7 +328,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   for (const KernelEntry& e : Registry::global().all())
     if (e.origin == PLANTED_PLUGIN)
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
-                  std::string(e.kernel.family) == "planted/variants")  // PlantedVariant below
+                  std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
+                  std::string(e.kernel.family) == "planted/merge")       // PlantedMerge below
           << e.kernel.name;
 }
 
@@ -350,16 +352,26 @@ const std::map<std::string, std::pair<std::string, Pass>> kExpectedVariants = {
     {"planted-dsink-zero", {"ignored-parameter", Pass::kBwd}},
 };
 
-std::vector<PreparedCase>& prepared_variants(Pass pass) {
-  static std::map<Pass, std::vector<PreparedCase>> by_pass;
+// A budget prepared once per key (a pass, a dtype): make() gives its cases on first use.
+template <class Key, class Make>
+std::vector<PreparedCase>& prepared_once(Key key, Make make) {
+  static std::map<Key, std::vector<PreparedCase>> by_key;
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
-  auto it = by_pass.find(pass);
-  if (it != by_pass.end()) return it->second;
-  std::vector<PreparedCase>& v = by_pass[pass];
-  for (Case& c : variant_sweep_grid(kCheckedVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, pass))
-    if (work(c.problem) <= (pass == Pass::kFwd ? kMaxWork : kMaxWork / 4)) v.emplace_back(std::move(c));
+  auto it = by_key.find(key);
+  if (it != by_key.end()) return it->second;
+  std::vector<PreparedCase>& v = by_key[key];
+  for (Case& c : make()) v.emplace_back(std::move(c));
   return v;
+}
+
+std::vector<PreparedCase>& prepared_variants(Pass pass) {
+  return prepared_once(pass, [pass] {
+    std::vector<Case> out;
+    for (Case& c : variant_sweep_grid(kCheckedVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, pass))
+      if (work(c.problem) <= (pass == Pass::kFwd ? kMaxWork : kMaxWork / 4)) out.push_back(std::move(c));
+    return out;
+  });
 }
 
 class PlantedVariant : public ::testing::TestWithParam<std::string> {};
@@ -400,6 +412,56 @@ std::vector<std::string> planted_variant_names() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), param_name);
+
+// ---- merged attention states (issue 29) ----------------------------------------------------------------------
+// The planted merge kernels (kernels/planted/merge_bugs.hip; kernels/planted/README.md "Merge bugs") on the merge
+// sweep (merge_sweep_grid(0), f32); the correct merge kernels pass it in f32, f16 and bf16.
+const std::map<std::string, std::string> kExpectedMerge = {
+    {"planted-merge-stride-of-output", "merge"},
+    {"planted-merge-empty-nan", "empty-row"},
+    {"planted-merge-max-from-zero", "merge"},
+    {"planted-merge-lse-base2", "lse"},
+};
+
+std::vector<PreparedCase>& prepared_merge(int32_t dtype) {
+  return prepared_once(dtype, [dtype] { return merge_sweep_grid(0, dtype); });
+}
+
+class PlantedMerge : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedMerge, DetectedAndRightlyClassifiedOnTheMergeSweep) {
+  load();
+  if (const auto f = first_failure("planted-merge", GetParam(), prepared_merge(AF_DTYPE_F32)))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), kExpectedMerge.at(GetParam())) << f->evidence;
+}
+
+std::vector<std::string> planted_merge_names() {
+  std::vector<std::string> v;
+  for (const auto& [n, c] : kExpectedMerge) v.push_back(n);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(All, PlantedMerge, ::testing::ValuesIn(planted_merge_names()), param_name);
+
+TEST(PlantedMerge, EveryMergePlantedKernelHasAnExpectedClass) {
+  load();
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/merge")
+      EXPECT_TRUE(kExpectedMerge.count(e.kernel.name)) << e.kernel.name;
+}
+
+TEST(PlantedMerge, NoCorrectMergeKernelFailsTheMergeSweep) {
+  load();
+  int kernels = 0;
+  for (const KernelEntry& e : Registry::global().all()) {
+    if (e.backend != Backend::kCpu || e.origin != "built-in" || e.kernel.kind != AF_KIND_MERGE) continue;
+    ++kernels;
+    for (int32_t dt : {AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16})
+      EXPECT_EQ(passes_without_failure("correct-merge", e, prepared_merge(dt)),
+                static_cast<int>(prepared_merge(dt).size()))
+          << e.kernel.name << " " << dtype_name(dt);
+  }
+  EXPECT_GE(kernels, 2);
+}
 
 }  // namespace
 }  // namespace attnfuzz

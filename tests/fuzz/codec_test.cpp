@@ -290,35 +290,72 @@ TEST(BackwardPass, MutationsReachEveryAllowedPassAndMaterializeKeepsDout) {
   EXPECT_EQ(seen.size(), 2u);
 }
 
-// Score variants (issue 28): the last field; limits without variants decode every input without them (as before),
-// limits with them reach every variant, round-trip exactly, and mutations keep the case in the domain.
-TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
-  Rng rng(43);
-  FuzzLimits none, all;
-  all.variants = kCheckedVariants;
-  uint32_t seen = 0;
-  int with_bias_bcast = 0;
+// 3000 random inputs and 3000 mutations under `lim`: each in the domain and round-tripping exactly; under `none` every
+// random input decodes to a case `plain` accepts (a field the limits do not allow is absent); `see` sees each case.
+template <class Plain, class See>
+void random_and_mutated(const FuzzLimits& none, const FuzzLimits& lim, uint64_t seed, Plain plain, See see) {
+  Rng rng(seed);
   for (int i = 0; i < 3000; ++i) {
     const auto b = random_bytes(rng, 300);
-    EXPECT_EQ(decode(b.data(), b.size(), none).the_case.problem.variants, 0u);
-    const FuzzInput in = decode(b.data(), b.size(), all);
-    ASSERT_EQ(in_domain(in.the_case, all), "") << text(in);
-    const auto e = encode(in, all);
-    ASSERT_EQ(text(decode(e.data(), e.size(), all)), text(in));
-    seen |= in.the_case.problem.variants;
+    EXPECT_TRUE(plain(decode(b.data(), b.size(), none).the_case));
+    const FuzzInput in = decode(b.data(), b.size(), lim);
+    ASSERT_EQ(in_domain(in.the_case, lim), "") << text(in);
+    const auto e = encode(in, lim);
+    ASSERT_EQ(text(decode(e.data(), e.size(), lim)), text(in));
+    see(in.the_case);
   }
-  const CaseDomain dom(all);
+  const CaseDomain dom(lim);
   FuzzInput in = dom.init(rng);
   for (int i = 0; i < 3000; ++i) {
     dom.mutate(in, rng);
     ASSERT_EQ(dom.validate(in.the_case), "") << text(in);
-    const auto e = encode(in, all);
-    ASSERT_EQ(text(decode(e.data(), e.size(), all)), text(in));
-    seen |= in.the_case.problem.variants;
-    with_bias_bcast += (in.the_case.problem.variants & AF_VARIANT_BIAS) && !bias_broadcast(in.the_case.problem).empty();
+    const auto e = encode(in, lim);
+    ASSERT_EQ(text(decode(e.data(), e.size(), lim)), text(in));
+    see(in.the_case);
   }
+}
+
+// Score variants (issue 28): the last field; limits without variants decode every input without them (as before),
+// limits with them reach every variant, round-trip exactly, and mutations keep the case in the domain.
+TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
+  FuzzLimits none, all;
+  all.variants = kCheckedVariants;
+  uint32_t seen = 0;
+  int with_bias_bcast = 0;
+  random_and_mutated(
+      none, all, 43, [](const Case& c) { return c.problem.variants == 0; },
+      [&](const Case& c) {
+        seen |= c.problem.variants;
+        with_bias_bcast += (c.problem.variants & AF_VARIANT_BIAS) && !bias_broadcast(c.problem).empty();
+      });
   EXPECT_EQ(seen, kCheckedVariants);
   EXPECT_GT(with_bias_bcast, 0);
+}
+
+// Merged states (issue 29): the field after the variants. Without merge in the limits no bytes give a merge case
+// (earlier inputs decode as before); with it random bytes and mutations reach merge cases of several states,
+// shifts, both layouts and pads, and round-trip.
+TEST(Merge, MergeIsTheFieldAfterTheVariantsRoundTripsAndIsReached) {
+  FuzzLimits none, merge;
+  merge.merge = true;
+  int merges = 0, shifted = 0, token = 0, padded = 0, many = 0;
+  random_and_mutated(
+      none, merge, 44, [](const Case& c) { return !is_merge(c.problem); },
+      [&](const Case& c) {
+        if (!is_merge(c.problem)) return;
+        ++merges;
+        shifted += !c.merge.lse_shift.empty();
+        token += c.merge.layout == 1;
+        padded += c.merge.pad > 0;
+        many += c.problem.n_states > 2;
+      });
+  std::printf("merge cases %d (shifted %d, token-major %d, padded %d, > 2 states %d)\n", merges, shifted, token,
+              padded, many);
+  EXPECT_GT(merges, 500);
+  EXPECT_GT(shifted, 50);
+  EXPECT_GT(token, 50);
+  EXPECT_GT(padded, 50);
+  EXPECT_GT(many, 50);
 }
 
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {

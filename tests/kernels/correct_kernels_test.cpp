@@ -27,6 +27,9 @@ const char* const kCorrectKernels[] = {"materialized",    "online-row",      "fl
 // Correct kernels for decode only (1..8 query tokens), so the dense grids below do not fit them; they are
 // tested on the sequence-layout sweeps (tests/kernels/varlen_kernels_test.cpp).
 const char* const kDecodeKernels[] = {"paged-decode"};
+// Merge kernels (AF_KIND_MERGE, issue 29): checked on the merge sweep (tests/check/planted_classify_test.cpp
+// PlantedMerge, tests/check/merge_test.cpp).
+const char* const kMergeKernels[] = {"merge-states", "merge-states-online"};
 
 // Poison for output and workspace buffers: a quiet NaN with a payload no arithmetic produces.
 constexpr uint32_t kPoisonBits = 0x7fc0dead;
@@ -420,6 +423,7 @@ TEST(CorrectKernels, RegistryListsExactlyTheseKernels) {
       names.push_back(e.kernel.name);
   std::vector<std::string> want(std::begin(kCorrectKernels), std::end(kCorrectKernels));
   want.insert(want.end(), std::begin(kDecodeKernels), std::end(kDecodeKernels));
+  want.insert(want.end(), std::begin(kMergeKernels), std::end(kMergeKernels));
   std::sort(names.begin(), names.end());
   std::sort(want.begin(), want.end());
   EXPECT_EQ(names, want);

@@ -102,6 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            // Score variants (issue 28): a huge softcap against none (an
                                            // exp-based tanh cancels to 0 there).
                                            Catch{Property::kVariants, "planted-softcap-exp"},
+                                           // Merged states (issue 29): other split points in another state
+                                           // layout; the LSE of a base-2 merge.
+                                           Catch{Property::kMerge, "planted-merge-stride-of-output"},
+                                           Catch{Property::kMerge, "planted-merge-lse-base2"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

@@ -425,6 +425,8 @@ TEST(PlantedPlugin, LoadsAndListsEveryPlantedKernel) {
     if (e.kernel.launch_bwd) continue;  // the backward bugs: tests/kernels/planted/bwd_planted_test.cpp
     // The score-variant bugs (issue 28): tests/check/planted_classify_test.cpp (PlantedVariant) lists and checks them.
     if (std::string(e.kernel.family) == "planted/variants") continue;
+    // The merge bugs (issue 29): tests/check/planted_classify_test.cpp (PlantedMerge).
+    if (std::string(e.kernel.family) == "planted/merge") continue;
     EXPECT_EQ(e.backend, Backend::kCpu) << e.kernel.name;
     EXPECT_EQ(std::string(e.kernel.name).rfind("planted-", 0), 0u) << e.kernel.name;
     EXPECT_EQ(std::string(e.kernel.family).rfind("planted/", 0), 0u) << e.kernel.name;

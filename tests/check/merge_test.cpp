@@ -1,0 +1,105 @@
+// merge_test.cpp - merged attention states (issue 29): the case model, case files, the exact merge and the
+// whole-problem composition, the states of empty ranges, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attnfuzz/corpus.h"
+#include "check/merge.h"
+#include "check/runner.h"
+
+namespace attnfuzz {
+namespace {
+
+Case merge_case(const char* mask, int64_t sq, int64_t sk, std::vector<int64_t> cuts, std::vector<double> shift = {}) {
+  Problem p = make_problem(1, 2, 1, sq, sk, 8, 8);
+  EXPECT_EQ(parse_mask(mask, p), "");
+  Case c = make_case(p, 7);
+  EXPECT_EQ(set_merge(c, std::move(cuts), std::move(shift)), "");
+  return c;
+}
+
+TEST(MergeCase, GridValidatesDescribesAndRoundTripsThroughCaseFiles) {
+  for (int32_t dt : {AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16})
+    for (const Case& c : merge_sweep_grid(0, dt)) {
+      ASSERT_EQ(validate(c), "") << c.label;
+      EXPECT_NE(describe(c).find(" merge="), std::string::npos) << c.label;
+      const Case back = case_from_json(case_to_json(c));
+      EXPECT_EQ(describe(back), describe(c)) << c.label;
+      EXPECT_EQ(back.merge, c.merge) << c.label;
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(back.problem.state_o_stride[i], c.problem.state_o_stride[i]);
+    }
+  // A case without states writes no merge block (older files and names unchanged).
+  Case plain = make_case(make_problem(1, 1, 1, 3, 5, 4, 4));
+  EXPECT_FALSE(case_to_json(plain).contains("merge"));
+}
+
+TEST(MergeCase, BadInputIsOneSentence) {
+  Case c = make_case(make_problem(1, 1, 1, 3, 10, 4, 4));
+  EXPECT_NE(parse_merge("0,5", "", false, 0, c).find("from 0 to Sk = 10"), std::string::npos);
+  EXPECT_NE(parse_merge("0,6,5,10", "", false, 0, c).find("must not decrease"), std::string::npos);
+  EXPECT_NE(parse_merge("0,x,10", "", false, 0, c).find("not integers"), std::string::npos);
+  EXPECT_NE(parse_merge("0,5,10", "0", false, 0, c).find("one per state"), std::string::npos);
+  EXPECT_NE(parse_merge("0,5,10", "0,inf", false, 0, c).find("-inf"), std::string::npos);
+  EXPECT_EQ(parse_merge("0,5,10", "0,-inf", true, 3, c), "");
+  c.pass = Pass::kBwd;
+  EXPECT_NE(validate(c).find("no backward"), std::string::npos);
+}
+
+TEST(MergeOracle, AnEmptyRangeIsAnEmptyStateAndAllEmptyIsTheFullyMaskedRow) {
+  // causal-tl 6 x 6 cut at 0,2,6: row 0 and 1 see no key of state 1; a dropped state (-inf) is empty everywhere.
+  Case c = merge_case("causal-tl", 6, 6, {0, 2, 6}, {0, -INFINITY});
+  PreparedCase pc(c);
+  const Problem& p = pc.problem();
+  const Tensors& t = pc.tensors();
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t s = 0; s < 6; ++s) {
+      EXPECT_TRUE(std::isfinite(t.state_lse[state_lse_offset(p, 0, 0, h, s)]));
+      EXPECT_EQ(t.state_lse[state_lse_offset(p, 1, 0, h, s)], -INFINITY);
+      EXPECT_EQ(t.state_o[state_o_offset(p, t.cu_seqlens_q, 1, 0, s, h, 3)], 0.0f);
+    }
+  EXPECT_EQ(pc.merge_whole(OracleOptions{}), nullptr);  // shifted: the states are not one problem's
+  Case e = merge_case("none", 3, 0, {0, 0, 0});
+  PreparedCase pe(e);
+  const OracleResult& ex = pe.oracle(OracleOptions{});
+  for (const RowInfo& r : ex.rows) EXPECT_EQ(r.kind, RowKind::kFullyMasked);
+  for (double x : ex.o) EXPECT_EQ(x, 0.0);
+  for (double x : ex.lse) EXPECT_EQ(x, -INFINITY);
+}
+
+TEST(MergeOracle, TheMergeOfTheStatesIsTheWholeProblemWithinTheStatesRounding) {
+  // For every unshifted grid case and dtype: |merge(given states) - whole exact| <= the composed bound's rounding
+  // part, and the merged bound is positive where a row has keys.
+  int compared = 0;
+  for (int32_t dt : {AF_DTYPE_F32, AF_DTYPE_F16, AF_DTYPE_BF16})
+    for (const Case& c : merge_sweep_grid(0, dt)) {
+      PreparedCase pc(c);
+      const OracleResult& m = pc.oracle(OracleOptions{});
+      const OracleResult* w = pc.merge_whole(OracleOptions{});
+      if (!w) continue;
+      for (size_t i = 0; i < m.o.size(); ++i) {
+        if (!std::isfinite(m.o[i]) || !std::isfinite(w->o_bound[i])) continue;
+        EXPECT_LE(std::fabs(m.o[i] - w->o[i]), w->o_bound[i] - m.o_bound[i]) << c.label << " element " << i;
+        ++compared;
+      }
+      for (size_t i = 0; i < m.lse.size(); ++i)
+        if (std::isfinite(m.lse[i])) EXPECT_LE(std::fabs(m.lse[i] - w->lse[i]), w->lse_bound[i]) << c.label;
+    }
+  EXPECT_GT(compared, 1000);
+}
+
+TEST(MergeOracle, KindChecksKeepMergeAndAttentionKernelsApart) {
+  Case c = merge_case("none", 3, 10, {0, 5, 10});
+  af_kernel attention{};
+  attention.name = "a";
+  attention.family = "a";
+  attention.launch = [](const af_problem*, const af_buffers*, void*) { return 0; };
+  af_kernel merge = attention;
+  merge.kind = AF_KIND_MERGE;
+  EXPECT_NE(unsupported_reason(attention, c.problem).find("needs a merge kernel"), std::string::npos);
+  EXPECT_EQ(unsupported_reason(merge, c.problem), "");
+  EXPECT_NE(unsupported_reason(merge, unmerged(c).problem).find("merge cases only"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnfuzz

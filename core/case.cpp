@@ -166,7 +166,7 @@ std::string validate_variants(const Case& c) {
   const VariantSpec& vs = c.variants;
   if (p.variants & ~kCheckedVariants)
     return "variant " + variant_names(p.variants & ~kCheckedVariants) +
-           " is not checked yet (the checked ones: sink, softcap, alibi, bias)";
+           " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout)";
   if (p.variants && has_sequences(p))
     return "score variants are checked on dense batches only, not on sequence layouts (yet)";
   auto count = [](const char* what, size_t have, int64_t need) -> std::string {

@@ -71,6 +71,8 @@ const char* failure_class_name(FailureClass c) {
       return "wrong";
     case FailureClass::kIgnoredParameter:
       return "ignored-parameter";
+    case FailureClass::kDropout:
+      return "dropout";
   }
   return "?";
 }

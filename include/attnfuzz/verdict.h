@@ -39,7 +39,11 @@ enum class FailureClass {
   kWrong,      // far beyond the bound with no signature
   // Added with issue 28 (appended: ordinals stay put).
   kIgnoredParameter,  // the output matches the exact result with a variant's parameter switched off / replaced
-  kLastClass = kIgnoredParameter,
+  // Added with issue 29 (appended).
+  kDropout,  // the keep mask or its scaling is wrong: exact given the mask fails only through dropout, the keep
+             // fraction is not Binomial(n, 1 - p), forward and backward masks differ, or the mask depends on
+             // more than (seed, offset, b, h, i, j)
+  kLastClass = kDropout,
 };
 const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
 bool parse_failure_class(const std::string& text, FailureClass& out);

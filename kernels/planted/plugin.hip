@@ -10,7 +10,7 @@ using namespace attnfuzz_planted;
 
 constexpr size_t kPlantedCount =
     kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kLowpBugCount +
-    kVarlenBugCount + kPagedDecodeBugCount + kBackwardBugCount + kVariantBugCount;
+    kVarlenBugCount + kPagedDecodeBugCount + kBackwardBugCount + kVariantBugCount + kDropoutBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -31,6 +31,7 @@ bool gather_planted_kernels() {
   append(paged_decode_bugs(), kPagedDecodeBugCount);
   append(backward_bugs(), kBackwardBugCount);
   append(variant_bugs(), kVariantBugCount);
+  append(dropout_bugs(), kDropoutBugCount);
   return at == kPlantedCount;
 }
 

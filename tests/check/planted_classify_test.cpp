@@ -321,7 +321,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   for (const KernelEntry& e : Registry::global().all())
     if (e.origin == PLANTED_PLUGIN)
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
-                  std::string(e.kernel.family) == "planted/variants")  // PlantedVariant below
+                  std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
+                  std::string(e.kernel.family) == "planted/dropout")     // PlantedDropout below
           << e.kernel.name;
 }
 

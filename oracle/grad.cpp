@@ -212,7 +212,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   if ((p.variants & AF_VARIANT_SINK) && S.vars.sinks[h] != -kInf) vr.has_sink = true, vr.sink = S.vars.sinks[h];
   const bool var = vr.any_variant();
   const size_t row_slot = static_cast<size_t>((b * p.heads_q + h) * p.seq_q + i);
-  if (p.variants & AF_VARIANT_DROPOUT) {  // README "Dropout": dP and dV see the kept, scaled weights
+  if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_p > 0) {  // README "Dropout": dP, dV see the kept, scaled weights
     vr.keep = S.vars.dropout_keep + row_slot * static_cast<size_t>(p.seq_k);
     vr.drop_p = p.dropout_p;
   }

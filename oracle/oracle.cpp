@@ -484,7 +484,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   }
   r.has_sink = has_sink;
   r.sink = sink;
-  if (p.variants & AF_VARIANT_DROPOUT) {
+  if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_p > 0) {  // p = 0: every weight kept, the dropout-free result
     r.keep = S.vars.dropout_keep + ((b * p.heads_q + h) * p.seq_q + s) * p.seq_k;
     r.drop_p = p.dropout_p;
   }

@@ -23,6 +23,7 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/device.h"
+#include "attnfuzz/dropout.h"
 #include "attnfuzz/registry.h"
 #include "check/classify.h"
 #include "check/runner.h"
@@ -370,17 +371,18 @@ std::vector<PreparedCase>& prepared_variants(Pass pass) {
   return v;
 }
 
-class PlantedVariant : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
-  load();
-  const std::string name = GetParam();
-  const auto& [want, pass] = kExpectedVariants.at(name);
+// The first failing case of planted kernel `name` in `cases`, classified: its class must be `want` (PlantedVariant,
+// PlantedDropout). Returns the classified result (verdict kPass when nothing failed: then the test has failed).
+CheckResult expect_found_as(const std::string& tag, const std::string& name, const std::string& want,
+                            std::vector<PreparedCase>& cases) {
   const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  ASSERT_NE(k, nullptr) << name;
+  if (!k) {
+    ADD_FAILURE() << name << " is not registered";
+    return {};
+  }
   RunOptions ro;
   int checked = 0;
-  for (PreparedCase& pc : prepared_variants(pass)) {
+  for (PreparedCase& pc : cases) {
     Judged j = check_case(device(), *k, pc, ro);
     if (j.result.verdict == Verdict::kUnsupported) continue;
     ++checked;
@@ -389,13 +391,23 @@ TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
     const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
     std::string ev;
     for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted-variant ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
+    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
               << describe(pc.the_case()) << "); check said " << first << ", classified "
               << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
     EXPECT_EQ(failure_class_name(j.result.failure), want) << describe(pc.the_case()) << ev;
-    return;
+    return j.result;
   }
-  ADD_FAILURE() << name << " passed all " << checked << " supported variant budget cases";
+  ADD_FAILURE() << name << " passed all " << checked << " supported budget cases";
+  return {};
+}
+
+class PlantedVariant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
+  load();
+  const std::string name = GetParam();
+  const auto& [want, pass] = kExpectedVariants.at(name);
+  (void)expect_found_as("planted-variant", name, want, prepared_variants(pass));
 }
 
 TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) {
@@ -431,6 +443,79 @@ std::vector<std::string> planted_variant_names() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), param_name);
+
+// ---- dropout (issue 29) ----------------------------------------------------------------------------------
+// The planted dropout kernels (kernels/planted/dropout_bugs.hip; kernels/planted/README.md "Dropout bugs") on the
+// dropout sweep (dropout_sweep_grid) of their pass: each found, named dropout, and decided by the check it is about.
+struct ExpectedDropout {
+  Pass pass;
+  std::string evidence;  // what the deciding evidence says
+};
+const std::map<std::string, ExpectedDropout> kExpectedDropout = {
+    {"planted-dropout-offset-wrap", {Pass::kFwd, "off: the same inputs without dropout pass"}},
+    {"planted-dropout-bwd-mask", {Pass::kFwdBwd, "fwd-bwd: the backward launch dropped other weights"}},
+    {"planted-dropout-tile-mask", {Pass::kFwd, "tunable: with block_m = 32 instead of 16"}},
+    {"planted-dropout-inv-p", {Pass::kFwd, "scale: O is within the bound of the exact result whose kept weights are "
+                                           "scaled by 1 / p"}},
+    {"planted-dropout-stale-seed", {Pass::kFwd, "seed: with seed"}},
+};
+
+std::vector<PreparedCase>& prepared_dropout(Pass pass) {
+  static std::map<Pass, std::vector<PreparedCase>> by_pass;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = by_pass.find(pass);
+  if (it != by_pass.end()) return it->second;
+  std::vector<PreparedCase>& v = by_pass[pass];
+  for (Case& c : dropout_sweep_grid(0, pass)) v.emplace_back(std::move(c));
+  return v;
+}
+
+class PlantedDropout : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedDropout, DetectedAndRightlyClassifiedOnTheDropoutSweep) {
+  load();
+  const std::string name = GetParam();
+  const ExpectedDropout& want = kExpectedDropout.at(name);
+  const CheckResult r = expect_found_as("planted-dropout", name, "dropout", prepared_dropout(want.pass));
+  bool named = false;
+  for (const Evidence& e : r.evidence) named |= e.detector == "dropout" && e.detail.find(want.evidence) == 0;
+  EXPECT_TRUE(named) << name << ": no dropout evidence line starting with '" << want.evidence << "'";
+}
+
+TEST(PlantedDropout, EveryDropoutPlantedKernelHasAnExpectedClass) {
+  load();
+  int n = 0;
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/dropout") {
+      EXPECT_TRUE(kExpectedDropout.count(e.kernel.name)) << e.kernel.name;
+      ++n;
+    }
+  EXPECT_EQ(n, static_cast<int>(kExpectedDropout.size()));
+}
+
+// The correct flash kernels pass the dropout sweep in every pass, with either generator.
+TEST(PlantedDropout, CorrectFlashKernelsPassTheDropoutSweep) {
+  for (Pass pass : {Pass::kFwd, Pass::kBwd, Pass::kFwdBwd})
+    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"}) {
+      const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+      ASSERT_NE(k, nullptr) << name;
+      int passed = 0;
+      for (PreparedCase& pc : prepared_dropout(pass)) {
+        const Judged j = check_case(device(), *k, pc, RunOptions{});
+        EXPECT_EQ(j.result.verdict, Verdict::kPass) << name << " " << describe(pc.the_case()) << ": " << j.result.reason;
+        passed += j.result.verdict == Verdict::kPass;
+      }
+      EXPECT_EQ(passed, static_cast<int>(prepared_dropout(pass).size())) << name;
+    }
+}
+
+std::vector<std::string> planted_dropout_names() {
+  std::vector<std::string> v;
+  for (const auto& [n, e] : kExpectedDropout) v.push_back(n);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(All, PlantedDropout, ::testing::ValuesIn(planted_dropout_names()), param_name);
 
 }  // namespace
 }  // namespace attnfuzz

@@ -251,9 +251,10 @@ namespace {
 // AF_DROPOUT_RNG_EXPORTED (attnfuzz/dropout.h): the guarded keep-mask buffer, its bytes poisoned with 0xa5 (neither
 // 0 nor 1, so an unwritten visible byte is seen); none for a declared generator.
 template <class Make>
-std::unique_ptr<GuardedBuffer> exported_mask_buffer(const Problem& p, Make& make) {
-  if (!(p.variants & AF_VARIANT_DROPOUT) || p.dropout_rng != AF_DROPOUT_RNG_EXPORTED || dropout_mask_bytes(p) == 0)
-    return nullptr;
+std::unique_ptr<GuardedBuffer> exported_mask_buffer(Problem& p, Make& make) {
+  if (!(p.variants & AF_VARIANT_DROPOUT)) return nullptr;
+  set_dropout_mask_strides(p);  // the tool's layout, whatever the case carried
+  if (p.dropout_rng != AF_DROPOUT_RNG_EXPORTED || dropout_mask_bytes(p) == 0) return nullptr;
   std::unique_ptr<GuardedBuffer> gb = make("dropout_mask", static_cast<size_t>(dropout_mask_bytes(p)), 0);
   gb->fill_payload(0xa5a5a5a5u);
   return gb;

@@ -34,11 +34,15 @@ std::string set_dropout(Problem& p, double drop_p, int32_t rng, uint64_t seed, u
   p.dropout_rng = rng;
   p.dropout_seed = seed;
   p.dropout_offset = offset;
+  set_dropout_mask_strides(p);
+  if (!(drop_p >= 0 && drop_p < 1)) return "dropout p must be in [0, 1) (got " + std::to_string(drop_p) + ")";
+  return validate_dropout(p);
+}
+
+void set_dropout_mask_strides(Problem& p) {
   p.dropout_mask_stride[2] = p.seq_k;
   p.dropout_mask_stride[1] = p.seq_q * p.seq_k;
   p.dropout_mask_stride[0] = p.heads_q * p.seq_q * p.seq_k;
-  if (!(drop_p >= 0 && drop_p < 1)) return "dropout p must be in [0, 1) (got " + std::to_string(drop_p) + ")";
-  return validate_dropout(p);
 }
 
 std::string validate_dropout(const Problem& p) {

@@ -33,6 +33,9 @@ const std::vector<double>& param_menu(Distribution d);
 const std::vector<float>& softcap_menu();
 const std::vector<double>& sink_range_menu();
 const std::vector<double>& bias_range_menu();
+// Dropout (issue 29): probabilities from 0 to 0.999, and counter offsets (0, small, around 2^32, past 2^40).
+const std::vector<double>& dropout_p_menu();
+const std::vector<uint64_t>& dropout_offset_menu();
 // The broadcast dimensions of a bias as bits (b 1, h 2, i 4, j 8) and back ("bh").
 uint8_t broadcast_bits(const Problem& p);
 std::string broadcast_text(uint8_t bits);

@@ -17,6 +17,9 @@ std::string parse_dropout_rng(const std::string& text, int32_t& out);
 // Makes p use dropout with probability drop_p, generator rng, seed and counter offset (sets the variant bit and
 // the fields; the mask stride is the tool's contiguous [B, Hq, Sq, Sk] bytes). Returns an error sentence or empty.
 std::string set_dropout(Problem& p, double drop_p, int32_t rng, uint64_t seed, uint64_t offset);
+// The tool's mask layout: contiguous [B, Hq, Sq, Sk] bytes (dropout_mask_stride), set again before every launch so
+// that a reshaped problem never carries stale strides.
+void set_dropout_mask_strides(Problem& p);
 // Empty when p's dropout fields are well formed (p in [0, 1), a known and checked generator); part of validate().
 std::string validate_dropout(const Problem& p);
 // " dropout=0.1 rng=philox-flash dseed=0x2a doffset=0" (empty without dropout).

@@ -71,6 +71,9 @@ const PropertyInfo kInfo[] = {
      "for a kernel that declares the score variants, each identity holds within bound(A) + bound(B): every sink -inf "
      "equals no sink (O, LSE); softcap 1e30 equals no softcap (O, LSE); ALiBi equals the bias tensor "
      "-slope_h |j - (i + off)| (O, LSE); a bias constant along each row (broadcast over keys) leaves O unchanged"},
+    {Property::kDropout, "dropout",
+     "for a kernel that declares dropout: dropout with p = 0 equals the case without dropout within bound(A) + "
+     "bound(B) (O, LSE); the same case, with the same seed and offset, run twice gives bit-identical O and LSE"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -116,7 +119,10 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       l.min_bh = 2;
       break;
     case Property::kVariants:
-      l.variants = k.variants & kCheckedVariants;
+      l.variants = k.variants & kCheckedVariants & ~AF_VARIANT_DROPOUT;
+      break;
+    case Property::kDropout:
+      l.variants = k.variants & AF_VARIANT_DROPOUT;
       break;
     default:
       break;
@@ -216,7 +222,12 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
     out.rc_message = "the kernel takes dense batches only: not run";
     return out;
   }
-  if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants)) {
+  if (prop == Property::kDropout && !(k.kernel.variants & AF_VARIANT_DROPOUT)) {
+    out.passed = true;  // nothing to relate
+    out.rc_message = "the kernel declares no dropout: not run";
+    return out;
+  }
+  if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants & ~AF_VARIANT_DROPOUT)) {
     out.passed = true;  // nothing to relate
     out.rc_message = "the kernel declares no score variant: not run";
     return out;

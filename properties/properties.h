@@ -30,6 +30,7 @@ enum class Property {
   kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
   kVariants,         // score-variant identities: sinks of -inf = no sink; a huge softcap = no softcap; ALiBi = its
                      // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
+  kDropout,          // dropout with p = 0 equals no dropout; the same (seed, offset) twice gives the same bits (issue 29)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

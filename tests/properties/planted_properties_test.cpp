@@ -102,6 +102,8 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            // Score variants (issue 28): a huge softcap against none (an
                                            // exp-based tanh cancels to 0 there).
                                            Catch{Property::kVariants, "planted-softcap-exp"},
+                                           // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
+                                           Catch{Property::kDropout, "planted-dropout-inv-p"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

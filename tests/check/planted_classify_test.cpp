@@ -401,6 +401,40 @@ CheckResult expect_found_as(const std::string& tag, const std::string& name, con
   return {};
 }
 
+// The planted kernels of `family` are exactly the keys of `expected`.
+template <class Map>
+void expect_family_is(const std::string& family, const Map& expected) {
+  load();
+  int n = 0;
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == family) {
+      EXPECT_TRUE(expected.count(e.kernel.name)) << e.kernel.name;
+      ++n;
+    }
+  EXPECT_EQ(n, static_cast<int>(expected.size()));
+}
+template <class Map>
+std::vector<std::string> names_of(const Map& m) {
+  std::vector<std::string> v;
+  for (const auto& [n, e] : m) v.push_back(n);
+  return v;
+}
+// Correct kernel `name` on `cases`: no failure; returns how many passed.
+int correct_passes(const char* name, std::vector<PreparedCase>& cases) {
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  if (!k) {
+    ADD_FAILURE() << name << " is not registered";
+    return 0;
+  }
+  int passed = 0;
+  for (PreparedCase& pc : cases) {
+    const Judged j = check_case(device(), *k, pc, RunOptions{});
+    EXPECT_NE(j.result.verdict, Verdict::kFail) << name << " " << describe(pc.the_case()) << ": " << j.result.reason;
+    passed += j.result.verdict == Verdict::kPass;
+  }
+  return passed;
+}
+
 class PlantedVariant : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
@@ -410,39 +444,16 @@ TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
   (void)expect_found_as("planted-variant", name, want, prepared_variants(pass));
 }
 
-TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) {
-  load();
-  int n = 0;
-  for (const KernelEntry& e : Registry::global().all())
-    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/variants") {
-      EXPECT_TRUE(kExpectedVariants.count(e.kernel.name)) << e.kernel.name;
-      ++n;
-    }
-  EXPECT_EQ(n, static_cast<int>(kExpectedVariants.size()));
-}
+TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) { expect_family_is("planted/variants", kExpectedVariants); }
 
 // The correct kernels that declare the variants pass the same budget (flash family: forward and backward).
 TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
   for (Pass pass : {Pass::kFwd, Pass::kBwd})
-    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"}) {
-      const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-      ASSERT_NE(k, nullptr) << name;
-      int passed = 0;
-      for (PreparedCase& pc : prepared_variants(pass)) {
-        const Judged j = check_case(device(), *k, pc, RunOptions{});
-        EXPECT_NE(j.result.verdict, Verdict::kFail) << name << " " << describe(pc.the_case()) << ": " << j.result.reason;
-        passed += j.result.verdict == Verdict::kPass;
-      }
-      EXPECT_GT(passed, 50) << name;
-    }
+    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"})
+      EXPECT_GT(correct_passes(name, prepared_variants(pass)), 50) << name;
 }
 
-std::vector<std::string> planted_variant_names() {
-  std::vector<std::string> v;
-  for (const auto& [n, e] : kExpectedVariants) v.push_back(n);
-  return v;
-}
-INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), param_name);
+INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
 
 // ---- dropout (issue 29) ----------------------------------------------------------------------------------
 // The planted dropout kernels (kernels/planted/dropout_bugs.hip; kernels/planted/README.md "Dropout bugs") on the
@@ -483,39 +494,16 @@ TEST_P(PlantedDropout, DetectedAndRightlyClassifiedOnTheDropoutSweep) {
   EXPECT_TRUE(named) << name << ": no dropout evidence line starting with '" << want.evidence << "'";
 }
 
-TEST(PlantedDropout, EveryDropoutPlantedKernelHasAnExpectedClass) {
-  load();
-  int n = 0;
-  for (const KernelEntry& e : Registry::global().all())
-    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/dropout") {
-      EXPECT_TRUE(kExpectedDropout.count(e.kernel.name)) << e.kernel.name;
-      ++n;
-    }
-  EXPECT_EQ(n, static_cast<int>(kExpectedDropout.size()));
-}
+TEST(PlantedDropout, EveryDropoutPlantedKernelHasAnExpectedClass) { expect_family_is("planted/dropout", kExpectedDropout); }
 
-// The correct flash kernels pass the dropout sweep in every pass, with either generator.
+// The correct flash kernels pass the whole dropout sweep in every pass, with either generator.
 TEST(PlantedDropout, CorrectFlashKernelsPassTheDropoutSweep) {
   for (Pass pass : {Pass::kFwd, Pass::kBwd, Pass::kFwdBwd})
-    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"}) {
-      const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-      ASSERT_NE(k, nullptr) << name;
-      int passed = 0;
-      for (PreparedCase& pc : prepared_dropout(pass)) {
-        const Judged j = check_case(device(), *k, pc, RunOptions{});
-        EXPECT_EQ(j.result.verdict, Verdict::kPass) << name << " " << describe(pc.the_case()) << ": " << j.result.reason;
-        passed += j.result.verdict == Verdict::kPass;
-      }
-      EXPECT_EQ(passed, static_cast<int>(prepared_dropout(pass).size())) << name;
-    }
+    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"})
+      EXPECT_EQ(correct_passes(name, prepared_dropout(pass)), static_cast<int>(prepared_dropout(pass).size())) << name;
 }
 
-std::vector<std::string> planted_dropout_names() {
-  std::vector<std::string> v;
-  for (const auto& [n, e] : kExpectedDropout) v.push_back(n);
-  return v;
-}
-INSTANTIATE_TEST_SUITE_P(All, PlantedDropout, ::testing::ValuesIn(planted_dropout_names()), param_name);
+INSTANTIATE_TEST_SUITE_P(All, PlantedDropout, ::testing::ValuesIn(names_of(kExpectedDropout)), param_name);
 
 }  // namespace
 }  // namespace attnfuzz

@@ -150,34 +150,64 @@ TEST(PlantedClassification, BudgetIsTheSweepGridAndRandomCases) {
   std::cout << "[ budget ] " << budget().size() << " cases\n";
 }
 
+// The first case of `cases` on which `name` fails, classified; prints what was found ("[ tag ] ...") and fails
+// the test when every supported case passes (then nullopt).
+struct Found {
+  PreparedCase* pc;
+  Judged j;
+  std::string evidence;  // "\n    detector: detail" per evidence line
+};
+std::optional<Found> first_failure(const char* tag, const std::string& name, std::vector<PreparedCase>& cases) {
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  if (!k) {
+    ADD_FAILURE() << "no kernel " << name;
+    return std::nullopt;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  RunOptions ro;
+  int checked = 0;
+  for (PreparedCase& pc : cases) {
+    Judged j = check_case(device(), *k, pc, ro);
+    if (j.result.verdict == Verdict::kUnsupported) continue;
+    ++checked;
+    if (j.result.verdict != Verdict::kFail) continue;
+    const std::string first = failure_class_name(j.result.failure);
+    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string ev;
+    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
+    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
+              << describe(pc.the_case()) << ") in " << s << " s; check said " << first << " in " << j.result.tensor
+              << ", classified " << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+    return Found{&pc, std::move(j), ev};
+  }
+  ADD_FAILURE() << name << " passed all " << checked << " supported " << tag << " budget cases";
+  return std::nullopt;
+}
+
+// Checks kernel e on every case: none may fail; returns how many passed (printed with `tag`).
+int passes_without_failure(const char* tag, const KernelEntry& e, std::vector<PreparedCase>& cases) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int pass = 0, other = 0;
+  for (PreparedCase& pc : cases) {
+    const Judged j = check_case(device(), e, pc, RunOptions{});
+    EXPECT_NE(j.result.verdict, Verdict::kFail)
+        << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
+    (j.result.verdict == Verdict::kPass ? pass : other)++;
+  }
+  std::cout << "[ " << tag << " ] " << e.kernel.name << ": " << pass << " pass, " << other
+            << " unsupported / outside contract, "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  return pass;
+}
+
 class Planted : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Planted, DetectedAndRightlyClassifiedWithinTheBudget) {
   load();
   const std::string name = GetParam();
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  ASSERT_NE(k, nullptr) << name;
-  const auto t0 = std::chrono::steady_clock::now();
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : prepared()) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first_class = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted ] " << name << ": found at case " << checked << " (" << pc.the_case().label
-              << ", " << describe(pc.problem()) << ") in " << s << " s; check said " << first_class
-              << ", classified " << failure_class_name(j.result.failure) << " by " << st.decided_by << ev
-              << "\n";
-    EXPECT_EQ(failure_class_name(j.result.failure), kExpected.at(name)) << describe(pc.the_case()) << ev;
-    return;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported budget cases";
+  if (const auto f = first_failure("planted", name, prepared()))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), kExpected.at(name)) << describe(f->pc->the_case()) << f->evidence;
 }
 
 // A kernel name as a gtest parameter name ('-' is not allowed there).
@@ -261,32 +291,16 @@ TEST_P(PlantedBwd, DetectedAndNamedPerGradientTensor) {
   load();
   const std::string name = GetParam();
   const BwdExpected& want = expected_bwd().at(name);
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  ASSERT_NE(k, nullptr) << name;
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : prepared_bwd()) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted-bwd ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.problem()) << "); check said " << first << " in " << j.result.tensor << ", classified "
-              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
-    EXPECT_EQ(failure_class_name(j.result.failure), want.cls) << describe(pc.the_case()) << ev;
-    EXPECT_NE(std::find(want.tensors.begin(), want.tensors.end(), j.result.tensor), want.tensors.end())
-        << name << " failed in " << j.result.tensor;
-    // The evidence names the gradient tensor.
-    bool named = false;
-    for (const Evidence& e : j.result.evidence) named |= e.detail.find(j.result.tensor) != std::string::npos;
-    EXPECT_TRUE(named) << ev;
-    return;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported backward budget cases";
+  const auto f = first_failure("planted-bwd", name, prepared_bwd());
+  if (!f) return;
+  const Judged& j = f->j;
+  EXPECT_EQ(failure_class_name(j.result.failure), want.cls) << describe(f->pc->the_case()) << f->evidence;
+  EXPECT_NE(std::find(want.tensors.begin(), want.tensors.end(), j.result.tensor), want.tensors.end())
+      << name << " failed in " << j.result.tensor;
+  // The evidence names the gradient tensor.
+  bool named = false;
+  for (const Evidence& e : j.result.evidence) named |= e.detail.find(j.result.tensor) != std::string::npos;
+  EXPECT_TRUE(named) << f->evidence;
 }
 
 std::vector<std::string> planted_bwd_names() {
@@ -299,19 +313,11 @@ INSTANTIATE_TEST_SUITE_P(All, PlantedBwd, ::testing::ValuesIn(planted_bwd_names(
 
 TEST(PlantedBackward, NoCorrectBackwardKernelFailsTheBudget) {
   load();
-  RunOptions ro;
   int kernels = 0;
   for (const KernelEntry& e : Registry::global().all()) {
     if (e.backend != Backend::kCpu || e.origin != "built-in" || !e.kernel.launch_bwd) continue;
     ++kernels;
-    int pass = 0, other = 0;
-    for (PreparedCase& pc : prepared_bwd()) {
-      const Judged j = check_case(device(), e, pc, ro);
-      EXPECT_NE(j.result.verdict, Verdict::kFail)
-          << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
-      (j.result.verdict == Verdict::kPass ? pass : other)++;
-    }
-    std::cout << "[ correct-bwd ] " << e.kernel.name << ": " << pass << " pass, " << other << " other\n";
+    const int pass = passes_without_failure("correct-bwd", e, prepared_bwd());
     EXPECT_GT(pass, 0) << e.kernel.name;
   }
   EXPECT_GE(kernels, 3);
@@ -329,21 +335,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
 
 TEST(PlantedClassification, NoCorrectKernelFailsTheBudget) {
   load();
-  RunOptions ro;
-  for (const KernelEntry& e : Registry::global().all()) {
-    if (e.backend != Backend::kCpu || e.origin != "built-in") continue;
-    const auto t0 = std::chrono::steady_clock::now();
-    int pass = 0, other = 0;
-    for (PreparedCase& pc : prepared()) {
-      const Judged j = check_case(device(), e, pc, ro);
-      EXPECT_NE(j.result.verdict, Verdict::kFail)
-          << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
-      (j.result.verdict == Verdict::kPass ? pass : other)++;
-    }
-    std::cout << "[ correct ] " << e.kernel.name << ": " << pass << " pass, " << other
-              << " unsupported / outside contract, "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
-  }
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.backend == Backend::kCpu && e.origin == "built-in") passes_without_failure("correct", e, prepared());
 }
 
 // ---- score variants (issue 28) ----------------------------------------------------------------------------
@@ -371,36 +364,6 @@ std::vector<PreparedCase>& prepared_variants(Pass pass) {
   return v;
 }
 
-// The first failing case of planted kernel `name` in `cases`, classified: its class must be `want` (PlantedVariant,
-// PlantedDropout). Returns the classified result (verdict kPass when nothing failed: then the test has failed).
-CheckResult expect_found_as(const std::string& tag, const std::string& name, const std::string& want,
-                            std::vector<PreparedCase>& cases) {
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  if (!k) {
-    ADD_FAILURE() << name << " is not registered";
-    return {};
-  }
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : cases) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.the_case()) << "); check said " << first << ", classified "
-              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
-    EXPECT_EQ(failure_class_name(j.result.failure), want) << describe(pc.the_case()) << ev;
-    return j.result;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported budget cases";
-  return {};
-}
-
 // The planted kernels of `family` are exactly the keys of `expected`.
 template <class Map>
 void expect_family_is(const std::string& family, const Map& expected) {
@@ -419,20 +382,14 @@ std::vector<std::string> names_of(const Map& m) {
   for (const auto& [n, e] : m) v.push_back(n);
   return v;
 }
-// Correct kernel `name` on `cases`: no failure; returns how many passed.
-int correct_passes(const char* name, std::vector<PreparedCase>& cases) {
+// Correct kernel `name` on `cases`: no failure (passes_without_failure); returns how many passed.
+int correct_passes(const char* tag, const char* name, std::vector<PreparedCase>& cases) {
   const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
   if (!k) {
     ADD_FAILURE() << name << " is not registered";
     return 0;
   }
-  int passed = 0;
-  for (PreparedCase& pc : cases) {
-    const Judged j = check_case(device(), *k, pc, RunOptions{});
-    EXPECT_NE(j.result.verdict, Verdict::kFail) << name << " " << describe(pc.the_case()) << ": " << j.result.reason;
-    passed += j.result.verdict == Verdict::kPass;
-  }
-  return passed;
+  return passes_without_failure(tag, *k, cases);
 }
 
 class PlantedVariant : public ::testing::TestWithParam<std::string> {};
@@ -441,7 +398,8 @@ TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
   load();
   const std::string name = GetParam();
   const auto& [want, pass] = kExpectedVariants.at(name);
-  (void)expect_found_as("planted-variant", name, want, prepared_variants(pass));
+  if (const auto f = first_failure("planted-variant", name, prepared_variants(pass)))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), want) << describe(f->pc->the_case()) << f->evidence;
 }
 
 TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) { expect_family_is("planted/variants", kExpectedVariants); }
@@ -450,7 +408,7 @@ TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) { expect_famil
 TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
   for (Pass pass : {Pass::kFwd, Pass::kBwd})
     for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"})
-      EXPECT_GT(correct_passes(name, prepared_variants(pass)), 50) << name;
+      EXPECT_GT(correct_passes("correct-variant", name, prepared_variants(pass)), 50) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
@@ -488,10 +446,12 @@ TEST_P(PlantedDropout, DetectedAndRightlyClassifiedOnTheDropoutSweep) {
   load();
   const std::string name = GetParam();
   const ExpectedDropout& want = kExpectedDropout.at(name);
-  const CheckResult r = expect_found_as("planted-dropout", name, "dropout", prepared_dropout(want.pass));
+  const auto f = first_failure("planted-dropout", name, prepared_dropout(want.pass));
+  if (!f) return;
+  EXPECT_EQ(failure_class_name(f->j.result.failure), std::string("dropout")) << describe(f->pc->the_case()) << f->evidence;
   bool named = false;
-  for (const Evidence& e : r.evidence) named |= e.detector == "dropout" && e.detail.find(want.evidence) == 0;
-  EXPECT_TRUE(named) << name << ": no dropout evidence line starting with '" << want.evidence << "'";
+  for (const Evidence& e : f->j.result.evidence) named |= e.detector == "dropout" && e.detail.find(want.evidence) == 0;
+  EXPECT_TRUE(named) << name << ": no dropout evidence line starting with '" << want.evidence << "'" << f->evidence;
 }
 
 TEST(PlantedDropout, EveryDropoutPlantedKernelHasAnExpectedClass) { expect_family_is("planted/dropout", kExpectedDropout); }
@@ -500,7 +460,9 @@ TEST(PlantedDropout, EveryDropoutPlantedKernelHasAnExpectedClass) { expect_famil
 TEST(PlantedDropout, CorrectFlashKernelsPassTheDropoutSweep) {
   for (Pass pass : {Pass::kFwd, Pass::kBwd, Pass::kFwdBwd})
     for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"})
-      EXPECT_EQ(correct_passes(name, prepared_dropout(pass)), static_cast<int>(prepared_dropout(pass).size())) << name;
+      EXPECT_EQ(correct_passes("correct-dropout", name, prepared_dropout(pass)),
+                static_cast<int>(prepared_dropout(pass).size()))
+          << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedDropout, ::testing::ValuesIn(names_of(kExpectedDropout)), param_name);

@@ -77,6 +77,24 @@ DropoutJudgement dropout_invariance(Device& dev, const KernelEntry& k, const Pre
   if (!(p.variants & AF_VARIANT_DROPOUT) || p.dropout_rng != AF_DROPOUT_RNG_EXPORTED || lo.keep.empty()) return d;
   Problem base = p;
   resolve_tunables(k.kernel, base);
+  if (dev.backend() == Backend::kCpu) {  // another emulator thread order (the schedule detector's mechanism)
+    const DeviceOptions saved = dev.options();
+    DeviceOptions other = saved;
+    other.order = saved.order == ThreadOrder::kReverse ? ThreadOrder::kForward : ThreadOrder::kReverse;
+    dev.set_options(other);
+    const std::vector<uint8_t> m = relaunch_mask(dev, k, pc, base, opts);
+    dev.set_options(saved);
+    std::string first;
+    const int64_t n = m.empty() ? 0 : keep_mask_differences(p, lo.keep, m, first);
+    if (n) {
+      d.failed = true;
+      d.reason = "the dropout mask depends on the thread order (" + std::to_string(n) + " weights differ)";
+      d.evidence.push_back({"dropout", std::string("thread-order: in thread order ") + thread_order_name(other.order) +
+                                           " the exported mask differs at " + std::to_string(n) +
+                                           " visible weight(s); first: " + first});
+      return d;
+    }
+  }
   for (int t = 0; t < k.kernel.n_tunables && !d.failed; ++t) {
     const af_tunable& tu = k.kernel.tunables[t];
     for (int v = 0; v < tu.n_values && !d.failed; ++v) {

@@ -24,9 +24,9 @@ struct DropoutJudgement {
 };
 DropoutJudgement judge_dropout_masks(const PreparedCase& pc, const LaunchOutcome& lo);
 
-// The exported mask depends on (seed, offset, b, h, i, j) only: the forward relaunched with every other value of each
-// tunable the kernel declares must export the same mask, and relaunched with seed + 1 another one (tested only where
-// two independent masks agree everywhere with probability below kDropoutAlpha). One launch per tunable value + one.
+// The exported mask depends on (seed, offset, b, h, i, j) only: the forward relaunched in another emulator thread
+// order (cpu backend) and with every other value of each tunable the kernel declares must export the same mask, and relaunched with seed + 1 another one (tested only where
+// two independent masks agree everywhere with probability below kDropoutAlpha). One launch per order, tunable value, seed.
 DropoutJudgement dropout_invariance(Device& dev, const KernelEntry& k, const PreparedCase& pc, const LaunchOutcome& lo,
                                     const RunOptions& opts);
 

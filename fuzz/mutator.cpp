@@ -526,7 +526,9 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       default:
         explicit_step(ws, rng);
     }
-    if (lim_.variants && rng.below(4) == 0) {  // score variants (issue 28): a bit, the softcap, a range, a broadcast
+    // Score variants (issue 28): a bit, the softcap, a range, a broadcast (only when the limits allow one: a dropout-only
+    // campaign has none to toggle).
+    if ((lim_.variants & (AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS)) && rng.below(4) == 0) {
       uint32_t bits = p.variants;
       float softcap = bits & AF_VARIANT_SOFTCAP ? p.softcap : softcap_menu()[0];
       uint8_t bcast = bits & AF_VARIANT_BIAS ? broadcast_bits(p) : 0;

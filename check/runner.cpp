@@ -260,12 +260,13 @@ std::unique_ptr<GuardedBuffer> exported_mask_buffer(Problem& p, Make& make) {
   return gb;
 }
 // The exported mask of one launch into `into` (contiguous), with its bad bytes counted in out.
-void read_exported_mask(const Problem& p, GuardedBuffer& gb, LaunchOutcome& out, std::vector<uint8_t>& into) {
+void read_exported_mask(const Problem& p, GuardedBuffer& gb, const std::vector<float>& lse, LaunchOutcome& out,
+                        std::vector<uint8_t>& into) {
   std::vector<uint8_t> raw(gb.bytes());
   gb.download(raw.data());
   int64_t bad = 0;
   std::string first;
-  into = gather_keep_mask(p, raw.data(), bad, first);
+  into = gather_keep_mask(p, raw.data(), lse.empty() ? nullptr : lse.data(), bad, first);
   if (bad && !out.keep_bad) out.keep_bad_first = first;
   out.keep_bad += bad;
 }
@@ -370,8 +371,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   out.launch = counted_launch(dev, k.kernel, p, b);
   locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
                      table.get(), sinks.get(), slopes.get(), bias.get(), dmask.get()});
-  if (!dev.usable()) return out;
-  if (dmask) read_exported_mask(p, *dmask, out, out.keep);  // a GPU fault: nothing more can be read
+  if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
     o->download(out.o.data());
@@ -385,6 +385,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     lse->download(out.lse.data());
     if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
+  if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
   collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
                          used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), dmask.get()});
   const bool clean_guards = out.canary_words == 0;
@@ -541,7 +542,7 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   download(*dv, out.dv);
   if (dsinks) out.dsinks.resize(t.sinks.size()), dsinks->download(out.dsinks.data());
   if (dbias) out.dbias.resize(t.bias.size()), dbias->download(out.dbias.data());
-  if (dmask) read_exported_mask(p, *dmask, out, out.keep_bwd);
+  if (dmask) read_exported_mask(p, *dmask, lse_in, out, out.keep_bwd);
   collect_canaries(out, all);
   out.unwritten =
       count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +

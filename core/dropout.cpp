@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "attnfuzz/philox.h"
 
@@ -104,13 +105,18 @@ double bernoulli_kl(double x, double q) {
 }
 }  // namespace
 
-std::vector<uint8_t> gather_keep_mask(const Problem& p, const uint8_t* exported, int64_t& bad, std::string& first_bad) {
+std::vector<uint8_t> gather_keep_mask(const Problem& p, const uint8_t* exported, const float* lse, int64_t& bad,
+                                      std::string& first_bad) {
   std::vector<uint8_t> keep(static_cast<size_t>(p.batch * p.heads_q * p.seq_q * p.seq_k), 0);
   bad = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seq_q; ++i) {
         const KeyRange kr = visible_keys(p, i);
+        if (lse && !(lse[lse_index(p, b, h, i)] > -std::numeric_limits<float>::infinity())) {
+          for (int64_t j = kr.first; j < kr.last; ++j) keep[keep_index(p, b, h, i, j)] = kKeepUnjudged;
+          continue;
+        }
         const uint8_t* row = exported + b * p.dropout_mask_stride[0] + h * p.dropout_mask_stride[1] +
                              i * p.dropout_mask_stride[2];
         for (int64_t j = kr.first; j < kr.last; ++j) {
@@ -153,8 +159,12 @@ KeepTest keep_fraction_test(const Problem& p, const std::vector<uint8_t>& keep, 
       for (int64_t i = 0; i < p.seq_q; ++i) {
         const KeyRange kr = visible_keys(p, i);
         int64_t k = 0;
-        for (int64_t j = kr.first; j < kr.last; ++j) k += keep[keep_index(p, b, h, i, j)];
-        const int64_t n = std::max<int64_t>(kr.last - kr.first, 0);
+        int64_t n = 0;
+        for (int64_t j = kr.first; j < kr.last; ++j) {
+          const uint8_t x = keep[keep_index(p, b, h, i, j)];
+          if (x == kKeepUnjudged) continue;
+          k += x, ++n;
+        }
         if (n > 0) units.push_back({"row " + unit_name(b, h, i, -1), k, n});
         kh += k, nh += n;
       }
@@ -185,7 +195,7 @@ int64_t keep_mask_differences(const Problem& p, const std::vector<uint8_t>& a, c
         const KeyRange kr = visible_keys(p, i);
         for (int64_t j = kr.first; j < kr.last; ++j) {
           const size_t x = keep_index(p, b, h, i, j);
-          if (a[x] != b_[x] && n++ == 0) first = unit_name(b, h, i, j);
+          if (a[x] != b_[x] && a[x] != kKeepUnjudged && b_[x] != kKeepUnjudged && n++ == 0) first = unit_name(b, h, i, j);
         }
       }
   return n;

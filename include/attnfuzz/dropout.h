@@ -33,9 +33,13 @@ inline size_t keep_index(const Problem& p, int64_t b, int64_t h, int64_t i, int6
 // is not reproduced (docs/semantics.md "Dropout" says why): empty.
 std::vector<uint8_t> reference_keep_mask(const Problem& p);
 // The exported mask a kernel wrote (bytes with p.dropout_mask_stride, j contiguous) in the contiguous layout.
-// Visible (i, j) only: masked pairs are 0 (their weight is 0 either way). bad counts visible bytes other than 0 / 1
-// (the output poison of an unwritten byte is one), first_bad names the first.
-std::vector<uint8_t> gather_keep_mask(const Problem& p, const uint8_t* exported, int64_t& bad, std::string& first_bad);
+// Visible (i, j) only: masked pairs are 0 (their weight is 0 either way). A row whose LSE (lse with p.lse_stride, the
+// launch's forward output or given input; nullptr: none) is -inf or NaN has no weight to keep or drop (O = 0 or NaN
+// whatever the mask): its bytes are kKeepUnjudged, read by no check. bad counts the other visible bytes that are not
+// 0 / 1 (the output poison of an unwritten byte is one), first_bad names the first.
+constexpr uint8_t kKeepUnjudged = 2;
+std::vector<uint8_t> gather_keep_mask(const Problem& p, const uint8_t* exported, const float* lse, int64_t& bad,
+                                      std::string& first_bad);
 // Bytes a kernel's exported mask spans with p.dropout_mask_stride.
 int64_t dropout_mask_bytes(const Problem& p);
 
@@ -59,7 +63,7 @@ constexpr double kDropoutAlpha = 1e-9;
 void keep_probabilities(const Problem& p, double& lo, double& hi);
 KeepTest keep_fraction_test(const Problem& p, const std::vector<uint8_t>& keep, double alpha = kDropoutAlpha);
 
-// Visible (b, h, i, j) where two masks differ: the count and the first one ("b=0 h=1 i=3 j=17").
+// Visible (b, h, i, j) where two masks differ (kKeepUnjudged matches anything): the count and the first one.
 int64_t keep_mask_differences(const Problem& p, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
                               std::string& first);
 

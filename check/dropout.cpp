@@ -113,9 +113,13 @@ DropoutJudgement dropout_invariance(Device& dev, const KernelEntry& k, const Pre
                                            std::to_string(n) + " visible weight(s); first: " + first});
     }
   }
-  int64_t n_visible = 0;
-  for (int64_t i = 0; i < p.seq_q; ++i) n_visible += std::max<int64_t>(visible_keys(p, i).last - visible_keys(p, i).first, 0);
-  n_visible *= p.batch * p.heads_q;
+  int64_t n_visible = 0;  // the judged weights (rows with a finite LSE)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeyRange kr = visible_keys(p, i);
+        for (int64_t j = kr.first; j < kr.last; ++j) n_visible += lo.keep[keep_index(p, b, h, i, j)] != kKeepUnjudged;
+      }
   if (d.failed || agree_probability(p, n_visible) >= kDropoutAlpha) return d;
   Problem reseeded = base;
   reseeded.dropout_seed = p.dropout_seed + 1;

@@ -66,8 +66,8 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   const Real keep_scale = Real(1) / (Real(1) - Real(r.drop_p));  // dropout (README "Dropout")
   for (int64_t j = 0; j < n; ++j) {
     const float* vj = r.v + (r.first + j) * r.v_row;
-    if (r.keep && !r.keep[r.first + j]) continue;
-    const Real ej = r.keep ? Real(e[j] * keep_scale) : e[j];
+    // A dropped weight is a weight of 0: 0 * NaN = NaN still reaches O (docs/semantics.md "NaN and Inf").
+    const Real ej = !r.keep ? e[j] : r.keep[r.first + j] ? Real(e[j] * keep_scale) : Real(0);
     for (int64_t d = 0; d < r.Dv; ++d) acc[d] += ej * static_cast<double>(vj[d]);
   }
   for (int64_t d = 0; d < r.Dv; ++d) w.o[d] = static_cast<double>(Real(acc[d] / L));

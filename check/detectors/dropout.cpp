@@ -48,6 +48,11 @@ Finding dropout(Context& c) {
     f.evidence.push_back({"dropout", "off: the kernel does not take the case without dropout (" + j.result.reason + ")"});
     return f;
   }
+  if (j.result.verdict == Verdict::kOutsideContract) {
+    f.evidence.push_back({"dropout", "off: without dropout the case is outside the contract (" + j.result.reason +
+                                         "): no conclusion"});
+    return f;
+  }
   if (j.result.verdict != Verdict::kPass) {
     f.evidence.push_back({"dropout", fmt("off: without dropout the same inputs still fail (max ratio %.3g): the failure "
                                          "is not dropout's", j.result.max_ratio)});

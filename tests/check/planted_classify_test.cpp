@@ -352,16 +352,29 @@ const std::map<std::string, std::pair<std::string, Pass>> kExpectedVariants = {
     {"planted-dsink-zero", {"ignored-parameter", Pass::kBwd}},
 };
 
-std::vector<PreparedCase>& prepared_variants(Pass pass) {
+// The prepared cases of grid(pass), built once per pass (PlantedVariant, PlantedDropout).
+template <class Grid>
+std::vector<PreparedCase>& cached_per_pass(Pass pass, Grid grid) {
   static std::map<Pass, std::vector<PreparedCase>> by_pass;
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
   auto it = by_pass.find(pass);
   if (it != by_pass.end()) return it->second;
   std::vector<PreparedCase>& v = by_pass[pass];
-  for (Case& c : variant_sweep_grid(kCheckedVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, pass))
-    if (work(c.problem) <= (pass == Pass::kFwd ? kMaxWork : kMaxWork / 4)) v.emplace_back(std::move(c));
+  for (Case& c : grid(pass)) v.emplace_back(std::move(c));
   return v;
+}
+
+std::vector<PreparedCase>& prepared_variants(Pass pass) {
+  struct Grid {  // one type per grid: its own cache
+    std::vector<Case> operator()(Pass ps) const {
+      std::vector<Case> out;
+      for (Case& c : variant_sweep_grid(kCheckedVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, ps))
+        if (work(c.problem) <= (ps == Pass::kFwd ? kMaxWork : kMaxWork / 4)) out.push_back(std::move(c));
+      return out;
+    }
+  };
+  return cached_per_pass(pass, Grid{});
 }
 
 // The planted kernels of `family` are exactly the keys of `expected`.
@@ -430,14 +443,10 @@ const std::map<std::string, ExpectedDropout> kExpectedDropout = {
 };
 
 std::vector<PreparedCase>& prepared_dropout(Pass pass) {
-  static std::map<Pass, std::vector<PreparedCase>> by_pass;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> g(mu);
-  auto it = by_pass.find(pass);
-  if (it != by_pass.end()) return it->second;
-  std::vector<PreparedCase>& v = by_pass[pass];
-  for (Case& c : dropout_sweep_grid(0, pass)) v.emplace_back(std::move(c));
-  return v;
+  struct Grid {
+    std::vector<Case> operator()(Pass ps) const { return dropout_sweep_grid(0, ps); }
+  };
+  return cached_per_pass(pass, Grid{});
 }
 
 class PlantedDropout : public ::testing::TestWithParam<std::string> {};

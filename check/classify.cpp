@@ -15,6 +15,7 @@ const std::vector<FailureClass>& class_precedence() {
       FailureClass::kUnwritten,    //
       FailureClass::kOobRead,      //
       FailureClass::kBarrierRace,  //
+      FailureClass::kDropout,      // a direct experiment (dropout's scale, or dropout switched off) on the same inputs
       FailureClass::kIgnoredParameter,  // a direct experiment (the variant switched off) whose match is exact
       FailureClass::kMask,         //
       FailureClass::kEmptyRow,     //
@@ -81,6 +82,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
                                        (!caps.memory_guards && !caps.thread_schedule ? ", " : "") +
                                        (caps.thread_schedule ? "" : "thread orders, TSan, compute-sanitizer")});
   bool unreliable = false;
+  const bool dropout = (pc.problem().variants & AF_VARIANT_DROPOUT) != 0;   // issue 29
+  const bool score_vars = (pc.problem().variants & ~AF_VARIANT_DROPOUT) != 0;  // issue 28
   if (is_merge(pc.problem())) {  // merged states (issue 29): the detectors that apply to a merge of given states
     r.evidence.push_back({"scope", "merge case: mask, empty-row, split-kv, tail, reorder and mask-model build "
                                    "attention experiments and do not run; the merge detector replaces them"});
@@ -104,7 +107,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     if (!decided && co.schedule && cpu) run("schedule", detect::schedule);
     if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
     if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
-    if (!decided && pc.problem().variants && !unreliable) run("ignored-parameter", detect::ignored_parameter);
+    if (!decided && dropout && !unreliable) run("dropout", detect::dropout);
+    if (!decided && score_vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
     if (!decided && co.empty_row && !pc.problem().variants) run("empty-row", detect::empty_row);
     if (!decided && co.mask && !unreliable) run("mask", detect::mask);
   } else {
@@ -137,7 +141,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     r.evidence.push_back({"scope", "score variant(s) " + variant_names(pc.problem().variants) +
                                        ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
                                        "or move keys and are not run"});
-  if (!decided && vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
+  if (!decided && dropout && !unreliable) run("dropout", detect::dropout);
+  if (!decided && score_vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
   if (!vars && !decided && co.empty_row) run("empty-row", detect::empty_row);
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);

@@ -10,7 +10,9 @@
 #include <initializer_list>
 #include <memory>
 
+#include "attnfuzz/dropout.h"
 #include "check/compare.h"
+#include "check/dropout.h"
 #include "check/dtype_codec.h"
 #include "check/merge.h"
 #include "check/sequences.h"
@@ -19,7 +21,10 @@
 namespace attnfuzz {
 
 PreparedCase::PreparedCase(Case c)
-    : case_(std::move(c)), tensors_(generate(case_)), view_(dense_view(case_.problem, tensors_)) {
+    : case_(std::move(c)),
+      tensors_(generate(case_)),
+      view_(dense_view(case_.problem, tensors_)),
+      keep_(reference_keep_mask(case_.problem)) {
   // What check_support sees (ABI v3): a backward-only case asks about the backward launch.
   case_.problem.pass = case_.pass == Pass::kBwd ? AF_PASS_BACKWARD : AF_PASS_FORWARD;
   view_.pass = case_.problem.pass;
@@ -42,7 +47,7 @@ const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
     oracle_ = sequence_oracle(case_.problem, tensors_, o);
   if (!oracle_)
     oracle_ = compute_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
-                             tensors_.variant_inputs(), o);
+                             variant_inputs(), o);
   return *oracle_;
 }
 
@@ -65,7 +70,7 @@ void PreparedCase::make_given(const OracleOptions& o) {
   every.baseline = false;
   const OracleResult& ex = o.row_budget == 0 ? oracle(o)
                                              : full_.emplace(compute_oracle(p, tensors_.q.data(), tensors_.k.data(),
-                                                                            tensors_.v.data(), tensors_.variant_inputs(),
+                                                                            tensors_.v.data(), variant_inputs(),
                                                                             every));
   const bool lowp = p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16;
   auto round = [&](double x) {
@@ -115,7 +120,7 @@ const GradResult& PreparedCase::grad(const OracleOptions& o) {
     GradOptions g = grad_options(o);
     g.forward = &full_forward(o);  // the gradient oracle skips its own forward pass
     grad_ = compute_grad_oracle(case_.problem, tensors_.q.data(), tensors_.k.data(), tensors_.v.data(),
-                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), tensors_.variant_inputs(), g);
+                                tensors_.dout.data(), given_o_->data(), given_lse_->data(), variant_inputs(), g);
   }
   return *grad_;
 }
@@ -257,6 +262,31 @@ std::vector<float> unpack_lse(const Problem& p, const Tensors& t, const std::vec
   return out;
 }
 
+namespace {
+// AF_DROPOUT_RNG_EXPORTED (attnfuzz/dropout.h): the guarded keep-mask buffer, its bytes poisoned with 0xa5 (neither
+// 0 nor 1, so an unwritten visible byte is seen); none for a declared generator.
+template <class Make>
+std::unique_ptr<GuardedBuffer> exported_mask_buffer(Problem& p, Make& make) {
+  if (!(p.variants & AF_VARIANT_DROPOUT)) return nullptr;
+  set_dropout_mask_strides(p);  // the tool's layout, whatever the case carried
+  if (p.dropout_rng != AF_DROPOUT_RNG_EXPORTED || dropout_mask_bytes(p) == 0) return nullptr;
+  std::unique_ptr<GuardedBuffer> gb = make("dropout_mask", static_cast<size_t>(dropout_mask_bytes(p)), 0);
+  gb->fill_payload(0xa5a5a5a5u);
+  return gb;
+}
+// The exported mask of one launch into `into` (contiguous), with its bad bytes counted in out.
+void read_exported_mask(const Problem& p, GuardedBuffer& gb, const std::vector<float>& lse, LaunchOutcome& out,
+                        std::vector<uint8_t>& into) {
+  std::vector<uint8_t> raw(gb.bytes());
+  gb.download(raw.data());
+  int64_t bad = 0;
+  std::string first;
+  into = gather_keep_mask(p, raw.data(), lse.empty() ? nullptr : lse.data(), bad, first);
+  if (bad && !out.keep_bad) out.keep_bad_first = first;
+  out.keep_bad += bad;
+}
+}  // namespace
+
 LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& case_problem, const Tensors& t,
                              const RunOptions& opts) {
   LaunchOutcome out;
@@ -323,6 +353,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     so->upload(p.dtype == AF_DTYPE_F32 ? static_cast<const void*>(t.state_o.data())
                                        : static_cast<const void*>(encode_tensor(t.state_o, p.dtype).data()));
   }
+  std::unique_ptr<GuardedBuffer> dmask = exported_mask_buffer(p, make);
   // K/V gaps of a sequence layout hold the fp32 guard poison; in a narrow dtype it is encoded as that format's
   // NaN (or, for the finite second poison, its nearest value).
   const std::vector<float>& kin = seqs ? gapped.k : t.k;
@@ -361,9 +392,10 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.bias = floats(bias);
   b.state_o = so ? so->data() : nullptr;
   b.state_lse = floats(sl);
+  b.dropout_mask = dmask ? static_cast<uint8_t*>(dmask->data()) : nullptr;
   out.launch = counted_launch(dev, k.kernel, p, b);
   locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
-                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get()});
+                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -378,8 +410,9 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     lse->download(out.lse.data());
     if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
+  if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
   collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get()});
+                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -408,7 +441,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl})
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl, &dmask})
       if (*gb)
         pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &so) ? fpoison : poison);
   return out;
@@ -473,6 +506,8 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
     dsinks = make("dsinks", static_cast<size_t>(p.heads_q) * 4, poison), dsinks->fill_payload(opts.output_poison);
   if ((p.variants & AF_VARIANT_BIAS) && !t.bias.empty())
     dbias = make("dbias", t.bias.size() * 4, poison), dbias->fill_payload(opts.output_poison);
+  auto make_mask = [&](const char* name, size_t bytes, uint32_t) { return make(name, bytes, poison); };
+  std::unique_ptr<GuardedBuffer> dmask = exported_mask_buffer(p, make_mask);  // the backward writes its mask too
   auto upload = [&](GuardedBuffer& gb, const std::vector<float>& x) {
     if (p.dtype == AF_DTYPE_F32)
       gb.upload(x.data());
@@ -503,13 +538,14 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   b.bias = bias ? static_cast<const float*>(bias->data()) : nullptr;
   b.dsinks = dsinks ? static_cast<float*>(dsinks->data()) : nullptr;
   b.dbias = dbias ? static_cast<float*>(dbias->data()) : nullptr;
+  b.dropout_mask = dmask ? static_cast<uint8_t*>(dmask->data()) : nullptr;
   af_kernel bwd = k.kernel;  // the device layer launches `launch`: hand it the backward entry point
   bwd.launch = k.kernel.launch_bwd;
   bwd.workspace_bytes = k.kernel.bwd_workspace_bytes;
   const std::initializer_list<const GuardedBuffer*> all = {q.get(),     kb.get(),     v.get(),      o.get(),
                                                            lse.get(),   dout.get(),   dq.get(),     dk.get(),
                                                            dv.get(),    ws.get(),     sinks.get(),  slopes.get(),
-                                                           bias.get(),  dsinks.get(), dbias.get()};
+                                                           bias.get(),  dsinks.get(), dbias.get(), dmask.get()};
   out.launch = counted_launch(dev, bwd, p, b);
   locate_fault(out, all);
   if (!dev.usable()) return out;
@@ -532,13 +568,14 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   download(*dv, out.dv);
   if (dsinks) out.dsinks.resize(t.sinks.size()), dsinks->download(out.dsinks.data());
   if (dbias) out.dbias.resize(t.bias.size()), dbias->download(out.dbias.data());
+  if (dmask) read_exported_mask(p, *dmask, lse_in, out, out.keep_bwd);
   collect_canaries(out, all);
   out.unwritten =
       count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dk, p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dv, p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v, opts.output_poison);
   if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws, &sinks, &slopes, &bias, &dsinks, &dbias})
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws, &sinks, &slopes, &bias, &dsinks, &dbias, &dmask})
       if (*gb)
         pool->give(std::move(*gb), g,
                    (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &dout || gb == &dq || gb == &dk || gb == &dv)
@@ -562,6 +599,9 @@ LaunchOutcome launch_for_pass(Device& dev, const KernelEntry& k, PreparedCase& p
   LaunchOutcome bwd = launch_guarded_bwd(dev, k, p, t, fwd.o, lse, opts);
   bwd.o = std::move(fwd.o);
   bwd.lse = std::move(fwd.lse);
+  bwd.keep = std::move(fwd.keep);  // the forward's exported mask (the backward's is keep_bwd)
+  if (fwd.keep_bad && !bwd.keep_bad) bwd.keep_bad_first = fwd.keep_bad_first;
+  bwd.keep_bad += fwd.keep_bad;
   bwd.unwritten += fwd.unwritten;
   bwd.launch.ms += fwd.launch.ms;
   return bwd;
@@ -593,12 +633,19 @@ std::string pass_unsupported_reason(const af_kernel& k, Pass pass, int32_t dtype
   return {};
 }
 
+namespace {
+// Whether a launch's keep mask is the case's reference mask (always so without dropout or with a declared generator).
+bool reference_keep(const PreparedCase& pc, const std::vector<uint8_t>& exported) {
+  return exported.empty() || exported == pc.keep_mask();
+}
+}  // namespace
+
 std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts,
                                      CheckResult& r) {
   const Problem& p = pc.problem();
   CompareOptions co;
   co.worst = opts.worst;
-  if (pc.the_case().pass == Pass::kBwd)
+  if (pc.the_case().pass == Pass::kBwd && reference_keep(pc, out.keep_bwd))
     return compare_gradients(p, pc.grad(opts.oracle), out.dq.data(), out.dk.data(), out.dv.data(), r, co,
                              out.dsinks.empty() ? nullptr : out.dsinks.data(),
                              out.dbias.empty() ? nullptr : out.dbias.data());
@@ -609,12 +656,16 @@ std::vector<GradMap> judge_gradients(PreparedCase& pc, const LaunchOutcome& out,
 }
 
 GradResult grad_oracle_for(PreparedCase& pc, const LaunchOutcome& out, const RunOptions& opts) {
-  if (pc.the_case().pass == Pass::kBwd) return pc.grad(opts.oracle);
+  const bool ref = reference_keep(pc, out.keep_bwd);  // dropout: the backward's own exported mask, if another
+  const bool bwd = pc.the_case().pass == Pass::kBwd;
+  if (bwd && ref) return pc.grad(opts.oracle);
   const Tensors& t = pc.tensors();
   GradOptions go = grad_options(opts.oracle);
-  go.forward = &pc.full_forward(opts.oracle);
-  return compute_grad_oracle(pc.problem(), t.q.data(), t.k.data(), t.v.data(), t.dout.data(), out.o.data(),
-                             out.lse.data(), t.variant_inputs(), go);
+  go.forward = ref ? &pc.full_forward(opts.oracle) : nullptr;
+  const std::vector<float>& o = bwd ? pc.given_o(opts.oracle) : out.o;
+  const std::vector<float>& lse = bwd ? pc.given_lse(opts.oracle) : out.lse;
+  return compute_grad_oracle(pc.problem(), t.q.data(), t.k.data(), t.v.data(), t.dout.data(), o.data(), lse.data(),
+                             with_keep(pc, launch_keep(pc, out.keep_bwd)), go);
 }
 
 void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {
@@ -752,6 +803,16 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
                                         " output element(s) still hold the pre-launch poison " +
                                         hex32(opts.output_poison) +
                                         " (the unwritten detector relaunches with a second poison)"});
+  if (p.variants & AF_VARIANT_DROPOUT) {  // docs/semantics.md "Dropout": the mask checks that need no oracle
+    DropoutJudgement dj = judge_dropout_masks(pc, lo);
+    if (!dj.failed) {
+      DropoutJudgement inv = dropout_invariance(dev, k, pc, lo, opts);
+      dj.evidence.insert(dj.evidence.end(), inv.evidence.begin(), inv.evidence.end());
+      dj.failed = inv.failed, dj.reason = inv.reason;
+    }
+    r.evidence.insert(r.evidence.end(), dj.evidence.begin(), dj.evidence.end());
+    if (dj.failed) fail(FailureClass::kDropout, dj.reason);
+  }
   if (pass == Pass::kBwd) {  // backward alone: only the gradients are outputs
     CheckResult cmp;
     const auto t0 = std::chrono::steady_clock::now();
@@ -761,7 +822,11 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
     return j;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const OracleResult& exact = pc.oracle(opts.oracle);
+  std::optional<OracleResult> own;  // dropout: O is exact given the kernel's own exported mask
+  if (!reference_keep(pc, lo.keep))
+    own = compute_oracle(p, pc.tensors().q.data(), pc.tensors().k.data(), pc.tensors().v.data(), with_keep(pc, lo.keep),
+                         opts.oracle);
+  const OracleResult& exact = own ? *own : pc.oracle(opts.oracle);
   r.oracle_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   CheckResult cmp;
   CompareOptions co;

@@ -89,6 +89,14 @@ class PreparedCase {
   // sequence layout (varlen / KV cache / paged: LaunchOutcome o / lse are then in the view too).
   const Problem& view() const { return view_; }
   const Tensors& tensors() const { return tensors_; }
+  // Dropout (issue 29): the case's reference keep mask (reference_keep_mask: the FlashAttention Philox draw) and
+  // the variant values with it; empty / no mask without dropout.
+  const std::vector<uint8_t>& keep_mask() const { return keep_; }
+  VariantInputs variant_inputs() const {
+    VariantInputs v = tensors_.variant_inputs();
+    if (!keep_.empty()) v.dropout_keep = keep_.data();
+    return v;
+  }
   const OracleResult& oracle(const OracleOptions& o);  // computed once
   // Backward cases. The o / lse a backward launch judged alone is given: the exact forward of every row
   // rounded to the dtype, with the problem's o / lse strides (a fully masked row: O = 0, LSE = -inf).
@@ -110,6 +118,7 @@ class PreparedCase {
   Case case_;
   Tensors tensors_;
   Problem view_;
+  std::vector<uint8_t> keep_;
   std::optional<OracleResult> oracle_;
   std::optional<OracleResult> full_;  // the unsampled forward when oracle() is sampled
   std::optional<std::vector<float>> given_o_, given_lse_;
@@ -141,6 +150,12 @@ struct LaunchOutcome {
   std::vector<float> dq, dk, dv;
   std::vector<float> dsinks, dbias;  // score variants' gradients (empty where the problem has none)
   bool backward = false;  // launch / canaries / unwritten are the backward launch's
+  // Dropout with an exported mask (AF_DROPOUT_RNG_EXPORTED): the keep mask each launch wrote, contiguous [B, Hq, Sq,
+  // Sk] over the visible weights (gather_keep_mask); keep_bad counts visible bytes other than 0 / 1 (an unwritten
+  // byte keeps the poison 0xa5). Empty for the declared generators (the case's reference mask applies).
+  std::vector<uint8_t> keep, keep_bwd;
+  int64_t keep_bad = 0;
+  std::string keep_bad_first;
 };
 
 // Allocates guarded q/k/v/o/lse/workspace (and the sequence arrays), uploads the inputs (elements outside

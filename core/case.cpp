@@ -168,7 +168,7 @@ std::string validate_variants(const Case& c) {
   const VariantSpec& vs = c.variants;
   if (p.variants & ~kCheckedVariants)
     return "variant " + variant_names(p.variants & ~kCheckedVariants) +
-           " is not checked yet (the checked ones: sink, softcap, alibi, bias)";
+           " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout)";
   if (p.variants && has_sequences(p))
     return "score variants are checked on dense batches only, not on sequence layouts (yet)";
   auto count = [](const char* what, size_t have, int64_t need) -> std::string {
@@ -203,7 +203,8 @@ std::string validate_variants(const Case& c) {
 
 std::string set_variants(Case& c, uint32_t bits, float softcap, const std::string& bias_broadcast) {
   if (bits & ~kCheckedVariants) return "variant " + variant_names(bits & ~kCheckedVariants) + " is not checked yet";
-  c.problem.variants = bits;
+  // The score variants only: dropout (issue 29) is set with set_dropout and kept here as it is.
+  c.problem.variants = (c.problem.variants & AF_VARIANT_DROPOUT) | (bits & ~AF_VARIANT_DROPOUT);
   c.problem.softcap = (bits & AF_VARIANT_SOFTCAP) ? softcap : 0.0f;
   for (int64_t& st : c.problem.bias_stride) st = 0;
   if (bits & AF_VARIANT_BIAS)

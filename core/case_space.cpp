@@ -265,6 +265,7 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
 }
 
 std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDomain domain, int32_t dtype, Pass pass) {
+  bits &= ~AF_VARIANT_DROPOUT;  // the score variants' sweep; dropout has its own (dropout_sweep_grid)
   std::vector<Case> grid;
   const std::string name = variant_names(bits);
   static const char* const kBroadcasts[] = {"", "b", "h", "bh", "i", "j", "bhi"};

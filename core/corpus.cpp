@@ -1,5 +1,6 @@
 // corpus.cpp - reading and writing corpus files (format: corpus/README.md) and their JSON pieces.
 #include "attnfuzz/corpus.h"
+#include "attnfuzz/dropout.h"
 
 #include <algorithm>
 #include <bit>
@@ -367,6 +368,12 @@ json case_to_json(const Case& c) {
       v["bias_range"] = json_number(vs.bias_range);
       if (!vs.bias.empty()) v["bias"] = floats_to_hex(vs.bias);
     }
+    if (p.variants & AF_VARIANT_DROPOUT) {  // issue 29: p exactly (its fp32 bits), the generator, seed and offset
+      v["dropout_p_bits"] = hex32(std::bit_cast<uint32_t>(p.dropout_p));
+      v["dropout_rng"] = dropout_rng_name(p.dropout_rng);
+      v["dropout_seed"] = std::to_string(p.dropout_seed);
+      v["dropout_offset"] = std::to_string(p.dropout_offset);
+    }
     j["variants"] = v;
   }
   // Merge cases (issue 29), only for a problem with states: other files keep their names.
@@ -497,6 +504,16 @@ Case case_from_json(const json& j) {
     }
     if (v.contains("bias_range")) c.variants.bias_range = get_number(v, "bias_range", vc);
     if (v.contains("bias")) c.variants.bias = hex_to_floats(get_string(v, "bias", vc), "case.variants.bias");
+    if (p.variants & AF_VARIANT_DROPOUT) {
+      const uint64_t bits = parse_u64(get_string(v, "dropout_p_bits", vc), "case.variants.dropout_p_bits");
+      if (bits > 0xffffffffu) corrupt("case.variants.dropout_p_bits is wider than 32 bits");
+      int32_t rng = 0;
+      if (std::string e = parse_dropout_rng(get_string(v, "dropout_rng", vc), rng); !e.empty()) corrupt(vc + ": " + e);
+      const uint64_t seed = parse_u64(get_string(v, "dropout_seed", vc), "case.variants.dropout_seed");
+      const uint64_t offset = parse_u64(get_string(v, "dropout_offset", vc), "case.variants.dropout_offset");
+      if (std::string e = set_dropout(p, std::bit_cast<float>(static_cast<uint32_t>(bits)), rng, seed, offset); !e.empty())
+        corrupt(vc + ": " + e);
+    }
   }
   if (j.contains("merge")) read_merge(j["merge"], c);
   if (std::string e = validate(c); !e.empty()) corrupt("case: " + e);

@@ -1,6 +1,8 @@
 // problem.cpp - construction, validation, mask algebra and text forms of af_problem.
 #include "attnfuzz/problem.h"
 
+#include "attnfuzz/dropout.h"
+
 #include <charconv>
 #include <algorithm>
 #include <cmath>
@@ -85,6 +87,9 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
   v.variants = p.variants;
   v.softcap = p.softcap;
   if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(v, bias_broadcast(p));
+  // Dropout (issue 29): the same p, generator, seed and offset; the tool's contiguous mask strides.
+  if (p.variants & AF_VARIANT_DROPOUT)
+    (void)set_dropout(v, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
   return v;
 }
 
@@ -208,7 +213,7 @@ std::string validate_variant_fields(const Problem& p) {
       if (st < 0) return "a bias stride is negative";
     if (bias_elements(p) > kMaxElements) return "the bias tensor would exceed " + std::to_string(kMaxElements) + " elements";
   }
-  return {};
+  return validate_dropout(p);
 }
 }  // namespace
 
@@ -247,7 +252,7 @@ std::string parse_variant_names(const std::string& text, uint32_t& out) {
     uint32_t found = 0;
     for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
       if (name == variant_name(bit)) found = bit;
-    if (!found) return "unknown variant '" + name + "' (sink, softcap, alibi, bias)";
+    if (!found) return "unknown variant '" + name + "' (sink, softcap, alibi, bias, dropout)";
     out |= found;
     start = end + 1;
   }
@@ -551,6 +556,7 @@ std::string describe(const Problem& p) {
       out += buf;
     }
     if ((p.variants & AF_VARIANT_BIAS) && !bias_broadcast(p).empty()) out += " bias-bcast=" + bias_broadcast(p);
+    out += describe_dropout(p);
   }
   // ABI v2 tunables, only when one is set (0 = the kernel's default).
   if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; })) {

@@ -2,6 +2,8 @@
 // glob.
 #include "attnfuzz/registry.h"
 
+#include "attnfuzz/dropout.h"
+
 #include <dlfcn.h>
 #include <fnmatch.h>
 
@@ -262,6 +264,10 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   if (p.variants & ~k.variants)
     return "variant " + variant_names(p.variants & ~k.variants) +
            " not declared by the kernel (af_kernel::variants)";
+  if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_rng >= 0 && p.dropout_rng < 32 &&
+      !(k.dropout_rngs & (1u << p.dropout_rng)))
+    return std::string("dropout generator ") + dropout_rng_name(p.dropout_rng) +
+           " not declared by the kernel (af_kernel::dropout_rngs)";
   if (p.kv_capacity > 0 && !(k.features & AF_FEATURE_SEQUSED_K))
     return "a KV cache with seqused_k (used length below capacity) not supported";
   if (k.max_head_dim && p.head_dim > k.max_head_dim)

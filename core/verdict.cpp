@@ -73,6 +73,8 @@ const char* failure_class_name(FailureClass c) {
       return "ignored-parameter";
     case FailureClass::kMerge:
       return "merge";
+    case FailureClass::kDropout:
+      return "dropout";
   }
   return "?";
 }

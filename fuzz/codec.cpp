@@ -7,6 +7,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "attnfuzz/dropout.h"
 #include "fuzz/codec_shared.h"
 
 namespace attnfuzz::fuzz {
@@ -35,6 +36,14 @@ const std::vector<double>& param_menu(Distribution d) {
 
 const std::vector<float>& softcap_menu() {
   static const std::vector<float> m = {30.0f, 50.0f, 5.0f, 1.0f, 20.0f, 0.5f, 1e4f};
+  return m;
+}
+const std::vector<double>& dropout_p_menu() {
+  static const std::vector<double> m = {0.1, 0.0, 0.01, 0.2, 0.5, 0.9, 0.999};
+  return m;
+}
+const std::vector<uint64_t>& dropout_offset_menu() {
+  static const std::vector<uint64_t> m = {0, 12345, (uint64_t{1} << 32) - 40, (uint64_t{1} << 32) + 7, uint64_t{1} << 40};
   return m;
 }
 const std::vector<double>& sink_range_menu() {
@@ -567,6 +576,15 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   (void)set_variants(c, bits, softcap, broadcast_text(bcast));
   if (!(bits & AF_VARIANT_SINK)) c.variants.sink_range = 2;
   if (!(bits & AF_VARIANT_BIAS)) c.variants.bias_range = 1;
+  // Dropout (issue 29): appended after the score variants (absent = none, so earlier inputs decode as before): a
+  // byte (bit 0 dropout, bit 1 philox-flash, bits 2.. the p menu index), the seed, the offset menu index.
+  const uint8_t db = r.u8();
+  if ((db & 1) && (lim.variants & AF_VARIANT_DROPOUT) && !has_sequences(c.problem)) {
+    const double drop_p = dropout_p_menu()[(db >> 2) % dropout_p_menu().size()];
+    const uint64_t dseed = r.u64();
+    const uint64_t offset = dropout_offset_menu()[r.u8() % dropout_offset_menu().size()];
+    (void)set_dropout(c.problem, drop_p, (db & 2) ? AF_DROPOUT_RNG_PHILOX_FLASH : AF_DROPOUT_RNG_EXPORTED, dseed, offset);
+  }
   // Backward cases are dense f32 / f16 / bf16 (validate(Case)): a backward pass drawn for a sequence layout or
   // fp8 becomes the forward pass when the limits allow it; else the case goes back to dense f32.
   if (has_backward(c.pass) && (has_sequences(c.problem) || fp8(c.problem.dtype))) {
@@ -698,7 +716,20 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       w.u8(index(bias_range_menu(), c.variants.bias_range));
     }
   }
-  if (is_merge(p)) write_merge(w, c);  // issue 29: after the variants byte (0 when none)
+  // issue 29: dropout, then merged states, each after the fields before it (absent = none); a merge case without
+  // dropout writes the dropout byte 0 so that its merge byte lands where the decoder reads it.
+  if (p.variants & AF_VARIANT_DROPOUT) {
+    const auto& pm = dropout_p_menu();
+    const auto& om = dropout_offset_menu();
+    const auto pi =
+        std::find_if(pm.begin(), pm.end(), [&](double x) { return static_cast<float>(x) == p.dropout_p; }) - pm.begin();
+    w.u8(static_cast<uint8_t>(1 | (p.dropout_rng == AF_DROPOUT_RNG_PHILOX_FLASH ? 2 : 0) | (pi << 2)));
+    w.u64(p.dropout_seed);
+    w.u8(static_cast<uint8_t>(std::find(om.begin(), om.end(), p.dropout_offset) - om.begin()));
+  } else if (is_merge(p)) {
+    w.u8(0);
+  }
+  if (is_merge(p)) write_merge(w, c);
   return std::move(w.out);
 }
 
@@ -717,6 +748,16 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
   }
   if (!(l.passes & (1u << static_cast<int>(c.pass)))) return "pass outside the fuzz limits' passes";
   if (c.problem.variants & ~l.variants) return "a score variant outside the fuzz limits' variants";
+  if (c.problem.variants & AF_VARIANT_DROPOUT) {
+    const Problem& p = c.problem;
+    const auto& pm = dropout_p_menu();
+    const auto& om = dropout_offset_menu();
+    if (std::find_if(pm.begin(), pm.end(), [&](double x) { return static_cast<float>(x) == p.dropout_p; }) == pm.end())
+      return "a dropout p outside the fuzz menu";
+    if (std::find(om.begin(), om.end(), p.dropout_offset) == om.end()) return "a dropout offset outside the fuzz menu";
+    if (p.dropout_rng != AF_DROPOUT_RNG_EXPORTED && p.dropout_rng != AF_DROPOUT_RNG_PHILOX_FLASH)
+      return "a dropout generator the fuzzer does not draw";
+  }
   {
     const VariantSpec& vs = c.variants;
     const uint32_t v = c.problem.variants;
@@ -772,3 +813,4 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
 }
 
 }  // namespace attnfuzz::fuzz
+

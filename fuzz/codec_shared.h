@@ -40,6 +40,9 @@ const std::vector<int64_t>& merge_pad_menu();
 constexpr int64_t kMaxFuzzStates = 6;
 // A merge case's cuts clipped to its (new) Sk, the last one Sk, and its state strides recomputed; no-op otherwise.
 void fit_merge(Case& c);
+// Dropout (issue 29): probabilities from 0 to 0.999, and counter offsets (0, small, around 2^32, past 2^40).
+const std::vector<double>& dropout_p_menu();
+const std::vector<uint64_t>& dropout_offset_menu();
 // The broadcast dimensions of a bias as bits (b 1, h 2, i 4, j 8) and back ("bh").
 uint8_t broadcast_bits(const Problem& p);
 std::string broadcast_text(uint8_t bits);

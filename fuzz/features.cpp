@@ -50,7 +50,10 @@ enum Base : uint16_t {
   kBiasBroadcast = 589,
   kAlibiOddHeads = 605,
   kVariantVerdict = 606,
-  kEnd = 614,
+  // Dropout (issue 29): generator 2 x p regime (0, < 0.3, < 0.9, >= 0.9) 4, an offset whose counters cross 2^32 1
+  kDropout = 614,
+  kDropoutWrap = 622,
+  kEnd = 623,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -286,6 +289,12 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
       add(kBiasBroadcast + bits);
     }
     if ((p.variants & AF_VARIANT_ALIBI) && (p.heads_q & (p.heads_q - 1))) add(kAlibiOddHeads);
+  }
+  if (p.variants & AF_VARIANT_DROPOUT) {
+    const double dp = p.dropout_p;
+    add(kDropout + (p.dropout_rng == AF_DROPOUT_RNG_PHILOX_FLASH ? 4 : 0) + (dp == 0 ? 0 : dp < 0.3 ? 1 : dp < 0.9 ? 2 : 3));
+    const uint64_t last = p.dropout_offset + static_cast<uint64_t>(p.batch * p.heads_q) * 32;
+    if ((p.dropout_offset >> 32) != (last >> 32)) add(kDropoutWrap);
   }
   return f;
 }

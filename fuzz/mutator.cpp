@@ -5,6 +5,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "attnfuzz/dropout.h"
 #include "fuzz/codec.h"
 #include "fuzz/codec_shared.h"
 
@@ -84,6 +85,8 @@ Problem reshaped(const Problem& p, int64_t b, int64_t hq, int64_t hkv, int64_t s
   n.variants = p.variants;  // score variants (issue 28): the bias keeps its broadcast dimensions
   n.softcap = p.softcap;
   if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(n, broadcast_text(broadcast_bits(p)));
+  if (p.variants & AF_VARIANT_DROPOUT)  // dropout (issue 29): the same p, generator, seed and offset
+    (void)set_dropout(n, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
   return n;
 }
 
@@ -563,7 +566,9 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       default:
         explicit_step(ws, rng);
     }
-    if (lim_.variants && rng.below(4) == 0) {  // score variants (issue 28): a bit, the softcap, a range, a broadcast
+    // Score variants (issue 28): a bit, the softcap, a range, a broadcast (only when the limits allow one: a dropout-only
+    // campaign has none to toggle).
+    if ((lim_.variants & (AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS)) && rng.below(4) == 0) {
       uint32_t bits = p.variants;
       float softcap = bits & AF_VARIANT_SOFTCAP ? p.softcap : softcap_menu()[0];
       uint8_t bcast = bits & AF_VARIANT_BIAS ? broadcast_bits(p) : 0;
@@ -592,6 +597,26 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       std::copy(std::begin(c.problem.bias_stride), std::end(c.problem.bias_stride), std::begin(vp.bias_stride));
     }
     if (lim_.merge && rng.below(4) == 0) merge_step(c, rng);  // merged states (issue 29)
+    if ((lim_.variants & AF_VARIANT_DROPOUT) && !has_sequences(p) && rng.below(4) == 0) {  // dropout (issue 29)
+      const bool on = p.variants & AF_VARIANT_DROPOUT;
+      double drop_p = on ? p.dropout_p : dropout_p_menu()[0];
+      int32_t drng = on ? p.dropout_rng : AF_DROPOUT_RNG_PHILOX_FLASH;
+      uint64_t dseed = on ? p.dropout_seed : rng.next(), offset = on ? p.dropout_offset : 0;
+      switch (rng.below(5)) {
+        case 0: break;  // switched on or off below
+        case 1: drop_p = dropout_p_menu()[rng.below(dropout_p_menu().size())]; break;
+        case 2: drng = drng == AF_DROPOUT_RNG_EXPORTED ? AF_DROPOUT_RNG_PHILOX_FLASH : AF_DROPOUT_RNG_EXPORTED; break;
+        case 3: dseed = rng.next(); break;
+        default: offset = dropout_offset_menu()[rng.below(dropout_offset_menu().size())];
+      }
+      const bool keep_on = on != (rng.below(3) == 0);
+      p.variants &= ~AF_VARIANT_DROPOUT;
+      if (keep_on) (void)set_dropout(p, drop_p, drng, dseed, offset);
+      c.problem.variants = p.variants;
+      c.problem.dropout_p = p.dropout_p, c.problem.dropout_rng = p.dropout_rng;
+      c.problem.dropout_seed = p.dropout_seed, c.problem.dropout_offset = p.dropout_offset;
+      std::copy(std::begin(p.dropout_mask_stride), std::end(p.dropout_mask_stride), std::begin(c.problem.dropout_mask_stride));
+    }
     if (__builtin_popcount(lim_.passes) > 1 && rng.below(8) == 0) {  // another allowed pass
       const int now = static_cast<int>(c.pass);
       for (int i = 1; i < 3; ++i)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "attnfuzz/hip.h"
+#include "attnfuzz/philox.h"
 
 // Full unrolling of fixed-count loops over register arrays (keeps them out of local memory on GPUs).
 #if defined(ATTNFUZZ_BACKEND_CPU)
@@ -259,8 +260,11 @@ struct VariantBufs {
   const float* sinks;
   const float* slopes;
   const float* bias;
+  uint8_t* dropout_mask;  // AF_DROPOUT_RNG_EXPORTED: where the keep mask goes (dropout_mask_stride)
 };
-inline VariantBufs variant_bufs(const af_buffers& b) { return VariantBufs{b.sinks, b.alibi_slopes, b.bias}; }
+inline VariantBufs variant_bufs(const af_buffers& b) {
+  return VariantBufs{b.sinks, b.alibi_slopes, b.bias, b.dropout_mask};
+}
 
 // The final score of a visible pair (b, h, i, j) from s = scale q.k: softcap (dcap <- d s_capped / d s =
 // 1 - tanh^2, when asked), then the bias and the ALiBi term -slope_h |j - (i + off)|.
@@ -298,6 +302,24 @@ __host__ __device__ inline float fold_sink(float sink, float& m, float& l) {
 }
 // The score variants the built-in flash family applies.
 constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+
+// ---- dropout (docs/semantics.md "Dropout"): keep decisions from attnfuzz/philox.h, FlashAttention's layout ----
+constexpr uint32_t kDropoutRngs = (1u << AF_DROPOUT_RNG_EXPORTED) | (1u << AF_DROPOUT_RNG_PHILOX_FLASH);
+__host__ __device__ inline bool has_dropout(const af_problem& p) { return (p.variants & AF_VARIANT_DROPOUT) != 0; }
+// 1 / (1 - p) in fp32 (1 without dropout).
+__host__ __device__ inline float dropout_scale(const af_problem& p) {
+  return has_dropout(p) ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+}
+// The keep decision of visible weight (b, h, i, j), written to the exported mask when the problem asks for it.
+__host__ __device__ inline bool dropout_keep(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h, int64_t i,
+                                             int64_t j) {
+  const bool keep =
+      attnfuzz::flash_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_p, b, h, p.heads_q, i, j) != 0;
+  if (v.dropout_mask && p.dropout_rng == AF_DROPOUT_RNG_EXPORTED)
+    v.dropout_mask[b * p.dropout_mask_stride[0] + h * p.dropout_mask_stride[1] + i * p.dropout_mask_stride[2] + j] =
+        keep ? 1 : 0;
+  return keep;
+}
 
 // Writes a reason into why (may be NULL) and returns 1.
 inline int unsupported(char* why, size_t why_len, const char* reason) {

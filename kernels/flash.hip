@@ -98,7 +98,10 @@ __global__ void __launch_bounds__(NT)
       for (int c = 0; c < BN; ++c) {
         const float w = softmax_weight(s_tile[t][c], m_new);
         s_tile[t][c] = w;
-        sum += w;
+        sum += w;  // l sums every weight; dropout zeroes the dropped ones for P.V only
+        const int64_t j = n0 + c;
+        if (has_dropout(p) && t < rows && j >= row_first[t] && j < row_last[t] && !dropout_keep(p, vb, b, h, i0 + t, j))
+          s_tile[t][c] = 0.0f;
       }
       row_l[t] = row_l[t] * alpha + sum;
       row_m[t] = m_new;
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(NT)
     const int idx = t + e * NT;
     if (idx < rows * Dv) {
       const int r = idx / (int)Dv, d = idx % (int)Dv;
-      o[o_row(p, b, i0 + r, h) + d] = store_o<T>(p, finish_o(acc[e], row_m[r], row_l[r]));
+      o[o_row(p, b, i0 + r, h) + d] = store_o<T>(p, finish_o(acc[e], row_m[r], row_l[r]) * dropout_scale(p));
     }
   }
   if (lse && t < rows) lse[lse_at(p, b, h, i0 + t)] = finish_lse(row_m[t], row_l[t]);
@@ -253,7 +256,14 @@ __device__ inline void bwd_pair(const af_problem& p, const VariantBufs& vb, int6
   for (int64_t d = 0; d < p.head_dim_v; ++d) dp += Elem<T>::load(gi[d]) * vc[d];
   float dcap;
   P = expf(variant_score(p, vb, b, h, i, j, p.scale * dot, &dcap) - lse);
-  dS_f = P * (dp - delta);
+  if (has_dropout(p)) {  // the forward's mask: dP and dV see the kept weights scaled by 1 / (1 - p)
+    const float c = dropout_keep(p, vb, b, h, i, j) ? dropout_scale(p) : 0.0f;
+    dp *= c;
+    dS_f = P * (dp - delta);
+    P *= c;  // what dV = P^T dO uses
+  } else {
+    dS_f = P * (dp - delta);
+  }
   dS = dS_f * dcap;
 }
 
@@ -503,7 +513,8 @@ constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
         BWD_DESC,                                                                                          \
         DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
         nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD,    \
-        /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/kScoreVariants                            \
+        /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/kScoreVariants | AF_VARIANT_DROPOUT,      \
+        /*dropout_rngs=*/kDropoutRngs                                                                      \
   }
 
 // Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors.

@@ -212,6 +212,10 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   if ((p.variants & AF_VARIANT_SINK) && S.vars.sinks[h] != -kInf) vr.has_sink = true, vr.sink = S.vars.sinks[h];
   const bool var = vr.any_variant();
   const size_t row_slot = static_cast<size_t>((b * p.heads_q + h) * p.seq_q + i);
+  if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_p > 0) {  // README "Dropout": dP, dV see the kept, scaled weights
+    vr.keep = S.vars.dropout_keep + row_slot * static_cast<size_t>(p.seq_k);
+    vr.drop_p = p.dropout_p;
+  }
   if (!why.empty() && S.row_taint) (*S.row_taint)[row_slot] = 1;
   for (auto* x : {&rb.P, &rb.dP, &rb.eP, &rb.edP, &rb.s, &rb.dsc, &rb.edsc})
     if (x->size() < static_cast<size_t>(n)) x->resize(static_cast<size_t>(n));
@@ -234,7 +238,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     r.Dv = Dv;
     r.scale = p.scale;
     r.softcap = vr.softcap, r.bias = vr.bias, r.bias_j = vr.bias_j, r.alibi = vr.alibi, r.slope = vr.slope;
-    r.diag = vr.diag, r.has_sink = vr.has_sink, r.sink = vr.sink;
+    r.diag = vr.diag, r.has_sink = vr.has_sink, r.sink = vr.sink, r.keep = vr.keep, r.drop_p = vr.drop_p;
     auto& w = rb.mp;
     for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho, &w.dscale, &w.extra}) x->assign(static_cast<size_t>(n), 0.0);
     w.nonfinite.assign(static_cast<size_t>(n), 0);
@@ -288,6 +292,10 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double dot, a, dp, bsum;
       dot_abs(qrow, kj, D, dot, a);
       dot_abs(dorow, vj, Dv, dp, bsum);
+      if (vr.keep) {  // dropout: d loss / d P_ij = c_j dO_i . v_j (c_j = 1 / (1 - p) or 0)
+        const double cj = vr.keep_at(j);
+        dp *= cj, bsum *= cj;
+      }
       const double s_raw = scale * dot;
       double s = s_raw, dsc = 1, extra = 0, edsc = 0, own_var = 0;
       if (var) {  // README "Variants": softcap, then bias and ALiBi; dS reaches q, k through d softcap / ds
@@ -328,6 +336,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       const double eP = (std::isfinite(arg) ? std::exp(arg + dcap) * -std::expm1(-dcap) : P * std::expm1(dcap)) + kFltMin;
       double edP = kU * static_cast<double>(Dv + 2) * bsum + 2 * kFltMin * (dosum + Dv);
       if (uc > 0) edP += uc * H.c_acc * bsum;
+      if (vr.keep) edP += 2 * kU * std::fabs(dp);  // the kernel's 1 / (1 - p) and its product
       rb.s[jj] = s;
       rb.dsc[jj] = dsc;
       rb.edsc[jj] = edsc;
@@ -423,12 +432,14 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       double* __restrict vv = &ka.dv.val[static_cast<size_t>(j * Dv)];
       double* __restrict ve = &ka.dv.err[static_cast<size_t>(j * Dv)];
       double* __restrict vm = &ka.dv.mag[static_cast<size_t>(j * Dv)];
-      const double ePv = eP + uc * H.c_p * P + eta_c;  // P rounded to the compute dtype for dV = P^T dO
+      // P rounded to the compute dtype for dV = P^T dO; dropout: dV sees the kept, scaled P (two more roundings)
+      const double cj = vr.keep_at(j);
+      const double Pv = P * cj, ePv = (eP + uc * H.c_p * P + (vr.keep ? 2 * kU * P : 0.0)) * cj + eta_c;
       for (int64_t d = 0; d < Dv; ++d) {
         const double g = dorow[d], ag = std::fabs(g);
-        vv[d] += P * g;
+        vv[d] += Pv * g;
         ve[d] += ePv * ag;
-        vm[d] += P * ag;
+        vm[d] += Pv * ag;
       }
     }
     break;

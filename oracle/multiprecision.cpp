@@ -63,9 +63,12 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
     L += esink;
   }
   std::vector<Real> acc(static_cast<size_t>(r.Dv), Real(0));
+  const Real keep_scale = Real(1) / (Real(1) - Real(r.drop_p));  // dropout (README "Dropout")
   for (int64_t j = 0; j < n; ++j) {
     const float* vj = r.v + (r.first + j) * r.v_row;
-    for (int64_t d = 0; d < r.Dv; ++d) acc[d] += e[j] * static_cast<double>(vj[d]);
+    // A dropped weight is a weight of 0: 0 * NaN = NaN still reaches O (docs/semantics.md "NaN and Inf").
+    const Real ej = !r.keep ? e[j] : r.keep[r.first + j] ? Real(e[j] * keep_scale) : Real(0);
+    for (int64_t d = 0; d < r.Dv; ++d) acc[d] += ej * static_cast<double>(vj[d]);
   }
   for (int64_t d = 0; d < r.Dv; ++d) w.o[d] = static_cast<double>(Real(acc[d] / L));
   for (int64_t j = 0; j < n; ++j) w.w[j] = static_cast<double>(Real(e[j] / L));
@@ -85,7 +88,7 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   std::fill(w.swa.begin(), w.swa.end(), 0.0);
   for (int64_t j = 0; j < n; ++j) {
     const float* vj = r.v + (r.first + j) * r.v_row;
-    const double wj = w.w[j];
+    const double wj = w.w[j] * r.keep_at(r.first + j);
     for (int64_t d = 0; d < r.Dv; ++d) w.swa[d] += wj * std::fabs(static_cast<double>(vj[d]));
   }
   for (int64_t d = 0; d < r.Dv; ++d)

@@ -268,7 +268,7 @@ void fast_row(const RowRef& r, RowWork& w) {
   double* __restrict al = w.acc_lo.data();
   double* __restrict swa = w.swa.data();
   for (int64_t j = 0; j < n; ++j) {
-    const double wj = w.w[j];
+    const double wj = w.w[j] * r.keep_at(r.first + j);  // dropout: kept weights scaled (one double rounding)
     const double whi = truncate_bits<24>(wj), wlo = wj - whi;  // whi * v is exact (24 x 24 bits)
     const float* __restrict vj = r.v + (r.first + j) * r.v_row;
     for (int64_t d = 0; d < Dv; ++d) {
@@ -292,7 +292,7 @@ void fast_row(const RowRef& r, RowWork& w) {
   // the (1 + al) correction, L's compensated sum, the division), Dot2 error of the P.V sum.
   const double D4 = static_cast<double>(r.D + 4);
   const double eps_s = 4 * D4 * D4 * kUd * kUd * (std::fabs(r.scale) * amax + 1) + w.var_own;
-  const double eps_w = 6 * kUd + 2 * eps_s;
+  const double eps_w = (r.keep ? 8 : 6) * kUd + 2 * eps_s;  // dropout: 1 / (1 - p) and its product rounded
   const double nn = static_cast<double>(n + 2);
   for (int64_t d = 0; d < Dv; ++d)
     w.o_err[d] = kUd * std::fabs(w.o[d]) + (eps_w + 2 * nn * nn * kUd * kUd) * (swa[d] + std::fabs(w.o[d])) +
@@ -369,11 +369,19 @@ void bound_row(const RowRef& r, RowWork& w, const HeadFacts& hf, double qsum, co
     const double rj = w.rho[j];
     if (rj == 0) continue;
     const float* __restrict vj = r.v + (r.first + j) * r.v_row;
+    if (r.keep) {  // dropout (README "Dropout"): the kept weights need not sum to 1, so no centring on O
+      const double cj = r.keep_at(r.first + j);
+      if (cj != 0)
+        for (int64_t d = 0; d < Dv; ++d) soft[d] += rj * cj * std::fabs(static_cast<double>(vj[d]));
+      continue;
+    }
     for (int64_t d = 0; d < Dv; ++d) soft[d] += rj * std::fabs(static_cast<double>(vj[d]) - o[d]);
   }
-  if (rho_sink > 0)  // the sink's value vector is 0
+  if (rho_sink > 0 && !r.keep)  // the sink's value vector is 0
     for (int64_t d = 0; d < Dv; ++d) soft[d] += rho_sink * std::fabs(o[d]);
-  const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0) + uc * H.c_acc;
+  // Dropout: the kernel's 1 / (1 - p) and its product with a weight (or O) add two roundings (swa holds the
+  // scaled weights).
+  const double accc = kU * (M.c_n * static_cast<double>(nf) + M.c_0 + (r.keep ? 2 : 0)) + uc * H.c_acc;
   // Flushed weights and products; in c, every weight may lose up to eta absolutely (fp16 subnormal p).
   // fp8 (README "fp8 bound"): only a weight whose p_j = exp(s_j - m_run) >= exp(s_j - m) = w_j L can fall
   // below the format's smallest normal loses up to eta absolutely; count those instead of every key.
@@ -476,6 +484,10 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   }
   r.has_sink = has_sink;
   r.sink = sink;
+  if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_p > 0) {  // p = 0: every weight kept, the dropout-free result
+    r.keep = S.vars.dropout_keep + ((b * p.heads_q + h) * p.seq_q + s) * p.seq_k;
+    r.drop_p = p.dropout_p;
+  }
   const HeadFacts& hf = S.heads[static_cast<size_t>(b * p.heads_kv + hk)];
   bool q_nan = false, q_nonfinite = false;
   double qsum = 0;
@@ -704,9 +716,10 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   if (p.variants & ~kCheckedVariants)
     throw std::invalid_argument("oracle: variant " + variant_names(p.variants & ~kCheckedVariants) + " is not checked");
   if (((p.variants & AF_VARIANT_SINK) && !vars.sinks) || ((p.variants & AF_VARIANT_ALIBI) && !vars.alibi_slopes) ||
-      ((p.variants & AF_VARIANT_BIAS) && !vars.bias && bias_elements(p) > 0))
+      ((p.variants & AF_VARIANT_BIAS) && !vars.bias && bias_elements(p) > 0) ||
+      ((p.variants & AF_VARIANT_DROPOUT) && !vars.dropout_keep && p.seq_k > 0))
     throw std::invalid_argument("oracle: the problem uses variant " + variant_names(p.variants) +
-                                " but its values (sinks / ALiBi slopes / bias) were not given");
+                                " but its values (sinks / ALiBi slopes / bias / dropout keep mask) were not given");
   OracleOptions opts_v = opts_in;
   if (p.variants) opts_v.baseline = false;  // the plain fp32 reference knows no variant
   const OracleOptions& opts = opts_v;

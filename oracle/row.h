@@ -27,7 +27,14 @@ struct RowRef {
   int64_t diag = 0;             // i + off (off of the mask alignment)
   bool has_sink = false;        // a sink logit other than -inf
   double sink = 0;
+  // Dropout (docs/semantics.md "Dropout"): the row's keep mask (key j at keep[j]); a kept weight is multiplied by
+  // 1 / (1 - drop_p) after the softmax (which the mask leaves alone: LSE is unchanged). nullptr: no dropout.
+  const uint8_t* keep = nullptr;
+  double drop_p = 0;
   bool any_variant() const { return softcap > 0 || bias || alibi; }
+  double keep_scale() const { return 1.0 / (1.0 - drop_p); }
+  // The factor of key j's weight in O: 1 without dropout, else keep_scale() or 0.
+  double keep_at(int64_t j) const { return !keep ? 1.0 : keep[j] ? keep_scale() : 0.0; }
   // What the variants add to key j's (softcapped) score: bias + ALiBi, each exact in double.
   double bias_at(int64_t j) const { return bias ? static_cast<double>(bias[j * bias_j]) : 0.0; }
   double alibi_at(int64_t j) const {

@@ -1,6 +1,8 @@
 // generators.cpp - RapidCheck generators of attn-fuzz cases over attnfuzz::space, weighted toward the edges.
 #include "properties/generators.h"
 
+#include "attnfuzz/dropout.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -215,6 +217,13 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
       c.variants.sink_range = *element_of(std::vector<double>{2, 0.5, 10});
       const std::string bcast = *element_of(std::vector<std::string>{"", "b", "h", "bh", "i", "j"});
       if (std::string e = set_variants(c, bits, cap, bcast); !e.empty()) throw std::logic_error(e);
+    }
+    if (limits.variants & AF_VARIANT_DROPOUT) {  // issue 29: p, generator, seed, offset (shrinking toward the first)
+      const double drop_p = *element_of(std::vector<double>{0.1, 0.0, 0.5, 0.9, 0.999});
+      const int32_t rng = *element_of(std::vector<int32_t>{AF_DROPOUT_RNG_PHILOX_FLASH, AF_DROPOUT_RNG_EXPORTED});
+      const uint64_t offset = *element_of(std::vector<uint64_t>{0, (uint64_t{1} << 32) - 40, 12345});
+      const uint64_t dseed = 1 + *index_below(1000);
+      if (std::string e = set_dropout(c.problem, drop_p, rng, dseed, offset); !e.empty()) throw std::logic_error(e);
     }
     if (limits.specials && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
       // 1..3 specials; the container shrinks by dropping elements, each element toward nan@q:random*1.

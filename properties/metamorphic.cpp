@@ -638,12 +638,29 @@ void prop_merge(const KernelEntry& k, const Case& c) {
     return;
   assert_relation(k, a, b, rows, false, true,
                   empty ? "the states and one more empty state against the states alone" : "the merge at other split points");
+// Dropout (issue 29): p = 0 against no dropout (within the bounds); the same case twice (bitwise).
+void prop_dropout(const KernelEntry& k, const Case& c) {
+  const Problem& p = c.problem;
+  if (!(p.variants & AF_VARIANT_DROPOUT) || !supported(k, p)) return;
+  std::vector<bool> keep(static_cast<size_t>(p.seq_q), true);
+  const std::vector<RowPair> rows = identity_rows(p, keep);
+  if (*index_below(2) == 0) {
+    Case a = c, b = c;
+    a.problem.dropout_p = 0;
+    b.problem.variants &= ~AF_VARIANT_DROPOUT;
+    b.problem.dropout_p = 0;
+    if (!supported(k, b.problem)) return;
+    return assert_relation(k, a, b, rows, false, true, "dropout p = 0 against no dropout");
+  }
+  return assert_relation(k, c, c, rows, true, true, "the same dropout seed and offset twice (bitwise)");
 }
 
 void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
   switch (p) {
     case Property::kMerge:
       return prop_merge(k, c);
+    case Property::kDropout:
+      return prop_dropout(k, c);
     case Property::kVariants:
       return prop_variants(k, c);
     case Property::kOracle:

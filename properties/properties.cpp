@@ -75,6 +75,9 @@ const PropertyInfo kInfo[] = {
      "for a merge kernel (AF_KIND_MERGE), merging the states with one more empty state (an empty key range) equals "
      "merging the states alone, and the merge at other split points (another state layout and pad) equals it, within "
      "bound(A) + bound(B) (each the whole problem's composed bound: the merge plus the states' rounding)"},
+    {Property::kDropout, "dropout",
+     "for a kernel that declares dropout: dropout with p = 0 equals the case without dropout within bound(A) + "
+     "bound(B) (O, LSE); the same case, with the same seed and offset, run twice gives bit-identical O and LSE"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -120,7 +123,10 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       l.min_bh = 2;
       break;
     case Property::kVariants:
-      l.variants = k.variants & kCheckedVariants;
+      l.variants = k.variants & kCheckedVariants & ~AF_VARIANT_DROPOUT;
+      break;
+    case Property::kDropout:
+      l.variants = k.variants & AF_VARIANT_DROPOUT;
       break;
     default:
       break;
@@ -226,7 +232,12 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
                                               : "a merge kernel: only the merge property applies, not run";
     return out;
   }
-  if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants)) {
+  if (prop == Property::kDropout && !(k.kernel.variants & AF_VARIANT_DROPOUT)) {
+    out.passed = true;  // nothing to relate
+    out.rc_message = "the kernel declares no dropout: not run";
+    return out;
+  }
+  if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants & ~AF_VARIANT_DROPOUT)) {
     out.passed = true;  // nothing to relate
     out.rc_message = "the kernel declares no score variant: not run";
     return out;

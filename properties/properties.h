@@ -32,6 +32,7 @@ enum class Property {
                      // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
   kMerge,            // merge kernels (issue 29): an extra empty state is the identity; other split points (and state
                      // layouts) give the same merged result within the composed bounds
+  kDropout,          // dropout with p = 0 equals no dropout; the same (seed, offset) twice gives the same bits (issue 29)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

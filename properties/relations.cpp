@@ -1,6 +1,8 @@
 // relations.cpp - the machinery the properties share: devices, one run of a case, relating two runs' rows.
 #include "properties/relations.h"
 
+#include "attnfuzz/dropout.h"
+
 #include <rapidcheck.h>
 
 #include <algorithm>
@@ -91,9 +93,13 @@ Run run_case(const KernelEntry& k, const Case& c, Device& dev, bool need_oracle)
   } else {
     r.out = launch_guarded(dev, k, c.problem, r.t, devices().run);
   }
-  if (need_oracle)
-    r.exact = compute_oracle(c.problem, r.t.q.data(), r.t.k.data(), r.t.v.data(), r.t.variant_inputs(),
-                             devices().run.oracle);
+  if (need_oracle) {
+    VariantInputs vars = r.t.variant_inputs();
+    // Dropout (issue 29): the launch's exported mask, else the case's reference mask (the declared generator's)
+    const std::vector<uint8_t> keep = !r.out.keep.empty() ? r.out.keep : reference_keep_mask(c.problem);
+    if (!keep.empty()) vars.dropout_keep = keep.data();
+    r.exact = compute_oracle(c.problem, r.t.q.data(), r.t.k.data(), r.t.v.data(), vars, devices().run.oracle);
+  }
   return r;
 }
 

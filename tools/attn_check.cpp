@@ -18,6 +18,7 @@
 #include "attnfuzz/case.h"
 #include "attnfuzz/corpus.h"
 #include "attnfuzz/device.h"
+#include "attnfuzz/dropout.h"
 #include "attnfuzz/registry.h"
 #include "attnfuzz/report.h"
 #include "check/fit.h"
@@ -415,10 +416,20 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
       c.values.domain = value_domain(o.common);
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
     }
-  } else if (o.sweep && case_variants(o.common)) {
-    for (Case& c : variant_sweep_grid(case_variants(o.common), o.seed, value_domain(o.common), case_dtype(o.common),
-                                      case_pass(o.common)))
+  } else if (o.sweep && case_variants(o.common) == AF_VARIANT_DROPOUT && o.common.dropout < 0) {
+    for (Case& c : dropout_sweep_grid(o.seed, case_pass(o.common)))  // issue 29: the dropout sweep
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+  } else if (o.sweep && case_variants(o.common)) {
+    const uint32_t bits = case_variants(o.common);
+    std::vector<Case> grid = bits & ~AF_VARIANT_DROPOUT
+                                 ? variant_sweep_grid(bits & ~AF_VARIANT_DROPOUT, o.seed, value_domain(o.common),
+                                                      case_dtype(o.common), case_pass(o.common))
+                                 : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common));
+    for (Case& c : grid) {
+      // --dropout P (or --variant dropout with other variants): every case of the grid under dropout, where it can be
+      if ((bits & AF_VARIANT_DROPOUT) && (has_sequences(c.problem) || !apply_dropout_options(o.common, c).empty())) continue;
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    }
   } else if (o.sweep) {
     // The attention grid for attention kernels, the merge grid (issue 29) for merge kernels: each only where the
     // selection holds a kernel of that kind.

@@ -2,6 +2,8 @@
 // reports.
 #include "tools/cli_common.h"
 
+#include "attnfuzz/dropout.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -367,6 +369,22 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         if (e.empty() && (bits & ~kCheckedVariants)) e = "only sink, softcap, alibi and bias are checked";
         return e;
       }));
+  auto* dg = "Dropout (docs/semantics.md \"Dropout\")";
+  app.add_option("--dropout", o.dropout,
+                 "dropout probability P in [0, 1) of generated cases (implies --variant dropout); with --sweep the "
+                 "sweep grid at P (--variant dropout --sweep: the dropout sweep)")
+      ->group(dg)
+      ->check(real_range(0, 1, false));
+  app.add_option("--dropout-rng", o.dropout_rng,
+                 "where the keep mask comes from: exported (the kernel writes it) | philox-flash (Philox in "
+                 "FlashAttention's layout, reproduced by the tool)")
+      ->group(dg)
+      ->check(CLI::IsMember({"exported", "philox-flash"}))
+      ->capture_default_str();
+  app.add_option("--dropout-seed", o.dropout_seed, "the generator's seed")->group(dg)->capture_default_str();
+  app.add_option("--dropout-offset", o.dropout_offset, "the generator's counter offset (past 2^32 tests wrapping)")
+      ->group(dg)
+      ->capture_default_str();
   app.add_option("--softcap", o.softcap, "with --variant softcap: s <- CAP tanh(s / CAP)")
       ->group(vg)
       ->check(real_range(0, 3e38, true))
@@ -442,10 +460,19 @@ ValueDomain value_domain(const CommonOptions& o) {
 }
 
 uint32_t case_variants(const CommonOptions& o) {
-  if (o.variant == "all") return kCheckedVariants;
   uint32_t bits = 0;
-  (void)parse_variant_names(o.variant, bits);  // checked by the option table
+  if (o.variant == "all")
+    bits = kCheckedVariants & ~AF_VARIANT_DROPOUT;
+  else
+    (void)parse_variant_names(o.variant, bits);  // checked by the option table
+  if (o.dropout >= 0) bits |= AF_VARIANT_DROPOUT;
   return bits;
+}
+
+std::string apply_dropout_options(const CommonOptions& o, Case& c) {
+  int32_t rng = AF_DROPOUT_RNG_PHILOX_FLASH;
+  (void)parse_dropout_rng(o.dropout_rng, rng);  // checked by the option table
+  return set_dropout(c.problem, o.dropout >= 0 ? o.dropout : 0.1, rng, o.dropout_seed, o.dropout_offset);
 }
 
 std::string apply_variant_options(const CommonOptions& o, Case& c) {
@@ -453,7 +480,8 @@ std::string apply_variant_options(const CommonOptions& o, Case& c) {
   if (!bits) return {};
   c.variants.sink_range = o.sink_range;
   c.variants.bias_range = o.bias_range;
-  return set_variants(c, bits, o.softcap, o.bias_broadcast);
+  if (std::string e = set_variants(c, bits & ~AF_VARIANT_DROPOUT, o.softcap, o.bias_broadcast); !e.empty()) return e;
+  return (bits & AF_VARIANT_DROPOUT) ? apply_dropout_options(o, c) : std::string();
 }
 
 int32_t case_dtype(const CommonOptions& o) {

@@ -45,6 +45,11 @@ struct CommonOptions {
   float softcap = 30;
   double sink_range = 2, bias_range = 1;
   std::string bias_broadcast;  // subset of "bhij"
+  // Dropout (issue 29; attnfuzz/dropout.h): --dropout P (>= 0: every generated case uses dropout with p = P; with
+  // --sweep the whole sweep grid at P); --variant dropout --sweep is the dropout sweep (dropout_sweep_grid).
+  double dropout = -1;
+  std::string dropout_rng = "philox-flash";
+  uint64_t dropout_seed = 1, dropout_offset = 0;
   bool quiet = false;
   bool no_reports = false;
   // bounded output (issue 26): failures shown with evidence and a heatmap per kernel x class; the rest counted
@@ -68,11 +73,13 @@ ValueDomain value_domain(const CommonOptions& o);
 int32_t case_dtype(const CommonOptions& o);
 // The --pass of generated cases (add_common_options accepts only fwd, bwd and fwdbwd).
 Pass case_pass(const CommonOptions& o);
-// The --variant bits (AF_VARIANT_*; "all" = the four checked ones), 0 when none.
+// The --variant bits (AF_VARIANT_*; "all" = the four checked score variants; --dropout P adds dropout), 0 when none.
 uint32_t case_variants(const CommonOptions& o);
 // Applies --variant, --softcap, --sink-range, --bias-range, --bias-broadcast to a case built from flags. Returns an
 // error sentence or empty.
 std::string apply_variant_options(const CommonOptions& o, Case& c);
+// Applies --dropout (0.1 when only --variant dropout asked for it), --dropout-rng, --dropout-seed, --dropout-offset.
+std::string apply_dropout_options(const CommonOptions& o, Case& c);
 
 // Validators of the option tables (one set for every tool): each refuses a value with one line naming the
 // allowed range; CLI11 prefixes the flag ("--sk: Value -1 not in range 0 to 2147483648"). Words and

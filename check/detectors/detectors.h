@@ -171,6 +171,7 @@ Finding compute_sanitizer(Context& c);  // sanitizers.cpp: racecheck / synccheck
 // a stand-in binary that prints canned reports).
 Finding compute_sanitizer_tools(Context& c);
 Finding unwritten(Context& c);          // unwritten.cpp: output elements that keep two different poisons
+Finding dropout(Context& c);            // dropout.cpp: the scale 1 / p; the case relaunched without dropout
 Finding ignored_parameter(Context& c);  // ignored_param.cpp: the exact result with a variant switched off / replaced
 Finding mask(Context& c);               // mask.cpp: rows written empty, masked NaN, other masks, perturbation
 Finding empty_row(Context& c);          // empty_row.cpp: rows with no key of positive weight not O = 0

@@ -17,8 +17,10 @@
 #include <sstream>
 
 #include "attnfuzz/corpus.h"
+#include "attnfuzz/dropout.h"
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
+#include "check/dropout.h"
 #include "check/sequences.h"
 
 namespace attnfuzz::detect {
@@ -36,7 +38,15 @@ const Tensors& Context::view_tensors() {
 
 OracleResult Context::oracle(const Problem& p, const Tensors& t) {
   ++stats.oracles;
-  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), opts.oracle);
+  VariantInputs vars = t.variant_inputs();
+  std::vector<uint8_t> keep;  // dropout: the checked launch's mask for the case's shape, else the reference mask
+  if (p.variants & AF_VARIANT_DROPOUT) {
+    const Problem& cp = pc.problem();
+    const bool same = p.batch == cp.batch && p.heads_q == cp.heads_q && p.seq_q == cp.seq_q && p.seq_k == cp.seq_k;
+    keep = same ? launch_keep(pc, j.outcome.keep) : reference_keep_mask(p);
+    vars.dropout_keep = keep.data();
+  }
+  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, opts.oracle);
 }
 
 Problem Context::row_problem(int64_t b) const {

@@ -105,7 +105,8 @@ inline int64_t kv_head(const Problem& p, int64_t h) { return h / (p.heads_q / p.
 
 // ---- Score variants (docs/semantics.md "Variants"; issue 28): sinks, softcap, ALiBi, additive bias ----------
 // The variants the tool checks (a subset of AF_VARIANTS_KNOWN; a case using another is refused with a reason).
-constexpr uint32_t kCheckedVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+constexpr uint32_t kCheckedVariants =
+    AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS | AF_VARIANT_DROPOUT;
 // "sink", "softcap", "alibi", "bias", ... for one AF_VARIANT_* bit; "" for an unknown bit.
 const char* variant_name(uint32_t bit);
 // "sink+softcap" for a bit set ("none" for 0); parse_variant_names takes the same form (also ',' separated).
@@ -118,6 +119,10 @@ struct VariantInputs {
   const float* sinks = nullptr;
   const float* alibi_slopes = nullptr;
   const float* bias = nullptr;
+  // AF_VARIANT_DROPOUT (docs/semantics.md "Dropout"): the keep mask the oracle applies, [B, Hq, Sq, Sk] contiguous
+  // bytes (1 kept, 0 dropped; the kernel's exported mask or the declared generator's), kept weights scaled by
+  // 1 / (1 - dropout_p).
+  const uint8_t* dropout_keep = nullptr;
 };
 // Elements the bias tensor spans with p.bias_stride (0 when the problem has no bias).
 int64_t bias_elements(const Problem& p);

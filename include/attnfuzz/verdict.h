@@ -41,7 +41,10 @@ enum class FailureClass {
   kIgnoredParameter,  // the output matches the exact result with a variant's parameter switched off / replaced
   // Added with issue 29 (appended).
   kMerge,  // a merge of partial attention states is wrong: it depends on the states' layout or their LSE level
-  kLastClass = kMerge,
+  kDropout,  // the keep mask or its scaling is wrong: exact given the mask fails only through dropout, the keep
+             // fraction is not Binomial(n, 1 - p), forward and backward masks differ, or the mask depends on
+             // more than (seed, offset, b, h, i, j)
+  kLastClass = kDropout,
 };
 const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
 bool parse_failure_class(const std::string& text, FailureClass& out);

@@ -23,6 +23,7 @@ constexpr size_t kPagedDecodeBugCount = 5;   // paged_decode_bugs.hip
 constexpr size_t kBackwardBugCount = 10;     // backward_bugs.hip
 constexpr size_t kVariantBugCount = 6;       // variant_bugs.hip (issue 28: sinks, softcap, ALiBi, bias)
 constexpr size_t kMergeBugCount = 4;         // merge_bugs.hip (issue 29: merged attention states)
+constexpr size_t kDropoutBugCount = 5;       // dropout_bugs.hip (issue 29)
 
 const af_kernel* flash_bugs();         // kFlashBugCount entries
 const af_kernel* online_row_bugs();    // kOnlineRowBugCount entries
@@ -34,5 +35,6 @@ const af_kernel* paged_decode_bugs();  // kPagedDecodeBugCount entries
 const af_kernel* backward_bugs();      // kBackwardBugCount entries
 const af_kernel* variant_bugs();       // kVariantBugCount entries
 const af_kernel* merge_bugs();         // kMergeBugCount entries
+const af_kernel* dropout_bugs();       // kDropoutBugCount entries
 
 }  // namespace attnfuzz_planted

@@ -10,7 +10,8 @@ using namespace attnfuzz_planted;
 
 constexpr size_t kPlantedCount =
     kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kLowpBugCount +
-    kVarlenBugCount + kPagedDecodeBugCount + kBackwardBugCount + kVariantBugCount + kMergeBugCount;
+    kVarlenBugCount + kPagedDecodeBugCount + kBackwardBugCount + kVariantBugCount + kMergeBugCount +
+    kDropoutBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -32,6 +33,7 @@ bool gather_planted_kernels() {
   append(backward_bugs(), kBackwardBugCount);
   append(variant_bugs(), kVariantBugCount);
   append(merge_bugs(), kMergeBugCount);
+  append(dropout_bugs(), kDropoutBugCount);
   return at == kPlantedCount;
 }
 

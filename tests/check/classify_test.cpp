@@ -484,8 +484,8 @@ TEST(Classify, PrecedenceIsDocumentedOrder) {
   std::string names;
   for (FailureClass c : class_precedence()) names += std::string(failure_class_name(c)) + " ";
   EXPECT_EQ(names,
-            "oob-write unwritten oob-read barrier-race ignored-parameter mask empty-row merge split-kv tail lse rescale "
-            "non-finite precision wrong ");
+            "oob-write unwritten oob-read barrier-race dropout ignored-parameter mask empty-row merge split-kv tail lse "
+            "rescale non-finite precision wrong ");
 }
 
 // ---- report parsers ----

@@ -24,6 +24,7 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/device.h"
+#include "attnfuzz/dropout.h"
 #include "attnfuzz/registry.h"
 #include "check/classify.h"
 #include "check/runner.h"
@@ -329,7 +330,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
     if (e.origin == PLANTED_PLUGIN)
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
                   std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
-                  std::string(e.kernel.family) == "planted/merge")       // PlantedMerge below
+                  std::string(e.kernel.family) == "planted/merge" ||     // PlantedMerge below
+                  std::string(e.kernel.family) == "planted/dropout")     // PlantedDropout below
           << e.kernel.name;
 }
 
@@ -352,7 +354,8 @@ const std::map<std::string, std::pair<std::string, Pass>> kExpectedVariants = {
     {"planted-dsink-zero", {"ignored-parameter", Pass::kBwd}},
 };
 
-// A budget prepared once per key (a pass, a dtype): make() gives its cases on first use.
+// A budget prepared once per key (a pass, a dtype) and call site (each make is its own type): make() gives its
+// cases on first use.
 template <class Key, class Make>
 std::vector<PreparedCase>& prepared_once(Key key, Make make) {
   static std::map<Key, std::vector<PreparedCase>> by_key;
@@ -374,6 +377,34 @@ std::vector<PreparedCase>& prepared_variants(Pass pass) {
   });
 }
 
+// The planted kernels of `family` are exactly the keys of `expected`.
+template <class Map>
+void expect_family_is(const std::string& family, const Map& expected) {
+  load();
+  int n = 0;
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == family) {
+      EXPECT_TRUE(expected.count(e.kernel.name)) << e.kernel.name;
+      ++n;
+    }
+  EXPECT_EQ(n, static_cast<int>(expected.size()));
+}
+template <class Map>
+std::vector<std::string> names_of(const Map& m) {
+  std::vector<std::string> v;
+  for (const auto& [n, e] : m) v.push_back(n);
+  return v;
+}
+// Correct kernel `name` on `cases`: no failure (passes_without_failure); returns how many passed.
+int correct_passes(const char* tag, const char* name, std::vector<PreparedCase>& cases) {
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  if (!k) {
+    ADD_FAILURE() << name << " is not registered";
+    return 0;
+  }
+  return passes_without_failure(tag, *k, cases);
+}
+
 class PlantedVariant : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
@@ -384,34 +415,63 @@ TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
     EXPECT_EQ(failure_class_name(f->j.result.failure), want) << describe(f->pc->the_case()) << f->evidence;
 }
 
-TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) {
-  load();
-  int n = 0;
-  for (const KernelEntry& e : Registry::global().all())
-    if (e.origin == PLANTED_PLUGIN && std::string(e.kernel.family) == "planted/variants") {
-      EXPECT_TRUE(kExpectedVariants.count(e.kernel.name)) << e.kernel.name;
-      ++n;
-    }
-  EXPECT_EQ(n, static_cast<int>(kExpectedVariants.size()));
-}
+TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) { expect_family_is("planted/variants", kExpectedVariants); }
 
 // The correct kernels that declare the variants pass the same budget (flash family: forward and backward).
 TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
   for (Pass pass : {Pass::kFwd, Pass::kBwd})
-    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"}) {
-      const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-      ASSERT_NE(k, nullptr) << name;
-      const int passed = passes_without_failure("correct-variant", *k, prepared_variants(pass));
-      EXPECT_GT(passed, 50) << name;
-    }
+    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"})
+      EXPECT_GT(correct_passes("correct-variant", name, prepared_variants(pass)), 50) << name;
 }
 
-std::vector<std::string> planted_variant_names() {
-  std::vector<std::string> v;
-  for (const auto& [n, e] : kExpectedVariants) v.push_back(n);
-  return v;
+INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
+
+// ---- dropout (issue 29) ----------------------------------------------------------------------------------
+// The planted dropout kernels (kernels/planted/dropout_bugs.hip; kernels/planted/README.md "Dropout bugs") on the
+// dropout sweep (dropout_sweep_grid) of their pass: each found, named dropout, and decided by the check it is about.
+struct ExpectedDropout {
+  Pass pass;
+  std::string evidence;  // what the deciding evidence says
+};
+const std::map<std::string, ExpectedDropout> kExpectedDropout = {
+    {"planted-dropout-offset-wrap", {Pass::kFwd, "off: the same inputs without dropout pass"}},
+    {"planted-dropout-bwd-mask", {Pass::kFwdBwd, "fwd-bwd: the backward launch dropped other weights"}},
+    {"planted-dropout-tile-mask", {Pass::kFwd, "tunable: with block_m = 32 instead of 16"}},
+    {"planted-dropout-inv-p", {Pass::kFwd, "scale: O is within the bound of the exact result whose kept weights are "
+                                           "scaled by 1 / p"}},
+    {"planted-dropout-stale-seed", {Pass::kFwd, "seed: with seed"}},
+};
+
+std::vector<PreparedCase>& prepared_dropout(Pass pass) {
+  return prepared_once(pass, [pass] { return dropout_sweep_grid(0, pass); });
 }
-INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(planted_variant_names()), param_name);
+
+class PlantedDropout : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedDropout, DetectedAndRightlyClassifiedOnTheDropoutSweep) {
+  load();
+  const std::string name = GetParam();
+  const ExpectedDropout& want = kExpectedDropout.at(name);
+  const auto f = first_failure("planted-dropout", name, prepared_dropout(want.pass));
+  if (!f) return;
+  EXPECT_EQ(failure_class_name(f->j.result.failure), std::string("dropout")) << describe(f->pc->the_case()) << f->evidence;
+  bool named = false;
+  for (const Evidence& e : f->j.result.evidence) named |= e.detector == "dropout" && e.detail.find(want.evidence) == 0;
+  EXPECT_TRUE(named) << name << ": no dropout evidence line starting with '" << want.evidence << "'" << f->evidence;
+}
+
+TEST(PlantedDropout, EveryDropoutPlantedKernelHasAnExpectedClass) { expect_family_is("planted/dropout", kExpectedDropout); }
+
+// The correct flash kernels pass the whole dropout sweep in every pass, with either generator.
+TEST(PlantedDropout, CorrectFlashKernelsPassTheDropoutSweep) {
+  for (Pass pass : {Pass::kFwd, Pass::kBwd, Pass::kFwdBwd})
+    for (const char* name : {"flash-bm16-bn16", "flash-bm16-bn32"})
+      EXPECT_EQ(correct_passes("correct-dropout", name, prepared_dropout(pass)),
+                static_cast<int>(prepared_dropout(pass).size()))
+          << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PlantedDropout, ::testing::ValuesIn(names_of(kExpectedDropout)), param_name);
 
 // ---- merged attention states (issue 29) ----------------------------------------------------------------------
 // The planted merge kernels (kernels/planted/merge_bugs.hip; kernels/planted/README.md "Merge bugs") on the merge

@@ -400,7 +400,11 @@ TEST(CorpusVariants, RoundTripDescribeValidate) {
   bad.variants.alibi_slopes.pop_back();
   EXPECT_NE(validate(bad), "");
   bad = c;
-  bad.problem.variants |= AF_VARIANT_DROPOUT;
+  bad.problem.variants |= AF_VARIANT_MASK_DENSE;  // not checked yet
+  EXPECT_NE(validate(bad), "");
+  bad = c;
+  bad.problem.variants |= AF_VARIANT_DROPOUT;  // checked (issue 29), but p must be in [0, 1)
+  bad.problem.dropout_p = 1;
   EXPECT_NE(validate(bad), "");
 }
 

@@ -356,6 +356,30 @@ TEST(Merge, MergeIsTheFieldAfterTheVariantsRoundTripsAndIsReached) {
   EXPECT_GT(token, 50);
   EXPECT_GT(padded, 50);
   EXPECT_GT(many, 50);
+// Dropout alone (attn-fuzz --variant dropout, issue 29): no score variant to toggle, every dropout field reached, the
+// codec round trip exact.
+TEST(Variants, DropoutOnlyLimitsMutateRoundTripAndReachTheMenus) {
+  Rng rng(29);
+  FuzzLimits lim;
+  lim.variants = AF_VARIANT_DROPOUT;
+  const CaseDomain dom(lim);
+  FuzzInput in = dom.init(rng);
+  int with = 0, exported = 0, near32 = 0;
+  for (int i = 0; i < 3000; ++i) {
+    dom.mutate(in, rng);
+    ASSERT_EQ(dom.validate(in.the_case), "") << text(in);
+    const auto e = encode(in, lim);
+    ASSERT_EQ(text(decode(e.data(), e.size(), lim)), text(in));
+    const Problem& p = in.the_case.problem;
+    EXPECT_EQ(p.variants & ~AF_VARIANT_DROPOUT, 0u);
+    if (!(p.variants & AF_VARIANT_DROPOUT)) continue;
+    ++with;
+    exported += p.dropout_rng == AF_DROPOUT_RNG_EXPORTED;
+    near32 += p.dropout_offset == (uint64_t{1} << 32) - 40;
+  }
+  EXPECT_GT(with, 100);
+  EXPECT_GT(exported, 0);
+  EXPECT_GT(near32, 0);
 }
 
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {

@@ -106,6 +106,8 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            // layout; the LSE of a base-2 merge.
                                            Catch{Property::kMerge, "planted-merge-stride-of-output"},
                                            Catch{Property::kMerge, "planted-merge-lse-base2"},
+                                           // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
+                                           Catch{Property::kDropout, "planted-dropout-inv-p"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

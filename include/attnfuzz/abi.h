@@ -257,8 +257,9 @@ typedef enum af_compute_model {
 /* v3: where a dropout kernel's keep decisions come from. */
 typedef enum af_dropout_rng {
   AF_DROPOUT_RNG_EXPORTED = 0,     /* the kernel writes its keep mask to buffers.dropout_mask */
-  AF_DROPOUT_RNG_PHILOX_FLASH = 1, /* Philox 4x32-10, FlashAttention's (seed, offset, b, h, i, j) layout */
-  AF_DROPOUT_RNG_PHILOX_TORCH = 2  /* Philox 4x32-10, PyTorch's memory-efficient attention layout */
+  AF_DROPOUT_RNG_PHILOX_FLASH = 1, /* Philox 4x32 as FlashAttention 2 draws it (7 rounds; its (seed, offset, b, h, i, j)
+                                      layout: include/attnfuzz/philox.h, docs/semantics.md "Dropout") */
+  AF_DROPOUT_RNG_PHILOX_TORCH = 2  /* PyTorch's memory-efficient attention layout (refused: not pinned down yet) */
 } af_dropout_rng;
 
 /* v3: what a kernel computes. */
@@ -270,7 +271,7 @@ typedef enum af_kernel_kind {
 /* A kernel as the tool sees it. Everything but name, family and one of launch / launch_bwd may be zero / NULL
  * (v1 and v2 tables: launch is required). */
 typedef struct af_kernel {
-  const char* name;        /* unique, e.g. "flash-bk32" */
+  const char* name;        /* unique, e.g. "flash-bm16-bn32" */
   const char* family;      /* e.g. "flash"; planted-bug kernels use "planted/<family>" */
   const char* description; /* one line */
   uint32_t dtypes;         /* AF_SUPPORTS_F32 ...; 0 = fp32 only */

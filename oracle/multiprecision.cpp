@@ -64,6 +64,7 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   }
   std::vector<Real> acc(static_cast<size_t>(r.Dv), Real(0));
   for (int64_t j = 0; j < n; ++j) {
+    if (!r.shown(r.first + j)) continue;  // hidden by the custom mask: v never read
     const float* vj = r.v + (r.first + j) * r.v_row;
     for (int64_t d = 0; d < r.Dv; ++d) acc[d] += e[j] * static_cast<double>(vj[d]);
   }

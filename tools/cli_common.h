@@ -44,6 +44,9 @@ struct CommonOptions {
   float softcap = 30;
   double sink_range = 2, bias_range = 1;
   std::string bias_broadcast;  // subset of "bhij"
+  // Custom masks (--variant mask-dense | mask-bits | block-sparse; case.h set_mask_variants)
+  std::string mask_pattern = "random:0.5", block_pattern = "mixed", mask_broadcast;  // broadcast: subset of "bhi"
+  int32_t block_q = 16, block_k = 16;
   bool quiet = false;
   bool no_reports = false;
   // bounded output (issue 26): failures shown with evidence and a heatmap per kernel x class; the rest counted

@@ -408,7 +408,7 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
   }
   if ((bits & AF_VARIANT_BIAS) && domain == ValueDomain::kIeee) {
     Case c = base(1, 1, 1, 6, 10, 8, "none");
-    if (std::string e = set_variants(c, bits, 30.0f, "bh"); !e.empty()) throw std::logic_error(e);
+    if (std::string e = set_variants(c, score, 30.0f, "bh"); !e.empty()) throw std::logic_error(e);
     Rng rng(base_seed ^ 0x62696173ull, 7);
     c.variants.bias.assign(static_cast<size_t>(bias_elements(c.problem)), 0.0f);
     for (size_t e = 0; e < c.variants.bias.size(); ++e)  // a float mask: -inf above the diagonal

@@ -24,6 +24,32 @@ struct Probe {
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// Both masks off except on the rows they hide entirely (their lse is -inf: a backward that recomputes P from the given
+// lse skips them as empty rows): a dense mask of whole rows, 0 on those rows, 1 elsewhere. Only when such rows exist.
+void hidden_rows_probe(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
+  Probe pr{"the custom / block mask on every row it does not hide entirely (buffers.custom_mask, buffers.block_mask): "
+           "the output is the attention under mask_kind alone with those rows empty",
+           p, t};
+  pr.p.variants = (p.variants & ~kMaskVariants) | AF_VARIANT_MASK_DENSE;
+  if (!set_mask_strides(pr.p, "").empty()) return;
+  pr.t->custom_mask.assign(static_cast<size_t>(custom_mask_bytes(pr.p)), 1);
+  pr.t->block_mask.clear();
+  const VariantInputs in = t.variant_inputs();
+  bool any = false;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeyRange kr = visible_keys(p, i);
+        bool shown = false;
+        for (int64_t j = kr.first; j < kr.last && !shown; ++j) shown = custom_visible(p, in, b, h, i, j);
+        if (shown || kr.empty()) continue;
+        any = true;
+        uint8_t* row = pr.t->custom_mask.data() + b * pr.p.mask_stride[0] + h * pr.p.mask_stride[1] + i * pr.p.mask_stride[2];
+        std::fill(row, row + p.seq_k, uint8_t{0});
+      }
+  if (any) out.push_back(std::move(pr));
+}
+
 // Custom masks (docs/semantics.md "Custom masks"): the custom mask off (inside a block-sparse problem: every partial
 // block taken as full), the block mask off, and the custom mask's rows read with another row stride (the contiguous
 // row length, or floor(Sk / 8) bytes for a bit-packed row of Sk % 8 != 0 keys).
@@ -51,6 +77,7 @@ void mask_probes(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
     pr.p.variants &= ~(kCustom | AF_VARIANT_BLOCK_SPARSE);
     out.push_back(std::move(pr));
   }
+  hidden_rows_probe(p, t, out);
   if (!(p.variants & kCustom) || p.seq_q < 2 || p.mask_stride[2] == 0 || t.custom_mask.empty()) return;
   const int64_t row = custom_mask_row_bytes(p), given = p.mask_stride[2];
   std::vector<int64_t> wrong;

@@ -294,13 +294,15 @@ TEST(BackwardPass, MutationsReachEveryAllowedPassAndMaterializeKeepsDout) {
 // limits with them reach every variant, round-trip exactly, and mutations keep the case in the domain.
 TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   Rng rng(43);
-  FuzzLimits none, all;
+  FuzzLimits none, all, score;
   all.variants = kCheckedVariants;
+  score.variants = kScoreVariants;  // the limits before custom masks: their inputs never gain a mask
   uint32_t seen = 0;
-  int with_bias_bcast = 0;
+  int with_bias_bcast = 0, with_block = 0;
   for (int i = 0; i < 3000; ++i) {
     const auto b = random_bytes(rng, 300);
     EXPECT_EQ(decode(b.data(), b.size(), none).the_case.problem.variants, 0u);
+    EXPECT_EQ(decode(b.data(), b.size(), score).the_case.problem.variants & kMaskVariants, 0u);
     const FuzzInput in = decode(b.data(), b.size(), all);
     ASSERT_EQ(in_domain(in.the_case, all), "") << text(in);
     const auto e = encode(in, all);
@@ -316,9 +318,11 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
     ASSERT_EQ(text(decode(e.data(), e.size(), all)), text(in));
     seen |= in.the_case.problem.variants;
     with_bias_bcast += (in.the_case.problem.variants & AF_VARIANT_BIAS) && !bias_broadcast(in.the_case.problem).empty();
+    with_block += (in.the_case.problem.variants & AF_VARIANT_BLOCK_SPARSE) != 0;
   }
   EXPECT_EQ(seen, kCheckedVariants);
   EXPECT_GT(with_bias_bcast, 0);
+  EXPECT_GT(with_block, 0);
 }
 
 TEST(Shrink, GreedyReachesTheSmallestFailingShape) {

@@ -30,6 +30,8 @@ enum class Property {
   kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
   kVariants,         // score-variant identities: sinks of -inf = no sink; a huge softcap = no softcap; ALiBi = its
                      // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
+  kMasks,            // custom-mask identities: all-ones dense = no mask; the causal pattern = mask_kind causal; bits =
+                     // dense of the same pattern; all-partial blocks = the custom mask; all-full = none (issue 28)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

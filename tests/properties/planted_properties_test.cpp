@@ -102,6 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            // Score variants (issue 28): a huge softcap against none (an
                                            // exp-based tanh cancels to 0 there).
                                            Catch{Property::kVariants, "planted-softcap-exp"},
+                                           // Custom masks: bits against dense of the same pattern; partial blocks
+                                           // against the custom mask alone.
+                                           Catch{Property::kMasks, "planted-mask-bits-stride"},
+                                           Catch{Property::kMasks, "planted-block-partial-full"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

@@ -376,3 +376,42 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   const Judged no_sink = judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{});
   EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
 }
+
+// Custom masks (issue 28 item 4): mask.npy ([B|1, Hq|1, Sq|1, Sk], non-zero = visible) and block_mask.npy with the
+// sidecar's block_size make a mask problem; the flash output passes it and fails the problem without block_mask.npy.
+TEST(Npy, CustomMasksFromFiles) {
+  const fs::path dir = fresh("masks");
+  fs::create_directories(dir);
+  Problem p = make_problem(2, 2, 1, 9, 14, 16, 16);
+  ASSERT_EQ(parse_mask("causal-br", p), "");
+  Case c = make_case(p, 12);
+  ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE, "random:0.6", "mixed", "b", 4, 8), "");
+  PreparedCase pc(c);
+  const Tensors& t = pc.tensors();
+  auto dev = open_device("cpu", DeviceOptions{});
+  const KernelEntry& k = *Registry::global().select(Backend::kCpu, "flash-bm16-bn32").at(0);
+  const LaunchOutcome out = launch_guarded(*dev, k, pc.problem(), t, RunOptions{});
+  const Problem& q = pc.problem();
+  write_array(dir / "q.npy", {q.batch, q.seq_q, q.heads_q, q.head_dim}, t.q.data());
+  write_array(dir / "k.npy", {q.batch, q.seq_k, q.heads_kv, q.head_dim}, t.k.data());
+  write_array(dir / "v.npy", {q.batch, q.seq_k, q.heads_kv, q.head_dim_v}, t.v.data());
+  write_array(dir / "o.npy", {q.batch, q.seq_q, q.heads_q, q.head_dim_v}, out.o.data());
+  write_array(dir / "lse.npy", {q.batch, q.heads_q, q.seq_q}, out.lse.data());
+  const std::vector<float> mask(t.custom_mask.begin(), t.custom_mask.end()), blocks(t.block_mask.begin(), t.block_mask.end());
+  write_array(dir / "mask.npy", {1, q.heads_q, q.seq_q, q.seq_k}, mask.data());
+  write_array(dir / "block_mask.npy", {1, q.heads_q, query_blocks(q), key_blocks(q)}, blocks.data());
+  {
+    std::ofstream sc(dir / "case.json");
+    sc << "{\"mask\": \"causal-br\", \"block_size\": [4, 8]}\n";
+  }
+  const External ext = load_external(files_in(dir), resolve_spec(dir / "case.json", {}));
+  EXPECT_EQ(ext.problem.variants, static_cast<uint32_t>(AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE));
+  EXPECT_EQ(mask_broadcast(ext.problem), "b");
+  EXPECT_EQ(judge_external(ext, OracleOptions{}).result.verdict, Verdict::kPass);
+  fs::remove(dir / "block_mask.npy");
+  EXPECT_EQ(judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{})
+                .result.verdict,
+            Verdict::kFail);
+  write_array(dir / "block_mask.npy", {1, q.heads_q, 2, 2}, blocks.data());  // wrong block count: one sentence
+  EXPECT_THROW(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), NpyError);
+}

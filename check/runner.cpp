@@ -267,20 +267,21 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   // Sequence layouts: the arrays in guarded buffers, the K/V gaps holding this launch's guard poison.
   const bool seqs = has_sequences(p);
   std::unique_ptr<GuardedBuffer> cu_q, cu_k, used_k, table;
-  auto make_ints = [&](const char* name, const std::vector<int32_t>& a) {
+  // A guarded input holding the host array a (int32 sequence arrays, fp32 variant inputs); none when a is empty.
+  auto make_input = [&](const char* name, const auto& a) {
     std::unique_ptr<GuardedBuffer> gb;
     if (!a.empty()) {
-      gb = make(name, a.size() * 4);
+      gb = make(name, a.size() * sizeof(a[0]));
       gb->upload(a.data());
     }
     return gb;
   };
   Tensors gapped;
   if (seqs) {
-    cu_q = make_ints("cu_seqlens_q", t.cu_seqlens_q);
-    cu_k = make_ints("cu_seqlens_k", t.cu_seqlens_k);
-    used_k = make_ints("seqused_k", t.seqused_k);
-    table = make_ints("block_table", t.block_table);
+    cu_q = make_input("cu_seqlens_q", t.cu_seqlens_q);
+    cu_k = make_input("cu_seqlens_k", t.cu_seqlens_k);
+    used_k = make_input("seqused_k", t.seqused_k);
+    table = make_input("block_table", t.block_table);
     gapped.k = t.k;
     gapped.v = t.v;
     gapped.cu_seqlens_k = t.cu_seqlens_k;
@@ -297,14 +298,6 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   // Score variants (fp32 in every dtype): sinks [Hq], alibi_slopes [Hq], bias (bias_stride), guarded inputs.
   // Custom masks (bytes): custom_mask (mask_stride), block_mask (block_mask_stride), guarded inputs.
   std::unique_ptr<GuardedBuffer> sinks, slopes, bias, cmask, bmask;
-  auto make_input = [&](const char* name, const auto& a) {
-    std::unique_ptr<GuardedBuffer> gb;
-    if (!a.empty()) {
-      gb = make(name, a.size() * sizeof(a[0]));
-      gb->upload(a.data());
-    }
-    return gb;
-  };
   sinks = make_input("sinks", t.sinks);
   slopes = make_input("alibi_slopes", t.alibi_slopes);
   bias = make_input("bias", t.bias);

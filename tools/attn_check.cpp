@@ -328,6 +328,11 @@ std::vector<Job> replay_jobs(const Options& o, std::vector<std::string>& bad) {
 
 }  // namespace
 
+// The option groups --help shows (--help-all: every group); the names are the groups' titles above.
+static const std::set<std::string> kBriefHelp = {"Options", "Kernels and device",
+                                          "Mode (one at a time, without the case flags)",
+                                          "Case (not with --sweep / --replay; with --npy only --mask, --scale, --kv-heads)"};
+
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"attn-check: does my attention kernel compute exactly the right thing for this shape?",
@@ -350,7 +355,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
 2 usage or input error (also after replaying the good files when any --replay input was bad).)");
   define_options(app, o);
   app.set_version_flag("--version", "attn-check " ATTNFUZZ_VERSION);
-  if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check"); rc >= 0) return rc;
+  if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check", kBriefHelp); rc >= 0) return rc;
   o.seqs.given = {app.count("--batch") > 0,     app.count("--sq") > 0,         app.count("--sk") > 0,
                   app.count("--page-size") > 0, app.count("--page-order") > 0, app.count("--spare-pages") > 0};
   if (std::string e = npy::check_npy_combination(o.npy); !e.empty()) usage_error(e);

@@ -209,6 +209,10 @@ std::vector<std::string> gpu_groups(Backend b, int requested) {
 
 }  // namespace
 
+// The option groups --help shows (--help-all: every group); the names are the groups' titles above.
+static const std::set<std::string> kBriefHelp = {"Options", "Kernels and device", "Mode (instead of a campaign)",
+                                          "Campaign (most not with --merge, --minimize or --list)"};
+
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"attn-fuzz: coverage-guided fuzzing campaigns over attention kernels (libFuzzer fork mode)",
@@ -226,7 +230,7 @@ Resume: run again with the same --out (or --corpus); the corpus of .case files i
 Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usage or input error.)");
   define_options(app, o);
   app.set_version_flag("--version", "attn-fuzz " ATTNFUZZ_VERSION);
-  if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-fuzz"); rc >= 0) return rc;
+  if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-fuzz", kBriefHelp); rc >= 0) return rc;
   if (o.common.no_isolate && app.count("--isolate") && o.isolate != "never")
     usage_error("--no-isolate contradicts --isolate " + o.isolate);
   std::string command_line;

@@ -187,7 +187,27 @@ class HelpFormatter : public CLI::Formatter {
  public:
   static constexpr size_t kWidth = 110;  // characters per line
   static constexpr size_t kMaxExcludes = 2;
-  HelpFormatter() { column_width(30); }
+  // brief: the groups --help prints in full (the others are named in one line; --help-all prints them); empty:
+  // --help prints every group.
+  explicit HelpFormatter(std::set<std::string> brief) : brief_(std::move(brief)) { column_width(30); }
+
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    if (mode != CLI::AppFormatMode::Normal || brief_.empty()) return CLI::Formatter::make_help(app, name, mode);
+    std::string out = make_description(app) + make_usage(app, name) + make_positionals(app), rest;
+    for (const std::string& group : app->get_groups()) {
+      const std::vector<const CLI::Option*> opts = app->get_options(
+          [&](const CLI::Option* o) { return o->get_group() == group && o->nonpositional(); });
+      if (group.empty() || opts.empty()) continue;
+      if (brief_.count(group)) {
+        out += make_group(group, false, opts) + "\n";
+      } else {
+        const std::string title = group.substr(0, group.find(" ("));
+        rest += (rest.empty() ? "" : ", ") + title + fmt_count(opts.size());
+      }
+    }
+    if (!rest.empty()) out += wrap("More options (--help-all): " + rest + ".", kWidth) + "\n";
+    return out + "\n" + make_footer(app);
+  }
 
   std::string make_option_opts(const CLI::Option* opt) const override {
     if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
@@ -214,8 +234,16 @@ class HelpFormatter : public CLI::Formatter {
     if (!opt->get_needs().empty()) d += " (needs " + names(opt->get_needs()) + ")";
     if (!opt->get_excludes().empty() && opt->get_excludes().size() <= kMaxExcludes)
       d += " (not with " + names(opt->get_excludes()) + ")";
-    // Wrapped at word boundaries; CLI11 indents each line after a '\n' to the description column.
-    const size_t room = kWidth - get_column_width();
+    return wrap(d, kWidth - get_column_width());
+  }
+
+ private:
+  std::set<std::string> brief_;
+
+  static std::string fmt_count(size_t n) { return " (" + std::to_string(n) + (n == 1 ? " option)" : " options)"); }
+  // d wrapped at word boundaries into lines of at most `room` characters; CLI11 indents each line after a '\n'
+  // to the description column.
+  static std::string wrap(const std::string& d, size_t room) {
     std::string out, line;
     size_t at = 0;
     while (at < d.size()) {
@@ -234,8 +262,10 @@ class HelpFormatter : public CLI::Formatter {
 };
 }  // namespace
 
-int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool) {
-  app.formatter(std::make_shared<HelpFormatter>());
+int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool,
+                       const std::set<std::string>& brief_groups) {
+  if (!brief_groups.empty()) app.set_help_all_flag("--help-all", "every option, by topic");
+  app.formatter(std::make_shared<HelpFormatter>(brief_groups));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

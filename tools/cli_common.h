@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,10 @@ CLI::Validator writable_file();  // a path a file can be written at: not a direc
 CLI::Validator writable_dir();  // a directory this process can write (created, with its parents, if missing)
 CLI::Validator checked_by(std::string (*parse)(const std::string&));  // parse returns "" or the problem
 // Parses argv; on a usage error prints "TOOL: message" (one line) and returns 2, on --help 0; else -1.
-int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool);
+// brief_groups: the option groups --help prints (the others are named in one line, and --help-all prints every
+// group); empty: --help prints every group.
+int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& tool,
+                       const std::set<std::string>& brief_groups = {});
 }  // namespace cli
 
 // Sequence-layout options (varlen / KV cache / paged KV / decode; README "Varlen, KV cache, paged KV"), one

@@ -2,7 +2,9 @@
 // masked K/V perturbation, zero-score model.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
 
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
@@ -295,6 +297,36 @@ void moved(const Problem& p, const char* name, const std::vector<float>& a, cons
         }
 }
 
+// Leak-probe indices in [0, n): `first` when it is a probe, then those of the most and the fewest weight;
+// weight(i) <= 0 means i is no probe.
+std::vector<int64_t> pick_probes(int64_t n, int64_t first, const std::function<int64_t(int64_t)>& weight) {
+  std::vector<int64_t> out;
+  if (first >= 0 && first < n && weight(first) > 0) out.push_back(first);
+  int64_t most = -1, fewest = -1, nm = 0, nf = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t w = weight(i);
+    if (w <= 0) continue;
+    if (most < 0 || w > nm) most = i, nm = w;
+    if (fewest < 0 || w < nf) fewest = i, nf = w;
+  }
+  for (int64_t i : {most, fewest})
+    if (i >= 0 && std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+  return out;
+}
+
+// One leak probe in words: "<experiment>: N <grads> element(s) of <checked_what>... unmoved" appended to
+// `tried`; the finding ("<experiment> moved N <grads> element(s) of <moved_what>...; first ...") when it moved
+// one it must not, else "".
+std::string probe_outcome(std::string& tried, const std::string& experiment, const Moved& m, const char* grads,
+                          const char* checked_what, const char* moved_what, const std::vector<int64_t>& checked) {
+  if (!tried.empty()) tried += "; ";
+  tried += experiment + fmt(": %lld %s element(s) of %s", (long long)m.checked, grads, checked_what) +
+           ranges(checked) + " unmoved";
+  if (!m.changed) return {};
+  return experiment + fmt(" moved %lld %s element(s) of %s", (long long)m.changed, grads, moved_what) +
+         ranges(m.where) + "); first " + m.first;
+}
+
 // The leak experiments (dense problems). (1) K and V negated (exact in every dtype) at the keys a probe row
 // does not see: dQ of every row that sees none of those keys must not move. (2) Q and dO negated at the rows
 // that do not see a probe key: dK and dV of every key none of those rows sees must not move. Probes: the rows
@@ -310,46 +342,40 @@ std::string gradient_leak(Context& c, std::string& tried) {
   // The worst failing gradient element: its row (dQ) or key (dK, dV) is the first probe, so that the
   // experiment looks where the failure is.
   const ElementReport* worst = c.j.result.worst.empty() ? nullptr : &c.j.result.worst.front();
+  const bool worst_is_key = worst && (worst->tensor == "dK" || worst->tensor == "dV");
+  // The kernel on the original inputs changed by `negate`; nullopt unless it ran and gave gradients.
+  auto relaunch = [&](const std::function<void(Tensors&)>& negate) -> std::optional<LaunchOutcome> {
+    Tensors pt = t;
+    negate(pt);
+    LaunchOutcome po = c.launch(pt);
+    if (po.launch.status != LaunchStatus::kOk || !po.backward) return std::nullopt;
+    return po;
+  };
   // (1) rows as probes: K, V negated at the keys a probe row does not see must not move dQ of the rows that
   // see none of them
   auto row_probes = [&]() -> std::string {
-    std::vector<int64_t> rows;
-    if (worst && worst->tensor == "dQ" && !hidden_keys(p, worst->s).empty() &&
-        !visible_keys(p, worst->s).empty())
-      rows.push_back(worst->s);
-    {
-      int64_t most = -1, fewest = -1, nm = 0, nf = 0;
-      for (int64_t i = 0; i < p.seq_q; ++i) {
-        const int64_t n = static_cast<int64_t>(hidden_keys(p, i).size());
-        if (n == 0 || visible_keys(p, i).empty()) continue;
-        if (most < 0 || n > nm) most = i, nm = n;
-        if (fewest < 0 || n < nf) fewest = i, nf = n;
-      }
-      for (int64_t r : {most, fewest})
-        if (r >= 0 && std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
-    }
+    const std::vector<int64_t> rows =
+        pick_probes(p.seq_q, worst && worst->tensor == "dQ" ? worst->s : -1, [&](int64_t i) {
+          return visible_keys(p, i).empty() ? 0 : static_cast<int64_t>(hidden_keys(p, i).size());
+        });
     for (int64_t r : rows) {
       const std::vector<int64_t> keys = hidden_keys(p, r);
       std::vector<int64_t> checked;
       for (int64_t i = 0; i < p.seq_q; ++i)
         if (!sees_any(visible_keys(p, i), keys)) checked.push_back(i);
-      Tensors pt = t;
-      negate_at(pt.k, keys, p.batch, p.heads_kv, p.head_dim, [&](auto... i) { return k_index(p, i...); });
-      negate_at(pt.v, keys, p.batch, p.heads_kv, p.head_dim_v, [&](auto... i) { return v_index(p, i...); });
-      const LaunchOutcome po = c.launch(pt);
-      if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
+      const auto po = relaunch([&](Tensors& pt) {
+        negate_at(pt.k, keys, p.batch, p.heads_kv, p.head_dim, [&](auto... i) { return k_index(p, i...); });
+        negate_at(pt.v, keys, p.batch, p.heads_kv, p.head_dim_v, [&](auto... i) { return v_index(p, i...); });
+      });
+      if (!po) continue;
       Moved m;
-      moved(p, "dQ", out.dq, po.dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound, checked, m);
-      if (!tried.empty()) tried += "; ";
-      tried += fmt("K, V negated at the %zu key(s) row %lld does not see (j = ", keys.size(), (long long)r) +
-               ranges(keys) + fmt("): %lld dQ element(s) of rows s = ", (long long)m.checked) +
-               ranges(checked) + " unmoved";
-      if (m.changed)
-        return fmt("K and V negated at the %zu key(s) row %lld must not see (j = ", keys.size(),
-                   (long long)r) +
-               ranges(keys) +
-               fmt(") moved %lld dQ element(s) of rows that see none of them (s = ", (long long)m.changed) +
-               ranges(m.where) + "); first " + m.first;
+      moved(p, "dQ", out.dq, po->dq, p.q_stride, p.seq_q, p.heads_q, p.head_dim, g.dq_bound, checked, m);
+      const std::string found = probe_outcome(
+          tried,
+          fmt("K and V negated at the %zu key(s) row %lld must not see (j = ", keys.size(), (long long)r) +
+              ranges(keys) + ")",
+          m, "dQ", "rows s = ", "rows that see none of them (s = ", checked);
+      if (!found.empty()) return found;
     }
     return {};
   };
@@ -362,26 +388,11 @@ std::string gradient_leak(Context& c, std::string& tried) {
       for (int64_t j = 0; j < p.seq_k; ++j)
         if (kr.empty() || j < kr.first || j >= kr.last) blind[static_cast<size_t>(j)].push_back(i);
     }
-    std::vector<int64_t> keys;
-    auto probe_key = [&](int64_t j) {  // seen by some row and not by every row
-      const size_t n = blind[static_cast<size_t>(j)].size();
-      return n > 0 && n < static_cast<size_t>(p.seq_q);
-    };
-    if (worst && (worst->tensor == "dK" || worst->tensor == "dV") && worst->s < p.seq_k &&
-        probe_key(worst->s))
-      keys.push_back(worst->s);
-    {
-      int64_t most = -1, fewest = -1;
-      size_t nm = 0, nf = 0;
-      for (int64_t j = 0; j < p.seq_k; ++j) {
-        const size_t n = blind[static_cast<size_t>(j)].size();
-        if (n == 0 || n == static_cast<size_t>(p.seq_q)) continue;  // seen by every row, or by none
-        if (most < 0 || n > nm) most = j, nm = n;
-        if (fewest < 0 || n < nf) fewest = j, nf = n;
-      }
-      for (int64_t j : {most, fewest})
-        if (j >= 0 && std::find(keys.begin(), keys.end(), j) == keys.end()) keys.push_back(j);
-    }
+    const std::vector<int64_t> keys =  // seen by some row and not by every row
+        pick_probes(p.seq_k, worst_is_key ? worst->s : -1, [&](int64_t j) {
+          const int64_t n = static_cast<int64_t>(blind[static_cast<size_t>(j)].size());
+          return n < p.seq_q ? n : 0;
+        });
     for (int64_t kj : keys) {
       const std::vector<int64_t>& rs = blind[static_cast<size_t>(kj)];
       std::vector<int64_t> checked;
@@ -390,32 +401,26 @@ std::string gradient_leak(Context& c, std::string& tried) {
         for (int64_t i : rs) seen |= sees_any(visible_keys(p, i), {j});
         if (!seen) checked.push_back(j);
       }
-      Tensors pt = t;
-      negate_at(pt.q, rs, p.batch, p.heads_q, p.head_dim, [&](auto... i) { return q_index(p, i...); });
-      negate_at(pt.dout, rs, p.batch, p.heads_q, p.head_dim_v, [&](auto... i) { return o_index(p, i...); });
-      const LaunchOutcome po = c.launch(pt);
-      if (po.launch.status != LaunchStatus::kOk || !po.backward) continue;
+      const auto po = relaunch([&](Tensors& pt) {
+        negate_at(pt.q, rs, p.batch, p.heads_q, p.head_dim, [&](auto... i) { return q_index(p, i...); });
+        negate_at(pt.dout, rs, p.batch, p.heads_q, p.head_dim_v, [&](auto... i) { return o_index(p, i...); });
+      });
+      if (!po) continue;
       Moved m;
-      moved(p, "dK", out.dk, po.dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
-      moved(p, "dV", out.dv, po.dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
-      if (!tried.empty()) tried += "; ";
-      tried +=
-          fmt("Q, dO negated at the %zu row(s) that do not see key %lld (s = ", rs.size(), (long long)kj) +
-          ranges(rs) + fmt("): %lld dK / dV element(s) of keys j = ", (long long)m.checked) +
-          ranges(checked) + " unmoved";
-      if (m.changed)
-        return fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(),
-                   (long long)kj) +
-               ranges(rs) +
-               fmt(") moved %lld dK / dV element(s) of keys none of them sees (j = ", (long long)m.changed) +
-               ranges(m.where) + "); first " + m.first;
+      moved(p, "dK", out.dk, po->dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
+      moved(p, "dV", out.dv, po->dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
+      const std::string found = probe_outcome(
+          tried,
+          fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(), (long long)kj) +
+              ranges(rs) + ")",
+          m, "dK / dV", "keys j = ", "keys none of them sees (j = ", checked);
+      if (!found.empty()) return found;
     }
     return {};
   };
   // The probes of the failing tensor first (a dK / dV failure: keys as probes).
-  const bool keys_first = worst && (worst->tensor == "dK" || worst->tensor == "dV");
-  std::string found = keys_first ? key_probes() : row_probes();
-  if (found.empty()) found = keys_first ? row_probes() : key_probes();
+  std::string found = worst_is_key ? key_probes() : row_probes();
+  if (found.empty()) found = worst_is_key ? row_probes() : key_probes();
   return found;
 }
 

@@ -19,6 +19,7 @@
 #include "attnfuzz/registry.h"
 #include "check/detectors/detectors.h"
 #include "check/runner.h"
+#include "../core/text_case.h"
 
 namespace attnfuzz {
 namespace {
@@ -69,16 +70,7 @@ Device& inproc_device(ThreadOrder order) {
 
 Case make(int64_t sq, int64_t sk, int64_t d, const char* mask, const char* dist = "uniform:1",
           const char* special = "", uint64_t seed = 1) {
-  Problem p = make_problem(1, 1, 1, sq, sk, d, d);
-  EXPECT_EQ(parse_mask(mask, p), "");
-  Case c = make_case(p, seed);
-  EXPECT_EQ(parse_distribution(dist, c.values.dist), "");
-  if (*special) {
-    SpecialValue sv;
-    EXPECT_EQ(parse_special(special, sv), "");
-    c.values.specials.push_back(sv);
-  }
-  return c;
+  return test_util::text_case(make_problem(1, 1, 1, sq, sk, d, d), mask, dist, special, seed);
 }
 
 struct Outcome {

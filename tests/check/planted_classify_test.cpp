@@ -149,34 +149,64 @@ TEST(PlantedClassification, BudgetIsTheSweepGridAndRandomCases) {
   std::cout << "[ budget ] " << budget().size() << " cases\n";
 }
 
+// The first case of `cases` on which `name` fails, classified; prints what was found ("[ tag ] ...") and fails
+// the test when every supported case passes (then nullopt).
+struct Found {
+  PreparedCase* pc;
+  Judged j;
+  std::string evidence;  // "\n    detector: detail" per evidence line
+};
+std::optional<Found> first_failure(const char* tag, const std::string& name, std::vector<PreparedCase>& cases) {
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
+  if (!k) {
+    ADD_FAILURE() << "no kernel " << name;
+    return std::nullopt;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  RunOptions ro;
+  int checked = 0;
+  for (PreparedCase& pc : cases) {
+    Judged j = check_case(device(), *k, pc, ro);
+    if (j.result.verdict == Verdict::kUnsupported) continue;
+    ++checked;
+    if (j.result.verdict != Verdict::kFail) continue;
+    const std::string first = failure_class_name(j.result.failure);
+    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string ev;
+    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
+    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
+              << describe(pc.the_case()) << ") in " << s << " s; check said " << first << " in " << j.result.tensor
+              << ", classified " << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+    return Found{&pc, std::move(j), ev};
+  }
+  ADD_FAILURE() << name << " passed all " << checked << " supported " << tag << " budget cases";
+  return std::nullopt;
+}
+
+// Checks kernel e on every case: none may fail; returns how many passed (printed with `tag`).
+int passes_without_failure(const char* tag, const KernelEntry& e, std::vector<PreparedCase>& cases) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int pass = 0, other = 0;
+  for (PreparedCase& pc : cases) {
+    const Judged j = check_case(device(), e, pc, RunOptions{});
+    EXPECT_NE(j.result.verdict, Verdict::kFail)
+        << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
+    (j.result.verdict == Verdict::kPass ? pass : other)++;
+  }
+  std::cout << "[ " << tag << " ] " << e.kernel.name << ": " << pass << " pass, " << other
+            << " unsupported / outside contract, "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  return pass;
+}
+
 class Planted : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Planted, DetectedAndRightlyClassifiedWithinTheBudget) {
   load();
   const std::string name = GetParam();
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  ASSERT_NE(k, nullptr) << name;
-  const auto t0 = std::chrono::steady_clock::now();
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : prepared()) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first_class = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted ] " << name << ": found at case " << checked << " (" << pc.the_case().label
-              << ", " << describe(pc.problem()) << ") in " << s << " s; check said " << first_class
-              << ", classified " << failure_class_name(j.result.failure) << " by " << st.decided_by << ev
-              << "\n";
-    EXPECT_EQ(failure_class_name(j.result.failure), kExpected.at(name)) << describe(pc.the_case()) << ev;
-    return;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported budget cases";
+  if (const auto f = first_failure("planted", name, prepared()))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), kExpected.at(name)) << describe(f->pc->the_case()) << f->evidence;
 }
 
 // A kernel name as a gtest parameter name ('-' is not allowed there).
@@ -260,32 +290,16 @@ TEST_P(PlantedBwd, DetectedAndNamedPerGradientTensor) {
   load();
   const std::string name = GetParam();
   const BwdExpected& want = expected_bwd().at(name);
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  ASSERT_NE(k, nullptr) << name;
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : prepared_bwd()) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted-bwd ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.problem()) << "); check said " << first << " in " << j.result.tensor << ", classified "
-              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
-    EXPECT_EQ(failure_class_name(j.result.failure), want.cls) << describe(pc.the_case()) << ev;
-    EXPECT_NE(std::find(want.tensors.begin(), want.tensors.end(), j.result.tensor), want.tensors.end())
-        << name << " failed in " << j.result.tensor;
-    // The evidence names the gradient tensor.
-    bool named = false;
-    for (const Evidence& e : j.result.evidence) named |= e.detail.find(j.result.tensor) != std::string::npos;
-    EXPECT_TRUE(named) << ev;
-    return;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported backward budget cases";
+  const auto f = first_failure("planted-bwd", name, prepared_bwd());
+  if (!f) return;
+  const Judged& j = f->j;
+  EXPECT_EQ(failure_class_name(j.result.failure), want.cls) << describe(f->pc->the_case()) << f->evidence;
+  EXPECT_NE(std::find(want.tensors.begin(), want.tensors.end(), j.result.tensor), want.tensors.end())
+      << name << " failed in " << j.result.tensor;
+  // The evidence names the gradient tensor.
+  bool named = false;
+  for (const Evidence& e : j.result.evidence) named |= e.detail.find(j.result.tensor) != std::string::npos;
+  EXPECT_TRUE(named) << f->evidence;
 }
 
 std::vector<std::string> planted_bwd_names() {
@@ -298,19 +312,11 @@ INSTANTIATE_TEST_SUITE_P(All, PlantedBwd, ::testing::ValuesIn(planted_bwd_names(
 
 TEST(PlantedBackward, NoCorrectBackwardKernelFailsTheBudget) {
   load();
-  RunOptions ro;
   int kernels = 0;
   for (const KernelEntry& e : Registry::global().all()) {
     if (e.backend != Backend::kCpu || e.origin != "built-in" || !e.kernel.launch_bwd) continue;
     ++kernels;
-    int pass = 0, other = 0;
-    for (PreparedCase& pc : prepared_bwd()) {
-      const Judged j = check_case(device(), e, pc, ro);
-      EXPECT_NE(j.result.verdict, Verdict::kFail)
-          << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
-      (j.result.verdict == Verdict::kPass ? pass : other)++;
-    }
-    std::cout << "[ correct-bwd ] " << e.kernel.name << ": " << pass << " pass, " << other << " other\n";
+    const int pass = passes_without_failure("correct-bwd", e, prepared_bwd());
     EXPECT_GT(pass, 0) << e.kernel.name;
   }
   EXPECT_GE(kernels, 3);
@@ -327,21 +333,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
 
 TEST(PlantedClassification, NoCorrectKernelFailsTheBudget) {
   load();
-  RunOptions ro;
-  for (const KernelEntry& e : Registry::global().all()) {
-    if (e.backend != Backend::kCpu || e.origin != "built-in") continue;
-    const auto t0 = std::chrono::steady_clock::now();
-    int pass = 0, other = 0;
-    for (PreparedCase& pc : prepared()) {
-      const Judged j = check_case(device(), e, pc, ro);
-      EXPECT_NE(j.result.verdict, Verdict::kFail)
-          << e.kernel.name << " on " << describe(pc.the_case()) << ": " << j.result.reason;
-      (j.result.verdict == Verdict::kPass ? pass : other)++;
-    }
-    std::cout << "[ correct ] " << e.kernel.name << ": " << pass << " pass, " << other
-              << " unsupported / outside contract, "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
-  }
+  for (const KernelEntry& e : Registry::global().all())
+    if (e.backend == Backend::kCpu && e.origin == "built-in") passes_without_failure("correct", e, prepared());
 }
 
 // ---- score variants (issue 28) ----------------------------------------------------------------------------
@@ -384,26 +377,8 @@ TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
   load();
   const std::string name = GetParam();
   const auto& [want, pass, bits] = kExpectedVariants.at(name);
-  const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
-  ASSERT_NE(k, nullptr) << name;
-  RunOptions ro;
-  int checked = 0;
-  for (PreparedCase& pc : prepared_variants(pass, bits)) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ planted-variant ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.the_case()) << "); check said " << first << ", classified "
-              << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
-    EXPECT_EQ(failure_class_name(j.result.failure), want) << describe(pc.the_case()) << ev;
-    return;
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported variant budget cases";
+  if (const auto f = first_failure("planted-variant", name, prepared_variants(pass, bits)))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), want) << describe(f->pc->the_case()) << f->evidence;
 }
 
 TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) {
@@ -426,12 +401,7 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
       if (bits == kMaskVariants && std::string(name) == "flash-bm16-bn16") continue;  // CI time: one kernel
       const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
       ASSERT_NE(k, nullptr) << name;
-      int passed = 0;
-      for (PreparedCase& pc : prepared_variants(pass, bits)) {
-        const Judged j = check_case(device(), *k, pc, RunOptions{});
-        EXPECT_NE(j.result.verdict, Verdict::kFail) << name << " " << describe(pc.the_case()) << ": " << j.result.reason;
-        passed += j.result.verdict == Verdict::kPass;
-      }
+      const int passed = passes_without_failure("correct-variant", *k, prepared_variants(pass, bits));
       EXPECT_GT(passed, 50) << name;
     }
 }

@@ -287,6 +287,14 @@ Judged check(const Case& c, const KernelEntry& k, bool classify = false) {
   return j;
 }
 
+// check() of entry() with g_bug planted for the one call.
+Judged check_with(Bug bug, const Case& c, bool classify = false) {
+  g_bug = bug;
+  Judged j = check(c, entry(), classify);
+  g_bug = Bug::kNone;
+  return j;
+}
+
 TEST(SequenceRunner, CorrectKernelPassesEveryLayoutSweepCase) {
   g_bug = Bug::kNone;
   const KernelEntry k = entry();
@@ -323,9 +331,7 @@ TEST(SequenceRunner, KernelWithoutTheFeatureIsRefused) {
 }
 
 TEST(SequenceRunner, ReadOfTheNextSequencesFirstKeyIsOobRead) {
-  g_bug = Bug::kNextKey;
-  const Judged j = check(varlen_case({4, 6, 5}, {7, 9, 6}, "none"), entry(), true);
-  g_bug = Bug::kNone;
+  const Judged j = check_with(Bug::kNextKey, varlen_case({4, 6, 5}, {7, 9, 6}, "none"), true);
   EXPECT_EQ(j.result.verdict, Verdict::kFail);
   EXPECT_EQ(j.result.failure, FailureClass::kOobRead);
   bool named = false;
@@ -337,9 +343,7 @@ TEST(SequenceRunner, ReadOfTheNextSequencesFirstKeyIsOobRead) {
 }
 
 TEST(SequenceRunner, ReadOfALastPageWholeIsOobRead) {
-  g_bug = Bug::kWholePage;
-  const Judged j = check(paged_case({17, 33, 5}, 16, 3, 1), entry(), true);
-  g_bug = Bug::kNone;
+  const Judged j = check_with(Bug::kWholePage, paged_case({17, 33, 5}, 16, 3, 1), true);
   EXPECT_EQ(j.result.verdict, Verdict::kFail);
   EXPECT_EQ(j.result.failure, FailureClass::kOobRead);
   bool named = false;
@@ -349,9 +353,7 @@ TEST(SequenceRunner, ReadOfALastPageWholeIsOobRead) {
 }
 
 TEST(SequenceRunner, LseWrittenPastASequenceIsOobWrite) {
-  g_bug = Bug::kLseTail;
-  const Judged j = check(varlen_case({2, 5}, {2, 5}), entry());
-  g_bug = Bug::kNone;
+  const Judged j = check_with(Bug::kLseTail, varlen_case({2, 5}, {2, 5}));
   EXPECT_EQ(j.result.verdict, Verdict::kFail);
   EXPECT_EQ(j.result.failure, FailureClass::kOobWrite);
   EXPECT_NE(j.result.reason.find("outside every sequence"), std::string::npos);
@@ -367,9 +369,7 @@ std::string evidence_text(const Judged& j) {
 // The bottom-right offset taken from the batch maxima in a kernel without an empty-row guard: sequence 0
 // (6 queries, 2 keys) loses the keys of rows 4 and 5, which come out NaN. Once non-finite with no mask evidence.
 TEST(SequenceClassify, PerSequenceOffsetThatEmptiesRowsIsMask) {
-  g_bug = Bug::kBatchOffsetNoGuard;
-  const Judged j = check(varlen_case({6, 2}, {2, 10}, "window:4,0-br"), entry(), true);
-  g_bug = Bug::kNone;
+  const Judged j = check_with(Bug::kBatchOffsetNoGuard, varlen_case({6, 2}, {2, 10}, "window:4,0-br"), true);
   EXPECT_EQ(j.result.failure, FailureClass::kMask) << evidence_text(j);
   const std::string ev = evidence_text(j);
   EXPECT_NE(ev.find("aligned with the batch's largest lengths"), std::string::npos) << ev;
@@ -378,16 +378,12 @@ TEST(SequenceClassify, PerSequenceOffsetThatEmptiesRowsIsMask) {
 
 // The other direction (rows see keys they must not) was already mask; it stays so.
 TEST(SequenceClassify, PerSequenceOffsetThatAddsKeysIsMask) {
-  g_bug = Bug::kBatchOffsetNoGuard;
-  const Judged j = check(varlen_case({3, 5}, {10, 5}), entry(), true);
-  g_bug = Bug::kNone;
+  const Judged j = check_with(Bug::kBatchOffsetNoGuard, varlen_case({3, 5}, {10, 5}), true);
   EXPECT_EQ(j.result.failure, FailureClass::kMask) << evidence_text(j);
 }
 
 TEST(SequenceClassify, EmptyRowsOfASequenceAreEmptyRowWithTheirReason) {
-  g_bug = Bug::kEmptyNaN;
-  const Judged j = check(varlen_case({5, 2}, {2, 4}), entry(), true);
-  g_bug = Bug::kNone;
+  const Judged j = check_with(Bug::kEmptyNaN, varlen_case({5, 2}, {2, 4}), true);
   EXPECT_EQ(j.result.failure, FailureClass::kEmptyRow) << evidence_text(j);
   const std::string ev = evidence_text(j);
   EXPECT_NE(ev.find("no visible key under mask causal-br"), std::string::npos) << ev;

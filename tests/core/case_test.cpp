@@ -1,5 +1,6 @@
 // case_test.cpp - test cases: RNG determinism, value distributions, special-value placement, sweep grid.
 #include "attnfuzz/case.h"
+#include "text_case.h"
 
 #include <gtest/gtest.h>
 
@@ -579,15 +580,7 @@ TEST(Reshape, KeepsScaleMaskDtypeScalesAndTunables) {
 namespace attnfuzz {
 namespace {
 Case tier_case(const char* mask, const char* dist, const char* special) {
-  Case c = make_case(make_problem(1, 1, 1, 8, 8, 16, 16), 3);
-  EXPECT_EQ(parse_mask(mask, c.problem), "");
-  EXPECT_EQ(parse_distribution(dist, c.values.dist), "");
-  if (*special) {
-    SpecialValue sv;
-    EXPECT_EQ(parse_special(special, sv), "");
-    c.values.specials.push_back(sv);
-  }
-  return c;
+  return test_util::text_case(make_problem(1, 1, 1, 8, 8, 16, 16), mask, dist, special, 3);
 }
 TEST(InputTier, OrdinaryExtremeAndWhereTheNaNSits) {
   EXPECT_EQ(input_tier(tier_case("causal-br", "uniform:1", "")), InputTier::kOrdinary);

@@ -41,11 +41,7 @@ double max_ratio(const OracleResult& R, const float* o, const float* lse) {
   return mr;
 }
 
-OracleOptions opts1() {
-  OracleOptions o;
-  o.threads = 1;
-  return o;
-}
+const OracleOptions k1Thread{.threads = 1};
 
 TEST(OracleBound, PlainFp32ReferenceNeverExceedsBoundOn10000RandomCases) {
   Rng rng(101);
@@ -54,7 +50,7 @@ TEST(OracleBound, PlainFp32ReferenceNeverExceedsBoundOn10000RandomCases) {
   for (int i = 0; i < 10000; ++i) {
     const double max_logit = i % 10 == 0 ? 1e6 : 1e4;
     RandomCase c = testing::random_case(rng, 20, 32, max_logit);
-    const OracleResult R = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), opts1());
+    const OracleResult R = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
     // The baseline is stored contiguously: give it contiguous strides.
     Problem pc = c.p;
     set_contiguous_strides(pc);
@@ -94,7 +90,7 @@ TEST(OracleBound, CorrectKernelModelsNeverExceedBoundIncludingExtremeLogits) {
     for (int i = 0; i < 1200; ++i) {
       const double max_logit = i % 3 == 0 ? 1e5 : 1e4;
       RandomCase c = testing::random_case(rng, 40, 24, max_logit);
-      OracleOptions o = opts1();
+      OracleOptions o = k1Thread;
       o.baseline = false;
       const OracleResult R = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), o);
       ModelOptions mo = var.mo;
@@ -120,7 +116,7 @@ TEST(OracleBound, ExtremeLogitsOfOneKernelCase) {
     for (auto& x : c.q) x = static_cast<float>(sig * rng.normal());
     for (auto& x : c.k) x = static_cast<float>(sig * rng.normal());
     for (auto& x : c.v) x = static_cast<float>(rng.normal());
-    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), opts1());
+    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
     for (const Variant& var : variants()) {
       const testing::ModelOut out = testing::run_model(p, c.q.data(), c.k.data(), c.v.data(), var.mo);
       EXPECT_LE(max_ratio(R, out.o.data(), out.lse.data()), 1.0) << var.name << " sigma " << sig;
@@ -146,7 +142,7 @@ TEST(OracleBound, MissingAccumulatorRescaleIsFarBeyondTheBound) {
     for (int64_t s = 0; s < 4; ++s)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t d = 0; d < 32; ++d) c.q[q_index(p, 0, s, h, d)] = d < 16 ? 1.0f : -1.0f;
-    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), opts1());
+    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
     ModelOptions bug;
     bug.tile = 16;
     bug.missing_rescale = true;

@@ -19,11 +19,7 @@ using testing::Rng;
 constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInff = std::numeric_limits<float>::infinity();
 
-OracleOptions one_thread() {
-  OracleOptions o;
-  o.threads = 1;
-  return o;
-}
+const OracleOptions k1Thread{.threads = 1};
 
 // Brute force in long double straight from docs/semantics.md (mask from its formula, not visible_keys).
 struct Brute {
@@ -74,7 +70,7 @@ Brute brute(const Problem& p, const float* q, const float* k, const float* v) {
 }
 
 void expect_matches_brute(const RandomCase& c, const char* what) {
-  const OracleResult R = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult R = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   const Brute B = brute(c.p, c.q.data(), c.k.data(), c.v.data());
   for (size_t i = 0; i < R.o.size(); ++i)
     ASSERT_NEAR(R.o[i], (double)B.o[i], 1e-12 * (1 + std::fabs((double)B.o[i])))
@@ -106,7 +102,7 @@ TEST(OracleClosedForm, Seed000Example) {
   Problem p = make_problem(1, 1, 1, 1, 3, 1, 2);
   p.scale = 1;
   const float q[] = {1}, k[] = {2, 1, 4}, v[] = {1, 0, 0, 2, 3, 1};
-  const OracleResult R = compute_oracle(p, q, k, v, one_thread());
+  const OracleResult R = compute_oracle(p, q, k, v, k1Thread);
   const double e2 = std::exp(2.0), e1 = std::exp(1.0), e4 = std::exp(4.0), l = e2 + e1 + e4;
   EXPECT_NEAR(R.o[0], 2.6456, 1e-4);
   EXPECT_NEAR(R.o[1], 0.9278, 1e-4);
@@ -122,7 +118,7 @@ TEST(OracleClosedForm, UniformScoresGiveMeanOfV) {
   Problem p = make_problem(1, 1, 1, 3, 50, 8, 5);
   RandomCase c = make_case(p, rng);
   std::fill(c.q.begin(), c.q.end(), 0.0f);  // every score 0
-  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   for (int64_t s = 0; s < 3; ++s)
     for (int64_t d = 0; d < 5; ++d) {
       long double mean = 0;
@@ -139,7 +135,7 @@ TEST(OracleClosedForm, DominantKeyGivesItsV) {
   p.scale = 1;
   RandomCase c = make_case(p, rng, 0.1);
   for (int64_t d = 0; d < 4; ++d) c.q[d] = 100, c.k[17 * 4 + d] = 100;  // s_17 = 4e4, others ~ 10
-  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   for (int64_t d = 0; d < 6; ++d) EXPECT_EQ(R.o[d], (double)c.v[17 * 6 + d]);
   EXPECT_NEAR(R.lse[0], 4e4, 1e-11);
 }
@@ -149,7 +145,7 @@ TEST(OracleClosedForm, FullyMaskedRows) {
   {  // Sk = 0: every row fully masked.
     Problem p = make_problem(1, 2, 1, 4, 0, 8, 8);
     RandomCase c = make_case(p, rng);
-    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
     for (double x : R.o) EXPECT_EQ(x, 0.0);
     for (double x : R.lse) EXPECT_EQ(x, -INFINITY);
     for (double x : R.o_bound) EXPECT_EQ(x, 0.0);
@@ -162,7 +158,7 @@ TEST(OracleClosedForm, FullyMaskedRows) {
     p.mask_align = AF_ALIGN_BOTTOM_RIGHT;
     p.window_right = 0;
     RandomCase c = make_case(p, rng);
-    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+    const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
     for (int64_t s = 0; s < 4; ++s) {
       EXPECT_EQ(R.row(0, 0, s).kind, RowKind::kFullyMasked) << s;
       EXPECT_EQ(R.lse[R.lse_at(0, 0, s)], -INFINITY);
@@ -173,7 +169,7 @@ TEST(OracleClosedForm, FullyMaskedRows) {
   {  // Every visible score -inf (q has -inf, k positive): O = 0, LSE = -inf.
     Problem p = make_problem(1, 1, 1, 1, 3, 1, 2);
     const float q[] = {-kInff}, k[] = {1, 2, 3}, v[] = {1, 2, 3, 4, 5, 6};
-    const OracleResult R = compute_oracle(p, q, k, v, one_thread());
+    const OracleResult R = compute_oracle(p, q, k, v, k1Thread);
     EXPECT_EQ(R.rows[0].kind, RowKind::kFullyMasked);
     EXPECT_EQ(R.o[0], 0.0);
     EXPECT_EQ(R.lse[0], -INFINITY);
@@ -216,7 +212,7 @@ TEST(OracleSemantics, GqaHeadMapping) {
   Rng rng(8);
   Problem p = make_problem(1, 6, 2, 5, 7, 4, 4);  // query heads 0-2 read kv 0, 3-5 read kv 1
   RandomCase c = make_case(p, rng);
-  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   for (int64_t h = 0; h < 6; ++h) {
     Problem p1 = make_problem(1, 1, 1, 5, 7, 4, 4);
     std::vector<float> q1(q_elements(p1)), k1(k_elements(p1)), v1(v_elements(p1));
@@ -227,7 +223,7 @@ TEST(OracleSemantics, GqaHeadMapping) {
         k1[k_index(p1, 0, j, 0, d)] = c.k[k_index(p, 0, j, h / 3, d)];
         v1[v_index(p1, 0, j, 0, d)] = c.v[v_index(p, 0, j, h / 3, d)];
       }
-    const OracleResult R1 = compute_oracle(p1, q1.data(), k1.data(), v1.data(), one_thread());
+    const OracleResult R1 = compute_oracle(p1, q1.data(), k1.data(), v1.data(), k1Thread);
     for (int64_t s = 0; s < 5; ++s)
       for (int64_t d = 0; d < 4; ++d) EXPECT_EQ(R.o[R.o_at(0, s, h, d)], R1.o[R1.o_at(0, s, 0, d)]);
   }
@@ -251,8 +247,8 @@ TEST(OracleSemantics, NonContiguousStrides) {
         for (int64_t d = 0; d < 7; ++d) v[v_index(ps, b, j, h, d)] = c.v[v_index(p, b, j, h, d)];
       }
     }
-  const OracleResult A = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
-  const OracleResult B = compute_oracle(ps, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult A = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
+  const OracleResult B = compute_oracle(ps, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_EQ(A.o, B.o);
   EXPECT_EQ(A.lse, B.lse);
 }
@@ -264,11 +260,11 @@ TEST(OracleNonFinite, MaskedNaNAndInfDoNotMatter) {
   Problem p = make_problem(1, 1, 1, 6, 6, 4, 3);
   p.mask_kind = AF_MASK_CAUSAL, p.mask_align = AF_ALIGN_TOP_LEFT, p.window_right = 0;
   RandomCase c = make_case(p, rng);
-  const OracleResult A = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult A = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   // Key 5 is visible only to row 5; poison it and check rows 0..4.
   for (int64_t d = 0; d < 4; ++d) c.k[k_index(p, 0, 5, 0, d)] = d % 2 ? kNaNf : kInff;
   for (int64_t d = 0; d < 3; ++d) c.v[v_index(p, 0, 5, 0, d)] = kNaNf;
-  const OracleResult B = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult B = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   for (int64_t s = 0; s < 5; ++s) {
     for (int64_t d = 0; d < 3; ++d) EXPECT_EQ(A.o[A.o_at(0, s, 0, d)], B.o[B.o_at(0, s, 0, d)]);
     EXPECT_EQ(A.lse[A.lse_at(0, 0, s)], B.lse[B.lse_at(0, 0, s)]);
@@ -281,7 +277,7 @@ TEST(OracleNonFinite, NaNInVisibleQGivesNaNRow) {
   Problem p = make_problem(1, 1, 1, 3, 5, 4, 3);
   RandomCase c = make_case(p, rng);
   c.q[q_index(p, 0, 1, 0, 2)] = kNaNf;
-  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   EXPECT_EQ(R.row(0, 0, 1).kind, RowKind::kNaN);
   for (int64_t d = 0; d < 3; ++d) {
     EXPECT_TRUE(std::isnan(R.o[R.o_at(0, 1, 0, d)]));
@@ -295,7 +291,7 @@ TEST(OracleNonFinite, NaNInVisibleVOnlyPoisonsItsColumn) {
   Problem p = make_problem(1, 1, 1, 2, 5, 4, 3);
   RandomCase c = make_case(p, rng);
   c.v[v_index(p, 0, 3, 0, 1)] = kNaNf;
-  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   for (int64_t s = 0; s < 2; ++s) {
     EXPECT_TRUE(std::isnan(R.o[R.o_at(0, s, 0, 1)]));
     EXPECT_TRUE(std::isfinite(R.o[R.o_at(0, s, 0, 0)]));
@@ -311,10 +307,10 @@ TEST(OracleNonFinite, MinusInfScoreHasWeightZero) {
   const float q[] = {1, 1};
   const float k[] = {0.5f, 0.25f, -kInff, 1, 2, -1};
   const float v[] = {1, 2, 100, 200, 3, 4};
-  const OracleResult R = compute_oracle(p, q, k, v, one_thread());
+  const OracleResult R = compute_oracle(p, q, k, v, k1Thread);
   Problem p2 = make_problem(1, 1, 1, 1, 2, 2, 2);
   const float k2[] = {0.5f, 0.25f, 2, -1}, v2[] = {1, 2, 3, 4};
-  const OracleResult R2 = compute_oracle(p2, q, k2, v2, one_thread());
+  const OracleResult R2 = compute_oracle(p2, q, k2, v2, k1Thread);
   EXPECT_EQ(R.rows[0].kind, RowKind::kNormal);
   EXPECT_EQ(R.o[0], R2.o[0]);
   EXPECT_EQ(R.o[1], R2.o[1]);
@@ -327,14 +323,14 @@ TEST(OracleNonFinite, PlusInfOrNaNScoreGivesNaNRow) {
   const float q[] = {1, 1, 1, 0};
   const float k[] = {1, 1, kInff, 1};  // s_01 = +inf (visible to row 1 only)
   const float v[] = {1, 2, 3, 4};
-  const OracleResult R = compute_oracle(p, q, k, v, one_thread());
+  const OracleResult R = compute_oracle(p, q, k, v, k1Thread);
   EXPECT_EQ(R.row(0, 0, 0).kind, RowKind::kNormal);
   EXPECT_EQ(R.row(0, 0, 1).kind, RowKind::kNaN);
   EXPECT_TRUE(std::isnan(R.o[R.o_at(0, 1, 0, 0)]));
   EXPECT_TRUE(std::isnan(R.lse[R.lse_at(0, 0, 1)]));
   const float q2[] = {0, 1, 0, 1};
   const float k2[] = {1, 1, kInff, 0};  // q . k = inf * 0 = NaN for key 1
-  const OracleResult R2 = compute_oracle(p, q2, k2, v, one_thread());
+  const OracleResult R2 = compute_oracle(p, q2, k2, v, k1Thread);
   EXPECT_EQ(R2.row(0, 0, 1).kind, RowKind::kNaN);
 }
 
@@ -344,7 +340,7 @@ TEST(OracleContract, HugeScoresAreOutside) {
   Problem p = make_problem(1, 1, 1, 2, 3, 4, 2);
   std::vector<float> q(8, 1e20f), k(12, 1e20f), v(6, 1.0f);
   q[4] = q[5] = q[6] = q[7] = 1.0f;  // row 1 is ordinary
-  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_EQ(R.row(0, 0, 0).contract, ContractReason::kScoreRange);
   EXPECT_TRUE(std::isinf(R.o_bound[R.o_at(0, 0, 0, 0)]));
   EXPECT_TRUE(R.row(0, 0, 1).inside_contract());
@@ -354,14 +350,14 @@ TEST(OracleContract, HugeScoresAreOutside) {
 TEST(OracleContract, HugeValueSumsAndInfiniteVAreOutside) {
   Problem p = make_problem(1, 1, 1, 1, 4, 2, 2);
   std::vector<float> q(2, 0.0f), k(8, 0.0f), v(8, 3e38f);
-  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_EQ(R.rows[0].contract, ContractReason::kValueRange);
   std::fill(v.begin(), v.end(), 1.0f);
   v[5] = kInff;
-  const OracleResult R2 = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult R2 = compute_oracle(p, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_EQ(R2.rows[0].contract, ContractReason::kValueRange);
   std::fill(v.begin(), v.end(), 1e30f);
-  const OracleResult R3 = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult R3 = compute_oracle(p, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_TRUE(R3.rows[0].inside_contract());
 }
 
@@ -371,7 +367,7 @@ TEST(OracleContract, OverflowingProductsOutsideEvenWhenTheExactScoreIsMinusInf) 
   // score = (+inf)(-1) + FLT_MAX * 1000 = -inf exactly, but an fp32 kernel forms FLT_MAX * 1000 = +inf
   // and -inf + inf = NaN: the finite product already exceeds fp32's range.
   std::vector<float> q{kInff, 3.4e38f}, k{-1.0f, 1000.0f, -1.0f, 1000.0f}, v(4, 1.0f);
-  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_EQ(R.rows[0].kind, RowKind::kFullyMasked);
   EXPECT_EQ(R.rows[0].contract, ContractReason::kScoreRange);
   EXPECT_TRUE(std::isinf(R.lse_bound[0])) << "outside rows are not judged";
@@ -383,7 +379,7 @@ TEST(OracleContract, PartialValueSumsBeyondRangeAreOutsideWhateverTheFinalWeight
   Problem p = make_problem(1, 1, 1, 1, 3, 1, 1);
   p.scale = 1.0f;
   std::vector<float> q{1.0f}, k{0.0f, 0.0f, 100.0f}, v{2.5e38f, 2.5e38f, 1.0f};
-  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), one_thread());
+  const OracleResult R = compute_oracle(p, q.data(), k.data(), v.data(), k1Thread);
   EXPECT_LT(std::fabs(R.o[0]), 1e-5 * 2.5e38);  // the exact O is modest...
   EXPECT_EQ(R.rows[0].contract, ContractReason::kValueRange);  // ...but a partial sum is not
 }
@@ -413,7 +409,7 @@ TEST(OracleSampling, IncludesTileBoundariesFullyMaskedAndNonFiniteRows) {
   for (int64_t s = 0; s < 1000; ++s) EXPECT_EQ(R.row(0, 1, s).computed, has(s));
   EXPECT_EQ(R.rows_computed, 2 * (int64_t)R.sampled.size());
   // A computed row equals the unsampled computation.
-  const OracleResult F = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult F = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   for (int64_t s : R.sampled) {
     const double a = R.o[R.o_at(0, s, 1, 3)], b = F.o[F.o_at(0, s, 1, 3)];
     EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << s;
@@ -428,7 +424,7 @@ TEST(OracleSampling, IncludesTileBoundariesFullyMaskedAndNonFiniteRows) {
 // Fast (certify_values) and multiprecision round to the same fp32 value, except when the exact value lies
 // within the oracle's own error of an fp32 rounding boundary (then the two may straddle it).
 void expect_fast_equals_mp(const RandomCase& c, MpBackend be = MpBackend::kAuto) {
-  OracleOptions of = one_thread(), om = one_thread();
+  OracleOptions of = k1Thread, om = k1Thread;
   of.certify_values = true;
   om.force_multiprecision = true;
   om.mp_backend = be;
@@ -502,7 +498,7 @@ TEST(OracleFastPath, CertifyValuesFallsBackOnCancellation) {
   p.scale = 1;
   // Equal weights 1/3, v = 1, 1, -(2 - 2^-23): O = 2^-23 / 3, cancellation 3e7.
   const float q[] = {1}, k[] = {0, 0, 0}, v[] = {1, 1, -1.99999988079071044921875f};
-  OracleOptions o = one_thread();
+  OracleOptions o = k1Thread;
   o.certify_values = true;
   const OracleResult R = compute_oracle(p, q, k, v, o);
   EXPECT_TRUE(R.rows[0].fell_back || R.o_err[0] <= 0x1p-40 * std::fabs(R.o[0]));
@@ -521,7 +517,7 @@ TEST(OracleFastPath, ThreadsGiveIdenticalResults) {
   RandomCase c = make_case(p, rng, 3);
   OracleOptions o2;
   o2.threads = 2;
-  const OracleResult A = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), one_thread());
+  const OracleResult A = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), k1Thread);
   const OracleResult B = compute_oracle(p, c.q.data(), c.k.data(), c.v.data(), o2);
   EXPECT_EQ(A.o, B.o);
   EXPECT_EQ(A.o_bound, B.o_bound);

@@ -15,11 +15,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-OracleOptions one_thread() {
-  OracleOptions o;
-  o.threads = 1;
-  return o;
-}
+const OracleOptions k1Thread{.threads = 1};
 
 // One row, D = Dv = 1: q = 1, k = (1, 0), v = (1, 0), scale 1: raw scores (1, 0).
 struct Tiny {
@@ -31,7 +27,7 @@ struct Tiny {
     p.mask_align = AF_ALIGN_TOP_LEFT;  // ALiBi distances from key 0 (make_problem aligns bottom-right)
   }
   VariantInputs vars() const { return {sinks.data(), slopes.data(), bias.data()}; }
-  OracleResult run() const { return compute_oracle(p, q.data(), k.data(), v.data(), vars(), one_thread()); }
+  OracleResult run() const { return compute_oracle(p, q.data(), k.data(), v.data(), vars(), k1Thread); }
 };
 
 // Exact O and LSE of one row from final scores s and an optional sink.
@@ -77,7 +73,7 @@ TEST(OracleVariants, SinkAloneOnAnEmptyRow) {
   ASSERT_EQ(parse_mask("causal-br", p), "");
   p.variants = AF_VARIANT_SINK;
   std::vector<float> q(8, 0.5f), k(4, 0.25f), v(4, 1.0f), sinks{1.5f};
-  const OracleResult r = compute_oracle(p, q.data(), k.data(), v.data(), VariantInputs{sinks.data()}, one_thread());
+  const OracleResult r = compute_oracle(p, q.data(), k.data(), v.data(), VariantInputs{sinks.data()}, k1Thread);
   EXPECT_EQ(r.o[r.o_at(0, 0, 0, 0)], 0.0);
   EXPECT_EQ(r.o_bound[r.o_at(0, 0, 0, 0)], 0.0);  // exactly 0
   EXPECT_EQ(r.lse[r.lse_at(0, 0, 0)], 1.5);       // LSE = the sink
@@ -88,7 +84,7 @@ TEST(OracleVariants, SinkAloneOnAnEmptyRow) {
 TEST(OracleVariants, MissingValuesAreRefused) {
   Tiny t;
   t.p.variants = AF_VARIANT_SINK;
-  EXPECT_THROW(compute_oracle(t.p, t.q.data(), t.k.data(), t.v.data(), one_thread()), std::invalid_argument);
+  EXPECT_THROW(compute_oracle(t.p, t.q.data(), t.k.data(), t.v.data(), k1Thread), std::invalid_argument);
 }
 
 TEST(OracleVariants, SoftcapOfHugeLogitsStaysFinite) {
@@ -129,7 +125,7 @@ struct Rand {
 
 TEST(OracleVariants, FastPathMatchesTheArbiter) {
   const Rand c(7);
-  OracleOptions fast = one_thread(), mp = one_thread();
+  OracleOptions fast = k1Thread, mp = k1Thread;
   mp.force_multiprecision = true;
   const OracleResult a = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), fast);
   const OracleResult b = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), mp);
@@ -150,7 +146,7 @@ TEST(OracleVariants, AlibiDefaultSlopesFollowThePaper) {
 
 // Loss = sum dO . O of the exact forward as a function of one input (for finite differences).
 double loss(const Rand& c) {
-  OracleOptions o = one_thread();
+  OracleOptions o = k1Thread;
   o.baseline = false;
   const OracleResult r = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), o);
   double l = 0;
@@ -176,7 +172,7 @@ double central(Rand c, float& (*at)(Rand&, size_t), size_t i, F&&) {
 TEST(OracleVariants, GradientsMatchFiniteDifferences) {
   for (const char* bcast : {"", "b", "bh", "i"}) {
     Rand c(11, "causal-br", bcast);
-    OracleOptions fo = one_thread();
+    OracleOptions fo = k1Thread;
     fo.baseline = false;
     const OracleResult F = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), fo);
     std::vector<float> o(static_cast<size_t>(o_elements(c.p))), lse(static_cast<size_t>(lse_elements(c.p)));

@@ -124,8 +124,8 @@ TEST(Cli, ListColumnsDoNotDrift) {
   EXPECT_TRUE(has(r.out, "\nonline-row ")) << r.out;
 }
 
-// --help: options in topic groups, each type in one rendering (no CLI11 "TYPE:VALIDATOR" joins, no Excludes:
-// lists), lines wrapped.
+// --help-all: every option in topic groups, each type in one rendering (no CLI11 "TYPE:VALIDATOR" joins, no
+// Excludes: lists), lines wrapped.
 TEST(Cli, HelpIsGroupedWithOneRendering) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> tools = {
       {kCheck, {"Kernels and device:", "Oracle and reports:", "Classification", "Case (", "Sequences", "Mode (",
@@ -134,7 +134,7 @@ TEST(Cli, HelpIsGroupedWithOneRendering) {
       {kProps, {"Properties:", "Kernels:", "Cases:", "Output:"}}};
   for (const auto& [tool, groups] : tools) {
     if (tool.empty()) continue;  // attn-props not built
-    const Result r = run(tool + " --help", false);
+    const Result r = run(tool + (tool == kProps ? " --help" : " --help-all"), false);
     ASSERT_EQ(r.code, 0) << tool;
     for (const auto& g : groups) EXPECT_TRUE(has(r.out, "\n" + g)) << tool << ": no group " << g << "\n" << r.out;
     const std::string options = r.out.substr(0, r.out.find("\nExamples:"));
@@ -142,6 +142,22 @@ TEST(Cli, HelpIsGroupedWithOneRendering) {
       EXPECT_FALSE(has(options, bad)) << tool << ": '" << bad << "' in\n" << options;
     for (const auto& l : lines(options)) EXPECT_LE(l.size(), 110u) << tool << ": " << l;
     EXPECT_TRUE(has(options, "INT in [")) << options;
+  }
+}
+
+// --help fits a screen or two: the groups a first run needs, the others named in one line that points to
+// --help-all, the examples; every option --help shows, --help-all shows too.
+TEST(Cli, HelpIsShortAndHelpAllHasEveryOption) {
+  for (const std::string& tool : {kCheck, kFuzz}) {
+    const Result brief = run(tool + " --help", false), all = run(tool + " --help-all", false);
+    ASSERT_EQ(brief.code, 0) << tool;
+    ASSERT_EQ(all.code, 0) << tool;
+    EXPECT_LE(lines(brief.out).size(), 90u) << brief.out;
+    EXPECT_GE(lines(all.out).size(), lines(brief.out).size() + 50) << all.out;
+    for (const char* must : {"\n  --kernel", "--backend", "\nMore options (--help-all): ", "\nExamples:"})
+      EXPECT_TRUE(has(brief.out, must)) << tool << ": no '" << must << "' in\n" << brief.out;
+    for (const auto& l : lines(brief.out.substr(0, brief.out.find("\nMore options"))))
+      if (l.rfind("  --", 0) == 0) EXPECT_TRUE(has(all.out, "\n" + l)) << tool << ": " << l;
   }
 }
 

@@ -5,7 +5,10 @@
 set -u
 tool=$1 plugin=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
-"$tool" --plugin "$plugin" --sweep --out "$work/reports" >"$work/stdout" 2>"$work/stderr"
+# --no-isolate: what this test asserts (lines, the first line, pairs, report.json) does not depend on running each
+# launch in a forked child, which made the sweep 3.5x slower (6:42 against 1:56 on 2 cores; the planted kernels do
+# not crash the process). Isolation itself is tested in tests/runtime and tests/reliability.
+"$tool" --plugin "$plugin" --sweep --no-isolate --out "$work/reports" >"$work/stdout" 2>"$work/stderr"
 rc=$?
 [ "$rc" -eq 1 ] || { echo "exit status $rc, the planted sweep fails (1)"; tail -20 "$work/stderr"; exit 1; }
 lines=$(cat "$work/stdout" "$work/stderr" | wc -l)

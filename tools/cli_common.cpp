@@ -404,11 +404,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--block-q", o.block_q, "with --variant block-sparse: query rows per block")
       ->group(vg)
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(int_range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--block-k", o.block_k, "with --variant block-sparse: keys per block")
       ->group(vg)
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(int_range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--mask-broadcast", o.mask_broadcast,
                  "with a custom or block mask: the dimensions it is broadcast over (stride 0), a subset of bhi")

@@ -1,5 +1,6 @@
-// variant_oracle.cpp - the oracle's cost per case with each score variant (sink, softcap, ALiBi, bias, all) against
-// the plain case, forward and backward, side by side in one run (issue 28).
+// variant_oracle.cpp - the oracle's cost per case with each variant (sink, softcap, ALiBi, bias, all; the custom masks
+// mask-dense, mask-bits, block-sparse, each at density 0.5) against the plain case, forward and backward, side by side
+// in one run (issue 28).
 //   variant_oracle [--reps N]
 #include <chrono>
 #include <cstdio>
@@ -35,14 +36,18 @@ int main(int argc, char** argv) {
                   {"softcap", AF_VARIANT_SOFTCAP},
                   {"alibi", AF_VARIANT_ALIBI},
                   {"bias", AF_VARIANT_BIAS},
-                  {"all", AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS}};
+                  {"all", AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS},
+                  {"mask-dense", AF_VARIANT_MASK_DENSE},
+                  {"mask-bits", AF_VARIANT_MASK_BITS},
+                  {"block-sparse", AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE}};
   Problem p = make_problem(1, 4, 2, 256, 256, 64, 64);
   (void)parse_mask("causal-br", p);
   double plain_f = 0, plain_b = 0;
   std::printf("# oracle cost per case, B=1 Hq=4 Hkv=2 Sq=Sk=256 D=64 causal-br, %d rep(s), 1 thread\n", reps);
   for (const V& v : vs) {
     Case c = make_case(p, 0x5eed);
-    (void)set_variants(c, v.bits, 30.0f, "b");
+    (void)set_variants(c, v.bits & kScoreVariants, 30.0f, "b");
+    if (v.bits & kMaskVariants) (void)set_mask_variants(c, v.bits & kMaskVariants, "random:0.5", "mixed", "", 64, 64);
     c.pass = Pass::kBwd;
     const Tensors t = generate(c);
     OracleOptions o;
@@ -71,7 +76,7 @@ int main(int argc, char** argv) {
       bwd = std::min(bwd, ms_since(t1));
     }
     if (v.bits == 0) plain_f = fwd, plain_b = bwd;
-    std::printf("variant=%-8s fwd_ms=%8.2f fwd_ratio=%5.2f bwd_ms=%8.2f bwd_ratio=%5.2f mp_rows=%lld\n", v.name, fwd,
+    std::printf("variant=%-12s fwd_ms=%8.2f fwd_ratio=%5.2f bwd_ms=%8.2f bwd_ratio=%5.2f mp_rows=%lld\n", v.name, fwd,
                 fwd / plain_f, bwd, bwd / plain_b, (long long)mp);
   }
   return 0;

@@ -341,7 +341,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   const size_t ws_bytes = k.kernel.workspace_bytes ? k.kernel.workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes);
   // Score variants (fp32 in every dtype): sinks [Hq], alibi_slopes [Hq], bias (bias_stride), guarded inputs.
-  std::unique_ptr<GuardedBuffer> sinks, slopes, bias;
+  // Custom masks (bytes): custom_mask (mask_stride), block_mask (block_mask_stride), guarded inputs.
+  std::unique_ptr<GuardedBuffer> sinks, slopes, bias, cmask, bmask;
   sinks = make_input("sinks", t.sinks);
   slopes = make_input("alibi_slopes", t.alibi_slopes);
   bias = make_input("bias", t.bias);
@@ -354,6 +355,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
                                        : static_cast<const void*>(encode_tensor(t.state_o, p.dtype).data()));
   }
   std::unique_ptr<GuardedBuffer> dmask = exported_mask_buffer(p, make);
+  cmask = make_input("custom_mask", t.custom_mask);
+  bmask = make_input("block_mask", t.block_mask);
   // K/V gaps of a sequence layout hold the fp32 guard poison; in a narrow dtype it is encoded as that format's
   // NaN (or, for the finite second poison, its nearest value).
   const std::vector<float>& kin = seqs ? gapped.k : t.k;
@@ -393,9 +396,12 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.state_o = so ? so->data() : nullptr;
   b.state_lse = floats(sl);
   b.dropout_mask = dmask ? static_cast<uint8_t*>(dmask->data()) : nullptr;
+  b.custom_mask = cmask ? static_cast<const uint8_t*>(cmask->data()) : nullptr;
+  b.block_mask = bmask ? static_cast<const uint8_t*>(bmask->data()) : nullptr;
   out.launch = counted_launch(dev, k.kernel, p, b);
   locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
-                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get()});
+                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get(), cmask.get(),
+                     bmask.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -412,7 +418,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
   collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get()});
+                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get(),
+                         cmask.get(), bmask.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -441,7 +448,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl, &dmask})
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl, &dmask,
+                     &cmask, &bmask})
       if (*gb)
         pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &so) ? fpoison : poison);
   return out;
@@ -497,7 +505,10 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   const size_t ws_bytes = k.kernel.bwd_workspace_bytes ? k.kernel.bwd_workspace_bytes(&p) : 0;
   if (ws_bytes) ws = make("workspace", ws_bytes, poison);
   // Score variants: fp32 inputs (sinks, slopes, bias) and outputs (d sinks [Hq], d bias with bias_stride).
-  std::unique_ptr<GuardedBuffer> sinks, slopes, bias, dsinks, dbias;
+  std::unique_ptr<GuardedBuffer> sinks, slopes, bias, dsinks, dbias, cmask, bmask;
+  if (!t.custom_mask.empty())
+    cmask = make("custom_mask", t.custom_mask.size(), poison), cmask->upload(t.custom_mask.data());
+  if (!t.block_mask.empty()) bmask = make("block_mask", t.block_mask.size(), poison), bmask->upload(t.block_mask.data());
   if (!t.sinks.empty()) sinks = make("sinks", t.sinks.size() * 4, poison), sinks->upload(t.sinks.data());
   if (!t.alibi_slopes.empty())
     slopes = make("alibi_slopes", t.alibi_slopes.size() * 4, poison), slopes->upload(t.alibi_slopes.data());
@@ -539,13 +550,16 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   b.dsinks = dsinks ? static_cast<float*>(dsinks->data()) : nullptr;
   b.dbias = dbias ? static_cast<float*>(dbias->data()) : nullptr;
   b.dropout_mask = dmask ? static_cast<uint8_t*>(dmask->data()) : nullptr;
+  b.custom_mask = cmask ? static_cast<const uint8_t*>(cmask->data()) : nullptr;
+  b.block_mask = bmask ? static_cast<const uint8_t*>(bmask->data()) : nullptr;
   af_kernel bwd = k.kernel;  // the device layer launches `launch`: hand it the backward entry point
   bwd.launch = k.kernel.launch_bwd;
   bwd.workspace_bytes = k.kernel.bwd_workspace_bytes;
   const std::initializer_list<const GuardedBuffer*> all = {q.get(),     kb.get(),     v.get(),      o.get(),
                                                            lse.get(),   dout.get(),   dq.get(),     dk.get(),
                                                            dv.get(),    ws.get(),     sinks.get(),  slopes.get(),
-                                                           bias.get(),  dsinks.get(), dbias.get(), dmask.get()};
+                                                           bias.get(),  dsinks.get(), dbias.get(), dmask.get(),
+                                                           cmask.get(), bmask.get()};
   out.launch = counted_launch(dev, bwd, p, b);
   locate_fault(out, all);
   if (!dev.usable()) return out;
@@ -575,7 +589,8 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
       count_poison_addressed(out.dk, p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dv, p.v_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim_v, opts.output_poison);
   if (pool && out.launch.status == LaunchStatus::kOk && out.canary_words == 0)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws, &sinks, &slopes, &bias, &dsinks, &dbias, &dmask})
+    for (auto* gb : {&q, &kb, &v, &o, &lse, &dout, &dq, &dk, &dv, &ws, &sinks, &slopes, &bias, &dsinks, &dbias, &dmask,
+                     &cmask, &bmask})
       if (*gb)
         pool->give(std::move(*gb), g,
                    (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &dout || gb == &dq || gb == &dk || gb == &dv)

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "core/case_internal.h"
+#include "core/masks.h"
 #include "core/sequences.h"
 #include "oracle/lowp.h"
 
@@ -168,9 +169,10 @@ std::string validate_variants(const Case& c) {
   const VariantSpec& vs = c.variants;
   if (p.variants & ~kCheckedVariants)
     return "variant " + variant_names(p.variants & ~kCheckedVariants) +
-           " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout)";
+           " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse)";
   if (p.variants && has_sequences(p))
-    return "score variants are checked on dense batches only, not on sequence layouts (yet)";
+    return "variants are checked on dense batches only, not on sequence layouts (yet)";
+  if (std::string e = validate_mask_values(c); !e.empty()) return e;
   auto count = [](const char* what, size_t have, int64_t need) -> std::string {
     if (static_cast<int64_t>(have) == need) return {};
     return std::string(what) + " holds " + std::to_string(have) + " values, the problem needs " + std::to_string(need);
@@ -203,8 +205,10 @@ std::string validate_variants(const Case& c) {
 
 std::string set_variants(Case& c, uint32_t bits, float softcap, const std::string& bias_broadcast) {
   if (bits & ~kCheckedVariants) return "variant " + variant_names(bits & ~kCheckedVariants) + " is not checked yet";
-  // The score variants only: dropout (issue 29) is set with set_dropout and kept here as it is.
-  c.problem.variants = (c.problem.variants & AF_VARIANT_DROPOUT) | (bits & ~AF_VARIANT_DROPOUT);
+  // The score variants and the masks; dropout (issue 29) is set with set_dropout and kept here as it is.
+  c.problem.variants = (c.problem.variants & AF_VARIANT_DROPOUT) | (bits & kScoreVariants);
+  if (bits & kMaskVariants)
+    if (std::string e = set_mask_variants(c, bits & kMaskVariants); !e.empty()) return e;
   c.problem.softcap = (bits & AF_VARIANT_SOFTCAP) ? softcap : 0.0f;
   for (int64_t& st : c.problem.bias_stride) st = 0;
   if (bits & AF_VARIANT_BIAS)
@@ -219,7 +223,7 @@ std::string describe_variants(const Case& c) {
   if (p.variants & AF_VARIANT_SINK) t += vs.sinks.empty() ? " sinks=uniform:" + shortest(vs.sink_range) : " sinks=given";
   if (p.variants & AF_VARIANT_ALIBI) t += vs.alibi_slopes.empty() ? " slopes=default" : " slopes=given";
   if (p.variants & AF_VARIANT_BIAS) t += vs.bias.empty() ? " bias=uniform:" + shortest(vs.bias_range) : " bias=given";
-  return t;
+  return t + describe_masks(c);
 }
 
 std::vector<int64_t> key_visibility_counts(const Problem& p) {

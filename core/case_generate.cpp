@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "core/case_internal.h"
+#include "core/masks.h"
 #include "core/sequences.h"
 #include "oracle/lowp.h"
 
@@ -112,6 +113,7 @@ void generate_variants(const Case& c, Tensors& out) {
 Tensors generate(const Case& c) {
   Tensors out = generate_qkv(c);
   generate_variants(c, out);
+  generate_masks(c, out);
   if (has_backward(c.pass)) {
     out.dout = c.explicit_values && !c.explicit_values->dout.empty() ? c.explicit_values->dout : generate_dout(c);
     if (c.problem.dtype != AF_DTYPE_F32)  // dO is stored in the dtype too (NaN, so the stride gaps, pass)

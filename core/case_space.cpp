@@ -264,18 +264,94 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
   return grid;
 }
 
+namespace {
+// The custom masks of one variant-sweep case: patterns, broadcast and block size (cycled over the grid).
+struct MaskChoice {
+  std::string pattern, block_pattern, broadcast;
+  int32_t bq = 16, bk = 16;
+};
+MaskChoice cycled_masks(size_t n) {
+  static const char* const kPatterns[] = {"random:0.5", "rows:0.6", "random:0.1", "ones", "random:0.9"};
+  static const char* const kBlocks[] = {"mixed", "empty-some", "partial", "full", "mixed", "mixed"};
+  static const char* const kBcast[] = {"", "h", "b", "bh", "i", "", ""};
+  static const int32_t kSizes[][2] = {{16, 16}, {8, 32}, {32, 8}, {4, 4}, {64, 64}, {1, 3}};
+  return {kPatterns[n % 5], kBlocks[n % 6], kBcast[n % 7], kSizes[n % 6][0], kSizes[n % 6][1]};
+}
+// mask-dense and mask-bits are exclusive: a sweep that asks for both alternates between them.
+uint32_t mask_bits_of_case(uint32_t masks, size_t n) {
+  constexpr uint32_t kBoth = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS;
+  if ((masks & kBoth) == kBoth) masks &= ~(n % 2 ? AF_VARIANT_MASK_DENSE : AF_VARIANT_MASK_BITS);
+  return masks;
+}
+
+// Labels usable as file names ("random:0.5" -> "random=0.5").
+std::vector<Case> relabel(std::vector<Case>& grid) {
+  for (Case& c : grid) {
+    std::replace(c.label.begin(), c.label.end(), ':', '=');
+    std::replace(c.label.begin(), c.label.end(), ',', '.');
+  }
+  return std::move(grid);
+}
+
+// The custom masks' own edges: rows and blocks fully masked, every key hidden, bit rows whose length is not a
+// multiple of 8, a custom mask equal to the causal pattern, sparse long rows, GQA and batch broadcasts, blocks
+// larger than the problem and of one key.
+template <class Finish, class Base>
+void mask_sweep_edges(Finish& finish, Base& base, const std::string& dt, uint32_t masks) {
+  struct Edge {
+    const char* label;
+    int64_t b, hq, hkv, sq, sk, d;
+    const char* mask;
+    const char* pattern;
+    const char* blocks;
+    const char* bcast;
+    int32_t bq, bk;
+  };
+  static const Edge kEdges[] = {
+      {"rows-masked-24x40", 1, 2, 1, 24, 40, 32, "causal-br", "rows:0.5", "empty-some", "", 8, 8},
+      {"all-hidden-16x16", 1, 2, 1, 16, 16, 16, "none", "zeros", "zeros", "", 16, 16},
+      {"ones-13x29", 1, 2, 2, 13, 29, 16, "window:5,3-br", "ones", "full", "", 4, 8},
+      {"causal-pattern-20x37", 1, 1, 1, 20, 37, 16, "none", "causal", "partial", "", 8, 8},
+      {"bits-odd-sk-9x45", 2, 2, 1, 9, 45, 16, "none", "random:0.5", "mixed", "", 3, 5},
+      {"bits-sk-8-7x8", 1, 1, 1, 7, 8, 16, "causal-tl", "random:0.7", "mixed", "", 2, 2},
+      {"sparse-long-6x300", 1, 1, 1, 6, 300, 16, "none", "random:0.02", "empty-some", "", 2, 32},
+      {"gqa-bcast-h-3x4h-19x37", 3, 4, 2, 19, 37, 16, "none", "random:0.4", "mixed", "h", 8, 8},
+      {"bcast-bhi-2x2h-11x23", 2, 2, 1, 11, 23, 16, "causal-br", "random:0.6", "partial", "bhi", 4, 4},
+      {"block-bigger-5x7", 1, 1, 1, 5, 7, 8, "none", "random:0.5", "partial", "", 64, 64},
+      {"block-1x1-12x12", 1, 1, 1, 12, 12, 8, "none", "random:0.5", "mixed", "", 1, 1},
+      {"decode-1x100", 1, 4, 1, 1, 100, 32, "causal-br", "random:0.3", "empty-some", "", 1, 16},
+  };
+  for (const Edge& e : kEdges) {
+    MaskChoice mc{e.pattern, e.blocks, e.bcast, e.bq, e.bk};
+    finish(base(e.b, e.hq, e.hkv, e.sq, e.sk, e.d, e.mask), dt + e.label, 30.0f, "", mc);
+  }
+  (void)masks;
+}
+}  // namespace
+
 std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDomain domain, int32_t dtype, Pass pass) {
   bits &= ~AF_VARIANT_DROPOUT;  // the score variants' sweep; dropout has its own (dropout_sweep_grid)
   std::vector<Case> grid;
   const std::string name = variant_names(bits);
+  const uint32_t score = bits & kScoreVariants, masks = bits & kMaskVariants;
   static const char* const kBroadcasts[] = {"", "b", "h", "bh", "i", "j", "bhi"};
-  size_t n = 0;
-  auto finish = [&](Case c, const std::string& label, float softcap, const std::string& bcast) {
-    if (std::string e = set_variants(c, bits, softcap, bcast); !e.empty()) throw std::logic_error(e);
+  size_t n = 0, nm = 0;
+  auto finish_masked = [&](Case c, const std::string& label, float softcap, const std::string& bcast,
+                           const MaskChoice& mc) {
+    if (std::string e = set_variants(c, score, softcap, bcast); !e.empty()) throw std::logic_error(e);
+    if (masks) {
+      const uint32_t mb = mask_bits_of_case(masks, nm++);
+      if (std::string e = set_mask_variants(c, mb, mc.pattern, mc.block_pattern, mc.broadcast, mc.bq, mc.bk);
+          !e.empty())
+        throw std::logic_error(e);
+    }
     c.label = name + "-" + label;
     uint64_t x = base_seed ^ hash64(c.label);
     c.seed = splitmix64(x);
     grid.push_back(std::move(c));
+  };
+  auto finish = [&](Case c, const std::string& label, float softcap, const std::string& bcast) {
+    finish_masked(std::move(c), label, softcap, bcast, cycled_masks(nm));
   };
   for (Case& c : sweep_grid(base_seed, domain, dtype, pass)) {
     const std::string label = c.label;
@@ -294,6 +370,8 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
     return c;
   };
   const std::string dt = dtype == AF_DTYPE_F32 ? "" : std::string(dtype_name(dtype)) + "-";
+  if (masks) mask_sweep_edges(finish_masked, base, dt, masks);
+  if (!score) return relabel(grid);
   // Softcap: logits far past the cap (|s / cap| >> 88 would overflow an exp-based tanh), small and large caps.
   for (double mag : {100.0, 1000.0, 1e4})
     for (float cap : {5.0f, 50.0f})
@@ -331,7 +409,7 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
   }
   if ((bits & AF_VARIANT_BIAS) && domain == ValueDomain::kIeee) {
     Case c = base(1, 1, 1, 6, 10, 8, "none");
-    if (std::string e = set_variants(c, bits, 30.0f, "bh"); !e.empty()) throw std::logic_error(e);
+    if (std::string e = set_variants(c, score, 30.0f, "bh"); !e.empty()) throw std::logic_error(e);
     Rng rng(base_seed ^ 0x62696173ull, 7);
     c.variants.bias.assign(static_cast<size_t>(bias_elements(c.problem)), 0.0f);
     for (size_t e = 0; e < c.variants.bias.size(); ++e)  // a float mask: -inf above the diagonal
@@ -339,11 +417,7 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
                                                     : static_cast<float>(rng.uniform01() - 0.5);
     finish(std::move(c), dt + "float-mask-6x10", 30.0f, "bh");
   }
-  for (Case& c : grid) {
-    std::replace(c.label.begin(), c.label.end(), ':', '=');
-    std::replace(c.label.begin(), c.label.end(), ',', '.');
-  }
-  return grid;
+  return relabel(grid);
 }
 
 }  // namespace attnfuzz

@@ -159,29 +159,88 @@ std::string seed_to_hex(uint64_t seed) {
   return buf;
 }
 
-std::string floats_to_hex(const std::vector<float>& v) {
+// Fixed-width hex words: 8 digits per fp32 bit pattern, 2 per mask byte.
+template <class T>
+std::string words_to_hex(const std::vector<T>& v) {
   static const char* digits = "0123456789abcdef";
-  std::string s(v.size() * 8, '0');
+  constexpr int kDigits = 2 * sizeof(T);
+  std::string s(v.size() * kDigits, '0');
   for (size_t i = 0; i < v.size(); ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(v[i]);
-    for (int n = 0; n < 8; ++n) s[i * 8 + n] = digits[(bits >> (28 - 4 * n)) & 0xf];
+    uint32_t bits;
+    if constexpr (sizeof(T) == 4) bits = std::bit_cast<uint32_t>(v[i]);
+    else bits = v[i];
+    for (int n = 0; n < kDigits; ++n) s[i * kDigits + n] = digits[(bits >> (4 * (kDigits - 1 - n))) & 0xf];
   }
   return s;
 }
 
-std::vector<float> hex_to_floats(std::string_view hex, const std::string& what) {
-  if (hex.size() % 8 != 0)
-    corrupt(what + " has " + std::to_string(hex.size()) + " hex digits, not a multiple of 8");
-  std::vector<float> v(hex.size() / 8);
+template <class T>
+std::vector<T> hex_to_words(std::string_view hex, const std::string& what) {
+  constexpr size_t kDigits = 2 * sizeof(T);
+  if (hex.size() % kDigits != 0)
+    corrupt(what + " has " + std::to_string(hex.size()) + " hex digits, not a multiple of " + std::to_string(kDigits));
+  std::vector<T> v(hex.size() / kDigits);
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t bits = 0;
-    const char* const at = hex.data() + i * 8;
-    const auto [end, ec] = std::from_chars(at, at + 8, bits, 16);  // 8 digits fit: no overflow
-    if (ec != std::errc() || end != at + 8)
+    const char* const at = hex.data() + i * kDigits;
+    const auto [end, ec] = std::from_chars(at, at + kDigits, bits, 16);  // <= 8 digits fit: no overflow
+    if (ec != std::errc() || end != at + kDigits)
       corrupt(what + " has a non-hex character at value " + std::to_string(i));
-    v[i] = std::bit_cast<float>(bits);
+    if constexpr (sizeof(T) == 4) v[i] = std::bit_cast<T>(bits);
+    else v[i] = static_cast<T>(bits);
   }
   return v;
+}
+
+std::string floats_to_hex(const std::vector<float>& v) { return words_to_hex(v); }
+std::vector<float> hex_to_floats(std::string_view hex, const std::string& what) { return hex_to_words<float>(hex, what); }
+
+// Custom masks (issue 28 item 4) in a case's "variants" object: strides, patterns, given bytes, block sizes.
+void masks_to_json(const Case& c, json& v) {
+  const Problem& p = c.problem;
+  const VariantSpec& vs = c.variants;
+  if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) {
+    v["mask_stride"] = {p.mask_stride[0], p.mask_stride[1], p.mask_stride[2]};
+    v["mask_pattern"] = vs.mask_pattern;
+    if (!vs.custom_mask.empty()) v["custom_mask"] = words_to_hex(vs.custom_mask);
+  }
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE) {
+    v["block_size"] = {p.block_q, p.block_k};
+    v["block_mask_stride"] = {p.block_mask_stride[0], p.block_mask_stride[1], p.block_mask_stride[2]};
+    v["block_pattern"] = vs.block_pattern;
+    if (!vs.block_mask.empty()) v["block_mask"] = words_to_hex(vs.block_mask);
+  }
+}
+
+void int_array(const json& v, const char* key, int64_t* out, size_t n) {
+  const json& a = field(v, key, "case.variants");
+  const std::string msg = std::string("case.variants.") + key + " is not an array of " + std::to_string(n) + " integers";
+  if (!a.is_array() || a.size() != n) corrupt(msg);
+  for (size_t i = 0; i < n; ++i) {
+    if (!a[i].is_number_integer()) corrupt(msg);
+    out[i] = a[i].get<int64_t>();
+  }
+}
+
+void masks_from_json(const json& v, Case& c) {
+  Problem& p = c.problem;
+  const std::string vc = "case.variants";
+  if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) {
+    int_array(v, "mask_stride", p.mask_stride, 3);
+    if (v.contains("mask_pattern")) c.variants.mask_pattern = get_string(v, "mask_pattern", vc);
+    if (v.contains("custom_mask"))
+      c.variants.custom_mask = hex_to_words<uint8_t>(get_string(v, "custom_mask", vc), "case.variants.custom_mask");
+  }
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE) {
+    int64_t bs[2];
+    int_array(v, "block_size", bs, 2);
+    if (bs[0] < 0 || bs[1] < 0 || bs[0] > INT32_MAX || bs[1] > INT32_MAX) corrupt("case.variants.block_size is out of range");
+    p.block_q = static_cast<int32_t>(bs[0]), p.block_k = static_cast<int32_t>(bs[1]);
+    int_array(v, "block_mask_stride", p.block_mask_stride, 3);
+    if (v.contains("block_pattern")) c.variants.block_pattern = get_string(v, "block_pattern", vc);
+    if (v.contains("block_mask"))
+      c.variants.block_mask = hex_to_words<uint8_t>(get_string(v, "block_mask", vc), "case.variants.block_mask");
+  }
 }
 
 // ------------------------------------------------------------------------------------------ problem
@@ -374,6 +433,7 @@ json case_to_json(const Case& c) {
       v["dropout_seed"] = std::to_string(p.dropout_seed);
       v["dropout_offset"] = std::to_string(p.dropout_offset);
     }
+    masks_to_json(c, v);
     j["variants"] = v;
   }
   // Merge cases (issue 29), only for a problem with states: other files keep their names.
@@ -514,6 +574,7 @@ Case case_from_json(const json& j) {
       if (std::string e = set_dropout(p, std::bit_cast<float>(static_cast<uint32_t>(bits)), rng, seed, offset); !e.empty())
         corrupt(vc + ": " + e);
     }
+    masks_from_json(v, c);
   }
   if (j.contains("merge")) read_merge(j["merge"], c);
   if (std::string e = validate(c); !e.empty()) corrupt("case: " + e);

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/masks.h"
+
 namespace attnfuzz {
 
 float default_scale(int64_t head_dim) {
@@ -90,6 +92,10 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
   // Dropout (issue 29): the same p, generator, seed and offset; the tool's contiguous mask strides.
   if (p.variants & AF_VARIANT_DROPOUT)
     (void)set_dropout(v, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
+  // Custom masks likewise (contiguous rows of the new Sk; the same block sizes).
+  v.block_q = p.block_q, v.block_k = p.block_k;
+  if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) (void)set_mask_strides(v, mask_broadcast(p));
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE) (void)set_block_mask_strides(v, block_mask_broadcast(p));
   return v;
 }
 
@@ -213,7 +219,8 @@ std::string validate_variant_fields(const Problem& p) {
       if (st < 0) return "a bias stride is negative";
     if (bias_elements(p) > kMaxElements) return "the bias tensor would exceed " + std::to_string(kMaxElements) + " elements";
   }
-  return validate_dropout(p);
+  if (std::string e = validate_dropout(p); !e.empty()) return e;
+  return validate_mask_fields(p);
 }
 }  // namespace
 
@@ -252,7 +259,8 @@ std::string parse_variant_names(const std::string& text, uint32_t& out) {
     uint32_t found = 0;
     for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
       if (name == variant_name(bit)) found = bit;
-    if (!found) return "unknown variant '" + name + "' (sink, softcap, alibi, bias, dropout)";
+    if (!found)
+      return "unknown variant '" + name + "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse)";
     out |= found;
     start = end + 1;
   }
@@ -557,6 +565,7 @@ std::string describe(const Problem& p) {
     }
     if ((p.variants & AF_VARIANT_BIAS) && !bias_broadcast(p).empty()) out += " bias-bcast=" + bias_broadcast(p);
     out += describe_dropout(p);
+    if (p.variants & AF_VARIANT_BLOCK_SPARSE) out += " blocks=" + std::to_string(p.block_q) + "x" + std::to_string(p.block_k);
   }
   // ABI v2 tunables, only when one is set (0 = the kernel's default).
   if (std::any_of(std::begin(p.tunables), std::end(p.tunables), [](int32_t t) { return t != 0; })) {

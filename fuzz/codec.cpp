@@ -77,6 +77,21 @@ uint8_t broadcast_bits(const Problem& p) {
     if (p.bias_stride[d] == 0) b |= static_cast<uint8_t>(1u << d);
   return b;
 }
+const std::vector<std::string>& mask_pattern_menu() {
+  static const std::vector<std::string> m = {"random:0.5", "rows:0.6", "random:0.1", "random:0.9",
+                                             "ones",       "zeros",    "causal"};
+  return m;
+}
+const std::vector<std::string>& block_pattern_menu() {
+  static const std::vector<std::string> m = {"mixed", "empty-some", "partial", "full", "zeros"};
+  return m;
+}
+const std::vector<std::pair<int32_t, int32_t>>& block_size_menu() {
+  static const std::vector<std::pair<int32_t, int32_t>> m = {{16, 16}, {8, 8}, {4, 16}, {32, 8},
+                                                            {1, 1},   {64, 64}, {2, 3}};
+  return m;
+}
+
 std::string broadcast_text(uint8_t bits) {
   std::string t;
   for (int d = 0; d < 4; ++d)
@@ -272,6 +287,75 @@ const std::vector<int64_t>& length_menu() {
   static const std::vector<int64_t> m{0, 1, 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 7, 113};
   return m;
 }
+// ---- custom masks (issue 28 item 4): after the bias's bytes, read only for mask bits the limits allow (so inputs
+// decoded under limits without them decode as before): pattern and broadcast (b 1, h 2, i 4) of a custom mask,
+// pattern and size of a block mask (menus). mask-dense and mask-bits are exclusive: bits yields to dense.
+struct MaskFields {
+  uint8_t pattern = 0, bcast = 0, blocks = 0, size = 0;
+};
+MaskFields read_masks(Reader& r, uint32_t& bits) {
+  MaskFields f;
+  if ((bits & AF_VARIANT_MASK_DENSE) && (bits & AF_VARIANT_MASK_BITS)) bits &= ~AF_VARIANT_MASK_BITS;
+  if (bits & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) f.pattern = r.u8();
+  if (bits & kMaskVariants) f.bcast = r.u8() & 0x07;
+  if (bits & AF_VARIANT_BLOCK_SPARSE) f.blocks = r.u8(), f.size = r.u8();
+  return f;
+}
+std::string mask_broadcast_text(uint8_t bits) {
+  std::string t;
+  for (int d = 0; d < 3; ++d)
+    if (bits & (1u << d)) t += "bhi"[d];
+  return t;
+}
+void apply_masks(Case& c, uint32_t bits, const MaskFields& f) {
+  const auto& bs = block_size_menu()[f.size % block_size_menu().size()];
+  (void)set_mask_variants(c, bits, mask_pattern_menu()[f.pattern % mask_pattern_menu().size()],
+                          block_pattern_menu()[f.blocks % block_pattern_menu().size()], mask_broadcast_text(f.bcast),
+                          bs.first, bs.second);
+}
+template <class T>
+uint8_t menu_index(const std::vector<T>& m, const T& x) {
+  return static_cast<uint8_t>(std::find(m.begin(), m.end(), x) - m.begin());
+}
+uint8_t mask_broadcast_bits(const int64_t* st) {
+  uint8_t b = 0;
+  for (int d = 0; d < 3; ++d)
+    if (st[d] == 0) b |= static_cast<uint8_t>(1u << d);
+  return b;
+}
+void write_masks(Writer& w, const Case& c) {
+  const Problem& p = c.problem;
+  const bool custom = p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS);
+  if (custom) w.u8(menu_index(mask_pattern_menu(), c.variants.mask_pattern));
+  if (p.variants & kMaskVariants) w.u8(mask_broadcast_bits(custom ? p.mask_stride : p.block_mask_stride));
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE) {
+    w.u8(menu_index(block_pattern_menu(), c.variants.block_pattern));
+    w.u8(menu_index(block_size_menu(), std::make_pair(p.block_q, p.block_k)));
+  }
+}
+std::string masks_encodable(const Case& c) {
+  const Problem& p = c.problem;
+  const VariantSpec& vs = c.variants;
+  if (!vs.custom_mask.empty() || !vs.block_mask.empty()) return "given mask bytes are not encoded";
+  const uint32_t m = p.variants & kMaskVariants;
+  if (!m) return {};
+  auto menu_has = [](const auto& menu, const auto& x) { return std::find(menu.begin(), menu.end(), x) != menu.end(); };
+  const bool custom = m & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS);
+  if (custom && !menu_has(mask_pattern_menu(), vs.mask_pattern)) return "a custom mask pattern outside the fuzz menu";
+  if ((m & AF_VARIANT_BLOCK_SPARSE) && (!menu_has(block_pattern_menu(), vs.block_pattern) ||
+                                        !menu_has(block_size_menu(), std::make_pair(p.block_q, p.block_k))))
+    return "a block pattern or block size outside the fuzz menu";
+  Case want = c;
+  (void)set_mask_variants(want, m, vs.mask_pattern, vs.block_pattern,
+                          mask_broadcast_text(mask_broadcast_bits(custom ? p.mask_stride : p.block_mask_stride)),
+                          p.block_q, p.block_k);
+  if (!std::equal(std::begin(want.problem.mask_stride), std::end(want.problem.mask_stride), std::begin(p.mask_stride)) ||
+      !std::equal(std::begin(want.problem.block_mask_stride), std::end(want.problem.block_mask_stride),
+                  std::begin(p.block_mask_stride)))
+    return "mask strides other than contiguous with broadcast dimensions";
+  return {};
+}
+
 int64_t read_len(Reader& r, int64_t max) {
   const uint8_t t = r.u8();
   const int64_t x = t < kRaw ? length_menu()[t % length_menu().size()]
@@ -559,7 +643,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   }
   // Score variants (issue 28): the last field. Bits outside the limits' set are dropped; none with a sequence layout.
   const uint8_t vb = r.u8();
-  uint32_t bits = (vb & 0x0f) & lim.variants;
+  uint32_t bits = (vb & 0x7f) & lim.variants;
   float softcap = 30.0f;
   uint8_t bcast = 0;
   if (vb & 0x0f & AF_VARIANT_SOFTCAP) {
@@ -572,8 +656,10 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     bcast = r.u8() & 0x0f;
     c.variants.bias_range = bias_range_menu()[r.u8() % bias_range_menu().size()];
   }
+  const MaskFields mf = read_masks(r, bits);
   if (has_sequences(c.problem)) bits = 0;
-  (void)set_variants(c, bits, softcap, broadcast_text(bcast));
+  (void)set_variants(c, bits & kScoreVariants, softcap, broadcast_text(bcast));
+  if (bits & kMaskVariants) apply_masks(c, bits & kMaskVariants, mf);
   if (!(bits & AF_VARIANT_SINK)) c.variants.sink_range = 2;
   if (!(bits & AF_VARIANT_BIAS)) c.variants.bias_range = 1;
   // Dropout (issue 29): appended after the score variants (absent = none, so earlier inputs decode as before): a
@@ -696,7 +782,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
   if (dout)
     for (float x : c.explicit_values->dout) w.u32(float_bits(x));
   if (p.variants || is_merge(p)) {  // issue 28: absent when the case has none (the bytes of such inputs are unchanged)
-    w.u8(static_cast<uint8_t>(p.variants & 0x0f));
+    w.u8(static_cast<uint8_t>(p.variants & 0x7f));
     if (p.variants & AF_VARIANT_SOFTCAP) {
       const auto& m = softcap_menu();
       auto it = std::find_if(m.begin(), m.end(), [&](float x) { return float_bits(x) == float_bits(p.softcap); });
@@ -715,6 +801,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       w.u8(broadcast_bits(p));
       w.u8(index(bias_range_menu(), c.variants.bias_range));
     }
+    write_masks(w, c);
   }
   // issue 29: dropout, then merged states, each after the fields before it (absent = none); a merge case without
   // dropout writes the dropout byte 0 so that its merge byte lands where the decoder reads it.
@@ -777,6 +864,7 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
                            [](int64_t x) { return x != 0; })) {
       return "bias strides without the bias variant";
     }
+    if (std::string e = masks_encodable(c); !e.empty()) return e;
   }
   if (is_merge(c.problem)) {  // issue 29
     const MergeSpec& m = c.merge;

@@ -46,6 +46,10 @@ const std::vector<uint64_t>& dropout_offset_menu();
 // The broadcast dimensions of a bias as bits (b 1, h 2, i 4, j 8) and back ("bh").
 uint8_t broadcast_bits(const Problem& p);
 std::string broadcast_text(uint8_t bits);
+// Custom masks (issue 28 item 4): the generated mask patterns, block patterns and block sizes (q rows x keys).
+const std::vector<std::string>& mask_pattern_menu();
+const std::vector<std::string>& block_pattern_menu();
+const std::vector<std::pair<int32_t, int32_t>>& block_size_menu();
 // B * Hq * Sq * max(Sk, 1) * max(D, Dv): the cost of one check (FuzzLimits::max_work).
 int64_t work(const Problem& p);
 // Brings a problem inside the limits and the work budget (deterministic; identity for in-limit problems).

@@ -50,10 +50,21 @@ enum Base : uint16_t {
   kBiasBroadcast = 589,
   kAlibiOddHeads = 605,
   kVariantVerdict = 606,
+  // Custom masks (issue 28 item 4): the mask set (dense / bits / block-sparse) 8, the share of the mask_kind
+  // interval they show (0, < 1/4, < 1/2, < 1, 1) 5, rows they hide entirely (none, some, all) 3, the block values
+  // present (empty / full / partial) 8, broadcast dimensions (b, h, i) 8, a bit row of Sk % 8 != 0 keys 1, each mask
+  // variant x pass / fail 6
+  kMaskSet = 614,
+  kMaskShare = 622,
+  kMaskHiddenRows = 627,
+  kBlockValues = 630,
+  kMaskBroadcast = 638,
+  kBitsOddRow = 646,
+  kMaskVerdict = 647,
   // Dropout (issue 29): generator 2 x p regime (0, < 0.3, < 0.9, >= 0.9) 4, an offset whose counters cross 2^32 1
-  kDropout = 614,
-  kDropoutWrap = 622,
-  kEnd = 623,
+  kDropout = 653,
+  kDropoutWrap = 661,
+  kEnd = 662,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -164,6 +175,34 @@ CaseFeatures case_features(const Case& c, const Tensors& t) {
 }
 
 namespace {
+// The custom-mask features of a dense case (kMaskSet ..): visibility counted over every (b, h, i, j).
+template <class Add>
+void mask_features(const Problem& p, const Tensors& t, Add& add) {
+  add(kMaskSet + static_cast<int>((p.variants >> 4) & 7));
+  const VariantInputs in = t.variant_inputs();
+  int64_t interval = 0, shown = 0, hidden_rows = 0, rows = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeyRange kr = visible_keys(p, i);
+        if (kr.empty()) continue;
+        int64_t n = 0;
+        for (int64_t j = kr.first; j < kr.last; ++j) n += custom_visible(p, in, b, h, i, j);
+        interval += kr.last - kr.first, shown += n, ++rows, hidden_rows += n == 0;
+      }
+  const double share = interval ? static_cast<double>(shown) / static_cast<double>(interval) : 1.0;
+  add(kMaskShare + (shown == 0 ? 0 : share < 0.25 ? 1 : share < 0.5 ? 2 : share < 1 ? 3 : 4));
+  add(kMaskHiddenRows + (hidden_rows == 0 ? 0 : hidden_rows < rows ? 1 : 2));
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE) {
+    int seen = 0;
+    for (uint8_t v : t.block_mask) seen |= v <= kBlockPartial ? 1 << v : 0;
+    add(kBlockValues + seen);
+  }
+  const int64_t* st = (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) ? p.mask_stride : p.block_mask_stride;
+  add(kMaskBroadcast + (st[0] == 0) + 2 * (st[1] == 0) + 4 * (st[2] == 0));
+  if ((p.variants & AF_VARIANT_MASK_BITS) && p.seq_k % 8) add(kBitsOddRow);
+}
+
 CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
   CaseFeatures f;
   const Problem& p = c.problem;
@@ -271,6 +310,7 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
   f.pass = static_cast<int>(c.pass);
   add(kPass + f.pass * 3 + f.fully_masked);
   f.variants = p.variants & 0x0f;
+  f.mask_variants = (p.variants >> 4) & 7;
   if (f.variants) {
     add(kVariants + static_cast<int>(f.variants));
     if (p.variants & AF_VARIANT_SOFTCAP) {
@@ -296,6 +336,7 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
     const uint64_t last = p.dropout_offset + static_cast<uint64_t>(p.batch * p.heads_q) * 32;
     if ((p.dropout_offset >> 32) != (last >> 32)) add(kDropoutWrap);
   }
+  if (p.variants & kMaskVariants) mask_features(p, t, add);
   return f;
 }
 
@@ -330,6 +371,9 @@ std::vector<uint16_t> result_features(const CaseFeatures& cf, const CheckResult&
   for (int v = 0; v < 4; ++v)
     if ((cf.variants & (1u << v)) && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail))
       add(kVariantVerdict + v * 2 + (r.verdict == Verdict::kFail));
+  for (int v = 0; v < 3; ++v)
+    if ((cf.mask_variants & (1u << v)) && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail))
+      add(kMaskVerdict + v * 2 + (r.verdict == Verdict::kFail));
   if (r.verdict == Verdict::kFail && !r.tensor.empty() && r.tensor[0] == 'd')
     add(kGradTensor + (r.tensor == "dQ" ? 0 : r.tensor == "dK" ? 1 : 2));
   return ids;

@@ -35,6 +35,7 @@ struct CaseFeatures {
   int dtype = 0;             // af_dtype 0 .. 4
   int pass = 0;              // Pass (fwd, bwd, fwdbwd)
   uint32_t variants = 0;     // score variants (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS)
+  uint32_t mask_variants = 0;  // custom masks: AF_VARIANT_MASK_DENSE / _BITS / _BLOCK_SPARSE >> 4
   std::vector<int> special_kinds;  // index into space::special_kinds() of every placed value
 };
 CaseFeatures case_features(const Case& c, const Tensors& t);

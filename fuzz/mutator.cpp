@@ -177,6 +177,25 @@ SpecialValue random_special(Rng& rng, const Problem& p) {
 
 // One structured change of a case's sequence layout: switch to a layout with a length list of the case space,
 // change one length (zero, one, a tile residue, one long), the page size, order or spare pages, or go dense.
+// Custom masks (issue 28 item 4): the mask bits `bits` with, half of the time, another pattern, block pattern,
+// block size and broadcast from the codec's menus (else the case's own).
+void mutate_masks(Case& c, uint32_t bits, Rng& rng) {
+  const Problem& p = c.problem;
+  std::string pattern = c.variants.mask_pattern, blocks = c.variants.block_pattern;
+  std::pair<int32_t, int32_t> size{p.block_q ? p.block_q : 16, p.block_k ? p.block_k : 16};
+  std::string bcast = (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) ? mask_broadcast(p) : "";
+  if (rng.below(2)) {
+    pattern = mask_pattern_menu()[rng.below(mask_pattern_menu().size())];
+    blocks = block_pattern_menu()[rng.below(block_pattern_menu().size())];
+    size = block_size_menu()[rng.below(block_size_menu().size())];
+    bcast.clear();
+    for (int d = 0; d < 3; ++d)
+      if (rng.below(3) == 0) bcast += "bhi"[d];
+  }
+  if (set_mask_variants(c, bits, pattern, blocks, bcast, size.first, size.second).empty()) return;
+  (void)set_mask_variants(c, 0);  // a shape the masks cannot take: none
+}
+
 void mutate_sequences(Case& c, Rng& rng, const FuzzLimits& lim) {
   Problem& p = c.problem;
   SeqLayout& s = c.seqs;
@@ -575,9 +594,12 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       switch (rng.below(4)) {
         case 0: {
           std::vector<uint32_t> allowed;
-          for (uint32_t bit = 1; bit <= AF_VARIANT_BIAS; bit <<= 1)
+          for (uint32_t bit = 1; bit <= AF_VARIANT_BLOCK_SPARSE; bit <<= 1)
             if (lim_.variants & bit) allowed.push_back(bit);
+          if (allowed.empty()) break;
           bits ^= allowed[rng.below(allowed.size())];
+          if ((bits & AF_VARIANT_MASK_DENSE) && (bits & AF_VARIANT_MASK_BITS))  // exclusive: the new one stays
+            bits &= ~(p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS));
           break;
         }
         case 1:
@@ -590,11 +612,18 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
         default:
           bcast = static_cast<uint8_t>(rng.below(16));
       }
-      if (!has_sequences(p)) (void)set_variants(c, bits & lim_.variants, softcap, broadcast_text(bcast));
+      if (!has_sequences(p)) {
+        (void)set_variants(c, bits & lim_.variants & kScoreVariants, softcap, broadcast_text(bcast));
+        mutate_masks(c, bits & lim_.variants & kMaskVariants, rng);
+      }
       Problem& vp = p;  // the step's problem follows
       vp.variants = c.problem.variants;
       vp.softcap = c.problem.softcap;
       std::copy(std::begin(c.problem.bias_stride), std::end(c.problem.bias_stride), std::begin(vp.bias_stride));
+      std::copy(std::begin(c.problem.mask_stride), std::end(c.problem.mask_stride), std::begin(vp.mask_stride));
+      std::copy(std::begin(c.problem.block_mask_stride), std::end(c.problem.block_mask_stride),
+                std::begin(vp.block_mask_stride));
+      vp.block_q = c.problem.block_q, vp.block_k = c.problem.block_k;
     }
     if (lim_.merge && rng.below(4) == 0) merge_step(c, rng);  // merged states (issue 29)
     if ((lim_.variants & AF_VARIANT_DROPOUT) && !has_sequences(p) && rng.below(4) == 0) {  // dropout (issue 29)

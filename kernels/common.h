@@ -9,6 +9,7 @@
 
 #include "attnfuzz/hip.h"
 #include "attnfuzz/philox.h"
+#include "attnfuzz/custom_mask.h"
 
 // Full unrolling of fixed-count loops over register arrays (keeps them out of local memory on GPUs).
 #if defined(ATTNFUZZ_BACKEND_CPU)
@@ -260,10 +261,18 @@ struct VariantBufs {
   const float* sinks;
   const float* slopes;
   const float* bias;
-  uint8_t* dropout_mask;  // AF_DROPOUT_RNG_EXPORTED: where the keep mask goes (dropout_mask_stride)
+  uint8_t* dropout_mask;       // AF_DROPOUT_RNG_EXPORTED: where the keep mask goes (dropout_mask_stride)
+  const uint8_t* custom_mask;  // custom masks (docs/semantics.md "Custom masks"): attnfuzz/custom_mask.h
+  const uint8_t* block_mask;
 };
 inline VariantBufs variant_bufs(const af_buffers& b) {
-  return VariantBufs{b.sinks, b.alibi_slopes, b.bias, b.dropout_mask};
+  return VariantBufs{b.sinks, b.alibi_slopes, b.bias, b.dropout_mask, b.custom_mask, b.block_mask};
+}
+// Key j of row (b, h, i) is kept by the problem's custom / block mask (always without one); the mask_kind interval
+// is the caller's (row_keys).
+__host__ __device__ inline bool mask_keeps(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h, int64_t i,
+                                           int64_t j) {
+  return af_custom_visible(&p, v.custom_mask, v.block_mask, b, h, i, j) != 0;
 }
 
 // The final score of a visible pair (b, h, i, j) from s = scale q.k: softcap (dcap <- d s_capped / d s =
@@ -302,6 +311,8 @@ __host__ __device__ inline float fold_sink(float sink, float& m, float& l) {
 }
 // The score variants the built-in flash family applies.
 constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+// The custom masks the flash family applies (dense, bit-packed, block-sparse).
+constexpr uint32_t kMaskVariants = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE;
 
 // ---- dropout (docs/semantics.md "Dropout"): keep decisions from attnfuzz/philox.h, FlashAttention's layout ----
 constexpr uint32_t kDropoutRngs = (1u << AF_DROPOUT_RNG_EXPORTED) | (1u << AF_DROPOUT_RNG_PHILOX_FLASH);

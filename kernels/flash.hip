@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(NT)
   __shared__ float q_tile[BM][kMaxD];
   __shared__ float kv_tile[BN][kMaxD];
   __shared__ float s_tile[BM][BN];
+  __shared__ unsigned char keep[BM][BN];  // visible under mask_kind and the custom mask (docs "Custom masks")
   __shared__ float row_m[BM], row_l[BM], row_alpha[BM];
   __shared__ int64_t row_first[BM], row_last[BM];
 
@@ -75,7 +76,8 @@ __global__ void __launch_bounds__(NT)
       const int r = idx / BN, c = idx % BN;
       const int64_t j = n0 + c;
       float s = neg_inf();
-      if (j >= row_first[r] && j < row_last[r]) {
+      keep[r][c] = j >= row_first[r] && j < row_last[r] && mask_keeps(p, vb, b, h, i0 + r, j);
+      if (keep[r][c]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
         s = variant_score(p, vb, b, h, i0 + r, j, score_scale<T>(p) * dot);
@@ -116,7 +118,8 @@ __global__ void __launch_bounds__(NT)
         const int r = idx / (int)Dv, d = idx % (int)Dv;
         const int c_lo = (int)(max64(row_first[r], n0) - n0), c_hi = (int)(min64(row_last[r], n0 + BN) - n0);
         float pv = 0.0f;
-        for (int c = c_lo; c < c_hi; ++c) pv += Elem<T>::round(s_tile[r][c]) * kv_tile[c][d];
+        for (int c = c_lo; c < c_hi; ++c)
+          if (keep[r][c]) pv += Elem<T>::round(s_tile[r][c]) * kv_tile[c][d];  // a hidden v is never read
         acc[e] = acc[e] * row_alpha[r] + pv;
       }
     }
@@ -279,6 +282,7 @@ __global__ void __launch_bounds__(NT)
   __shared__ float v_tile[BN][kMaxD];
   __shared__ float p_tile[BM][BN];
   __shared__ float ds_tile[BM][BN];
+  __shared__ unsigned char keep[BM][BN];  // the pair is visible (mask_kind and custom mask)
   __shared__ float row_lse[BM], row_delta[BM];
   __shared__ int64_t row_first[BM], row_last[BM];
 
@@ -318,7 +322,8 @@ __global__ void __launch_bounds__(NT)
           const int r = idx / BN, c = idx % BN;
           const int64_t j = j0 + c;
           float P = 0.0f, dS = 0.0f, dS_f = 0.0f;
-          if (j >= row_first[r] && j < row_last[r]) {
+          keep[r][c] = j >= row_first[r] && j < row_last[r] && mask_keeps(p, vb, b, h, i0 + r, j);
+          if (keep[r][c]) {
             bwd_pair(p, vb, b, h, i0 + r, j, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c],
                      v_tile[c], row_lse[r], row_delta[r], P, dS, dS_f);
             if (dbias) {  // one writer per element unless the bias is broadcast
@@ -342,7 +347,7 @@ __global__ void __launch_bounds__(NT)
           if (c >= cols) continue;
           float sk = 0.0f, sv = 0.0f;
           for (int r = 0; r < BM; ++r) {
-            if (j < row_first[r] || j >= row_last[r]) continue;  // masked: never reaches a gradient
+            if (!keep[r][c]) continue;  // masked: never reaches a gradient
             if (d < D) sk += ds_tile[r][c] * Elem<T>::load(q[q_row(p, b, i0 + r, h) + d]);
             if (d < Dv) sv += p_tile[r][c] * Elem<T>::load(dout[do_row(p, b, i0 + r, h) + d]);
           }
@@ -355,7 +360,8 @@ __global__ void __launch_bounds__(NT)
             const int64_t d = idx % D;
             if (row_first[r] >= row_last[r]) continue;
             float acc = 0.0f;
-            for (int64_t j = row_first[r]; j < row_last[r]; ++j) acc += ds_tile[r][j - j0] * k_tile[j - j0][d];
+            for (int64_t j = row_first[r]; j < row_last[r]; ++j)
+              if (keep[r][j - j0]) acc += ds_tile[r][j - j0] * k_tile[j - j0][d];
             atomicAdd(&dq[dq_row(p, b, i0 + r, h) + d], p.scale * acc);
           }
         }
@@ -384,6 +390,7 @@ __global__ void __launch_bounds__(NT)
   __shared__ float k_tile[BN][kMaxD];
   __shared__ float v_tile[BN][kMaxD];
   __shared__ float ds_tile[BM][BN];
+  __shared__ unsigned char keep[BM][BN];
   __shared__ float row_lse[BM], row_delta[BM];
   __shared__ int64_t row_first[BM], row_last[BM];
   const int t = threadIdx.x;
@@ -421,7 +428,8 @@ __global__ void __launch_bounds__(NT)
       const int r = idx / BN, c = idx % BN;
       const int64_t j = n0 + c;
       float P = 0.0f, dS = 0.0f, dS_f = 0.0f;
-      if (j >= row_first[r] && j < row_last[r])
+      keep[r][c] = j >= row_first[r] && j < row_last[r] && mask_keeps(p, vb, b, h, i0 + r, j);
+      if (keep[r][c])
         bwd_pair(p, vb, b, h, i0 + r, j, q + q_row(p, b, i0 + r, h), dout + do_row(p, b, i0 + r, h), k_tile[c],
                  v_tile[c], row_lse[r], row_delta[r], P, dS, dS_f);
       ds_tile[r][c] = dS;
@@ -434,7 +442,8 @@ __global__ void __launch_bounds__(NT)
       if (d >= D) continue;
       const int64_t c_lo = max64(row_first[r], n0) - n0, c_hi = min64(row_last[r], n0 + BN) - n0;
       float s = 0.0f;
-      for (int64_t c = c_lo; c < c_hi; ++c) s += ds_tile[r][c] * k_tile[c][d];
+      for (int64_t c = c_lo; c < c_hi; ++c)
+        if (keep[r][c]) s += ds_tile[r][c] * k_tile[c][d];
       acc[e] += s;
     }
     __syncthreads();
@@ -513,8 +522,8 @@ constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
         BWD_DESC,                                                                                          \
         DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
         nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD,    \
-        /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/kScoreVariants | AF_VARIANT_DROPOUT,      \
-        /*dropout_rngs=*/kDropoutRngs                                                                      \
+        /*compute_model=*/0, /*kind=*/0, /*flags=*/0,                                                      \
+        /*variants=*/kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT, /*dropout_rngs=*/kDropoutRngs     \
   }
 
 // Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors.

@@ -113,10 +113,15 @@ void read_sidecar(const fs::path& path, Spec& spec) {
       } else if (key == "softcap") {
         spec.softcap = it->get<float>();
         if (!(*spec.softcap > 0) || !std::isfinite(*spec.softcap)) fail(path.string() + ": softcap must be > 0");
+      } else if (key == "block_size") {
+        const auto v = it->get<std::vector<int64_t>>();
+        if (v.size() != 2 || v[0] < 1 || v[1] < 1 || v[0] > (1 << 20) || v[1] > (1 << 20))
+          fail(path.string() + ": block_size must be [query rows, keys] per block, each in [1, 1048576]");
+        spec.block_size = std::make_pair(static_cast<int32_t>(v[0]), static_cast<int32_t>(v[1]));
       } else if (key == "comment" || key == "variant") {
       } else {
         fail(path.string() + ": unknown key '" + key +
-             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap)");
+             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap, block_size)");
       }
     }
   } catch (const json::exception& e) {
@@ -148,6 +153,7 @@ std::string sidecar_text(const Spec& s) {
   j["compute_model"] = s.compute_model == AF_COMPUTE_FUSED ? "fused" : "unfused";
   j["bf16_raw"] = s.bf16_raw;
   if (s.softcap) j["softcap"] = *s.softcap;
+  if (s.block_size) j["block_size"] = {s.block_size->first, s.block_size->second};
   return j.dump(2) + "\n";
 }
 
@@ -170,7 +176,63 @@ Files files_in(const fs::path& dir) {
   if (fs::exists(dir / "sinks.npy", ec)) f.sinks = dir / "sinks.npy";
   if (fs::exists(dir / "alibi_slopes.npy", ec)) f.alibi_slopes = dir / "alibi_slopes.npy";
   if (fs::exists(dir / "bias.npy", ec)) f.bias = dir / "bias.npy";
+  if (fs::exists(dir / "mask.npy", ec)) f.mask = dir / "mask.npy";
+  if (fs::exists(dir / "mask_bits.npy", ec)) f.mask_bits = dir / "mask_bits.npy";
+  if (fs::exists(dir / "block_mask.npy", ec)) f.block_mask = dir / "block_mask.npy";
   return f;
+}
+
+// A mask file [B|1, Hq|1, rows|1, cols] (cols never broadcast): its bytes (non-zero -> 1 unless `raw`: the values, each
+// 0..255) and the broadcast dimensions ("bhi" subset) of its size-1 dimensions.
+std::vector<uint8_t> read_mask_file(const fs::path& path, const char* name, const int64_t full[4], bool raw,
+                                    std::string& bcast) {
+  Array a = read_array(path, false);
+  bool ok = a.shape.size() == 4 && a.shape[3] == full[3];
+  bcast.clear();
+  for (int d = 0; d < 3 && ok; ++d) {
+    ok = a.shape[static_cast<size_t>(d)] == full[d] || a.shape[static_cast<size_t>(d)] == 1;
+    if (ok && a.shape[static_cast<size_t>(d)] == 1 && full[d] != 1) bcast += "bhi"[d];
+  }
+  if (!ok)
+    fail(std::string("shape mismatch: ") + name + " must be [B|1, Hq|1, " + std::to_string(full[2]) + "|1, " +
+         std::to_string(full[3]) + "] with B, Hq = " + std::to_string(full[0]) + ", " + std::to_string(full[1]) +
+         ", got " + shape_text(a.shape));
+  std::vector<uint8_t> out;
+  out.reserve(a.data.size());
+  for (float x : a.data) {
+    if (raw && !(x >= 0 && x <= 255 && x == std::floor(x))) fail(std::string(name) + " holds a value that is not a byte");
+    out.push_back(raw ? static_cast<uint8_t>(x) : static_cast<uint8_t>(x != 0));
+  }
+  return out;
+}
+
+// Custom masks (issue 28 item 4): mask.npy (dense) or mask_bits.npy (bit-packed), block_mask.npy with the sidecar's
+// block_size; one broadcast for all of them (the first file's).
+void load_masks(const Files& files, const Spec& spec, Problem& p, External& e) {
+  if (!files.mask.empty() && !files.mask_bits.empty()) fail("give mask.npy or mask_bits.npy, not both");
+  std::string bcast, bcast2;
+  if (!files.mask.empty() || !files.mask_bits.empty()) {
+    const bool bits = !files.mask_bits.empty();
+    p.variants |= bits ? AF_VARIANT_MASK_BITS : AF_VARIANT_MASK_DENSE;
+    const int64_t full[4] = {p.batch, p.heads_q, p.seq_q, bits ? (p.seq_k + 7) / 8 : p.seq_k};
+    e.custom_mask = read_mask_file(bits ? files.mask_bits : files.mask, bits ? "mask_bits" : "mask", full, bits, bcast);
+  }
+  if (!files.block_mask.empty()) {
+    p.variants |= AF_VARIANT_BLOCK_SPARSE;
+    const auto bs = spec.block_size.value_or(std::make_pair(128, 128));
+    p.block_q = bs.first, p.block_k = bs.second;
+    const int64_t full[4] = {p.batch, p.heads_q, query_blocks(p), key_blocks(p)};
+    e.block_mask = read_mask_file(files.block_mask, "block_mask", full, true, bcast2);
+    for (uint8_t v : e.block_mask)
+      if (v > kBlockPartial) fail("block_mask holds a value other than 0 (empty), 1 (full), 2 (partial)");
+    if (!e.custom_mask.empty() && bcast != bcast2)
+      fail("mask and block_mask broadcast different dimensions ('" + bcast + "' and '" + bcast2 + "')");
+    bcast = bcast2;
+  }
+  if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS))
+    if (std::string err = set_mask_strides(p, bcast); !err.empty()) fail(err);
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE)
+    if (std::string err = set_block_mask_strides(p, bcast); !err.empty()) fail(err);
 }
 
 External load_external(const Files& files, const Spec& spec) {
@@ -307,7 +369,8 @@ External load_external(const Files& files, const Spec& spec) {
     if (std::string err = set_bias_strides(p, bcast); !err.empty()) fail(err);
     e.bias = std::move(a.data);
   }
-  if (p.variants) e.notes.push_back("score variants " + variant_names(p.variants) + " from the input files / sidecar");
+  load_masks(files, spec, p, e);
+  if (p.variants) e.notes.push_back("variants " + variant_names(p.variants) + " from the input files / sidecar");
   if (std::string err = validate(p); !err.empty()) fail("invalid problem: " + err);
   e.problem = p;
   e.label = "npy:" + files.o.parent_path().string();
@@ -321,6 +384,8 @@ Case case_of(const External& e) {
   c.variants.sinks = e.sinks;  // score variants: the files' values
   c.variants.alibi_slopes = e.alibi_slopes;
   c.variants.bias = e.bias;
+  c.variants.custom_mask = e.custom_mask;
+  c.variants.block_mask = e.block_mask;
   return c;
 }
 

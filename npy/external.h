@@ -39,6 +39,8 @@ struct Spec {
                                                // the wider bound, for code of unknown structure)
   bool bf16_raw = false;       // 16-bit integer arrays hold bfloat16 bits
   std::optional<float> softcap;  // score variant (issue 28): s <- softcap tanh(s / softcap), > 0
+  std::optional<std::pair<int32_t, int32_t>> block_size;  // block_mask.npy's (query rows, keys) per block; default
+                                                          // 128 x 128 (FlexAttention's BLOCK_SIZE)
 };
 // Flags given on the command line (each overrides the sidecar).
 struct Overrides {
@@ -65,6 +67,10 @@ struct Files {
   // Score variants (issue 28), each optional: sinks [Hq], alibi_slopes [Hq], bias [B|1, Hq|1, Sq|1, Sk|1] (that
   // order in every layout; a dimension of size 1 is broadcast).
   std::filesystem::path sinks, alibi_slopes, bias;
+  // Custom masks (issue 28 item 4), each optional: mask [B|1, Hq|1, Sq|1, Sk] (bool / uint8 / float, non-zero =
+  // visible), mask_bits [B|1, Hq|1, Sq|1, ceil(Sk / 8)] uint8 (FlashInfer's packing, bit j % 8 of byte j / 8),
+  // block_mask [B|1, Hq|1, ceil(Sq / bq), ceil(Sk / bk)] (0 empty, 1 full, 2 partial).
+  std::filesystem::path mask, mask_bits, block_mask;
 };
 // DIR/q.npy, k.npy, v.npy, o.npy and lse.npy when present; do.npy, dq.npy, dk.npy, dv.npy when do.npy is;
 // sinks.npy, alibi_slopes.npy, bias.npy when present.
@@ -76,9 +82,13 @@ struct External {
   std::vector<float> q, k, v, o, lse;  // lse empty when no LSE file was given
   std::vector<float> dout, dq, dk, dv;  // backward files ([B, S, H, D] like o, q, k, v); empty without do.npy
   std::vector<float> sinks, alibi_slopes, bias;  // score variants' values (problem.variants says which)
+  std::vector<uint8_t> custom_mask, block_mask;  // custom masks' bytes (contiguous strides, broadcast dims 0)
   VariantInputs variant_inputs() const {
-    return {sinks.empty() ? nullptr : sinks.data(), alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
-            bias.empty() ? nullptr : bias.data()};
+    return {.sinks = sinks.empty() ? nullptr : sinks.data(),
+            .alibi_slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
+            .bias = bias.empty() ? nullptr : bias.data(),
+            .custom_mask = custom_mask.empty() ? nullptr : custom_mask.data(),
+            .block_mask = block_mask.empty() ? nullptr : block_mask.data()};
   }
   int32_t compute_dtype = 0;
   int32_t compute_model = AF_COMPUTE_UNFUSED;

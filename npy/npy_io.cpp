@@ -21,6 +21,8 @@ const char* stored_name(Stored s) {
       return "float16";
     case Stored::kBF16Raw:
       return "bfloat16 (raw 16-bit)";
+    case Stored::kU8:
+      return "bool / uint8";
     case Stored::kF64:
       return "float64";
   }
@@ -200,6 +202,9 @@ Array read_array(const std::filesystem::path& path, bool bf16_raw) {
       a.f64_inexact |= !(static_cast<double>(y) == x) && !std::isnan(x);
       a.data.push_back(y);
     }
+  } else if (t == "|b1" || t == "|u1") {  // masks: bool or uint8, exact as floats
+    a.stored = Stored::kU8;
+    for (uint8_t x : row_major<uint8_t>(std::move(f))) a.data.push_back(static_cast<float>(x));
   } else if (t == "<f2") {
     a.stored = Stored::kF16;
     for (uint16_t h : row_major<uint16_t>(std::move(f))) a.data.push_back(f16_bits_to_float(h));

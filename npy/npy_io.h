@@ -15,7 +15,7 @@ class NpyError : public std::runtime_error {
 };
 
 // Element type as stored in the file.
-enum class Stored { kF32, kF16, kBF16Raw, kF64 };
+enum class Stored { kF32, kF16, kBF16Raw, kF64, kU8 };  // kU8: bool / uint8 (masks)
 const char* stored_name(Stored s);  // "float32", "float16", "bfloat16 (raw 16-bit)", "float64"
 
 struct Array {

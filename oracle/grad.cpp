@@ -126,6 +126,7 @@ struct RowBuf {
   std::vector<double> P, dP, eP, edP, s, dsc, edsc;
   oracle_detail::RowWork mp;
   std::vector<double> dq_val, dq_err, dq_mag;
+  std::vector<unsigned char> hidden;  // custom-mask hidden keys of the row (oracle_detail::custom_keys)
 };
 
 struct Counters {
@@ -149,7 +150,9 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   const int64_t D = p.head_dim, Dv = p.head_dim_v, hk = kv_head(p, h);
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
   const bool want_dq = S.q_pick[static_cast<size_t>(i)] != 0;
-  const KeyRange kr = visible_keys(p, i);
+  // Custom masks: the shown keys only; a row they hide entirely is an empty row (README "Custom masks").
+  const KeyRange kr = oracle_detail::custom_keys(p, S.vars, b, h, i, visible_keys(p, i), rb.hidden);
+  auto hidden = [&](size_t jj) { return !rb.hidden.empty() && rb.hidden[jj]; };
   const size_t qi = R.dq_at(b, i, h, 0);
   if (want_dq) {
     R.q_computed[static_cast<size_t>((b * p.seq_q + i) * p.heads_q + h)] = 1;
@@ -179,7 +182,10 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   std::string why;
   if (!info.inside_contract()) why = std::string("forward row ") + contract_reason_text(info.contract);
   if (why.empty() && info.kind == RowKind::kFullyMasked) why = "every visible score is -inf (an infinite q or k)";
-  const int64_t nbad = kf.bad_prefix[static_cast<size_t>(kr.last)] - kf.bad_prefix[static_cast<size_t>(kr.first)];
+  int64_t nbad = kf.bad_prefix[static_cast<size_t>(kr.last)] - kf.bad_prefix[static_cast<size_t>(kr.first)];
+  for (int64_t j = kr.first; j < kr.last && nbad > 0 && !rb.hidden.empty(); ++j)  // a hidden key is never read
+    if (hidden(static_cast<size_t>(j - kr.first)))
+      nbad -= kf.bad_prefix[static_cast<size_t>(j + 1)] - kf.bad_prefix[static_cast<size_t>(j)];
   if (why.empty() && nbad > 0) why = "a visible k or v holds an infinity";
   double qsum = 0, dosum = 0, domax = 0;
   for (int64_t d = 0; d < D && why.empty(); ++d) {
@@ -239,6 +245,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     r.scale = p.scale;
     r.softcap = vr.softcap, r.bias = vr.bias, r.bias_j = vr.bias_j, r.alibi = vr.alibi, r.slope = vr.slope;
     r.diag = vr.diag, r.has_sink = vr.has_sink, r.sink = vr.sink, r.keep = vr.keep, r.drop_p = vr.drop_p;
+    if (!rb.hidden.empty()) r.hidden = rb.hidden.data();
     auto& w = rb.mp;
     for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho, &w.dscale, &w.extra}) x->assign(static_cast<size_t>(n), 0.0);
     w.nonfinite.assign(static_cast<size_t>(n), 0);
@@ -246,6 +253,10 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     w.addmax = 0;
     for (auto* x : {&w.o, &w.swa, &w.o_err, &w.soft, &w.acc_hi, &w.acc_lo}) x->assign(static_cast<size_t>(Dv), 0.0);
     for (int64_t jj = 0; jj < n; ++jj) {
+      if (hidden(static_cast<size_t>(jj))) {  // weight exactly 0 in mp_row
+        w.nonfinite[static_cast<size_t>(jj)] = 1;
+        continue;
+      }
       double dd, aa;
       dot_abs(qrow, kbase + (kr.first + jj) * kst, D, dd, aa);
       w.a[static_cast<size_t>(jj)] = aa;
@@ -287,6 +298,10 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     for (int64_t t = 0; t < nwork; ++t) {
       const int64_t j = all_j ? kr.first + t : *(kb + t);
       const size_t jj = static_cast<size_t>(j - kr.first);
+      if (hidden(jj)) {  // P = 0 exactly: no dS, no dV contribution, no error
+        rb.P[jj] = rb.dP[jj] = rb.eP[jj] = rb.edP[jj] = rb.edsc[jj] = 0, rb.dsc[jj] = 1, rb.s[jj] = -kInf;
+        continue;
+      }
       const float* kj = kbase + j * kst;
       const float* vj = vbase + j * vst;
       double dot, a, dp, bsum;
@@ -387,6 +402,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     for (int64_t t = 0; t < nwork; ++t) {
       const int64_t j = all_j ? kr.first + t : *(kb + t);
       const size_t jj = static_cast<size_t>(j - kr.first);
+      if (hidden(jj)) continue;
       const double P = rb.P[jj], dp = rb.dP[jj], eP = rb.eP[jj], edP = rb.edP[jj];
       const double diff = dp - delta;
       const double dS_f = P * diff;

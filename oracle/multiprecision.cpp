@@ -65,6 +65,7 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
   std::vector<Real> acc(static_cast<size_t>(r.Dv), Real(0));
   const Real keep_scale = Real(1) / (Real(1) - Real(r.drop_p));  // dropout (README "Dropout")
   for (int64_t j = 0; j < n; ++j) {
+    if (!r.shown(r.first + j)) continue;  // hidden by the custom mask: v never read
     const float* vj = r.v + (r.first + j) * r.v_row;
     // A dropped weight is a weight of 0: 0 * NaN = NaN still reaches O (docs/semantics.md "NaN and Inf").
     const Real ej = !r.keep ? e[j] : r.keep[r.first + j] ? Real(e[j] * keep_scale) : Real(0);

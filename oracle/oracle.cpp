@@ -104,6 +104,10 @@ void score_pass(const RowRef& r, const HeadFacts& hf, bool q_nonfinite, const do
   for (int64_t jj = 0; jj < n; ++jj) {
     const int64_t j = r.first + jj;
     const float* kj = r.k + j * r.k_row;
+    if (!r.shown(j)) {  // hidden by the custom mask: weight exactly 0, like a key outside the interval
+      w.s_hi[jj] = -kInf, w.s_lo[jj] = 0, w.a[jj] = 0, w.nonfinite[jj] = 1;
+      continue;
+    }
     if (q_nonfinite || hf.kbad[j]) {
       // IEEE double: products of fp32 are exact and finite sums cannot overflow, so the class of the
       // result (+-inf / NaN) is the extended-real one.
@@ -169,6 +173,10 @@ void apply_variants(const RowRef& r, RowWork& w, const BoundModel& M) {
     double hi = w.s_hi[jj], lo = w.s_lo[jj];
     double dscale = 1, extra = 0;
     w.raw_bad[jj] = 0;
+    if (!r.shown(j)) {  // hidden: stays -inf, no softcap or bias applies
+      w.dscale[jj] = 1, w.extra[jj] = 0;
+      continue;
+    }
     if (r.softcap > 0) {
       const double cap = r.softcap;
       const double raw = hi + lo;
@@ -268,6 +276,7 @@ void fast_row(const RowRef& r, RowWork& w) {
   double* __restrict al = w.acc_lo.data();
   double* __restrict swa = w.swa.data();
   for (int64_t j = 0; j < n; ++j) {
+    if (!r.shown(r.first + j)) continue;  // hidden by the custom mask: its v is never read (an inf v is no NaN)
     const double wj = w.w[j] * r.keep_at(r.first + j);  // dropout: kept weights scaled (one double rounding)
     const double whi = truncate_bits<24>(wj), wlo = wj - whi;  // whi * v is exact (24 x 24 bits)
     const float* __restrict vj = r.v + (r.first + j) * r.v_row;
@@ -459,7 +468,9 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     if (info.inside_contract())
       R.lse_bound[li] = opts.safety_factor * kU * (opts.model.c_arg * (2 * std::fabs(sink) + 1) + opts.model.c_exp);
   };
-  const KeyRange kr = visible_keys(p, s);
+  // Custom masks: the interval trimmed to the shown keys; a row whose keys the custom mask all hides is fully
+  // masked exactly like an empty causal row (docs/semantics.md "Custom masks").
+  const KeyRange kr = oracle_detail::custom_keys(p, S.vars, b, h, s, visible_keys(p, s), w.hidden);
   if (kr.empty()) return has_sink ? fill_sink_only() : fill(0.0, -kInf, RowKind::kFullyMasked);
   RowRef r;
   r.q = S.q + q_index(p, b, s, h, 0);
@@ -469,6 +480,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   r.v_row = p.v_stride[1];
   r.first = kr.first;
   r.last = kr.last;
+  if (!w.hidden.empty()) r.hidden = w.hidden.data();
   r.D = p.head_dim;
   r.Dv = Dv;
   r.scale = p.scale;
@@ -535,7 +547,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   } else if (sc > 1) {
     const double kcap = kRange / std::sqrt(sc);
     for (int64_t j = kr.first; j < kr.last && info.contract == ContractReason::kInside; ++j)
-      for (int64_t d = 0; d < p.head_dim; ++d) {
+      for (int64_t d = 0; d < p.head_dim && r.shown(j); ++d) {
         const double x = std::fabs(static_cast<double>(r.k[j * r.k_row + d]));
         if (std::isfinite(x) && x > kcap) {
           info.contract = ContractReason::kScoreRange;
@@ -550,7 +562,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     // before normalising: outside the contract, as in a normal row.
     if (!nan_row && info.contract == ContractReason::kInside)
       for (int64_t j = kr.first; j < kr.last; ++j)
-        if (hf.vinf[static_cast<size_t>(j)]) {
+        if (r.shown(j) && hf.vinf[static_cast<size_t>(j)]) {  // a hidden key's v is never read
           info.contract = ContractReason::kValueRange;
           info.contract_value = kInf;
           break;
@@ -564,7 +576,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     constexpr double kHalfRange = 0x1p15;
     double big = std::max(sc * amax, qmax);
     for (int64_t j = kr.first; j < kr.last; ++j)
-      for (int64_t d = 0; d < p.head_dim; ++d) {
+      for (int64_t d = 0; d < p.head_dim && r.shown(j); ++d) {
         const double x = r.k[j * r.k_row + d];
         if (std::isfinite(x)) big = std::max(big, std::fabs(x));
       }
@@ -614,7 +626,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
       info.contract_value = hf.vmax * std::fabs(static_cast<double>(p.o_scale));
     }
     for (int64_t j = r.first; j < r.last && info.contract == ContractReason::kInside; ++j)
-      if (hf.vinf[static_cast<size_t>(j)]) {  // README: a visible infinite v is outside the fp32 contract
+      if (r.shown(j) && hf.vinf[static_cast<size_t>(j)]) {  // README: a visible infinite v is outside the fp32 contract
         info.contract = ContractReason::kValueRange;
         info.contract_value = kInf;
       }
@@ -623,7 +635,8 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     if (static_cast<double>(r.last - r.first) * hf.vmax > kRange) {
       for (int64_t d = 0; d < Dv && info.contract == ContractReason::kInside; ++d) {
         double sum = 0;
-        for (int64_t j = r.first; j < r.last; ++j) sum += std::fabs(static_cast<double>(r.v[j * r.v_row + d]));
+        for (int64_t j = r.first; j < r.last; ++j)
+          if (r.shown(j)) sum += std::fabs(static_cast<double>(r.v[j * r.v_row + d]));
         if (sum > kRange) {
           info.contract = ContractReason::kValueRange;
           info.contract_value = sum;
@@ -717,9 +730,11 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
     throw std::invalid_argument("oracle: variant " + variant_names(p.variants & ~kCheckedVariants) + " is not checked");
   if (((p.variants & AF_VARIANT_SINK) && !vars.sinks) || ((p.variants & AF_VARIANT_ALIBI) && !vars.alibi_slopes) ||
       ((p.variants & AF_VARIANT_BIAS) && !vars.bias && bias_elements(p) > 0) ||
-      ((p.variants & AF_VARIANT_DROPOUT) && !vars.dropout_keep && p.seq_k > 0))
+      ((p.variants & AF_VARIANT_DROPOUT) && !vars.dropout_keep && p.seq_k > 0) ||
+      ((p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) && !vars.custom_mask && custom_mask_bytes(p) > 0) ||
+      ((p.variants & AF_VARIANT_BLOCK_SPARSE) && !vars.block_mask && block_mask_bytes(p) > 0))
     throw std::invalid_argument("oracle: the problem uses variant " + variant_names(p.variants) +
-                                " but its values (sinks / ALiBi slopes / bias / dropout keep mask) were not given");
+                                " but its values (sinks / ALiBi slopes / bias / dropout keep mask / masks) were not given");
   OracleOptions opts_v = opts_in;
   if (p.variants) opts_v.baseline = false;  // the plain fp32 reference knows no variant
   const OracleOptions& opts = opts_v;
@@ -834,5 +849,22 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   R.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return R;
 }
+
+namespace oracle_detail {
+
+KeyRange custom_keys(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i, KeyRange kr,
+                     std::vector<unsigned char>& hidden) {
+  hidden.clear();
+  if (!(p.variants & kMaskVariants) || kr.empty()) return kr;
+  int64_t first = kr.last, last = kr.first;
+  for (int64_t j = kr.first; j < kr.last; ++j)
+    if (custom_visible(p, in, b, h, i, j)) first = std::min(first, j), last = j + 1;
+  if (first >= last) return {0, 0};
+  hidden.resize(static_cast<size_t>(last - first));
+  for (int64_t j = first; j < last; ++j) hidden[static_cast<size_t>(j - first)] = !custom_visible(p, in, b, h, i, j);
+  return {first, last};
+}
+
+}  // namespace oracle_detail
 
 }  // namespace attnfuzz

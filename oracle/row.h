@@ -25,6 +25,10 @@ struct RowRef {
   bool alibi = false;
   double slope = 0;
   int64_t diag = 0;             // i + off (off of the mask alignment)
+  // Custom masks (docs/semantics.md "Custom masks"): hidden[j - first] != 0 for a key of [first, last) the custom
+  // or block mask hides; nullptr: every key of the interval is visible.
+  const unsigned char* hidden = nullptr;
+  bool shown(int64_t j) const { return !hidden || !hidden[j - first]; }
   bool has_sink = false;        // a sink logit other than -inf
   double sink = 0;
   // Dropout (docs/semantics.md "Dropout"): the row's keep mask (key j at keep[j]); a kept weight is multiplied by
@@ -56,6 +60,7 @@ struct RowWork {
   std::vector<double> dscale;            // d s_final / d s_raw (softcap: 1 - tanh^2; else 1)
   std::vector<double> extra;             // u-multiples of the kernel's extra score error (tanh, additions)
   std::vector<unsigned char> raw_bad;    // the raw score was not finite (softcap made it +-cap)
+  std::vector<unsigned char> hidden;     // custom_keys' keys the custom mask hides (empty: none)
   double var_big = 0;                    // max |bias|, |alibi|, |final score| over the finite keys (contract)
   double var_own = 0;                    // the fast path's own absolute score error from the variants (tanh)
   double addmax = 0;                     // max |softcapped score| + |bias| + |alibi| (multiprecision error)
@@ -72,6 +77,12 @@ struct RowWork {
   std::vector<double> rho, soft;
   std::vector<double> acc_hi, acc_lo;
 };
+
+// The keys of row (b, h, i) under its custom / block mask (kr: the row's mask_kind interval): the interval trimmed
+// to its first and last shown key (empty when the custom mask hides every key), hidden[j - first] set for the
+// keys inside it that the custom mask hides. Without a mask variant: kr unchanged and hidden left empty.
+KeyRange custom_keys(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i, KeyRange kr,
+                     std::vector<unsigned char>& hidden);
 
 // Multiprecision value path: fills w, o, swa, o_err, m, L, lse, lse_err from s_hi/s_lo/nonfinite (rows
 // here have at least one finite score and no NaN / +inf score). Returns the bits actually used.

@@ -149,6 +149,23 @@ rc::Gen<SpecialValue> gen_special(ValueDomain domain) {
       in_range(1, 3));
 }
 
+// Custom masks (issue 28 item 4): none / dense / bits (those allowed), block-sparse or not, a pattern, block pattern
+// and size, a broadcast; each shrinking toward the first option.
+void gen_masks(Case& c, uint32_t allowed) {
+  std::vector<uint32_t> custom = {0};
+  for (uint32_t bit : {AF_VARIANT_MASK_DENSE, AF_VARIANT_MASK_BITS})
+    if (allowed & bit) custom.push_back(bit);
+  uint32_t bits = *element_of(custom);
+  if ((allowed & AF_VARIANT_BLOCK_SPARSE) && *element_of(std::vector<bool>{false, true})) bits |= AF_VARIANT_BLOCK_SPARSE;
+  if (!bits) return;
+  const std::string pattern = *element_of(std::vector<std::string>{"random:0.5", "rows:0.6", "random:0.1", "ones", "causal"});
+  const std::string blocks = *element_of(std::vector<std::string>{"mixed", "empty-some", "partial", "full"});
+  const auto size = *element_of(std::vector<std::pair<int32_t, int32_t>>{{16, 16}, {4, 8}, {1, 1}, {32, 64}});
+  const std::string bcast = *element_of(std::vector<std::string>{"", "h", "b", "i", "bh"});
+  if (std::string e = set_mask_variants(c, bits, pattern, blocks, bcast, size.first, size.second); !e.empty())
+    throw std::logic_error(e);
+}
+
 rc::Gen<Case> gen_case(const CaseLimits& limits) {
   return rc::gen::exec([limits]() {
     // Heads (MHA / GQA / MQA from the case space) and batch, with min_bh <= B * Hq <= max_bh.
@@ -208,7 +225,8 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
       }
     }
     c.pass = limits.pass;
-    if (limits.variants) {
+    if (limits.variants & kMaskVariants) gen_masks(c, limits.variants);
+    if (limits.variants & kScoreVariants) {
       uint32_t bits = 0;
       for (uint32_t bit = 1; bit <= AF_VARIANT_BIAS; bit <<= 1)
         if ((limits.variants & bit) && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
@@ -216,7 +234,15 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
       const float cap = *element_of(std::vector<float>{30.0f, 5.0f, 1.0f, 50.0f});
       c.variants.sink_range = *element_of(std::vector<double>{2, 0.5, 10});
       const std::string bcast = *element_of(std::vector<std::string>{"", "b", "h", "bh", "i", "j"});
+      const Case masked = c;  // set_variants keeps the score bits only: the masks drawn above stay
       if (std::string e = set_variants(c, bits, cap, bcast); !e.empty()) throw std::logic_error(e);
+      if (masked.problem.variants & kMaskVariants) {
+        c.problem.variants |= masked.problem.variants & kMaskVariants;
+        for (int d = 0; d < 3; ++d)
+          c.problem.mask_stride[d] = masked.problem.mask_stride[d],
+          c.problem.block_mask_stride[d] = masked.problem.block_mask_stride[d];
+        c.problem.block_q = masked.problem.block_q, c.problem.block_k = masked.problem.block_k;
+      }
     }
     if (limits.variants & AF_VARIANT_DROPOUT) {  // issue 29: p, generator, seed, offset (shrinking toward the first)
       const double drop_p = *element_of(std::vector<double>{0.1, 0.0, 0.5, 0.9, 0.999});

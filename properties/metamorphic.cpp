@@ -638,6 +638,8 @@ void prop_merge(const KernelEntry& k, const Case& c) {
     return;
   assert_relation(k, a, b, rows, false, true,
                   empty ? "the states and one more empty state against the states alone" : "the merge at other split points");
+}
+
 // Dropout (issue 29): p = 0 against no dropout (within the bounds); the same case twice (bitwise).
 void prop_dropout(const KernelEntry& k, const Case& c) {
   const Problem& p = c.problem;
@@ -655,12 +657,74 @@ void prop_dropout(const KernelEntry& k, const Case& c) {
   return assert_relation(k, c, c, rows, true, true, "the same dropout seed and offset twice (bitwise)");
 }
 
+// Custom-mask identities (issue 28 item 4): one relation per case, among those the kernel's variants allow. Masks of
+// the same pattern text and seed are the same pattern (generate_custom_mask draws the same numbers for both kinds).
+void prop_masks(const KernelEntry& k, const Case& c) {
+  const Problem& p = c.problem;
+  const uint32_t kv = k.kernel.variants;
+  constexpr uint32_t kCustom = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS;
+  Case plain = c;  // the case without custom masks
+  (void)set_mask_variants(plain, 0);
+  auto with = [&](const Case& base, uint32_t bits, const std::string& pattern, const std::string& blocks) {
+    Case x = base;
+    if (std::string e = set_mask_variants(x, bits, pattern, blocks, "", p.block_q ? p.block_q : 16,
+                                          p.block_k ? p.block_k : 16);
+        !e.empty())
+      throw std::logic_error(e);
+    return x;
+  };
+  std::vector<int> rel;
+  if (kv & AF_VARIANT_MASK_DENSE) rel.push_back(0);
+  // Special values are placed by the case's mask_kind: mask none and causal-br would place them differently.
+  if ((kv & AF_VARIANT_MASK_DENSE) && c.values.specials.empty()) rel.push_back(1);
+  if ((kv & AF_VARIANT_MASK_DENSE) && (kv & AF_VARIANT_MASK_BITS)) rel.push_back(2);
+  if ((kv & AF_VARIANT_BLOCK_SPARSE) && (p.variants & kCustom)) rel.push_back(3), rel.push_back(4);
+  if (rel.empty()) return;
+  const int r = rel[*index_below(rel.size())];
+  std::vector<bool> keep(static_cast<size_t>(p.seq_q), true);
+  const std::vector<RowPair> rows = identity_rows(p, keep);
+  if (r == 0) {  // a dense mask of ones = no custom mask
+    const Case a = with(plain, AF_VARIANT_MASK_DENSE, "ones", "mixed");
+    if (!supported(k, a.problem)) return;
+    return assert_relation(k, a, plain, rows, false, true, "a dense mask of ones against no custom mask");
+  }
+  if (r == 1) {  // the causal pattern under mask none = mask causal-br
+    Case none = plain;
+    (void)parse_mask("none", none.problem);
+    const Case a = with(none, AF_VARIANT_MASK_DENSE, "causal", "mixed");
+    Case b = none;
+    (void)parse_mask("causal-br", b.problem);
+    if (!supported(k, a.problem) || !supported(k, b.problem)) return;
+    return assert_relation(k, a, b, rows, false, true, "a dense causal pattern against mask causal-br");
+  }
+  const std::string pattern = (p.variants & kCustom) ? c.variants.mask_pattern : "random:0.5";
+  if (r == 2) {  // bits = dense of the same pattern (the block mask, if any, kept)
+    const uint32_t blocks = p.variants & AF_VARIANT_BLOCK_SPARSE;
+    const Case a = with(plain, AF_VARIANT_MASK_BITS | blocks, pattern, c.variants.block_pattern);
+    const Case b = with(plain, AF_VARIANT_MASK_DENSE | blocks, pattern, c.variants.block_pattern);
+    if (!supported(k, a.problem) || !supported(k, b.problem)) return;
+    return assert_relation(k, a, b, rows, false, true, "the bit-packed mask against the dense mask of its pattern");
+  }
+  if (r == 3) {  // a block mask of partial blocks = the custom mask alone
+    const Case a = with(plain, (p.variants & kCustom) | AF_VARIANT_BLOCK_SPARSE, pattern, "partial");
+    const Case b = with(plain, p.variants & kCustom, pattern, "mixed");
+    if (!supported(k, a.problem) || !supported(k, b.problem)) return;
+    return assert_relation(k, a, b, rows, false, true, "a block mask of partial blocks against the custom mask alone");
+  }
+  // a block mask of full blocks = no mask at all (a full block never reads the custom mask)
+  const Case a = with(plain, (p.variants & kCustom) | AF_VARIANT_BLOCK_SPARSE, pattern, "full");
+  if (!supported(k, a.problem)) return;
+  assert_relation(k, a, plain, rows, false, true, "a block mask of full blocks against no custom or block mask");
+}
+
 void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
   switch (p) {
     case Property::kMerge:
       return prop_merge(k, c);
     case Property::kDropout:
       return prop_dropout(k, c);
+    case Property::kMasks:
+      return prop_masks(k, c);
     case Property::kVariants:
       return prop_variants(k, c);
     case Property::kOracle:

@@ -78,6 +78,12 @@ const PropertyInfo kInfo[] = {
     {Property::kDropout, "dropout",
      "for a kernel that declares dropout: dropout with p = 0 equals the case without dropout within bound(A) + "
      "bound(B) (O, LSE); the same case, with the same seed and offset, run twice gives bit-identical O and LSE"},
+    {Property::kMasks, "masks",
+     "for a kernel that declares the custom masks, each identity holds within bound(A) + bound(B) (O, LSE): a dense "
+     "mask of ones equals no custom mask; a dense mask of the bottom-right causal pattern under mask none equals "
+     "mask causal-br; the bit-packed mask equals the dense mask of the same pattern; a block mask of partial blocks "
+     "equals the custom mask alone; a block mask of full blocks equals no mask (a full block never reads the custom "
+     "mask)"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -123,10 +129,13 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       l.min_bh = 2;
       break;
     case Property::kVariants:
-      l.variants = k.variants & kCheckedVariants & ~AF_VARIANT_DROPOUT;
+      l.variants = k.variants & kScoreVariants;
       break;
     case Property::kDropout:
       l.variants = k.variants & AF_VARIANT_DROPOUT;
+      break;
+    case Property::kMasks:
+      l.variants = k.variants & kMaskVariants;
       break;
     default:
       break;
@@ -237,9 +246,14 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
     out.rc_message = "the kernel declares no dropout: not run";
     return out;
   }
-  if (prop == Property::kVariants && !(k.kernel.variants & kCheckedVariants & ~AF_VARIANT_DROPOUT)) {
+  if (prop == Property::kVariants && !(k.kernel.variants & kScoreVariants)) {
     out.passed = true;  // nothing to relate
     out.rc_message = "the kernel declares no score variant: not run";
+    return out;
+  }
+  if (prop == Property::kMasks && !(k.kernel.variants & kMaskVariants)) {
+    out.passed = true;
+    out.rc_message = "the kernel declares no custom mask: not run";
     return out;
   }
   const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);

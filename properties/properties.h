@@ -33,6 +33,8 @@ enum class Property {
   kMerge,            // merge kernels (issue 29): an extra empty state is the identity; other split points (and state
                      // layouts) give the same merged result within the composed bounds
   kDropout,          // dropout with p = 0 equals no dropout; the same (seed, offset) twice gives the same bits (issue 29)
+  kMasks,            // custom-mask identities: all-ones dense = no mask; the causal pattern = mask_kind causal; bits =
+                     // dense of the same pattern; all-partial blocks = the custom mask; all-full = none (issue 28)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

@@ -359,14 +359,16 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   auto* vg = "Score variants (docs/semantics.md \"Variants\")";
   app.add_option("--variant", o.variant,
-                 "score variants of generated cases: sink, softcap, alibi, bias, '+' or ',' separated, or all; with "
-                 "--sweep the variant sweep; a kernel that does not declare one is unsupported")
+                 "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, '+' or "
+                 "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both); with --sweep the "
+                 "variant sweep; a kernel that does not declare one is unsupported")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         uint32_t bits = 0;
         if (t == "all") return {};
         std::string e = parse_variant_names(t, bits);
-        if (e.empty() && (bits & ~kCheckedVariants)) e = "only sink, softcap, alibi and bias are checked";
+        if (e.empty() && (bits & ~kCheckedVariants))
+          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits and block-sparse are checked";
         return e;
       }));
   auto* dg = "Dropout (docs/semantics.md \"Dropout\")";
@@ -404,6 +406,34 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->check(checked_by([](const std::string& t) -> std::string {
         for (char ch : t)
           if (ch != 'b' && ch != 'h' && ch != 'i' && ch != 'j') return "'" + t + "' is not a subset of bhij";
+        return {};
+      }));
+  app.add_option("--mask-pattern", o.mask_pattern,
+                 "with --variant mask-dense / mask-bits: random:D | rows:D (D in [0, 1]; rows: some rows fully "
+                 "masked) | ones | zeros | causal")
+      ->group(vg)
+      ->check(checked_by([](const std::string& t) { return validate_mask_pattern(t, true); }))
+      ->capture_default_str();
+  app.add_option("--block-pattern", o.block_pattern,
+                 "with --variant block-sparse: mixed | full | partial | empty-some | zeros (0 empty, 1 full, 2 partial "
+                 "blocks; a partial block's keys are the custom mask's)")
+      ->group(vg)
+      ->check(checked_by([](const std::string& t) { return validate_mask_pattern(t, false); }))
+      ->capture_default_str();
+  app.add_option("--block-q", o.block_q, "with --variant block-sparse: query rows per block")
+      ->group(vg)
+      ->check(int_range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--block-k", o.block_k, "with --variant block-sparse: keys per block")
+      ->group(vg)
+      ->check(int_range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--mask-broadcast", o.mask_broadcast,
+                 "with a custom or block mask: the dimensions it is broadcast over (stride 0), a subset of bhi")
+      ->group(vg)
+      ->check(checked_by([](const std::string& t) -> std::string {
+        for (char ch : t)
+          if (ch != 'b' && ch != 'h' && ch != 'i') return "'" + t + "' is not a subset of bhi";
         return {};
       }));
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
@@ -480,8 +510,15 @@ std::string apply_variant_options(const CommonOptions& o, Case& c) {
   if (!bits) return {};
   c.variants.sink_range = o.sink_range;
   c.variants.bias_range = o.bias_range;
-  if (std::string e = set_variants(c, bits & ~AF_VARIANT_DROPOUT, o.softcap, o.bias_broadcast); !e.empty()) return e;
-  return (bits & AF_VARIANT_DROPOUT) ? apply_dropout_options(o, c) : std::string();
+  // "all" on one case: the dense custom mask (mask-dense and mask-bits are exclusive; the sweep takes both)
+  const uint32_t one = o.variant == "all" ? bits & ~AF_VARIANT_MASK_BITS : bits;
+  if (std::string e = set_variants(c, one & kScoreVariants, o.softcap, o.bias_broadcast); !e.empty()) return e;
+  if (one & kMaskVariants)
+    if (std::string e = set_mask_variants(c, one & kMaskVariants, o.mask_pattern, o.block_pattern, o.mask_broadcast,
+                                          o.block_q, o.block_k);
+        !e.empty())
+      return e;
+  return (one & AF_VARIANT_DROPOUT) ? apply_dropout_options(o, c) : std::string();
 }
 
 int32_t case_dtype(const CommonOptions& o) {

@@ -50,6 +50,9 @@ struct CommonOptions {
   double dropout = -1;
   std::string dropout_rng = "philox-flash";
   uint64_t dropout_seed = 1, dropout_offset = 0;
+  // Custom masks (--variant mask-dense | mask-bits | block-sparse; case.h set_mask_variants)
+  std::string mask_pattern = "random:0.5", block_pattern = "mixed", mask_broadcast;  // broadcast: subset of "bhi"
+  int32_t block_q = 16, block_k = 16;
   bool quiet = false;
   bool no_reports = false;
   // bounded output (issue 26): failures shown with evidence and a heatmap per kernel x class; the rest counted

@@ -1,7 +1,8 @@
 // ignored_param.cpp - ignored-parameter: the failing output re-judged against the exact result with one of the case's
 // score variants switched off (no sink, no softcap, no ALiBi, no bias) or its parameter replaced by what a kernel
 // that ignores the given buffer uses instead (ALiBi slopes by the power-of-two rule; a bias broadcast over a
-// dimension along which the case's bias has its own values). A match within the bound names the parameter.
+// dimension along which the case's bias has its own values); custom masks: the custom or block mask off, a mask
+// row stride replaced. A match within the bound names the parameter.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,6 +23,86 @@ struct Probe {
 };
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// Both masks off except on the rows they hide entirely (their lse is -inf: a backward that recomputes P from the given
+// lse skips them as empty rows): a dense mask of whole rows, 0 on those rows, 1 elsewhere. Only when such rows exist.
+void hidden_rows_probe(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
+  Probe pr{"the custom / block mask on every row it does not hide entirely (buffers.custom_mask, buffers.block_mask): "
+           "the output is the attention under mask_kind alone with those rows empty",
+           p, t};
+  pr.p.variants = (p.variants & ~kMaskVariants) | AF_VARIANT_MASK_DENSE;
+  if (!set_mask_strides(pr.p, "").empty()) return;
+  pr.t->custom_mask.assign(static_cast<size_t>(custom_mask_bytes(pr.p)), 1);
+  pr.t->block_mask.clear();
+  const VariantInputs in = t.variant_inputs();
+  bool any = false;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const KeyRange kr = visible_keys(p, i);
+        bool shown = false;
+        for (int64_t j = kr.first; j < kr.last && !shown; ++j) shown = custom_visible(p, in, b, h, i, j);
+        if (shown || kr.empty()) continue;
+        any = true;
+        uint8_t* row = pr.t->custom_mask.data() + b * pr.p.mask_stride[0] + h * pr.p.mask_stride[1] + i * pr.p.mask_stride[2];
+        std::fill(row, row + p.seq_k, uint8_t{0});
+      }
+  if (any) out.push_back(std::move(pr));
+}
+
+// Custom masks (docs/semantics.md "Custom masks"): the custom mask off (inside a block-sparse problem: every partial
+// block taken as full), the block mask off, and the custom mask's rows read with another row stride (the contiguous
+// row length, or floor(Sk / 8) bytes for a bit-packed row of Sk % 8 != 0 keys).
+void mask_probes(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
+  constexpr uint32_t kCustom = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS;
+  const bool blocks = p.variants & AF_VARIANT_BLOCK_SPARSE;
+  if (p.variants & kCustom) {
+    Probe pr{blocks ? "the custom mask inside the partial blocks (buffers.custom_mask): the output matches the block "
+                      "mask with every partial block (2) taken as full"
+                    : "the custom mask (buffers.custom_mask): the output is the attention under mask_kind alone",
+             p, std::nullopt};
+    pr.p.variants &= ~kCustom;
+    out.push_back(std::move(pr));
+  }
+  if (blocks) {
+    Probe pr{"the block mask (buffers.block_mask): the output is the attention without its empty and full blocks", p,
+             std::nullopt};
+    pr.p.variants &= ~AF_VARIANT_BLOCK_SPARSE;
+    out.push_back(std::move(pr));
+  }
+  if (blocks && (p.variants & kCustom)) {
+    Probe pr{"the custom and the block mask (buffers.custom_mask, buffers.block_mask): the output is the attention "
+             "under mask_kind alone",
+             p, std::nullopt};
+    pr.p.variants &= ~(kCustom | AF_VARIANT_BLOCK_SPARSE);
+    out.push_back(std::move(pr));
+  }
+  hidden_rows_probe(p, t, out);
+  if (!(p.variants & kCustom) || p.seq_q < 2 || p.mask_stride[2] == 0 || t.custom_mask.empty()) return;
+  const int64_t row = custom_mask_row_bytes(p), given = p.mask_stride[2];
+  std::vector<int64_t> wrong;
+  if (row != given) wrong.push_back(row);
+  if ((p.variants & AF_VARIANT_MASK_BITS) && p.seq_k % 8 != 0 && p.seq_k / 8 > 0) wrong.push_back(p.seq_k / 8);
+  for (int64_t w : wrong) {
+    if (w == given) continue;
+    Probe pr{fmt("mask_stride[2] (the custom mask's row stride, %lld bytes): the output matches its rows read %lld "
+                 "bytes apart",
+                 (long long)given, (long long)w),
+             p, t};
+    // The rows a kernel stepping w bytes reads, repacked at the given stride (bytes past the buffer read as 0).
+    const std::vector<uint8_t>& in = t.custom_mask;
+    std::vector<uint8_t>& m = pr.t->custom_mask;
+    for (int64_t b = 0; b < (p.mask_stride[0] ? p.batch : 1); ++b)
+      for (int64_t h = 0; h < (p.mask_stride[1] ? p.heads_q : 1); ++h)
+        for (int64_t i = 0; i < p.seq_q; ++i)
+          for (int64_t x = 0; x < row; ++x) {
+            const int64_t base = b * p.mask_stride[0] + h * p.mask_stride[1];
+            const int64_t from = base + i * w + x;
+            m[static_cast<size_t>(base + i * given + x)] = from < static_cast<int64_t>(in.size()) ? in[from] : 0;
+          }
+    out.push_back(std::move(pr));
+  }
+}
 
 std::vector<Probe> probes(const Problem& p, const Tensors& t) {
   std::vector<Probe> out;
@@ -61,6 +142,7 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
       out.push_back(std::move(pr));
     }
   }
+  mask_probes(p, t, out);
   return out;
 }
 

@@ -163,6 +163,14 @@ struct VariantSpec {
   std::vector<float> bias;          // bias_elements(problem) floats with bias_stride; empty: uniform in
                                     // [-bias_range, bias_range] from stream (seed, 7)
   double bias_range = 1;            // > 0
+  // Custom masks (docs/semantics.md "Custom masks"): the bytes of buffers.custom_mask (custom_mask_bytes(problem),
+  // with mask_stride; dense: non-zero = visible; bits: FlashInfer's packing) and of buffers.block_mask
+  // (block_mask_bytes(problem), values 0 / 1 / 2). Empty: generated from mask_pattern from stream (seed, 10) and
+  // from block_pattern from stream (seed, 11); both patterns are MaskPattern texts (parse_mask_pattern).
+  std::vector<uint8_t> custom_mask;
+  std::string mask_pattern = "random:0.5";
+  std::vector<uint8_t> block_mask;
+  std::string block_pattern = "mixed";
   bool operator==(const VariantSpec&) const = default;
 };
 
@@ -242,11 +250,32 @@ struct Tensors {
   // dtype values, state_lse with state_lse_stride, fp32, natural log). Filled by the check layer (check/merge.h:
   // they are exact results of sub-problems), empty otherwise and after generate().
   std::vector<float> state_o, state_lse;
+  // Custom masks: custom_mask (custom_mask_bytes, mask_stride), block_mask (block_mask_bytes, block_mask_stride).
+  std::vector<uint8_t> custom_mask, block_mask;
   VariantInputs variant_inputs() const {
-    return {sinks.empty() ? nullptr : sinks.data(), alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
-            bias.empty() ? nullptr : bias.data()};
+    return {.sinks = sinks.empty() ? nullptr : sinks.data(),
+            .alibi_slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
+            .bias = bias.empty() ? nullptr : bias.data(),
+            .custom_mask = custom_mask.empty() ? nullptr : custom_mask.data(),
+            .block_mask = block_mask.empty() ? nullptr : block_mask.data()};
   }
 };
+// The patterns a custom mask or a block mask is generated from (VariantSpec::mask_pattern / block_pattern):
+//   custom mask: "random:D" (each key visible with probability D in [0, 1]), "rows:D" (random:D with every row
+//   fully masked with probability 1/4), "ones" (all visible), "zeros" (none), "causal" (visible iff j <= i + Sk -
+//   Sq: the bottom-right causal pattern, for metamorphic relations);
+//   block mask: "mixed" (0 / 1 / 2 uniformly), "full" (every block 1), "partial" (every block 2), "empty-some"
+//   (1 or 2, with every fourth block 0 on average), "zeros" (every block empty).
+// Empty when text is one of them (for the mask kind: custom true, block false).
+std::string validate_mask_pattern(const std::string& text, bool custom);
+// Fills bytes (custom_mask_bytes / block_mask_bytes of p) from the pattern with rng; gaps between rows stay 0.
+void generate_custom_mask(const Problem& p, const std::string& pattern, Rng& rng, std::vector<uint8_t>& out);
+void generate_block_mask(const Problem& p, const std::string& pattern, Rng& rng, std::vector<uint8_t>& out);
+// Makes c use the custom masks `bits` (AF_VARIANT_MASK_DENSE or _BITS, and / or _BLOCK_SPARSE) with generated
+// values: contiguous strides with the dimensions in broadcast (a subset of "bhi") broadcast, block sizes bq x bk.
+std::string set_mask_variants(Case& c, uint32_t bits, const std::string& mask_pattern = "random:0.5",
+                              const std::string& block_pattern = "mixed", const std::string& broadcast = "",
+                              int32_t block_q = 16, int32_t block_k = 16);
 // " variants=sink+softcap sinks=uniform:2 softcap=30 alibi=default bias=uniform:1/bcast=bh" (empty without variants).
 std::string describe_variants(const Case& c);
 // Empty when c's variant fields agree with its problem (called by validate(Case)).

@@ -105,8 +105,10 @@ inline int64_t kv_head(const Problem& p, int64_t h) { return h / (p.heads_q / p.
 
 // ---- Score variants (docs/semantics.md "Variants"; issue 28): sinks, softcap, ALiBi, additive bias ----------
 // The variants the tool checks (a subset of AF_VARIANTS_KNOWN; a case using another is refused with a reason).
-constexpr uint32_t kCheckedVariants =
-    AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS | AF_VARIANT_DROPOUT;
+constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+// The custom masks (issue 28 item 4): a dense byte mask or FlashInfer's bit-packed one, and a block-sparse mask.
+constexpr uint32_t kMaskVariants = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE;
+constexpr uint32_t kCheckedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT;
 // "sink", "softcap", "alibi", "bias", ... for one AF_VARIANT_* bit; "" for an unknown bit.
 const char* variant_name(uint32_t bit);
 // "sink+softcap" for a bit set ("none" for 0); parse_variant_names takes the same form (also ',' separated).
@@ -123,6 +125,8 @@ struct VariantInputs {
   // bytes (1 kept, 0 dropped; the kernel's exported mask or the declared generator's), kept weights scaled by
   // 1 / (1 - dropout_p).
   const uint8_t* dropout_keep = nullptr;
+  const uint8_t* custom_mask = nullptr;  // AF_VARIANT_MASK_DENSE / _BITS: custom_mask_bytes(p) bytes, mask_stride
+  const uint8_t* block_mask = nullptr;   // AF_VARIANT_BLOCK_SPARSE: block_mask_bytes(p) bytes, block_mask_stride
 };
 // Elements the bias tensor spans with p.bias_stride (0 when the problem has no bias).
 int64_t bias_elements(const Problem& p);
@@ -144,5 +148,30 @@ inline double alibi_term(const Problem& p, double slope, int64_t i, int64_t j) {
   const int64_t dist = j - (i + off);
   return -slope * static_cast<double>(dist < 0 ? -dist : dist);
 }
+
+// ---- Custom masks (docs/semantics.md "Custom masks"): key j of row (b, h, i) is visible iff visible(p, i, j)
+// under mask_kind AND custom_visible(...). Without a custom mask variant custom_visible is always true.
+// Bytes of one custom-mask row: Sk (dense, one byte per key) or ceil(Sk / 8) (bits); 0 without a custom mask.
+int64_t custom_mask_row_bytes(const Problem& p);
+// Bytes the custom mask spans with p.mask_stride (0 without one); the block mask with p.block_mask_stride.
+int64_t custom_mask_bytes(const Problem& p);
+int64_t block_mask_bytes(const Problem& p);
+// Query / key blocks of a block-sparse problem: ceil(Sq / block_q), ceil(Sk / block_k) (0 without one).
+int64_t query_blocks(const Problem& p);
+int64_t key_blocks(const Problem& p);
+// Block mask values (abi.h): 0 empty (no key visible), 1 full (every key visible; the custom mask is not read),
+// 2 partial (the custom mask decides; without one the block counts as full).
+constexpr uint8_t kBlockEmpty = 0, kBlockFull = 1, kBlockPartial = 2;
+// Visibility of (b, h, i, j) under the custom and block masks alone (mask_kind not included).
+bool custom_visible(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i, int64_t j);
+// visible(p, i, j) && custom_visible(p, in, b, h, i, j): the one visibility rule of a problem with a custom mask.
+bool key_visible(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i, int64_t j);
+// Contiguous custom-mask strides (dense or bits row bytes) with the dimensions named in `broadcast` (a subset of
+// "bhi") given stride 0; contiguous block-mask strides likewise. Return an error sentence or empty.
+std::string set_mask_strides(Problem& p, const std::string& broadcast);
+std::string set_block_mask_strides(Problem& p, const std::string& broadcast);
+// The broadcast dimensions of p's custom mask / block mask ("bh", "" = none).
+std::string mask_broadcast(const Problem& p);
+std::string block_mask_broadcast(const Problem& p);
 
 }  // namespace attnfuzz

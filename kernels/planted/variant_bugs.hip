@@ -1,4 +1,4 @@
-// variant_bugs.hip - planted bugs in the score variants (issue 28): sinks, softcap, ALiBi, bias, d sink.
+// variant_bugs.hip - planted bugs in the variants (issue 28): sinks, softcap, ALiBi, bias, d sink, custom masks.
 //
 // A plain fp32 row kernel (one thread per query row, online softmax over the visible keys with kernels/common.h's
 // variant_score / fold_sink), a split-KV version of it (num_splits partial states, then a logsumexp combine) and a
@@ -21,7 +21,34 @@ enum class VarBug {
   kBiasBatch0,          // the bias's batch stride ignored: every batch reads batch 0's bias
   kSinkTwiceEmptySplit, // split-KV: the sink enters the denominator twice when split 0 is empty (rocm-libraries #12227)
   kDsinkZero,           // backward: d sink left 0
+  kMaskBitsStride,      // bit-packed custom mask rows stepped by Sk / 8 bytes (floor), not mask_stride[2]
+  kBlockPartialFull,    // block-sparse: a partial block (2) treated as full, the custom mask never read
+  kMaskIgnoredBwd,      // the custom / block mask applied in the forward only; the backward sees every key
 };
+
+// Key j of row (b, h, i) under the custom / block mask as the planted kernel reads it.
+template <VarBug kBug>
+__host__ __device__ inline bool planted_keeps(const af_problem& p, const VariantBufs& vb, int64_t b, int64_t h,
+                                              int64_t i, int64_t j) {
+  if constexpr (kBug == VarBug::kMaskBitsStride) {
+    if (p.variants & AF_VARIANT_MASK_BITS) {
+      af_problem w = p;
+      // PLANTED: mask-bits-stride: the row stride of the bit-packed mask computed as Sk / 8 (rounded down) bytes;
+      // right when Sk is a multiple of 8, rows drift by one byte per row otherwise.
+      w.mask_stride[2] = p.seq_k / 8;
+      return mask_keeps(w, vb, b, h, i, j);
+    }
+  }
+  if constexpr (kBug == VarBug::kBlockPartialFull) {
+    if (p.variants & AF_VARIANT_BLOCK_SPARSE) {
+      af_problem w = p;
+      // PLANTED: block-partial-full: a partial block is processed like a full one (the mask_mod step skipped).
+      w.variants &= ~(AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS);
+      return mask_keeps(w, vb, b, h, i, j);
+    }
+  }
+  return mask_keeps(p, vb, b, h, i, j);
+}
 
 // The final score of (b, h, i, j) as the planted kernel computes it.
 template <VarBug kBug>
@@ -68,6 +95,7 @@ __device__ inline void row_state(const af_problem& p, const VariantBufs& vb, con
   const int64_t hk = kv_head_of(p, h);
   const float* qr = q + q_row(p, b, i, h);
   for (int64_t j = lo; j < hi; ++j) {
+    if (!planted_keeps<kBug>(p, vb, b, h, i, j)) continue;  // hidden by the custom / block mask
     const float* kr = k + k_row(p, b, j, hk);
     float dot = 0.0f;
     for (int64_t d = 0; d < p.head_dim; ++d) dot += qr[d] * kr[d];
@@ -187,7 +215,7 @@ __device__ inline void pair(const af_problem& p, const VariantBufs& vb, const fl
 
 __global__ void __launch_bounds__(kThreads)
     var_bwd_rows(af_problem p, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                 const float* dout, float* delta, float* dq, int pass, VariantBufs vb, float* dbias) {
+                 const float* dout, float* delta, float* dq, int pass, VariantBufs vb, float* dbias, int use_mask) {
   const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
   if (i >= p.seq_q) return;
   const float* g = dout + grad_row(p, p.do_stride, b, i, h);
@@ -205,6 +233,7 @@ __global__ void __launch_bounds__(kThreads)
   if (empty) return;
   const int64_t hk = kv_head_of(p, h);
   for (int64_t j = keys.first; j < keys.last; ++j) {
+    if (use_mask && !mask_keeps(p, vb, b, h, i, j)) continue;
     float P, dS, dS_f;
     pair(p, vb, q, k, v, dout, lse, delta, b, h, i, j, P, dS, dS_f);
     const float* kr = k + k_row(p, b, j, hk);
@@ -216,7 +245,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     var_bwd_keys(af_problem p, const float* q, const float* k, const float* v, const float* lse, const float* dout,
-                 const float* delta, float* dk, float* dv, VariantBufs vb) {
+                 const float* delta, float* dk, float* dv, VariantBufs vb, int use_mask) {
   const int64_t j = (int64_t)blockIdx.x * kThreads + threadIdx.x, hk = blockIdx.y, b = blockIdx.z;
   if (j >= p.seq_k) return;
   float* dkr = dk + grad_row(p, p.dk_stride, b, j, hk);
@@ -228,6 +257,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i = 0; i < p.seq_q; ++i) {
       const KeySpan keys = row_keys(p, i);
       if (j < keys.first || j >= keys.last || lse[lse_at(p, b, h, i)] == neg_inf()) continue;
+      if (use_mask && !mask_keeps(p, vb, b, h, i, j)) continue;
       float P, dS, dS_f;
       pair(p, vb, q, k, v, dout, lse, delta, b, h, i, j, P, dS, dS_f);
       const float* qr = q + q_row(p, b, i, h);
@@ -316,30 +346,37 @@ int var_bwd_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
               *dout = static_cast<const float*>(buf->dout);
   float* delta = static_cast<float*>(buf->workspace);
   float* dbias = (p.variants & AF_VARIANT_BIAS) ? buf->dbias : nullptr;
+  // PLANTED: mask-ignored-bwd: the backward recomputes P over every key of the mask_kind interval (the custom and
+  // block masks, applied by the forward, are not passed on), with the forward's LSE.
+  const int use_mask = kBug == VarBug::kMaskIgnoredBwd ? 0 : 1;
   const dim3 rows((unsigned)ceil_div(p.seq_q, kThreads), (unsigned)p.heads_q, (unsigned)p.batch);
   hipLaunchKernelGGL(var_bwd_rows, rows, dim3(kThreads), 0, (hipStream_t)stream, p, q, k, v, o, buf->lse, dout, delta,
-                     static_cast<float*>(buf->dq), 0, vb, dbias);
+                     static_cast<float*>(buf->dq), 0, vb, dbias, use_mask);
   if (int e = (int)hipGetLastError()) return e;
   hipLaunchKernelGGL(var_bwd_sinks<kBug>, dim3(1), dim3(kThreads), 0, (hipStream_t)stream, p, (const float*)buf->lse,
                      (const float*)delta, (p.variants & AF_VARIANT_SINK) ? buf->dsinks : nullptr, dbias, vb);
   if (int e = (int)hipGetLastError()) return e;
   hipLaunchKernelGGL(var_bwd_rows, rows, dim3(kThreads), 0, (hipStream_t)stream, p, q, k, v, o, buf->lse, dout, delta,
-                     static_cast<float*>(buf->dq), 1, vb, dbias);
+                     static_cast<float*>(buf->dq), 1, vb, dbias, use_mask);
   if (int e = (int)hipGetLastError()) return e;
   if (p.seq_k > 0)
     hipLaunchKernelGGL(var_bwd_keys, dim3((unsigned)ceil_div(p.seq_k, kThreads), (unsigned)p.heads_kv, (unsigned)p.batch),
                        dim3(kThreads), 0, (hipStream_t)stream, p, q, k, v, (const float*)buf->lse, dout,
-                       (const float*)delta, static_cast<float*>(buf->dk), static_cast<float*>(buf->dv), vb);
+                       (const float*)delta, static_cast<float*>(buf->dk), static_cast<float*>(buf->dv), vb, use_mask);
   return (int)hipGetLastError();
 }
 
-#define AF_PLANTED_VAR(name, bug, what, ws, ntun, tun, bwd_ws, bwd)                                              \
+#define AF_PLANTED_VARIANTS(name, bug, what, ws, ntun, tun, bwd_ws, bwd, vars)                                   \
   {                                                                                                              \
-    name, "planted/variants", "fp32 row kernel with the score variants and a planted bug: " what, AF_SUPPORTS_F32, \
+    name, "planted/variants", "fp32 row kernel with the variants and a planted bug: " what, AF_SUPPORTS_F32,      \
         AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, ws, var_check,                  \
         var_launch<VarBug::bug>, /*features=*/0, ntun, tun, bwd_ws, bwd, /*compute_model=*/0, /*kind=*/0,        \
-        /*flags=*/0, /*variants=*/kScoreVariants                                                                 \
+        /*flags=*/0, /*variants=*/vars                                                                           \
   }
+#define AF_PLANTED_VAR(name, bug, what, ws, ntun, tun, bwd_ws, bwd) \
+  AF_PLANTED_VARIANTS(name, bug, what, ws, ntun, tun, bwd_ws, bwd, kScoreVariants)
+#define AF_PLANTED_MASK(name, bug, what, bwd_ws, bwd) \
+  AF_PLANTED_VARIANTS(name, bug, what, nullptr, 0, nullptr, bwd_ws, bwd, kScoreVariants | kMaskVariants)
 
 const af_kernel kVariantBugs[] = {
     AF_PLANTED_VAR("planted-sink-ignored-prefill", kSinkIgnoredPrefill,
@@ -356,6 +393,14 @@ const af_kernel kVariantBugs[] = {
                    nullptr, nullptr),
     AF_PLANTED_VAR("planted-dsink-zero", kDsinkZero, "backward: d sink left 0", nullptr, 0, nullptr, var_bwd_workspace,
                    var_bwd_launch<VarBug::kDsinkZero>),
+    AF_PLANTED_MASK("planted-mask-bits-stride", kMaskBitsStride,
+                    "bit-packed custom mask rows read Sk / 8 bytes apart (rounded down), not mask_stride[2]", nullptr,
+                    nullptr),
+    AF_PLANTED_MASK("planted-block-partial-full", kBlockPartialFull,
+                    "block-sparse: a partial block treated as full (the custom mask never read)", nullptr, nullptr),
+    AF_PLANTED_MASK("planted-mask-ignored-bwd", kMaskIgnoredBwd,
+                    "the custom / block mask applied in the forward only (the backward sees every key)",
+                    var_bwd_workspace, var_bwd_launch<VarBug::kMaskIgnoredBwd>),
 };
 static_assert(sizeof(kVariantBugs) / sizeof(kVariantBugs[0]) == attnfuzz_planted::kVariantBugCount,
               "planted.h's count");
@@ -365,3 +410,5 @@ static_assert(sizeof(kVariantBugs) / sizeof(kVariantBugs[0]) == attnfuzz_planted
 const af_kernel* attnfuzz_planted::variant_bugs() { return kVariantBugs; }
 
 #undef AF_PLANTED_VAR
+#undef AF_PLANTED_MASK
+#undef AF_PLANTED_VARIANTS

@@ -34,7 +34,8 @@ from attnfuzz.dtypes import STORED, as_stored
 
 PROTOCOL_VERSION = 1
 ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
-_DTYPES = STORED  # bf16 travels as uint16 bit patterns
+_DTYPES = dict(STORED, u8=np.dtype("u1"))  # bf16 travels as uint16 bit patterns; masks as u8
+MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
 
 
 class ProtocolError(Exception):
@@ -68,6 +69,36 @@ class Problem:
         self.o_scale = float(d.get("o_scale", 1.0))
         # The kernel's declared tunables (Kernel(tunables=...)), name -> the value this run uses; {} if none.
         self.tunables = {str(k): int(v) for k, v in d.get("tunables", {}).items()}
+        # Custom masks (PROTOCOL.md "Custom masks"): the variants this run uses and, set by serve() from the run's
+        # tensors, custom_mask u8 [B|1, Hq|1, Sq|1, Sk or ceil(Sk / 8)] and block_mask u8 [B|1, Hq|1, nQ|1, nK].
+        self.variants = list(d.get("variants", []))
+        self.block_q, self.block_k = (int(x) for x in d.get("block_size", [0, 0]))
+        self.custom_mask = None
+        self.block_mask = None
+
+    def custom_visible(self):
+        """bool [B|1, Hq|1, Sq, Sk]: visible under the custom and block masks alone (all True without them). A
+        block byte 0 hides its keys, 1 shows them (the custom mask is not read), 2 leaves them to the custom mask
+        (visible without one); dense: byte != 0; bits: bit j % 8 of byte j / 8 of the row."""
+        Sq, Sk = self.seq_q, self.seq_k
+        vis = np.ones((1, 1, Sq, Sk), dtype=bool)
+        if self.custom_mask is not None:
+            m = self.custom_mask
+            if "mask-bits" in self.variants:
+                m = np.unpackbits(m, axis=-1, bitorder="little")[..., :Sk]
+            vis = np.broadcast_to(m[..., :Sk] != 0, m.shape[:2] + (Sq, Sk))
+        if self.block_mask is not None:
+            qb = np.arange(Sq) // self.block_q
+            kb = np.arange(Sk) // self.block_k
+            bm = self.block_mask
+            blk = bm[:, :, np.minimum(qb, bm.shape[2] - 1)][:, :, :, kb]  # [B|1, Hq|1, Sq, Sk]
+            vis = np.where(blk == 1, True, np.where(blk == 0, False, vis))
+        return vis
+
+    def visible_all(self):
+        """bool [B, Hq, Sq, Sk]: the one visibility rule, mask_kind AND the custom / block masks."""
+        return np.broadcast_to(self.visible()[None, None] & self.custom_visible(),
+                               (self.batch, self.heads_q, self.seq_q, self.seq_k))
 
     def visible(self):
         """bool [Sq, Sk]: visible(i, j) <=> j - (i + off) in [-left, right]."""
@@ -99,13 +130,18 @@ class Kernel:
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
                  empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
-                 tunables=None):
+                 tunables=None, variants=()):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
                      "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
                      "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
                      "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
                      "check": supports is not None}
+        if variants:  # the custom masks it applies (problem.custom_visible()); absent: none, as before
+            bad = [v for v in variants if v not in MASK_VARIANTS]
+            if bad:
+                raise ValueError(f"variants are {MASK_VARIANTS}, not {bad}")
+            self.decl["variants"] = list(variants)
         if compute_model is not None:  # "fused" | "unfused" (PROTOCOL.md; absent: the tool assumes unfused)
             if compute_model not in ("fused", "unfused"):
                 raise ValueError(f"compute_model is 'fused' or 'unfused', not {compute_model!r}")
@@ -271,6 +307,7 @@ def serve(kernels, name=None, inp=None, out=None):
                     raise ValueError(f"unknown kernel {h.get('kernel')!r}")
                 p = Problem(h["problem"])
                 ts = split_tensors(h, payload)
+                p.custom_mask, p.block_mask = ts.get("custom_mask"), ts.get("block_mask")
                 if h.get("pass", "fwd") == "bwd":
                     arrays, descs = _run_backward(k, p, ts)
                 else:

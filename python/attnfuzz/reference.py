@@ -1,5 +1,6 @@
-"""A numpy reference attention (float64 inside) with the tool's semantics (docs/semantics.md): masks as key intervals,
-fully masked rows O = 0 / LSE = -inf, masked positions never contribute.
+"""A numpy reference attention (float64 inside) with the tool's semantics (docs/semantics.md): masks as key intervals
+and, with custom masks (p.variants), the keys of the interval they show (problem.visible_all()); fully masked rows
+O = 0 / LSE = -inf, masked positions never contribute.
 
 Dtypes (p.dtype): f32 in and out; f16 / bf16 / fp8 (stored elements: float16, uint16 bf16 or uint8 fp8 bit
 patterns; fp8 real values = stored * descale) are computed like a FlashAttention kernel in that dtype (FA3 for
@@ -15,6 +16,16 @@ from attnfuzz.dtypes import round_to, to_float32
 
 def _f64(a, dtype):
     return to_float32(a, dtype).astype(np.float64)
+
+
+def _custom(p):
+    """bool [B, Hq, Sq, Sk] of a problem with custom masks (None without: the interval path)."""
+    return p.visible_all() if getattr(p, "variants", None) else None
+
+
+def _shown(vis, b, h, i, first, last):
+    """The keys of [first, last) the custom masks show for row (b, h, i)."""
+    return first + np.nonzero(vis[b, h, i, first:last])[0]
 
 
 def attention(q, k, v, p, bug=None):
@@ -39,6 +50,7 @@ def attention(q, k, v, p, bug=None):
     o = np.zeros((B, Sq, Hq, Dv), dtype=np.float64)
     lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)
     scale = float(p.scale)
+    vis = _custom(p)
     with np.errstate(all="ignore"):
         for b in range(B):
             for h in range(Hq):
@@ -46,6 +58,18 @@ def attention(q, k, v, p, bug=None):
                 K, V = k64[b, :, kh, :], v64[b, :, kh, :]
                 for i in range(Sq):
                     first, last = p.key_range(i)
+                    if vis is not None:  # custom masks: only the keys they show, never the hidden ones
+                        keys = _shown(vis, b, h, i, first, last)
+                        if keys.size == 0:
+                            continue
+                        s = scale * (K[keys] @ q64[b, i, h, :])
+                        m = np.max(s)
+                        if m == -np.inf:
+                            continue
+                        e = np.exp(s - m)
+                        o[b, i, h, :] = (rp(e) @ V[keys]) / e.sum()
+                        lse[b, h, i] = m + np.log(e.sum())
+                        continue
                     if bug == "mask-leak" and last < p.seq_k and last > first:
                         last += 1
                     if last <= first:
@@ -121,6 +145,7 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     dk = np.zeros((B, Sk, Hkv, D))
     dv = np.zeros((B, Sk, Hkv, Dv))
     scale = float(p.scale)
+    vis = _custom(p)
     with np.errstate(all="ignore"):
         for b in range(B):
             for h in range(Hq):
@@ -132,13 +157,15 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
                         continue
                     if bug == "bwd-mask-leak":
                         first, last = 0, p.seq_k
-                    s = scale * (K[first:last] @ q64[b, i, h, :])
+                    keys = np.arange(first, last) if vis is None or bug == "bwd-mask-leak" else \
+                        _shown(vis, b, h, i, first, last)
+                    s = scale * (K[keys] @ q64[b, i, h, :])
                     pr = np.exp(s - lse64[b, h, i])
                     dov = do64[b, i, h, :]
-                    dv[b, first:last, kh, :] += np.outer(pr, dov)
-                    dp = V[first:last] @ dov
+                    dv[b, keys, kh, :] += np.outer(pr, dov)
+                    dp = V[keys] @ dov
                     delta = dov @ o64[b, i, h, :]
                     ds = pr * (dp - delta)
-                    dq[b, i, h, :] = scale * (ds @ K[first:last])
-                    dk[b, first:last, kh, :] += scale * np.outer(ds, q64[b, i, h, :])
+                    dq[b, i, h, :] = scale * (ds @ K[keys])
+                    dk[b, keys, kh, :] += scale * np.outer(ds, q64[b, i, h, :])
     return dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)

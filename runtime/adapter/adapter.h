@@ -25,6 +25,7 @@ struct AdapterKernel {
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
   bool backward = false;  // it takes backward runs ("backward": true)
+  uint32_t variants = 0;  // "variants": ["mask-dense", "mask-bits", "block-sparse"] (custom masks; issue 28)
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)
   // "tunables": [{"name", "role": "kv_splits" | "other", "values": [default, ...], "description"}], at most
   // AF_MAX_TUNABLES: the integer knobs the tool may set per run ("problem"."tunables": {name: value}).

@@ -53,6 +53,7 @@ struct KernelSpec {
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false, backward = false;
   int32_t compute_model = AF_COMPUTE_UNFUSED;
+  uint32_t variants = 0;
   std::vector<AdapterKernel::Tunable> tunables;
   std::vector<af_tunable> table;  // the af_kernel view of `tunables` (names point into it)
 };
@@ -497,6 +498,14 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
+    // The variants it applies (issue 28): the custom masks, whose tensors the protocol carries.
+    for (const Json& v : k.value("variants", Json::array())) {
+      uint32_t bit = 0;
+      if (!v.is_string() || !parse_variant_names(v.get<std::string>(), bit).empty() || (bit & ~kMaskVariants))
+        throw std::runtime_error("kernel " + a.name + ": variants takes mask-dense, mask-bits, block-sparse, not " +
+                                 v.dump());
+      a.variants |= bit;
+    }
     // How its f16 / bf16 path computes (the bound follows it): "fused" (scores and softmax statistics in
     // fp32, P rounded before P.V: FlashAttention-style) or "unfused" (scores rounded to the storage type:
     // math-style, the default, whose bound is the wider one).
@@ -561,6 +570,7 @@ void AdapterDevice::register_kernels() {
     s.dynamic_check = a.dynamic_check;
     s.backward = a.backward;
     s.compute_model = a.compute_model;
+    s.variants = a.variants;
     s.tunables = a.tunables;
     auto it = g_slot.find(a.name);
     if (it != g_slot.end()) {  // re-opened in this process (a restart, a second device): same entry
@@ -593,6 +603,7 @@ void AdapterDevice::register_kernels() {
     k.launch = launch_elsewhere;
     k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
     k.compute_model = st.compute_model;
+    k.variants = st.variants;
     k.n_tunables = static_cast<int32_t>(st.table.size());
     k.tunables = st.table.empty() ? nullptr : st.table.data();
     fresh.push_back(k);
@@ -627,6 +638,13 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
   j["k_descale"] = static_cast<double>(p.k_descale);
   j["v_descale"] = static_cast<double>(p.v_descale);
   j["o_scale"] = static_cast<double>(p.o_scale);
+  if (p.variants) {  // custom masks (issue 28): their tensors follow the run's others (PROTOCOL.md "Custom masks")
+    Json v = Json::array();
+    for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
+      if (p.variants & bit) v.push_back(variant_name(bit));
+    j["variants"] = std::move(v);
+    if (p.variants & AF_VARIANT_BLOCK_SPARSE) j["block_size"] = {p.block_q, p.block_k};
+  }
   {  // the kernel's declared tunables, by name (0 in the problem = the default, values[0])
     std::lock_guard<std::mutex> lk(g_mu);
     const auto it = g_slot.find(kernel);
@@ -743,6 +761,16 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
       want.push_back(
           {"lse", AF_DTYPE_F32, {B, Hq, Sq, 1}, {p.lse_stride[0], p.lse_stride[1], p.lse_stride[2]}, b.lse});
   }
+  // Custom masks: contiguous copies [B|1, Hq|1, rows|1, row bytes] (u8; a broadcast dimension has size 1).
+  auto add_mask = [&](const char* name, const uint8_t* m, const int64_t* st, int64_t rows, int64_t row) {
+    const int64_t nb = st[0] ? B : 1, nh = st[1] ? Hq : 1, ni = st[2] ? rows : std::min<int64_t>(rows, 1);
+    blobs.push_back(gather(m, 1, st, nb, nh, ni, row));
+    tensors.push_back(desc(name, "u8", {nb, nh, ni, row}));
+  };
+  if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS))
+    add_mask("custom_mask", b.custom_mask, p.mask_stride, Sq, custom_mask_row_bytes(p));
+  if (p.variants & AF_VARIANT_BLOCK_SPARSE)
+    add_mask("block_mask", b.block_mask, p.block_mask_stride, query_blocks(p), key_blocks(p));
   Json req;
   req["type"] = "run";
   req["id"] = 0;  // exchange() numbers it

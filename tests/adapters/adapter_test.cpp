@@ -228,6 +228,25 @@ TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   EXPECT_TRUE(has(r.out, "launch_bwd")) << r.out;
 }
 
+// Custom masks (issue 28 item 4) travel over the protocol: the numpy reference applies them (a kernel ignoring a
+// random mask of density 0.5 fails these cases), forward and backward, dense / bits / block-sparse.
+TEST(Adapter, NumpyReferenceAppliesTheCustomMasks) {
+  NEED_NUMPY();
+  for (const char* v : {"mask-dense", "mask-bits+block-sparse"})
+    for (const char* pass : {"fwd", "bwd"}) {
+      const Result r = check(numpy_adapter(), std::string("--variant ") + v + " --pass " + pass +
+                                                  " --sq 19 --sk 37 --d 16 --heads 2 --kv-heads 1 --mask causal-br "
+                                                  "--block-q 4 --block-k 8 --no-reports",
+                             fresh(std::string("masks-") + v + "-" + pass));
+      EXPECT_EQ(r.code, 0) << r.out;
+      EXPECT_TRUE(has(r.out, "1 check in")) << r.out;
+      EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+    }
+  const Result r = check(numpy_adapter(), "--sweep --quiet --variant mask-bits+block-sparse", fresh("masks-sweep"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+}
+
 TEST(Adapter, ListShowsTheDeclaredKernels) {
   NEED_NUMPY();
   Result r = check(numpy_adapter(), "--list", fresh("list"));

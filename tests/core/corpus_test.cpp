@@ -410,3 +410,46 @@ TEST(CorpusVariants, RoundTripDescribeValidate) {
 
 }  // namespace
 }  // namespace attnfuzz
+
+// Custom masks (issue 28 item 4): generated and given masks round-trip through the case file, describe names them,
+// the mask streams leave q, k, v alone, and a corrupt mask field is refused with one sentence.
+namespace attnfuzz {
+namespace {
+TEST(CorpusMasks, RoundTripDescribeValidate) {
+  Case c = make_case(make_problem(2, 3, 1, 9, 13, 16, 16), 5);
+  ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE, "rows:0.6", "empty-some", "h", 4, 8),
+            "");
+  Case back = case_from_json(case_to_json(c));
+  EXPECT_EQ(case_to_json(back).dump(), case_to_json(c).dump());
+  EXPECT_EQ(back.variants, c.variants);
+  EXPECT_EQ(mask_broadcast(back.problem), "h");
+  const std::string d = describe(c);
+  for (const char* w : {"variants=mask-bits+block-sparse", "blocks=4x8", "custom-mask=rows:0.6/bcast=h",
+                        "blocks=4x8:empty-some/bcast=h"})
+    EXPECT_NE(d.find(w), std::string::npos) << d;
+  const Tensors t = generate(c);
+  EXPECT_EQ(static_cast<int64_t>(t.custom_mask.size()), 2 * 9 * 2);  // [B, Sq, ceil(13 / 8)] (h broadcast)
+  EXPECT_EQ(static_cast<int64_t>(t.block_mask.size()), 2 * 3 * 2);   // [B, ceil(9 / 4), ceil(13 / 8)]
+  Case plain = c;
+  ASSERT_EQ(set_mask_variants(plain, 0), "");
+  EXPECT_EQ(generate(plain).q, t.q);
+  Case g = c;  // given bytes
+  g.variants.custom_mask = t.custom_mask;
+  g.variants.block_mask = t.block_mask;
+  back = case_from_json(case_to_json(g));
+  EXPECT_EQ(back.variants.custom_mask, t.custom_mask);
+  EXPECT_EQ(generate(back).block_mask, t.block_mask);
+  nlohmann::json j = case_to_json(g);
+  j["variants"]["custom_mask"] = "a5";
+  EXPECT_THROW(case_from_json(j), CorpusError);
+  j = case_to_json(c);
+  j["variants"]["mask_stride"] = {0, 0, 1};
+  try {
+    (void)case_from_json(j);
+    ADD_FAILURE() << "a bits row stride of 1 byte for 13 keys was accepted";
+  } catch (const CorpusError& e) {
+    EXPECT_NE(std::string(e.what()).find("shorter than a row"), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+}  // namespace attnfuzz

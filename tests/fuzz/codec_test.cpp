@@ -318,18 +318,24 @@ void random_and_mutated(const FuzzLimits& none, const FuzzLimits& lim, uint64_t 
 // Score variants (issue 28): the last field; limits without variants decode every input without them (as before),
 // limits with them reach every variant, round-trip exactly, and mutations keep the case in the domain.
 TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
-  FuzzLimits none, all;
+  FuzzLimits none, all, score;
   all.variants = kCheckedVariants;
+  score.variants = kScoreVariants;  // the limits before custom masks: their inputs never gain a mask
   uint32_t seen = 0;
-  int with_bias_bcast = 0;
+  int with_bias_bcast = 0, with_block = 0;
   random_and_mutated(
       none, all, 43, [](const Case& c) { return c.problem.variants == 0; },
       [&](const Case& c) {
         seen |= c.problem.variants;
         with_bias_bcast += (c.problem.variants & AF_VARIANT_BIAS) && !bias_broadcast(c.problem).empty();
+        with_block += (c.problem.variants & AF_VARIANT_BLOCK_SPARSE) != 0;
       });
+  random_and_mutated(
+      none, score, 45, [](const Case& c) { return c.problem.variants == 0; },
+      [&](const Case& c) { EXPECT_EQ(c.problem.variants & kMaskVariants, 0u); });
   EXPECT_EQ(seen, kCheckedVariants);
   EXPECT_GT(with_bias_bcast, 0);
+  EXPECT_GT(with_block, 0);
 }
 
 // Merged states (issue 29): the field after the variants. Without merge in the limits no bytes give a merge case
@@ -356,6 +362,8 @@ TEST(Merge, MergeIsTheFieldAfterTheVariantsRoundTripsAndIsReached) {
   EXPECT_GT(token, 50);
   EXPECT_GT(padded, 50);
   EXPECT_GT(many, 50);
+}
+
 // Dropout alone (attn-fuzz --variant dropout, issue 29): no score variant to toggle, every dropout field reached, the
 // codec round trip exact.
 TEST(Variants, DropoutOnlyLimitsMutateRoundTripAndReachTheMenus) {

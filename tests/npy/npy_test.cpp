@@ -340,14 +340,8 @@ TEST(Npy, Version3FilesRead) {
 // Score variants (issue 28): sinks.npy, alibi_slopes.npy, bias.npy (size-1 dimensions broadcast) and the sidecar's
 // softcap describe the problem; the flash kernel's output of the same variant case passes, the output computed
 // without the sink fails.
-TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
-  const fs::path dir = fresh("variants");
-  fs::create_directories(dir);
-  Problem p = make_problem(2, 2, 1, 9, 14, 16, 16);
-  ASSERT_EQ(parse_mask("causal-br", p), "");
-  Case c = make_case(p, 11);
-  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS, 5.0f, "b"), "");
-  PreparedCase pc(c);
+// q, k, v of a prepared dense case and flash-bm16-bn32's O and LSE on them, as DIR/{q,k,v,o,lse}.npy (bshd).
+void write_flash_files(const fs::path& dir, PreparedCase& pc) {
   const Tensors& t = pc.tensors();
   auto dev = open_device("cpu", DeviceOptions{});
   const KernelEntry& k = *Registry::global().select(Backend::kCpu, "flash-bm16-bn32").at(0);
@@ -358,6 +352,19 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   write_array(dir / "v.npy", {q.batch, q.seq_k, q.heads_kv, q.head_dim_v}, t.v.data());
   write_array(dir / "o.npy", {q.batch, q.seq_q, q.heads_q, q.head_dim_v}, out.o.data());
   write_array(dir / "lse.npy", {q.batch, q.heads_q, q.seq_q}, out.lse.data());
+}
+
+TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
+  const fs::path dir = fresh("variants");
+  fs::create_directories(dir);
+  Problem p = make_problem(2, 2, 1, 9, 14, 16, 16);
+  ASSERT_EQ(parse_mask("causal-br", p), "");
+  Case c = make_case(p, 11);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS, 5.0f, "b"), "");
+  PreparedCase pc(c);
+  const Tensors& t = pc.tensors();
+  const Problem& q = pc.problem();
+  write_flash_files(dir, pc);
   write_array(dir / "sinks.npy", {q.heads_q}, t.sinks.data());
   write_array(dir / "alibi_slopes.npy", {q.heads_q}, t.alibi_slopes.data());
   write_array(dir / "bias.npy", {1, q.heads_q, q.seq_q, q.seq_k}, t.bias.data());
@@ -375,4 +382,36 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   fs::remove(dir / "sinks.npy");
   const Judged no_sink = judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{});
   EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
+}
+
+// Custom masks (issue 28 item 4): mask.npy ([B|1, Hq|1, Sq|1, Sk], non-zero = visible) and block_mask.npy with the
+// sidecar's block_size make a mask problem; the flash output passes it and fails the problem without block_mask.npy.
+TEST(Npy, CustomMasksFromFiles) {
+  const fs::path dir = fresh("masks");
+  fs::create_directories(dir);
+  Problem p = make_problem(2, 2, 1, 9, 14, 16, 16);
+  ASSERT_EQ(parse_mask("causal-br", p), "");
+  Case c = make_case(p, 12);
+  ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE, "random:0.6", "mixed", "b", 4, 8), "");
+  PreparedCase pc(c);
+  const Tensors& t = pc.tensors();
+  const Problem& q = pc.problem();
+  write_flash_files(dir, pc);
+  const std::vector<float> mask(t.custom_mask.begin(), t.custom_mask.end()), blocks(t.block_mask.begin(), t.block_mask.end());
+  write_array(dir / "mask.npy", {1, q.heads_q, q.seq_q, q.seq_k}, mask.data());
+  write_array(dir / "block_mask.npy", {1, q.heads_q, query_blocks(q), key_blocks(q)}, blocks.data());
+  {
+    std::ofstream sc(dir / "case.json");
+    sc << "{\"mask\": \"causal-br\", \"block_size\": [4, 8]}\n";
+  }
+  const External ext = load_external(files_in(dir), resolve_spec(dir / "case.json", {}));
+  EXPECT_EQ(ext.problem.variants, static_cast<uint32_t>(AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE));
+  EXPECT_EQ(mask_broadcast(ext.problem), "b");
+  EXPECT_EQ(judge_external(ext, OracleOptions{}).result.verdict, Verdict::kPass);
+  fs::remove(dir / "block_mask.npy");
+  EXPECT_EQ(judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{})
+                .result.verdict,
+            Verdict::kFail);
+  write_array(dir / "block_mask.npy", {1, q.heads_q, 2, 2}, blocks.data());  // wrong block count: one sentence
+  EXPECT_THROW(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), NpyError);
 }

@@ -108,6 +108,10 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            Catch{Property::kMerge, "planted-merge-lse-base2"},
                                            // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
                                            Catch{Property::kDropout, "planted-dropout-inv-p"},
+                                           // Custom masks: bits against dense of the same pattern; partial blocks
+                                           // against the custom mask alone.
+                                           Catch{Property::kMasks, "planted-mask-bits-stride"},
+                                           Catch{Property::kMasks, "planted-block-partial-full"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

@@ -61,7 +61,10 @@ def torch_backward(forward, device):
 
 
 def bool_mask(p, device):
-    """[Sq, Sk] bool, True = visible (attnfuzz semantics: j - (i + off) in [-left, right])."""
+    """[Sq, Sk] bool, True = visible (attnfuzz semantics: j - (i + off) in [-left, right]); with custom masks
+    (p.variants) [B, Hq, Sq, Sk]: the interval AND the custom / block masks (problem.visible_all())."""
+    if getattr(p, "variants", None):
+        return torch.from_numpy(np.ascontiguousarray(p.visible_all())).to(device)
     i = torch.arange(p.seq_q, device=device)[:, None]
     j = torch.arange(p.seq_k, device=device)[None, :]
     rel = j - (i + p.diagonal_offset)

@@ -1,4 +1,6 @@
-"""PyTorch FlexAttention as an attn-fuzz kernel: masks through mask_mod (causal, both alignments, windows).
+"""PyTorch FlexAttention as an attn-fuzz kernel: masks through mask_mod (causal, both alignments, windows); the
+custom masks (mask-dense, mask-bits, block-sparse) through a mask_mod over their visibility and, for a block mask,
+BlockMask.from_kv_blocks (empty blocks left out, full blocks as flex full blocks, partial ones through mask_mod).
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.flex' --timeout 120 --max-time 300
 
@@ -10,11 +12,46 @@
 
 import argparse
 
+import numpy as np
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from attnfuzz.adapter import Kernel, serve
 from attnfuzz.adapters import _torch_common as T
+
+
+def _ordered(sel):
+    """(num_blocks int32 [B, H, nQ], indices int32 [B, H, nQ, nK]) of a bool block matrix, the True ones first."""
+    order = np.argsort(~sel, axis=-1, kind="stable").astype(np.int32)
+    return torch.from_numpy(sel.sum(-1).astype(np.int32)), torch.from_numpy(np.ascontiguousarray(order))
+
+
+def custom_block_mask(p, device):
+    """A BlockMask for a problem with custom masks (docs/semantics.md "Custom masks"): mask_mod reads the visibility
+    [B, Hq, Sq, Sk] (the interval AND the custom / block masks). Without a block mask: create_block_mask over it.
+    With one: its empty blocks (0) are left out; a full block (1) is a flex full block (mask_mod skipped) where the
+    interval shows every key of it, else partial; a partial block (2) is partial (mask_mod applies)."""
+    vis = torch.from_numpy(np.ascontiguousarray(p.visible_all())).to(device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return vis[b, h, q_idx, kv_idx]
+
+    if p.block_mask is None:
+        return create_block_mask(mask_mod, B=p.batch, H=p.heads_q, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
+    bq, bk = p.block_q, p.block_k
+    nq, nk = -(-p.seq_q // bq), -(-p.seq_k // bk)
+    blocks = np.broadcast_to(p.block_mask, (p.batch, p.heads_q, nq, nk))
+    inside = np.ones((nq, nk), dtype=bool)  # the interval shows every in-bounds key of the block
+    iv = p.visible()
+    for a in range(nq):
+        for c in range(nk):
+            inside[a, c] = iv[a * bq:(a + 1) * bq, c * bk:(c + 1) * bk].all()
+    full = (blocks == 1) & inside
+    partial = (blocks != 0) & ~full
+    kv_n, kv_i = _ordered(partial)
+    f_n, f_i = _ordered(full)
+    return BlockMask.from_kv_blocks(kv_n.to(device), kv_i.to(device), f_n.to(device), f_i.to(device),
+                                    BLOCK_SIZE=(bq, bk), mask_mod=mask_mod, seq_lengths=(p.seq_q, p.seq_k))
 
 
 def make(device, dtypes, compiled, backward):
@@ -34,7 +71,9 @@ def make(device, dtypes, compiled, backward):
             return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
 
         bm = None
-        if p.mask_kind != "none":
+        if p.variants:  # custom masks: mask_mod reads the whole visibility; block-sparse: flex's own block mask
+            bm = custom_block_mask(p, device)
+        elif p.mask_kind != "none":
             bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
         o, lse = fa(Q, K, V, block_mask=bm, scale=p.scale, enable_gqa=p.heads_q != p.heads_kv, return_lse=True)
         return o.transpose(1, 2), lse
@@ -62,6 +101,7 @@ def make(device, dtypes, compiled, backward):
                   description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}) "
                               f"on {device}",
                   dtypes=dtypes, lse=True, empty_keys=False, supports=supports,
+                  variants=("mask-dense", "mask-bits", "block-sparse"),
                   # compiled: one fused Triton kernel (fp32 scores); eager: materialised scores in the dtype
                   compute_model="fused" if compiled else "unfused",
                   backward=T.cuda_guarded(grad) if backward else None)

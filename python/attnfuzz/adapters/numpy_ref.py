@@ -49,7 +49,8 @@ def main(argv=None):
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
-                  tunables=SPLITS if bug == "split-average" else None)], name="numpy_ref")
+                  tunables=SPLITS if bug == "split-average" else None,
+                  variants=() if bug else ("mask-dense", "mask-bits", "block-sparse"))], name="numpy_ref")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ Backends (torch.nn.attention.sdpa_kernel): math, efficient, cudnn, flash. Routes
   lower-right   attn_mask=torch.nn.attention.bias.causal_lower_right(Sq, Sk) (causal bottom-right)
   bool-mask     an explicit boolean attn_mask (True = visible), every mask kind
   float-mask    an additive float attn_mask (0 visible, -inf masked), every mask kind
+(bool-mask and float-mask also take the custom masks: mask-dense, mask-bits, block-sparse, as one dense
+[B, Hq, Sq, Sk] attn_mask)
 A configuration the backend refuses ("No available kernel") is reported as unsupported through the
 protocol's check message, not as a failure. GQA uses enable_gqa=True. Every kernel declares the dtypes of
 --dtypes (default f32,f16,bf16) and runs each case in its dtype (attn-fuzz --dtype f16: flash and cudnn
@@ -72,9 +74,11 @@ def make(backend, route, device, dtypes, backward):
                 refused[key] = f"sdpa {backend}/{route} refuses it: {type(e).__name__}: {str(e)[:200]}"
         return refused[key]
 
+    # An explicit attn_mask carries the custom masks too (a dense [B, Hq, Sq, Sk] bool, _torch_common.bool_mask).
+    variants = ("mask-dense", "mask-bits", "block-sparse") if route in ("bool-mask", "float-mask") else ()
     return Kernel(f"sdpa-{backend}-{route}", T.cuda_guarded(call), family="torch-sdpa",
                   description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, on {device}",
-                  dtypes=dtypes, masks=ROUTES[route], supports=supports,
+                  dtypes=dtypes, masks=ROUTES[route], supports=supports, variants=variants,
                   # math rounds q*sqrt(scale), k*sqrt(scale) and the scores to the dtype; the fused backends keep
                   # scores and softmax statistics in fp32
                   compute_model="unfused" if backend == "math" else "fused",

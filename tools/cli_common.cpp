@@ -359,7 +359,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   auto* vg = "Score variants (docs/semantics.md \"Variants\")";
   app.add_option("--variant", o.variant,
-                 "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, '+' or "
+                 "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout, '+' or "
                  "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both); with --sweep the "
                  "variant sweep; a kernel that does not declare one is unsupported")
       ->group(vg)

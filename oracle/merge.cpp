@@ -48,14 +48,20 @@ void bound_row(const Problem& p, const Tensors& t, const MergeWeights& mw, int64
   const double rel = 2 * e_max + u * (2 * bm.c_n * n + bm.c_0);
   const bool lowp = p.dtype != AF_DTYPE_F32;
   const double uc = unit_roundoff(p.dtype), floor = lowp ? underflow_error(p.dtype) : 0;
+  // Flushed or subnormal fp32 intermediates (a weight e^(LSE_s - M) below FLT_MIN, a product w_s O_sd, the
+  // stored O): up to FLT_MIN absolutely each, as the attention bound's floor (README "Merged states").
+  constexpr double kFltMin = 1.17549435082228750797e-38;
   for (int64_t d = 0; d < p.head_dim_v; ++d) {
-    double a = 0;  // sum_s (w_s / W) |O_sd|
+    double a = 0, omax = 0;  // sum_s (w_s / W) |O_sd|, max_s |O_sd|
     for (int64_t st = 0; st < p.n_states; ++st)
-      if (mw.w[static_cast<size_t>(st)] != 0)
-        a += mw.w[static_cast<size_t>(st)] / mw.sum *
-             std::fabs(t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))]);
+      if (mw.w[static_cast<size_t>(st)] != 0) {
+        const double x =
+            std::fabs(t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))]);
+        a += mw.w[static_cast<size_t>(st)] / mw.sum * x;
+        omax = std::max(omax, x);
+      }
     const size_t oi = r.o_at(b, s, h, d);
-    const double fp32 = sf * a * rel;
+    const double fp32 = sf * (a * rel + 2 * kFltMin * (n + 2) * (1 + omax));
     r.o_bound[oi] = fp32 + (lowp ? uc * (std::fabs(r.o[oi]) + fp32) + floor : 0);
     r.o_err[oi] = 1e-15 * std::fabs(r.o[oi]);
   }

@@ -88,6 +88,7 @@ void row_in(const RowRef& r, RowWork& w, int bits) {
                      (r.has_sink ? std::fabs(r.sink) : 0.0));
   std::fill(w.swa.begin(), w.swa.end(), 0.0);
   for (int64_t j = 0; j < n; ++j) {
+    if (!r.shown(r.first + j)) continue;  // hidden by the custom mask: its v is never read (a NaN v is no NaN bound)
     const float* vj = r.v + (r.first + j) * r.v_row;
     const double wj = w.w[j] * r.keep_at(r.first + j);
     for (int64_t d = 0; d < r.Dv; ++d) w.swa[d] += wj * std::fabs(static_cast<double>(vj[d]));

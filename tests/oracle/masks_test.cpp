@@ -35,6 +35,26 @@ OracleOptions one_thread() {
   return o;
 }
 
+// The same on the multiprecision arbiter (a row the fast path cannot certify takes it): a NaN v at a hidden key
+// left the bound NaN there (found on an H200 campaign: a correct flash kernel failed with "bound nan").
+TEST(OracleMasks, TheArbitersBoundNeverReadsAHiddenKey) {
+  Problem p = make_problem(1, 1, 1, 1, 6, 4, 4);
+  Case c = make_case(p, 1);
+  ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE), "");
+  const std::vector<uint8_t> mask = {1, 0, 1, 1, 0, 1};
+  Inputs in = random_inputs(c.problem, 7);
+  VariantInputs vi;
+  vi.custom_mask = mask.data();
+  in.v[1 * 4 + 2] = kNaNf;
+  OracleOptions mp = one_thread();
+  mp.force_multiprecision = true;
+  const OracleResult r = compute_oracle(c.problem, in.q.data(), in.k.data(), in.v.data(), vi, mp);
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_TRUE(std::isfinite(r.o[d])) << d;
+    EXPECT_TRUE(std::isfinite(r.o_bound[d]) && r.o_bound[d] > 0) << d << ": " << r.o_bound[d];
+  }
+}
+
 // Sq = 1, Sk = 6, one head: key j hidden where mask[j] == 0. The reference drops the hidden keys (k, v rows removed).
 TEST(OracleMasks, HiddenKeysAreKeysRemovedAndNeverRead) {
   Problem p = make_problem(1, 1, 1, 1, 6, 4, 4);

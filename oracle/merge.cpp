@@ -95,6 +95,19 @@ void merge_row(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t
     }
     return;
   }
+  // An fp32 merge accumulates sum_s w_s O_sd (w_s <= 1) before it divides: beyond FLT_MAX it may overflow where
+  // the exact result does not, outside the fp32 contract (as an attention row whose n max|v| exceeds the range).
+  for (int64_t d = 0; d < p.head_dim_v && info.contract == ContractReason::kInside; ++d) {
+    double sum = 0;
+    for (int64_t st = 0; st < p.n_states; ++st)
+      if (mw.w[static_cast<size_t>(st)] != 0)
+        sum += std::fabs(t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))]);
+    if (sum > 3.40282346638528859812e+38) {
+      info.contract = ContractReason::kValueRange;
+      info.contract_value = sum;
+      ++r.rows_outside;
+    }
+  }
   for (int64_t d = 0; d < p.head_dim_v; ++d) {
     long double acc = 0;
     for (int64_t st = 0; st < p.n_states; ++st)

@@ -558,11 +558,17 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   }
   if (nan_row || nf == 0) {
     // The exact row is NaN or fully masked by -inf scores. A fully masked row must be O = 0, but a
-    // visible infinite v meets a zero weight in P.V (0 * inf = NaN) in every kernel that accumulates
-    // before normalising: outside the contract, as in a normal row.
+    // visible infinite or NaN v meets a zero weight in P.V (0 * inf = 0 * NaN = NaN) in every kernel that
+    // accumulates before normalising (with a sink too: the row's keys all score -inf, the sink alone is finite):
+    // outside the contract, as in a normal row.
+    auto v_nan = [&](int64_t j) {
+      for (int64_t d = 0; d < r.Dv; ++d)
+        if (std::isnan(r.v[j * r.v_row + d])) return true;
+      return false;
+    };
     if (!nan_row && info.contract == ContractReason::kInside)
       for (int64_t j = kr.first; j < kr.last; ++j)
-        if (r.shown(j) && hf.vinf[static_cast<size_t>(j)]) {  // a hidden key's v is never read
+        if (r.shown(j) && (hf.vinf[static_cast<size_t>(j)] || v_nan(j))) {  // a hidden key's v is never read
           info.contract = ContractReason::kValueRange;
           info.contract_value = kInf;
           break;

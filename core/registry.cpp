@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "attnfuzz/problem.h"
@@ -102,6 +103,11 @@ void Registry::add(Backend backend, const af_kernel* kernels, size_t n, const st
 }
 
 void Registry::load_plugin(const std::string& path) {
+  // The same file twice (a tool's --plugin and, in the same process, a campaign's minimizer or a repeated flag) is
+  // loaded once: its kernels are registered already.
+  std::error_code ec;
+  for (const KernelEntry& e : entries_)
+    if (e.origin == path || std::filesystem::equivalent(e.origin, path, ec)) return;
   // dlopen searches the library path for a name without a '/': "libx.so" means the file here, as the tools'
   // existence check read it.
   const std::string file = path.find('/') == std::string::npos ? "./" + path : path;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fuzz/campaign.h"
+#include "fuzz/findings.h"
 #include "fuzz/mps.h"
 #include "fuzz/sync.h"
 
@@ -393,10 +394,15 @@ struct Outcome {
   History history;                   // this run included
   int64_t max_failures = 1;          // failures listed per kernel x class on the console (all_failures: every one)
   bool all_failures = false;
+  // Filled by write_summary from `found`: each failure's input tier (of its shown case: the minimal one where there
+  // is one) and the failures grouped into findings.
+  std::vector<InputTier> tiers;
+  std::vector<Finding> findings;
 };
 // "B=1 H=2/1 7x13 D=59 causal-br" (+ the layout): a failure's shape in summary tables.
 std::string shape(const Problem& p);
-// Prints the summary, writes summary.md, report.json and junit.xml; returns the exit status.
-int write_summary(const CampaignOptions& o, const Paths& p, const Outcome& r);
+// Fills r.tiers and r.findings, prints the summary, writes summary.md, report.json and junit.xml; returns the exit
+// status.
+int write_summary(const CampaignOptions& o, const Paths& p, Outcome& r);
 
 }  // namespace attnfuzz::fuzz::campaign

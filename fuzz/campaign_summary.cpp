@@ -6,7 +6,6 @@
 
 #include "attnfuzz/report.h"
 #include "fuzz/campaign_phases.h"
-#include "fuzz/findings.h"
 
 namespace attnfuzz::fuzz::campaign {
 
@@ -131,16 +130,9 @@ RunRecord make_record(const CampaignOptions& o, const Paths& p, const Outcome& r
   return rec;
 }
 
-// The distinct failures grouped into findings (fuzz/findings.h), by their shown (minimal) cases.
-std::vector<Finding> findings_of(const Outcome& r) {
-  std::vector<const CorpusFile*> shown;
-  for (const Failure& f : r.found) shown.push_back(&f.shown());
-  return group_findings(shown);
-}
-
 // The findings, those across the most kernels first; the first ten on the console.
 void print_findings(const Outcome& r) {
-  const std::vector<Finding> fs = findings_of(r);
+  const std::vector<Finding>& fs = r.findings;
   if (fs.size() >= r.found.size()) return;  // nothing grouped: the failure table says it all
   std::printf("%zu finding(s): the %zu distinct failures grouped by class, deciding evidence and minimal input "
               "pattern\n", fs.size(), r.found.size());
@@ -158,11 +150,11 @@ void print_failures(const Outcome& r, const RunRecord& rec) {
     return t ? t->found_after_s : 1e300;
   };
   // Ordinary inputs first (issue 30: a maintainer reads those first), then by when found.
-  std::vector<InputTier> tier(r.found.size());
+  const std::vector<InputTier>& tier = r.tiers;
   size_t ordinary = 0;
   size_t minimized = 0;
   for (size_t i = 0; i < tier.size(); ++i) {
-    ordinary += (tier[i] = input_tier(r.found[i].shown().the_case)) == InputTier::kOrdinary;
+    ordinary += tier[i] == InputTier::kOrdinary;
     minimized += r.found[i].minimal.has_value();
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
@@ -304,10 +296,11 @@ void history_json(const Outcome& r, Json& camp) {
                     {"cases", x.cases}, {"failing", x.failing}, {"interrupted", x.interrupted}});
   camp["runs"] = runs;
   Json fl = Json::array();
-  for (const Failure& f : r.found) {
+  for (size_t i = 0; i < r.found.size(); ++i) {
+    const Failure& f = r.found[i];
     const RecordedVerdict& v = *f.file.verdict;
     Json x = {{"file", f.path.filename().string()}, {"kernel", v.kernel}, {"class", failure_class_name(v.failure)},
-              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(input_tier(f.shown().the_case))},
+              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(r.tiers[i])},
               {"tier_as_found", input_tier_name(input_tier(f.file.the_case))}, {"shape_as_found", shape(f.file.the_case.problem)}};
     if (f.minimal)
       x["minimized"] = {{"file", "minimized/" + f.minimal_path.filename().string()}, {"shape", shape(f.minimal->the_case.problem)},
@@ -325,7 +318,7 @@ void history_json(const Outcome& r, Json& camp) {
   camp["failures"] = fl;
   std::vector<std::string> names;
   for (const Failure& f : r.found) names.push_back(f.path.filename().string());
-  camp["findings"] = findings_json(findings_of(r), names);
+  camp["findings"] = findings_json(r.findings, names);
   camp["by_kernel"] = r.stats.by_kernel;  // kernel -> "PASS DTYPE" -> verdict or "refused" -> count
   camp["kernels"] = r.kernels;
   camp["unchecked_kernels"] = unchecked(r);
@@ -470,8 +463,8 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
           "are the minimal case's (minimized/; as found: failures/).\n\n| inputs | class | kernel | shape | found after | class known "
           "after | run | replay |\n|---|---|---|---|---|---|---|---|\n";
     std::vector<size_t> order(r.found.size());
-    std::vector<InputTier> tier(r.found.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i, tier[i] = input_tier(r.found[i].shown().the_case);
+    const std::vector<InputTier>& tier = r.tiers;
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return tier[x] < tier[y]; });
     for (size_t i : order) {
       const RunEntry& e = rec.entries[i];
@@ -486,7 +479,7 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
     }
     md << "\n";
   }
-  md << findings_markdown(findings_of(r));
+  md << findings_markdown(r.findings);
   kernels_markdown(r, md);
   if (!rec.entries.empty())  // the distinct failures replayed, under this page's title; none: no empty table
     md << demote_headings(markdown_summary(rec));
@@ -518,7 +511,14 @@ int exit_status(const CampaignOptions& o, const Outcome& r) {
 
 }  // namespace
 
-int write_summary(const CampaignOptions& o, const Paths& p, const Outcome& r) {
+int write_summary(const CampaignOptions& o, const Paths& p, Outcome& r) {
+  std::vector<const CorpusFile*> shown;
+  r.tiers.clear();
+  for (const Failure& f : r.found) {
+    shown.push_back(&f.shown());
+    r.tiers.push_back(input_tier(f.shown().the_case));
+  }
+  r.findings = group_findings(shown);
   const RunRecord rec = make_record(o, p, r);
   print_summary(o, r, rec);
   try {

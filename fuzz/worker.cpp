@@ -445,14 +445,7 @@ void watch_lifeline() {
 
 Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8, 0) {
   Registry& reg = Registry::global();
-  for (const auto& p : cfg_.plugins) {  // a plug-in this process loaded already (a campaign's minimizer) stays
-    const auto& all = reg.all();
-    std::error_code ec;
-    if (std::none_of(all.begin(), all.end(), [&](const KernelEntry& e) {
-          return e.origin == p || std::filesystem::equivalent(e.origin, p, ec);
-        }))
-      reg.load_plugin(p);
-  }
+  for (const auto& p : cfg_.plugins) reg.load_plugin(p);
   DeviceOptions d;
   if (!parse_thread_order(cfg_.order, d.order))
     throw std::runtime_error("unknown thread order " + cfg_.order);

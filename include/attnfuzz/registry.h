@@ -38,8 +38,9 @@ class Registry {
   static Registry& global();
 
   void add(Backend backend, const af_kernel* kernels, size_t n, const std::string& origin);
-  // Loads a plug-in (dlopen + attnfuzz_plugin()). Throws std::runtime_error with a clear message on a
-  // missing file, missing entry point, ABI mismatch, unknown backend or duplicate kernel name.
+  // Loads a plug-in (dlopen + attnfuzz_plugin()); a file loaded already is not loaded again. Throws
+  // std::runtime_error with a clear message on a missing file, missing entry point, ABI mismatch, unknown
+  // backend or duplicate kernel name.
   void load_plugin(const std::string& path);
 
   const std::vector<KernelEntry>& all() const { return entries_; }

@@ -7,6 +7,7 @@
 
 #include "oracle/oracle.h"
 #include "tests/oracle/fp32_models.h"
+#include "tests/oracle/oracle_options.h"
 
 namespace attnfuzz {
 namespace {
@@ -41,7 +42,7 @@ double max_ratio(const OracleResult& R, const float* o, const float* lse) {
   return mr;
 }
 
-const OracleOptions k1Thread{.threads = 1};
+using test_util::k1Thread;
 
 TEST(OracleBound, PlainFp32ReferenceNeverExceedsBoundOn10000RandomCases) {
   Rng rng(101);

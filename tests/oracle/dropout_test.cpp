@@ -8,15 +8,12 @@
 #include "attnfuzz/dropout.h"
 #include "oracle/grad.h"
 #include "oracle/oracle.h"
+#include "tests/oracle/oracle_options.h"
 
 namespace attnfuzz {
 namespace {
 
-OracleOptions one_thread() {
-  OracleOptions o;
-  o.threads = 1;
-  return o;
-}
+using test_util::k1Thread;
 
 TEST(OracleDropout, KeptWeightsScaledByOneOverOneMinusP) {
   Problem p = make_problem(1, 1, 1, 1, 2, 1, 1);
@@ -26,7 +23,7 @@ TEST(OracleDropout, KeptWeightsScaledByOneOverOneMinusP) {
   const std::vector<uint8_t> keep{0, 1};  // key 0 dropped
   VariantInputs vars;
   vars.dropout_keep = keep.data();
-  const OracleResult r = compute_oracle(p, q.data(), k.data(), v.data(), vars, one_thread());
+  const OracleResult r = compute_oracle(p, q.data(), k.data(), v.data(), vars, k1Thread);
   const double e = std::exp(1.0), L = e + 1;
   EXPECT_NEAR(r.o[0], (1 / L) * 3 / 0.75, 1e-15);
   EXPECT_NEAR(r.lse[0], 1 + std::log(1 + 1 / e), 1e-15);  // the softmax (and LSE) does not see the mask
@@ -49,7 +46,7 @@ TEST(OracleDropout, PZeroIsTheDropoutFreeResultAndTheArbiterAgrees) {
   vars.dropout_keep = keep.data();
   Problem plain = c.problem;
   plain.variants = 0;
-  OracleOptions o = one_thread();
+  OracleOptions o = k1Thread;
   o.baseline = false;
   const OracleResult a = compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), vars, o);
   const OracleResult b = compute_oracle(plain, t.q.data(), t.k.data(), t.v.data(), o);
@@ -72,7 +69,7 @@ TEST(OracleDropout, PZeroIsTheDropoutFreeResultAndTheArbiterAgrees) {
 // L(q, k, v) = sum dO . O with the mask fixed: its gradients are dQ, dK, dV.
 double loss(const Problem& p, const Tensors& t, const std::vector<float>& q, const std::vector<float>& k,
             const std::vector<float>& v, const VariantInputs& vars) {
-  OracleOptions o = one_thread();
+  OracleOptions o = k1Thread;
   o.baseline = false;
   const OracleResult r = compute_oracle(p, q.data(), k.data(), v.data(), vars, o);
   double l = 0;
@@ -90,7 +87,7 @@ TEST(OracleDropout, GradientsMatchFiniteDifferencesGivenTheMask) {
   const std::vector<uint8_t> keep = reference_keep_mask(p);
   VariantInputs vars;
   vars.dropout_keep = keep.data();
-  OracleOptions o = one_thread();
+  OracleOptions o = k1Thread;
   o.baseline = false;
   o.row_budget = 0;
   const OracleResult fw = compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, o);

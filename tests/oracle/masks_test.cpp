@@ -10,6 +10,7 @@
 #include "attnfuzz/case.h"
 #include "oracle/grad.h"
 #include "oracle/oracle.h"
+#include "tests/oracle/oracle_options.h"
 
 namespace attnfuzz {
 namespace {
@@ -29,49 +30,51 @@ Inputs random_inputs(const Problem& p, uint64_t seed) {
   return in;
 }
 
-OracleOptions one_thread() {
-  OracleOptions o;
-  o.threads = 1;
-  return o;
-}
+using test_util::k1Thread;
+
+// Sq = 1, Sk = 6, one head, D = Dv = 4: keys 1 and 4 hidden by a dense mask (key j hidden where mask[j] == 0),
+// random inputs. Not copyable: vi points into mask.
+struct TwoHiddenKeys {
+  Case c = make_case(make_problem(1, 1, 1, 1, 6, 4, 4), 1);
+  const std::vector<uint8_t> mask = {1, 0, 1, 1, 0, 1};
+  Inputs in;
+  VariantInputs vi;
+  TwoHiddenKeys() {
+    EXPECT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE), "");
+    in = random_inputs(c.problem, 7);
+    vi.custom_mask = mask.data();
+  }
+  TwoHiddenKeys(const TwoHiddenKeys&) = delete;
+  OracleResult oracle(const OracleOptions& o) const {
+    return compute_oracle(c.problem, in.q.data(), in.k.data(), in.v.data(), vi, o);
+  }
+};
 
 // The same on the multiprecision arbiter (a row the fast path cannot certify takes it): a NaN v at a hidden key
 // left the bound NaN there (found on an H200 campaign: a correct flash kernel failed with "bound nan").
 TEST(OracleMasks, TheArbitersBoundNeverReadsAHiddenKey) {
-  Problem p = make_problem(1, 1, 1, 1, 6, 4, 4);
-  Case c = make_case(p, 1);
-  ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE), "");
-  const std::vector<uint8_t> mask = {1, 0, 1, 1, 0, 1};
-  Inputs in = random_inputs(c.problem, 7);
-  VariantInputs vi;
-  vi.custom_mask = mask.data();
-  in.v[1 * 4 + 2] = kNaNf;
-  OracleOptions mp = one_thread();
+  TwoHiddenKeys t;
+  t.in.v[1 * 4 + 2] = kNaNf;
+  OracleOptions mp = k1Thread;
   mp.force_multiprecision = true;
-  const OracleResult r = compute_oracle(c.problem, in.q.data(), in.k.data(), in.v.data(), vi, mp);
+  const OracleResult r = t.oracle(mp);
   for (int d = 0; d < 4; ++d) {
     EXPECT_TRUE(std::isfinite(r.o[d])) << d;
     EXPECT_TRUE(std::isfinite(r.o_bound[d]) && r.o_bound[d] > 0) << d << ": " << r.o_bound[d];
   }
 }
 
-// Sq = 1, Sk = 6, one head: key j hidden where mask[j] == 0. The reference drops the hidden keys (k, v rows removed).
+// The reference drops the hidden keys (k, v rows removed).
 TEST(OracleMasks, HiddenKeysAreKeysRemovedAndNeverRead) {
-  Problem p = make_problem(1, 1, 1, 1, 6, 4, 4);
-  Case c = make_case(p, 1);
-  ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE), "");
-  const std::vector<uint8_t> mask = {1, 0, 1, 1, 0, 1};
-  Inputs in = random_inputs(c.problem, 7);
-  VariantInputs vi;
-  vi.custom_mask = mask.data();
-  in.k[1 * 4 + 2] = kNaNf;  // hidden keys 1 and 4 hold NaN / inf: never read
-  in.v[4 * 4 + 0] = std::numeric_limits<float>::infinity();
-  const OracleResult r = compute_oracle(c.problem, in.q.data(), in.k.data(), in.v.data(), vi, one_thread());
+  TwoHiddenKeys t;
+  t.in.k[1 * 4 + 2] = kNaNf;  // hidden keys 1 and 4 hold NaN / inf: never read
+  t.in.v[4 * 4 + 0] = std::numeric_limits<float>::infinity();
+  const OracleResult r = t.oracle(k1Thread);
   Problem small = make_problem(1, 1, 1, 1, 4, 4, 4);
   std::vector<float> k2, v2;
   for (int j : {0, 2, 3, 5})
-    for (int d = 0; d < 4; ++d) k2.push_back(in.k[j * 4 + d]), v2.push_back(in.v[j * 4 + d]);
-  const OracleResult s = compute_oracle(small, in.q.data(), k2.data(), v2.data(), one_thread());
+    for (int d = 0; d < 4; ++d) k2.push_back(t.in.k[j * 4 + d]), v2.push_back(t.in.v[j * 4 + d]);
+  const OracleResult s = compute_oracle(small, t.in.q.data(), k2.data(), v2.data(), k1Thread);
   for (int d = 0; d < 4; ++d) {
     EXPECT_EQ(r.o[d], s.o[d]);
     EXPECT_EQ(r.o_bound[d], s.o_bound[d]);
@@ -86,7 +89,7 @@ TEST(OracleMasks, AFullyHiddenRowIsAnEmptyRowForwardAndBackward) {
   ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_DENSE, "ones"), "");
   Tensors t = generate(c);
   std::fill(t.custom_mask.begin() + 5, t.custom_mask.begin() + 10, uint8_t{0});  // row 1 sees nothing
-  const OracleResult r = compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), one_thread());
+  const OracleResult r = compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), k1Thread);
   EXPECT_EQ(r.rows[1].kind, RowKind::kFullyMasked);
   EXPECT_EQ(r.lse[1], -std::numeric_limits<double>::infinity());
   for (int d = 0; d < 4; ++d) EXPECT_EQ(r.o[r.o_at(0, 1, 0, d)], 0.0);
@@ -111,7 +114,7 @@ TEST(OracleMasks, BitsEqualDenseAndBlockValuesMeanEmptyFullPartial) {
             "");
   auto run = [](const Case& c) {
     const Tensors t = generate(c);
-    return compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), one_thread());
+    return compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), k1Thread);
   };
   const OracleResult a = run(dense), b = run(bits), n = run(plain);
   EXPECT_EQ(a.o, b.o);
@@ -131,9 +134,9 @@ TEST(OracleMasks, FastPathAgreesWithTheArbiter) {
   Case c = make_case(p, 9);
   ASSERT_EQ(set_mask_variants(c, AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE, "rows:0.6", "mixed", "", 4, 8), "");
   const Tensors t = generate(c);
-  OracleOptions mp = one_thread();
+  OracleOptions mp = k1Thread;
   mp.force_multiprecision = true;
-  const OracleResult f = compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), one_thread());
+  const OracleResult f = compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), k1Thread);
   const OracleResult m = compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), mp);
   for (size_t e = 0; e < f.o.size(); ++e) EXPECT_NEAR(f.o[e], m.o[e], 1e-14 + 1e-6 * f.o_bound[e]);
 }

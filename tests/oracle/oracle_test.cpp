@@ -10,6 +10,7 @@
 #include "oracle/reference_fp32.h"
 #include "oracle/reference_fp64.h"
 #include "tests/oracle/fp32_models.h"
+#include "tests/oracle/oracle_options.h"
 
 namespace attnfuzz {
 namespace {
@@ -19,7 +20,7 @@ using testing::Rng;
 constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInff = std::numeric_limits<float>::infinity();
 
-const OracleOptions k1Thread{.threads = 1};
+using test_util::k1Thread;
 
 // Brute force in long double straight from docs/semantics.md (mask from its formula, not visible_keys).
 struct Brute {

@@ -9,13 +9,14 @@
 
 #include "oracle/grad.h"
 #include "oracle/oracle.h"
+#include "tests/oracle/oracle_options.h"
 
 namespace attnfuzz {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const OracleOptions k1Thread{.threads = 1};
+using test_util::k1Thread;
 
 // One row, D = Dv = 1: q = 1, k = (1, 0), v = (1, 0), scale 1: raw scores (1, 0).
 struct Tiny {

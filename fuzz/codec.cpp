@@ -470,9 +470,44 @@ void write_sequences(Writer& w, const Case& c) {
 
 }  // namespace
 
-// One function of ~150 lines on purpose: it is the byte format, read field by field in the order encode()
-// writes them; split up, the order (which is the format) would no longer be readable in one place.
 namespace {
+// Score variants (issue 28) and custom masks: the field after the pass. Bits outside the limits' set are dropped;
+// none with a sequence layout.
+void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
+  const uint8_t vb = r.u8();
+  uint32_t bits = (vb & 0x7f) & lim.variants;
+  float softcap = 30.0f;
+  uint8_t bcast = 0;
+  if (vb & 0x0f & AF_VARIANT_SOFTCAP) {
+    const uint8_t t = r.u8();
+    softcap = t == kRaw ? bits_float(r.u32()) : softcap_menu()[t % softcap_menu().size()];
+    if (!(softcap > 0) || !std::isfinite(softcap)) softcap = 30.0f;
+  }
+  if (vb & 0x0f & AF_VARIANT_SINK) c.variants.sink_range = sink_range_menu()[r.u8() % sink_range_menu().size()];
+  if (vb & 0x0f & AF_VARIANT_BIAS) {
+    bcast = r.u8() & 0x0f;
+    c.variants.bias_range = bias_range_menu()[r.u8() % bias_range_menu().size()];
+  }
+  const MaskFields mf = read_masks(r, bits);
+  if (has_sequences(c.problem)) bits = 0;
+  (void)set_variants(c, bits & kScoreVariants, softcap, broadcast_text(bcast));
+  if (bits & kMaskVariants) apply_masks(c, bits & kMaskVariants, mf);
+  if (!(bits & AF_VARIANT_SINK)) c.variants.sink_range = 2;
+  if (!(bits & AF_VARIANT_BIAS)) c.variants.bias_range = 1;
+}
+
+// Dropout (issue 29): after the score variants (absent = none, so earlier inputs decode as before): a byte (bit 0
+// dropout, bit 1 philox-flash, bits 2.. the p menu index), the seed, the offset menu index.
+void read_dropout(Reader& r, Case& c, const FuzzLimits& lim) {
+  const uint8_t db = r.u8();
+  if ((db & 1) && (lim.variants & AF_VARIANT_DROPOUT) && !has_sequences(c.problem)) {
+    const double drop_p = dropout_p_menu()[(db >> 2) % dropout_p_menu().size()];
+    const uint64_t dseed = r.u64();
+    const uint64_t offset = dropout_offset_menu()[r.u8() % dropout_offset_menu().size()];
+    (void)set_dropout(c.problem, drop_p, (db & 2) ? AF_DROPOUT_RNG_PHILOX_FLASH : AF_DROPOUT_RNG_EXPORTED, dseed, offset);
+  }
+}
+
 // Merged states (issue 29), the field after the variants: a byte with 0x80 set makes a merge case of 1 + (low 7
 // bits % 6) states when the limits allow merge cases and the case can be one (forward, no variant, not fp8); then
 // the cut deltas (varints, clipped to Sk), a shift flag with one menu index per state, and the layout (bit 0) and
@@ -506,6 +541,8 @@ void write_merge(Writer& w, const Case& c) {
 }
 }  // namespace
 
+// The byte format, read field by field in the order encode() writes them (the order is the format); the last
+// fields (variants, dropout, merge) each have a reader of their own, called in that order.
 FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   Reader r(data, size);
   const Fields f(lim);
@@ -641,36 +678,8 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       if (!std::isfinite(x)) x = std::isnan(x) ? 0.0f : std::copysign(FLT_MAX, x);  // dO finite
     }
   }
-  // Score variants (issue 28): the last field. Bits outside the limits' set are dropped; none with a sequence layout.
-  const uint8_t vb = r.u8();
-  uint32_t bits = (vb & 0x7f) & lim.variants;
-  float softcap = 30.0f;
-  uint8_t bcast = 0;
-  if (vb & 0x0f & AF_VARIANT_SOFTCAP) {
-    const uint8_t t = r.u8();
-    softcap = t == kRaw ? bits_float(r.u32()) : softcap_menu()[t % softcap_menu().size()];
-    if (!(softcap > 0) || !std::isfinite(softcap)) softcap = 30.0f;
-  }
-  if (vb & 0x0f & AF_VARIANT_SINK) c.variants.sink_range = sink_range_menu()[r.u8() % sink_range_menu().size()];
-  if (vb & 0x0f & AF_VARIANT_BIAS) {
-    bcast = r.u8() & 0x0f;
-    c.variants.bias_range = bias_range_menu()[r.u8() % bias_range_menu().size()];
-  }
-  const MaskFields mf = read_masks(r, bits);
-  if (has_sequences(c.problem)) bits = 0;
-  (void)set_variants(c, bits & kScoreVariants, softcap, broadcast_text(bcast));
-  if (bits & kMaskVariants) apply_masks(c, bits & kMaskVariants, mf);
-  if (!(bits & AF_VARIANT_SINK)) c.variants.sink_range = 2;
-  if (!(bits & AF_VARIANT_BIAS)) c.variants.bias_range = 1;
-  // Dropout (issue 29): appended after the score variants (absent = none, so earlier inputs decode as before): a
-  // byte (bit 0 dropout, bit 1 philox-flash, bits 2.. the p menu index), the seed, the offset menu index.
-  const uint8_t db = r.u8();
-  if ((db & 1) && (lim.variants & AF_VARIANT_DROPOUT) && !has_sequences(c.problem)) {
-    const double drop_p = dropout_p_menu()[(db >> 2) % dropout_p_menu().size()];
-    const uint64_t dseed = r.u64();
-    const uint64_t offset = dropout_offset_menu()[r.u8() % dropout_offset_menu().size()];
-    (void)set_dropout(c.problem, drop_p, (db & 2) ? AF_DROPOUT_RNG_PHILOX_FLASH : AF_DROPOUT_RNG_EXPORTED, dseed, offset);
-  }
+  read_variants(r, c, lim);
+  read_dropout(r, c, lim);
   // Backward cases are dense f32 / f16 / bf16 (validate(Case)): a backward pass drawn for a sequence layout or
   // fp8 becomes the forward pass when the limits allow it; else the case goes back to dense f32.
   if (has_backward(c.pass) && (has_sequences(c.problem) || fp8(c.problem.dtype))) {

@@ -108,68 +108,90 @@ int64_t tick_step(int64_t n) {
   return step;
 }
 
-}  // namespace
+// Where everything goes: the pooled grid, the map's pixel box, the LSE column, the mask panel and the legend.
+struct Layout {
+  int64_t rows, cols;  // the map's size (at least 1 x 1)
+  int64_t fr, fc;      // rows / columns max-pooled into one cell
+  int64_t nr, nc;      // pooled cells
+  double cw, ch, pw, ph;
+  double x0 = 84, y0 = 64;
+  bool has_lse;
+  double lse_x, lse_w, mp_x, mp_w = 80, lg_x, lg_h = 200, width, height;
 
-std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOptions& opt) {
-  const int64_t rows = std::max<int64_t>(map.rows, 1), cols = std::max<int64_t>(map.cols, 1);
-  const int64_t fr = ceil_div(rows, std::max<int64_t>(1, opt.max_rows));
-  const int64_t fc = ceil_div(cols, std::max<int64_t>(1, opt.max_cols));
-  const int64_t nr = ceil_div(rows, fr), nc = ceil_div(cols, fc);
-  auto pooled = [&](int64_t R, int64_t C) {
-    float v = RatioMap::kNotCompared;
-    for (int64_t i = R * fr; i < std::min(rows, (R + 1) * fr); ++i)
-      for (int64_t j = C * fc; j < std::min(cols, (C + 1) * fc); ++j)
-        if (i < map.rows && j < map.cols) {
-          const float x = map.at(i, j);
-          if (x >= 0 || std::isnan(x)) v = worst_of(v, x);
-        }
-    return v;
-  };
-  const double cw = std::clamp<double>(std::floor(480.0 / nc), 2, 24),
-               ch = std::clamp<double>(std::floor(480.0 / nr), 2, 24);
-  const double pw = nc * cw, ph = nr * ch;
-  const double x0 = 84, y0 = 64;
-  const bool has_lse = !map.lse_ratio.empty();
-  const double lse_x = x0 + pw + 10, lse_w = has_lse ? 14 : 0;
-  const double mp_x = lse_x + lse_w + (has_lse ? 16 : 6), mp_w = 80;
-  const double lg_x = mp_x + mp_w + 34, lg_h = 200;
-  const double width = lg_x + 190, height = y0 + std::max(ph, lg_h + 150) + 56;
-  auto row_y = [&](double i) { return y0 + i * ph / static_cast<double>(rows); };
-  auto col_x = [&](double d) { return x0 + d * pw / static_cast<double>(cols); };
+  Layout(const RatioMap& map, const HeatmapOptions& opt)
+      : rows(std::max<int64_t>(map.rows, 1)),
+        cols(std::max<int64_t>(map.cols, 1)),
+        fr(ceil_div(rows, std::max<int64_t>(1, opt.max_rows))),
+        fc(ceil_div(cols, std::max<int64_t>(1, opt.max_cols))),
+        nr(ceil_div(rows, fr)),
+        nc(ceil_div(cols, fc)),
+        cw(std::clamp<double>(std::floor(480.0 / nc), 2, 24)),
+        ch(std::clamp<double>(std::floor(480.0 / nr), 2, 24)),
+        pw(nc * cw),
+        ph(nr * ch),
+        has_lse(!map.lse_ratio.empty()) {
+    lse_x = x0 + pw + 10;
+    lse_w = has_lse ? 14 : 0;
+    mp_x = lse_x + lse_w + (has_lse ? 16 : 6);
+    lg_x = mp_x + mp_w + 34;
+    width = lg_x + 190;
+    height = y0 + std::max(ph, lg_h + 150) + 56;
+  }
+  double row_y(double i) const { return y0 + i * ph / static_cast<double>(rows); }
+  double col_x(double d) const { return x0 + d * pw / static_cast<double>(cols); }
+  // Original rows [first, end) pooled into cell row R, clipped to n rows.
+  int64_t row_begin(int64_t R) const { return R * fr; }
+  int64_t row_end(int64_t R, int64_t n) const { return std::min(n, (R + 1) * fr); }
+};
 
-  std::ostringstream s;
+// The worst ratio of the original cells pooled into (R, C).
+float pooled(const RatioMap& map, const Layout& L, int64_t R, int64_t C) {
+  float v = RatioMap::kNotCompared;
+  for (int64_t i = L.row_begin(R); i < L.row_end(R, std::min(L.rows, map.rows)); ++i)
+    for (int64_t j = C * L.fc; j < std::min(std::min(L.cols, map.cols), (C + 1) * L.fc); ++j) {
+      const float x = map.at(i, j);
+      if (x >= 0 || std::isnan(x)) v = worst_of(v, x);
+    }
+  return v;
+}
+
+void write_header(std::ostream& s, const Layout& L, const HeatmapOptions& opt) {
   s << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(width) << "\" height=\"" << fmt(height)
-    << "\" viewBox=\"0 0 " << fmt(width) << ' ' << fmt(height)
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(L.width) << "\" height=\"" << fmt(L.height)
+    << "\" viewBox=\"0 0 " << fmt(L.width) << ' ' << fmt(L.height)
     << "\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"11\">\n";
   s << "<title>" << xml_escape(opt.title) << "</title>\n";
   s << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
   s << "<text x=\"12\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(opt.title)
     << "</text>\n";
   s << "<text x=\"12\" y=\"40\" fill=\"#333333\">" << xml_escape(opt.subtitle) << "</text>\n";
-  if (fr > 1 || fc > 1)
-    s << "<text x=\"12\" y=\"54\" fill=\"#666666\">max-pooled: " << fr << " row(s) x " << fc
+  if (L.fr > 1 || L.fc > 1)
+    s << "<text x=\"12\" y=\"54\" fill=\"#666666\">max-pooled: " << L.fr << " row(s) x " << L.fc
       << " column(s) per cell</text>\n";
+}
 
-  // The map, one rect per run of equal colour in a pooled row.
+// The map, one rect per run of equal colour in a pooled row, and its frame.
+void write_cells(std::ostream& s, const RatioMap& map, const Layout& L) {
   s << "<g id=\"cells\" shape-rendering=\"crispEdges\">\n";
-  for (int64_t R = 0; R < nr; ++R) {
+  for (int64_t R = 0; R < L.nr; ++R) {
     int64_t start = 0;
-    std::string run = colour(pooled(R, 0));
-    for (int64_t C = 1; C <= nc; ++C) {
-      const std::string next = C < nc ? colour(pooled(R, C)) : std::string();
+    std::string run = colour(pooled(map, L, R, 0));
+    for (int64_t C = 1; C <= L.nc; ++C) {
+      const std::string next = C < L.nc ? colour(pooled(map, L, R, C)) : std::string();
       if (next == run) continue;
-      s << "<rect x=\"" << fmt(x0 + start * cw) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\""
-        << fmt((C - start) * cw) << "\" height=\"" << fmt(ch) << "\" fill=\"" << run << "\"/>\n";
+      s << "<rect x=\"" << fmt(L.x0 + start * L.cw) << "\" y=\"" << fmt(L.y0 + R * L.ch) << "\" width=\""
+        << fmt((C - start) * L.cw) << "\" height=\"" << fmt(L.ch) << "\" fill=\"" << run << "\"/>\n";
       start = C;
       run = next;
     }
   }
   s << "</g>\n";
-  s << "<rect x=\"" << fmt(x0) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(pw) << "\" height=\""
-    << fmt(ph) << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"1\"/>\n";
+  s << "<rect x=\"" << fmt(L.x0) << "\" y=\"" << fmt(L.y0) << "\" width=\"" << fmt(L.pw) << "\" height=\""
+    << fmt(L.ph) << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"1\"/>\n";
+}
 
-  // Tile boundaries: rows (strong) and head dim (light). Skip a tile size whose lines would be < 4 px apart.
+// Tile boundaries: rows (strong) and head dim (light). Skip a tile size whose lines would be < 4 px apart.
+void write_tiles(std::ostream& s, const RatioMap& map, const Layout& L) {
   s << "<g id=\"tiles\" fill=\"none\">\n";
   const struct {
     int64_t t;
@@ -177,160 +199,179 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
     double w;
   } tiles[] = {{64, "#222222", 1.6}, {32, "#444444", 1.0}, {16, "#666666", 0.6}};
   for (const auto& t : tiles) {
-    if (t.t * ph / rows >= 4)
+    if (t.t * L.ph / L.rows >= 4)
       for (int64_t k = t.t; k < map.rows; k += t.t) {
         if (t.t < 64 && k % (2 * t.t) == 0) continue;  // drawn by the larger tile
-        s << "<line x1=\"" << fmt(x0) << "\" x2=\"" << fmt(x0 + pw) << "\" y1=\"" << fmt(row_y(k))
-          << "\" y2=\"" << fmt(row_y(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w
+        s << "<line x1=\"" << fmt(L.x0) << "\" x2=\"" << fmt(L.x0 + L.pw) << "\" y1=\"" << fmt(L.row_y(k))
+          << "\" y2=\"" << fmt(L.row_y(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w
           << "\"/>\n";
       }
-    if (t.t * pw / cols >= 4)
+    if (t.t * L.pw / L.cols >= 4)
       for (int64_t k = t.t; k < map.cols; k += t.t) {
         if (t.t < 64 && k % (2 * t.t) == 0) continue;
-        s << "<line y1=\"" << fmt(y0) << "\" y2=\"" << fmt(y0 + ph) << "\" x1=\"" << fmt(col_x(k))
-          << "\" x2=\"" << fmt(col_x(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w * 0.6
+        s << "<line y1=\"" << fmt(L.y0) << "\" y2=\"" << fmt(L.y0 + L.ph) << "\" x1=\"" << fmt(L.col_x(k))
+          << "\" x2=\"" << fmt(L.col_x(k)) << "\" stroke=\"" << t.stroke << "\" stroke-width=\"" << t.w * 0.6
           << "\" stroke-opacity=\"0.6\"/>\n";
       }
   }
   s << "</g>\n";
+}
 
-  // Mask: gutter of fully masked rows, transitions, diagonal reaching the last key, visible-key panel.
-  std::vector<KeyRange> vis(static_cast<size_t>(map.rows));
-  for (int64_t i = 0; i < map.rows; ++i) vis[i] = visible_keys(p, i);
-  s << "<g id=\"mask\">\n";
-  for (int64_t R = 0; R < nr; ++R) {
+// The gutter of fully masked rows, the red lines where they begin / end, the line of the first row seeing Sk
+// - 1.
+void write_mask_lines(std::ostream& s, const RatioMap& map, const Problem& p, const Layout& L,
+                      const std::vector<KeyRange>& vis) {
+  for (int64_t R = 0; R < L.nr; ++R) {
     int64_t masked = 0, n = 0;
-    for (int64_t i = R * fr; i < std::min(map.rows, (R + 1) * fr); ++i, ++n) masked += vis[i].empty();
+    for (int64_t i = L.row_begin(R); i < L.row_end(R, map.rows); ++i, ++n) masked += vis[i].empty();
     if (masked == 0) continue;
-    s << "<rect x=\"" << fmt(x0 - 10) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"7\" height=\""
-      << fmt(ch) << "\" fill=\"" << (masked == n ? "#404040" : "#a0a0a0") << "\"/>\n";
+    s << "<rect x=\"" << fmt(L.x0 - 10) << "\" y=\"" << fmt(L.y0 + R * L.ch) << "\" width=\"7\" height=\""
+      << fmt(L.ch) << "\" fill=\"" << (masked == n ? "#404040" : "#a0a0a0") << "\"/>\n";
   }
   for (int64_t i = 1; i < map.rows; ++i)
     if (vis[i].empty() != vis[i - 1].empty())
-      s << "<line x1=\"" << fmt(x0 - 10) << "\" x2=\"" << fmt(mp_x + mp_w) << "\" y1=\"" << fmt(row_y(i))
-        << "\" y2=\"" << fmt(row_y(i))
+      s << "<line x1=\"" << fmt(L.x0 - 10) << "\" x2=\"" << fmt(L.mp_x + L.mp_w) << "\" y1=\""
+        << fmt(L.row_y(i)) << "\" y2=\"" << fmt(L.row_y(i))
         << "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"6,3\"/>\n";
-  if (p.mask_kind != AF_MASK_NONE && window_right(p) != AF_UNBOUNDED && p.seq_k > 0) {
-    for (int64_t i = 1; i < map.rows; ++i)
-      if (!vis[i].empty() && vis[i].last == p.seq_k && (vis[i - 1].empty() || vis[i - 1].last < p.seq_k)) {
-        s << "<line x1=\"" << fmt(x0) << "\" x2=\"" << fmt(mp_x + mp_w) << "\" y1=\"" << fmt(row_y(i))
-          << "\" y2=\"" << fmt(row_y(i))
-          << "\" stroke=\"#7b3294\" stroke-width=\"1.5\" stroke-dasharray=\"2,2\"/>\n";
-        break;
-      }
-  }
-  s << "<rect x=\"" << fmt(mp_x) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(mp_w) << "\" height=\""
-    << fmt(ph) << "\" fill=\"#f4f4f4\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
+  if (p.mask_kind == AF_MASK_NONE || window_right(p) == AF_UNBOUNDED || p.seq_k <= 0) return;
+  for (int64_t i = 1; i < map.rows; ++i)
+    if (!vis[i].empty() && vis[i].last == p.seq_k && (vis[i - 1].empty() || vis[i - 1].last < p.seq_k)) {
+      s << "<line x1=\"" << fmt(L.x0) << "\" x2=\"" << fmt(L.mp_x + L.mp_w) << "\" y1=\"" << fmt(L.row_y(i))
+        << "\" y2=\"" << fmt(L.row_y(i))
+        << "\" stroke=\"#7b3294\" stroke-width=\"1.5\" stroke-dasharray=\"2,2\"/>\n";
+      break;
+    }
+}
+
+// The panel right of the map: each pooled row's visible key interval over 0 .. Sk, and its labels.
+void write_mask_panel(std::ostream& s, const RatioMap& map, const Problem& p, const Layout& L,
+                      const std::vector<KeyRange>& vis) {
+  s << "<rect x=\"" << fmt(L.mp_x) << "\" y=\"" << fmt(L.y0) << "\" width=\"" << fmt(L.mp_w) << "\" height=\""
+    << fmt(L.ph) << "\" fill=\"#f4f4f4\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
   if (p.seq_k > 0) {
-    for (int64_t R = 0; R < nr; ++R) {
+    for (int64_t R = 0; R < L.nr; ++R) {
       int64_t first = p.seq_k, last = 0;
-      for (int64_t i = R * fr; i < std::min(map.rows, (R + 1) * fr); ++i)
+      for (int64_t i = L.row_begin(R); i < L.row_end(R, map.rows); ++i)
         if (!vis[i].empty()) {
           first = std::min(first, vis[i].first);
           last = std::max(last, vis[i].last);
         }
       if (first >= last) continue;
-      s << "<rect x=\"" << fmt(mp_x + mp_w * first / p.seq_k) << "\" y=\"" << fmt(y0 + R * ch)
-        << "\" width=\"" << fmt(std::max(0.5, mp_w * (last - first) / static_cast<double>(p.seq_k)))
-        << "\" height=\"" << fmt(ch) << "\" fill=\"#737373\"/>\n";
+      s << "<rect x=\"" << fmt(L.mp_x + L.mp_w * first / p.seq_k) << "\" y=\"" << fmt(L.y0 + R * L.ch)
+        << "\" width=\"" << fmt(std::max(0.5, L.mp_w * (last - first) / static_cast<double>(p.seq_k)))
+        << "\" height=\"" << fmt(L.ch) << "\" fill=\"#737373\"/>\n";
     }
     for (int64_t k = 64; k < p.seq_k; k += 64)
-      s << "<line x1=\"" << fmt(mp_x + mp_w * k / p.seq_k) << "\" x2=\"" << fmt(mp_x + mp_w * k / p.seq_k)
-        << "\" y1=\"" << fmt(y0) << "\" y2=\"" << fmt(y0 + ph)
+      s << "<line x1=\"" << fmt(L.mp_x + L.mp_w * k / p.seq_k) << "\" x2=\""
+        << fmt(L.mp_x + L.mp_w * k / p.seq_k) << "\" y1=\"" << fmt(L.y0) << "\" y2=\"" << fmt(L.y0 + L.ph)
         << "\" stroke=\"#ffffff\" stroke-width=\"0.8\"/>\n";
   } else {
-    s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 + ph / 2)
+    s << "<text x=\"" << fmt(L.mp_x + L.mp_w / 2) << "\" y=\"" << fmt(L.y0 + L.ph / 2)
       << "\" text-anchor=\"middle\">Sk = 0</text>\n";
   }
-  s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 - 6)
+  s << "<text x=\"" << fmt(L.mp_x + L.mp_w / 2) << "\" y=\"" << fmt(L.y0 - 6)
     << "\" text-anchor=\"middle\">visible keys</text>\n";
-  s << "<text x=\"" << fmt(mp_x) << "\" y=\"" << fmt(y0 + ph + 14) << "\">0</text>\n";
-  s << "<text x=\"" << fmt(mp_x + mp_w) << "\" y=\"" << fmt(y0 + ph + 14)
+  s << "<text x=\"" << fmt(L.mp_x) << "\" y=\"" << fmt(L.y0 + L.ph + 14) << "\">0</text>\n";
+  s << "<text x=\"" << fmt(L.mp_x + L.mp_w) << "\" y=\"" << fmt(L.y0 + L.ph + 14)
     << "\" text-anchor=\"end\">Sk=" << p.seq_k << "</text>\n";
-  s << "<text x=\"" << fmt(mp_x + mp_w / 2) << "\" y=\"" << fmt(y0 + ph + 28) << "\" text-anchor=\"middle\">"
-    << xml_escape(mask_to_string(p)) << "</text>\n";
+  s << "<text x=\"" << fmt(L.mp_x + L.mp_w / 2) << "\" y=\"" << fmt(L.y0 + L.ph + 28)
+    << "\" text-anchor=\"middle\">" << xml_escape(mask_to_string(p)) << "</text>\n";
+}
+
+void write_mask(std::ostream& s, const RatioMap& map, const Problem& p, const Layout& L) {
+  std::vector<KeyRange> vis(static_cast<size_t>(map.rows));
+  for (int64_t i = 0; i < map.rows; ++i) vis[i] = visible_keys(p, i);
+  s << "<g id=\"mask\">\n";
+  write_mask_lines(s, map, p, L, vis);
+  write_mask_panel(s, map, p, L, vis);
   s << "</g>\n";
+}
 
-  // LSE column.
-  if (has_lse) {
-    s << "<g id=\"lse\" shape-rendering=\"crispEdges\">\n";
-    for (int64_t R = 0; R < nr; ++R) {
-      float v = RatioMap::kNotCompared;
-      for (int64_t i = R * fr;
-           i < std::min<int64_t>(static_cast<int64_t>(map.lse_ratio.size()), (R + 1) * fr); ++i) {
-        const float x = map.lse_ratio[i];
-        if (x >= 0 || std::isnan(x)) v = worst_of(v, x);
-      }
-      s << "<rect x=\"" << fmt(lse_x) << "\" y=\"" << fmt(y0 + R * ch) << "\" width=\"" << fmt(lse_w)
-        << "\" height=\"" << fmt(ch) << "\" fill=\"" << colour(v) << "\"/>\n";
+void write_lse(std::ostream& s, const RatioMap& map, const Layout& L) {
+  if (!L.has_lse) return;
+  s << "<g id=\"lse\" shape-rendering=\"crispEdges\">\n";
+  for (int64_t R = 0; R < L.nr; ++R) {
+    float v = RatioMap::kNotCompared;
+    for (int64_t i = L.row_begin(R); i < L.row_end(R, static_cast<int64_t>(map.lse_ratio.size())); ++i) {
+      const float x = map.lse_ratio[i];
+      if (x >= 0 || std::isnan(x)) v = worst_of(v, x);
     }
-    s << "<rect x=\"" << fmt(lse_x) << "\" y=\"" << fmt(y0) << "\" width=\"" << fmt(lse_w) << "\" height=\""
-      << fmt(ph) << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
-    s << "<text x=\"" << fmt(lse_x + lse_w / 2) << "\" y=\"" << fmt(y0 - 6)
-      << "\" text-anchor=\"middle\">LSE</text>\n";
-    s << "</g>\n";
+    s << "<rect x=\"" << fmt(L.lse_x) << "\" y=\"" << fmt(L.y0 + R * L.ch) << "\" width=\"" << fmt(L.lse_w)
+      << "\" height=\"" << fmt(L.ch) << "\" fill=\"" << colour(v) << "\"/>\n";
   }
+  s << "<rect x=\"" << fmt(L.lse_x) << "\" y=\"" << fmt(L.y0) << "\" width=\"" << fmt(L.lse_w)
+    << "\" height=\"" << fmt(L.ph) << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
+  s << "<text x=\"" << fmt(L.lse_x + L.lse_w / 2) << "\" y=\"" << fmt(L.y0 - 6)
+    << "\" text-anchor=\"middle\">LSE</text>\n";
+  s << "</g>\n";
+}
 
-  // Axes.
+// Ticks at 0, every step and the last index of an axis of n items.
+std::vector<int64_t> axis_ticks(int64_t n) {
+  std::vector<int64_t> ticks;
+  for (int64_t i = 0; i < n; i += tick_step(n)) ticks.push_back(i);
+  if (n > 0 && ticks.back() != n - 1) ticks.push_back(n - 1);
+  return ticks;
+}
+
+void write_axes(std::ostream& s, const RatioMap& map, const Problem& p, const Layout& L) {
   s << "<g id=\"axes\">\n";
-  const int64_t rs = tick_step(map.rows), cs = tick_step(map.cols);
-  std::vector<int64_t> rticks, cticks;
-  for (int64_t i = 0; i < map.rows; i += rs) rticks.push_back(i);
-  if (map.rows > 0 && rticks.back() != map.rows - 1) rticks.push_back(map.rows - 1);
-  for (int64_t d = 0; d < map.cols; d += cs) cticks.push_back(d);
-  if (map.cols > 0 && cticks.back() != map.cols - 1) cticks.push_back(map.cols - 1);
-  for (int64_t i : rticks) {
-    const double y = row_y(i + 0.5);
-    s << "<text x=\"" << fmt(x0 - 14) << "\" y=\"" << fmt(y + 4) << "\" text-anchor=\"end\">" << i
-      << "</text>\n";
-  }
-  for (int64_t d : cticks) {
-    const double x = col_x(d + 0.5);
-    s << "<text x=\"" << fmt(x) << "\" y=\"" << fmt(y0 + ph + 14) << "\" text-anchor=\"middle\">" << d
-      << "</text>\n";
-  }
-  s << "<text x=\"" << fmt(x0 + pw / 2) << "\" y=\"" << fmt(y0 + ph + 32)
+  for (int64_t i : axis_ticks(map.rows))
+    s << "<text x=\"" << fmt(L.x0 - 14) << "\" y=\"" << fmt(L.row_y(i + 0.5) + 4) << "\" text-anchor=\"end\">"
+      << i << "</text>\n";
+  for (int64_t d : axis_ticks(map.cols))
+    s << "<text x=\"" << fmt(L.col_x(d + 0.5)) << "\" y=\"" << fmt(L.y0 + L.ph + 14)
+      << "\" text-anchor=\"middle\">" << d << "</text>\n";
+  s << "<text x=\"" << fmt(L.x0 + L.pw / 2) << "\" y=\"" << fmt(L.y0 + L.ph + 32)
     << "\" text-anchor=\"middle\">head dim d of O (Dv = " << p.head_dim_v << ")</text>\n";
-  s << "<text transform=\"translate(16," << fmt(y0 + ph / 2)
+  s << "<text transform=\"translate(16," << fmt(L.y0 + L.ph / 2)
     << ") rotate(-90)\" text-anchor=\"middle\">query row i (Sq = " << p.seq_q << ")</text>\n";
   s << "</g>\n";
+}
 
-  // Legend: log colour bar with the bound marked, swatches, line styles.
-  s << "<g id=\"legend\">\n";
-  s << "<text x=\"" << fmt(lg_x) << "\" y=\"" << fmt(y0 - 6) << "\">|err| / bound (log)</text>\n";
+// The log colour bar with the bound marked.
+void write_colour_bar(std::ostream& s, const Layout& L) {
+  s << "<text x=\"" << fmt(L.lg_x) << "\" y=\"" << fmt(L.y0 - 6) << "\">|err| / bound (log)</text>\n";
   const int kSteps = 64;
   for (int k = 0; k < kSteps; ++k) {
     const double e = 4.0 - 8.0 * (k + 0.5) / kSteps;  // top: 1e4, bottom: 1e-4
-    s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(y0 + lg_h * k / kSteps) << "\" width=\"16\" height=\""
-      << fmt(lg_h / kSteps + 0.5) << "\" fill=\"" << colour(static_cast<float>(std::pow(10.0, e)))
-      << "\"/>\n";
+    s << "<rect x=\"" << fmt(L.lg_x) << "\" y=\"" << fmt(L.y0 + L.lg_h * k / kSteps)
+      << "\" width=\"16\" height=\"" << fmt(L.lg_h / kSteps + 0.5) << "\" fill=\""
+      << colour(static_cast<float>(std::pow(10.0, e))) << "\"/>\n";
   }
-  s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(y0) << "\" width=\"16\" height=\"" << fmt(lg_h)
+  s << "<rect x=\"" << fmt(L.lg_x) << "\" y=\"" << fmt(L.y0) << "\" width=\"16\" height=\"" << fmt(L.lg_h)
     << "\" fill=\"none\" stroke=\"#000000\" stroke-width=\"0.8\"/>\n";
   const struct {
     double e;
     const char* label;
   } ticks[] = {{4, "1e4 or more"}, {2, "1e2"}, {0, "1 = bound"}, {-2, "1e-2"}, {-4, "1e-4 or less"}};
   for (const auto& t : ticks) {
-    const double y = y0 + lg_h * (4.0 - t.e) / 8.0;
+    const double y = L.y0 + L.lg_h * (4.0 - t.e) / 8.0;
     const bool bound = t.e == 0;
-    s << "<line x1=\"" << fmt(lg_x - (bound ? 6 : 0)) << "\" x2=\"" << fmt(lg_x + 22) << "\" y1=\"" << fmt(y)
-      << "\" y2=\"" << fmt(y) << "\" stroke=\"#000000\" stroke-width=\"" << (bound ? 2.5 : 1) << "\"/>\n";
-    s << "<text x=\"" << fmt(lg_x + 26) << "\" y=\"" << fmt(y + 4) << "\""
+    s << "<line x1=\"" << fmt(L.lg_x - (bound ? 6 : 0)) << "\" x2=\"" << fmt(L.lg_x + 22) << "\" y1=\""
+      << fmt(y) << "\" y2=\"" << fmt(y) << "\" stroke=\"#000000\" stroke-width=\"" << (bound ? 2.5 : 1)
+      << "\"/>\n";
+    s << "<text x=\"" << fmt(L.lg_x + 26) << "\" y=\"" << fmt(y + 4) << "\""
       << (bound ? " font-weight=\"bold\"" : "") << ">" << t.label << "</text>\n";
   }
-  double ly = y0 + lg_h + 22;
+}
+
+// The colour bar, then the swatches and line styles under it.
+void write_legend(std::ostream& s, const Layout& L) {
+  s << "<g id=\"legend\">\n";
+  write_colour_bar(s, L);
+  double ly = L.y0 + L.lg_h + 22;
   auto swatch = [&](const char* fill, const char* label) {
-    s << "<rect x=\"" << fmt(lg_x) << "\" y=\"" << fmt(ly - 10) << "\" width=\"16\" height=\"12\" fill=\""
+    s << "<rect x=\"" << fmt(L.lg_x) << "\" y=\"" << fmt(ly - 10) << "\" width=\"16\" height=\"12\" fill=\""
       << fill << "\" stroke=\"#000000\" stroke-width=\"0.5\"/>\n";
-    s << "<text x=\"" << fmt(lg_x + 22) << "\" y=\"" << fmt(ly) << "\">" << label << "</text>\n";
+    s << "<text x=\"" << fmt(L.lg_x + 22) << "\" y=\"" << fmt(ly) << "\">" << label << "</text>\n";
     ly += 18;
   };
   auto line_key = [&](const char* stroke, const char* dash, double w, const char* label) {
-    s << "<line x1=\"" << fmt(lg_x) << "\" x2=\"" << fmt(lg_x + 16) << "\" y1=\"" << fmt(ly - 4) << "\" y2=\""
-      << fmt(ly - 4) << "\" stroke=\"" << stroke << "\" stroke-width=\"" << w << "\""
+    s << "<line x1=\"" << fmt(L.lg_x) << "\" x2=\"" << fmt(L.lg_x + 16) << "\" y1=\"" << fmt(ly - 4)
+      << "\" y2=\"" << fmt(ly - 4) << "\" stroke=\"" << stroke << "\" stroke-width=\"" << w << "\""
       << (dash[0] ? std::string(" stroke-dasharray=\"") + dash + "\"" : std::string()) << "/>\n";
-    s << "<text x=\"" << fmt(lg_x + 22) << "\" y=\"" << fmt(ly) << "\">" << label << "</text>\n";
+    s << "<text x=\"" << fmt(L.lg_x + 22) << "\" y=\"" << fmt(ly) << "\">" << label << "</text>\n";
     ly += 18;
   };
   swatch(kMismatchColour, "NaN/Inf mismatch");
@@ -340,6 +381,20 @@ std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOpti
   line_key("#d62728", "6,3", 1.5, "fully masked rows begin/end");
   line_key("#7b3294", "2,2", 1.5, "first row seeing key Sk-1");
   s << "</g>\n";
+}
+
+}  // namespace
+
+std::string heatmap_svg(const RatioMap& map, const Problem& p, const HeatmapOptions& opt) {
+  const Layout L(map, opt);
+  std::ostringstream s;
+  write_header(s, L, opt);
+  write_cells(s, map, L);
+  write_tiles(s, map, L);
+  write_mask(s, map, p, L);
+  write_lse(s, map, L);
+  write_axes(s, map, p, L);
+  write_legend(s, L);
   s << "</svg>\n";
   return s.str();
 }

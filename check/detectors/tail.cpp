@@ -13,7 +13,6 @@
 // depends on a residue of the size, not on the values: `tail`.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 
 #include "check/compare.h"
@@ -287,79 +286,126 @@ std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k) {
   return out;
 }
 
-Finding tail(Context& c) {
-  Finding f;
-  const Problem& p = c.problem();
-  if (p.dtype != AF_DTYPE_F32) {
-    f.evidence.push_back({"tail", "not run: padding experiments are for f32 cases"});
+namespace {
+
+// The tail detector's experiments on one failing case: every padding run, its outcome line, the budget.
+class TailRun {
+ public:
+  explicit TailRun(Context& c) : c_(c), max_work_(std::max(kMaxGrowth * work(c.problem()), kMinWork)) {}
+
+  // Every padding of tail_paddings, one evidence line per axis.
+  void pad_each_axis(const std::vector<RowKey>& failed_rows) {
+    const Problem& p = c_.problem();
+    std::string axis;
+    for (const TailPadding& x : tail_paddings(p, &c_.k.kernel)) {
+      if (x.axis != axis) flush();
+      axis = x.axis;
+      if (!x.refused.empty()) {
+        skipped_.push_back(x.what + ": " + x.refused);
+        continue;
+      }
+      key_padded_ |= x.axis == "Sk";
+      if (!run_one(p, c_.tensors(), x, failed_rows, "")) break;
+    }
+    flush();
+  }
+
+  // Keys of a multi-row case that no padding can hide (no mask): the worst row alone (Sq = 1, its own keys,
+  // exactly its exact result) must fail as well; then its keys are padded like a decode case's.
+  void pad_worst_row_alone() {
+    const Problem& p = c_.problem();
+    int64_t wb = 0, wh = 0, ws = 0;
+    if (!passing_.empty() || key_padded_ || p.seq_q <= 1 || p.seq_k <= 0 || !c_.dev.usable() ||
+        !worst_row(c_.j.result, wb, wh, ws))
+      return;
+    Problem alone;
+    if (!row_alone_problem(ws, alone)) return;
+    const Tensors t1 = row_alone_tensors(alone, ws);
+    const std::string prefix = fmt("row %lld alone (Sq 1): ", (long long)ws);
+    const std::vector<RowKey> row = {{wb, wh, 0}};
+    TailPadding same;
+    same.p = alone;
+    same.what = "as is";
+    const size_t before = passing_.size();
+    run_one(alone, t1, same, row, prefix);
+    if (passing_.size() > before) {  // the row alone passes: its failure needs the other rows
+      passing_.pop_back();
+      line_ += " (the failure needs the other rows: no key padding tried)";
+    } else {
+      for (const Target& tg : targets(p.seq_k))
+        for (Padded& x : key_paddings(alone, tg.size)) {
+          if (!same_visibility(alone, x) || !unsupported_reason(c_.k.kernel, x.p).empty()) continue;
+          x.what = fmt("Sk %lld -> %lld (%s)", (long long)p.seq_k, (long long)tg.size, tg.why.c_str()) +
+                   (x.k_shift ? ", keys in front" : "") + ", mask " + mask_to_string(x.p);
+          run_one(alone, t1, x, row, prefix);
+          break;  // the first exact padding per target
+        }
+    }
+    flush();
+  }
+
+  // The verdict: `tail` when some padding passes, with what was tried and skipped.
+  Finding finding() const {
+    Finding f = evidence_;
+    const Problem& p = c_.problem();
+    for (size_t i = 0; i < skipped_.size() && i < 3; ++i)
+      f.evidence.push_back({"tail", "not tried: " + skipped_[i]});
+    const std::string as_checked = "as checked D " + residues(p.head_dim) +
+                                   (p.head_dim_v != p.head_dim ? ", Dv " + residues(p.head_dim_v) : "") +
+                                   ", Sq " + residues(p.seq_q) + ", Sk " + residues(p.seq_k) + " FAIL";
+    if (!passing_.empty()) {
+      f.fired = true;
+      f.cls = FailureClass::kTail;
+      std::string pass_list;
+      for (const std::string& s : passing_) pass_list += (pass_list.empty() ? "" : "; ") + s;
+      f.evidence.push_back(
+          {"tail", "the failure vanishes when the case is padded with its exact result unchanged: " +
+                       as_checked + "; pass after " + pass_list +
+                       ": a size residue (head-dim / sequence tail, partial tile) is mishandled"});
+    } else if (experiments_ > 0) {
+      f.evidence.push_back({"tail", "the failure stays under every padding tried (" +
+                                        std::to_string(experiments_) + "): not a tail signature"});
+    } else {
+      f.evidence.push_back({"tail", "not run: no padding applies to this case and kernel"});
+    }
     return f;
   }
-  const int64_t max_work = std::max(kMaxGrowth * work(p), kMinWork);
-  const std::vector<RowKey> failed_rows = failing_rows(c);
-  int experiments = 0;
-  std::vector<std::string> passing, skipped;
-  std::string line, axis;
-  auto flush = [&]() {
-    if (!line.empty()) f.evidence.push_back({"tail", line});
-    line.clear();
-  };
+
+ private:
+  void flush() {
+    if (!line_.empty()) evidence_.evidence.push_back({"tail", line_});
+    line_.clear();
+  }
+
   // One padding experiment of base (p, or the worst row alone); false when the device became unusable.
-  // Controls of key paddings that re-express the mask (a window instead of causal, the other alignment):
-  // the unpadded case under that mask form must still fail, or a mask bug could vanish with the form.
-  std::map<std::string, bool> control_fails;
-  std::function<bool(const Problem&, const Tensors&, const TailPadding&, const std::vector<RowKey>&,
-                     const std::string&)>
-      run_one;
-  auto control = [&](const Problem& base, const Tensors& base_t, const TailPadding& x,
-                     const std::vector<RowKey>& rows, const std::string& prefix) {
-    for (Padded& y : key_paddings(base, base.seq_k)) {  // no key added: the same keys, the new mask form
-      if (y.p.mask_kind != x.p.mask_kind || y.p.mask_align != x.p.mask_align || !same_visibility(base, y))
-        continue;
-      const std::string key = prefix + describe(y.p);
-      auto it = control_fails.find(key);
-      if (it != control_fails.end()) return it->second;
-      y.what = "control: mask " + mask_to_string(y.p) + " (same keys, none added)";
-      const size_t before = passing.size();
-      control_fails[key] = false;  // also while it runs (no recursion)
-      run_one(base, base_t, y, rows, prefix);
-      const bool fails = passing.size() == before;
-      if (!fails) {
-        passing.pop_back();
-        line += " (the mask form alone makes the failure vanish: key paddings with it are not evidence)";
-      }
-      control_fails[key] = fails;
-      return fails;
-    }
-    return false;  // no exact re-expression of the mask: the padding cannot be trusted
-  };
-  run_one = [&](const Problem& base, const Tensors& base_t, const TailPadding& x,
-                const std::vector<RowKey>& rows, const std::string& prefix) {
-    if (work(x.p) > max_work || experiments >= kMaxExperiments) {
-      skipped.push_back(prefix + x.what + ": over the experiment budget");
+  bool run_one(const Problem& base, const Tensors& base_t, const TailPadding& x,
+               const std::vector<RowKey>& rows, const std::string& prefix) {
+    if (work(x.p) > max_work_ || experiments_ >= kMaxExperiments) {
+      skipped_.push_back(prefix + x.what + ": over the experiment budget");
       return true;
     }
     const bool mask_changed = x.p.mask_kind != base.mask_kind || x.p.mask_align != base.mask_align;
     if (mask_changed && x.what.rfind("control:", 0) != 0 && !control(base, base_t, x, rows, prefix)) {
-      skipped.push_back(prefix + x.what + ": its mask form alone changes the outcome (or has no control)");
-      return c.dev.usable();
+      skipped_.push_back(prefix + x.what + ": its mask form alone changes the outcome (or has no control)");
+      return c_.dev.usable();
     }
-    if (experiments >= kMaxExperiments) {
-      skipped.push_back(prefix + x.what + ": over the experiment budget");
+    if (experiments_ >= kMaxExperiments) {
+      skipped_.push_back(prefix + x.what + ": over the experiment budget");
       return true;
     }
-    ++experiments;
+    ++experiments_;
     const Tensors t2 = tail_pad_tensors(base, base_t, x);
-    OracleOptions oo = c.opts.oracle;
+    OracleOptions oo = c_.opts.oracle;
     if (work(x.p) <= kFullOracleWork) oo.row_budget = 0;
-    ++c.stats.oracles;
+    ++c_.stats.oracles;
     const OracleResult ex = compute_oracle(x.p, t2.q.data(), t2.k.data(), t2.v.data(), oo);
-    ++c.stats.launches;
-    const LaunchOutcome out = launch_guarded(c.dev, c.k, x.p, t2, c.opts);
+    ++c_.stats.launches;
+    const LaunchOutcome out = launch_guarded(c_.dev, c_.k, x.p, t2, c_.opts);
     const Judgement j = judge_padded(base, x, ex, out, rows);
     std::string r = prefix + x.what + ": ";
     if (!j.ran) {
-      skipped.push_back(r + "inconclusive (" + j.why + ")");
-      return c.dev.usable();
+      skipped_.push_back(r + "inconclusive (" + j.why + ")");
+      return c_.dev.usable();
     }
     if (j.fail) {
       r += "FAIL" + (j.why.empty() ? fmt(" (%lld/%lld, err/bound %s)", (long long)j.failed,
@@ -367,114 +413,109 @@ Finding tail(Context& c) {
                                    : " (" + j.why + ")");
     } else {
       r += "pass" + fmt(" (err/bound %s)", num(j.ratio).c_str());
-      passing.push_back(prefix + x.what);
+      passing_.push_back(prefix + x.what);
     }
-    line += (line.empty() ? "" : "; ") + r;
-    return c.dev.usable();
-  };
-  bool key_padded = false;
-  for (const TailPadding& x : tail_paddings(p, &c.k.kernel)) {
-    if (x.axis != axis) flush();
-    axis = x.axis;
-    if (!x.refused.empty()) {
-      skipped.push_back(x.what + ": " + x.refused);
-      continue;
-    }
-    key_padded |= x.axis == "Sk";
-    if (!run_one(p, c.tensors(), x, failed_rows, "")) break;
+    line_ += (line_.empty() ? "" : "; ") + r;
+    return c_.dev.usable();
   }
-  flush();
-  // Keys of a multi-row case that no padding can hide (no mask): the worst row alone (Sq = 1, its own keys,
-  // exactly its exact result) must fail as well; then its keys are padded like a decode case's.
-  int64_t wb = 0, wh = 0, ws = 0;
-  if (passing.empty() && !key_padded && p.seq_q > 1 && p.seq_k > 0 && c.dev.usable() &&
-      worst_row(c.j.result, wb, wh, ws)) {
-    const std::string prefix = fmt("row %lld alone (Sq 1): ", (long long)ws);
-    TailPadding alone;
-    alone.p = reshaped(p, 1, p.seq_k, p.head_dim, p.head_dim_v);
+
+  // Controls of key paddings that re-express the mask (a window instead of causal, the other alignment):
+  // the unpadded case under that mask form must still fail, or a mask bug could vanish with the form.
+  bool control(const Problem& base, const Tensors& base_t, const TailPadding& x,
+               const std::vector<RowKey>& rows, const std::string& prefix) {
+    for (Padded& y : key_paddings(base, base.seq_k)) {  // no key added: the same keys, the new mask form
+      if (y.p.mask_kind != x.p.mask_kind || y.p.mask_align != x.p.mask_align || !same_visibility(base, y))
+        continue;
+      const std::string key = prefix + describe(y.p);
+      auto it = control_fails_.find(key);
+      if (it != control_fails_.end()) return it->second;
+      y.what = "control: mask " + mask_to_string(y.p) + " (same keys, none added)";
+      const size_t before = passing_.size();
+      control_fails_[key] = false;  // also while it runs (no recursion)
+      run_one(base, base_t, y, rows, prefix);
+      const bool fails = passing_.size() == before;
+      if (!fails) {
+        passing_.pop_back();
+        line_ += " (the mask form alone makes the failure vanish: key paddings with it are not evidence)";
+      }
+      control_fails_[key] = fails;
+      return fails;
+    }
+    return false;  // no exact re-expression of the mask: the padding cannot be trusted
+  }
+
+  // Row ws of the case as a problem of one query row that sees exactly its keys, if the kernel supports one.
+  bool row_alone_problem(int64_t ws, Problem& out) const {
+    const Problem& p = c_.problem();
     const KeyRange want = visible_keys(p, ws);
-    bool found = false;
+    if (want.empty()) return false;
     for (int32_t kind : {AF_MASK_NONE, AF_MASK_WINDOW})
       for (int32_t align : {AF_ALIGN_TOP_LEFT, AF_ALIGN_BOTTOM_RIGHT}) {
-        if (found) break;
-        Problem q1 = alone.p;
+        Problem q1 = reshaped(p, 1, p.seq_k, p.head_dim, p.head_dim_v);
         q1.mask_kind = kind;
         q1.mask_align = align;
         q1.window_left =
             align == AF_ALIGN_TOP_LEFT ? (want.first == 0 ? AF_UNBOUNDED : -2) : p.seq_k - 1 - want.first;
         q1.window_right = align == AF_ALIGN_TOP_LEFT ? want.last - 1 : (want.last == p.seq_k ? 0 : -2);
         if (kind == AF_MASK_NONE) q1.window_left = q1.window_right = AF_UNBOUNDED;
-        if (!validate(q1).empty() || want.empty()) continue;
+        if (!validate(q1).empty()) continue;
         const KeyRange got = visible_keys(q1, 0);
         if (got.first != want.first || got.last != want.last) continue;
-        if (!unsupported_reason(c.k.kernel, q1).empty()) continue;
-        alone.p = q1;
-        found = true;
+        if (!unsupported_reason(c_.k.kernel, q1).empty()) continue;
+        out = q1;
+        return true;
       }
-    if (found) {
-      Tensors t1;
-      t1.q.assign(static_cast<size_t>(q_elements(alone.p)), 0.0f);
-      t1.k.assign(static_cast<size_t>(k_elements(alone.p)), 0.0f);
-      t1.v.assign(static_cast<size_t>(v_elements(alone.p)), 0.0f);
-      for (int64_t b = 0; b < p.batch; ++b) {
-        for (int64_t h = 0; h < p.heads_q; ++h)
+    return false;
+  }
+
+  // The case's tensors restricted to query row ws (every batch and head): q's row ws, all of k and v.
+  Tensors row_alone_tensors(const Problem& alone, int64_t ws) const {
+    const Problem& p = c_.problem();
+    const Tensors& t = c_.tensors();
+    Tensors t1;
+    t1.q.assign(static_cast<size_t>(q_elements(alone)), 0.0f);
+    t1.k.assign(static_cast<size_t>(k_elements(alone)), 0.0f);
+    t1.v.assign(static_cast<size_t>(v_elements(alone)), 0.0f);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          t1.q[static_cast<size_t>(q_index(alone, b, 0, h, d))] =
+              t.q[static_cast<size_t>(q_index(p, b, ws, h, d))];
+      for (int64_t j = 0; j < p.seq_k; ++j)
+        for (int64_t h = 0; h < p.heads_kv; ++h) {
           for (int64_t d = 0; d < p.head_dim; ++d)
-            t1.q[static_cast<size_t>(q_index(alone.p, b, 0, h, d))] =
-                c.tensors().q[static_cast<size_t>(q_index(p, b, ws, h, d))];
-        for (int64_t j = 0; j < p.seq_k; ++j)
-          for (int64_t h = 0; h < p.heads_kv; ++h) {
-            for (int64_t d = 0; d < p.head_dim; ++d)
-              t1.k[static_cast<size_t>(k_index(alone.p, b, j, h, d))] =
-                  c.tensors().k[static_cast<size_t>(k_index(p, b, j, h, d))];
-            for (int64_t d = 0; d < p.head_dim_v; ++d)
-              t1.v[static_cast<size_t>(v_index(alone.p, b, j, h, d))] =
-                  c.tensors().v[static_cast<size_t>(v_index(p, b, j, h, d))];
-          }
-      }
-      const std::vector<RowKey> row = {{wb, wh, 0}};
-      TailPadding same;
-      same.p = alone.p;
-      same.what = "as is";
-      const size_t before = passing.size();
-      run_one(alone.p, t1, same, row, prefix);
-      if (passing.size() > before) {  // the row alone passes: its failure needs the other rows
-        passing.pop_back();
-        line += " (the failure needs the other rows: no key padding tried)";
-      } else {
-        for (const Target& tg : targets(p.seq_k)) {
-          for (Padded& x : key_paddings(alone.p, tg.size)) {
-            if (!same_visibility(alone.p, x) || !unsupported_reason(c.k.kernel, x.p).empty()) continue;
-            x.what = fmt("Sk %lld -> %lld (%s)", (long long)p.seq_k, (long long)tg.size, tg.why.c_str()) +
-                     (x.k_shift ? ", keys in front" : "") + ", mask " + mask_to_string(x.p);
-            run_one(alone.p, t1, x, row, prefix);
-            break;  // the first exact padding per target
-          }
+            t1.k[static_cast<size_t>(k_index(alone, b, j, h, d))] =
+                t.k[static_cast<size_t>(k_index(p, b, j, h, d))];
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            t1.v[static_cast<size_t>(v_index(alone, b, j, h, d))] =
+                t.v[static_cast<size_t>(v_index(p, b, j, h, d))];
         }
-      }
-      flush();
     }
+    return t1;
   }
-  for (size_t i = 0; i < skipped.size() && i < 3; ++i)
-    f.evidence.push_back({"tail", "not tried: " + skipped[i]});
-  const std::string as_checked = "as checked D " + residues(p.head_dim) +
-                                 (p.head_dim_v != p.head_dim ? ", Dv " + residues(p.head_dim_v) : "") +
-                                 ", Sq " + residues(p.seq_q) + ", Sk " + residues(p.seq_k) + " FAIL";
-  if (!passing.empty()) {
-    f.fired = true;
-    f.cls = FailureClass::kTail;
-    std::string pass_list;
-    for (const std::string& s : passing) pass_list += (pass_list.empty() ? "" : "; ") + s;
-    f.evidence.push_back(
-        {"tail", "the failure vanishes when the case is padded with its exact result unchanged: " +
-                     as_checked + "; pass after " + pass_list +
-                     ": a size residue (head-dim / sequence tail, partial tile) is mishandled"});
-  } else if (experiments > 0) {
-    f.evidence.push_back({"tail", "the failure stays under every padding tried (" +
-                                      std::to_string(experiments) + "): not a tail signature"});
-  } else {
-    f.evidence.push_back({"tail", "not run: no padding applies to this case and kernel"});
+
+  Context& c_;
+  const int64_t max_work_;
+  Finding evidence_;  // the per-axis outcome lines, in order
+  int experiments_ = 0;
+  bool key_padded_ = false;
+  std::vector<std::string> passing_, skipped_;
+  std::string line_;
+  std::map<std::string, bool> control_fails_;
+};
+
+}  // namespace
+
+Finding tail(Context& c) {
+  if (c.problem().dtype != AF_DTYPE_F32) {
+    Finding f;
+    f.evidence.push_back({"tail", "not run: padding experiments are for f32 cases"});
+    return f;
   }
-  return f;
+  TailRun run(c);
+  run.pad_each_axis(failing_rows(c));
+  run.pad_worst_row_alone();
+  return run.finding();
 }
 
 }  // namespace attnfuzz::detect

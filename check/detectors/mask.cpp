@@ -164,6 +164,14 @@ NaNEmpty empty_rows_written_nan(const Problem& p, const OracleResult& ex, const 
   return n;
 }
 
+// Records a mask finding; the first kind that fires names the finding.
+void fire(Finding& f, const char* kind, std::string detail) {
+  if (!f.fired) f.kind = kind;
+  f.fired = true;
+  f.cls = FailureClass::kMask;
+  f.evidence.push_back({"mask", std::move(detail)});
+}
+
 // (c) The output matches the exact result under another mask (other_masks). Rows outside the fp32 contract
 // are not judged under either mask; the rest must all pass; the elements that fail under the asked mask must
 // match with values, not NaN = NaN (a NaN row under both says nothing about the mask).
@@ -195,11 +203,7 @@ void other_mask_test(Context& c, Finding& f) {
                              "(outside the fp32 contract there): not a match"});
       continue;
     }
-    if (!f.fired) f.kind = "other-mask";
-    f.fired = true;
-    f.cls = FailureClass::kMask;
-    f.evidence.push_back(
-        {"mask",
+    fire(f, "other-mask",
          "O matches the exact result under mask " + label + " (the case asks for " +
              mask_to_string(c.pc.problem()) +
              fmt("): all %lld compared elements within bound, max err/bound %s; %lld failing element(s) "
@@ -216,7 +220,7 @@ void other_mask_test(Context& c, Finding& f) {
              (nan_empty.both ? fmt("; %lld (b, h, row)s empty under both masks also came out NaN, not "
                                    "O = 0 (an empty-row failure of its own)",
                                    (long long)nan_empty.both)
-                             : "")});
+                             : ""));
     return;
   }
 }
@@ -315,10 +319,11 @@ std::vector<int64_t> pick_probes(int64_t n, int64_t first, const std::function<i
 }
 
 // One leak probe in words: "<experiment>: N <grads> element(s) of <checked_what>... unmoved" appended to
-// `tried`; the finding ("<experiment> moved N <grads> element(s) of <moved_what>...; first ...") when it moved
-// one it must not, else "".
-std::string probe_outcome(std::string& tried, const std::string& experiment, const Moved& m, const char* grads,
-                          const char* checked_what, const char* moved_what, const std::vector<int64_t>& checked) {
+// `tried`; the finding ("<experiment> moved N <grads> element(s) of <moved_what>...; first ...") when it
+// moved one it must not, else "".
+std::string probe_outcome(std::string& tried, const std::string& experiment, const Moved& m,
+                          const char* grads, const char* checked_what, const char* moved_what,
+                          const std::vector<int64_t>& checked) {
   if (!tried.empty()) tried += "; ";
   tried += experiment + fmt(": %lld %s element(s) of %s", (long long)m.checked, grads, checked_what) +
            ranges(checked) + " unmoved";
@@ -409,11 +414,12 @@ std::string gradient_leak(Context& c, std::string& tried) {
       Moved m;
       moved(p, "dK", out.dk, po->dk, p.k_stride, p.seq_k, p.heads_kv, p.head_dim, g.dk_bound, checked, m);
       moved(p, "dV", out.dv, po->dv, p.v_stride, p.seq_k, p.heads_kv, p.head_dim_v, g.dv_bound, checked, m);
-      const std::string found = probe_outcome(
-          tried,
-          fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(), (long long)kj) +
-              ranges(rs) + ")",
-          m, "dK / dV", "keys j = ", "keys none of them sees (j = ", checked);
+      const std::string found =
+          probe_outcome(tried,
+                        fmt("Q and dO negated at the %zu row(s) that must not see key %lld (s = ", rs.size(),
+                            (long long)kj) +
+                            ranges(rs) + ")",
+                        m, "dK / dV", "keys j = ", "keys none of them sees (j = ", checked);
       if (!found.empty()) return found;
     }
     return {};
@@ -660,177 +666,183 @@ Finding mask_gradients(Context& c) {
                     num(worst).c_str(), (long long)outside, (long long)failing)});
   return f;
 }
+
+// (a) Rows that must see keys but were written as empty rows (O = 0 for every d, LSE = -inf): the kernel
+// found no visible key where the mask gives some (an alignment or offset bug). Only with a mask: without
+// one, a row written empty is not a mask bug.
+void written_empty_test(Context& c, Finding& f) {
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  const std::string asked = mask_to_string(c.pc.problem()) + (c.seqs() ? " (aligned per sequence)" : "");
+  if (p.mask_kind == AF_MASK_NONE) return;
+  std::vector<int64_t> rows;
+  int64_t n = 0;
+  std::string example;
+  for (const RowFailure& r : row_failures(c)) {
+    if (r.kind != RowKind::kNormal || !r.written_empty) continue;
+    if (std::find(rows.begin(), rows.end(), r.key.s) == rows.end()) rows.push_back(r.key.s);
+    if (n++ == 0) {
+      const KeyRange kr = visible_keys(c.row_problem(r.key.b), r.key.s);
+      example = fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) under mask ", (long long)r.key.s,
+                    (long long)r.key.b, (long long)r.key.h, (long long)kr.first, (long long)kr.last) +
+                asked + " but got O = 0" + (out.lse.empty() ? "" : ", LSE = -inf");
+    }
+  }
+  if (n) {
+    std::sort(rows.begin(), rows.end());
+    fire(f, "written-empty",
+         fmt("%lld (b, h, row)s that must see keys were written as empty rows (no visible key found: "
+             "a mask alignment or offset bug; s = ",
+             (long long)n) +
+             ranges(rows) + "); " + example);
+  }
+}
+
+// (b) A NaN / Inf reached O_i although the row's only non-finite inputs sit at keys it must not see.
+void nan_leak_test(Context& c, Finding& f) {
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  const Tensors& t = c.tensors();
+  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  int64_t n = 0;
+  std::string example;
+  for (const RowKey& r : failing_rows(c, true)) {
+    const RowInfo& ri = ex.row(r.b, r.h, r.s);
+    // Only rows with keys whose output holds a NaN/Inf the exact row has not: an empty row's mismatch
+    // (e.g. a finite LSE where -inf is exact, or 0 / 0) is the empty-row detector's, and a NaN row is NaN.
+    if (ri.kind != RowKind::kNormal) continue;
+    bool got_nonfinite = false;
+    for (int64_t d = 0; d < p.head_dim_v; ++d) {
+      const size_t e = ex.o_at(r.b, r.s, r.h, d);
+      const float g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
+      got_nonfinite |= std::isfinite(ex.o[e]) && !std::isfinite(g);
+    }
+    if (!out.lse.empty()) {
+      const size_t e = ex.lse_at(r.b, r.h, r.s);
+      const float g = out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))];
+      got_nonfinite |= std::isfinite(ex.lse[e]) && !std::isfinite(g);
+    }
+    if (!got_nonfinite) continue;
+    bool q_bad = false;
+    for (int64_t d = 0; d < p.head_dim && !q_bad; ++d)
+      q_bad = !std::isfinite(t.q[static_cast<size_t>(c.q_at(r.b, r.s, r.h, d))]);
+    if (q_bad) continue;
+    const Problem rp = c.row_problem(r.b);
+    const KeyRange kr = visible_keys(rp, r.s);
+    bool visible_bad = false;
+    std::vector<int64_t> masked_bad;
+    // Key j is bad when it holds a NaN/Inf in any kv head of the sequence: a kernel that reads the wrong
+    // head (GQA mapping) takes another head's visible NaN, which is no mask leak.
+    for (int64_t j = 0; j < rp.seq_k; ++j) {
+      bool bad = false;
+      for (int64_t hk = 0; hk < p.heads_kv && !bad; ++hk) {
+        for (int64_t d = 0; d < p.head_dim && !bad; ++d)
+          bad = !std::isfinite(t.k[static_cast<size_t>(c.k_at(r.b, j, hk, d))]);
+        for (int64_t d = 0; d < p.head_dim_v && !bad; ++d)
+          bad = !std::isfinite(t.v[static_cast<size_t>(c.v_at(r.b, j, hk, d))]);
+      }
+      if (!bad) continue;
+      if (j >= kr.first && j < kr.last)
+        visible_bad = true;
+      else
+        masked_bad.push_back(j);
+    }
+    if (visible_bad || masked_bad.empty()) continue;
+    if (n++ == 0)
+      example =
+          fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) and is non-finite in the output, while "
+              "its only NaN/Inf inputs are at masked keys j = ",
+              (long long)r.s, (long long)r.b, (long long)r.h, (long long)kr.first, (long long)kr.last) +
+          ranges(masked_bad);
+  }
+  if (n)
+    fire(f, "nan-leak",
+         fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
+}
+
+// (d) NaN written into K and V at the keys masked for a probe row must not change any row that does not
+// see those keys.
+void masked_nan_probe(Context& c, Finding& f) {
+  const Problem& p = c.problem();
+  const LaunchOutcome& out = c.original();
+  const Tensors& t = c.tensors();
+  std::vector<int64_t> probes;
+  int64_t b0, h0, s0;
+  if (worst_row(c.j.result, b0, h0, s0)) probes.push_back(s0);
+  int64_t best = -1, best_masked = 0;
+  for (int64_t i = 0; i < p.seq_q; ++i) {
+    const KeyRange kr = visible_keys(p, i);
+    const int64_t masked = kr.empty() ? p.seq_k : p.seq_k - (kr.last - kr.first);
+    if (!kr.empty() && masked > best_masked) best = i, best_masked = masked;
+  }
+  if (best >= 0 && (probes.empty() || probes[0] != best)) probes.push_back(best);
+  for (int64_t r : probes) {
+    const KeyRange kr = visible_keys(p, r);
+    std::vector<int64_t> masked;
+    for (int64_t j = 0; j < p.seq_k; ++j)
+      if (kr.empty() || j < kr.first || j >= kr.last) masked.push_back(j);
+    if (masked.empty()) continue;
+    // Rows with keys that see none of the masked keys. A fully masked row is not checked: what it holds is
+    // the empty-row detector's (one root cause, one class: an empty row written as the unmasked result must
+    // not read as a mask leak here and as empty-row on another call route of the same inputs).
+    std::vector<int64_t> checked;
+    for (int64_t i = 0; i < p.seq_q; ++i) {
+      const KeyRange ki = visible_keys(p, i);
+      if (!ki.empty() && !kr.empty() && ki.first >= kr.first && ki.last <= kr.last) checked.push_back(i);
+    }
+    Tensors pt = t;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk)
+        for (int64_t j : masked) {
+          for (int64_t d = 0; d < p.head_dim; ++d) pt.k[static_cast<size_t>(k_index(p, b, j, hk, d))] = kNaNf;
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            pt.v[static_cast<size_t>(v_index(p, b, j, hk, d))] = kNaNf;
+        }
+    const LaunchOutcome po = c.launch(pt);
+    if (po.launch.status != LaunchStatus::kOk || po.o.size() != out.o.size()) continue;
+    int64_t changed = 0;
+    std::string first;
+    std::vector<int64_t> rows;
+    for (int64_t i : checked)
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t d = 0; d < p.head_dim_v; ++d) {
+            const size_t e = static_cast<size_t>(o_index(p, b, i, h, d));
+            const float a = out.o[e], x = po.o[e];
+            const bool same = (std::isnan(a) && std::isnan(x)) || a == x;
+            if (same) continue;
+            if (changed++ == 0) first = o_name(b, i, h, d) + ": " + num(a) + " -> " + num(x);
+            if (rows.empty() || rows.back() != i) rows.push_back(i);
+          }
+    if (changed) {
+      fire(
+          f, "probe",
+          fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(), (long long)r) +
+              ranges(masked) +
+              fmt(") changed %lld output element(s) of rows that see none of them (s = ",
+                  (long long)changed) +
+              ranges(rows) + "); first " + first);
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 Finding mask(Context& c) {
   if (c.gradient_failure()) return mask_gradients(c);
   Finding f;
-  const Problem& p = c.problem();
-  const Tensors& t = c.tensors();
-  const LaunchOutcome& out = c.original();
-  if (out.o.empty()) return f;
-  const OracleResult& ex = c.pc.oracle(c.opts.oracle);
-  auto fire = [&](const char* kind, std::string detail) {
-    if (!f.fired) f.kind = kind;
-    f.fired = true;
-    f.cls = FailureClass::kMask;
-    f.evidence.push_back({"mask", std::move(detail)});
-  };
-  const std::string asked = mask_to_string(c.pc.problem()) + (c.seqs() ? " (aligned per sequence)" : "");
-
-  // (a) Rows that must see keys but were written as empty rows (O = 0 for every d, LSE = -inf): the kernel
-  // found no visible key where the mask gives some (an alignment or offset bug). Only with a mask: without
-  // one, a row written empty is not a mask bug.
-  if (p.mask_kind != AF_MASK_NONE) {
-    std::vector<int64_t> rows;
-    int64_t n = 0;
-    std::string example;
-    for (const RowFailure& r : row_failures(c)) {
-      if (r.kind != RowKind::kNormal || !r.written_empty) continue;
-      if (std::find(rows.begin(), rows.end(), r.key.s) == rows.end()) rows.push_back(r.key.s);
-      if (n++ == 0) {
-        const KeyRange kr = visible_keys(c.row_problem(r.key.b), r.key.s);
-        example = fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) under mask ", (long long)r.key.s,
-                      (long long)r.key.b, (long long)r.key.h, (long long)kr.first, (long long)kr.last) +
-                  asked + " but got O = 0" + (out.lse.empty() ? "" : ", LSE = -inf");
-      }
-    }
-    if (n) {
-      std::sort(rows.begin(), rows.end());
-      fire("written-empty", fmt("%lld (b, h, row)s that must see keys were written as empty rows (no visible key found: "
-               "a mask alignment or offset bug; s = ",
-               (long long)n) +
-           ranges(rows) + "); " + example);
-    }
-  }
-
-  // (b) A NaN / Inf reached O_i although the row's only non-finite inputs sit at keys it must not see.
-  {
-    int64_t n = 0;
-    std::string example;
-    for (const RowKey& r : failing_rows(c, true)) {
-      const RowInfo& ri = ex.row(r.b, r.h, r.s);
-      // Only rows with keys whose output holds a NaN/Inf the exact row has not: an empty row's mismatch
-      // (e.g. a finite LSE where -inf is exact, or 0 / 0) is the empty-row detector's, and a NaN row is NaN.
-      if (ri.kind != RowKind::kNormal) continue;
-      bool got_nonfinite = false;
-      for (int64_t d = 0; d < p.head_dim_v; ++d) {
-        const size_t e = ex.o_at(r.b, r.s, r.h, d);
-        const float g = out.o[static_cast<size_t>(o_index(p, r.b, r.s, r.h, d))];
-        got_nonfinite |= std::isfinite(ex.o[e]) && !std::isfinite(g);
-      }
-      if (!out.lse.empty()) {
-        const size_t e = ex.lse_at(r.b, r.h, r.s);
-        const float g = out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))];
-        got_nonfinite |= std::isfinite(ex.lse[e]) && !std::isfinite(g);
-      }
-      if (!got_nonfinite) continue;
-      bool q_bad = false;
-      for (int64_t d = 0; d < p.head_dim && !q_bad; ++d)
-        q_bad = !std::isfinite(t.q[static_cast<size_t>(c.q_at(r.b, r.s, r.h, d))]);
-      if (q_bad) continue;
-      const Problem rp = c.row_problem(r.b);
-      const KeyRange kr = visible_keys(rp, r.s);
-      bool visible_bad = false;
-      std::vector<int64_t> masked_bad;
-      // Key j is bad when it holds a NaN/Inf in any kv head of the sequence: a kernel that reads the wrong
-      // head (GQA mapping) takes another head's visible NaN, which is no mask leak.
-      for (int64_t j = 0; j < rp.seq_k; ++j) {
-        bool bad = false;
-        for (int64_t hk = 0; hk < p.heads_kv && !bad; ++hk) {
-          for (int64_t d = 0; d < p.head_dim && !bad; ++d)
-            bad = !std::isfinite(t.k[static_cast<size_t>(c.k_at(r.b, j, hk, d))]);
-          for (int64_t d = 0; d < p.head_dim_v && !bad; ++d)
-            bad = !std::isfinite(t.v[static_cast<size_t>(c.v_at(r.b, j, hk, d))]);
-        }
-        if (!bad) continue;
-        if (j >= kr.first && j < kr.last)
-          visible_bad = true;
-        else
-          masked_bad.push_back(j);
-      }
-      if (visible_bad || masked_bad.empty()) continue;
-      if (n++ == 0)
-        example =
-            fmt("row s=%lld (b=%lld, h=%lld) sees keys [%lld, %lld) and is non-finite in the output, while "
-                "its only NaN/Inf inputs are at masked keys j = ",
-                (long long)r.s, (long long)r.b, (long long)r.h, (long long)kr.first, (long long)kr.last) +
-            ranges(masked_bad);
-    }
-    if (n)
-      fire("nan-leak", fmt("a NaN/Inf at masked positions reaches the output (%lld row(s)): ", (long long)n) + example);
-  }
-
-  other_mask_test(c, f);  // (c)
+  if (c.original().o.empty()) return f;
+  written_empty_test(c, f);  // (a)
+  nan_leak_test(c, f);       // (b)
+  other_mask_test(c, f);     // (c)
   if (c.seqs()) {
     f.evidence.push_back({"mask",
                           "the NaN-in-masked-K/V probe (d) is not run on a sequence layout: it writes NaN "
                           "at one row's masked keys of every sequence, whose rows see different keys"});
     return f;
   }
-
-  // (d) NaN written into K and V at the keys masked for a probe row must not change any row that does not
-  // see those keys.
-  {
-    std::vector<int64_t> probes;
-    int64_t b0, h0, s0;
-    if (worst_row(c.j.result, b0, h0, s0)) probes.push_back(s0);
-    int64_t best = -1, best_masked = 0;
-    for (int64_t i = 0; i < p.seq_q; ++i) {
-      const KeyRange kr = visible_keys(p, i);
-      const int64_t masked = kr.empty() ? p.seq_k : p.seq_k - (kr.last - kr.first);
-      if (!kr.empty() && masked > best_masked) best = i, best_masked = masked;
-    }
-    if (best >= 0 && (probes.empty() || probes[0] != best)) probes.push_back(best);
-    for (int64_t r : probes) {
-      const KeyRange kr = visible_keys(p, r);
-      std::vector<int64_t> masked;
-      for (int64_t j = 0; j < p.seq_k; ++j)
-        if (kr.empty() || j < kr.first || j >= kr.last) masked.push_back(j);
-      if (masked.empty()) continue;
-      // Rows with keys that see none of the masked keys. A fully masked row is not checked: what it holds is
-      // the empty-row detector's (one root cause, one class: an empty row written as the unmasked result must
-      // not read as a mask leak here and as empty-row on another call route of the same inputs).
-      std::vector<int64_t> checked;
-      for (int64_t i = 0; i < p.seq_q; ++i) {
-        const KeyRange ki = visible_keys(p, i);
-        if (!ki.empty() && !kr.empty() && ki.first >= kr.first && ki.last <= kr.last) checked.push_back(i);
-      }
-      Tensors pt = t;
-      for (int64_t b = 0; b < p.batch; ++b)
-        for (int64_t hk = 0; hk < p.heads_kv; ++hk)
-          for (int64_t j : masked) {
-            for (int64_t d = 0; d < p.head_dim; ++d)
-              pt.k[static_cast<size_t>(k_index(p, b, j, hk, d))] = kNaNf;
-            for (int64_t d = 0; d < p.head_dim_v; ++d)
-              pt.v[static_cast<size_t>(v_index(p, b, j, hk, d))] = kNaNf;
-          }
-      const LaunchOutcome po = c.launch(pt);
-      if (po.launch.status != LaunchStatus::kOk || po.o.size() != out.o.size()) continue;
-      int64_t changed = 0;
-      std::string first;
-      std::vector<int64_t> rows;
-      for (int64_t i : checked)
-        for (int64_t b = 0; b < p.batch; ++b)
-          for (int64_t h = 0; h < p.heads_q; ++h)
-            for (int64_t d = 0; d < p.head_dim_v; ++d) {
-              const size_t e = static_cast<size_t>(o_index(p, b, i, h, d));
-              const float a = out.o[e], x = po.o[e];
-              const bool same = (std::isnan(a) && std::isnan(x)) || a == x;
-              if (same) continue;
-              if (changed++ == 0) first = o_name(b, i, h, d) + ": " + num(a) + " -> " + num(x);
-              if (rows.empty() || rows.back() != i) rows.push_back(i);
-            }
-      if (changed) {
-        fire("probe", fmt("K and V set to NaN at the %zu key(s) masked for row %lld (j = ", masked.size(),
-                 (long long)r) +
-             ranges(masked) +
-             fmt(") changed %lld output element(s) of rows that see none of them (s = ", (long long)changed) +
-             ranges(rows) + "); first " + first);
-        break;
-      }
-    }
-  }
+  masked_nan_probe(c, f);  // (d)
   return f;
 }
 

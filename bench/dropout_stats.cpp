@@ -83,6 +83,7 @@ int soak(uint64_t cases, uint64_t seed, const std::string& kernel) {
   DeviceOptions o;
   o.order = ThreadOrder::kShuffle;
   o.order_seed = seed;
+  o.isolate = false;  // a correct kernel: a fork per launch would cost ~4x, and a crash ends the soak loudly anyway
   std::unique_ptr<Device> dev = open_device("cpu", o);
   const KernelEntry* k = Registry::global().find(Backend::kCpu, kernel);
   if (!k) {
@@ -101,6 +102,11 @@ int soak(uint64_t cases, uint64_t seed, const std::string& kernel) {
       ++failed;
       std::printf("false-alarm: %s: %s: %s\n", failure_class_name(j.result.failure), describe(pc.the_case()).c_str(),
                   j.result.reason.c_str());
+    }
+    if ((n + 1) % 1000 == 0) {  // survives a timeout: the script sums the last progress line of an unfinished worker
+      std::printf("soak-progress seed=%llu cases=%llu false_alarms=%llu\n", (unsigned long long)seed,
+                  (unsigned long long)(n + 1), (unsigned long long)failed);
+      std::fflush(stdout);
     }
   }
   std::printf("soak kernel=%s seed=%llu cases=%llu", kernel.c_str(), (unsigned long long)seed, (unsigned long long)cases);

@@ -2,6 +2,7 @@
 #include "attnfuzz/presets.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace attnfuzz {
 
@@ -50,6 +51,40 @@ Problem preset_problem(const ModelPreset& p, int64_t seq_q, int64_t seq_k_cap) {
     out.softcap = p.softcap;
   }
   if (p.sinks) out.variants |= AF_VARIANT_SINK;
+  return out;
+}
+
+std::vector<Case> preset_sweep_grid(const ModelPreset& p, uint64_t base_seed, ValueDomain domain, int32_t dtype,
+                                    Pass pass) {
+  std::vector<Case> grid;
+  for (int64_t cap : {64, 256})
+    for (int64_t sq : {int64_t{1}, int64_t{16}, cap}) {
+      Case c;
+      c.problem = preset_problem(p, sq, cap);
+      c.problem.dtype = dtype;
+      c.values.domain = domain;
+      c.pass = pass;
+      if (std::string e = set_variants(c, c.problem.variants & kScoreVariants, p.softcap); !e.empty())
+        throw std::logic_error(e);
+      c.label = std::string("preset-") + p.name + "-sq" + std::to_string(c.problem.seq_q) + "-sk" +
+                std::to_string(c.problem.seq_k);
+      uint64_t x = base_seed ^ hash64(c.label);
+      c.seed = splitmix64(x);
+      grid.push_back(std::move(c));
+    }
+  return grid;
+}
+
+std::string preset_table() {
+  std::string out;
+  for (const ModelPreset& p : model_presets()) {
+    out += std::string(p.name) + ": " + p.model + "; Hq " + std::to_string(p.heads_q) + ", Hkv " +
+           std::to_string(p.heads_kv) + ", D " + std::to_string(p.head_dim) + ", Dv " + std::to_string(p.head_dim_v) +
+           ", Sk " + std::to_string(p.seq_k);
+    if (p.varlen) out += ", varlen (not applied yet: the sweep is dense)";
+    if (p.pending) out += std::string(", pending: ") + p.pending;
+    out += "\n";
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnfuzz/case.h"
 #include "attnfuzz/problem.h"
 
 namespace attnfuzz {
@@ -35,5 +36,12 @@ std::string preset_names();
 // A dense problem of the preset's geometry: batch 1, seq_k = min(real, cap), seq_q = min(seq_q, seq_k), the
 // window scaled by the same factor as seq_k. varlen and pending are not applied (see docs/attn-check.md).
 Problem preset_problem(const ModelPreset& p, int64_t seq_q, int64_t seq_k_cap);
+
+// attn-check --sweep --preset NAME: the preset's geometry at decode (seq_q 1), a short prefill and seq_q = seq_k,
+// each with seq_k capped at 64 and 256 keys (the CPU backend's budget; the real seq_k is in ModelPreset).
+std::vector<Case> preset_sweep_grid(const ModelPreset& p, uint64_t base_seed, ValueDomain domain, int32_t dtype,
+                                    Pass pass);
+// The --preset list table: one line per preset.
+std::string preset_table();
 
 }  // namespace attnfuzz

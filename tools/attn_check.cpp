@@ -19,6 +19,7 @@
 #include "attnfuzz/corpus.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/dropout.h"
+#include "attnfuzz/presets.h"
 #include "attnfuzz/registry.h"
 #include "attnfuzz/report.h"
 #include "check/fit.h"
@@ -43,6 +44,7 @@ struct Options {
   int repeat = 1;
   // modes
   bool sweep = false;
+  std::string preset;  // --sweep --preset NAME (issue 28 item 9); "list" lists them
   std::vector<std::string> replay;
   bool list = false, json = false;
   npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
@@ -187,6 +189,8 @@ void define_options(CLI::App& app, Options& o) {
   auto* sweep = app.add_flag("--sweep", o.sweep,
                              "run the built-in grid of edge shapes over every kernel that supports each case")
                     ->group(m);
+  app.add_option("--preset", o.preset, "with --sweep: a model preset's geometry instead of the edge grid ('list' lists them)")
+      ->group(m);
   auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
                      ->group(m)
                      ->check(non_empty());
@@ -385,6 +389,13 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
     return npy::run_npy_emit(o.npy, case_from_flags(o), cmd);
   }
+  if (o.preset == "list") {
+    std::fputs(preset_table().c_str(), stdout);
+    return 0;
+  }
+  if (!o.preset.empty() && !find_preset(o.preset))
+    usage_error("--preset '" + o.preset + "' is not a preset: one of " + preset_names() + " (or list)");
+  if (!o.preset.empty() && !o.sweep) usage_error("--preset NAME goes with --sweep (attn-check --sweep --preset NAME)");
   Session s = open_session(o.common, "attn-check", argc, argv);
   if (case_dtype(o.common) < 0) usage_error("--dtype any is for attn-fuzz: name one dtype");
   if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
@@ -411,6 +422,10 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
+  } else if (!o.preset.empty()) {
+    for (Case& c : preset_sweep_grid(*find_preset(o.preset), o.seed, value_domain(o.common), case_dtype(o.common),
+                                     case_pass(o.common)))
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
     for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
       c.values.domain = value_domain(o.common);

@@ -208,3 +208,20 @@ TEST(Cli, HelpExamplesNameRealKernels) {
 }
 
 }  // namespace
+
+// Model presets (issue 28 item 9): --preset list, a bad name is one line and exit 2, a cheap preset sweep passes.
+namespace attnfuzz {
+TEST(Cli, PresetListBadNameAndSweep) {
+  const Result list = run(kCheck + " --preset list");
+  EXPECT_EQ(list.code, 0) << list.out;
+  EXPECT_TRUE(has(list.out, "deepseek-v3") && has(list.out, "pending: AF_VARIANT_KV_SHARED")) << list.out;
+  const Result bad = run(kCheck + " --sweep --preset llama-9");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(lines(bad.out).size(), 1u) << bad.out;
+  EXPECT_TRUE(has(bad.out, "is not a preset: one of llama-3.1")) << bad.out;
+  EXPECT_EQ(run(kCheck + " --preset gpt-oss").code, 2);  // without --sweep
+  const Result oss = run(kCheck + " --sweep --preset gpt-oss --kernel 'flash-*'" + kOut);
+  EXPECT_EQ(oss.code, 0) << oss.out;
+  EXPECT_TRUE(has(oss.out, "all passed")) << oss.out;
+}
+}  // namespace attnfuzz

@@ -111,6 +111,22 @@ TEST(AttnCheck, ReplayMinimizeKeepsClassAndEvidence) {
   EXPECT_EQ(run("--minimize --sq 3").code, 2);
 }
 
+// Issue 30: failures are counted by input tier, ordinary first; --fail-tiers chooses the tiers that make exit 1.
+TEST(AttnCheck, FailTiersChooseWhatCountsForTheExitStatus) {
+  const std::string c = "--no-reports --sq 9 --d 8 --kernel test-scaled";  // an ordinary-tier failure
+  Result all = run(c);
+  EXPECT_EQ(all.code, 1) << all.out;
+  EXPECT_TRUE(has(all.out, "failures by input tier: ordinary 1, extreme 0,")) << all.out;
+  EXPECT_EQ(run(c + " --fail-tiers ordinary").code, 1);
+  Result other = run(c + " --fail-tiers extreme,non-finite-masked");
+  EXPECT_EQ(other.code, 0) << other.out;
+  EXPECT_TRUE(has(other.out, "exit 0: every failure is in a tier --fail-tiers extreme,non-finite-masked does not"))
+      << other.out;
+  Result bad = run(c + " --fail-tiers bogus");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(has(bad.out, "'bogus' is not a tier")) << bad.out;
+}
+
 TEST(AttnCheck, SweepRunsEveryKernelOnTheEdgeGridWithProgress) {
   Result r = run("--sweep --kernel test-right,online-row", fresh("sweep"));
   EXPECT_EQ(r.code, 0) << r.out;

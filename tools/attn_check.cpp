@@ -25,7 +25,9 @@
 #include "check/fit.h"
 #include "check/runner.h"
 #include "npy/npy_cli.h"
+#include "fuzz/campaign.h"
 #include "tools/cli_common.h"
+#include "tools/worker_config.h"
 
 namespace fs = std::filesystem;
 using namespace attnfuzz;
@@ -46,6 +48,8 @@ struct Options {
   bool sweep = false;
   std::string preset;  // --sweep --preset NAME (issue 28 item 9); "list" lists them
   std::vector<std::string> replay;
+  bool minimize = false;      // with --replay: shrink each file's recorded failure (fuzz/minimize.cpp)
+  double minimize_time = 60;  // seconds per file
   bool list = false, json = false;
   npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
   SequenceOptions seqs;  // --seq-layout, --seqlens-q, ... (tools/cli_common.h)
@@ -194,6 +198,23 @@ void define_options(CLI::App& app, Options& o) {
   auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
                      ->group(m)
                      ->check(non_empty());
+  app.add_option("--fail-tiers", o.common.fail_tiers,
+                 "input tiers whose failures make the exit status 1: all, or a comma list of ordinary, extreme, "
+                 "non-finite-visible, non-finite-masked (docs/semantics.md)")
+      ->check(checked_by([](const std::string& t) {
+        unsigned bits = 0;
+        return parse_fail_tiers(t, bits);
+      }))
+      ->capture_default_str();
+  app.add_flag("--minimize", o.minimize,
+               "with --replay: shrink each file's recorded failure, keeping its class and kind of evidence; the "
+               "minimal case is written beside the file (or under --out when given)")
+      ->group(m)
+      ->needs(replay);
+  app.add_option("--minimize-time", o.minimize_time, "with --minimize: seconds per file")
+      ->group(m)
+      ->needs("--minimize")
+      ->check(real_range(0, 86400, true));
   auto* list = app.add_flag("--list", o.list, "list the registered kernels with what each declares, and exit")->group(m);
   app.add_flag("--json", o.json, "with --list: the same facts as one JSON document")->group(m)->needs(list);
   npy::add_npy_options(app, o.npy);
@@ -351,6 +372,44 @@ std::vector<Job> replay_jobs(const Options& o, std::vector<std::string>& bad) {
   return jobs;
 }
 
+// --replay FILE... --minimize: each file's recorded failure shrunk by the campaign's minimizer (minimize_case,
+// the one minimizer), its class and kind of evidence kept; the minimal case goes beside the file, or into `out`
+// when given. Returns 0 when every file was minimized, 2 otherwise (each problem has its line).
+int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend backend, const std::string& out) {
+  fuzz::WorkerConfig cfg = cli::common_worker_config(o.common, backend);
+  cfg.plugins.clear();  // already loaded into this process by open_session
+  int rc = 0;
+  for (const Job& j : jobs) {
+    fuzz::Minimized m;
+    CorpusFile cf{};
+    cf.the_case = j.c;
+    cf.verdict = j.recorded;
+    std::string e = fuzz::minimize_case(cf, j.origin, cfg, o.minimize_time, 5000, m);
+    fs::path saved;
+    if (e.empty()) {
+      m.file.tool.name = "attn-check";
+      m.file.tool.command = "attn-check --replay " + shell_quote(j.origin) + " --minimize";
+      try {
+        saved = save_to_corpus_dir(out.empty() ? fs::path(j.origin).parent_path() : fs::path(out), m.file);
+      } catch (const CorpusError& x) {
+        e = x.what();
+      }
+    }
+    if (!e.empty()) {
+      std::fprintf(stderr, "attn-check: %s\n", e.c_str());
+      rc = 2;
+      continue;
+    }
+    const RecordedVerdict& rv = *j.recorded;
+    std::printf("minimized %s (%s, %s by %s) in %d check(s), %.1f s:\n  original: %s\n  minimal:  %s\n"
+                "  class:    %s (kept), evidence %s (kept)\n  wrote %s\n  replay: %s\n",
+                j.origin.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), m.decided_by.c_str(), m.checks,
+                m.secs, describe(j.c).c_str(), describe(m.file.the_case).c_str(), failure_class_name(rv.failure),
+                m.decided_by.c_str(), saved.c_str(), fuzz::replay_command(cfg, saved.string()).c_str());
+  }
+  return rc;
+}
+
 }  // namespace
 
 // The option groups --help shows (--help-all: every group); the names are the groups' titles above.
@@ -422,6 +481,13 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
+    if (o.minimize) {
+      for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
+      const Backend backend = s.device->backend();
+      s.device.reset();  // the minimizer opens its own device
+      const int rc = minimize_replays(o, jobs, backend, app.count("--out") ? o.common.out : "");
+      return bad.empty() ? rc : 2;
+    }
   } else if (!o.preset.empty()) {
     for (Case& c : preset_sweep_grid(*find_preset(o.preset), o.seed, value_domain(o.common), case_dtype(o.common),
                                      case_pass(o.common)))

@@ -12,6 +12,7 @@
 #include "fuzz/campaign.h"
 #include "fuzz/sync.h"
 #include "tools/cli_common.h"
+#include "tools/worker_config.h"
 
 namespace fs = std::filesystem;
 using namespace attnfuzz;
@@ -277,44 +278,15 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   }
   s.device.reset();  // the workers open their own devices
 
-  WorkerConfig w;
-  w.kernels = o.common.kernel;
-  w.backend = backend_name(backend);
-  w.adapter = o.common.adapter;
-  for (const auto& p : o.common.plugins) w.plugins.push_back(fs::absolute(p).string());
-  w.order = o.common.order;
-  w.order_seed = o.common.order_seed;
-  w.warp_size = o.common.warp_size;
-  w.timeout_s = o.common.timeout_s;
+  WorkerConfig w = cli::common_worker_config(o.common, backend);
   w.isolate = o.common.no_isolate ? "never" : o.isolate;
-  w.oracle_rows = o.common.oracle_rows;
-  w.mp_bits = o.common.mp_bits;
   w.limits.max_seq = o.max_seq;
   w.limits.max_dim = o.max_d;
-  w.limits.domain = value_domain(o.common);
-  w.limits.dtype = case_dtype(o.common);
-  w.limits.passes = static_cast<uint8_t>(1u << static_cast<int>(case_pass(o.common)));
-  w.limits.variants = case_variants(o.common);  // issue 28: --variant lets decoded cases use score variants
   if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
     usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " + o.common.dtype);
   w.out = o.common.out;
   w.command = command_line;
   w.reports = !o.common.no_reports;
-  // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend.
-  std::string flags;
-  const CommonOptions dflt;  // attn-check's defaults: say only what differs
-  if (backend == Backend::kCpu &&
-      (w.order != dflt.order || (w.order == "shuffle" && w.order_seed != dflt.order_seed)))
-    flags +=
-        "--order " + w.order + (w.order == "shuffle" ? " --order-seed " + std::to_string(w.order_seed) : "");
-  if (backend == Backend::kCpu && w.warp_size != 32)
-    flags += (flags.empty() ? "" : " ") + std::string("--warp-size ") + std::to_string(w.warp_size);
-  for (const auto& p : o.common.plugins) flags += (flags.empty() ? "" : " ") + ("--plugin " + shell_quote(p));
-  if (backend == Backend::kAdapter)
-    flags += (flags.empty() ? "" : " ") + std::string("--adapter ") + shell_quote(o.common.adapter);
-  else if (backend != Backend::kCpu)
-    flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
-  w.replay_flags = flags;
 
   if (!o.minimize.empty()) {
     MinimizeOptions mo;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -286,6 +287,24 @@ int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& 
 }
 
 }  // namespace cli
+
+std::string parse_fail_tiers(const std::string& text, unsigned& bits) {
+  constexpr InputTier kAll[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,
+                                InputTier::kNonFiniteMasked};
+  bits = 0;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    bool known = item == "all";
+    for (InputTier t : kAll)
+      if (item == "all" || item == input_tier_name(t)) {
+        bits |= 1u << static_cast<unsigned>(t);
+        known = true;
+      }
+    if (!known)
+      return "'" + item + "' is not a tier: all, ordinary, extreme, non-finite-visible, non-finite-masked";
+  }
+  return bits ? "" : "names no tier";
+}
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
   using namespace cli;
@@ -1109,7 +1128,30 @@ int Runner::finish() {
       return 2;
     }
   }
-  return failures_ ? 1 : 0;
+  return failures_ ? tier_exit_status() : 0;
+}
+
+// The failures by input tier, ordinary first, and the exit status --fail-tiers gives them: 1 when a failure is in
+// a counted tier, else 0 with one line saying so.
+int Runner::tier_exit_status() const {
+  constexpr InputTier kAll[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,
+                                InputTier::kNonFiniteMasked};
+  int64_t n[4] = {0, 0, 0, 0};
+  for (const RunEntry& e : entries_)
+    if (e.result.verdict == Verdict::kFail) ++n[static_cast<int>(input_tier(e.the_case))];
+  unsigned bits = 0;
+  parse_fail_tiers(o_.fail_tiers, bits);  // validated when parsed
+  std::string line;
+  int64_t counted = 0;
+  for (InputTier t : kAll) {
+    const int i = static_cast<int>(t);
+    line += (line.empty() ? "" : ", ") + std::string(input_tier_name(t)) + " " + std::to_string(n[i]);
+    if (bits & (1u << i)) counted += n[i];
+  }
+  std::printf("failures by input tier: %s\n", line.c_str());
+  if (counted > 0 || n[0] + n[1] + n[2] + n[3] == 0) return 1;
+  std::printf("exit 0: every failure is in a tier --fail-tiers %s does not count\n", o_.fail_tiers.c_str());
+  return 0;
 }
 
 }  // namespace attnfuzz

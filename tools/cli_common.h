@@ -68,8 +68,13 @@ struct CommonOptions {
   // audit of passing cases (attn-check --audit; check/classify.h audit_passing_case)
   bool audit = false;
   int64_t audit_every = 8;               // every N-th passing check of each kernel (the first included)
+  // Issue 30: the input tiers (case.h InputTier) whose failures count for the exit status: "all" or a comma
+  // list of ordinary, extreme, non-finite-visible, non-finite-masked (attn-check --fail-tiers).
+  std::string fail_tiers = "all";
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
+// The bit set (1 << InputTier) a --fail-tiers value names; "" on success, else the problem.
+std::string parse_fail_tiers(const std::string& text, unsigned& bits);
 // The --values domain (add_common_options accepts only ieee and finite).
 ValueDomain value_domain(const CommonOptions& o);
 // The --dtype of generated cases (af_dtype), or -1 for "any".
@@ -182,6 +187,7 @@ class Runner {
     int64_t elements = 0;  // the case's size: the smallest first failure is where to start
   };
   bool several() const { return total_ >= 2; }
+  int tier_exit_status() const;
   // The verdict line and the lines under it; condensed: the deciding evidence only.
   std::pair<std::string, std::string> verdict_text(const Case& c, const RunEntry& rec, bool condensed) const;
   void print_results();       // the first line, the failures shown, the replayed verdicts (several checks)

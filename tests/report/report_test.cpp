@@ -298,6 +298,8 @@ TEST(JUnit, WellFormedWithFailuresAndSkips) {
   EXPECT_NE(x.find("<testsuite name=\"broken&lt;&amp;&quot;kernel|x&gt;\" tests=\"2\" failures=\"1\""),
             std::string::npos);
   EXPECT_NE(x.find("<failure type=\"non-finite\" message=\"non-finite: NaN in O"), std::string::npos);
+  EXPECT_NE(x.find("<property name=\"failures-by-tier\" value=\"ordinary "), std::string::npos);  // issue 30
+  EXPECT_NE(x.find(">tier: "), std::string::npos);
   EXPECT_NE(x.find("replay: attn-check --replay"), std::string::npos);
   EXPECT_NE(x.find("<skipped message=\"unsupported: mask causal-br not claimed\"/>"), std::string::npos);
   EXPECT_NE(x.find("<skipped message=\"outside-contract: exact"), std::string::npos);

@@ -78,6 +78,55 @@ TEST(AttnCheck, ReplayReproducesTheVerdictBitExactly) {
   EXPECT_EQ(worst(r.out), worst(again.out));
 }
 
+// Issue 30: --replay FILE --minimize shrinks the recorded failure with the campaign's minimizer, keeps its class and
+// kind of evidence, writes the minimal case beside the file (or under --out) and prints both cases.
+TEST(AttnCheck, ReplayMinimizeKeepsClassAndEvidence) {
+  const std::string out = fresh("minimize");
+  Result r = run("--sq 19 --sk 45 --d 13 --heads 2 --mask causal-tl --seed 9 --kernel test-scaled", out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  fs::path file;
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "corpus")) file = e.path();
+  ASSERT_FALSE(file.empty());
+  // Without --out (run() always passes one, so this call is direct): beside the original.
+  const std::string cmd = std::string(ATTN_CHECK) + " --plugin " + WRONG_PLUGIN + " --no-reports --replay " +
+                          file.string() + " --minimize --minimize-time 20 > " + out + "/min.txt 2>&1";
+  ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  std::ifstream f(out + "/min.txt");
+  const std::string mo((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(has(mo, "original: B=1 Hq=2")) << mo;
+  EXPECT_TRUE(has(mo, "minimal:  B=1 Hq=1")) << mo;
+  EXPECT_TRUE(has(mo, "class:    precision (kept), evidence")) << mo;
+  int cases = 0;
+  for (const auto& e : fs::directory_iterator(file.parent_path())) cases += e.path().extension() == ".case";
+  EXPECT_EQ(cases, 2) << "the minimal case is written beside the original";
+  const auto at = mo.find("replay: attn-check --replay ") + 28;
+  const std::string minimal = mo.substr(at, mo.find(' ', at) - at);
+  Result again = run("--replay " + minimal, fresh("minimize2"));
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(has(again.out, "recorded fail/precision, now fail/precision -> reproduced")) << again.out;
+  // --out DIR puts it there; --minimize without --replay is exit 2.
+  const std::string there = fresh("minimize3");
+  EXPECT_EQ(run("--replay " + file.string() + " --minimize", there).code, 0);
+  EXPECT_TRUE(fs::exists(fs::path(there) / fs::path(minimal).filename()));
+  EXPECT_EQ(run("--minimize --sq 3").code, 2);
+}
+
+// Issue 30: failures are counted by input tier, ordinary first; --fail-tiers chooses the tiers that make exit 1.
+TEST(AttnCheck, FailTiersChooseWhatCountsForTheExitStatus) {
+  const std::string c = "--no-reports --sq 9 --d 8 --kernel test-scaled";  // an ordinary-tier failure
+  Result all = run(c);
+  EXPECT_EQ(all.code, 1) << all.out;
+  EXPECT_TRUE(has(all.out, "failures by input tier: ordinary 1, extreme 0,")) << all.out;
+  EXPECT_EQ(run(c + " --fail-tiers ordinary").code, 1);
+  Result other = run(c + " --fail-tiers extreme,non-finite-masked");
+  EXPECT_EQ(other.code, 0) << other.out;
+  EXPECT_TRUE(has(other.out, "exit 0: every failure is in a tier --fail-tiers extreme,non-finite-masked does not"))
+      << other.out;
+  Result bad = run(c + " --fail-tiers bogus");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(has(bad.out, "'bogus' is not a tier")) << bad.out;
+}
+
 TEST(AttnCheck, SweepRunsEveryKernelOnTheEdgeGridWithProgress) {
   Result r = run("--sweep --kernel test-right,online-row", fresh("sweep"));
   EXPECT_EQ(r.code, 0) << r.out;

@@ -7,8 +7,8 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -24,8 +24,8 @@
 #include "attnfuzz/report.h"
 #include "check/fit.h"
 #include "check/runner.h"
-#include "npy/npy_cli.h"
 #include "fuzz/campaign.h"
+#include "npy/npy_cli.h"
 #include "tools/cli_common.h"
 #include "tools/worker_config.h"
 
@@ -51,7 +51,7 @@ struct Options {
   bool minimize = false;      // with --replay: shrink each file's recorded failure (fuzz/minimize.cpp)
   double minimize_time = 60;  // seconds per file
   bool list = false, json = false;
-  npy::NpyOptions npy;  // --npy / --npy-emit (npy/)
+  npy::NpyOptions npy;   // --npy / --npy-emit (npy/)
   SequenceOptions seqs;  // --seq-layout, --seqlens-q, ... (tools/cli_common.h)
   // merge cases (issue 29): --merge-cuts, --merge-shift, --merge-layout, --merge-pad
   std::string merge_cuts, merge_shift, merge_layout = "state";
@@ -145,11 +145,12 @@ void define_options(CLI::App& app, Options& o) {
   npy_shared.push_back(app.add_option("--scale", o.scale, "score scale (default fp32(1/sqrt(D)))")
                            ->group(g)
                            ->check(checked_by(check_scale)));
-  shape.push_back(app.add_option("--descale", o.descale,
-                                 "fp8 only: Q,K,V[,O] = q/k/v_descale (real value = stored * descale) and o_scale "
-                                 "(stored o = fp8(O * o_scale)), default 1,1,1,1")
-                      ->group(g)
-                      ->check(checked_by(check_descale)));
+  shape.push_back(
+      app.add_option("--descale", o.descale,
+                     "fp8 only: Q,K,V[,O] = q/k/v_descale (real value = stored * descale) and o_scale "
+                     "(stored o = fp8(O * o_scale)), default 1,1,1,1")
+          ->group(g)
+          ->check(checked_by(check_descale)));
   shape.push_back(app.add_option("--dist", o.dist,
                                  "uniform[:A] | normal[:SIGMA] | extreme:MAG (scores of magnitude ~MAG)")
                       ->group(g)
@@ -169,19 +170,22 @@ void define_options(CLI::App& app, Options& o) {
   for (CLI::Option* x : add_sequence_options(app, o.seqs, "Sequences (varlen, KV cache, paged KV)"))
     shape.push_back(x);
   const char* mg = "Merged states (merge kernels: docs/semantics.md)";
-  shape.push_back(app.add_option("--merge-cuts", o.merge_cuts,
-                                 "0,C1,...,Sk: the key ranges of the states (n_states + 1 cuts; equal cuts = an "
-                                 "empty state), e.g. 0,32,40")
-                      ->group(mg));
+  shape.push_back(
+      app.add_option("--merge-cuts", o.merge_cuts,
+                     "0,C1,...,Sk: the key ranges of the states (n_states + 1 cuts; equal cuts = an "
+                     "empty state), e.g. 0,32,40")
+          ->group(mg));
   shape.push_back(app.add_option("--merge-shift", o.merge_shift,
                                  "one shift per state added to LSE_s (-inf drops the state), e.g. 0,-1e4")
                       ->group(mg));
-  shape.push_back(app.add_option("--merge-layout", o.merge_layout, "state buffers: state (state-major) | token")
-                      ->group(mg)
-                      ->check(CLI::IsMember({"state", "token"})));
-  shape.push_back(app.add_option("--merge-pad", o.merge_pad, "stride gap after each state head row (elements)")
-                      ->group(mg)
-                      ->check(int_range(0, 64)));
+  shape.push_back(
+      app.add_option("--merge-layout", o.merge_layout, "state buffers: state (state-major) | token")
+          ->group(mg)
+          ->check(CLI::IsMember({"state", "token"})));
+  shape.push_back(
+      app.add_option("--merge-pad", o.merge_pad, "stride gap after each state head row (elements)")
+          ->group(mg)
+          ->check(int_range(0, 64)));
   auto* seed = app.add_option("--seed", o.seed, "value seed (decimal or 0x hex, as reports print it)")
                    ->group(g)
                    ->transform(u64())
@@ -193,29 +197,33 @@ void define_options(CLI::App& app, Options& o) {
   auto* sweep = app.add_flag("--sweep", o.sweep,
                              "run the built-in grid of edge shapes over every kernel that supports each case")
                     ->group(m);
-  app.add_option("--preset", o.preset, "with --sweep: a model preset's geometry instead of the edge grid ('list' lists them)")
+  app.add_option("--preset", o.preset,
+                 "with --sweep: a model preset's geometry instead of the edge grid ('list' lists them)")
       ->group(m);
   auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
                      ->group(m)
                      ->check(non_empty());
-  app.add_option("--fail-tiers", o.common.fail_tiers,
-                 "input tiers whose failures make the exit status 1: all, or a comma list of ordinary, extreme, "
-                 "non-finite-visible, non-finite-masked (docs/semantics.md)")
+  app.add_option(
+         "--fail-tiers", o.common.fail_tiers,
+         "input tiers whose failures make the exit status 1: all, or a comma list of ordinary, extreme, "
+         "non-finite-visible, non-finite-masked (docs/semantics.md)")
       ->check(checked_by([](const std::string& t) {
         unsigned bits = 0;
         return parse_fail_tiers(t, bits);
       }))
       ->capture_default_str();
-  app.add_flag("--minimize", o.minimize,
-               "with --replay: shrink each file's recorded failure, keeping its class and kind of evidence; the "
-               "minimal case is written beside the file (or under --out when given)")
+  app.add_flag(
+         "--minimize", o.minimize,
+         "with --replay: shrink each file's recorded failure, keeping its class and kind of evidence; the "
+         "minimal case is written beside the file (or under --out when given)")
       ->group(m)
       ->needs(replay);
   app.add_option("--minimize-time", o.minimize_time, "with --minimize: seconds per file")
       ->group(m)
       ->needs("--minimize")
       ->check(real_range(0, 86400, true));
-  auto* list = app.add_flag("--list", o.list, "list the registered kernels with what each declares, and exit")->group(m);
+  auto* list = app.add_flag("--list", o.list, "list the registered kernels with what each declares, and exit")
+                   ->group(m);
   app.add_flag("--json", o.json, "with --list: the same facts as one JSON document")->group(m)->needs(list);
   npy::add_npy_options(app, o.npy);
   // Contradictions: one mode at a time; the case flags describe the single case only.
@@ -274,7 +282,8 @@ Case case_from_flags(const Options& o) {
   c.pass = case_pass(o.common);
   if (std::string e = apply_variant_options(o.common, c); !e.empty()) usage_error(e);
   if (!o.merge_cuts.empty() || !o.merge_shift.empty())
-    if (std::string e = parse_merge(o.merge_cuts, o.merge_shift, o.merge_layout == "token", o.merge_pad, c); !e.empty())
+    if (std::string e = parse_merge(o.merge_cuts, o.merge_shift, o.merge_layout == "token", o.merge_pad, c);
+        !e.empty())
       usage_error(e);
   if (std::string e = parse_distribution(o.dist, c.values.dist); !e.empty()) usage_error(e);
   for (const auto& s : o.specials) {
@@ -296,7 +305,8 @@ void set_tunables(const std::vector<std::string>& items, const std::string& patt
   std::string declared;  // "num_splits (default 8; accepts 8, 1, 2)"
   for (int32_t t = 0; t < k.n_tunables; ++t) {
     const af_tunable& tu = k.tunables[t];
-    declared += std::string(t ? ", " : "") + tu.name + " (default " + std::to_string(tu.values[0]) + "; accepts ";
+    declared +=
+        std::string(t ? ", " : "") + tu.name + " (default " + std::to_string(tu.values[0]) + "; accepts ";
     for (int32_t v = 0; v < tu.n_values; ++v) declared += (v ? ", " : "") + std::to_string(tu.values[v]);
     declared += ")";
   }
@@ -308,8 +318,9 @@ void set_tunables(const std::vector<std::string>& items, const std::string& patt
     for (int32_t t = 0; t < k.n_tunables; ++t)
       if (name == k.tunables[t].name) idx = t;
     if (eq == std::string::npos || idx < 0)
-      usage_error("--tunable '" + item + "': " + k.name + " declares " +
-                  (k.n_tunables ? "the tunables " + declared + "; give NAME=VALUE" : std::string("no tunable")));
+      usage_error(
+          "--tunable '" + item + "': " + k.name + " declares " +
+          (k.n_tunables ? "the tunables " + declared + "; give NAME=VALUE" : std::string("no tunable")));
     if (set[idx]) usage_error("--tunable " + name + " is given twice: give each tunable once");
     set[idx] = true;
     const af_tunable& tu = k.tunables[idx];
@@ -372,10 +383,12 @@ std::vector<Job> replay_jobs(const Options& o, std::vector<std::string>& bad) {
   return jobs;
 }
 
-// --replay FILE... --minimize: each file's recorded failure shrunk by the campaign's minimizer (minimize_case,
-// the one minimizer), its class and kind of evidence kept; the minimal case goes beside the file, or into `out`
-// when given. Returns 0 when every file was minimized, 2 otherwise (each problem has its line).
-int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend backend, const std::string& out) {
+// --replay FILE... --minimize: each file's recorded failure shrunk by the campaign's minimizer
+// (minimize_case, the one minimizer), its class and kind of evidence kept; the minimal case goes beside the
+// file, or into `out` when given. Returns 0 when every file was minimized, 2 otherwise (each problem has its
+// line).
+int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend backend,
+                     const std::string& out) {
   fuzz::WorkerConfig cfg = cli::common_worker_config(o.common, backend);
   cfg.plugins.clear();  // already loaded into this process by open_session
   int rc = 0;
@@ -401,11 +414,12 @@ int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend bac
       continue;
     }
     const RecordedVerdict& rv = *j.recorded;
-    std::printf("minimized %s (%s, %s by %s) in %d check(s), %.1f s:\n  original: %s\n  minimal:  %s\n"
-                "  class:    %s (kept), evidence %s (kept)\n  wrote %s\n  replay: %s\n",
-                j.origin.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), m.decided_by.c_str(), m.checks,
-                m.secs, describe(j.c).c_str(), describe(m.file.the_case).c_str(), failure_class_name(rv.failure),
-                m.decided_by.c_str(), saved.c_str(), fuzz::replay_command(cfg, saved.string()).c_str());
+    std::printf(
+        "minimized %s (%s, %s by %s) in %d check(s), %.1f s:\n  original: %s\n  minimal:  %s\n"
+        "  class:    %s (kept), evidence %s (kept)\n  wrote %s\n  replay: %s\n",
+        j.origin.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), m.decided_by.c_str(), m.checks,
+        m.secs, describe(j.c).c_str(), describe(m.file.the_case).c_str(), failure_class_name(rv.failure),
+        m.decided_by.c_str(), saved.c_str(), fuzz::replay_command(cfg, saved.string()).c_str());
   }
   return rc;
 }
@@ -413,9 +427,158 @@ int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend bac
 }  // namespace
 
 // The option groups --help shows (--help-all: every group); the names are the groups' titles above.
-static const std::set<std::string> kBriefHelp = {"Options", "Kernels and device",
-                                          "Mode (one at a time, without the case flags)",
-                                          "Case (not with --sweep / --replay; with --npy only --mask, --scale, --kv-heads)"};
+static const std::set<std::string> kBriefHelp = {
+    "Options", "Kernels and device", "Mode (one at a time, without the case flags)",
+    "Case (not with --sweep / --replay; with --npy only --mask, --scale, --kv-heads)"};
+
+namespace {
+
+// The usage errors that combine several options.
+void check_modes(const Options& o, const CLI::App& app) {
+  if (case_dtype(o.common) < 0) usage_error("--dtype any is for attn-fuzz: name one dtype");
+  if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
+    usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " +
+                o.common.dtype);
+  if (has_backward(case_pass(o.common)) && !o.seqs.layout.empty() && o.seqs.layout != "dense")
+    usage_error("--pass " + o.common.pass + " is checked on dense batches only: drop --seq-layout " +
+                o.seqs.layout);
+  if (!o.replay.empty() && app.count("--dtype"))
+    usage_error("--dtype does not apply to --replay (files record it)");
+}
+
+// The cases of the mode asked for: replayed files, a preset, the layout / dropout / variant / plain sweep, or
+// the case the flags describe.
+std::vector<Job> make_jobs(const Options& o, const Session& s, std::vector<std::string>& bad) {
+  std::vector<Job> jobs;
+  if (!o.replay.empty()) {
+    jobs = replay_jobs(o, bad);
+  } else if (!o.preset.empty()) {
+    for (Case& c : preset_sweep_grid(*find_preset(o.preset), o.seed, value_domain(o.common),
+                                     case_dtype(o.common), case_pass(o.common)))
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+  } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
+    for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
+      c.values.domain = value_domain(o.common);
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    }
+  } else if (o.sweep && case_variants(o.common) == AF_VARIANT_DROPOUT && o.common.dropout < 0) {
+    for (Case& c : dropout_sweep_grid(o.seed, case_pass(o.common)))  // issue 29: the dropout sweep
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+  } else if (o.sweep && case_variants(o.common)) {
+    const uint32_t bits = case_variants(o.common);
+    std::vector<Case> grid =
+        bits & ~AF_VARIANT_DROPOUT
+            ? variant_sweep_grid(bits & ~AF_VARIANT_DROPOUT, o.seed, value_domain(o.common),
+                                 case_dtype(o.common), case_pass(o.common))
+            : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common));
+    for (Case& c : grid) {
+      // --dropout P (or --variant dropout with other variants): every case of the grid under dropout, where
+      // it can be
+      if ((bits & AF_VARIANT_DROPOUT) &&
+          (has_sequences(c.problem) || !apply_dropout_options(o.common, c).empty()))
+        continue;
+      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    }
+  } else if (o.sweep) {
+    // The attention grid for attention kernels, the merge grid (issue 29) for merge kernels: each only where
+    // the selection holds a kernel of that kind.
+    bool attention = false, merge = false;
+    for (const KernelEntry* k : s.registry->select(s.device->backend(), o.common.kernel))
+      (k->kernel.kind == AF_KIND_MERGE ? merge : attention) = true;
+    if (attention)
+      for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common)))
+        jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+    if (merge && case_pass(o.common) == Pass::kFwd && !case_variants(o.common))
+      for (Case& c : merge_sweep_grid(o.seed, case_dtype(o.common)))
+        jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
+  } else {
+    Case base = case_from_flags(o);
+    for (int r = 0; r < o.repeat; ++r) {
+      Case c = base;
+      c.seed = o.seed + static_cast<uint64_t>(r);
+      jobs.push_back({std::move(c), "flags", std::nullopt, o.common.kernel});
+    }
+  }
+  return jobs;
+}
+
+// Kernel selection errors are usage errors; so is an explicitly named kernel that cannot run a
+// hand-written case (the user asked for something impossible). A replayed file whose recorded kernel is
+// not loaded is a bad input of its own (the other files still replay).
+std::vector<std::vector<const KernelEntry*>> select_kernels(const Options& o, const Session& s,
+                                                            std::vector<Job>& jobs,
+                                                            std::vector<std::string>& bad) {
+  std::vector<std::vector<const KernelEntry*>> kernels(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      kernels[i] = s.registry->select(s.device->backend(), jobs[i].kernel_pattern);
+    } catch (const std::invalid_argument& e) {
+      if (o.replay.empty()) usage_error(e.what());
+      bad.push_back(jobs[i].origin + ": " + e.what());
+      continue;
+    }
+    if (jobs[i].origin == "sweep")  // a sweep case goes to the kernels of its kind (attention or merge) only
+      std::erase_if(kernels[i], [&](const KernelEntry* k) {
+        return (k->kernel.kind == AF_KIND_MERGE) != is_merge(jobs[i].c.problem);
+      });
+    if (!o.tunables.empty() && jobs[i].origin == "flags")
+      set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
+    if (!o.replay
+             .empty()) {  // a file's tunables are refused as the flag's would be, never run as the default
+      std::string why = memory_refusal(jobs[i].c);
+      for (const KernelEntry* k : kernels[i])
+        if (why.empty()) why = tunables_refusal(k->kernel, jobs[i].c.problem);
+      if (!why.empty()) {
+        bad.push_back(jobs[i].origin + ": " + why);
+        kernels[i].clear();
+        continue;
+      }
+    }
+    if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
+        o.common.kernel.find_first_of("*?[,") == std::string::npos)
+      if (const std::string why =
+              case_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem, jobs[i].c.pass);
+          !why.empty())
+        usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
+  }
+  return kernels;
+}
+
+// Every (job, kernel) check; true when a replayed verdict differs from the one its file records.
+bool run_jobs(Runner& runner, const std::vector<Job>& jobs,
+              const std::vector<std::vector<const KernelEntry*>>& kernels) {
+  bool mismatch = false;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (kernels[i].empty()) continue;  // a bad input (listed above): no values to generate
+    PreparedCase pc(jobs[i].c);
+    for (const KernelEntry* k : kernels[i]) {
+      // A layout sweep gives each kernel the case in a shape it declares (check/fit.h), e.g. one head for a
+      // one-head kernel, where the grid's own shape is refused.
+      if (jobs[i].origin == "sweep" && has_sequences(jobs[i].c.problem))
+        if (std::optional<Case> f = fit_to_kernel(jobs[i].c, k->kernel); f && f->label != jobs[i].c.label) {
+          PreparedCase fitted(*f);
+          runner.check(*k, fitted, jobs[i].origin);
+          continue;
+        }
+      const Judged& j = runner.check(*k, pc, jobs[i].origin);
+      if (jobs[i].recorded && jobs[i].recorded->kernel == k->kernel.name) {
+        const RecordedVerdict& rv = *jobs[i].recorded;
+        const bool same = rv.verdict == j.result.verdict && rv.failure == j.result.failure;
+        auto cls = [](FailureClass f) {
+          return f != FailureClass::kNone ? "/" + std::string(failure_class_name(f)) : "";
+        };
+        runner.replay_verdict("replay " + jobs[i].origin + ": recorded " + verdict_name(rv.verdict) +
+                                  cls(rv.failure) + ", now " + verdict_name(j.result.verdict) +
+                                  cls(j.result.failure) + " -> " + (same ? "reproduced" : "DIFFERENT"),
+                              same);
+        mismatch |= !same;
+      }
+    }
+  }
+  return mismatch;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   Options o;
@@ -440,8 +603,9 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   define_options(app, o);
   app.set_version_flag("--version", "attn-check " ATTNFUZZ_VERSION);
   if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-check", kBriefHelp); rc >= 0) return rc;
-  o.seqs.given = {app.count("--batch") > 0,     app.count("--sq") > 0,         app.count("--sk") > 0,
-                  app.count("--page-size") > 0, app.count("--page-order") > 0, app.count("--spare-pages") > 0};
+  o.seqs.given = {app.count("--batch") > 0,      app.count("--sq") > 0,
+                  app.count("--sk") > 0,         app.count("--page-size") > 0,
+                  app.count("--page-order") > 0, app.count("--spare-pages") > 0};
   if (std::string e = npy::check_npy_combination(o.npy); !e.empty()) usage_error(e);
   if (!o.npy.emit.empty()) {
     std::string cmd;
@@ -454,14 +618,10 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   }
   if (!o.preset.empty() && !find_preset(o.preset))
     usage_error("--preset '" + o.preset + "' is not a preset: one of " + preset_names() + " (or list)");
-  if (!o.preset.empty() && !o.sweep) usage_error("--preset NAME goes with --sweep (attn-check --sweep --preset NAME)");
+  if (!o.preset.empty() && !o.sweep)
+    usage_error("--preset NAME goes with --sweep (attn-check --sweep --preset NAME)");
   Session s = open_session(o.common, "attn-check", argc, argv);
-  if (case_dtype(o.common) < 0) usage_error("--dtype any is for attn-fuzz: name one dtype");
-  if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
-    usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " + o.common.dtype);
-  if (has_backward(case_pass(o.common)) && !o.seqs.layout.empty() && o.seqs.layout != "dense")
-    usage_error("--pass " + o.common.pass + " is checked on dense batches only: drop --seq-layout " + o.seqs.layout);
-  if (!o.replay.empty() && app.count("--dtype")) usage_error("--dtype does not apply to --replay (files record it)");
+  check_modes(o, app);
   if (npy::npy_mode(o.npy))
     return npy::run_npy(o.npy, {o.mask, o.scale, o.kv_heads, app.count("--mask") > 0, !o.scale.empty()}, s,
                         o.common);
@@ -472,100 +632,23 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   if (o.common.audit) {
     if (s.device->backend() == Backend::kAmd)
       usage_error("--audit: no race / memory checker for the amd backend yet");
-    const std::string probe = "command -v " + shell_quote(s.classify.compute_sanitizer_binary) + " >/dev/null 2>&1";
+    const std::string probe =
+        "command -v " + shell_quote(s.classify.compute_sanitizer_binary) + " >/dev/null 2>&1";
     if (s.device->backend() == Backend::kNvidia && std::system(probe.c_str()) != 0)
       usage_error("--audit on nvidia needs " + s.classify.compute_sanitizer_binary + " on PATH");
   }
 
-  std::vector<Job> jobs;
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
-  if (!o.replay.empty()) {
-    jobs = replay_jobs(o, bad);
-    if (o.minimize) {
-      for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
-      const Backend backend = s.device->backend();
-      s.device.reset();  // the minimizer opens its own device
-      const int rc = minimize_replays(o, jobs, backend, app.count("--out") ? o.common.out : "");
-      return bad.empty() ? rc : 2;
-    }
-  } else if (!o.preset.empty()) {
-    for (Case& c : preset_sweep_grid(*find_preset(o.preset), o.seed, value_domain(o.common), case_dtype(o.common),
-                                     case_pass(o.common)))
-      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
-  } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
-    for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
-      c.values.domain = value_domain(o.common);
-      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
-    }
-  } else if (o.sweep && case_variants(o.common) == AF_VARIANT_DROPOUT && o.common.dropout < 0) {
-    for (Case& c : dropout_sweep_grid(o.seed, case_pass(o.common)))  // issue 29: the dropout sweep
-      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
-  } else if (o.sweep && case_variants(o.common)) {
-    const uint32_t bits = case_variants(o.common);
-    std::vector<Case> grid = bits & ~AF_VARIANT_DROPOUT
-                                 ? variant_sweep_grid(bits & ~AF_VARIANT_DROPOUT, o.seed, value_domain(o.common),
-                                                      case_dtype(o.common), case_pass(o.common))
-                                 : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common));
-    for (Case& c : grid) {
-      // --dropout P (or --variant dropout with other variants): every case of the grid under dropout, where it can be
-      if ((bits & AF_VARIANT_DROPOUT) && (has_sequences(c.problem) || !apply_dropout_options(o.common, c).empty())) continue;
-      jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
-    }
-  } else if (o.sweep) {
-    // The attention grid for attention kernels, the merge grid (issue 29) for merge kernels: each only where the
-    // selection holds a kernel of that kind.
-    bool attention = false, merge = false;
-    for (const KernelEntry* k : s.registry->select(s.device->backend(), o.common.kernel))
-      (k->kernel.kind == AF_KIND_MERGE ? merge : attention) = true;
-    if (attention)
-      for (Case& c : sweep_grid(o.seed, value_domain(o.common), case_dtype(o.common), case_pass(o.common)))
-        jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
-    if (merge && case_pass(o.common) == Pass::kFwd && !case_variants(o.common))
-      for (Case& c : merge_sweep_grid(o.seed, case_dtype(o.common)))
-        jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
-  } else {
-    Case base = case_from_flags(o);
-    for (int r = 0; r < o.repeat; ++r) {
-      Case c = base;
-      c.seed = o.seed + static_cast<uint64_t>(r);
-      jobs.push_back({std::move(c), "flags", std::nullopt, o.common.kernel});
-    }
+  std::vector<Job> jobs = make_jobs(o, s, bad);
+  if (!o.replay.empty() && o.minimize) {
+    for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
+    const Backend backend = s.device->backend();
+    s.device.reset();  // the minimizer opens its own device
+    const int rc = minimize_replays(o, jobs, backend, app.count("--out") ? o.common.out : "");
+    return bad.empty() ? rc : 2;
   }
 
-  // Kernel selection errors are usage errors; so is an explicitly named kernel that cannot run a
-  // hand-written case (the user asked for something impossible). A replayed file whose recorded kernel is
-  // not loaded is a bad input of its own (the other files still replay).
-  std::vector<std::vector<const KernelEntry*>> kernels(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    try {
-      kernels[i] = s.registry->select(s.device->backend(), jobs[i].kernel_pattern);
-    } catch (const std::invalid_argument& e) {
-      if (o.replay.empty()) usage_error(e.what());
-      bad.push_back(jobs[i].origin + ": " + e.what());
-      continue;
-    }
-    if (jobs[i].origin == "sweep")  // a sweep case goes to the kernels of its kind (attention or merge) only
-      std::erase_if(kernels[i], [&](const KernelEntry* k) {
-        return (k->kernel.kind == AF_KIND_MERGE) != is_merge(jobs[i].c.problem);
-      });
-    if (!o.tunables.empty() && jobs[i].origin == "flags")
-      set_tunables(o.tunables, o.common.kernel, kernels[i], jobs[i].c.problem);
-    if (!o.replay.empty()) {  // a file's tunables are refused as the flag's would be, never run as the default
-      std::string why = memory_refusal(jobs[i].c);
-      for (const KernelEntry* k : kernels[i])
-        if (why.empty()) why = tunables_refusal(k->kernel, jobs[i].c.problem);
-      if (!why.empty()) {
-        bad.push_back(jobs[i].origin + ": " + why);
-        kernels[i].clear();
-        continue;
-      }
-    }
-    if (jobs[i].origin == "flags" && o.common.kernel != "all" &&
-        o.common.kernel.find_first_of("*?[,") == std::string::npos)
-      if (const std::string why = case_unsupported_reason(kernels[i][0]->kernel, jobs[i].c.problem, jobs[i].c.pass);
-          !why.empty())
-        usage_error("kernel " + o.common.kernel + " does not support this case: " + why);
-  }
+  std::vector<std::vector<const KernelEntry*>> kernels = select_kernels(o, s, jobs, bad);
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
 
   Runner runner(s, o.common);
@@ -576,32 +659,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     usage_error("nothing to check: no kernel selected");
   }
   runner.begin(total);
-  bool mismatch = false;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    if (kernels[i].empty()) continue;  // a bad input (listed above): no values to generate
-    PreparedCase pc(jobs[i].c);
-    for (const KernelEntry* k : kernels[i]) {
-      // A layout sweep gives each kernel the case in a shape it declares (check/fit.h), e.g. one head for a
-      // one-head kernel, where the grid's own shape is refused.
-      if (jobs[i].origin == "sweep" && has_sequences(jobs[i].c.problem))
-        if (std::optional<Case> f = fit_to_kernel(jobs[i].c, k->kernel); f && f->label != jobs[i].c.label) {
-          PreparedCase fitted(*f);
-          runner.check(*k, fitted, jobs[i].origin);
-          continue;
-        }
-      const Judged& j = runner.check(*k, pc, jobs[i].origin);
-      if (jobs[i].recorded && jobs[i].recorded->kernel == k->kernel.name) {
-        const RecordedVerdict& rv = *jobs[i].recorded;
-        const bool same = rv.verdict == j.result.verdict && rv.failure == j.result.failure;
-        auto cls = [](FailureClass f) { return f != FailureClass::kNone ? "/" + std::string(failure_class_name(f)) : ""; };
-        runner.replay_verdict("replay " + jobs[i].origin + ": recorded " + verdict_name(rv.verdict) + cls(rv.failure) +
-                                  ", now " + verdict_name(j.result.verdict) + cls(j.result.failure) + " -> " +
-                                  (same ? "reproduced" : "DIFFERENT"),
-                              same);
-        mismatch |= !same;
-      }
-    }
-  }
+  const bool mismatch = run_jobs(runner, jobs, kernels);
   const int rc = runner.finish();
   if (mismatch) std::printf("note: a replayed verdict differs from the one recorded in its file\n");
   // Every check unsupported: nothing was checked, which must never read as a pass.
@@ -611,7 +669,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   });
   if (none_checked) {
     std::fprintf(stderr, "attn-check: nothing checked: no selected kernel supports any of the %s (%s: %s)\n",
-                 count_of(total, "check").c_str(), done.front().result.kernel.c_str(), done.front().result.reason.c_str());
+                 count_of(total, "check").c_str(), done.front().result.kernel.c_str(),
+                 done.front().result.reason.c_str());
     if (bad.empty()) return 2;
   }
   if (!bad.empty()) {

@@ -2,8 +2,6 @@
 // reports.
 #include "tools/cli_common.h"
 
-#include "attnfuzz/dropout.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +13,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "attnfuzz/dropout.h"
 
 namespace fs = std::filesystem;
 
@@ -156,7 +156,8 @@ CLI::Validator writable_file() {
         if (fs::exists(in, ec) ? ::access(in.c_str(), W_OK) != 0 : false) return in + ": not writable";
         const fs::path dir = fs::path(in).has_parent_path() ? fs::path(in).parent_path() : fs::path(".");
         if (!fs::is_directory(dir, ec)) return in + ": no directory " + dir.string();
-        if (::access(dir.c_str(), W_OK | X_OK) != 0) return in + ": directory " + dir.string() + " not writable";
+        if (::access(dir.c_str(), W_OK | X_OK) != 0)
+          return in + ": directory " + dir.string() + " not writable";
         return {};
       },
       "FILE");
@@ -181,21 +182,23 @@ CLI::Validator checked_by(std::string (*parse)(const std::string&)) {
 }
 
 namespace {
-// --help as every tool prints it: "--flag TYPE=DEFAULT" and the description wrapped beside it. CLI11 2.1's own
-// formatter joins the option's type and its validators' descriptions ("UINT:UINT64", "INT:INT in [1, 8]") and
-// appends every Excludes: name (50 of them on --sweep); here the validator's description alone names the
+// --help as every tool prints it: "--flag TYPE=DEFAULT" and the description wrapped beside it. CLI11 2.1's
+// own formatter joins the option's type and its validators' descriptions ("UINT:UINT64", "INT:INT in [1, 8]")
+// and appends every Excludes: name (50 of them on --sweep); here the validator's description alone names the
 // type, Needs becomes "(needs --tsan)", a short Excludes list "(not with --no-classify)", and a long one is
 // left to the group's title, which states the rule ("Case (not with --sweep / --replay ...)").
 class HelpFormatter : public CLI::Formatter {
  public:
   static constexpr size_t kWidth = 110;  // characters per line
   static constexpr size_t kMaxExcludes = 2;
-  // brief: the groups --help prints in full (the others are named in one line; --help-all prints them); empty:
+  // brief: the groups --help prints in full (the others are named in one line; --help-all prints them);
+  // empty:
   // --help prints every group.
   explicit HelpFormatter(std::set<std::string> brief) : brief_(std::move(brief)) { column_width(30); }
 
   std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
-    if (mode != CLI::AppFormatMode::Normal || brief_.empty()) return CLI::Formatter::make_help(app, name, mode);
+    if (mode != CLI::AppFormatMode::Normal || brief_.empty())
+      return CLI::Formatter::make_help(app, name, mode);
     std::string out = make_description(app) + make_usage(app, name) + make_positionals(app), rest;
     for (const std::string& group : app->get_groups()) {
       const std::vector<const CLI::Option*> opts = app->get_options(
@@ -243,9 +246,11 @@ class HelpFormatter : public CLI::Formatter {
  private:
   std::set<std::string> brief_;
 
-  static std::string fmt_count(size_t n) { return " (" + std::to_string(n) + (n == 1 ? " option)" : " options)"); }
-  // d wrapped at word boundaries into lines of at most `room` characters; CLI11 indents each line after a '\n'
-  // to the description column.
+  static std::string fmt_count(size_t n) {
+    return " (" + std::to_string(n) + (n == 1 ? " option)" : " options)");
+  }
+  // d wrapped at word boundaries into lines of at most `room` characters; CLI11 indents each line after a
+  // '\n' to the description column.
   static std::string wrap(const std::string& d, size_t room) {
     std::string out, line;
     size_t at = 0;
@@ -306,7 +311,10 @@ std::string parse_fail_tiers(const std::string& text, unsigned& bits) {
   return bits ? "" : "names no tier";
 }
 
-void add_common_options(CLI::App& app, CommonOptions& o) {
+namespace {
+
+// Kernels and device: --kernel, --backend, plug-ins, workers.
+void add_kernel_options(CLI::App& app, CommonOptions& o) {
   using namespace cli;
   auto* k = "Kernels and device";
   app.add_option("--kernel", o.kernel, "kernel names or globs, comma separated ('all')")
@@ -321,9 +329,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--plugin", o.plugins, "load kernels from a plug-in shared library (repeatable)")
       ->group(k)
       ->check(existing_file());
-  app.add_option("--adapter", o.adapter,
-                 "run the kernels of an adapter process started with this shell command (adapters/PROTOCOL.md), "
-                 "e.g. 'python3 -m attnfuzz.adapters.numpy_ref'")
+  app.add_option(
+         "--adapter", o.adapter,
+         "run the kernels of an adapter process started with this shell command (adapters/PROTOCOL.md), "
+         "e.g. 'python3 -m attnfuzz.adapters.numpy_ref'")
       ->group(k)
       ->check(non_empty());
   app.add_option("--order", o.order, "cpu emulator thread order in each round: forward | reverse | shuffle")
@@ -348,6 +357,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_flag("--no-isolate", o.no_isolate, "cpu: run launches in-process (faster; a crash ends the tool)")
       ->group(k);
+}
+
+// Oracle and reports, the case side: rows, arbiter bits, value domain, dtype, pass.
+void add_oracle_options(CLI::App& app, CommonOptions& o) {
+  using namespace cli;
   auto* r = "Oracle and reports";
   app.add_option("--oracle-rows", o.oracle_rows,
                  "check about N query rows (tile edges, fully masked and non-finite rows always); 0 = all")
@@ -358,29 +372,39 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r)
       ->check(int_range(100, 4096))
       ->capture_default_str();
-  app.add_option("--values", o.values,
-                 "value domain of generated cases: ieee (NaN, +-Inf, subnormals, -0, FLT_MAX) | finite (the same "
-                 "without NaN and Inf); replay uses the domain recorded in the file")
+  app.add_option(
+         "--values", o.values,
+         "value domain of generated cases: ieee (NaN, +-Inf, subnormals, -0, FLT_MAX) | finite (the same "
+         "without NaN and Inf); replay uses the domain recorded in the file")
       ->group(r)
       ->check(CLI::IsMember({"ieee", "finite"}))
       ->capture_default_str();
-  app.add_option("--dtype", o.dtype,
-                 "element type of q, k, v, o in generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (fp8: with "
-                 "descale factors); attn-fuzz also any; replay uses the dtype recorded in the file")
+  app.add_option(
+         "--dtype", o.dtype,
+         "element type of q, k, v, o in generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (fp8: with "
+         "descale factors); attn-fuzz also any; replay uses the dtype recorded in the file")
       ->group(r)
       ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8-e4m3", "fp8-e5m2", "any"}))
       ->capture_default_str();
-  app.add_option("--pass", o.pass,
-                 "pass of generated cases: fwd (O, LSE) | bwd (dQ, dK, dV of the backward launch given the exact O "
-                 "and LSE) | fwdbwd (the kernel's own forward feeds its backward); replay uses the file's pass")
+  app.add_option(
+         "--pass", o.pass,
+         "pass of generated cases: fwd (O, LSE) | bwd (dQ, dK, dV of the backward launch given the exact O "
+         "and LSE) | fwdbwd (the kernel's own forward feeds its backward); replay uses the file's pass")
       ->group(r)
       ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}))
       ->capture_default_str();
+}
+
+// Score variants and dropout.
+void add_variant_options(CLI::App& app, CommonOptions& o) {
+  using namespace cli;
   auto* vg = "Score variants (docs/semantics.md \"Variants\")";
-  app.add_option("--variant", o.variant,
-                 "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout, '+' or "
-                 "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both); with --sweep the "
-                 "variant sweep; a kernel that does not declare one is unsupported")
+  app.add_option(
+         "--variant", o.variant,
+         "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, "
+         "dropout, '+' or "
+         "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both); with --sweep the "
+         "variant sweep; a kernel that does not declare one is unsupported")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         uint32_t bits = 0;
@@ -391,9 +415,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         return e;
       }));
   auto* dg = "Dropout (docs/semantics.md \"Dropout\")";
-  app.add_option("--dropout", o.dropout,
-                 "dropout probability P in [0, 1) of generated cases (implies --variant dropout); with --sweep the "
-                 "sweep grid at P (--variant dropout --sweep: the dropout sweep)")
+  app.add_option(
+         "--dropout", o.dropout,
+         "dropout probability P in [0, 1) of generated cases (implies --variant dropout); with --sweep the "
+         "sweep grid at P (--variant dropout --sweep: the dropout sweep)")
       ->group(dg)
       ->check(real_range(0, 1, false));
   app.add_option("--dropout-rng", o.dropout_rng,
@@ -403,14 +428,16 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->check(CLI::IsMember({"exported", "philox-flash"}))
       ->capture_default_str();
   app.add_option("--dropout-seed", o.dropout_seed, "the generator's seed")->group(dg)->capture_default_str();
-  app.add_option("--dropout-offset", o.dropout_offset, "the generator's counter offset (past 2^32 tests wrapping)")
+  app.add_option("--dropout-offset", o.dropout_offset,
+                 "the generator's counter offset (past 2^32 tests wrapping)")
       ->group(dg)
       ->capture_default_str();
   app.add_option("--softcap", o.softcap, "with --variant softcap: s <- CAP tanh(s / CAP)")
       ->group(vg)
       ->check(real_range(0, 3e38, true))
       ->capture_default_str();
-  app.add_option("--sink-range", o.sink_range, "with --variant sink: generated sink logits uniform in [-R, R]")
+  app.add_option("--sink-range", o.sink_range,
+                 "with --variant sink: generated sink logits uniform in [-R, R]")
       ->group(vg)
       ->check(real_range(0, 1e30, true))
       ->capture_default_str();
@@ -418,23 +445,26 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(vg)
       ->check(real_range(0, 1e30, true))
       ->capture_default_str();
-  app.add_option("--bias-broadcast", o.bias_broadcast,
-                 "with --variant bias: the dimensions the bias is broadcast over (stride 0), a subset of bhij "
-                 "(b batch, h query head, i query row, j key), e.g. bh")
+  app.add_option(
+         "--bias-broadcast", o.bias_broadcast,
+         "with --variant bias: the dimensions the bias is broadcast over (stride 0), a subset of bhij "
+         "(b batch, h query head, i query row, j key), e.g. bh")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         for (char ch : t)
           if (ch != 'b' && ch != 'h' && ch != 'i' && ch != 'j') return "'" + t + "' is not a subset of bhij";
         return {};
       }));
-  app.add_option("--mask-pattern", o.mask_pattern,
-                 "with --variant mask-dense / mask-bits: random:D | rows:D (D in [0, 1]; rows: some rows fully "
-                 "masked) | ones | zeros | causal")
+  app.add_option(
+         "--mask-pattern", o.mask_pattern,
+         "with --variant mask-dense / mask-bits: random:D | rows:D (D in [0, 1]; rows: some rows fully "
+         "masked) | ones | zeros | causal")
       ->group(vg)
       ->check(checked_by([](const std::string& t) { return validate_mask_pattern(t, true); }))
       ->capture_default_str();
   app.add_option("--block-pattern", o.block_pattern,
-                 "with --variant block-sparse: mixed | full | partial | empty-some | zeros (0 empty, 1 full, 2 partial "
+                 "with --variant block-sparse: mixed | full | partial | empty-some | zeros (0 empty, 1 full, "
+                 "2 partial "
                  "blocks; a partial block's keys are the custom mask's)")
       ->group(vg)
       ->check(checked_by([](const std::string& t) { return validate_mask_pattern(t, false); }))
@@ -447,14 +477,21 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(vg)
       ->check(int_range(1, 1 << 20))
       ->capture_default_str();
-  app.add_option("--mask-broadcast", o.mask_broadcast,
-                 "with a custom or block mask: the dimensions it is broadcast over (stride 0), a subset of bhi")
+  app.add_option(
+         "--mask-broadcast", o.mask_broadcast,
+         "with a custom or block mask: the dimensions it is broadcast over (stride 0), a subset of bhi")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         for (char ch : t)
           if (ch != 'b' && ch != 'h' && ch != 'i') return "'" + t + "' is not a subset of bhi";
         return {};
       }));
+}
+
+// Oracle and reports, the output side: --out, --quiet, how many failures are shown.
+void add_report_options(CLI::App& app, CommonOptions& o) {
+  using namespace cli;
+  auto* r = "Oracle and reports";
   app.add_option("--out", o.out, "report directory (JSON, Markdown, SVG heatmaps, JUnit, corpus/)")
       ->group(r)
       ->check(non_empty())
@@ -463,9 +500,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->group(r);
   app.add_flag("--quiet", o.quiet, "only the summary")->group(r);
   auto* max_failures =
-      app.add_option("--max-failures", o.max_failures,
-                     "runs of several checks: failures shown per kernel x class, each with its deciding evidence "
-                     "and a heatmap; the rest are counted (report.json lists every one)")
+      app.add_option(
+             "--max-failures", o.max_failures,
+             "runs of several checks: failures shown per kernel x class, each with its deciding evidence "
+             "and a heatmap; the rest are counted (report.json lists every one)")
           ->group(r)
           ->check(int_range(1, 1000000))
           ->capture_default_str();
@@ -473,6 +511,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                "show every failure with all its evidence, and write a heatmap for each")
       ->group(r)
       ->excludes(max_failures);
+}
+
+// Classification: detectors, reruns, TSan, compute-sanitizer.
+void add_classification_options(CLI::App& app, CommonOptions& o) {
+  using namespace cli;
   auto* c = "Classification (check/README.md)";
   auto* no_classify =
       app.add_flag("--no-classify", o.no_classify, "keep check's first class: run no detector experiments")
@@ -500,6 +543,17 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
           ->group(c);
   tsan->excludes(no_classify);
   cs->excludes(no_classify);
+}
+
+}  // namespace
+
+// The options both tools share, group by group in --help's order.
+void add_common_options(CLI::App& app, CommonOptions& o) {
+  add_kernel_options(app, o);
+  add_oracle_options(app, o);
+  add_variant_options(app, o);
+  add_report_options(app, o);
+  add_classification_options(app, o);
 }
 
 ValueDomain value_domain(const CommonOptions& o) {
@@ -531,10 +585,11 @@ std::string apply_variant_options(const CommonOptions& o, Case& c) {
   c.variants.bias_range = o.bias_range;
   // "all" on one case: the dense custom mask (mask-dense and mask-bits are exclusive; the sweep takes both)
   const uint32_t one = o.variant == "all" ? bits & ~AF_VARIANT_MASK_BITS : bits;
-  if (std::string e = set_variants(c, one & kScoreVariants, o.softcap, o.bias_broadcast); !e.empty()) return e;
+  if (std::string e = set_variants(c, one & kScoreVariants, o.softcap, o.bias_broadcast); !e.empty())
+    return e;
   if (one & kMaskVariants)
-    if (std::string e = set_mask_variants(c, one & kMaskVariants, o.mask_pattern, o.block_pattern, o.mask_broadcast,
-                                          o.block_q, o.block_k);
+    if (std::string e = set_mask_variants(c, one & kMaskVariants, o.mask_pattern, o.block_pattern,
+                                          o.mask_broadcast, o.block_q, o.block_k);
         !e.empty())
       return e;
   return (one & AF_VARIANT_DROPOUT) ? apply_dropout_options(o, c) : std::string();
@@ -556,33 +611,38 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
         return {};
       },
       "N[,N...]");
-  app.add_option("--seq-layout", o.layout,
-                 "sequence layout: dense | varlen (packed q and K/V, cu_seqlens) | varlen-q | varlen-k | kvcache "
-                 "(dense K/V with seqused-k) | paged (paged K/V, seqused-k) | decode (paged, 1..8 query tokens); "
-                 "with --sweep: that layout's sweep")
+  app.add_option(
+         "--seq-layout", o.layout,
+         "sequence layout: dense | varlen (packed q and K/V, cu_seqlens) | varlen-q | varlen-k | kvcache "
+         "(dense K/V with seqused-k) | paged (paged K/V, seqused-k) | decode (paged, 1..8 query tokens); "
+         "with --sweep: that layout's sweep")
       ->group(group)
       ->check(CLI::IsMember({"dense", "varlen", "varlen-q", "varlen-k", "kvcache", "paged", "decode"}));
   std::vector<CLI::Option*> v;
   v.push_back(app.add_option("--seqlens-q", o.seqlens_q, "query tokens per sequence (packed q): " + lengths)
                   ->group(group)
                   ->check(list));
-  v.push_back(app.add_option("--seqlens-k", o.seqlens_k,
-                             "key slots per sequence (packed K/V: cu_seqlens_k differences; paged: pages reserved, "
-                             "default = seqused-k): " + lengths)
-                  ->group(group)
-                  ->check(list));
-  v.push_back(app.add_option("--seqused-k", o.seqused_k,
-                             "keys in use per sequence (KV cache; <= its slots, or <= --sk for kvcache): " + lengths)
-                  ->group(group)
-                  ->check(list));
+  v.push_back(
+      app.add_option("--seqlens-k", o.seqlens_k,
+                     "key slots per sequence (packed K/V: cu_seqlens_k differences; paged: pages reserved, "
+                     "default = seqused-k): " +
+                         lengths)
+          ->group(group)
+          ->check(list));
+  v.push_back(
+      app.add_option("--seqused-k", o.seqused_k,
+                     "keys in use per sequence (KV cache; <= its slots, or <= --sk for kvcache): " + lengths)
+          ->group(group)
+          ->check(list));
   v.push_back(app.add_option("--page-size", o.page_size, "tokens per page of paged K/V")
                   ->group(group)
                   ->check(int_range(1, 1024))
                   ->capture_default_str());
-  v.push_back(app.add_option("--page-order", o.page_order, "paged: 0 = pool pages in order, else a shuffle seed")
-                  ->group(group)
-                  ->transform(u64())
-                  ->capture_default_str());
+  v.push_back(
+      app.add_option("--page-order", o.page_order, "paged: 0 = pool pages in order, else a shuffle seed")
+          ->group(group)
+          ->transform(u64())
+          ->capture_default_str());
   v.push_back(app.add_option("--spare-pages", o.spare_pages, "paged: unreferenced (poisoned) pool pages")
                   ->group(group)
                   ->check(int_range(0, 1 << 20))
@@ -612,8 +672,8 @@ std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
   SeqLayout& s = c.seqs;
   s = {};
   for (const auto& [text, out] : {std::pair<const std::string*, std::vector<int64_t>*>{&o.seqlens_q, &s.q},
-                                   {&o.seqlens_k, &s.k},
-                                   {&o.seqused_k, &s.used}})
+                                  {&o.seqlens_k, &s.k},
+                                  {&o.seqused_k, &s.used}})
     if (!text->empty() && !parse_lengths(*text, *out))
       return "a length list is malformed or holds a length above 10^9";
   Problem& p = c.problem;
@@ -631,16 +691,18 @@ std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
   // The lists set the batch (their count) and the lengths they give: a shape flag beside them would be
   // overridden, so it is refused.
   if (o.given.batch && any)
-    return "--batch does not apply beside --seqlens-q / --seqlens-k / --seqused-k (the batch is the number of lengths)";
+    return "--batch does not apply beside --seqlens-q / --seqlens-k / --seqused-k (the batch is the number "
+           "of lengths)";
   if (o.given.sq && !s.q.empty())
     return "--sq does not apply beside --seqlens-q (Sq is the longest sequence)";
   if (o.given.sk && (!s.k.empty() || paged))
-    return std::string("--sk does not apply beside ") + (paged ? "--seq-layout " + L : std::string("--seqlens-k")) +
+    return std::string("--sk does not apply beside ") +
+           (paged ? "--seq-layout " + L : std::string("--seqlens-k")) +
            " (Sk is the longest used length; --sk is the capacity of --seq-layout kvcache)";
   p.q_layout = (L == "varlen" || L == "varlen-q" || !s.q.empty()) ? AF_SEQ_PACKED : AF_SEQ_DENSE;
   p.kv_layout = (L == "varlen" || L == "varlen-k") ? AF_SEQ_PACKED
-                : (L == "paged" || L == "decode") ? AF_SEQ_PAGED
-                                                  : AF_SEQ_DENSE;
+                : (L == "paged" || L == "decode")  ? AF_SEQ_PAGED
+                                                   : AF_SEQ_DENSE;
   if (p.kv_layout == AF_SEQ_PACKED && s.k.empty()) {
     if (s.q.empty()) return "--seq-layout " + L + " needs --seqlens-k";
     s.k = s.q;  // self-attention: each sequence's keys are its queries
@@ -702,11 +764,12 @@ std::string memory_refusal(const Case& c) {
   const uint64_t need = case_memory_bytes(c), have = memory_limit_bytes(source);
   if (have == 0 || need <= have) return {};
   char b[240];
-  std::snprintf(b, sizeof b,
-                "the case needs about %.1f GiB of memory, more than the limit of %.1f GiB (%s): use a smaller "
-                "shape%s",
-                need / 1073741824.0, have / 1073741824.0, source.c_str(),
-                c.seqs.spare_pages ? " or fewer --spare-pages" : "");
+  std::snprintf(
+      b, sizeof b,
+      "the case needs about %.1f GiB of memory, more than the limit of %.1f GiB (%s): use a smaller "
+      "shape%s",
+      need / 1073741824.0, have / 1073741824.0, source.c_str(),
+      c.seqs.spare_pages ? " or fewer --spare-pages" : "");
   return b;
 }
 
@@ -805,7 +868,8 @@ Runner::Runner(Session& s, const CommonOptions& o) : s_(s), o_(o) { tty_ = isatt
 void Runner::begin(int64_t total) {
   total_ = total;
   start_ = last_progress_ = std::chrono::steady_clock::now();
-  if (!o_.quiet)  // several checks: stdout's first line is the results' first line (finish), this goes with progress
+  if (!o_.quiet)  // several checks: stdout's first line is the results' first line (finish), this goes with
+                  // progress
     std::fprintf(several() ? stderr : stdout, "%s %s on %s: %s\n", s_.tool.c_str(), ATTNFUZZ_VERSION,
                  s_.device->name().c_str(), count_of(total, "check").c_str());
 }
@@ -815,7 +879,8 @@ void Runner::progress(bool final) {
   const auto now = std::chrono::steady_clock::now();
   const double since = std::chrono::duration<double>(now - last_progress_).count();
   if (!final && since < (tty_ ? 0.25 : 10.0)) return;
-  // Not on a terminal every line stays: one a tenth of the run, or a minute, so a long sweep's log stays short.
+  // Not on a terminal every line stays: one a tenth of the run, or a minute, so a long sweep's log stays
+  // short.
   const int decile = static_cast<int>(10 * done_ / std::max<int64_t>(total_, 1));
   if (!tty_ && !final && decile == last_decile_ && since < 60) return;
   last_decile_ = decile;
@@ -891,7 +956,8 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
   } else if (!o_.quiet && shown) {
     auto [head, body] = verdict_text(the_case, rec, !o_.all_failures);
     const Problem& p = the_case.problem;
-    shown_.push_back({r.kernel, failure_class_name(r.failure), std::move(head), std::move(body), rec.replay_command,
+    shown_.push_back({r.kernel, failure_class_name(r.failure), std::move(head), std::move(body),
+                      rec.replay_command,
                       p.batch * p.heads_q * p.seq_q * std::max<int64_t>(p.seq_k, 1) * p.head_dim});
   }
   entries_.push_back(std::move(rec));
@@ -899,22 +965,26 @@ const Judged& Runner::record(const Case& the_case, Judged judged, const std::str
   return last_;
 }
 
-std::pair<std::string, std::string> Runner::verdict_text(const Case& c, const RunEntry& rec, bool condensed) const {
+std::pair<std::string, std::string> Runner::verdict_text(const Case& c, const RunEntry& rec,
+                                                         bool condensed) const {
   const CheckResult& r = rec.result;
   const bool fail = r.verdict == Verdict::kFail;
   char b[1024];
   std::string head, body;
   std::snprintf(b, sizeof b, "%-16s %-18s %s%s  %s%s", verdict_name(r.verdict), r.kernel.c_str(),
-                shape(c.problem).c_str(), c.pass == Pass::kFwd ? "" : (std::string(" pass=") + pass_name(c.pass)).c_str(),
-                fail ? failure_class_name(r.failure) : "", fail && !r.tensor.empty() ? (" in " + r.tensor).c_str() : "");
+                shape(c.problem).c_str(),
+                c.pass == Pass::kFwd ? "" : (std::string(" pass=") + pass_name(c.pass)).c_str(),
+                fail ? failure_class_name(r.failure) : "",
+                fail && !r.tensor.empty() ? (" in " + r.tensor).c_str() : "");
   head = b;
   if (r.compared) head += "  err/bound " + fmt_ratio(r.max_ratio);
   if (!r.reason.empty() && r.verdict != Verdict::kPass) body += "\n    " + r.reason;
   // The worst element once: the comparison's reason names it already when the comparison decided the verdict.
-  if (fail && !r.worst.empty() && r.reason.find("worst " + element_name(r.worst.front())) == std::string::npos) {
+  if (fail && !r.worst.empty() &&
+      r.reason.find("worst " + element_name(r.worst.front())) == std::string::npos) {
     const ElementReport& w = r.worst.front();
-    std::snprintf(b, sizeof b, "\n    worst %s: expected %.9g got %.9g bound %.3g", element_name(w).c_str(), w.expected,
-                  w.got, w.bound);
+    std::snprintf(b, sizeof b, "\n    worst %s: expected %.9g got %.9g bound %.3g", element_name(w).c_str(),
+                  w.expected, w.got, w.bound);
     body += b;
   }
   if (fail && condensed)
@@ -944,9 +1014,10 @@ void Runner::print_results() {
       if (x.elements < start->elements) start = &x;
     std::printf("%s\n", tally_.headline(start->kernel, start->cls, start->replay).c_str());
     if (!o_.all_failures)
-      std::printf("the first %s of each kernel x class, with the evidence that decided its class (every line: "
-                  "summary.md, report.json; --all-failures prints them):\n",
-                  o_.max_failures == 1 ? "failure" : (std::to_string(o_.max_failures) + " failures").c_str());
+      std::printf(
+          "the first %s of each kernel x class, with the evidence that decided its class (every line: "
+          "summary.md, report.json; --all-failures prints them):\n",
+          o_.max_failures == 1 ? "failure" : (std::to_string(o_.max_failures) + " failures").c_str());
     if (!o_.no_reports)
       std::printf("heatmaps of the failures shown: %s (summary.md links each)\n",
                   (fs::path(o_.out) / "heatmap-*.svg").c_str());
@@ -957,8 +1028,8 @@ void Runner::print_results() {
     for (const Shown& x : shown_)
       if (x.kernel == kernel && x.cls == cls) {
         const bool more = ++i == 1 && !o_.all_failures && n > o_.max_failures;
-        std::printf("%s%s%s\n", x.head.c_str(), more ? ("  (first of " + std::to_string(n) + ")").c_str() : "",
-                    x.body.c_str());
+        std::printf("%s%s%s\n", x.head.c_str(),
+                    more ? ("  (first of " + std::to_string(n) + ")").c_str() : "", x.body.c_str());
       }
   }
   if (replays_ > 1)
@@ -1002,7 +1073,9 @@ std::string Runner::write_grad_heatmaps(const RunEntry& e, const std::vector<Gra
       }
     HeatmapOptions ho;
     ho.title = e.result.kernel + ": " + std::string(failure_class_name(e.result.failure)) + ", " + g.tensor +
-               (q ? " (query rows x D)" : g.tensor == "dK" ? " (keys x D)" : " (keys x Dv)") +
+               (q                  ? " (query rows x D)"
+                : g.tensor == "dK" ? " (keys x D)"
+                                   : " (keys x Dv)") +
                (e.the_case.label.empty() ? "" : " (" + e.the_case.label + ")");
     ho.subtitle = describe(e.the_case) + "  max err/bound " + fmt_ratio(e.result.max_ratio);
     std::string name = heatmap_file_name(e.result.kernel, e.the_case);
@@ -1089,8 +1162,8 @@ void Runner::print_table() const {
                 fmt_ratio(row.worst).c_str(), cls.c_str());
   }
   if (n_passed)
-    std::printf("no failure (pass, unsupported or outside the contract): %lld kernel(s): %s\n", (long long)n_passed,
-                passed.c_str());
+    std::printf("no failure (pass, unsupported or outside the contract): %lld kernel(s): %s\n",
+                (long long)n_passed, passed.c_str());
   if (n_nothing)
     std::printf("NOTHING CHECKED (every case unsupported): %lld kernel(s): %s\n", (long long)n_nothing,
                 nothing.c_str());
@@ -1109,7 +1182,7 @@ int Runner::finish() {
     return e.result.verdict == Verdict::kUnsupported;
   });
   std::printf("%s in %.1f s: %s\n", count_of(static_cast<int64_t>(entries_.size()), "check").c_str(), el,
-              failures_                                 ? (std::to_string(failures_) + " FAILED").c_str()
+              failures_                           ? (std::to_string(failures_) + " FAILED").c_str()
               : none_checked && !entries_.empty() ? "nothing checked (every one unsupported)"
                                                   : "all passed");
   if (!o_.no_reports) {
@@ -1131,8 +1204,8 @@ int Runner::finish() {
   return failures_ ? tier_exit_status() : 0;
 }
 
-// The failures by input tier, ordinary first, and the exit status --fail-tiers gives them: 1 when a failure is in
-// a counted tier, else 0 with one line saying so.
+// The failures by input tier, ordinary first, and the exit status --fail-tiers gives them: 1 when a failure
+// is in a counted tier, else 0 with one line saying so.
 int Runner::tier_exit_status() const {
   constexpr InputTier kAll[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,
                                 InputTier::kNonFiniteMasked};

@@ -75,6 +75,11 @@ uint64_t hash64(const std::string& text) {
   return splitmix64(h);
 }
 
+uint64_t grid_seed(uint64_t base_seed, const std::string& label) {
+  uint64_t x = base_seed ^ hash64(label);
+  return splitmix64(x);
+}
+
 // ------------------------------------------------------------------------------------------- cases
 
 Case make_case(const Problem& p, uint64_t seed) {

@@ -141,8 +141,7 @@ std::vector<Case> sweep_grid(uint64_t base_seed, ValueDomain domain, int32_t dty
     std::replace(label.begin(), label.end(), ':', '=');  // labels stay usable in file names
     std::replace(label.begin(), label.end(), ',', '.');
     c.label = std::move(label);
-    uint64_t x = base_seed ^ hash64(c.label);
-    c.seed = splitmix64(x);
+    c.seed = grid_seed(base_seed, c.label);
     grid.push_back(std::move(c));
   };
   auto sp = [](const std::string& text) {
@@ -346,8 +345,7 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
         throw std::logic_error(e);
     }
     c.label = name + "-" + label;
-    uint64_t x = base_seed ^ hash64(c.label);
-    c.seed = splitmix64(x);
+    c.seed = grid_seed(base_seed, c.label);
     grid.push_back(std::move(c));
   };
   auto finish = [&](Case c, const std::string& label, float softcap, const std::string& bcast) {

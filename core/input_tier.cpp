@@ -68,6 +68,14 @@ const char* input_tier_name(InputTier t) {
   return "?";
 }
 
+std::string input_tier_counts(const int64_t (&n)[4]) {
+  std::string out;
+  for (InputTier t : kInputTiers)
+    out += (out.empty() ? "" : ", ") + std::string(input_tier_name(t)) + " " +
+           std::to_string(n[static_cast<int>(t)]);
+  return out;
+}
+
 InputTier input_tier(const Case& c) {
   const Problem& p = c.problem;
   const bool dense = !has_sequences(p);

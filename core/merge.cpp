@@ -186,8 +186,7 @@ std::vector<Case> merge_sweep_grid(uint64_t base_seed, int32_t dtype) {
     if (std::string e = set_merge(c, std::move(cuts), std::move(shift), layout, pad); !e.empty())
       throw std::logic_error(label + ": " + e);
     c.label = pre + "merge-" + label;
-    uint64_t x = base_seed ^ hash64(c.label);
-    c.seed = splitmix64(x);
+    c.seed = grid_seed(base_seed, c.label);
     if (std::string e = validate(c); !e.empty()) throw std::logic_error(c.label + ": " + e);
     out.push_back(std::move(c));
   };

@@ -68,8 +68,7 @@ std::vector<Case> preset_sweep_grid(const ModelPreset& p, uint64_t base_seed, Va
         throw std::logic_error(e);
       c.label = std::string("preset-") + p.name + "-sq" + std::to_string(c.problem.seq_q) + "-sk" +
                 std::to_string(c.problem.seq_k);
-      uint64_t x = base_seed ^ hash64(c.label);
-      c.seed = splitmix64(x);
+      c.seed = grid_seed(base_seed, c.label);
       grid.push_back(std::move(c));
     }
   return grid;

@@ -450,8 +450,7 @@ std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_see
     c.label = label;
     std::replace(c.label.begin(), c.label.end(), ':', '=');  // labels stay usable in file names
     std::replace(c.label.begin(), c.label.end(), ',', '.');
-    uint64_t x = base_seed ^ hash64(label);
-    c.seed = splitmix64(x);
+    c.seed = grid_seed(base_seed, label);
     if (std::string e = validate(c); !e.empty()) throw std::logic_error(label + ": " + e);
     out.push_back(std::move(c));
   };

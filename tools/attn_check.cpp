@@ -390,7 +390,6 @@ std::vector<Job> replay_jobs(const Options& o, std::vector<std::string>& bad) {
 int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend backend,
                      const std::string& out) {
   fuzz::WorkerConfig cfg = cli::common_worker_config(o.common, backend);
-  cfg.plugins.clear();  // already loaded into this process by open_session
   int rc = 0;
   for (const Job& j : jobs) {
     fuzz::Minimized m;

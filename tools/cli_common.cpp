@@ -294,13 +294,11 @@ int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& 
 }  // namespace cli
 
 std::string parse_fail_tiers(const std::string& text, unsigned& bits) {
-  constexpr InputTier kAll[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,
-                                InputTier::kNonFiniteMasked};
   bits = 0;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
     bool known = item == "all";
-    for (InputTier t : kAll)
+    for (InputTier t : kInputTiers)
       if (item == "all" || item == input_tier_name(t)) {
         bits |= 1u << static_cast<unsigned>(t);
         known = true;
@@ -1207,21 +1205,15 @@ int Runner::finish() {
 // The failures by input tier, ordinary first, and the exit status --fail-tiers gives them: 1 when a failure
 // is in a counted tier, else 0 with one line saying so.
 int Runner::tier_exit_status() const {
-  constexpr InputTier kAll[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,
-                                InputTier::kNonFiniteMasked};
   int64_t n[4] = {0, 0, 0, 0};
   for (const RunEntry& e : entries_)
     if (e.result.verdict == Verdict::kFail) ++n[static_cast<int>(input_tier(e.the_case))];
   unsigned bits = 0;
   parse_fail_tiers(o_.fail_tiers, bits);  // validated when parsed
-  std::string line;
   int64_t counted = 0;
-  for (InputTier t : kAll) {
-    const int i = static_cast<int>(t);
-    line += (line.empty() ? "" : ", ") + std::string(input_tier_name(t)) + " " + std::to_string(n[i]);
-    if (bits & (1u << i)) counted += n[i];
-  }
-  std::printf("failures by input tier: %s\n", line.c_str());
+  for (InputTier t : kInputTiers)
+    if (bits & (1u << static_cast<int>(t))) counted += n[static_cast<int>(t)];
+  std::printf("failures by input tier: %s\n", input_tier_counts(n).c_str());
   if (counted > 0 || n[0] + n[1] + n[2] + n[3] == 0) return 1;
   std::printf("exit 0: every failure is in a tier --fail-tiers %s does not count\n", o_.fail_tiers.c_str());
   return 0;

@@ -222,6 +222,10 @@ std::string describe(const Case& c);
 // Inf sits where some row must not see it: a fully masked row's q, a key masked for some row).
 enum class InputTier : uint8_t { kOrdinary = 0, kExtreme, kNonFiniteVisible, kNonFiniteMasked };
 const char* input_tier_name(InputTier t);  // "ordinary", "extreme", "non-finite-visible", "non-finite-masked"
+constexpr InputTier kInputTiers[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,
+                                     InputTier::kNonFiniteMasked};
+// "ordinary N, extreme N, non-finite-visible N, non-finite-masked N": failures counted per tier (index = tier).
+std::string input_tier_counts(const int64_t (&n)[4]);
 InputTier input_tier(const Case& c);
 
 // ---------------------------------------------------------------------------------------------------
@@ -463,5 +467,7 @@ std::vector<Case> merge_sweep_grid(uint64_t base_seed = 0, int32_t dtype = AF_DT
 
 // 64-bit FNV-1a of text, finished with a splitmix64 round (stable across builds and platforms).
 uint64_t hash64(const std::string& text);
+// The seed of a grid case: from the grid's base seed and the case's label (each sweep grid's cases).
+uint64_t grid_seed(uint64_t base_seed, const std::string& label);
 
 }  // namespace attnfuzz

@@ -230,7 +230,7 @@ std::string gradient_failure_text(Context& c) {
   RunOptions o = c.opts;
   o.worst = size_t{1} << 30;  // every failing element
   judge_gradients(c.pc, out, o, g);
-  for (const char* t : {"dQ", "dK", "dV"}) {
+  for (const char* t : {"dQ", "dK", "dV", "dSink", "dBias"}) {
     std::vector<int64_t> pos, heads;
     int64_t n = 0, nonfinite = 0;
     for (const ElementReport& e : g.worst)
@@ -241,11 +241,15 @@ std::string gradient_failure_text(Context& c) {
         heads.push_back(e.h);
       }
     if (!n) continue;
+    if (!text.empty()) text += "; ";
+    if (t[1] == 'S' || t[1] == 'B') {  // the variants' own parameters: per head / bias element, no row or key
+      text += fmt("%s: %lld element(s) beyond the bound (%lld NaN/Inf)", t, (long long)n, (long long)nonfinite);
+      continue;
+    }
     std::sort(pos.begin(), pos.end());
     pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
     std::sort(heads.begin(), heads.end());
     heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-    if (!text.empty()) text += "; ";
     const bool q = std::string(t) == "dQ";
     text += fmt("%s: %lld element(s) beyond the bound (%lld NaN/Inf), %s = ", t, (long long)n,
                 (long long)nonfinite, q ? "query rows s" : "keys j") +

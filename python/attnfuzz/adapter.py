@@ -36,6 +36,8 @@ PROTOCOL_VERSION = 1
 ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
 _DTYPES = dict(STORED, u8=np.dtype("u1"))  # bf16 travels as uint16 bit patterns; masks as u8
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
+SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
+VARIANTS = SCORE_VARIANTS + MASK_VARIANTS
 
 
 class ProtocolError(Exception):
@@ -75,6 +77,27 @@ class Problem:
         self.block_q, self.block_k = (int(x) for x in d.get("block_size", [0, 0]))
         self.custom_mask = None
         self.block_mask = None
+        # Score variants (PROTOCOL.md "Variants"; docs/semantics.md "Variants"): softcap (0 = none) from the problem;
+        # set by serve() from the run's tensors: sinks f32 [Hq], alibi_slopes f32 [Hq], bias f32 [B|1, Hq|1, Sq|1,
+        # Sk|1] (a broadcast dimension has size 1); None where the run does not use the variant.
+        self.softcap = float(d.get("softcap", 0.0)) if "softcap" in self.variants else 0.0
+        self.sinks = self.alibi_slopes = self.bias = None
+        self.pass_name = d.get("pass", "fwd")  # "fwd" | "bwd": the pass of the run, or of the check asked for
+
+    def score_add(self):
+        """float64 [B|1, Hq|1, Sq, Sk] added to the (softcapped) scores: bias - slope_h |j - (i + off)|; None when
+        the problem has neither bias nor ALiBi."""
+        if self.bias is None and self.alibi_slopes is None:
+            return None
+        add = np.zeros((1, 1, self.seq_q, self.seq_k))
+        if self.bias is not None:
+            add = add + np.asarray(self.bias, np.float64)
+        if self.alibi_slopes is not None:
+            i = np.arange(self.seq_q)[:, None]
+            j = np.arange(self.seq_k)[None, :]
+            dist = np.abs(j - (i + self.diagonal_offset)).astype(np.float64)
+            add = add - np.asarray(self.alibi_slopes, np.float64)[None, :, None, None] * dist[None, None]
+        return add
 
     def custom_visible(self):
         """bool [B|1, Hq|1, Sq, Sk]: visible under the custom and block masks alone (all True without them). A
@@ -137,10 +160,10 @@ class Kernel:
                      "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
                      "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
                      "check": supports is not None}
-        if variants:  # the custom masks it applies (problem.custom_visible()); absent: none, as before
-            bad = [v for v in variants if v not in MASK_VARIANTS]
+        if variants:  # the variants it applies (PROTOCOL.md "Variants"); absent: none, as before
+            bad = [v for v in variants if v not in VARIANTS]
             if bad:
-                raise ValueError(f"variants are {MASK_VARIANTS}, not {bad}")
+                raise ValueError(f"variants are {VARIANTS}, not {bad}")
             self.decl["variants"] = list(variants)
         if compute_model is not None:  # "fused" | "unfused" (PROTOCOL.md; absent: the tool assumes unfused)
             if compute_model not in ("fused", "unfused"):
@@ -255,8 +278,9 @@ def _run_backward(k, p, ts):
     if k.backward is None:
         raise ValueError(f"kernel {k.name} has no backward (it did not declare one)")
     grads = k.backward(ts["q"], ts["k"], ts["v"], ts["o"], ts["lse"], ts["do"], p)
-    if not isinstance(grads, (tuple, list)) or len(grads) != 3:
-        raise ValueError("the backward must return (dQ, dK, dV)")
+    if not isinstance(grads, (tuple, list)) or len(grads) not in (3, 4):
+        raise ValueError("the backward must return (dQ, dK, dV) or (dQ, dK, dV, {'dsinks': ..., 'dbias': ...})")
+    extra = grads[3] if len(grads) == 4 else {}
     shapes = {"dq": (p.batch, p.seq_q, p.heads_q, p.head_dim), "dk": (p.batch, p.seq_k, p.heads_kv, p.head_dim),
               "dv": (p.batch, p.seq_k, p.heads_kv, p.head_dim_v)}
     arrays, descs = [], []
@@ -264,6 +288,15 @@ def _run_backward(k, p, ts):
         a = as_stored(g, shape, p.dtype, name)
         arrays.append(a)
         descs.append(tensor_desc(name, a, p.dtype))
+    # The gradients of the score variants' own parameters: d sinks [Hq], d bias in the bias's (broadcast) shape.
+    for name, src in (("dsinks", p.sinks), ("dbias", p.bias)):
+        if src is None:
+            continue
+        if name not in extra:
+            raise ValueError(f"the problem uses {name[1:]}: the backward must also return {{'{name}': ...}}")
+        a = as_stored(extra[name], np.shape(src), "f32", name)
+        arrays.append(a)
+        descs.append(tensor_desc(name, a))
     return arrays, descs
 
 
@@ -308,6 +341,7 @@ def serve(kernels, name=None, inp=None, out=None):
                 p = Problem(h["problem"])
                 ts = split_tensors(h, payload)
                 p.custom_mask, p.block_mask = ts.get("custom_mask"), ts.get("block_mask")
+                p.sinks, p.alibi_slopes, p.bias = ts.get("sinks"), ts.get("alibi_slopes"), ts.get("bias")
                 if h.get("pass", "fwd") == "bwd":
                     arrays, descs = _run_backward(k, p, ts)
                 else:

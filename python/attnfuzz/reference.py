@@ -19,8 +19,33 @@ def _f64(a, dtype):
 
 
 def _custom(p):
-    """bool [B, Hq, Sq, Sk] of a problem with custom masks (None without: the interval path)."""
+    """bool [B, Hq, Sq, Sk] of a problem with variants (None without: the interval path)."""
     return p.visible_all() if getattr(p, "variants", None) else None
+
+
+class _Scores:
+    """The score variants of problem p (docs/semantics.md "Variants"): final(raw, b, h, i, keys) is
+    softcap(raw) + bias - slope |j - (i + off)|, dfinal(raw) the softcap's derivative, sink(h) the sink logit
+    (-inf: none)."""
+
+    def __init__(self, p):
+        self.cap = getattr(p, "softcap", 0.0)
+        self.add = p.score_add() if hasattr(p, "score_add") else None
+        sinks = getattr(p, "sinks", None)
+        self.sinks = None if sinks is None else np.asarray(sinks, np.float64)
+
+    def final(self, raw, b, h, i, keys):
+        s = self.cap * np.tanh(raw / self.cap) if self.cap > 0 else raw
+        if self.add is not None:
+            a = self.add
+            s = s + a[min(b, a.shape[0] - 1), min(h, a.shape[1] - 1), i, keys]
+        return s
+
+    def dfinal(self, raw):
+        return 1 - np.tanh(raw / self.cap) ** 2 if self.cap > 0 else 1.0
+
+    def sink(self, h):
+        return -np.inf if self.sinks is None else float(self.sinks[h])
 
 
 def _shown(vis, b, h, i, first, last):
@@ -37,7 +62,8 @@ def attention(q, k, v, p, bug=None):
     fully masked row gives the mean of V over every key, as a softmax over all-equal masked scores does),
     "split-average" (the visible keys in p.tunables["num_splits"] contiguous splits, whose partial outputs are
     averaged instead of weighted by exp(lse_i - lse): exact at num_splits = 1), "scale-nan" (a scale <= 0 makes
-    every output NaN, as a flash kernel that takes log2(scale) does)."""
+    every output NaN, as a flash kernel that takes log2(scale) does), "sink-ignored" (the sinks accepted and
+    not applied, as vLLM PR #52148's prefill kernel did)."""
     B, Sq, Hq, _ = q.shape
     Hkv, Dv = k.shape[2], v.shape[3]
     group = Hq // Hkv
@@ -51,6 +77,9 @@ def attention(q, k, v, p, bug=None):
     lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)
     scale = float(p.scale)
     vis = _custom(p)
+    sc = _Scores(p)
+    if bug == "sink-ignored":
+        sc.sinks = None
     with np.errstate(all="ignore"):
         for b in range(B):
             for h in range(Hq):
@@ -58,17 +87,18 @@ def attention(q, k, v, p, bug=None):
                 K, V = k64[b, :, kh, :], v64[b, :, kh, :]
                 for i in range(Sq):
                     first, last = p.key_range(i)
-                    if vis is not None:  # custom masks: only the keys they show, never the hidden ones
+                    if vis is not None:  # variants: only the keys the masks show, the final scores, the sink
                         keys = _shown(vis, b, h, i, first, last)
-                        if keys.size == 0:
-                            continue
-                        s = scale * (K[keys] @ q64[b, i, h, :])
-                        m = np.max(s)
+                        sink = sc.sink(h)
+                        s = sc.final(scale * (K[keys] @ q64[b, i, h, :]), b, h, i, keys)
+                        m = max(np.max(s) if keys.size else -np.inf, sink)
                         if m == -np.inf:
                             continue
                         e = np.exp(s - m)
-                        o[b, i, h, :] = (rp(e) @ V[keys]) / e.sum()
-                        lse[b, h, i] = m + np.log(e.sum())
+                        l = e.sum() + np.exp(sink - m)  # the sink enters the denominator only
+                        if keys.size:
+                            o[b, i, h, :] = (rp(e) @ V[keys]) / l
+                        lse[b, h, i] = m + np.log(l)
                         continue
                     if bug == "mask-leak" and last < p.seq_k and last > first:
                         last += 1
@@ -132,6 +162,9 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     forward the backward is given (default: attention(q, k, v, p)).
     P = exp(scale q.k - LSE) on visible keys only; Delta_i = dO_i . O_i; dS = P (dP - Delta); a fully masked
     row (LSE = -inf) contributes nothing; GQA sums dK / dV over the query heads of a group.
+    Score variants (p.variants): P from the final scores, dS_f = P (dP - Delta) summed into d bias over the
+    bias's broadcast dimensions, dS = dS_f softcap'(raw) into dQ and dK, d sink_h = -sum_(b, i) exp(sink_h - LSE)
+    Delta; then the result is (dQ, dK, dV, {"dsinks": [Hq], "dbias": the bias's shape}) (the keys present).
     bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied)."""
     if o is None or lse is None:
         o, lse = attention(q, k, v, p)
@@ -146,6 +179,10 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     dv = np.zeros((B, Sk, Hkv, Dv))
     scale = float(p.scale)
     vis = _custom(p)
+    sc = _Scores(p)
+    bias = getattr(p, "bias", None)
+    dbias = None if bias is None else np.zeros(np.shape(bias))
+    dsinks = None if sc.sinks is None else np.zeros(Hq)
     with np.errstate(all="ignore"):
         for b in range(B):
             for h in range(Hq):
@@ -153,19 +190,30 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
                 K, V = k64[b, :, kh, :], v64[b, :, kh, :]
                 for i in range(Sq):
                     first, last = p.key_range(i)
-                    if last <= first or lse64[b, h, i] == -np.inf:
+                    if lse64[b, h, i] == -np.inf:
+                        continue
+                    dov = do64[b, i, h, :]
+                    delta = dov @ o64[b, i, h, :]
+                    if dsinks is not None and sc.sink(h) > -np.inf:
+                        dsinks[h] -= np.exp(sc.sink(h) - lse64[b, h, i]) * delta
+                    if last <= first:
                         continue
                     if bug == "bwd-mask-leak":
                         first, last = 0, p.seq_k
                     keys = np.arange(first, last) if vis is None or bug == "bwd-mask-leak" else \
                         _shown(vis, b, h, i, first, last)
-                    s = scale * (K[keys] @ q64[b, i, h, :])
-                    pr = np.exp(s - lse64[b, h, i])
-                    dov = do64[b, i, h, :]
+                    raw = scale * (K[keys] @ q64[b, i, h, :])
+                    pr = np.exp(sc.final(raw, b, h, i, keys) - lse64[b, h, i])
                     dv[b, keys, kh, :] += np.outer(pr, dov)
                     dp = V[keys] @ dov
-                    delta = dov @ o64[b, i, h, :]
                     ds = pr * (dp - delta)
+                    if dbias is not None:  # summed over the bias's broadcast dimensions (size 1)
+                        nb, nh, ni, nj = dbias.shape
+                        np.add.at(dbias[min(b, nb - 1), min(h, nh - 1), min(i, ni - 1)],
+                                  keys if nj > 1 else np.zeros(keys.size, int), ds)
+                    ds = ds * sc.dfinal(raw)
                     dq[b, i, h, :] = scale * (ds @ K[keys])
                     dk[b, keys, kh, :] += scale * np.outer(ds, q64[b, i, h, :])
-    return dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)
+    grads = dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)
+    extra = {n: g.astype(np.float32) for n, g in (("dsinks", dsinks), ("dbias", dbias)) if g is not None}
+    return grads + (extra,) if extra else grads

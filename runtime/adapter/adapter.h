@@ -81,6 +81,7 @@ class AdapterDevice final : public Device {
     int64_t n[4];   // [n0, n1, n2, n3] as sent; the last stride is 1
     int64_t st[3];  // element strides of n0, n1, n2 in dst
     void* dst;
+    int rank = 4;   // the wire shape is the last `rank` of n (dsinks: [Hq])
   };
   // Sends a run request (header tensors + payload pieces) and stores the reply's tensors; the launch verdict.
   LaunchResult exchange(Json req, const std::vector<Piece>& payload, const std::vector<Expected>& want,

@@ -45,6 +45,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxAdapterKernels = 64;
+// The variants whose values protocol 1 carries (PROTOCOL.md "Variants").
+constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants;
 
 // ---- what the handshake declared, per kernel (process-wide: registry entries point at it) ----------
 struct KernelSpec {
@@ -498,12 +500,13 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
-    // The variants it applies (issue 28): the custom masks, whose tensors the protocol carries.
+    // The variants it applies (issue 28): the score variants and the custom masks, whose values the protocol
+    // carries (PROTOCOL.md "Variants").
     for (const Json& v : k.value("variants", Json::array())) {
       uint32_t bit = 0;
-      if (!v.is_string() || !parse_variant_names(v.get<std::string>(), bit).empty() || (bit & ~kMaskVariants))
-        throw std::runtime_error("kernel " + a.name + ": variants takes mask-dense, mask-bits, block-sparse, not " +
-                                 v.dump());
+      if (!v.is_string() || !parse_variant_names(v.get<std::string>(), bit).empty() || (bit & ~kCarriedVariants))
+        throw std::runtime_error("kernel " + a.name + ": variants takes " + variant_names(kCarriedVariants) +
+                                 " (any of them), not " + v.dump());
       a.variants |= bit;
     }
     // How its f16 / bf16 path computes (the bound follows it): "fused" (scores and softmax statistics in
@@ -638,11 +641,13 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
   j["k_descale"] = static_cast<double>(p.k_descale);
   j["v_descale"] = static_cast<double>(p.v_descale);
   j["o_scale"] = static_cast<double>(p.o_scale);
-  if (p.variants) {  // custom masks (issue 28): their tensors follow the run's others (PROTOCOL.md "Custom masks")
+  j["pass"] = p.pass == AF_PASS_BACKWARD ? "bwd" : "fwd";  // of the launch, or of the check asked for
+  if (p.variants) {  // variants (issue 28): their tensors follow the run's others (PROTOCOL.md "Variants")
     Json v = Json::array();
     for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
       if (p.variants & bit) v.push_back(variant_name(bit));
     j["variants"] = std::move(v);
+    if (p.variants & AF_VARIANT_SOFTCAP) j["softcap"] = static_cast<double>(p.softcap);
     if (p.variants & AF_VARIANT_BLOCK_SPARSE) j["block_size"] = {p.block_q, p.block_k};
   }
   {  // the kernel's declared tunables, by name (0 in the problem = the default, values[0])
@@ -771,6 +776,32 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     add_mask("custom_mask", b.custom_mask, p.mask_stride, Sq, custom_mask_row_bytes(p));
   if (p.variants & AF_VARIANT_BLOCK_SPARSE)
     add_mask("block_mask", b.block_mask, p.block_mask_stride, query_blocks(p), key_blocks(p));
+  // Score variants: sinks and ALiBi slopes f32 [Hq]; the bias f32 [B|1, Hq|1, Sq|1, Sk|1] (a broadcast dimension
+  // has size 1); backward: d sinks [Hq] and d bias in the bias's shape come back with dQ, dK, dV.
+  auto add_f32 = [&](const char* name, const float* x, const int64_t* st, std::vector<int64_t> n, size_t rank) {
+    std::vector<unsigned char> out(static_cast<size_t>(n[0] * n[1] * n[2] * n[3]) * 4);
+    auto* d = reinterpret_cast<float*>(out.data());
+    for (int64_t a = 0; a < n[0]; ++a)
+      for (int64_t c = 0; c < n[1]; ++c)
+        for (int64_t i = 0; i < n[2]; ++i)
+          for (int64_t jj = 0; jj < n[3]; ++jj) *d++ = x[a * st[0] + c * st[1] + i * st[2] + jj * st[3]];
+    blobs.push_back(std::move(out));
+    tensors.push_back(desc(name, "f32", std::vector<int64_t>(n.end() - static_cast<std::ptrdiff_t>(rank), n.end())));
+  };
+  const int64_t head[4] = {0, 0, 0, 1};
+  if (p.variants & AF_VARIANT_SINK) add_f32("sinks", b.sinks, head, {1, 1, 1, Hq}, 1);
+  if (p.variants & AF_VARIANT_ALIBI) add_f32("alibi_slopes", b.alibi_slopes, head, {1, 1, 1, Hq}, 1);
+  const std::vector<int64_t> bias_n = {p.bias_stride[0] ? B : 1, p.bias_stride[1] ? Hq : 1,
+                                       p.bias_stride[2] ? Sq : 1, p.bias_stride[3] ? Sk : 1};
+  if ((p.variants & AF_VARIANT_BIAS) && bias_elements(p) > 0) add_f32("bias", b.bias, p.bias_stride, bias_n, 4);
+  std::vector<float> dbias;  // the reply's contiguous d bias, scattered into buffers.dbias after the exchange
+  if (backward && (p.variants & AF_VARIANT_SINK) && b.dsinks)
+    want.push_back({"dsinks", AF_DTYPE_F32, {1, 1, 1, Hq}, {0, 0, 0}, b.dsinks, 1});
+  if (backward && (p.variants & AF_VARIANT_BIAS) && b.dbias && bias_elements(p) > 0) {
+    dbias.assign(static_cast<size_t>(bias_n[0] * bias_n[1] * bias_n[2] * bias_n[3]), 0.0f);
+    want.push_back({"dbias", AF_DTYPE_F32, {bias_n[0], bias_n[1], bias_n[2], bias_n[3]},
+                    {bias_n[1] * bias_n[2] * bias_n[3], bias_n[2] * bias_n[3], bias_n[3]}, dbias.data()});
+  }
   Json req;
   req["type"] = "run";
   req["id"] = 0;  // exchange() numbers it
@@ -786,7 +817,15 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     bytes += bl.size();
   }
   req["payload_bytes"] = bytes;
-  return exchange(std::move(req), pieces, want, t0);
+  LaunchResult res = exchange(std::move(req), pieces, want, t0);
+  if (!dbias.empty() && res.status == LaunchStatus::kOk) {
+    const float* d = dbias.data();
+    for (int64_t a = 0; a < bias_n[0]; ++a)
+      for (int64_t c = 0; c < bias_n[1]; ++c)
+        for (int64_t i = 0; i < bias_n[2]; ++i)
+          for (int64_t jj = 0; jj < bias_n[3]; ++jj) b.dbias[bias_index(p, a, c, i, jj)] = *d++;
+  }
+  return res;
 }
 
 LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload_out,
@@ -853,7 +892,7 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
         while (i < want.size() && name != want[i].name) ++i;
         if (i == want.size() || got[i]) throw std::runtime_error("unexpected tensor '" + name + "'");
         const Expected& w = want[i];
-        std::vector<int64_t> ws(w.n, w.n + 4);
+        std::vector<int64_t> ws(w.n + 4 - w.rank, w.n + 4);                // the last `rank` dimensions
         if (ws.back() == 1 && name == std::string("lse")) ws.pop_back();  // LSE travels as [B, Hq, Sq]
         if (dt != wire_dtype(w.dtype))
           throw std::runtime_error("tensor " + name + " has dtype " + dt + ", expected " +

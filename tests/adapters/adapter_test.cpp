@@ -247,6 +247,39 @@ TEST(Adapter, NumpyReferenceAppliesTheCustomMasks) {
   EXPECT_TRUE(has(r.out, "all passed")) << r.out;
 }
 
+// Score variants (issue 28) travel over the protocol: sinks, ALiBi slopes and the bias as tensors, the softcap in
+// the problem, d sinks and d bias back with dQ, dK, dV. The numpy reference applies them forward and backward (GQA,
+// a bias broadcast over heads), passes their sweep, and a copy that ignores the sinks is named ignored-parameter.
+TEST(Adapter, NumpyReferenceAppliesTheScoreVariants) {
+  NEED_NUMPY();
+  for (const char* v : {"sink+softcap", "alibi+bias", "sink+softcap+alibi+bias+mask-dense"})
+    for (const char* pass : {"fwd", "bwd"}) {
+      const Result r = check(numpy_adapter(), std::string("--variant ") + v + " --pass " + pass +
+                                                  " --sq 13 --sk 29 --d 16 --heads 4 --kv-heads 2 --mask causal-br "
+                                                  "--softcap 5 --bias-broadcast h --no-reports",
+                             fresh(std::string("scores-") + v + "-" + pass));
+      EXPECT_EQ(r.code, 0) << v << " " << pass << "\n" << r.out;
+      EXPECT_TRUE(has(r.out, "1 check in")) << r.out;
+      EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+    }
+  const Result sw = check(numpy_adapter(), "--sweep --quiet --variant sink+softcap+alibi+bias", fresh("scores-sweep"));
+  EXPECT_EQ(sw.code, 0) << sw.out;
+  EXPECT_TRUE(has(sw.out, "all passed")) << sw.out;
+  const Result bug = check(numpy_adapter("--bug sink-ignored"),
+                           "--variant sink --sq 9 --sk 17 --d 8 --heads 2 --no-reports", fresh("sink-ignored"));
+  EXPECT_EQ(bug.code, 1) << bug.out;
+  EXPECT_TRUE(has(bug.out, "ignored-parameter")) << bug.out;
+  EXPECT_TRUE(has(bug.out, "sink")) << bug.out;
+  // A d bias off by a factor (dQ, dK, dV right) fails in dBias and is not "ignored-parameter": no probe of the
+  // detector re-judges d bias (it once named a bias stride here).
+  const Result half = check(numpy_adapter("--bug dbias-half"),
+                            "--variant bias --pass bwd --sq 9 --sk 17 --d 8 --heads 2 --no-reports", fresh("dbias-half"));
+  EXPECT_EQ(half.code, 1) << half.out;
+  EXPECT_TRUE(has(half.out, "in dBias")) << half.out;
+  EXPECT_FALSE(has(half.out, "ignored-parameter x")) << half.out;
+  EXPECT_TRUE(has(half.out, "dBias: ")) << half.out;  // the failure text counts the dBias elements
+}
+
 TEST(Adapter, ListShowsTheDeclaredKernels) {
   NEED_NUMPY();
   Result r = check(numpy_adapter(), "--list", fresh("list"));

@@ -50,14 +50,61 @@ def torch_backward(forward, device):
 
     def backward(q, k, v, o, lse, do, p):
         leaves = [to_torch(x, device, p.dtype).requires_grad_() for x in (q, k, v)]
-        with torch.enable_grad():
-            out = forward(*leaves, p)
-            if isinstance(out, tuple):
-                out = out[0]
-            out.backward(to_torch(do, device, p.dtype))
-        return tuple(from_torch(x.grad) if x.grad is not None else np.zeros(x.shape, np.float32) for x in leaves)
+        # The score variants' own parameters (sinks, bias) as leaves too: variant_tensor hands them to forward.
+        p._leaves = {n: variant_tensor(p, n, device).requires_grad_() for n in ("sinks", "bias")
+                     if getattr(p, n, None) is not None}
+        try:
+            with torch.enable_grad():
+                out = forward(*leaves, p)
+                if isinstance(out, tuple):
+                    out = out[0]
+                out.backward(to_torch(do, device, p.dtype))
+        finally:
+            extra, p._leaves = p._leaves, None
+        grad = lambda x: from_torch(x.grad) if x.grad is not None else np.zeros(tuple(x.shape), np.float32)
+        grads = tuple(grad(x) for x in leaves)
+        return grads + ({"d" + n: grad(x) for n, x in extra.items()},) if extra else grads
 
     return backward
+
+
+def variant_tensor(p, name, device):
+    """p.<name> (sinks [Hq], alibi_slopes [Hq], bias [B|1, Hq|1, Sq|1, Sk|1]) as a float32 torch tensor on device
+    (None where the problem does not use it); inside torch_backward, the leaf whose gradient it returns."""
+    leaves = getattr(p, "_leaves", None)
+    if leaves and name in leaves:
+        return leaves[name]
+    a = getattr(p, name, None)
+    return None if a is None else torch.from_numpy(np.array(a, np.float32)).to(device)
+
+
+def score_add(p, device):
+    """float32 [B|1, Hq|1, Sq, Sk] torch: bias - slope_h |j - (i + off)| (docs/semantics.md "Variants"), or None
+    without bias and ALiBi; differentiable in the bias under torch_backward."""
+    bias, slopes = variant_tensor(p, "bias", device), variant_tensor(p, "alibi_slopes", device)
+    if bias is None and slopes is None:
+        return None
+    add = torch.zeros(1, 1, p.seq_q, p.seq_k, device=device)
+    if bias is not None:
+        add = add + bias
+    if slopes is not None:
+        i = torch.arange(p.seq_q, device=device)[:, None]
+        j = torch.arange(p.seq_k, device=device)[None, :]
+        add = add - slopes[None, :, None, None] * (j - (i + p.diagonal_offset)).abs().to(torch.float32)
+    return add
+
+
+def with_sinks(o, lse, p, device):
+    """(O, LSE) of attention with sinks from (O, LSE) without them (natural log; O [B, Sq, Hq, Dv], LSE [B, Hq,
+    Sq]): LSE' = logaddexp(LSE, sink_h), O' = O exp(LSE - LSE'); a row without keys keeps O = 0 and gets LSE = sink.
+    The identity the sink's definition gives (docs/semantics.md "Variants"); differentiable in the sinks."""
+    sinks = variant_tensor(p, "sinks", device)
+    if sinks is None:
+        return o, lse
+    lse32 = lse.to(torch.float32)
+    new = torch.logaddexp(lse32, sinks[None, :, None].expand_as(lse32))
+    w = torch.exp(lse32 - new).nan_to_num(0.0)  # -inf - finite = -inf -> 0; both -inf (no sink, no key): 0
+    return (o.to(torch.float32) * w.transpose(1, 2)[..., None]).to(o.dtype), new
 
 
 def bool_mask(p, device):

@@ -1,6 +1,8 @@
 """PyTorch FlexAttention as an attn-fuzz kernel: masks through mask_mod (causal, both alignments, windows); the
 custom masks (mask-dense, mask-bits, block-sparse) through a mask_mod over their visibility and, for a block mask,
-BlockMask.from_kv_blocks (empty blocks left out, full blocks as flex full blocks, partial ones through mask_mod).
+BlockMask.from_kv_blocks (empty blocks left out, full blocks as flex full blocks, partial ones through mask_mod);
+softcap, ALiBi and bias through score_mod; sinks from flex's LSE (O' = O exp(LSE - LSE'), LSE' = logaddexp(LSE,
+sink)), so their gradients come through autograd too.
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.flex' --timeout 120 --max-time 300
 
@@ -54,6 +56,30 @@ def custom_block_mask(p, device):
                                     BLOCK_SIZE=(bq, bk), mask_mod=mask_mod, seq_lengths=(p.seq_q, p.seq_k))
 
 
+MASKS = ("mask-dense", "mask-bits", "block-sparse")
+
+
+def score_mod(p, device):
+    """flex's score_mod for the softcap, ALiBi and bias (docs/semantics.md "Variants": softcap first, then the
+    additive terms), or None without them. The additive term is one captured [B, Hq, Sq, Sk] tensor (a broadcast
+    view of bias - slope |j - (i + off)|), differentiable in the bias."""
+    cap = p.softcap
+    add = T.score_add(p, device)
+    if add is not None:
+        add = add.expand(p.batch, p.heads_q, p.seq_q, p.seq_k)
+    if not cap and add is None:
+        return None
+
+    def mod(score, b, h, q_idx, kv_idx):
+        if cap:
+            score = cap * torch.tanh(score / cap)
+        if add is not None:
+            score = score + add[b, h, q_idx, kv_idx]
+        return score
+
+    return mod
+
+
 def make(device, dtypes, compiled, backward):
     torch._dynamo.config.cache_size_limit = 256  # fuzzing visits many shapes
     fa = torch.compile(flex_attention) if compiled else flex_attention
@@ -71,12 +97,13 @@ def make(device, dtypes, compiled, backward):
             return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
 
         bm = None
-        if p.variants:  # custom masks: mask_mod reads the whole visibility; block-sparse: flex's own block mask
+        if any(v in MASKS for v in p.variants):  # mask_mod reads the whole visibility; block-sparse: flex's own
             bm = custom_block_mask(p, device)
         elif p.mask_kind != "none":
             bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
-        o, lse = fa(Q, K, V, block_mask=bm, scale=p.scale, enable_gqa=p.heads_q != p.heads_kv, return_lse=True)
-        return o.transpose(1, 2), lse
+        o, lse = fa(Q, K, V, score_mod=score_mod(p, device), block_mask=bm, scale=p.scale,
+                    enable_gqa=p.heads_q != p.heads_kv, return_lse=True)
+        return T.with_sinks(o.transpose(1, 2), lse, p, device)  # sinks: from flex's own LSE
 
     def call(q, k, v, p):
         o, lse = flex(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p)
@@ -86,7 +113,8 @@ def make(device, dtypes, compiled, backward):
 
     def supports(p):
         # flex refuses some shapes (head dims, lengths) by raising: probe each new shape once on zeros.
-        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype)
+        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype,
+               tuple(p.variants), p.pass_name)
         if key not in refused:
             try:
                 T.probe_on_zeros(p, call, grad if backward else None)
@@ -101,7 +129,7 @@ def make(device, dtypes, compiled, backward):
                   description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}) "
                               f"on {device}",
                   dtypes=dtypes, lse=True, empty_keys=False, supports=supports,
-                  variants=("mask-dense", "mask-bits", "block-sparse"),
+                  variants=("sink", "softcap", "alibi", "bias") + MASKS,
                   # compiled: one fused Triton kernel (fp32 scores); eager: materialised scores in the dtype
                   compute_model="fused" if compiled else "unfused",
                   backward=T.cuda_guarded(grad) if backward else None)

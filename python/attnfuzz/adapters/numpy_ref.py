@@ -11,11 +11,11 @@ import argparse
 
 import numpy as np
 
-from attnfuzz.adapter import Kernel, serve
+from attnfuzz.adapter import VARIANTS, Kernel, serve
 from attnfuzz.reference import attention, attention_backward
 
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
-        "split-average", "scale-nan")
+        "split-average", "scale-nan", "sink-ignored", "dbias-half")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -42,7 +42,10 @@ def main(argv=None):
         return o, lse
 
     def backward(q, k, v, o, lse, do, p):
-        return attention_backward(q, k, v, do, p, o=o, lse=lse, bug=bug if bug == "bwd-mask-leak" else None)
+        g = attention_backward(q, k, v, do, p, o=o, lse=lse, bug=bug if bug == "bwd-mask-leak" else None)
+        if bug == "dbias-half" and len(g) == 4 and "dbias" in g[3]:  # d bias off by a factor; dQ, dK, dV right
+            g[3]["dbias"] = g[3]["dbias"] * np.float32(0.5)
+        return g
 
     name = "numpy-" + bug if bug else "numpy-ref"
     desc = f"numpy reference with planted bug {bug}" if bug else "numpy reference (float64 inside)"
@@ -50,7 +53,7 @@ def main(argv=None):
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None,
-                  variants=() if bug else ("mask-dense", "mask-bits", "block-sparse"))], name="numpy_ref")
+                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half") else ())], name="numpy_ref")
 
 
 if __name__ == "__main__":

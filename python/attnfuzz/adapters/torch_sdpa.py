@@ -48,9 +48,11 @@ def make(backend, route, device, dtypes, backward):
             kw["attn_mask"] = causal_lower_right(p.seq_q, p.seq_k)
         elif route == "bool-mask":
             kw["attn_mask"] = T.bool_mask(p, device)
-        else:
+        else:  # float-mask: the additive mask carries ALiBi and the bias too (bias - slope |j - (i + off)|)
             m = T.bool_mask(p, device)
-            kw["attn_mask"] = torch.zeros(m.shape, dtype=Q.dtype, device=device).masked_fill(~m, float("-inf"))
+            add = T.score_add(p, device)
+            base = torch.zeros(m.shape, dtype=torch.float32, device=device) if add is None else add
+            kw["attn_mask"] = base.masked_fill(~m, float("-inf")).to(Q.dtype)
         with sdpa_kernel([be]):
             o = torch.nn.functional.scaled_dot_product_attention(Q, K, V, **kw)
         return o.transpose(1, 2)
@@ -61,7 +63,8 @@ def make(backend, route, device, dtypes, backward):
     grad = T.torch_backward(sdpa, device)
 
     def supports(p):
-        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype)
+        key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype,
+               tuple(p.variants), p.pass_name)
         if key not in refused:
             try:
                 T.probe_on_zeros(p, call, grad if backward else None)
@@ -74,8 +77,11 @@ def make(backend, route, device, dtypes, backward):
                 refused[key] = f"sdpa {backend}/{route} refuses it: {type(e).__name__}: {str(e)[:200]}"
         return refused[key]
 
-    # An explicit attn_mask carries the custom masks too (a dense [B, Hq, Sq, Sk] bool, _torch_common.bool_mask).
+    # An explicit attn_mask carries the custom masks too (a dense [B, Hq, Sq, Sk] bool, _torch_common.bool_mask);
+    # the float one also ALiBi and the bias (SDPA has no softcap and no sinks).
     variants = ("mask-dense", "mask-bits", "block-sparse") if route in ("bool-mask", "float-mask") else ()
+    if route == "float-mask":
+        variants += ("alibi", "bias")
     return Kernel(f"sdpa-{backend}-{route}", T.cuda_guarded(call), family="torch-sdpa",
                   description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, on {device}",
                   dtypes=dtypes, masks=ROUTES[route], supports=supports, variants=variants,

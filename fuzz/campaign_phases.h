@@ -278,6 +278,7 @@ struct Aggregate {
   int64_t replayed = 0;            // libFuzzer re-runs of kept inputs answered from the feature cache
   double check_s = 0, mutate_s = 0;              // worker processes' time in checks and in the custom mutator
   std::map<std::string, double> kernel_check_s;  // the checks' time per kernel
+  std::map<std::string, double> phase_s;         // the checks' time per phase (Worker::phase_s_)
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, int64_t> refusals;  // "kernel: why it refused an input" -> count
   std::map<std::string, std::map<std::string, int64_t>> kernels;

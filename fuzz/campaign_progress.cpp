@@ -20,6 +20,8 @@ Aggregate read_stats(const fs::path& dir) {
       a.mutate_s += j.value("mutate_s", 0.0);
       if (j.contains("kernel_check_s"))
         for (const auto& [k, v] : j.at("kernel_check_s").items()) a.kernel_check_s[k] += v.get<double>();
+      if (j.contains("phase_s"))
+        for (const auto& [k, v] : j.at("phase_s").items()) a.phase_s[k] += v.get<double>();
       for (const auto& [k, v] : j.at("classes").items()) a.classes[k] += v.get<int64_t>();
       if (j.contains("refusals"))
         for (const auto& [k, v] : j.at("refusals").items()) a.refusals[k] += v.get<int64_t>();

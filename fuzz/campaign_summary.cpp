@@ -204,6 +204,26 @@ void print_kernels(const Outcome& r) {
   }
 }
 
+// "checks' time (all workers, 2,036 s): prepare 3%, launch 21%, oracle 61%, judge 12%, classify 3%; 13.9 ms per
+// check" (fuzz/README.md "Where a campaign's time goes"); empty before any check.
+std::string phase_line(const Aggregate& a) {
+  double total = 0;
+  for (const auto& [k, v] : a.phase_s) total += v;
+  if (!(total > 0) || a.cases <= 0) return {};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "checks' time (all workers, %.0f s): ", total);
+  std::string line = buf;
+  const char* sep = "";
+  for (const char* k : {"prepare", "launch", "oracle", "judge", "classify"})
+    if (const auto it = a.phase_s.find(k); it != a.phase_s.end()) {
+      std::snprintf(buf, sizeof buf, "%s%s %.0f%%", sep, k, 100 * it->second / total);
+      line += buf;
+      sep = ", ";
+    }
+  std::snprintf(buf, sizeof buf, "; %.2f ms per check", 1000 * total / static_cast<double>(a.cases));
+  return line + buf;
+}
+
 void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& rec) {
   const Aggregate& a = r.stats;
   int64_t fresh = 0;
@@ -220,6 +240,7 @@ void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& 
   print_findings(r);
   print_failures(r, rec);
   print_kernels(r);
+  if (const std::string t = phase_line(a); !t.empty()) std::printf("%s\n", t.c_str());
   if (!r.imported.empty()) {
     std::printf("imported from other campaigns (--sync %s; first found there, not saved again here):\n",
                 o.sync_dir.c_str());
@@ -344,6 +365,7 @@ Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
     if (n > 0) per_kernel_ms[k] = 1000 * t / static_cast<double>(n);
   }
   camp["per_kernel_check_ms"] = per_kernel_ms;
+  camp["worker_phase_s"] = a.phase_s;  // the checks' time by phase (prepare, launch, oracle, judge, classify)
   camp["skipped_inputs"] =
       a.skipped;                  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)
   camp["refusals"] = a.refusals;  // why kernels refused inputs (the first few distinct reasons per worker)

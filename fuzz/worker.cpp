@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -523,8 +524,12 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
   ++cases_;
   last_kernel_ = nullptr;
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto t_prepare = Clock::now();
   PreparedCase pc(in.the_case);
   const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());
+  phase_s_["prepare"] += seconds(t_prepare, Clock::now());
   const size_t n = kernels_.size();
   size_t slot = 0;
   refresh_isolated();
@@ -576,7 +581,14 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   }
   g_current = &pc.the_case();
   if (!device_->options().isolate) g_in_process_kernel = out.kernel->kernel.name;
+  const auto t_check = Clock::now();
   Judged j = check_case(*device_, *out.kernel, pc, run_);
+  {
+    const double all = seconds(t_check, Clock::now()), launch = j.result.launch_ms / 1e3, oracle = j.result.oracle_ms / 1e3;
+    phase_s_["launch"] += launch;
+    phase_s_["oracle"] += oracle;
+    phase_s_["judge"] += std::max(0.0, all - launch - oracle);
+  }
   g_in_process_kernel = nullptr;
   g_current = nullptr;
   out.result = j.result;
@@ -611,7 +623,11 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     // its jobs every few seconds to minutes, and a throttle each new job had to relearn throttled nothing.
     if (n == kThrottleAfter) append_line((fs::path(cfg_.out) / "work" / "throttle.txt").string(), r.kernel);
   }
-  if (r.verdict == Verdict::kFail) on_failure(out, pc, j);
+  if (r.verdict == Verdict::kFail) {
+    const auto t_classify = Clock::now();
+    on_failure(out, pc, j);
+    phase_s_["classify"] += seconds(t_classify, Clock::now());
+  }
   write_stats(!out.saved.empty());
   return out;
 }
@@ -754,6 +770,7 @@ void Worker::write_stats(bool force) {
   j["check_s"] = check_s_;
   j["mutate_s"] = mutate_s_;
   j["kernel_check_s"] = kernel_check_s_;
+  j["phase_s"] = phase_s_;
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;

@@ -202,6 +202,11 @@ class Worker {
   int64_t replayed_ = 0;  // inputs answered from the feature cache
   double check_s_ = 0, mutate_s_ = 0;  // count_time()
   std::map<std::string, double> kernel_check_s_;
+  // Where run()'s time goes (issue 32), seconds: prepare (the case's values, a merge case's states), launch (the
+  // device's launch and synchronisation, LaunchResult::ms), oracle (the exact result, CheckResult::oracle_ms),
+  // judge (the rest of check_case: guarded buffers and copies, comparison, gradients, merge-whole), classify
+  // (the detectors' experiments on failures, saving them).
+  std::map<std::string, double> phase_s_;
   struct CachedFeatures {
     uint64_t size = 0;
     uint32_t slot = 0;

@@ -68,6 +68,13 @@ fs::path failure_file(const fs::path& out, const std::string& kernel) {
   return {};
 }
 
+std::string text_of(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 TEST(AttnFuzz, CorrectKernelsFindNothing) {
   const fs::path out = fresh("correct");
   const Outcome r = run(fuzz(out, "--max-time 20 --workers 2"));
@@ -99,6 +106,17 @@ TEST(AttnFuzz, CorrectKernelsFindNothing) {
   if (kernel_failures == 0) EXPECT_TRUE(r.rc == 0 || r.rc == 1);
   EXPECT_TRUE(fs::exists(out / "summary.md"));
   EXPECT_TRUE(fs::exists(out / "report.json"));
+  // Where the checks' time went (issue 32): per phase in report.json, summing to at most the workers' check time,
+  // and one console line.
+  const Json camp = Json::parse(text_of(out / "report.json")).at("campaign");
+  double phases = 0;
+  for (const char* k : {"prepare", "launch", "oracle", "judge"}) {
+    ASSERT_TRUE(camp.at("worker_phase_s").contains(k)) << camp.at("worker_phase_s").dump();
+    phases += camp.at("worker_phase_s").at(k).get<double>();
+  }
+  EXPECT_GT(phases, 0);
+  EXPECT_LE(phases, camp.at("worker_check_s").get<double>() * 1.001 + 0.01);
+  EXPECT_NE(r.out.find("checks' time (all workers, "), std::string::npos) << r.out;
   // The corpus grew and is made of replayable .case files.
   int n = 0;
   for (const auto& e : fs::directory_iterator(out / "fuzz-corpus")) n += e.path().extension() == ".case";
@@ -255,13 +273,6 @@ TEST(AttnFuzz, SigintStopsAndWritesTheSummary) {
   EXPECT_EQ(WEXITSTATUS(st), 0);
   EXPECT_NE(text.find("(interrupted)"), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "summary.md"));
-}
-
-std::string text_of(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // Issue 26 item 4: the summary says which kernel got no check (first), has the per-kernel table, times each

@@ -37,7 +37,7 @@ ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
 _DTYPES = dict(STORED, u8=np.dtype("u1"))  # bf16 travels as uint16 bit patterns; masks as u8
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
 SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
-VARIANTS = SCORE_VARIANTS + MASK_VARIANTS
+VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("dropout",)  # dropout: PROTOCOL.md "Dropout" (the mask comes back)
 
 
 class ProtocolError(Exception):
@@ -83,6 +83,28 @@ class Problem:
         self.softcap = float(d.get("softcap", 0.0)) if "softcap" in self.variants else 0.0
         self.sinks = self.alibi_slopes = self.bias = None
         self.pass_name = d.get("pass", "fwd")  # "fwd" | "bwd": the pass of the run, or of the check asked for
+        # Dropout (PROTOCOL.md "Dropout"): probability, seed and counter offset; 0.0 / 0 / 0 without dropout.
+        self.dropout_p = float(d.get("dropout_p", 0.0))
+        self.dropout_seed = int(d.get("dropout_seed", 0))
+        self.dropout_offset = int(d.get("dropout_offset", 0))
+
+    def dropout_keep(self):
+        """uint8 [B, Hq, Sq, Sk], 1 = kept: a counter-based draw that depends on (seed, offset, b, h, i, j) only
+        (splitmix64 of each, chained; kept iff the 53-bit uniform >= dropout_p). None without dropout."""
+        if "dropout" not in self.variants:
+            return None
+        def mix(x):
+            x = (x + np.uint64(0x9E3779B97F4A7C15))
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            return x ^ (x >> np.uint64(31))
+        with np.errstate(over="ignore"):
+            idx = np.indices((self.batch, self.heads_q, self.seq_q, self.seq_k), dtype=np.uint64)
+            x = mix(np.uint64(self.dropout_seed) ^ mix(np.uint64(self.dropout_offset)))
+            for a in idx:
+                x = mix(x ^ a)
+        u = (x >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        return (u >= self.dropout_p).astype(np.uint8)
 
     def score_add(self):
         """float64 [B|1, Hq|1, Sq, Sk] added to the (softcapped) scores: bias - slope_h |j - (i + off)|; None when
@@ -260,8 +282,10 @@ def _protocol_streams():
 
 def _run_forward(k, p, ts, want_lse):
     res = k.fn(ts["q"], ts["k"], ts["v"], p)
-    lse = None
-    if isinstance(res, tuple):
+    lse, extra = None, {}
+    if isinstance(res, tuple) and len(res) == 3:  # (O, LSE, {"dropout_mask": ...})
+        res, lse, extra = res
+    elif isinstance(res, tuple):
         res, lse = res
     o = as_stored(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), p.dtype, "O", p.o_scale)
     arrays, descs = [o], [tensor_desc("o", o, p.dtype)]
@@ -271,7 +295,21 @@ def _run_forward(k, p, ts, want_lse):
         lse = as_stored(lse, (p.batch, p.heads_q, p.seq_q), "f32", "LSE")
         arrays.append(lse)
         descs.append(tensor_desc("lse", lse))
+    _dropout_mask(p, extra, arrays, descs)
     return arrays, descs
+
+
+def _dropout_mask(p, extra, arrays, descs):
+    """With dropout, the keep mask the kernel used (extra["dropout_mask"], [B, Hq, Sq, Sk], 1 kept) goes back."""
+    if "dropout" not in p.variants:
+        return
+    if "dropout_mask" not in extra:
+        raise ValueError("the problem uses dropout: the kernel must also return {'dropout_mask': keep [B, Hq, Sq, Sk]}")
+    m = np.ascontiguousarray(np.asarray(extra["dropout_mask"]) != 0, dtype=np.uint8)
+    if m.shape != (p.batch, p.heads_q, p.seq_q, p.seq_k):
+        raise ValueError(f"dropout_mask has shape {m.shape}, expected {(p.batch, p.heads_q, p.seq_q, p.seq_k)}")
+    arrays.append(m)
+    descs.append(tensor_desc("dropout_mask", m, "u8"))
 
 
 def _run_backward(k, p, ts):
@@ -297,6 +335,7 @@ def _run_backward(k, p, ts):
         a = as_stored(extra[name], np.shape(src), "f32", name)
         arrays.append(a)
         descs.append(tensor_desc(name, a))
+    _dropout_mask(p, extra, arrays, descs)
     return arrays, descs
 
 

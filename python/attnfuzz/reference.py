@@ -29,6 +29,10 @@ class _Scores:
     (-inf: none)."""
 
     def __init__(self, p):
+        keep = p.dropout_keep() if hasattr(p, "dropout_keep") else None
+        # dropout: the weight each kept P_ij is multiplied by (1 / (1 - p)), 0 where dropped; None without dropout
+        self.drop = None if keep is None else keep / (1.0 - p.dropout_p)
+        self.keep = keep
         self.cap = getattr(p, "softcap", 0.0)
         self.add = p.score_add() if hasattr(p, "score_add") else None
         sinks = getattr(p, "sinks", None)
@@ -46,6 +50,10 @@ class _Scores:
 
     def sink(self, h):
         return -np.inf if self.sinks is None else float(self.sinks[h])
+
+    def weights(self, b, h, i, keys):
+        """The dropout factors of row (b, h, i) at keys (1.0 without dropout)."""
+        return 1.0 if self.drop is None else self.drop[b, h, i, keys]
 
 
 def _shown(vis, b, h, i, first, last):
@@ -97,7 +105,7 @@ def attention(q, k, v, p, bug=None):
                         e = np.exp(s - m)
                         l = e.sum() + np.exp(sink - m)  # the sink enters the denominator only
                         if keys.size:
-                            o[b, i, h, :] = (rp(e) @ V[keys]) / l
+                            o[b, i, h, :] = ((rp(e) * sc.weights(b, h, i, keys)) @ V[keys]) / l
                         lse[b, h, i] = m + np.log(l)
                         continue
                     if bug == "mask-leak" and last < p.seq_k and last > first:
@@ -153,6 +161,8 @@ def attention(q, k, v, p, bug=None):
         o32 = (round_to(o * p.o_scale, dt) / p.o_scale).astype(np.float32)
     else:
         o32 = round_to(o, dt).astype(np.float32) if lowp else o.astype(np.float32)
+    if sc.keep is not None:  # dropout: the mask it used goes back with the result (PROTOCOL.md "Dropout")
+        return o32, lse.astype(np.float32), {"dropout_mask": sc.keep}
     return o32, lse.astype(np.float32)
 
 
@@ -167,7 +177,7 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     Delta; then the result is (dQ, dK, dV, {"dsinks": [Hq], "dbias": the bias's shape}) (the keys present).
     bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied)."""
     if o is None or lse is None:
-        o, lse = attention(q, k, v, p)
+        o, lse = attention(q, k, v, p)[:2]
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
     group = Hq // Hkv
@@ -204,8 +214,9 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
                         _shown(vis, b, h, i, first, last)
                     raw = scale * (K[keys] @ q64[b, i, h, :])
                     pr = np.exp(sc.final(raw, b, h, i, keys) - lse64[b, h, i])
-                    dv[b, keys, kh, :] += np.outer(pr, dov)
-                    dp = V[keys] @ dov
+                    w = sc.weights(b, h, i, keys)  # dropout: dV sees the dropped P, dP the dropped dO.V
+                    dv[b, keys, kh, :] += np.outer(pr * w, dov)
+                    dp = (V[keys] @ dov) * w
                     ds = pr * (dp - delta)
                     if dbias is not None:  # summed over the bias's broadcast dimensions (size 1)
                         nb, nh, ni, nj = dbias.shape
@@ -216,4 +227,6 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
                     dk[b, keys, kh, :] += scale * np.outer(ds, q64[b, i, h, :])
     grads = dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)
     extra = {n: g.astype(np.float32) for n, g in (("dsinks", dsinks), ("dbias", dbias)) if g is not None}
+    if sc.keep is not None:
+        extra["dropout_mask"] = sc.keep
     return grads + (extra,) if extra else grads

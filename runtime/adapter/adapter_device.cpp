@@ -45,8 +45,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxAdapterKernels = 64;
-// The variants whose values protocol 1 carries (PROTOCOL.md "Variants").
-constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants;
+// The variants whose values protocol 1 carries (PROTOCOL.md "Variants"; dropout: "Dropout", the exported mask).
+constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT;
+// The keep mask's element type on the wire (not a problem dtype).
+constexpr int32_t kWireU8 = -1;
 
 // ---- what the handshake declared, per kernel (process-wide: registry entries point at it) ----------
 struct KernelSpec {
@@ -101,6 +103,7 @@ int launch_bwd_elsewhere(const af_problem*, const af_buffers*, void*) { return -
 
 // dtype names on the wire (PROTOCOL.md): f32, f16, bf16, fp8_e4m3, fp8_e5m2.
 std::string wire_dtype(int32_t dtype) {
+  if (dtype == kWireU8) return "u8";
   std::string s = dtype_name(dtype);
   for (char& c : s)
     if (c == '-') c = '_';
@@ -607,6 +610,7 @@ void AdapterDevice::register_kernels() {
     k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
     k.compute_model = st.compute_model;
     k.variants = st.variants;
+    k.dropout_rngs = (st.variants & AF_VARIANT_DROPOUT) ? 1u << AF_DROPOUT_RNG_EXPORTED : 0;  // it sends its mask
     k.n_tunables = static_cast<int32_t>(st.table.size());
     k.tunables = st.table.empty() ? nullptr : st.table.data();
     fresh.push_back(k);
@@ -648,6 +652,11 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
       if (p.variants & bit) v.push_back(variant_name(bit));
     j["variants"] = std::move(v);
     if (p.variants & AF_VARIANT_SOFTCAP) j["softcap"] = static_cast<double>(p.softcap);
+    if (p.variants & AF_VARIANT_DROPOUT) {  // the kernel draws its own mask and sends it back (PROTOCOL.md "Dropout")
+      j["dropout_p"] = static_cast<double>(p.dropout_p);
+      j["dropout_seed"] = p.dropout_seed;
+      j["dropout_offset"] = p.dropout_offset;
+    }
     if (p.variants & AF_VARIANT_BLOCK_SPARSE) j["block_size"] = {p.block_q, p.block_k};
   }
   {  // the kernel's declared tunables, by name (0 in the problem = the default, values[0])
@@ -698,6 +707,7 @@ size_t carried_bytes(int32_t dtype) {
       return 2;
     case AF_DTYPE_FP8_E4M3:
     case AF_DTYPE_FP8_E5M2:
+    case kWireU8:
       return 1;
     default:
       return 0;
@@ -794,6 +804,10 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   const std::vector<int64_t> bias_n = {p.bias_stride[0] ? B : 1, p.bias_stride[1] ? Hq : 1,
                                        p.bias_stride[2] ? Sq : 1, p.bias_stride[3] ? Sk : 1};
   if ((p.variants & AF_VARIANT_BIAS) && bias_elements(p) > 0) add_f32("bias", b.bias, p.bias_stride, bias_n, 4);
+  // Dropout: the keep mask the kernel used, u8 [B, Hq, Sq, Sk] (1 kept, 0 dropped), into buffers.dropout_mask.
+  if ((p.variants & AF_VARIANT_DROPOUT) && (b.dropout_mask || B * Hq * Sq * Sk == 0))  // empty: no buffer, 0 bytes
+    want.push_back({"dropout_mask", kWireU8, {B, Hq, Sq, Sk},
+                    {p.dropout_mask_stride[0], p.dropout_mask_stride[1], p.dropout_mask_stride[2]}, b.dropout_mask});
   std::vector<float> dbias;  // the reply's contiguous d bias, scattered into buffers.dbias after the exchange
   if (backward && (p.variants & AF_VARIANT_SINK) && b.dsinks)
     want.push_back({"dsinks", AF_DTYPE_F32, {1, 1, 1, Hq}, {0, 0, 0}, b.dsinks, 1});

@@ -280,6 +280,27 @@ TEST(Adapter, NumpyReferenceAppliesTheScoreVariants) {
   EXPECT_TRUE(has(half.out, "dBias: ")) << half.out;  // the failure text counts the dBias elements
 }
 
+// Dropout (issue 29) over the protocol: the kernel draws its own mask from (p, seed, offset) and sends it back; the
+// tool checks O and the gradients given that mask, its keep fraction, and that forward and backward drew the same one.
+// The planted copy whose backward wraps the counter offset at 32 bits passes below 2^32 and fails above it.
+TEST(Adapter, NumpyReferenceAppliesDropoutAndAWrappedBackwardOffsetIsFound) {
+  NEED_NUMPY();
+  const std::string shape = " --dropout 0.3 --dropout-rng exported --sq 33 --sk 65 --d 16 --heads 4 --kv-heads 2 "
+                            "--mask causal-br --no-reports";
+  for (const char* pass : {"fwd", "bwd", "fwdbwd"}) {
+    const Result r = check(numpy_adapter(), std::string("--pass ") + pass + shape, fresh(std::string("drop-") + pass));
+    EXPECT_EQ(r.code, 0) << pass << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  }
+  const Result quiet = check(numpy_adapter("--bug dropout-bwd-wrap"), "--pass fwdbwd --dropout-offset 5" + shape,
+                             fresh("drop-wrap-quiet"));
+  EXPECT_EQ(quiet.code, 0) << quiet.out;
+  const Result found = check(numpy_adapter("--bug dropout-bwd-wrap"), "--pass fwdbwd --dropout-offset 4294967301" + shape,
+                             fresh("drop-wrap"));
+  EXPECT_EQ(found.code, 1) << found.out;
+  EXPECT_TRUE(has(found.out, "the backward launch dropped other weights than the forward")) << found.out;
+}
+
 TEST(Adapter, ListShowsTheDeclaredKernels) {
   NEED_NUMPY();
   Result r = check(numpy_adapter(), "--list", fresh("list"));

@@ -99,3 +99,42 @@ def test_without_score_variants_the_backward_returns_three_gradients():
     p = problem([])
     q, k, v = tensors(p)
     assert len(attention_backward(q, k, v, np.ones((2, p.seq_q, 4, 8), np.float32), p)) == 3
+
+
+def dropout_problem(sq=7, sk=11, p=0.3, seed=9, offset=2 ** 33 + 1):
+    pr = problem(["dropout"], sq=sq, sk=sk)
+    pr.dropout_p, pr.dropout_seed, pr.dropout_offset = p, seed, offset
+    return pr
+
+
+def test_the_keep_mask_depends_only_on_seed_offset_and_position():
+    small, big = dropout_problem(sq=5, sk=9), dropout_problem(sq=7, sk=11)
+    assert np.array_equal(small.dropout_keep(), big.dropout_keep()[:, :, :5, :9])
+    other = dropout_problem(offset=2 ** 33 + 2)
+    assert not np.array_equal(other.dropout_keep(), big.dropout_keep())
+    many = dropout_problem(sq=64, sk=256)
+    assert abs(many.dropout_keep().mean() - 0.7) < 0.01  # 2 x 4 x 64 x 256 draws
+
+
+def test_dropout_scales_the_kept_weights_and_its_backward_matches_finite_differences():
+    p = dropout_problem(p=0.0)
+    q, k, v = tensors(p)
+    o, lse, extra = attention(q, k, v, p)
+    assert np.allclose(o, attention(q, k, v, problem([]))[0], atol=1e-6) and extra["dropout_mask"].all()
+    p = dropout_problem()
+    o, lse, extra = attention(q, k, v, p)
+    do = np.random.default_rng(7).uniform(-1, 1, o.shape).astype(np.float32)
+    dq, dk, dv, ex = attention_backward(q, k, v, do, p, o=o, lse=lse)
+    assert np.array_equal(ex["dropout_mask"], extra["dropout_mask"])
+    h = 1e-3
+    for arr, g in ((q, dq), (k, dk), (v, dv)):
+        rng = np.random.default_rng(2)
+        for _ in range(6):
+            idx = tuple(int(rng.integers(n)) for n in arr.shape)
+            a0 = arr[idx]
+            arr[idx] = a0 + h
+            up = loss(q, k, v, p, do)
+            arr[idx] = a0 - h
+            dn = loss(q, k, v, p, do)
+            arr[idx] = a0
+            assert abs((up - dn) / (2 * h) - g[idx]) < 2e-3 * (1 + abs(g[idx])), (arr.shape, idx)

@@ -15,7 +15,7 @@ from attnfuzz.adapter import VARIANTS, Kernel, serve
 from attnfuzz.reference import attention, attention_backward
 
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
-        "split-average", "scale-nan", "sink-ignored", "dbias-half")
+        "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -35,13 +35,15 @@ def main(argv=None):
     rng = np.random.default_rng()
 
     def run(q, k, v, p):
-        o, lse = attention(q, k, v, p, bug=None if bug == "bwd-mask-leak" else bug)
+        o, lse, *extra = attention(q, k, v, p, bug=None if bug == "bwd-mask-leak" else bug)
         if a.nan_noise:  # a NaN's sign carries no value: the tool must not read its variation as a race
             flip = np.isnan(o) & (rng.random(o.shape) < 0.5)
             o = np.where(flip, -o, o).astype(np.float32)
-        return o, lse
+        return (o, lse, *extra)
 
     def backward(q, k, v, o, lse, do, p):
+        if bug == "dropout-bwd-wrap":  # the backward's counter offset wrapped at 32 bits (PyTorch PR #188015's bug)
+            p.dropout_offset &= 0xFFFFFFFF
         g = attention_backward(q, k, v, do, p, o=o, lse=lse, bug=bug if bug == "bwd-mask-leak" else None)
         if bug == "dbias-half" and len(g) == 4 and "dbias" in g[3]:  # d bias off by a factor; dQ, dK, dV right
             g[3]["dbias"] = g[3]["dbias"] * np.float32(0.5)
@@ -53,7 +55,7 @@ def main(argv=None):
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None,
-                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half") else ())], name="numpy_ref")
+                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap") else ())], name="numpy_ref")
 
 
 if __name__ == "__main__":

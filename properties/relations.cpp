@@ -244,10 +244,12 @@ float fill_value(Fill f, Rng& rng) {
   return 0;
 }
 
-// The fills allowed by the case's value domain (finite: no NaN / Inf fills).
+// The fills allowed by the case's value domain (finite: no NaN / Inf fills; activations: fresh and zero only).
 std::vector<Fill> in_domain(const Case& c, std::vector<Fill> fills) {
   if (c.values.domain == ValueDomain::kFinite)
     std::erase_if(fills, [](Fill f) { return f == Fill::kNaN || f == Fill::kPosInf || f == Fill::kNegInf; });
+  if (c.values.domain == ValueDomain::kActivations)
+    std::erase_if(fills, [](Fill f) { return f != Fill::kFresh && f != Fill::kZero; });
   return fills;
 }
 

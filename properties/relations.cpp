@@ -71,6 +71,8 @@ Case with_values(const Case& base, std::vector<float> q, std::vector<float> k, s
   Case c = base;
   c.explicit_values = ExplicitValues{std::move(q), std::move(k), std::move(v)};
   c.label = label;
+  // A relation's transform of activations (a key shift, a scaled V) may leave |x| <= 64: it is checked as finite.
+  if (c.values.domain == ValueDomain::kActivations && !validate(c).empty()) c.values.domain = ValueDomain::kFinite;
   return c;
 }
 

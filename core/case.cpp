@@ -113,7 +113,8 @@ std::string validate_activations(const Case& c) {
     return "value distribution parameter " + shortest(c.values.dist.param) +
            " is outside the activations value domain's [0.001, 4]";
   if (!activation_scale(c.problem))
-    return "scale " + shortest(c.problem.scale) + " is outside the activations value domain (within 8x of 1/sqrt(D) = " +
+    return "scale " + shortest(c.problem.scale) +
+           " is outside the activations value domain (within 8x of 1/sqrt(D) = " +
            shortest(default_scale(c.problem.head_dim)) + ")";
   return {};
 }
@@ -124,9 +125,11 @@ void fit_value_domain(Case& c) {
   ValueDist& dist = c.values.dist;
   if (dist.kind == Distribution::kExtreme) dist = ValueDist{};
   if (!activation_param(dist.param))
-    dist.param = std::isnan(dist.param) ? 1.0 : std::clamp(dist.param, kActivationParamMin, kActivationParamMax);
+    dist.param =
+        std::isnan(dist.param) ? 1.0 : std::clamp(dist.param, kActivationParamMin, kActivationParamMax);
   if (!activation_scale(c.problem)) c.problem.scale = default_scale(c.problem.head_dim);
-  std::erase_if(c.values.specials, [&](const SpecialValue& s) { return !special_in_domain(s.kind, c.values.domain); });
+  std::erase_if(c.values.specials,
+                [&](const SpecialValue& s) { return !special_in_domain(s.kind, c.values.domain); });
   if (c.explicit_values)
     for (auto* buf : {&c.explicit_values->q, &c.explicit_values->k, &c.explicit_values->v})
       for (float& x : *buf)  // the stride gaps' poison stays
@@ -186,10 +189,11 @@ std::string validate(const Case& c) {
               for (int64_t d = 0; d < tensor_dim(p, t); ++d)
                 if (const float x = buf[static_cast<size_t>(tensor_index(p, t, b, h, s, d))];
                     !value_in_domain(x, c.values.domain))
-                  return std::string("explicit ") + tensor_name(t) + " holds " + shortest(x) + " at (b=" +
-                         std::to_string(b) + ", s=" + std::to_string(s) + ", h=" + std::to_string(h) +
-                         ", d=" + std::to_string(d) + "): not in the " + value_domain_name(c.values.domain) +
-                         " value domain (" + domain_rule(c.values.domain) + ")";
+                  return std::string("explicit ") + tensor_name(t) + " holds " + shortest(x) +
+                         " at (b=" + std::to_string(b) + ", s=" + std::to_string(s) +
+                         ", h=" + std::to_string(h) + ", d=" + std::to_string(d) + "): not in the " +
+                         value_domain_name(c.values.domain) + " value domain (" +
+                         domain_rule(c.values.domain) + ")";
       }
     }
   }

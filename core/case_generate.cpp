@@ -82,9 +82,9 @@ std::vector<float> generate_dout(const Case& c) {
 }
 Tensors generate_qkv(const Case& c);
 
-// The activations domain's outlier channels (case.h generate): per tensor and head, 1 + D / 64 channels (D >= 4)
-// scaled by a factor in [10, 50] from stream (seed, 12), the same channels at every batch and position (as an
-// LLM's q, k, v have them); then every base value clamped to +-kActivationBound.
+// The activations domain's outlier channels (case.h generate): per tensor and head, 1 + D / 64 channels (D >=
+// 4) scaled by a factor in [10, 50] from stream (seed, 12), the same channels at every batch and position (as
+// an LLM's q, k, v have them); then every base value clamped to +-kActivationBound.
 void activation_outliers(const Case& c, Tensors& out) {
   const Problem& p = c.problem;
   Rng rng(c.seed, 12);
@@ -100,7 +100,8 @@ void activation_outliers(const Case& c, Tensors& out) {
         for (int64_t s = 0; s < tensor_seq(p, t); ++s)
           for (int64_t d = 0; d < dim; ++d) {
             float& x = buf[static_cast<size_t>(tensor_index(p, t, b, h, s, d))];
-            x = static_cast<float>(std::clamp(x * factor[static_cast<size_t>(d)], -kActivationBound, kActivationBound));
+            x = static_cast<float>(
+                std::clamp(x * factor[static_cast<size_t>(d)], -kActivationBound, kActivationBound));
           }
     }
   }

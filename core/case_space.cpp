@@ -117,7 +117,8 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
       if (special_in_domain(x, dom)) k.push_back(x);
     return k;
   };
-  static const std::vector<SpecialKind> finite = in(ValueDomain::kFinite), activations = in(ValueDomain::kActivations);
+  static const std::vector<SpecialKind> finite = in(ValueDomain::kFinite),
+                                        activations = in(ValueDomain::kActivations);
   return d == ValueDomain::kFinite ? finite : d == ValueDomain::kActivations ? activations : special_kinds();
 }
 
@@ -126,7 +127,7 @@ const std::vector<SpecialKind>& special_kinds(ValueDomain d) {
 // ------------------------------------------------------------------------------------------ sweep
 
 namespace {
-// The grid's cases of domain d: under activations those fit_value_domain leaves as they are (case.h sweep_grid).
+// The grid's cases of domain d: under activations those fit_value_domain leaves alone (case.h sweep_grid).
 std::vector<Case> in_value_domain(std::vector<Case> grid, ValueDomain d) {
   if (d != ValueDomain::kActivations) return grid;
   std::erase_if(grid, [](const Case& c) {

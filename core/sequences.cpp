@@ -186,15 +186,18 @@ std::string validate_sequences(const Case& c) {
       bool bad = false;
       for (int64_t s = 0; s < seq_len_q(p, t, b) && !bad; ++s)
         for (int64_t h = 0; h < p.heads_q; ++h)
-          for (int64_t d = 0; d < p.head_dim; ++d) bad |= !value_in_domain(e.q[q_offset(p, t, b, s, h, d)], c.values.domain);
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            bad |= !value_in_domain(e.q[q_offset(p, t, b, s, h, d)], c.values.domain);
       for (int64_t s = 0; s < seq_len_k(p, t, b) && !bad; ++s)
         for (int64_t h = 0; h < p.heads_kv; ++h) {
-          for (int64_t d = 0; d < p.head_dim; ++d) bad |= !value_in_domain(e.k[k_offset(p, t, b, s, h, d)], c.values.domain);
-          for (int64_t d = 0; d < p.head_dim_v; ++d) bad |= !value_in_domain(e.v[v_offset(p, t, b, s, h, d)], c.values.domain);
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            bad |= !value_in_domain(e.k[k_offset(p, t, b, s, h, d)], c.values.domain);
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            bad |= !value_in_domain(e.v[v_offset(p, t, b, s, h, d)], c.values.domain);
         }
       if (bad)
-        return "explicit values of sequence " + std::to_string(b) +
-               " hold a value outside the " + value_domain_name(c.values.domain) + " value domain" +
+        return "explicit values of sequence " + std::to_string(b) + " hold a value outside the " +
+               value_domain_name(c.values.domain) + " value domain" +
                (c.values.domain == ValueDomain::kActivations ? " (finite, |x| <= 64)" : " (a NaN or Inf)");
     }
   }

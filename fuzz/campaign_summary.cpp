@@ -143,7 +143,8 @@ void print_findings(const Outcome& r) {
 // " (--fail-tiers F: N of them counted for the exit status)" when --fail-tiers is not all, else "".
 std::string counted_note(const CampaignOptions& o, const Outcome& r) {
   if (o.fail_tiers == "all") return "";
-  return " (--fail-tiers " + o.fail_tiers + ": " + std::to_string(r.tally.counted) + " of them counted for the exit status)";
+  return " (--fail-tiers " + o.fail_tiers + ": " + std::to_string(r.tally.counted) +
+         " of them counted for the exit status)";
 }
 
 // The distinct failures: the first --max-failures of each kernel x class (found first), the rest counted.
@@ -181,12 +182,14 @@ void print_failures(const CampaignOptions& o, const Outcome& r, const RunRecord&
   for (size_t i : shown) {
     const RecordedVerdict& v = *r.found[i].file.verdict;
     const int64_t n = tally.count(v.kernel, failure_class_name(v.failure));
-    std::printf("%-18s %-13s %-30s %-34s %-10s %s%s%s%s\n", input_tier_name(tier[i]), failure_class_name(v.failure),
-                v.kernel.c_str(),
-                shape(rec.entries[i].the_case.problem).c_str(), after_text(times_of(r, r.found[i])).c_str(),
-                rec.entries[i].replay_command.c_str(), is_new(r, r.found[i]) && r.history.runs.size() > 1 ? "  NEW" : "",
-                n > 1 && !r.all_failures ? ("  (" + std::to_string(n) + " distinct of this kernel x class)").c_str() : "",
-                tier_counted(o.fail_tiers, tier[i]) ? "" : "  (not counted: --fail-tiers)");
+    std::printf(
+        "%-18s %-13s %-30s %-34s %-10s %s%s%s%s\n", input_tier_name(tier[i]), failure_class_name(v.failure),
+        v.kernel.c_str(), shape(rec.entries[i].the_case.problem).c_str(),
+        after_text(times_of(r, r.found[i])).c_str(), rec.entries[i].replay_command.c_str(),
+        is_new(r, r.found[i]) && r.history.runs.size() > 1 ? "  NEW" : "",
+        n > 1 && !r.all_failures ? ("  (" + std::to_string(n) + " distinct of this kernel x class)").c_str()
+                                 : "",
+        tier_counted(o.fail_tiers, tier[i]) ? "" : "  (not counted: --fail-tiers)");
   }
   if (shown.size() < r.found.size())
     std::printf("(%zu more distinct failure(s) of the same kernels x classes: summary.md, report.json; --all-failures "
@@ -224,7 +227,8 @@ void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& 
       r.history.runs.size() > 1 ? (", " + std::to_string(fresh) + " new in this run").c_str() : "",
       r.interrupted ? " (interrupted)" : "");
   if (!r.found.empty())  // issue 30: the tiers lead, ordinary first
-    std::printf("failures by input tier: %s%s\n", input_tier_counts(r.tally.n).c_str(), counted_note(o, r).c_str());
+    std::printf("failures by input tier: %s%s\n", input_tier_counts(r.tally.n).c_str(),
+                counted_note(o, r).c_str());
   if (const std::string runs = runs_text(r); !runs.empty()) std::printf("%s\n", runs.c_str());
   print_findings(r);
   print_failures(o, r, rec);
@@ -308,10 +312,15 @@ void history_json(const Outcome& r, const std::string& fail_tiers, Json& camp) {
   for (size_t i = 0; i < r.found.size(); ++i) {
     const Failure& f = r.found[i];
     const RecordedVerdict& v = *f.file.verdict;
-    Json x = {{"file", f.path.filename().string()}, {"kernel", v.kernel}, {"class", failure_class_name(v.failure)},
-              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(r.tiers[i])},
+    Json x = {{"file", f.path.filename().string()},
+              {"kernel", v.kernel},
+              {"class", failure_class_name(v.failure)},
+              {"signature", v.signature},
+              {"new", is_new(r, f)},
+              {"tier", input_tier_name(r.tiers[i])},
               {"counted", tier_counted(fail_tiers, r.tiers[i])},
-              {"tier_as_found", input_tier_name(input_tier(f.file.the_case))}, {"shape_as_found", shape(f.file.the_case.problem)}};
+              {"tier_as_found", input_tier_name(input_tier(f.file.the_case))},
+              {"shape_as_found", shape(f.file.the_case.problem)}};
     if (f.minimal)
       x["minimized"] = {{"file", "minimized/" + f.minimal_path.filename().string()}, {"shape", shape(f.minimal->the_case.problem)},
                         {"description", describe(f.minimal->the_case)}, {"signature", f.minimal->verdict->signature}};
@@ -442,7 +451,8 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
      << (r.synced ? " found here, " + std::to_string(r.imported.size()) + " imported" : std::string())
      << (r.interrupted ? " (interrupted)" : "") << "\n";
   if (!r.found.empty())
-    md << "- failures by input tier: " << input_tier_counts(r.tally.n) << markdown_escape(counted_note(o, r)) << "\n";
+    md << "- failures by input tier: " << input_tier_counts(r.tally.n) << markdown_escape(counted_note(o, r))
+       << "\n";
   md << "- semantic features covered: " << a.features << "; corpus: `" << p.corpus.string() << "`\n"
      << "- worker processes that died: " << r.deaths.crashes << " crash(es), " << r.deaths.hangs << " hang(s)"
      << (ended.empty() ? "" : ": " + markdown_escape(ended)) << "\n";
@@ -488,12 +498,12 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
       const FailureTimes* t = times_of(r, r.found[i]);
       char known[32] = "-";
       if (t) std::snprintf(known, sizeof known, "%.0f s", t->classified_after_s);
-      md << "| " << input_tier_name(tier[i]) << (tier_counted(o.fail_tiers, tier[i]) ? "" : " (not counted)") << " | "
-         << failure_class_name(e.result.failure) << " | "
-         << markdown_escape(e.result.kernel) << " | "
-         << markdown_escape(shape(e.the_case.problem)) << " | " << after_text(t) << " | " << known << " | "
-         << (t ? std::to_string(t->run) : "-") << (is_new(r, r.found[i]) && r.history.runs.size() > 1 ? " **new**" : "")
-         << " | `" << e.replay_command << "` |\n";
+      md << "| " << input_tier_name(tier[i]) << (tier_counted(o.fail_tiers, tier[i]) ? "" : " (not counted)")
+         << " | " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel)
+         << " | " << markdown_escape(shape(e.the_case.problem)) << " | " << after_text(t) << " | " << known
+         << " | " << (t ? std::to_string(t->run) : "-")
+         << (is_new(r, r.found[i]) && r.history.runs.size() > 1 ? " **new**" : "") << " | `"
+         << e.replay_command << "` |\n";
     }
     md << "\n";
   }
@@ -537,7 +547,8 @@ int write_summary(const CampaignOptions& o, const Paths& p, Outcome& r) {
   // Ordinary inputs first everywhere (report.json, summary.md, junit.xml), found order within a tier.
   std::vector<std::pair<InputTier, size_t>> order;
   for (size_t i = 0; i < r.found.size(); ++i) order.emplace_back(input_tier(r.found[i].shown().the_case), i);
-  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<Failure> sorted;
   r.tiers.clear();
   for (const auto& [tier, i] : order) {

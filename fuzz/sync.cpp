@@ -654,8 +654,8 @@ void print_merge(const Merge& m, const Totals& t, const std::vector<const Merged
                 "first found by", "at", "after", "replay");
   for (size_t i = 0; i < order.size(); ++i)
     std::printf("%-18s %-13s %-30s %-22s %-16s %-20s %-10s %s\n", input_tier_name(order[i]->tier),
-                failure_class_name(order[i]->verdict.failure),
-                order[i]->verdict.kernel.c_str(), order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
+                failure_class_name(order[i]->verdict.failure), order[i]->verdict.kernel.c_str(),
+                order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
                 iso_utc(order[i]->found_at).c_str(), after_cell(*order[i]).c_str(),
                 rec.entries[i].replay_command.c_str());
 }
@@ -689,10 +689,10 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
       std::string also;
       for (const auto& b : f.also_by) also += (also.empty() ? "" : ", ") + b;
       md << "| " << input_tier_name(f.tier) << " | " << failure_class_name(f.verdict.failure) << " | "
-         << markdown_escape(f.verdict.kernel) << " | "
-         << markdown_escape(f.verdict.signature) << " | " << markdown_escape(f.first_by) << " | "
-         << iso_utc(f.found_at) << " | " << markdown_escape(after_cell(f)) << " | " << markdown_escape(also)
-         << " | `" << rec.entries[i].replay_command << "` |\n";
+         << markdown_escape(f.verdict.kernel) << " | " << markdown_escape(f.verdict.signature) << " | "
+         << markdown_escape(f.first_by) << " | " << iso_utc(f.found_at) << " | "
+         << markdown_escape(after_cell(f)) << " | " << markdown_escape(also) << " | `"
+         << rec.entries[i].replay_command << "` |\n";
     }
     md << "\n";
     if (starred)
@@ -727,10 +727,12 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     f.tier = input_tier(f.grouped.the_case);
     order.push_back(&f);
   }
-  std::sort(order.begin(), order.end(), [](const MergedFailure* a, const MergedFailure* b) {  // ordinary first
-    if (a->tier != b->tier) return a->tier < b->tier;
-    return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact : a->path < b->path;
-  });
+  std::sort(order.begin(), order.end(),
+            [](const MergedFailure* a, const MergedFailure* b) {  // ordinary first
+              if (a->tier != b->tier) return a->tier < b->tier;
+              return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact
+                                                            : a->path < b->path;
+            });
   RunRecord rec;
   rec.tool.name = "attn-fuzz";
   rec.tool.command = command_line;

@@ -76,9 +76,10 @@ void define_options(CLI::App& app, Args& a) {
       ->check(writable_file())
       ->group(out_g);
   app.add_flag("--quiet,-q", a.quiet, "no per-failure report")->group(out_g);
-  app.add_option("--values", a.values,
-                 "value domain: ieee | finite (no NaN / Inf in cases and perturbations) | activations (LLM-like: "
-                 "|x| <= 64, outlier channels, scale near 1/sqrt(D))")
+  app.add_option(
+         "--values", a.values,
+         "value domain: ieee | finite (no NaN / Inf in cases and perturbations) | activations (LLM-like: "
+         "|x| <= 64, outlier channels, scale near 1/sqrt(D))")
       ->check(CLI::IsMember({"ieee", "finite", "activations"}))
       ->capture_default_str()
       ->group(cases);

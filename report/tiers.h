@@ -1,5 +1,5 @@
-// tiers.h - the --fail-tiers set of attn-check and attn-fuzz: failures counted by input tier, and which tiers make
-// the exit status 1 (docs/semantics.md "Input tiers").
+// tiers.h - the --fail-tiers set of attn-check and attn-fuzz: failures counted by input tier, and which tiers
+// make the exit status 1 (docs/semantics.md "Input tiers").
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,8 @@ struct TierTally {
 TierTally tally_tiers(const std::vector<InputTier>& failures, const std::string& fail_tiers);
 
 // The exit status of a run with failures of these tiers: 1 when one is in a counted tier or none is tiered
-// (the caller's failures are then of another kind), else 0, after the line "exit 0: every failure is in a tier
-// --fail-tiers F does not count".
+// (the caller's failures are then of another kind), else 0, after the line "exit 0: every failure is in a
+// tier --fail-tiers F does not count".
 int tier_exit_status(const TierTally& t, const std::string& fail_tiers);
 
 }  // namespace attnfuzz

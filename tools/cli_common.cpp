@@ -359,7 +359,8 @@ void add_oracle_options(CLI::App& app, CommonOptions& o) {
          "--values", o.values,
          "value domain of generated cases: ieee (NaN, +-Inf, subnormals, -0, FLT_MAX) | finite (the same "
          "without NaN and Inf) | activations (LLM-like: finite, |x| <= 64, outlier channels, scale near "
-         "1/sqrt(D), no special value but -0; always the ordinary tier); replay uses the domain recorded in the file")
+         "1/sqrt(D), no special value but -0; always the ordinary tier); replay uses the domain recorded in "
+         "the file")
       ->group(r)
       ->check(CLI::IsMember({"ieee", "finite", "activations"}))
       ->capture_default_str();

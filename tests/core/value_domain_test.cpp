@@ -1,6 +1,6 @@
-// value_domain_test.cpp - the finite and activations value domains (docs/semantics.md "Value domains"): no generated
-// case holds NaN/Inf in q/k/v (sweep, flags, validate), extremes stay under finite, activations stay in their bounds
-// and are ordinary, and the domains round-trip through corpus files.
+// value_domain_test.cpp - the finite and activations value domains (docs/semantics.md "Value domains"): no
+// generated case holds NaN/Inf in q/k/v (sweep, flags, validate), extremes stay under finite, activations
+// stay in their bounds and are ordinary, and the domains round-trip through corpus files.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -138,7 +138,7 @@ TEST(ValueDomain, RoundTripsThroughTheCorpusFile) {
   EXPECT_THROW(parse_corpus(unk), CorpusError);
 }
 
-// ---- issue 30: the activations domain (finite, |x| <= 64, outlier channels, scale near 1/sqrt(D)) ----------
+// ---- issue 30: the activations domain (finite, |x| <= 64, outlier channels, scale near 1/sqrt(D)) ----
 
 // The largest |x| over the addressed elements of q, k and v (sequence layouts: the tokens of the sequences).
 float max_abs(const Problem& p, const Tensors& t) {
@@ -150,7 +150,8 @@ float max_abs(const Problem& p, const Tensors& t) {
     for (int64_t s = 0; s < seq_len_k(p, t, b); ++s)
       for (int64_t h = 0; h < p.heads_kv; ++h) {
         for (int64_t d = 0; d < p.head_dim; ++d) m = std::max(m, std::fabs(t.k[k_offset(p, t, b, s, h, d)]));
-        for (int64_t d = 0; d < p.head_dim_v; ++d) m = std::max(m, std::fabs(t.v[v_offset(p, t, b, s, h, d)]));
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          m = std::max(m, std::fabs(t.v[v_offset(p, t, b, s, h, d)]));
       }
   }
   return m;
@@ -225,8 +226,9 @@ TEST(ActivationsDomain, GeneratedValuesStayInBoundsWithOutlierChannels) {
   const Tensors t = generate(c);
   EXPECT_FALSE(has_nonfinite(c, t));
   EXPECT_LE(max_abs(c.problem, t), 64.0f);
-  // Outlier channels: per (tensor, head) a few channels hold magnitudes 10-50x the others', the same channels at
-  // every batch and position. Here: the channel of q head 1 with the largest mean |x| against the median channel.
+  // Outlier channels: per (tensor, head) a few channels hold magnitudes 10-50x the others', the same channels
+  // at every batch and position. Here: the channel of q head 1 with the largest mean |x| against the median
+  // channel.
   const Problem& p = c.problem;
   std::vector<double> mean(static_cast<size_t>(p.head_dim), 0);
   for (int64_t b = 0; b < p.batch; ++b)
@@ -237,13 +239,15 @@ TEST(ActivationsDomain, GeneratedValuesStayInBoundsWithOutlierChannels) {
   EXPECT_GT(sorted.back(), 5 * sorted[sorted.size() / 2]);
   // 1 + 128 / 64 = 3 outlier channels at most: the fourth largest channel is an ordinary one.
   EXPECT_LT(sorted[sorted.size() - 4], 2 * sorted[sorted.size() / 2]);
-  // The base values are the ieee / finite domains' (same streams): only the outlier channels and the clamp differ.
+  // The base values are the ieee / finite domains' (same streams): only the outlier channels and the clamp
+  // differ.
   Case f = c;
   f.values.domain = ValueDomain::kFinite;
   const Tensors g = generate(f);
   int same = 0, total = 0;
   for (int64_t s = 0; s < p.seq_k; ++s)
-    for (int64_t d = 0; d < p.head_dim; ++d, ++total) same += t.k[k_index(p, 0, s, 0, d)] == g.k[k_index(p, 0, s, 0, d)];
+    for (int64_t d = 0; d < p.head_dim; ++d, ++total)
+      same += t.k[k_index(p, 0, s, 0, d)] == g.k[k_index(p, 0, s, 0, d)];
   EXPECT_GT(same, total * 9 / 10);
   EXPECT_LT(same, total);
   // A wide base distribution is clamped at 64 (and a dtype stores 64 exactly).

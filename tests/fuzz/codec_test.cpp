@@ -245,8 +245,9 @@ TEST(FiniteDomain, MutationsCrossOversAndShrinksStayFinite) {
   EXPECT_TRUE(special_in_domain(mapped.the_case.values.specials[0].kind, ValueDomain::kFinite));
 }
 
-// Issue 30: under the activations domain every decoded, mutated, crossed-over or shrunk case is in the domain (no
-// NaN / Inf, |x| <= 64, scale near 1/sqrt(D), no special value but -0), of the ordinary tier, and round-trips.
+// Issue 30: under the activations domain every decoded, mutated, crossed-over or shrunk case is in the domain
+// (no NaN / Inf, |x| <= 64, scale near 1/sqrt(D), no special value but -0), of the ordinary tier, and
+// round-trips.
 TEST(ActivationsDomain, DecodedAndMutatedCasesStayInTheDomainAndRoundTrip) {
   Rng rng(30);
   FuzzLimits lim;

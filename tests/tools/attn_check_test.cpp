@@ -127,7 +127,8 @@ TEST(AttnCheck, FailTiersChooseWhatCountsForTheExitStatus) {
   EXPECT_TRUE(has(bad.out, "'bogus' is not a tier")) << bad.out;
 }
 
-// Issue 30: --values activations: LLM-like inputs, ordinary tier; a case flag outside the domain is one line, exit 2.
+// Issue 30: --values activations: LLM-like inputs, ordinary tier; a case flag outside the domain is one line,
+// exit 2.
 TEST(AttnCheck, ActivationsDomainCasesAreOrdinaryAndOutsideIsExit2) {
   Result ok = run("--no-reports --sq 9 --d 8 --kernel test-scaled --values activations");
   EXPECT_EQ(ok.code, 1) << ok.out;

@@ -202,8 +202,8 @@ const Planted kPlanted[] = {
      "wrong",
      {1, 4, 2, 33, 33, 32, 32, "causal-br"},
      {1, 4, 1, 33, 33, 32, 32, "causal-br"}},
-    // NaN in V at keys some rows must not see: 0 * NaN reaches those rows. Quiet: the same case with -0 there (every
-    // finite value is quiet: 0 * v = 0); the bug needs a non-finite value.
+    // NaN in V at keys some rows must not see: 0 * NaN reaches those rows. Quiet: the same case with -0 there
+    // (every finite value is quiet: 0 * v = 0); the bug needs a non-finite value.
     {"planted-masked-pv-zero-weight",
      "planted/flash",
      "flash-bm16-bn16",

@@ -91,7 +91,50 @@ Case make_case(const Problem& p, uint64_t seed) {
 
 namespace {
 constexpr int64_t kMaxSpecialCount = int64_t{1} << 24;
+
+// What domain d allows, for the messages of validate.
+const char* domain_rule(ValueDomain d) {
+  return d == ValueDomain::kActivations ? "finite, |x| <= 64, no special value but -0" : "no NaN or Inf";
+}
+
+bool activation_scale(const Problem& p) {
+  const double def = default_scale(p.head_dim), s = p.scale;
+  return s >= def / kActivationScaleRange && s <= def * kActivationScaleRange;  // false for NaN
+}
+
+bool activation_param(double a) { return a >= kActivationParamMin && a <= kActivationParamMax; }
+
+// The activations domain's distribution and scale (its special and explicit values: in validate's loops).
+std::string validate_activations(const Case& c) {
+  if (c.values.domain != ValueDomain::kActivations) return {};
+  if (c.values.dist.kind == Distribution::kExtreme)
+    return "extreme:MAG values are not in the activations value domain (uniform, normal, vbias or widev)";
+  if (!c.explicit_values && !activation_param(c.values.dist.param))
+    return "value distribution parameter " + shortest(c.values.dist.param) +
+           " is outside the activations value domain's [0.001, 4]";
+  if (!activation_scale(c.problem))
+    return "scale " + shortest(c.problem.scale) +
+           " is outside the activations value domain (within 8x of 1/sqrt(D) = " +
+           shortest(default_scale(c.problem.head_dim)) + ")";
+  return {};
+}
 }  // namespace
+
+void fit_value_domain(Case& c) {
+  if (c.values.domain != ValueDomain::kActivations) return;
+  ValueDist& dist = c.values.dist;
+  if (dist.kind == Distribution::kExtreme) dist = ValueDist{};
+  if (!activation_param(dist.param))
+    dist.param =
+        std::isnan(dist.param) ? 1.0 : std::clamp(dist.param, kActivationParamMin, kActivationParamMax);
+  if (!activation_scale(c.problem)) c.problem.scale = default_scale(c.problem.head_dim);
+  std::erase_if(c.values.specials,
+                [&](const SpecialValue& s) { return !special_in_domain(s.kind, c.values.domain); });
+  if (c.explicit_values)
+    for (auto* buf : {&c.explicit_values->q, &c.explicit_values->k, &c.explicit_values->v})
+      for (float& x : *buf)  // the stride gaps' poison stays
+        if (std::bit_cast<uint32_t>(x) != kStrideGapBits) x = to_domain(x, c.values.domain);
+}
 
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
@@ -109,9 +152,11 @@ std::string validate(const Case& c) {
   const double a = c.values.dist.param;
   if (!(a > 0) || !std::isfinite(a))
     return "value distribution parameter " + shortest(a) + " is invalid: need a finite value > 0";
+  if (std::string e = validate_activations(c); !e.empty()) return e;
   for (const SpecialValue& s : c.values.specials) {
     if (!special_in_domain(s.kind, c.values.domain))
-      return "special value '" + to_string(s) + "' is not in the finite value domain (no NaN or Inf)";
+      return "special value '" + to_string(s) + "' is not in the " + value_domain_name(c.values.domain) +
+             " value domain (" + domain_rule(c.values.domain) + ")";
     if (s.count < 0 || s.count > kMaxSpecialCount)
       return "special value '" + to_string(s) + "' has an invalid count (need 0 .. 2^24)";
     if (s.placement == Placement::kAt) {
@@ -134,7 +179,7 @@ std::string validate(const Case& c) {
     if (!e.dout.empty() && !has_backward(c.pass)) return "explicit dO is given for a forward case";
     if (!e.dout.empty())
       if (auto m = check("dO", e.dout.size(), o_elements(c.problem)); !m.empty()) return m;
-    if (c.values.domain == ValueDomain::kFinite && !has_sequences(c.problem)) {  // sequences: on the view
+    if (finite_domain(c.values.domain) && !has_sequences(c.problem)) {  // sequences: on the view
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
         const std::vector<float>& buf = t == Tensor::kQ ? e.q : t == Tensor::kK ? e.k : e.v;
@@ -142,11 +187,13 @@ std::string validate(const Case& c) {
           for (int64_t s = 0; s < tensor_seq(p, t); ++s)
             for (int64_t h = 0; h < tensor_heads(p, t); ++h)
               for (int64_t d = 0; d < tensor_dim(p, t); ++d)
-                if (!std::isfinite(buf[static_cast<size_t>(tensor_index(p, t, b, h, s, d))]))
-                  return std::string("explicit ") + tensor_name(t) +
-                         " holds a NaN or Inf at (b=" + std::to_string(b) + ", s=" + std::to_string(s) +
-                         ", h=" + std::to_string(h) + ", d=" + std::to_string(d) +
-                         "): not in the finite value domain";
+                if (const float x = buf[static_cast<size_t>(tensor_index(p, t, b, h, s, d))];
+                    !value_in_domain(x, c.values.domain))
+                  return std::string("explicit ") + tensor_name(t) + " holds " + shortest(x) +
+                         " at (b=" + std::to_string(b) + ", s=" + std::to_string(s) +
+                         ", h=" + std::to_string(h) + ", d=" + std::to_string(d) + "): not in the " +
+                         value_domain_name(c.values.domain) + " value domain (" +
+                         domain_rule(c.values.domain) + ")";
       }
     }
   }
@@ -201,7 +248,7 @@ std::string validate_variants(const Case& c) {
   }
   if (!vs.bias.empty()) {
     if (auto m = count("bias", vs.bias.size(), bias_elements(p)); !m.empty()) return m;
-    if (c.values.domain == ValueDomain::kFinite)
+    if (finite_domain(c.values.domain))
       for (float x : vs.bias)
         if (!std::isfinite(x)) return "the bias holds a NaN or Inf: not in the finite value domain";
   }

@@ -81,6 +81,31 @@ std::vector<float> generate_dout(const Case& c) {
   return out;
 }
 Tensors generate_qkv(const Case& c);
+
+// The activations domain's outlier channels (case.h generate): per tensor and head, 1 + D / 64 channels (D >=
+// 4) scaled by a factor in [10, 50] from stream (seed, 12), the same channels at every batch and position (as
+// an LLM's q, k, v have them); then every base value clamped to +-kActivationBound.
+void activation_outliers(const Case& c, Tensors& out) {
+  const Problem& p = c.problem;
+  Rng rng(c.seed, 12);
+  for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
+    std::vector<float>& buf = t == Tensor::kQ ? out.q : t == Tensor::kK ? out.k : out.v;
+    const int64_t dim = tensor_dim(p, t);
+    std::vector<double> factor(static_cast<size_t>(dim));
+    for (int64_t h = 0; h < tensor_heads(p, t); ++h) {
+      std::fill(factor.begin(), factor.end(), 1.0);
+      for (int64_t n = 0; dim >= 4 && n < 1 + dim / 64; ++n)
+        factor[rng.below(static_cast<uint64_t>(dim))] = 10 + 40 * rng.uniform01();
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t s = 0; s < tensor_seq(p, t); ++s)
+          for (int64_t d = 0; d < dim; ++d) {
+            float& x = buf[static_cast<size_t>(tensor_index(p, t, b, h, s, d))];
+            x = static_cast<float>(
+                std::clamp(x * factor[static_cast<size_t>(d)], -kActivationBound, kActivationBound));
+          }
+    }
+  }
+}
 }  // namespace
 
 // The variant buffers (case.h VariantSpec): given lists as they are, else sinks from stream (seed, 6) and the bias
@@ -117,7 +142,7 @@ Tensors generate(const Case& c) {
   if (has_backward(c.pass)) {
     out.dout = c.explicit_values && !c.explicit_values->dout.empty() ? c.explicit_values->dout : generate_dout(c);
     if (c.problem.dtype != AF_DTYPE_F32)  // dO is stored in the dtype too (NaN, so the stride gaps, pass)
-      for (float& x : out.dout) x = to_stored(x, c.problem.dtype, c.values.domain == ValueDomain::kFinite);
+      for (float& x : out.dout) x = to_stored(x, c.problem.dtype, finite_domain(c.values.domain));
   }
   return out;
 }
@@ -130,7 +155,7 @@ Tensors generate_qkv(const Case& c) {
   // gap poison of sequence layouts, passes through).
   auto store = [&](Tensors& t) {
     if (c.problem.dtype == AF_DTYPE_F32) return;
-    const bool sat = c.values.domain == ValueDomain::kFinite;
+    const bool sat = finite_domain(c.values.domain);
     for (auto* buf : {&t.q, &t.k, &t.v})
       for (float& x : *buf) x = to_stored(x, c.problem.dtype, sat);
   };
@@ -161,7 +186,7 @@ Tensors generate_qkv(const Case& c) {
   } else if (dist.kind == Distribution::kWideV) {
     qk_half = 1.0;
   }
-  const bool finite = c.values.domain == ValueDomain::kFinite;
+  const bool finite = finite_domain(c.values.domain);
   auto in_domain = [finite](double x) {
     return finite ? static_cast<float>(
                         std::clamp(x, -static_cast<double>(FLT_MAX), static_cast<double>(FLT_MAX)))
@@ -183,6 +208,7 @@ Tensors generate_qkv(const Case& c) {
   filler(Tensor::kQ, qk_half);
   filler(Tensor::kK, qk_half);
   filler(Tensor::kV, v_half);
+  if (c.values.domain == ValueDomain::kActivations) activation_outliers(c, out);
 
   if (c.values.specials.empty()) {
     store(out);

@@ -81,7 +81,9 @@ const char* placement_name(Placement p) {
   return "?";
 }
 
-const char* value_domain_name(ValueDomain d) { return d == ValueDomain::kFinite ? "finite" : "ieee"; }
+const char* value_domain_name(ValueDomain d) {
+  return d == ValueDomain::kFinite ? "finite" : d == ValueDomain::kActivations ? "activations" : "ieee";
+}
 
 const char* pass_name(Pass p) { return p == Pass::kBwd ? "bwd" : p == Pass::kFwdBwd ? "fwdbwd" : "fwd"; }
 
@@ -98,15 +100,29 @@ std::string parse_value_domain(const std::string& text, ValueDomain& out) {
     out = ValueDomain::kIeee;
   } else if (text == "finite") {
     out = ValueDomain::kFinite;
+  } else if (text == "activations") {
+    out = ValueDomain::kActivations;
   } else {
-    return "unknown value domain '" + text + "': ieee or finite";
+    return "unknown value domain '" + text + "': ieee, finite or activations";
   }
   return {};
 }
 
 bool special_in_domain(SpecialKind k, ValueDomain d) {
+  if (d == ValueDomain::kActivations) return k == SpecialKind::kNegZero;
   return d == ValueDomain::kIeee ||
          !(k == SpecialKind::kNaN || k == SpecialKind::kPosInf || k == SpecialKind::kNegInf);
+}
+
+bool value_in_domain(float x, ValueDomain d) {
+  if (d == ValueDomain::kActivations) return std::fabs(x) <= kActivationBound;  // false for NaN
+  return d == ValueDomain::kIeee || std::isfinite(x);
+}
+
+float to_domain(float x, ValueDomain d) {
+  if (value_in_domain(x, d)) return x;
+  if (std::isnan(x)) return 0.0f;
+  return std::copysign(d == ValueDomain::kActivations ? static_cast<float>(kActivationBound) : FLT_MAX, x);
 }
 
 std::string case_detail::shortest(double v) {

@@ -77,6 +77,8 @@ std::string input_tier_counts(const int64_t (&n)[4]) {
 }
 
 InputTier input_tier(const Case& c) {
+  // The activations domain is the magnitudes a model produces by definition (validate holds its cases to it).
+  if (c.values.domain == ValueDomain::kActivations) return InputTier::kOrdinary;
   const Problem& p = c.problem;
   const bool dense = !has_sequences(p);
   const std::vector<int64_t> key_count = dense && p.seq_k > 0 ? key_visibility_counts(p) : std::vector<int64_t>{};

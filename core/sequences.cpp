@@ -175,7 +175,7 @@ std::string validate_sequences(const Case& c) {
   if (!same3(q.q_stride, p.q_stride) || !same3(q.k_stride, p.k_stride) || !same3(q.v_stride, p.v_stride) ||
       !same3(q.o_stride, p.o_stride) || !same3(q.lse_stride, p.lse_stride))
     return "sequence layouts use contiguous strides in the layout (custom strides are not supported)";
-  if (c.explicit_values && c.values.domain == ValueDomain::kFinite &&
+  if (c.explicit_values && finite_domain(c.values.domain) &&
       c.explicit_values->q.size() == static_cast<size_t>(q_elements(p)) &&
       c.explicit_values->k.size() == static_cast<size_t>(k_elements(p)) &&
       c.explicit_values->v.size() == static_cast<size_t>(v_elements(p))) {
@@ -186,15 +186,19 @@ std::string validate_sequences(const Case& c) {
       bool bad = false;
       for (int64_t s = 0; s < seq_len_q(p, t, b) && !bad; ++s)
         for (int64_t h = 0; h < p.heads_q; ++h)
-          for (int64_t d = 0; d < p.head_dim; ++d) bad |= !std::isfinite(e.q[q_offset(p, t, b, s, h, d)]);
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            bad |= !value_in_domain(e.q[q_offset(p, t, b, s, h, d)], c.values.domain);
       for (int64_t s = 0; s < seq_len_k(p, t, b) && !bad; ++s)
         for (int64_t h = 0; h < p.heads_kv; ++h) {
-          for (int64_t d = 0; d < p.head_dim; ++d) bad |= !std::isfinite(e.k[k_offset(p, t, b, s, h, d)]);
-          for (int64_t d = 0; d < p.head_dim_v; ++d) bad |= !std::isfinite(e.v[v_offset(p, t, b, s, h, d)]);
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            bad |= !value_in_domain(e.k[k_offset(p, t, b, s, h, d)], c.values.domain);
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            bad |= !value_in_domain(e.v[v_offset(p, t, b, s, h, d)], c.values.domain);
         }
       if (bad)
-        return "explicit values of sequence " + std::to_string(b) +
-               " hold a NaN or Inf: not in the finite value domain";
+        return "explicit values of sequence " + std::to_string(b) + " hold a value outside the " +
+               value_domain_name(c.values.domain) + " value domain" +
+               (c.values.domain == ValueDomain::kActivations ? " (finite, |x| <= 64)" : " (a NaN or Inf)");
     }
   }
   for (const SpecialValue& sv : c.values.specials)

@@ -35,6 +35,9 @@ struct CampaignOptions {
   // Seconds, in all, for minimizing the new distinct failures after the workers end (campaign_minimize.cpp);
   // < 0: a tenth of max_time_s, at most 300 (30 without max_time_s); 0: none.
   double minimize_budget_s = -1;
+  // --fail-tiers (report/tiers.h): the input tiers whose distinct failures make the exit status 1; failures
+  // of the other tiers are still reported, marked as not counted.
+  std::string fail_tiers = "all";
 };
 
 // Runs a campaign; returns the exit status (0 no failure, 1 distinct failures found, 2 error).

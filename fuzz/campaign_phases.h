@@ -21,6 +21,7 @@
 #include "fuzz/findings.h"
 #include "fuzz/mps.h"
 #include "fuzz/sync.h"
+#include "report/tiers.h"
 
 namespace attnfuzz::fuzz::campaign {
 
@@ -399,6 +400,7 @@ struct Outcome {
   // is one) and the failures grouped into findings.
   std::vector<InputTier> tiers;
   std::vector<Finding> findings;
+  TierTally tally;  // the tiers counted per tier, and those --fail-tiers counts
 };
 // "B=1 H=2/1 7x13 D=59 causal-br" (+ the layout): a failure's shape in summary tables.
 std::string shape(const Problem& p);

@@ -140,8 +140,15 @@ void print_findings(const Outcome& r) {
   if (fs.size() > 10) std::printf("  (%zu more: summary.md, report.json)\n", fs.size() - 10);
 }
 
+// " (--fail-tiers F: N of them counted for the exit status)" when --fail-tiers is not all, else "".
+std::string counted_note(const CampaignOptions& o, const Outcome& r) {
+  if (o.fail_tiers == "all") return "";
+  return " (--fail-tiers " + o.fail_tiers + ": " + std::to_string(r.tally.counted) +
+         " of them counted for the exit status)";
+}
+
 // The distinct failures: the first --max-failures of each kernel x class (found first), the rest counted.
-void print_failures(const Outcome& r, const RunRecord& rec) {
+void print_failures(const CampaignOptions& o, const Outcome& r, const RunRecord& rec) {
   if (r.found.empty()) return;
   std::vector<size_t> order(r.found.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -175,11 +182,14 @@ void print_failures(const Outcome& r, const RunRecord& rec) {
   for (size_t i : shown) {
     const RecordedVerdict& v = *r.found[i].file.verdict;
     const int64_t n = tally.count(v.kernel, failure_class_name(v.failure));
-    std::printf("%-18s %-13s %-30s %-34s %-10s %s%s%s\n", input_tier_name(tier[i]), failure_class_name(v.failure),
-                v.kernel.c_str(),
-                shape(rec.entries[i].the_case.problem).c_str(), after_text(times_of(r, r.found[i])).c_str(),
-                rec.entries[i].replay_command.c_str(), is_new(r, r.found[i]) && r.history.runs.size() > 1 ? "  NEW" : "",
-                n > 1 && !r.all_failures ? ("  (" + std::to_string(n) + " distinct of this kernel x class)").c_str() : "");
+    std::printf(
+        "%-18s %-13s %-30s %-34s %-10s %s%s%s%s\n", input_tier_name(tier[i]), failure_class_name(v.failure),
+        v.kernel.c_str(), shape(rec.entries[i].the_case.problem).c_str(),
+        after_text(times_of(r, r.found[i])).c_str(), rec.entries[i].replay_command.c_str(),
+        is_new(r, r.found[i]) && r.history.runs.size() > 1 ? "  NEW" : "",
+        n > 1 && !r.all_failures ? ("  (" + std::to_string(n) + " distinct of this kernel x class)").c_str()
+                                 : "",
+        tier_counted(o.fail_tiers, tier[i]) ? "" : "  (not counted: --fail-tiers)");
   }
   if (shown.size() < r.found.size())
     std::printf("(%zu more distinct failure(s) of the same kernels x classes: summary.md, report.json; --all-failures "
@@ -236,9 +246,12 @@ void print_summary(const CampaignOptions& o, const Outcome& r, const RunRecord& 
       r.synced ? (" found here, " + std::to_string(r.imported.size()) + " imported").c_str() : "",
       r.history.runs.size() > 1 ? (", " + std::to_string(fresh) + " new in this run").c_str() : "",
       r.interrupted ? " (interrupted)" : "");
+  if (!r.found.empty())  // issue 30: the tiers lead, ordinary first
+    std::printf("failures by input tier: %s%s\n", input_tier_counts(r.tally.n).c_str(),
+                counted_note(o, r).c_str());
   if (const std::string runs = runs_text(r); !runs.empty()) std::printf("%s\n", runs.c_str());
   print_findings(r);
-  print_failures(r, rec);
+  print_failures(o, r, rec);
   print_kernels(r);
   if (const std::string t = phase_line(a); !t.empty()) std::printf("%s\n", t.c_str());
   if (!r.imported.empty()) {
@@ -309,7 +322,7 @@ Json sync_json(const CampaignOptions& o, const Outcome& r) {
 
 // The campaign over its runs (report.json's campaign): the runs, when each distinct failure was found and its
 // class known, the per-kernel table, the kernels that got no check.
-void history_json(const Outcome& r, Json& camp) {
+void history_json(const Outcome& r, const std::string& fail_tiers, Json& camp) {
   camp["first_started_unix"] = static_cast<int64_t>(r.history.first_started());
   Json runs = Json::array();
   for (const History::Run& x : r.history.runs)
@@ -320,9 +333,15 @@ void history_json(const Outcome& r, Json& camp) {
   for (size_t i = 0; i < r.found.size(); ++i) {
     const Failure& f = r.found[i];
     const RecordedVerdict& v = *f.file.verdict;
-    Json x = {{"file", f.path.filename().string()}, {"kernel", v.kernel}, {"class", failure_class_name(v.failure)},
-              {"signature", v.signature}, {"new", is_new(r, f)}, {"tier", input_tier_name(r.tiers[i])},
-              {"tier_as_found", input_tier_name(input_tier(f.file.the_case))}, {"shape_as_found", shape(f.file.the_case.problem)}};
+    Json x = {{"file", f.path.filename().string()},
+              {"kernel", v.kernel},
+              {"class", failure_class_name(v.failure)},
+              {"signature", v.signature},
+              {"new", is_new(r, f)},
+              {"tier", input_tier_name(r.tiers[i])},
+              {"counted", tier_counted(fail_tiers, r.tiers[i])},
+              {"tier_as_found", input_tier_name(input_tier(f.file.the_case))},
+              {"shape_as_found", shape(f.file.the_case.problem)}};
     if (f.minimal)
       x["minimized"] = {{"file", "minimized/" + f.minimal_path.filename().string()}, {"shape", shape(f.minimal->the_case.problem)},
                         {"description", describe(f.minimal->the_case)}, {"signature", f.minimal->verdict->signature}};
@@ -399,7 +418,12 @@ Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
   camp["replay_flags"] = o.worker.replay_flags;
   camp["features_hex"] = a.features_hex;
   if (r.synced) camp["sync"] = sync_json(o, r);
-  history_json(r, camp);
+  history_json(r, o.fail_tiers, camp);
+  Json by_tier = Json::object();  // issue 30: ordinary first (the keys in kInputTiers order)
+  for (InputTier t : kInputTiers) by_tier[input_tier_name(t)] = r.tally.n[static_cast<int>(t)];
+  camp["failures_by_tier"] = by_tier;
+  camp["fail_tiers"] = o.fail_tiers;
+  camp["failures_counted"] = r.tally.counted;
   return camp;
 }
 
@@ -447,8 +471,11 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
      << static_cast<long long>(r.wall > 0 ? a.cases / r.wall : 0) << "/s), " << a.failing
      << " failing checks, **" << r.found.size() << " distinct failure(s)**"
      << (r.synced ? " found here, " + std::to_string(r.imported.size()) + " imported" : std::string())
-     << (r.interrupted ? " (interrupted)" : "") << "\n"
-     << "- semantic features covered: " << a.features << "; corpus: `" << p.corpus.string() << "`\n"
+     << (r.interrupted ? " (interrupted)" : "") << "\n";
+  if (!r.found.empty())
+    md << "- failures by input tier: " << input_tier_counts(r.tally.n) << markdown_escape(counted_note(o, r))
+       << "\n";
+  md << "- semantic features covered: " << a.features << "; corpus: `" << p.corpus.string() << "`\n"
      << "- worker processes that died: " << r.deaths.crashes << " crash(es), " << r.deaths.hangs << " hang(s)"
      << (ended.empty() ? "" : ": " + markdown_escape(ended)) << "\n";
   if (!r.quarantined.empty())
@@ -493,11 +520,12 @@ std::string summary_markdown(const CampaignOptions& o, const Paths& p, const Out
       const FailureTimes* t = times_of(r, r.found[i]);
       char known[32] = "-";
       if (t) std::snprintf(known, sizeof known, "%.0f s", t->classified_after_s);
-      md << "| " << input_tier_name(tier[i]) << " | " << failure_class_name(e.result.failure) << " | "
-         << markdown_escape(e.result.kernel) << " | "
-         << markdown_escape(shape(e.the_case.problem)) << " | " << after_text(t) << " | " << known << " | "
-         << (t ? std::to_string(t->run) : "-") << (is_new(r, r.found[i]) && r.history.runs.size() > 1 ? " **new**" : "")
-         << " | `" << e.replay_command << "` |\n";
+      md << "| " << input_tier_name(tier[i]) << (tier_counted(o.fail_tiers, tier[i]) ? "" : " (not counted)")
+         << " | " << failure_class_name(e.result.failure) << " | " << markdown_escape(e.result.kernel)
+         << " | " << markdown_escape(shape(e.the_case.problem)) << " | " << after_text(t) << " | " << known
+         << " | " << (t ? std::to_string(t->run) : "-")
+         << (is_new(r, r.found[i]) && r.history.runs.size() > 1 ? " **new**" : "") << " | `"
+         << e.replay_command << "` |\n";
     }
     md << "\n";
   }
@@ -527,19 +555,32 @@ int exit_status(const CampaignOptions& o, const Outcome& r) {
                    o.worker_binary.c_str());
     return 2;
   }
-  // An unreadable failure file still records a failure in this OUT: not a clean result.
-  return r.found.empty() && r.skipped.empty() && r.imported.empty() ? 0 : 1;
+  // An unreadable failure file still records a failure in this OUT: not a clean result (it has no tier).
+  if (!r.skipped.empty()) return 1;
+  if (r.found.empty() && r.imported.empty()) return 0;
+  std::vector<InputTier> tiers = r.tiers;  // --fail-tiers: the failures found here and those imported
+  for (const ImportedFailure& f : r.imported) tiers.push_back(input_tier(f.the_case));
+  return tier_exit_status(tally_tiers(tiers, o.fail_tiers), o.fail_tiers);
 }
 
 }  // namespace
 
 int write_summary(const CampaignOptions& o, const Paths& p, Outcome& r) {
-  std::vector<const CorpusFile*> shown;
+  // Ordinary inputs first everywhere (report.json, summary.md, junit.xml), found order within a tier.
+  std::vector<std::pair<InputTier, size_t>> order;
+  for (size_t i = 0; i < r.found.size(); ++i) order.emplace_back(input_tier(r.found[i].shown().the_case), i);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<Failure> sorted;
   r.tiers.clear();
-  for (const Failure& f : r.found) {
-    shown.push_back(&f.shown());
-    r.tiers.push_back(input_tier(f.shown().the_case));
+  for (const auto& [tier, i] : order) {
+    sorted.push_back(std::move(r.found[i]));
+    r.tiers.push_back(tier);
   }
+  r.found = std::move(sorted);
+  r.tally = tally_tiers(r.tiers, o.fail_tiers);
+  std::vector<const CorpusFile*> shown;
+  for (const Failure& f : r.found) shown.push_back(&f.shown());
   r.findings = group_findings(shown);
   const RunRecord rec = make_record(o, p, r);
   print_summary(o, r, rec);

@@ -651,9 +651,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     for (auto [vec, n] : {std::pair{&e.q, q_elements(p)}, {&e.k, k_elements(p)}, {&e.v, v_elements(p)}}) {
       vec->resize(static_cast<size_t>(n));
       for (float& x : *vec) {
-        x = bits_float(r.u32());
-        if (lim.domain == ValueDomain::kFinite && !std::isfinite(x))
-          x = std::isnan(x) ? 0.0f : std::copysign(FLT_MAX, x);
+        x = to_domain(bits_float(r.u32()), lim.domain);
       }
     }
     if (static_cast<int64_t>(e.q.size() + e.k.size() + e.v.size()) <= lim.max_explicit)
@@ -696,6 +694,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     }
   }
   read_merge(r, c, lim);
+  fit_value_domain(c);  // activations: distribution, scale, specials and explicit values in its bounds
   return in;
 }
 

@@ -21,6 +21,7 @@
 
 #include "attnfuzz/report.h"
 #include "fuzz/worker.h"
+#include "report/tiers.h"
 
 namespace fs = std::filesystem;
 
@@ -380,6 +381,7 @@ struct MergedFailure {
   std::string replay_flags;
   std::set<std::string> also_by;
   CorpusFile grouped;  // what findings group by: its campaign's minimal case (OUT/minimized/<name>), else this one
+  InputTier tier = InputTier::kOrdinary;  // of `grouped` (set by merge_campaigns)
 };
 
 struct CampaignInfo {
@@ -603,6 +605,7 @@ bool copy_failures(const std::vector<const MergedFailure*>& order, const fs::pat
                   {"found_after_s", m->found_after_s},
                   {"found_after_s_from", m->after_merge_start ? "merge-start" : "finder-start"},
                   {"also_found_by", a},
+                  {"tier", input_tier_name(m->tier)},
                   {"replay", e.replay_command}});
     rec.entries.push_back(std::move(e));
   }
@@ -612,6 +615,7 @@ bool copy_failures(const std::vector<const MergedFailure*>& order, const fs::pat
 struct Totals {
   int64_t cases = 0, union_features = 0;
   double rate = 0;
+  TierTally tiers;  // the distinct failures by input tier, --fail-tiers applied
 };
 
 Json campaigns_json(const Merge& m) {
@@ -646,11 +650,12 @@ void print_merge(const Merge& m, const Totals& t, const std::vector<const Merged
                 (long long)(c.stats.is_object() ? c.stats.value("semantic_features", int64_t{0}) : -1),
                 (long long)c.own, (long long)c.first, (long long)c.imported);
   if (!order.empty())
-    std::printf("%-13s %-30s %-22s %-16s %-20s %-10s %s\n", "class", "kernel", "signature", "first found by", "at",
-                "after", "replay");
+    std::printf("%-18s %-13s %-30s %-22s %-16s %-20s %-10s %s\n", "inputs", "class", "kernel", "signature",
+                "first found by", "at", "after", "replay");
   for (size_t i = 0; i < order.size(); ++i)
-    std::printf("%-13s %-30s %-22s %-16s %-20s %-10s %s\n", failure_class_name(order[i]->verdict.failure),
-                order[i]->verdict.kernel.c_str(), order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
+    std::printf("%-18s %-13s %-30s %-22s %-16s %-20s %-10s %s\n", input_tier_name(order[i]->tier),
+                failure_class_name(order[i]->verdict.failure), order[i]->verdict.kernel.c_str(),
+                order[i]->verdict.signature.c_str(), order[i]->first_by.c_str(),
                 iso_utc(order[i]->found_at).c_str(), after_cell(*order[i]).c_str(),
                 rec.entries[i].replay_command.c_str());
 }
@@ -662,6 +667,7 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
      << " campaign(s), " << t.cases << " cases (" << static_cast<long long>(t.rate) << "/s together), **"
      << order.size() << " distinct failure(s)**";
   if (m.have_union && !m.camps.empty()) md << "; semantic features covered together: " << t.union_features;
+  if (!order.empty()) md << "\n- failures by input tier: " << input_tier_counts(t.tiers.n);
   md << "\n\n| campaign | started | cases | cases/s | features | failures found | first found | imported |\n"
      << "|---|---|---|---|---|---|---|---|\n";
   for (const CampaignInfo& c : m.camps) {
@@ -675,17 +681,18 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
   md << "\n";
   if (!order.empty()) {
     bool starred = false;
-    md << "| class | kernel | signature | first found by | at | after | also found by | replay |\n"
-       << "|---|---|---|---|---|---|---|---|\n";
+    md << "| inputs | class | kernel | signature | first found by | at | after | also found by | replay |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
     for (size_t i = 0; i < order.size(); ++i) {
       const MergedFailure& f = *order[i];
       starred |= f.after_merge_start;
       std::string also;
       for (const auto& b : f.also_by) also += (also.empty() ? "" : ", ") + b;
-      md << "| " << failure_class_name(f.verdict.failure) << " | " << markdown_escape(f.verdict.kernel) << " | "
-         << markdown_escape(f.verdict.signature) << " | " << markdown_escape(f.first_by) << " | "
-         << iso_utc(f.found_at) << " | " << markdown_escape(after_cell(f)) << " | " << markdown_escape(also)
-         << " | `" << rec.entries[i].replay_command << "` |\n";
+      md << "| " << input_tier_name(f.tier) << " | " << failure_class_name(f.verdict.failure) << " | "
+         << markdown_escape(f.verdict.kernel) << " | " << markdown_escape(f.verdict.signature) << " | "
+         << markdown_escape(f.first_by) << " | " << iso_utc(f.found_at) << " | "
+         << markdown_escape(after_cell(f)) << " | " << markdown_escape(also) << " | `"
+         << rec.entries[i].replay_command << "` |\n";
     }
     md << "\n";
     if (starred)
@@ -701,7 +708,7 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
 }  // namespace
 
 int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out_dir,
-                    const std::string& command_line, bool quiet) {
+                    const std::string& command_line, bool quiet, const std::string& fail_tiers) {
   if (refuse_dirs(dirs, out_dir)) return 2;
   Merge m;
   for (const std::string& d : dirs)
@@ -716,10 +723,16 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     return 2;
   }
   std::vector<const MergedFailure*> order;
-  for (const auto& [k, f] : m.by_key) order.push_back(&f);
-  std::sort(order.begin(), order.end(), [](const MergedFailure* a, const MergedFailure* b) {
-    return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact : a->path < b->path;
-  });
+  for (auto& [k, f] : m.by_key) {
+    f.tier = input_tier(f.grouped.the_case);
+    order.push_back(&f);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const MergedFailure* a, const MergedFailure* b) {  // ordinary first
+              if (a->tier != b->tier) return a->tier < b->tier;
+              return a->found_at_exact != b->found_at_exact ? a->found_at_exact < b->found_at_exact
+                                                            : a->path < b->path;
+            });
   RunRecord rec;
   rec.tool.name = "attn-fuzz";
   rec.tool.command = command_line;
@@ -732,6 +745,9 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
       if (rec.backend.empty()) rec.backend = c.stats.value("backend", std::string());
     }
   for (uint8_t b : m.feature_union) t.union_features += __builtin_popcount(b);
+  std::vector<InputTier> tiers;
+  for (const MergedFailure* f : order) tiers.push_back(f->tier);
+  t.tiers = tally_tiers(tiers, fail_tiers);
   Json jf = Json::array();
   if (!copy_failures(order, out, rec, jf)) return 2;
   std::vector<const CorpusFile*> grouped;
@@ -739,6 +755,7 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
   const std::vector<Finding> findings = group_findings(grouped);
   if (!quiet) {
     print_merge(m, t, order, rec);
+    if (!order.empty()) std::printf("failures by input tier: %s\n", input_tier_counts(t.tiers.n).c_str());
     std::printf("%zu finding(s): the distinct failures grouped by class, deciding evidence and minimal input pattern\n",
                 findings.size());
     for (const Finding& g : findings) std::printf("  %s\n", finding_line(g).c_str());
@@ -752,6 +769,11 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     mj["cases_per_s"] = t.rate;
     mj["semantic_features_union"] = m.have_union && !m.camps.empty() ? Json(t.union_features) : Json(nullptr);
     mj["distinct_failures"] = order.size();
+    Json by_tier = Json::object();
+    for (InputTier x : kInputTiers) by_tier[input_tier_name(x)] = t.tiers.n[static_cast<int>(x)];
+    mj["failures_by_tier"] = by_tier;
+    mj["fail_tiers"] = fail_tiers;
+    mj["failures_counted"] = t.tiers.counted;
     mj["failures"] = jf;
     std::vector<std::string> names;
     for (const MergedFailure* f : order) names.push_back(f->path.filename().string());
@@ -764,7 +786,7 @@ int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out
     std::fprintf(stderr, "attn-fuzz: cannot write reports: %s\n", e.what());
     return 2;
   }
-  return order.empty() ? 0 : 1;
+  return order.empty() ? 0 : tier_exit_status(t.tiers, fail_tiers);
 }
 
 }  // namespace attnfuzz::fuzz

@@ -114,10 +114,11 @@ class Sync {
 std::optional<std::vector<uint8_t>> take_synced_input(const std::string& out, size_t max_size);
 
 // attn-fuzz --merge: one summary over many campaign directories (their OUT): distinct failures
-// deduplicated by (kernel, class, signature), each with who found it first and when, and per-campaign
-// statistics; writes OUT/summary.md, report.json, junit.xml, failures/ (cases and heatmaps). Returns the exit
-// status (0 no failure, 1 distinct failures, 2 bad input).
-int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out, const std::string& command_line,
-                    bool quiet);
+// deduplicated by (kernel, class, signature), each with who found it first and when, its input tier (of its
+// campaign's minimal case where there is one), ordinary first, and per-campaign statistics; writes
+// OUT/summary.md, report.json, junit.xml, failures/ (cases and heatmaps). Returns the exit status (0 no
+// failure, 1 distinct failures in a tier fail_tiers counts (report/tiers.h), 2 bad input).
+int merge_campaigns(const std::vector<std::string>& dirs, const std::string& out,
+                    const std::string& command_line, bool quiet, const std::string& fail_tiers = "all");
 
 }  // namespace attnfuzz::fuzz

@@ -176,8 +176,11 @@ std::vector<std::string> emit_variants(const Case& c, int32_t cd, Layout layout,
   if (order.size() > 2) order.resize(2);
   if (!order.empty()) {
     // K alone and V alone, so that a score leak (masked K reaches the softmax) and a P.V leak (masked V
-    // read with weight 0: 0 * NaN = NaN) are told apart. Under the finite value domain: +-FLT_MAX.
-    const bool finite = c.values.domain == ValueDomain::kFinite;
+    // read with weight 0: 0 * NaN = NaN) are told apart. Under the finite value domain: FLT_MAX; under
+    // activations the domain's bound (64).
+    const bool finite = finite_domain(c.values.domain);
+    const float big =
+        c.values.domain == ValueDomain::kActivations ? static_cast<float>(kActivationBound) : FLT_MAX;
     struct Perturb {
       const char* name;
       float val;
@@ -185,13 +188,16 @@ std::vector<std::string> emit_variants(const Case& c, int32_t cd, Layout layout,
     };
     const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
     const std::vector<Perturb> perturbs =
-        finite ? std::vector<Perturb>{{"masked-huge-k", FLT_MAX, true}, {"masked-huge-v", FLT_MAX, false}}
+        finite ? std::vector<Perturb>{{"masked-huge-k", big, true}, {"masked-huge-v", big, false}}
                : std::vector<Perturb>{{"masked-nan-k", nan, true},
                                       {"masked-inf-k", inf, true},
                                       {"masked-nan-v", nan, false},
                                       {"masked-inf-v", inf, false}};
     for (const Perturb& pt : perturbs) {
-      const std::string what = std::isnan(pt.val) ? "NaN" : std::isinf(pt.val) ? "+Inf" : "FLT_MAX";
+      const std::string what = std::isnan(pt.val)   ? "NaN"
+                               : std::isinf(pt.val) ? "+Inf"
+                               : pt.val == FLT_MAX  ? "FLT_MAX"
+                                                    : "64";
       Variant m{pt.name, "mask",
                 std::string(pt.k ? "k" : "v") + "[.., j, .., 0] = " + what +
                     " at keys some rows must not see (" + (pt.k ? "K" : "V") + " alone)",

@@ -76,9 +76,11 @@ void define_options(CLI::App& app, Args& a) {
       ->check(writable_file())
       ->group(out_g);
   app.add_flag("--quiet,-q", a.quiet, "no per-failure report")->group(out_g);
-  app.add_option("--values", a.values,
-                 "value domain: ieee | finite (no NaN / Inf in cases and perturbations)")
-      ->check(CLI::IsMember({"ieee", "finite"}))
+  app.add_option(
+         "--values", a.values,
+         "value domain: ieee | finite (no NaN / Inf in cases and perturbations) | activations (LLM-like: "
+         "|x| <= 64, outlier channels, scale near 1/sqrt(D))")
+      ->check(CLI::IsMember({"ieee", "finite", "activations"}))
       ->capture_default_str()
       ->group(cases);
   app.add_option("--dtype", a.dtype, "dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2")

@@ -259,6 +259,7 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
     }
     c.seed = *rc::gen::map(in_range(0, (int64_t{1} << 32) - 1),
                            [](int64_t x) { return static_cast<uint64_t>(x); });
+    fit_value_domain(c);  // activations: distribution, scale and specials in its bounds
     if (std::string e = validate(c); !e.empty())
       throw std::logic_error("gen_case made an invalid case: " + e);
     return c;
@@ -353,6 +354,7 @@ rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features) {
       c.values.specials.push_back(sv);
     }
     c.seed = *rc::gen::map(in_range(0, (int64_t{1} << 32) - 1), [](int64_t x) { return static_cast<uint64_t>(x); });
+    fit_value_domain(c);
     if (std::string e = validate(c); !e.empty()) throw std::logic_error("gen_sequence_case made an invalid case: " + e);
     return c;
   });

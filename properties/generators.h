@@ -40,7 +40,7 @@ struct CaseLimits {
   bool allow_empty_k = true;               // Sk = 0 may be drawn (rarely)
   bool specials = true;                    // special values (NaN, Inf, huge, subnormal, -0) may be placed
   bool extreme = true;                     // Distribution::kExtreme magnitudes may be drawn
-  ValueDomain domain = ValueDomain::kIeee;  // finite: no NaN / Inf special kinds (case.h ValueDomain)
+  ValueDomain domain = ValueDomain::kIeee;  // finite: no NaN / Inf specials; activations: case.h ValueDomain
   int32_t dtype = AF_DTYPE_F32;  // dtype of every case; not f32: 1 time in 4 the dtype's stress inputs
                                  // (space::lowp_*); fp8: descales from space::fp8_descales(), o_scale 1
   Pass pass = Pass::kFwd;                   // the pass of every generated case (bwd / fwdbwd: dO generated too)

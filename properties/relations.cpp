@@ -71,6 +71,9 @@ Case with_values(const Case& base, std::vector<float> q, std::vector<float> k, s
   Case c = base;
   c.explicit_values = ExplicitValues{std::move(q), std::move(k), std::move(v)};
   c.label = label;
+  // A relation's transform of activations (a key shift, a scaled V) may pass |x| <= 64: checked as finite.
+  if (c.values.domain == ValueDomain::kActivations && !validate(c).empty())
+    c.values.domain = ValueDomain::kFinite;
   return c;
 }
 
@@ -244,10 +247,12 @@ float fill_value(Fill f, Rng& rng) {
   return 0;
 }
 
-// The fills allowed by the case's value domain (finite: no NaN / Inf fills).
+// The fills allowed by the case's value domain (finite: no NaN / Inf fills; activations: fresh, zero).
 std::vector<Fill> in_domain(const Case& c, std::vector<Fill> fills) {
   if (c.values.domain == ValueDomain::kFinite)
     std::erase_if(fills, [](Fill f) { return f == Fill::kNaN || f == Fill::kPosInf || f == Fill::kNegInf; });
+  if (c.values.domain == ValueDomain::kActivations)
+    std::erase_if(fills, [](Fill f) { return f != Fill::kFresh && f != Fill::kZero; });
   return fills;
 }
 

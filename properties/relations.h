@@ -82,7 +82,7 @@ void assert_relation(const KernelEntry& k, const Case& a, const Case& b, const s
 enum class Fill { kFresh, kFreshLarge, kNaN, kPosInf, kNegInf, kHuge, kZero };
 const char* fill_name(Fill f);
 float fill_value(Fill f, Rng& rng);
-// The fills allowed by the case's value domain (finite: no NaN / Inf fills).
+// The fills allowed by the case's value domain (finite: no NaN / Inf fills; activations: fresh, zero).
 std::vector<Fill> in_domain(const Case& c, std::vector<Fill> fills);
 
 }  // namespace attnfuzz::props::detail

@@ -203,15 +203,6 @@ void define_options(CLI::App& app, Options& o) {
   auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
                      ->group(m)
                      ->check(non_empty());
-  app.add_option(
-         "--fail-tiers", o.common.fail_tiers,
-         "input tiers whose failures make the exit status 1: all, or a comma list of ordinary, extreme, "
-         "non-finite-visible, non-finite-masked (docs/semantics.md)")
-      ->check(checked_by([](const std::string& t) {
-        unsigned bits = 0;
-        return parse_fail_tiers(t, bits);
-      }))
-      ->capture_default_str();
   app.add_flag(
          "--minimize", o.minimize,
          "with --replay: shrink each file's recorded failure, keeping its class and kind of evidence; the "

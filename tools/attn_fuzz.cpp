@@ -246,7 +246,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + shell_quote(argv[i]);
   if (!o.merge.empty())
     return merge_campaigns(o.merge, app.count("--out") ? o.common.out : std::string("reports/merged"),
-                           command_line, o.common.quiet);
+                           command_line, o.common.quiet, o.common.fail_tiers);
 
   // Plug-ins and the backend, through the shared session code (it also checks that --out is writable).
   CommonOptions session_opts = o.common;
@@ -329,5 +329,6 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.all_failures = o.common.all_failures;
   c.sync_interval_s = o.sync_interval;
   c.minimize_budget_s = o.minimize_budget;
+  c.fail_tiers = o.common.fail_tiers;
   return run_campaign(c);
 }

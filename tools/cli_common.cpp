@@ -293,21 +293,6 @@ int parse_or_exit_code(CLI::App& app, int argc, char** argv, const std::string& 
 
 }  // namespace cli
 
-std::string parse_fail_tiers(const std::string& text, unsigned& bits) {
-  bits = 0;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    bool known = item == "all";
-    for (InputTier t : kInputTiers)
-      if (item == "all" || item == input_tier_name(t)) {
-        bits |= 1u << static_cast<unsigned>(t);
-        known = true;
-      }
-    if (!known)
-      return "'" + item + "' is not a tier: all, ordinary, extreme, non-finite-visible, non-finite-masked";
-  }
-  return bits ? "" : "names no tier";
-}
 
 namespace {
 
@@ -373,9 +358,11 @@ void add_oracle_options(CLI::App& app, CommonOptions& o) {
   app.add_option(
          "--values", o.values,
          "value domain of generated cases: ieee (NaN, +-Inf, subnormals, -0, FLT_MAX) | finite (the same "
-         "without NaN and Inf); replay uses the domain recorded in the file")
+         "without NaN and Inf) | activations (LLM-like: finite, |x| <= 64, outlier channels, scale near "
+         "1/sqrt(D), no special value but -0; always the ordinary tier); replay uses the domain recorded in "
+         "the file")
       ->group(r)
-      ->check(CLI::IsMember({"ieee", "finite"}))
+      ->check(CLI::IsMember({"ieee", "finite", "activations"}))
       ->capture_default_str();
   app.add_option(
          "--dtype", o.dtype,
@@ -509,6 +496,16 @@ void add_report_options(CLI::App& app, CommonOptions& o) {
                "show every failure with all its evidence, and write a heatmap for each")
       ->group(r)
       ->excludes(max_failures);
+  app.add_option(
+         "--fail-tiers", o.fail_tiers,
+         "input tiers whose failures make the exit status 1: all, or a comma list of ordinary, extreme, "
+         "non-finite-visible, non-finite-masked (docs/semantics.md); the others are still reported")
+      ->group(r)
+      ->check(checked_by([](const std::string& t) {
+        unsigned bits = 0;
+        return parse_fail_tiers(t, bits);
+      }))
+      ->capture_default_str();
 }
 
 // Classification: detectors, reruns, TSan, compute-sanitizer.
@@ -1205,18 +1202,12 @@ int Runner::finish() {
 // The failures by input tier, ordinary first, and the exit status --fail-tiers gives them: 1 when a failure
 // is in a counted tier, else 0 with one line saying so.
 int Runner::tier_exit_status() const {
-  int64_t n[4] = {0, 0, 0, 0};
+  std::vector<InputTier> tiers;
   for (const RunEntry& e : entries_)
-    if (e.result.verdict == Verdict::kFail) ++n[static_cast<int>(input_tier(e.the_case))];
-  unsigned bits = 0;
-  parse_fail_tiers(o_.fail_tiers, bits);  // validated when parsed
-  int64_t counted = 0;
-  for (InputTier t : kInputTiers)
-    if (bits & (1u << static_cast<int>(t))) counted += n[static_cast<int>(t)];
-  std::printf("failures by input tier: %s\n", input_tier_counts(n).c_str());
-  if (counted > 0 || n[0] + n[1] + n[2] + n[3] == 0) return 1;
-  std::printf("exit 0: every failure is in a tier --fail-tiers %s does not count\n", o_.fail_tiers.c_str());
-  return 0;
+    if (e.result.verdict == Verdict::kFail) tiers.push_back(input_tier(e.the_case));
+  const TierTally t = tally_tiers(tiers, o_.fail_tiers);
+  std::printf("failures by input tier: %s\n", input_tier_counts(t.n).c_str());
+  return attnfuzz::tier_exit_status(t, o_.fail_tiers);
 }
 
 }  // namespace attnfuzz

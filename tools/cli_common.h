@@ -18,6 +18,7 @@
 #include "attnfuzz/report.h"
 #include "check/classify.h"
 #include "check/runner.h"
+#include "report/tiers.h"
 
 namespace attnfuzz {
 
@@ -36,7 +37,7 @@ struct CommonOptions {
   bool no_isolate = false;
   int64_t oracle_rows = 0;  // 0 = every row; else a sampled budget
   int mp_bits = 128;
-  std::string values = "ieee";  // value domain of generated cases: ieee | finite (case.h ValueDomain)
+  std::string values = "ieee";  // value domain of generated cases: ieee | finite | activations (case.h)
   std::string dtype = "f32";    // dtype of generated cases: f32 | f16 | bf16 | fp8-e4m3 | fp8-e5m2 (attn-fuzz: | any)
   std::string pass = "fwd";     // pass of generated cases: fwd | bwd | fwdbwd (case.h Pass)
   // Score variants of generated cases (issue 28; case.h VariantSpec): sink, softcap, alibi, bias ('+' or ','
@@ -69,13 +70,11 @@ struct CommonOptions {
   bool audit = false;
   int64_t audit_every = 8;               // every N-th passing check of each kernel (the first included)
   // Issue 30: the input tiers (case.h InputTier) whose failures count for the exit status: "all" or a comma
-  // list of ordinary, extreme, non-finite-visible, non-finite-masked (attn-check --fail-tiers).
+  // list of ordinary, extreme, non-finite-visible, non-finite-masked (--fail-tiers of both tools; tiers.h).
   std::string fail_tiers = "all";
 };
 void add_common_options(CLI::App& app, CommonOptions& o);
-// The bit set (1 << InputTier) a --fail-tiers value names; "" on success, else the problem.
-std::string parse_fail_tiers(const std::string& text, unsigned& bits);
-// The --values domain (add_common_options accepts only ieee and finite).
+// The --values domain (add_common_options accepts only ieee, finite and activations).
 ValueDomain value_domain(const CommonOptions& o);
 // The --dtype of generated cases (af_dtype), or -1 for "any".
 int32_t case_dtype(const CommonOptions& o);

@@ -108,13 +108,25 @@ std::string to_string(const SpecialValue& s);  // canonical form of the above, e
 
 // Which fp values a case may hold in q, k and v (docs/semantics.md "Value domains"). ieee: every fp32 value incl.
 // NaN and +-Inf. finite: no NaN / +-Inf (extreme magnitudes, FLT_MAX, subnormals and -0 stay), for kernels
-// whose contract excludes non-finite inputs. Stride gaps (kStrideGapBits) are not values of q, k or v.
-enum class ValueDomain : uint8_t { kIeee = 0, kFinite };
-const char* value_domain_name(ValueDomain d);  // "ieee", "finite"
-// "ieee" | "finite". Returns an error sentence or empty.
+// whose contract excludes non-finite inputs. activations: what an LLM's q, k and v hold, for kernels whose
+// contract is model activations: finite, |x| <= kActivationBound, a few outlier channels per head scaled 10-50x
+// (generate()), no special value but -0, a uniform / normal / vbias / widev distribution of parameter in
+// [kActivationParamMin, kActivationParamMax], a scale within kActivationScaleRange x of default_scale(D); its
+// cases are always of the ordinary input tier. Stride gaps (kStrideGapBits) are not values of q, k or v.
+enum class ValueDomain : uint8_t { kIeee = 0, kFinite, kActivations };
+const char* value_domain_name(ValueDomain d);  // "ieee", "finite", "activations"
+// "ieee" | "finite" | "activations". Returns an error sentence or empty.
 std::string parse_value_domain(const std::string& text, ValueDomain& out);
-// Whether a special value of kind k may be placed under domain d (finite: not nan, inf, -inf).
+// Whether a special value of kind k may be placed under domain d (finite: not nan, inf, -inf; activations: -0 only).
 bool special_in_domain(SpecialKind k, ValueDomain d);
+inline bool finite_domain(ValueDomain d) { return d != ValueDomain::kIeee; }  // no NaN / Inf in q, k, v
+constexpr double kActivationBound = 64;                                       // activations: |q|, |k|, |v| <= 64
+constexpr double kActivationParamMin = 1e-3, kActivationParamMax = 4;         // activations: distribution parameter
+constexpr double kActivationScaleRange = 8;  // activations: default_scale(D) / 8 <= scale <= 8 default_scale(D)
+// Whether an explicit q / k / v value x is in domain d, and x moved into it (finite: NaN -> 0, +-Inf -> +-FLT_MAX;
+// activations: NaN -> 0, clamped to +-kActivationBound; ieee: x).
+bool value_in_domain(float x, ValueDomain d);
+float to_domain(float x, ValueDomain d);
 
 struct ValueSpec {
   ValueDist dist;
@@ -205,9 +217,15 @@ struct Case {
 // A case with make_problem(...) shape, uniform:1 values and the given seed.
 Case make_case(const Problem& p, uint64_t seed = 0);
 
+// Moves c into its value domain: under activations an extreme distribution becomes uniform:1, the parameter is
+// clamped to [kActivationParamMin, kActivationParamMax], a scale out of range becomes default_scale(D), special
+// values other than -0 are dropped and explicit q / k / v values go through to_domain. Under ieee and finite, and
+// for a case already in its domain, c is unchanged. The fuzz codec and the property generators end with it.
+void fit_value_domain(Case& c);
+
 // Empty when the case can be generated, else a sentence naming the first problem
 // (includes validate(problem)). Under ValueDomain::kFinite a NaN / Inf special value, or a NaN / Inf
-// explicit value at an addressed element, is a problem.
+// explicit value at an addressed element, is a problem; under kActivations also what fit_value_domain changes.
 std::string validate(const Case& c);
 
 // One line, e.g. "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130188912 f32
@@ -326,7 +344,10 @@ constexpr uint32_t kStrideGapBits = 0x7fe5a5a5u;
 // tensor from its own stream (seed, 1 / 2 / 3); then specials from stream (seed, 4); for a backward case
 // dO uniform in [-1, 1] from stream (seed, 5) (so q, k, v keep the bits of the forward case). Explicit
 // values, when present, are returned as they are (placed is then empty; dO generated when not given). Under ValueDomain::kFinite a base value
-// that rounds to +-Inf in fp32 (e.g. normal with a huge sigma) is clamped to +-FLT_MAX. Throws
+// that rounds to +-Inf in fp32 (e.g. normal with a huge sigma) is clamped to +-FLT_MAX. Under kActivations the
+// base values of 1 + D / 64 channels of each head of q, k and v (D >= 4; channels and factors from stream
+// (seed, 12), per tensor and head) are scaled by a factor in [10, 50], and every base value is clamped to
+// +-kActivationBound. Throws
 // std::invalid_argument when validate(c) is not empty.
 Tensors generate(const Case& c);
 
@@ -421,7 +442,7 @@ std::vector<double> lowp_uniform_widths(int32_t dtype);
 // non-powers with a few significand bits (0.375, 3.25, ...).
 const std::vector<float>& fp8_descales();
 const std::vector<SpecialKind>& special_kinds();
-// The kinds allowed under d (for kFinite: subnormal, huge, -0), in special_kinds() order.
+// The kinds allowed under d (for kFinite: subnormal, huge, -0; for kActivations: -0), in special_kinds() order.
 const std::vector<SpecialKind>& special_kinds(ValueDomain d);
 
 // Page sizes of paged K/V: 16, 32, 64, 128, 256.
@@ -445,7 +466,9 @@ const std::vector<std::string>& sequence_layouts();
 // fully masked rows, Sk = 0), extreme magnitudes and special values. About 100 cases, each with a
 // label; each seed is derived from base_seed and the label, so adding a case never changes another.
 // Under ValueDomain::kFinite every case has that domain and each NaN / Inf special-value case is
-// replaced by the same case with huge (+-FLT_MAX) values at the same tensor and placement.
+// replaced by the same case with huge (+-FLT_MAX) values at the same tensor and placement. Under kActivations
+// the cases outside that domain (those fit_value_domain would change: extreme magnitudes, special values, scales
+// far from 1/sqrt(D)) are left out (variant_sweep_grid likewise).
 // With dtype other than f32 every case has that dtype and its label starts with the dtype ("f16-tail-..."),
 // and the grid adds the space::lowp_* inputs of the dtype (and, for fp8, cases with descale factors).
 // With a backward pass every case gets that pass (same labels and seeds: q, k, v are the forward grid's).

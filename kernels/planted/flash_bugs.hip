@@ -27,6 +27,7 @@ enum class FlashBug {
   kLseNoMax,           // LSE = log(l) without the row max added back
   kLastQTileUnstored,  // the last partial query tile is never stored
   kGqaInterleaved,     // GQA: kv head h % Hkv (interleaved) instead of h / (Hq / Hkv) (grouped)
+  kMaskedPvZeroWeight,  // P.V over the whole key tile, masked keys with weight 0: 0 * NaN / Inf in V reaches O
 };
 
 // The visible keys of row i as the planted kernel computes them (row_keys of kernels/common.h, except
@@ -165,8 +166,14 @@ __global__ void __launch_bounds__(NT)
       const int idx = t + e * NT;
       if (idx < BM * Dv) {
         const int r = idx / (int)Dv, d = idx % (int)Dv;
-        const int c_lo = (int)(max64(row_first[r], n0) - n0);
+        int c_lo = (int)(max64(row_first[r], n0) - n0);
         int c_hi = (int)(min64(row_last[r], n0 + BN) - n0);
+        if constexpr (kBug == FlashBug::kMaskedPvZeroWeight) {
+          // PLANTED: masked-pv-zero-weight: P.V runs over the whole key tile, the masked keys with weight 0 (as a
+          // dense P @ V does), for every row with a visible key. 0 * v = 0 for every finite v, so it is exact on
+          // finite inputs; a NaN or Inf in the V row of a key this row must not see (0 * Inf = NaN) reaches O.
+          if (row_first[r] < row_last[r]) c_lo = 0, c_hi = BN;
+        }
         if constexpr (kBug == FlashBug::kTailTileLastKey) {
           // PLANTED: tail-tile-last-key: in a partial last key tile the P.V loop ends at (Sk - 1) % BLOCK_N,
           // the index of the tile's last key, instead of its count: key Sk - 1 is in the row's sum l but
@@ -269,6 +276,8 @@ const af_kernel kFlashBugs[] = {
     AF_PLANTED_FLASH("planted-lse-no-max", kLseNoMax, "LSE written without the row max added back"),
     AF_PLANTED_FLASH("planted-last-q-tile-unstored", kLastQTileUnstored, "last partial query tile never stored"),
     AF_PLANTED_FLASH("planted-gqa-interleaved", kGqaInterleaved, "GQA kv head h % Hkv instead of h / group"),
+    AF_PLANTED_FLASH("planted-masked-pv-zero-weight", kMaskedPvZeroWeight,
+                     "P.V over masked keys with weight 0 (NaN / Inf in a masked V reaches O)"),
 };
 static_assert(sizeof(kFlashBugs) / sizeof(kFlashBugs[0]) == attnfuzz_planted::kFlashBugCount,
               "planted.h's count");

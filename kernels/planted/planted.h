@@ -13,7 +13,7 @@
 
 namespace attnfuzz_planted {
 
-constexpr size_t kFlashBugCount = 12;        // flash_bugs.hip
+constexpr size_t kFlashBugCount = 13;        // flash_bugs.hip
 constexpr size_t kOnlineRowBugCount = 2;     // online_row_bugs.hip
 constexpr size_t kMaterializedBugCount = 2;  // materialized_bugs.hip
 constexpr size_t kSplitKvBugCount = 3;       // split_kv_bugs.hip

@@ -323,5 +323,114 @@ TEST(AttnFuzz, SummaryTimesFailuresTablesKernelsAndAResumeKeepsItsHistory) {
       }
 }
 
+// A seed corpus of one hand-written case (problem fields and values as corpus files write them).
+fs::path seed_case(const fs::path& dir, const std::string& name, int64_t sq, int64_t sk, int64_t d,
+                   const std::string& mask, const std::string& special) {
+  fs::create_directories(dir);
+  const fs::path f = dir / (name + ".case");
+  std::ofstream(f) << "ATTNFUZZ-CASE 1\n{\n  \"format\": 1,\n  \"tool\": {\"name\": \"hand-written\", "
+                      "\"version\": \"0.1.0\", "
+                      "\"command\": \"attn_fuzz_test\"},\n  \"case\": {\n    \"label\": \""
+                   << name
+                   << "\",\n    \"problem\": {\"batch\": 1, \"heads_q\": 1, \"heads_kv\": 1, \"seq_q\": "
+                   << sq << ", \"seq_k\": " << sk << ", \"head_dim\": " << d << ", \"head_dim_v\": " << d
+                   << ", \"mask\": \"" << mask
+                   << "\"},\n    \"values\": {\"dist\": \"uniform:1\", \"specials\": ["
+                   << (special.empty() ? "" : "\"" + special + "\"")
+                   << "]},\n    \"seed\": \"0x0000000000000007\"\n  }\n}\n";
+  return f;
+}
+
+// Issue 30: --fail-tiers chooses the input tiers whose failures make the exit status 1.
+// planted-masked-pv-zero-weight is exact on every finite input (0 * v = 0) and fails only with a NaN / Inf in
+// a masked V: its failures are never ordinary, so --fail-tiers ordinary exits 0 and says why; with
+// planted-causal-top-left (a mask bug on ordinary inputs) beside it the exit is 1, the ordinary failure
+// listed first. --merge carries the tiers and the counts.
+TEST(AttnFuzz, FailTiersCountOnlyTheChosenTiersAndTheSummaryLeadsWithThem) {
+  const fs::path root = fresh("tiers");
+  const fs::path seeds = root / "seeds";
+  seed_case(seeds, "nan-masked-v-17x17-causal-tl", 17, 17, 16, "causal-tl", "nan@v:masked*3");
+  const fs::path nonfinite = root / "nonfinite";
+  const std::string common = std::string(" --workers 2 --minimize-budget 10 --plugin ") + PLANTED_PLUGIN +
+                             " --seeds " + seeds.string() + " --fail-tiers ordinary --kernel ";
+  const Outcome a = run(fuzz(nonfinite, "--max-time 15" + common + "planted-masked-pv-zero-weight"));
+  EXPECT_EQ(a.rc, 0) << a.out;
+  ASSERT_TRUE(failures(nonfinite).count("planted-masked-pv-zero-weight")) << a.out;
+  EXPECT_NE(a.out.find("failures by input tier: ordinary 0, extreme 0, non-finite-"), std::string::npos)
+      << a.out;
+  EXPECT_NE(a.out.find("(--fail-tiers ordinary: 0 of them counted for the exit status)"), std::string::npos)
+      << a.out;
+  EXPECT_NE(a.out.find("(not counted: --fail-tiers)"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("exit 0: every failure is in a tier --fail-tiers ordinary does not count"),
+            std::string::npos);
+  const Json ca = Json::parse(text_of(nonfinite / "report.json")).at("campaign");
+  EXPECT_EQ(ca.at("fail_tiers"), "ordinary");
+  EXPECT_EQ(ca.at("failures_counted"), 0);
+  EXPECT_EQ(ca.at("failures_by_tier").at("ordinary"), 0);
+  EXPECT_EQ(ca.at("failures_by_tier").begin().key(), "ordinary") << "kInputTiers order, ordinary first";
+  int64_t nonfinite_n = 0;
+  for (const Json& f : ca.at("failures")) {
+    const std::string tier = f.at("tier");
+    EXPECT_EQ(tier.rfind("non-finite-", 0), 0u) << f.dump();
+    EXPECT_FALSE(f.at("counted").get<bool>()) << f.dump();
+    ++nonfinite_n;
+  }
+  EXPECT_EQ(ca.at("failures_by_tier").at("non-finite-visible").get<int64_t>() +
+                ca.at("failures_by_tier").at("non-finite-masked").get<int64_t>(),
+            nonfinite_n);
+  const std::string amd = text_of(nonfinite / "summary.md");
+  EXPECT_NE(amd.find("- failures by input tier: ordinary 0, extreme 0"), std::string::npos) << amd;
+  EXPECT_NE(amd.find(" (not counted) |"), std::string::npos) << amd;
+
+  seed_case(seeds, "causal-br-7x13-d59", 7, 13, 59, "causal-br", "");
+  const fs::path both = root / "both";
+  const Outcome b =
+      run(fuzz(both, "--max-time 20" + common + "planted-masked-pv-zero-weight,planted-causal-top-left"));
+  EXPECT_EQ(b.rc, 1) << b.out;
+  const Json cb = Json::parse(text_of(both / "report.json")).at("campaign");
+  ASSERT_GE(cb.at("failures_by_tier").at("ordinary").get<int64_t>(), 1) << cb.dump();
+  EXPECT_GE(cb.at("failures_counted").get<int64_t>(), 1);
+  ASSERT_FALSE(cb.at("failures").empty());
+  EXPECT_EQ(cb.at("failures").front().at("tier"), "ordinary") << "ordinary first in report.json";
+  EXPECT_TRUE(cb.at("failures").front().at("counted").get<bool>());
+  const size_t header = b.out.find("\ninputs ");
+  ASSERT_NE(header, std::string::npos) << b.out;
+  EXPECT_EQ(b.out.compare(b.out.find('\n', header + 1) + 1, 9, "ordinary "), 0)
+      << "ordinary first on the console";
+  const std::string bmd = text_of(both / "summary.md");
+  const size_t table = bmd.find("## Distinct failures");
+  ASSERT_NE(table, std::string::npos) << bmd;
+  EXPECT_EQ(bmd.compare(bmd.find("|---", table), 0, ""), 0);
+  EXPECT_NE(bmd.find("\n| ordinary | ", table), std::string::npos) << bmd;
+  EXPECT_LT(bmd.find("\n| ordinary | ", table), bmd.find("\n| non-finite-", table)) << bmd;
+  // JUnit lists each kernel's failures ordinary first; the ordinary kernel's failure says its tier.
+  const std::string junit = text_of(both / "junit.xml");
+  EXPECT_NE(junit.find("tier: ordinary"), std::string::npos) << junit;
+
+  // --merge: the tiers and counts over both campaigns; --fail-tiers decides its exit status the same way.
+  const fs::path merged = root / "merged";
+  const Outcome m = run(std::string(ATTN_FUZZ) + " --merge " + nonfinite.string() + " " + both.string() +
+                        " --out " + merged.string() + " --fail-tiers ordinary");
+  EXPECT_EQ(m.rc, 1) << m.out;
+  EXPECT_NE(m.out.find("failures by input tier: ordinary "), std::string::npos) << m.out;
+  const Json mj = Json::parse(text_of(merged / "report.json")).at("merge");
+  EXPECT_GE(mj.at("failures_by_tier").at("ordinary").get<int64_t>(), 1);
+  ASSERT_FALSE(mj.at("failures").empty());
+  EXPECT_EQ(mj.at("failures").front().at("tier"), "ordinary");
+  for (const Json& f : mj.at("failures")) EXPECT_TRUE(f.contains("tier")) << f.dump();
+  EXPECT_NE(text_of(merged / "summary.md").find("- failures by input tier: ordinary "), std::string::npos);
+  const Outcome m0 = run(std::string(ATTN_FUZZ) + " --merge " + nonfinite.string() + " --out " +
+                         (root / "merged0").string() + " --fail-tiers ordinary");
+  EXPECT_EQ(m0.rc, 0) << m0.out;
+  EXPECT_EQ(
+      run(std::string(ATTN_FUZZ) + " --merge " + nonfinite.string() + " --out " + (root / "merged1").string())
+          .rc,
+      1);
+  // A bad tier is one line and exit 2, in both tools (one option definition).
+  const Outcome bad = run(std::string(ATTN_FUZZ) + " --fail-tiers usual --max-time 1");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("'usual' is not a tier"), std::string::npos) << bad.out;
+}
+
 }  // namespace
 }  // namespace attnfuzz

@@ -245,6 +245,63 @@ TEST(FiniteDomain, MutationsCrossOversAndShrinksStayFinite) {
   EXPECT_TRUE(special_in_domain(mapped.the_case.values.specials[0].kind, ValueDomain::kFinite));
 }
 
+// Issue 30: under the activations domain every decoded, mutated, crossed-over or shrunk case is in the domain
+// (no NaN / Inf, |x| <= 64, scale near 1/sqrt(D), no special value but -0), of the ordinary tier, and
+// round-trips.
+TEST(ActivationsDomain, DecodedAndMutatedCasesStayInTheDomainAndRoundTrip) {
+  Rng rng(30);
+  FuzzLimits lim;
+  lim.domain = ValueDomain::kActivations;
+  FuzzLimits small = lim;
+  small.max_seq = small.max_dim = 24;  // explicit values fit in the bytes more often
+  int explicit_cases = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const auto b = random_bytes(rng, i % 2 ? 64 : 4000);
+    const FuzzLimits& l = i % 3 ? lim : small;
+    const FuzzInput in = decode(b.data(), b.size(), l);
+    const Case& c = in.the_case;
+    ASSERT_EQ(c.values.domain, ValueDomain::kActivations);
+    ASSERT_EQ(in_domain(c, l), "") << describe(c);
+    ASSERT_EQ(validate(c), "") << describe(c);
+    ASSERT_EQ(input_tier(c), InputTier::kOrdinary);
+    for (const SpecialValue& s : c.values.specials) ASSERT_EQ(s.kind, SpecialKind::kNegZero) << describe(c);
+    explicit_cases += c.explicit_values.has_value();
+    if (i % 16 == 0 || c.explicit_values) {
+      const Tensors t = generate(c);
+      ASSERT_FALSE(test_util::has_nonfinite(c.problem, t)) << describe(c);
+    }
+    const auto again = encode(in, l);
+    EXPECT_EQ(text(decode(again.data(), again.size(), l)), text(in));
+  }
+  EXPECT_GT(explicit_cases, 0);
+  // Explicit NaN / Inf / large bits (an ieee input's bytes) decode clamped: 0, +-64.
+  Case e = make_case(make_problem(1, 1, 1, 2, 2, 2, 2), 1);
+  Tensors t = generate(e);
+  t.q[0] = NAN;
+  t.k[1] = INFINITY;
+  t.v[2] = -1e6f;
+  e.explicit_values = ExplicitValues{t.q, t.k, t.v};
+  const auto eb = encode(FuzzInput{0, e}, FuzzLimits{});
+  const FuzzInput act = decode(eb.data(), eb.size(), lim);
+  ASSERT_TRUE(act.the_case.explicit_values.has_value());
+  EXPECT_EQ(act.the_case.explicit_values->q[0], 0.0f);
+  EXPECT_EQ(act.the_case.explicit_values->k[1], 64.0f);
+  EXPECT_EQ(act.the_case.explicit_values->v[2], -64.0f);
+  EXPECT_EQ(act.the_case.explicit_values->q[1], t.q[1]);
+  // Mutations, cross-overs and shrinks.
+  const CaseDomain dom(lim);
+  FuzzInput in = dom.init(rng), other = dom.init(rng);
+  for (int i = 0; i < 800; ++i) {
+    dom.mutate(in, rng);
+    if (i % 5 == 0) in = dom.cross_over(in, other, rng);
+    if (i % 50 == 0) other = dom.init(rng);
+    ASSERT_EQ(dom.validate(in.the_case), "") << describe(in.the_case);
+    ASSERT_EQ(validate(in.the_case), "") << describe(in.the_case);
+    if (i % 100 == 0)
+      for (const Case& s : dom.shrinks(in.the_case)) ASSERT_EQ(validate(s), "") << describe(s);
+  }
+}
+
 TEST(BackwardPass, PassIsTheLastFieldAndStaysInTheLimits) {
   Rng rng(41);
   FuzzLimits fwd;

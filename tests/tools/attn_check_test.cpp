@@ -127,6 +127,20 @@ TEST(AttnCheck, FailTiersChooseWhatCountsForTheExitStatus) {
   EXPECT_TRUE(has(bad.out, "'bogus' is not a tier")) << bad.out;
 }
 
+// Issue 30: --values activations: LLM-like inputs, ordinary tier; a case flag outside the domain is one line,
+// exit 2.
+TEST(AttnCheck, ActivationsDomainCasesAreOrdinaryAndOutsideIsExit2) {
+  Result ok = run("--no-reports --sq 9 --d 8 --kernel test-scaled --values activations");
+  EXPECT_EQ(ok.code, 1) << ok.out;
+  EXPECT_TRUE(has(ok.out, "failures by input tier: ordinary 1, extreme 0,")) << ok.out;
+  EXPECT_EQ(run("--no-reports --sq 9 --d 8 --kernel test-right --values activations").code, 0);
+  for (const char* bad : {"--special nan@k:masked", "--dist extreme:30", "--scale 0", "--special huge@v"}) {
+    Result r = run(std::string("--no-reports --sq 9 --d 8 --kernel test-right --values activations ") + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "activations value domain")) << bad << "\n" << r.out;
+  }
+}
+
 TEST(AttnCheck, SweepRunsEveryKernelOnTheEdgeGridWithProgress) {
   Result r = run("--sweep --kernel test-right,online-row", fresh("sweep"));
   EXPECT_EQ(r.code, 0) << r.out;

@@ -202,6 +202,14 @@ const Planted kPlanted[] = {
      "wrong",
      {1, 4, 2, 33, 33, 32, 32, "causal-br"},
      {1, 4, 1, 33, 33, 32, 32, "causal-br"}},
+    // NaN in V at keys some rows must not see: 0 * NaN reaches those rows. Quiet: the same case with -0 there
+    // (every finite value is quiet: 0 * v = 0); the bug needs a non-finite value.
+    {"planted-masked-pv-zero-weight",
+     "planted/flash",
+     "flash-bm16-bn16",
+     "mask",
+     {1, 1, 1, 17, 17, 16, 16, "causal-tl", "uniform:1", "nan@v:masked*3"},
+     {1, 1, 1, 17, 17, 16, 16, "causal-tl", "uniform:1", "-0@v:masked*3"}},
     // ---- low precision (issue 13): the correct kernel is online-row in the same dtype (flash-bm16-bn32 for
     // fp8, which online-row does not take) ----
     // Scores of magnitude ~30-90: exp(s) > 65504 in fp16. Quiet: uniform:1 (|s| < 2).

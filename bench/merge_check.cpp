@@ -30,7 +30,7 @@ Cost measure(Device& dev, const KernelEntry& k, const Case& c, int reps, RunOpti
   Cost r;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    PreparedCase pc(c);
+    PreparedCase pc(c, ro.oracle.threads);
     r.prepare = std::min(r.prepare, ms_since(t0));
     const auto t1 = std::chrono::steady_clock::now();
     r.verdict = check_case(dev, k, pc, ro).result.verdict;

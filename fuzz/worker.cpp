@@ -523,7 +523,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   Outcome out;
   ++cases_;
   last_kernel_ = nullptr;
-  PreparedCase pc(in.the_case);
+  PreparedCase pc(in.the_case, run_.oracle.threads);
   const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());
   const size_t n = kernels_.size();
   size_t slot = 0;

@@ -20,7 +20,8 @@ if [ "$run" = 1 ]; then
 fi
 [ -f "$log" ] || { echo "test_times.sh: no $log (run ctest first, or pass --run)" >&2; exit 2; }
 python3 - "$log" "$top" <<'EOF'
-import re, sys, os, collections
+import re, sys, os, collections, signal
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head is fine
 log, top = sys.argv[1], int(sys.argv[2])
 tests, name, exe = [], None, None
 for line in open(log, errors="replace"):

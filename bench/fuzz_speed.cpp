@@ -193,7 +193,7 @@ void in_process(const Options& o, const std::string& shapes, const std::string& 
     const FuzzInput in = decode(b.data(), b.size(), lim);
     s.decode += since_ms(t);
     t = Clock::now();
-    PreparedCase pc(in.the_case);
+    PreparedCase pc(in.the_case, run.oracle.threads);
     s.prepare += since_ms(t);
     t = Clock::now();
     const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());

@@ -21,7 +21,7 @@ Case unmerged(const Case& c) {
 namespace {
 
 // The exact result of dense problem sp (no merge) restricted to keys r: every other key gets a -inf bias.
-OracleResult restricted_oracle(const Problem& sp, const Tensors& st, KeyRange r) {
+OracleResult restricted_oracle(const Problem& sp, const Tensors& st, KeyRange r, unsigned threads) {
   Problem q = sp;
   q.variants = AF_VARIANT_BIAS;
   q.bias_stride[0] = q.bias_stride[1] = q.bias_stride[2] = 0;
@@ -30,6 +30,7 @@ OracleResult restricted_oracle(const Problem& sp, const Tensors& st, KeyRange r)
   for (int64_t j = r.first; j < r.last; ++j) bias[static_cast<size_t>(j)] = 0;
   OracleOptions o;
   o.baseline = false;
+  o.threads = threads;
   VariantInputs vi;
   vi.bias = bias.data();
   return compute_oracle(q, st.q.data(), st.k.data(), st.v.data(), vi, o);
@@ -53,14 +54,14 @@ void store_state(const Problem& p, const Case& c, const OracleResult& S, int64_t
 
 }  // namespace
 
-void make_states(const Case& c, Tensors& t) {
+void make_states(const Case& c, Tensors& t, unsigned threads) {
   const Problem& p = c.problem;
   t.state_o.assign(static_cast<size_t>(state_o_elements(p)), std::bit_cast<float>(kStrideGapBits));
   t.state_lse.assign(static_cast<size_t>(state_lse_elements(p)), std::bit_cast<float>(kStrideGapBits));
   const Problem base = unmerged(c).problem;
   if (!has_sequences(p)) {
     for (int64_t st = 0; st < p.n_states; ++st) {
-      const OracleResult S = restricted_oracle(base, t, merge_range(c.merge, st, p.seq_k));
+      const OracleResult S = restricted_oracle(base, t, merge_range(c.merge, st, p.seq_k), threads);
       for (int64_t b = 0; b < p.batch; ++b) store_state(p, c, S, st, b, b, p.seq_q, t);
     }
     return;
@@ -70,7 +71,7 @@ void make_states(const Case& c, Tensors& t) {
     if (sp.seq_q < 1) continue;
     const Tensors stt = sequence_tensors(base, t, b);
     for (int64_t st = 0; st < p.n_states; ++st) {
-      const OracleResult S = restricted_oracle(sp, stt, merge_range(c.merge, st, sp.seq_k));
+      const OracleResult S = restricted_oracle(sp, stt, merge_range(c.merge, st, sp.seq_k), threads);
       store_state(p, c, S, st, b, 0, sp.seq_q, t);
     }
   }

@@ -13,8 +13,9 @@ namespace attnfuzz {
 // Fills t.state_o / t.state_lse of merge case c (t = generate(c)): state s of row (b, h, i) is the exact result of
 // the problem restricted to the keys merge_range(c.merge, s, Sk_b) (the other keys given a -inf bias, so a row
 // with no key in the range is an empty state: O_s = 0, LSE_s = -inf), O_s rounded to the dtype, LSE_s to fp32, then
-// LSE_s + merge_shift(s) (a shift of -inf drops the state: O_s = 0). Stride gaps hold kStrideGapBits.
-void make_states(const Case& c, Tensors& t);
+// LSE_s + merge_shift(s) (a shift of -inf drops the state: O_s = 0). Stride gaps hold kStrideGapBits. threads: the
+// states' oracles' worker threads (OracleOptions::threads; 0 = hardware concurrency; a campaign's workers pass 1).
+void make_states(const Case& c, Tensors& t, unsigned threads = 0);
 
 // The whole problem's exact result (every key, no merge) with the bound of a merge of the given states composed
 // with the states' rounding (docs/semantics.md "Merged states"): merged.o_bound + the effect of rounding O_s to the

@@ -20,7 +20,7 @@
 
 namespace attnfuzz {
 
-PreparedCase::PreparedCase(Case c)
+PreparedCase::PreparedCase(Case c, unsigned oracle_threads)
     : case_(std::move(c)),
       tensors_(generate(case_)),
       view_(dense_view(case_.problem, tensors_)),
@@ -28,7 +28,7 @@ PreparedCase::PreparedCase(Case c)
   // What check_support sees (ABI v3): a backward-only case asks about the backward launch.
   case_.problem.pass = case_.pass == Pass::kBwd ? AF_PASS_BACKWARD : AF_PASS_FORWARD;
   view_.pass = case_.problem.pass;
-  if (is_merge(case_.problem)) make_states(case_, tensors_);  // the merge kernel's inputs (check/merge.h)
+  if (is_merge(case_.problem)) make_states(case_, tensors_, oracle_threads);  // the merge kernel's inputs (check/merge.h)
 }
 
 void PreparedCase::use_model(int32_t compute_model) {

@@ -82,7 +82,9 @@ bool guarded_launch_ended_abnormally();
 // A case with its values and (computed on first use) its exact result: shared by every kernel checked on it.
 class PreparedCase {
  public:
-  explicit PreparedCase(Case c);
+  // oracle_threads: the threads of the oracles computed here, a merge case's states (make_states); 0 = hardware
+  // concurrency. A campaign's worker passes its RunOptions' oracle threads (1).
+  explicit PreparedCase(Case c, unsigned oracle_threads = 0);
   const Case& the_case() const { return case_; }
   const Problem& problem() const { return case_.problem; }
   // Where outputs, the oracle and reports index the case: problem() itself when dense, its dense_view() for a

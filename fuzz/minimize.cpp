@@ -35,7 +35,7 @@ std::string minimize_case(const CorpusFile& cf, const std::string& source, const
   std::optional<std::string> decided;
   auto still_fails = [&](const Case& c) {
     if (!validate(c).empty()) return false;
-    PreparedCase pc(c);
+    PreparedCase pc(c, run.oracle.threads);
     Judged j = check_case(w->device(), k, pc, run);
     if (j.result.verdict != Verdict::kFail) return false;
     refine_class(w->device(), k, pc, run, cfg.plugins, j);

@@ -527,7 +527,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   using Clock = std::chrono::steady_clock;
   const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const auto t_prepare = Clock::now();
-  PreparedCase pc(in.the_case);
+  PreparedCase pc(in.the_case, run_.oracle.threads);
   const CaseFeatures cf = case_features(pc.the_case(), pc.tensors());
   phase_s_["prepare"] += seconds(t_prepare, Clock::now());
   const size_t n = kernels_.size();

@@ -79,6 +79,7 @@ struct HeadFacts {
   std::vector<double> ksum;         // sum_d |k_jd| per key (finite entries)
   std::vector<unsigned char> kbad;  // key row holds a NaN or Inf
   std::vector<unsigned char> vinf;  // value row holds a +-Inf (a visible one is outside the fp32 contract)
+  std::vector<unsigned char> vbad;  // value row holds a NaN or Inf (0 * it is NaN: such a key is never skipped)
   double vmax = 0;                  // max finite |v|
 };
 
@@ -97,15 +98,46 @@ struct Counters {
   int64_t computed = 0, fast = 0, mp = 0, fallback = 0, outside = 0;
 };
 
+// sum_d |q_d k_jd| over D finite products, summed in score_pass's four lanes: the same double as its w.a[j].
+double abs_sum(const double* qd, const float* kj, int64_t D) {
+  double as[4] = {0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 4 <= D; d += 4)
+    for (int l = 0; l < 4; ++l) as[l] += std::fabs(qd[d + l] * static_cast<double>(kj[d + l]));
+  for (; d < D; ++d) as[0] += std::fabs(qd[d] * static_cast<double>(kj[d]));
+  return (as[0] + as[1]) + (as[2] + as[3]);
+}
+
+// The a[j] the score pass deferred (RowWork::deferred), computed now.
+void resolve_deferred(const RowRef& r, const double* qd, RowWork& w) {
+  if (w.n_deferred == 0) return;
+  for (int64_t jj = 0; jj < r.last - r.first; ++jj)
+    if (w.deferred[jj]) w.a[jj] = abs_sum(qd, r.k + (r.first + jj) * r.k_row, r.D), w.deferred[jj] = 0;
+  w.n_deferred = 0;
+}
+
 // ---- score pass: double-double scores (exact products, TwoSum accumulation, exact scaling) ----
 void score_pass(const RowRef& r, const HeadFacts& hf, bool q_nonfinite, const double* qd, RowWork& w) {
   const int64_t n = r.last - r.first;
   const double sc = r.scale;
+  std::fill_n(w.deferred.begin(), n, 0);
+  w.n_deferred = 0;
+  // A -inf bias makes the final score -inf for every finite raw score (apply_variants: raw + bias + ALiBi), so such
+  // a key's double-double score is never read: merge states (check/merge.cpp) give every key outside the state's
+  // range a -inf bias. Not with a softcap (its tanh error of the raw score enters var_own).
+  const bool skip_neg_inf = r.bias && !(r.softcap > 0) && !q_nonfinite;
   for (int64_t jj = 0; jj < n; ++jj) {
     const int64_t j = r.first + jj;
     const float* kj = r.k + j * r.k_row;
     if (!r.shown(j)) {  // hidden by the custom mask: weight exactly 0, like a key outside the interval
       w.s_hi[jj] = -kInf, w.s_lo[jj] = 0, w.a[jj] = 0, w.nonfinite[jj] = 1;
+      continue;
+    }
+    if (skip_neg_inf && !hf.kbad[j] && r.bias_at(j) == -kInf && std::isfinite(r.alibi_at(j))) {
+      // what apply_variants makes of the finite raw score: -inf, lo 0, not finite; a[j] deferred
+      w.s_hi[jj] = -kInf, w.s_lo[jj] = 0, w.a[jj] = 0, w.nonfinite[jj] = 1;
+      w.deferred[jj] = 1;
+      ++w.n_deferred;
       continue;
     }
     if (q_nonfinite || hf.kbad[j]) {
@@ -278,6 +310,8 @@ void fast_row(const RowRef& r, RowWork& w) {
   for (int64_t j = 0; j < n; ++j) {
     if (!r.shown(r.first + j)) continue;  // hidden by the custom mask: its v is never read (an inf v is no NaN)
     const double wj = w.w[j] * r.keep_at(r.first + j);  // dropout: kept weights scaled (one double rounding)
+    // A weight of 0 on a finite v adds +0 to every accumulator (none is -0): skipped, the sums are the same bits.
+    if (wj == 0 && r.vbad && !r.vbad[r.first + j]) continue;
     const double whi = truncate_bits<24>(wj), wlo = wj - whi;  // whi * v is exact (24 x 24 bits)
     const float* __restrict vj = r.v + (r.first + j) * r.v_row;
     for (int64_t d = 0; d < Dv; ++d) {
@@ -424,6 +458,7 @@ void resize_work(RowWork& w, int64_t n, int64_t Dv) {
     for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho, &w.dscale, &w.extra}) x->resize(N);
     w.nonfinite.resize(N);
     w.raw_bad.resize(N);
+    w.deferred.resize(N);
   }
   if (w.o.size() != V)
     for (auto* x : {&w.o, &w.swa, &w.o_err, &w.soft, &w.acc_hi, &w.acc_lo}) x->assign(V, 0.0);
@@ -501,6 +536,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     r.drop_p = p.dropout_p;
   }
   const HeadFacts& hf = S.heads[static_cast<size_t>(b * p.heads_kv + hk)];
+  r.vbad = hf.vbad.data();
   bool q_nan = false, q_nonfinite = false;
   double qsum = 0;
   for (int64_t d = 0; d < p.head_dim; ++d) {
@@ -537,6 +573,18 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   double qmax = 0;
   for (int64_t d = 0; d < p.head_dim; ++d)
     if (std::isfinite(qd[d])) qmax = std::max(qmax, std::fabs(qd[d]));
+  if (w.n_deferred > 0) {
+    // The deferred a_j (-inf bias keys) enter only the range test below (and its reported value): a_j <= qmax
+    // sum_d |k_jd| (the sums' roundings within the margin), so they are computed only where that could reach it.
+    double kmax = 0;
+    for (int64_t j = 0; j < n; ++j)
+      if (w.deferred[j]) kmax = std::max(kmax, hf.ksum[static_cast<size_t>(kr.first + j)]);
+    const double reach = std::max(1.0, sc) * qmax * kmax * (1 + 0x1p-30);
+    if (!(reach <= kRange) || std::max({amax_all, sc * amax_all, sc * qmax}) > kRange) {
+      resolve_deferred(r, qd.data(), w);
+      for (int64_t j = 0; j < n; ++j) amax_all = std::max(amax_all, w.a[j]);
+    }
+  }
   const double score_big = std::max({amax_all, sc * amax_all, sc * qmax});
   if (score_big > kRange) {
     info.contract = ContractReason::kScoreRange;
@@ -561,14 +609,9 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     // visible infinite or NaN v meets a zero weight in P.V (0 * inf = 0 * NaN = NaN) in every kernel that
     // accumulates before normalising (with a sink too: the row's keys all score -inf, the sink alone is finite):
     // outside the contract, as in a normal row.
-    auto v_nan = [&](int64_t j) {
-      for (int64_t d = 0; d < r.Dv; ++d)
-        if (std::isnan(r.v[j * r.v_row + d])) return true;
-      return false;
-    };
     if (!nan_row && info.contract == ContractReason::kInside)
       for (int64_t j = kr.first; j < kr.last; ++j)
-        if (r.shown(j) && (hf.vinf[static_cast<size_t>(j)] || v_nan(j))) {  // a hidden key's v is never read
+        if (r.shown(j) && hf.vbad[static_cast<size_t>(j)]) {  // a hidden key's v is never read
           info.contract = ContractReason::kValueRange;
           info.contract_value = kInf;
           break;
@@ -594,6 +637,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   const double out_eta = is_fp8(S.cd) ? underflow_error(S.cd) / std::fabs(static_cast<double>(p.o_scale)) : 0;
   const bool mp_first = opts.force_multiprecision;
   if (mp_first) {
+    resolve_deferred(r, qd.data(), w);  // the multiprecision error term takes max_j a_j over every key
     R.mp_bits_used = oracle_detail::mp_row(r, w, opts.mp_bits, opts.mp_backend);
     info.path = RowPath::kMultiprecision;
   } else {
@@ -613,6 +657,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
       ok = w.o_err[d] <= kTau * ob[d] && (!opts.certify_values || w.o_err[d] <= kRel * std::fabs(w.o[d]));
     }
     if (!ok && info.contract == ContractReason::kInside) {
+      resolve_deferred(r, qd.data(), w);
       R.mp_bits_used = oracle_detail::mp_row(r, w, opts.mp_bits, opts.mp_backend);
       info.path = RowPath::kMultiprecision;
       info.fell_back = true;
@@ -791,6 +836,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
       hf.ksum.assign(static_cast<size_t>(p.seq_k), 0.0);
       hf.kbad.assign(static_cast<size_t>(p.seq_k), 0);
       hf.vinf.assign(static_cast<size_t>(p.seq_k), 0);
+      hf.vbad.assign(static_cast<size_t>(p.seq_k), 0);
       for (int64_t j = 0; j < p.seq_k; ++j) {
         const float* kj = k + k_index(p, b, j, hk, 0);
         for (int64_t d = 0; d < p.head_dim; ++d) {
@@ -803,6 +849,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
         for (int64_t d = 0; d < p.head_dim_v; ++d) {
           if (std::isfinite(vj[d])) hf.vmax = std::max(hf.vmax, std::fabs(static_cast<double>(vj[d])));
           if (std::isinf(vj[d])) hf.vinf[j] = 1;
+          if (!std::isfinite(vj[d])) hf.vbad[j] = 1;
         }
       }
     }

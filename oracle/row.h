@@ -14,6 +14,7 @@ struct RowRef {
   const float* k = nullptr;  // key j, element d at k[j * k_row + d]
   const float* v = nullptr;  // value j, element d at v[j * v_row + d]
   int64_t k_row = 0, v_row = 0;
+  const unsigned char* vbad = nullptr;  // vbad[j] != 0: value j holds a NaN or Inf (nullptr: unknown, none skipped)
   int64_t first = 0, last = 0;  // visible keys [first, last), non-empty
   int64_t D = 0, Dv = 0;
   float scale = 1;
@@ -56,6 +57,11 @@ struct RowWork {
   std::vector<double> a;                 // sum_d |q_d k_jd| over the finite products (unscaled)
   std::vector<unsigned char> nonfinite;  // score had a non-finite operand (after the variants: the final score
                                          // is not finite)
+  // Keys of a -inf additive term (bias) whose raw score is finite: the final score is -inf whatever the raw one,
+  // so the score pass leaves a[j] = 0 for them and marks them here; resolve_deferred() computes their a[j] where
+  // it can matter (the contract test, the multiprecision path). n_deferred: how many.
+  std::vector<unsigned char> deferred;
+  int64_t n_deferred = 0;
   // Filled by the variant pass (apply_variants), when the row has a variant.
   std::vector<double> dscale;            // d s_final / d s_raw (softcap: 1 - tanh^2; else 1)
   std::vector<double> extra;             // u-multiples of the kernel's extra score error (tanh, additions)

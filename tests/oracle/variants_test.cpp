@@ -82,6 +82,50 @@ TEST(OracleVariants, SinkAloneOnAnEmptyRow) {
   EXPECT_EQ(r.row(0, 0, 0).kind, RowKind::kNormal);
 }
 
+// A key of bias -inf weighs nothing (merge states give every key outside the state's range one, check/merge.cpp): its
+// k and v do not change O, LSE or the bounds, but its products still meet the fp32 range test (with their own value
+// reported), and a NaN k or an infinite v still makes the row NaN / outside the contract.
+TEST(OracleVariants, ANegInfBiasKeyWeighsNothingButMeetsTheContract) {
+  Problem p = make_problem(1, 1, 1, 1, 3, 4, 4);
+  p.variants = AF_VARIANT_BIAS;
+  p.bias_stride[0] = p.bias_stride[1] = p.bias_stride[2] = 0;
+  p.bias_stride[3] = 1;
+  const std::vector<float> bias{0.0f, 0.5f, -std::numeric_limits<float>::infinity()};
+  std::vector<float> q{0.5f, -1.0f, 0.25f, 2.0f}, k(12), v(12);
+  for (int i = 0; i < 12; ++i) k[i] = 0.125f * (i % 5) - 0.25f, v[i] = 0.5f * (i % 3) - 0.5f;
+  VariantInputs vars;
+  vars.bias = bias.data();
+  auto run = [&] { return compute_oracle(p, q.data(), k.data(), v.data(), vars, k1Thread); };
+  const OracleResult a = run();
+  for (int d = 0; d < 4; ++d) k[8 + d] = 0.03125f * d, v[8 + d] = 7.0f - d;  // key 2: other finite values
+  const OracleResult b = run();
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.o_bound, b.o_bound);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.lse_bound, b.lse_bound);
+  ASSERT_TRUE(a.rows[0].inside_contract());
+  EXPECT_GT(a.o_bound[0], 0.0);
+  // Range: q_d k_2d = 2^67 * 2^60, four of them: a_2 = 2^129 > 2^127, the row is outside with that value.
+  q.assign(4, 0x1p67f);
+  for (int d = 0; d < 4; ++d) k[d] = k[4 + d] = 0.0f, k[8 + d] = 0x1p60f;
+  const OracleResult big = run();
+  EXPECT_EQ(big.rows[0].contract, ContractReason::kScoreRange);
+  EXPECT_EQ(big.rows[0].contract_value, 0x1p129);
+  // A visible key over the range too (a_0 = 2^128): the value reported is still the largest, the -inf key's 2^130.
+  for (int d = 0; d < 4; ++d) k[d] = 0x1p59f, k[8 + d] = 0x1p61f;
+  EXPECT_EQ(run().rows[0].contract_value, 0x1p130);
+  // Small q again: a NaN k on the -inf key makes the score NaN (NaN - inf), an infinite v is outside the contract.
+  q.assign(4, 0.5f);
+  for (int d = 0; d < 4; ++d) k[d] = k[8 + d] = 0.25f;
+  k[9] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(run().rows[0].kind, RowKind::kNaN);
+  k[9] = 0.25f;
+  v[10] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(run().rows[0].contract, ContractReason::kValueRange);
+  v[10] = 1.0f;
+  EXPECT_TRUE(run().rows[0].inside_contract());
+}
+
 TEST(OracleVariants, MissingValuesAreRefused) {
   Tiny t;
   t.p.variants = AF_VARIANT_SINK;

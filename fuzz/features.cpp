@@ -64,7 +64,10 @@ enum Base : uint16_t {
   // Dropout (issue 29): generator 2 x p regime (0, < 0.3, < 0.9, >= 0.9) 4, an offset whose counters cross 2^32 1
   kDropout = 653,
   kDropoutWrap = 661,
-  kEnd = 662,
+  // Per-head fp8 descales (issue 28 item 6): per batch or not 2 x the k/v descales of a query group's KV heads
+  // (MHA: Hq = Hkv; GQA with one KV head; GQA with KV heads whose k descales differ; the same k descales) 4
+  kHeadDescale = 662,
+  kEnd = 670,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -337,6 +340,11 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
     if ((p.dropout_offset >> 32) != (last >> 32)) add(kDropoutWrap);
   }
   if (p.variants & kMaskVariants) mask_features(p, t, add);
+  if ((p.variants & AF_VARIANT_HEAD_DESCALE) && !t.k_descale_h.empty()) {
+    int kind = p.heads_q == p.heads_kv ? 0 : p.heads_kv == 1 ? 1 : 3;
+    for (float x : t.k_descale_h) kind = kind == 3 && x != t.k_descale_h[0] ? 2 : kind;
+    add(kHeadDescale + (p.descale_stride[0] != 0 ? 4 : 0) + kind);
+  }
   return f;
 }
 

@@ -179,6 +179,17 @@ Files files_in(const fs::path& dir) {
   if (fs::exists(dir / "mask.npy", ec)) f.mask = dir / "mask.npy";
   if (fs::exists(dir / "mask_bits.npy", ec)) f.mask_bits = dir / "mask_bits.npy";
   if (fs::exists(dir / "block_mask.npy", ec)) f.block_mask = dir / "block_mask.npy";
+  // Per-head descales: all three or none (one alone is an incomplete input, never a per-tensor check).
+  std::string dhave, dmissing;
+  for (const char* g : {"q_descale.npy", "k_descale.npy", "v_descale.npy"}) {
+    std::string& list = fs::exists(dir / g, ec) ? dhave : dmissing;
+    list += (list.empty() ? "" : ", ") + std::string(g);
+  }
+  if (!dhave.empty() && !dmissing.empty())
+    throw NpyError(dir.string() + ": incomplete per-head descales: " + dhave + " without " + dmissing +
+                   " (give q_descale.npy, k_descale.npy and v_descale.npy together)");
+  if (!dhave.empty())
+    f.q_descale = dir / "q_descale.npy", f.k_descale = dir / "k_descale.npy", f.v_descale = dir / "v_descale.npy";
   return f;
 }
 
@@ -234,6 +245,46 @@ void load_masks(const Files& files, const Spec& spec, Problem& p, External& e) {
   if (p.variants & AF_VARIANT_BLOCK_SPARSE)
     if (std::string err = set_block_mask_strides(p, bcast); !err.empty()) fail(err);
 }
+
+namespace {
+// Per-head fp8 descales (q_descale.npy [Hq] or [B, Hq], k_descale.npy / v_descale.npy [Hkv] or [B, Hkv]): one value
+// per head for every batch, or (any file [B, H]) per batch with descale_stride {Hq, 1} (a [H] file repeated).
+void load_head_descales(const Files& files, Problem& p, External& e) {
+  const int64_t B = p.batch;
+  struct D {
+    const char* name;
+    const fs::path* path;
+    std::vector<float>* out;
+    int64_t heads;
+    Array a;
+  };
+  D ds[] = {{"q_descale", &files.q_descale, &e.q_descale_h, p.heads_q, {}},
+            {"k_descale", &files.k_descale, &e.k_descale_h, p.heads_kv, {}},
+            {"v_descale", &files.v_descale, &e.v_descale_h, p.heads_kv, {}}};
+  bool per_batch = false;
+  for (D& d : ds) {
+    d.a = read_array(*d.path, false);
+    const bool flat = d.a.shape == std::vector<int64_t>{d.heads}, batched = d.a.shape == std::vector<int64_t>{B, d.heads};
+    if (!flat && !batched)
+      fail(std::string("shape mismatch: ") + d.name + " must be [" + (d.heads == p.heads_q ? "Hq" : "Hkv") + "] = " +
+           shape_text({d.heads}) + " or [B, H] = " + shape_text({B, d.heads}) + ", got " + shape_text(d.a.shape));
+    per_batch |= batched && B > 1;
+    for (float x : d.a.data)
+      if (std::string err = validate_descale_value(x); !err.empty())
+        fail(std::string(d.name) + " holds " + std::to_string(x) + ": " + err);
+  }
+  p.variants |= AF_VARIANT_HEAD_DESCALE;
+  set_descale_strides(p, per_batch);
+  for (D& d : ds) {
+    d.out->assign(static_cast<size_t>(descale_h_elements(p, d.out == &e.q_descale_h)), 1.0f);
+    const bool batched = d.a.shape.size() == 2;
+    for (int64_t b = 0; b < (per_batch ? B : 1); ++b)
+      for (int64_t h = 0; h < d.heads; ++h)
+        (*d.out)[static_cast<size_t>(descale_h_index(p, b, h))] =
+            d.a.data[static_cast<size_t>((batched ? b * d.heads : 0) + h)];
+  }
+}
+}  // namespace
 
 External load_external(const Files& files, const Spec& spec) {
   Array q = read_array(files.q, spec.bf16_raw), k = read_array(files.k, spec.bf16_raw),
@@ -370,12 +421,14 @@ External load_external(const Files& files, const Spec& spec) {
     e.bias = std::move(a.data);
   }
   load_masks(files, spec, p, e);
+  if (!files.q_descale.empty()) load_head_descales(files, p, e);
   if (p.variants) e.notes.push_back("variants " + variant_names(p.variants) + " from the input files / sidecar");
   if (std::string err = validate(p); !err.empty()) fail("invalid problem: " + err);
   e.problem = p;
   e.label = "npy:" + files.o.parent_path().string();
   return e;
 }
+
 
 Case case_of(const External& e) {
   Case c = make_case(e.problem, 0);
@@ -386,6 +439,9 @@ Case case_of(const External& e) {
   c.variants.bias = e.bias;
   c.variants.custom_mask = e.custom_mask;
   c.variants.block_mask = e.block_mask;
+  c.variants.q_descale_h = e.q_descale_h;
+  c.variants.k_descale_h = e.k_descale_h;
+  c.variants.v_descale_h = e.v_descale_h;
   return c;
 }
 

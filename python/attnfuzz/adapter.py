@@ -36,6 +36,8 @@ PROTOCOL_VERSION = 1
 ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
 _DTYPES = dict(STORED, u8=np.dtype("u1"))  # bf16 travels as uint16 bit patterns; masks as u8
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
+# The variants a kernel may declare: the custom masks and the per-head fp8 descales (PROTOCOL.md "Per-head descales").
+VARIANTS = MASK_VARIANTS + ("head-descale",)
 
 
 class ProtocolError(Exception):
@@ -75,6 +77,9 @@ class Problem:
         self.block_q, self.block_k = (int(x) for x in d.get("block_size", [0, 0]))
         self.custom_mask = None
         self.block_mask = None
+        # Per-head fp8 descales (variant head-descale), set by serve(): float32 q_descale_h [B|1, Hq], k_descale_h and
+        # v_descale_h [B|1, Hkv] (a batch of 1 = the same for every batch), replacing q/k/v_descale; else None.
+        self.q_descale_h = self.k_descale_h = self.v_descale_h = None
 
     def custom_visible(self):
         """bool [B|1, Hq|1, Sq, Sk]: visible under the custom and block masks alone (all True without them). A
@@ -137,10 +142,10 @@ class Kernel:
                      "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
                      "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
                      "check": supports is not None}
-        if variants:  # the custom masks it applies (problem.custom_visible()); absent: none, as before
-            bad = [v for v in variants if v not in MASK_VARIANTS]
+        if variants:  # the custom masks (problem.custom_visible()) and per-head descales it applies; absent: none
+            bad = [v for v in variants if v not in VARIANTS]
             if bad:
-                raise ValueError(f"variants are {MASK_VARIANTS}, not {bad}")
+                raise ValueError(f"variants are {VARIANTS}, not {bad}")
             self.decl["variants"] = list(variants)
         if compute_model is not None:  # "fused" | "unfused" (PROTOCOL.md; absent: the tool assumes unfused)
             if compute_model not in ("fused", "unfused"):
@@ -308,6 +313,7 @@ def serve(kernels, name=None, inp=None, out=None):
                 p = Problem(h["problem"])
                 ts = split_tensors(h, payload)
                 p.custom_mask, p.block_mask = ts.get("custom_mask"), ts.get("block_mask")
+                p.q_descale_h, p.k_descale_h, p.v_descale_h = (ts.get(n) for n in ("q_descale", "k_descale", "v_descale"))
                 if h.get("pass", "fwd") == "bwd":
                     arrays, descs = _run_backward(k, p, ts)
                 else:

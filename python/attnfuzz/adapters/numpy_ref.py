@@ -50,7 +50,7 @@ def main(argv=None):
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None,
-                  variants=() if bug else ("mask-dense", "mask-bits", "block-sparse"))], name="numpy_ref")
+                  variants=() if bug else ("mask-dense", "mask-bits", "block-sparse", "head-descale"))], name="numpy_ref")
 
 
 if __name__ == "__main__":

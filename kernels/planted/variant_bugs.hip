@@ -27,6 +27,7 @@ enum class VarBug {
   kBlockPartialFull,    // block-sparse: a partial block (2) treated as full, the custom mask never read
   kMaskIgnoredBwd,      // the custom / block mask applied in the forward only; the backward sees every key
   kHeadDescaleQHead,    // fp8: k's per-head descale read at the query head (h mod Hkv), not the KV head
+  kHeadDescaleIgnored,  // fp8: the per-head descale arrays never read, the per-tensor descales used (FlashInfer #4979)
 };
 
 // Key j of row (b, h, i) under the custom / block mask as the planted kernel reads it.
@@ -145,7 +146,10 @@ __global__ void __launch_bounds__(kThreads)
   // PLANTED: head-descale-qhead: k's per-head descale read at the query head's index wrapped into the [Hkv] array
   // (h mod Hkv) instead of its KV head hk = h / (Hq / Hkv); right when Hq == Hkv or Hkv == 1.
   const int64_t hk_descale = kBug == VarBug::kHeadDescaleQHead ? h % p.heads_kv : hk;
-  const float sc = score_scale<T>(p, vb, b, h, hk_descale);
+  af_problem pd = p;
+  // PLANTED: head-descale-ignored: the per-head descale arrays are never read; the per-tensor q/k/v_descale are used.
+  if (kBug == VarBug::kHeadDescaleIgnored) pd.variants &= ~AF_VARIANT_HEAD_DESCALE;
+  const float sc = score_scale<T>(pd, vb, b, h, hk_descale);
   const KeySpan keys = row_keys(p, i);
   const T* qr = q + q_row(p, b, i, h);
   float m = neg_inf(), l = 0.0f, acc[kMaxD];
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
     l = l * alpha + w;
     m = m_new;
   }
-  for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = store_o<T>(p, vb, b, hk, finish_o(acc[d], m, l));
+  for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = store_o<T>(pd, vb, b, hk, finish_o(acc[d], m, l));
   if (lse) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
 }
 
@@ -466,6 +470,11 @@ const af_kernel kVariantBugs[] = {
      "(h mod Hkv), not its KV head",
      AF_SUPPORTS_FP8_E4M3, AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
      var_fp8_check, var_fp8_launch<VarBug::kHeadDescaleQHead>, /*features=*/0, 0, nullptr, nullptr, nullptr,
+     /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/AF_VARIANT_HEAD_DESCALE},
+    {"planted-head-descale-ignored", "planted/variants",
+     "fp8-e4m3 row kernel with per-head descales and a planted bug: the per-head descales ignored (per-tensor used)",
+     AF_SUPPORTS_FP8_E4M3, AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
+     var_fp8_check, var_fp8_launch<VarBug::kHeadDescaleIgnored>, /*features=*/0, 0, nullptr, nullptr, nullptr,
      /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/AF_VARIANT_HEAD_DESCALE},
 };
 static_assert(sizeof(kVariantBugs) / sizeof(kVariantBugs[0]) == attnfuzz_planted::kVariantBugCount,

@@ -363,6 +363,7 @@ const std::map<std::string, ExpectedVariant> kExpectedVariants = {
     {"planted-mask-ignored-bwd", {"ignored-parameter", Pass::kBwd, AF_VARIANT_MASK_DENSE}},
     // fp8 (the head-descale sweep is fp8-e4m3): k's descale read at query head h mod Hkv.
     {"planted-head-descale-qhead", {"ignored-parameter", Pass::kFwd, AF_VARIANT_HEAD_DESCALE}},
+    {"planted-head-descale-ignored", {"ignored-parameter", Pass::kFwd, AF_VARIANT_HEAD_DESCALE}},
 };
 
 // A budget prepared once per key (a pass, a dtype) and call site (each make is its own type): make() gives its

@@ -27,7 +27,11 @@ bool parse_layout(const std::string& t, Layout& out) {
   return false;
 }
 const char* compute_dtype_name(int32_t d) {
-  return d == AF_DTYPE_F16 ? "fp16" : d == AF_DTYPE_BF16 ? "bf16" : "fp32";
+  return d == AF_DTYPE_F16            ? "fp16"
+         : d == AF_DTYPE_BF16         ? "bf16"
+         : d == AF_DTYPE_FP8_E4M3     ? "fp8-e4m3"
+         : d == AF_DTYPE_FP8_E5M2     ? "fp8-e5m2"
+                                      : "fp32";
 }
 std::optional<int32_t> parse_compute_model(const std::string& t) {
   if (t == "fused") return AF_COMPUTE_FUSED;
@@ -39,6 +43,8 @@ std::optional<int32_t> parse_compute_dtype(const std::string& t) {
   if (t == "fp32" || t == "f32" || t == "float32") return AF_DTYPE_F32;
   if (t == "fp16" || t == "f16" || t == "float16") return AF_DTYPE_F16;
   if (t == "bf16" || t == "bfloat16") return AF_DTYPE_BF16;
+  if (t == "fp8-e4m3" || t == "e4m3") return AF_DTYPE_FP8_E4M3;  // per-head descales (q/k/v_descale.npy)
+  if (t == "fp8-e5m2" || t == "e5m2") return AF_DTYPE_FP8_E5M2;
   return std::nullopt;
 }
 
@@ -102,7 +108,7 @@ void read_sidecar(const fs::path& path, Spec& spec) {
         spec.kv_heads = it->get<int64_t>();
       } else if (key == "compute_dtype") {
         auto d = parse_compute_dtype(it->get<std::string>());
-        if (!d) fail(path.string() + ": compute_dtype must be fp32, fp16 or bf16");
+        if (!d) fail(path.string() + ": compute_dtype must be fp32, fp16, bf16, fp8-e4m3 or fp8-e5m2");
         spec.compute_dtype = *d;
       } else if (key == "compute_model") {
         auto m = parse_compute_model(it->get<std::string>());

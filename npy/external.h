@@ -24,8 +24,8 @@ namespace attnfuzz::npy {
 enum class Layout { kBSHD, kBHSD };  // q/k/v/o as [B, S, H, D] or [B, H, S, D]; LSE is [B, H, Sq]
 const char* layout_name(Layout l);   // "bshd", "bhsd"
 bool parse_layout(const std::string& text, Layout& out);
-const char* compute_dtype_name(int32_t dtype);                        // "fp32", "fp16", "bf16"
-std::optional<int32_t> parse_compute_dtype(const std::string& text);  // fp32|f32|fp16|f16|bf16
+const char* compute_dtype_name(int32_t dtype);                        // "fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2"
+std::optional<int32_t> parse_compute_dtype(const std::string& text);  // fp32|f32|fp16|f16|bf16|fp8-e4m3|fp8-e5m2
 std::optional<int32_t> parse_compute_model(const std::string& text);  // fused|unfused (af_compute_model)
 
 // What the user says about the tensors: sidecar JSON (case.json) first, then flags on top.

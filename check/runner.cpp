@@ -406,9 +406,9 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.custom_mask = cmask ? static_cast<const uint8_t*>(cmask->data()) : nullptr;
   b.block_mask = bmask ? static_cast<const uint8_t*>(bmask->data()) : nullptr;
   out.launch = counted_launch(dev, k.kernel, p, b);
-  locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
-                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get(), cmask.get(),
-                     bmask.get(), qd.get(), kd.get(), vd.get()});
+  locate_fault(out, {q.get(),    kb.get(),     v.get(),     o.get(),     lse.get(),    ws.get(),   cu_q.get(),
+                     cu_k.get(), used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(),
+                     sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -424,9 +424,10 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
   if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
-  collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get(),
-                         cmask.get(), bmask.get(), qd.get(), kd.get(), vd.get()});
+  collect_canaries(out,
+                   {q.get(),    kb.get(),     v.get(),     o.get(),     lse.get(),    ws.get(),   cu_q.get(),
+                    cu_k.get(), used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(),
+                    sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -455,8 +456,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl, &dmask,
-                     &cmask, &bmask, &qd, &kd, &vd})
+    for (auto* gb : {&q,      &kb,   &v,  &o,  &lse,   &ws,    &cu_q,  &cu_k, &used_k, &table, &sinks,
+                     &slopes, &bias, &so, &sl, &dmask, &cmask, &bmask, &qd,   &kd,     &vd})
       if (*gb)
         pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &so) ? fpoison : poison);
   return out;

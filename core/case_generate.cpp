@@ -1,6 +1,4 @@
 // case_generate.cpp - generate(): the q, k, v (and dO) values of a case, specials and sequence layouts included.
-#include "attnfuzz/case.h"
-
 #include <algorithm>
 #include <bit>
 #include <cfloat>
@@ -10,9 +8,10 @@
 #include <cstdlib>
 #include <limits>
 #include <numbers>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 
+#include "attnfuzz/case.h"
 #include "core/case_internal.h"
 #include "core/masks.h"
 #include "core/sequences.h"
@@ -110,7 +109,8 @@ void generate_variants(const Case& c, Tensors& out) {
     }
   }
   if (p.variants & AF_VARIANT_HEAD_DESCALE) {
-    // Per-head fp8 descales: given, else each drawn from space::fp8_descales() (exact in fp32) from stream (seed, 12).
+    // Per-head fp8 descales: given, else each drawn from space::fp8_descales() (exact in fp32) from stream
+    // (seed, 12).
     Rng rng(c.seed, 12);
     const std::vector<float>& menu = space::fp8_descales();
     for (auto [given, dst, query] : {std::tuple{&vs.q_descale_h, &out.q_descale_h, true},
@@ -121,7 +121,8 @@ void generate_variants(const Case& c, Tensors& out) {
         continue;
       }
       dst->resize(static_cast<size_t>(descale_h_elements(p, query)));
-      for (float& x : *dst) x = menu[static_cast<size_t>(rng.uniform01() * static_cast<double>(menu.size())) % menu.size()];
+      for (float& x : *dst)
+        x = menu[static_cast<size_t>(rng.uniform01() * static_cast<double>(menu.size())) % menu.size()];
     }
   }
 }

@@ -433,7 +433,8 @@ json case_to_json(const Case& c) {
       v["dropout_seed"] = std::to_string(p.dropout_seed);
       v["dropout_offset"] = std::to_string(p.dropout_offset);
     }
-    if (p.variants & AF_VARIANT_HEAD_DESCALE) {  // per-head fp8 descales: the strides, and the values when given
+    if (p.variants &
+        AF_VARIANT_HEAD_DESCALE) {  // per-head fp8 descales: the strides, and the values when given
       v["descale_stride"] = {p.descale_stride[0], p.descale_stride[1]};
       if (!vs.q_descale_h.empty()) v["q_descale_h"] = floats_to_hex(vs.q_descale_h);
       if (!vs.k_descale_h.empty()) v["k_descale_h"] = floats_to_hex(vs.k_descale_h);
@@ -572,7 +573,8 @@ Case case_from_json(const json& j) {
     if (v.contains("bias")) c.variants.bias = hex_to_floats(get_string(v, "bias", vc), "case.variants.bias");
     if (p.variants & AF_VARIANT_HEAD_DESCALE) {
       const json& a = field(v, "descale_stride", vc);
-      if (!a.is_array() || a.size() != 2) corrupt("case.variants.descale_stride is not an array of 2 integers");
+      if (!a.is_array() || a.size() != 2)
+        corrupt("case.variants.descale_stride is not an array of 2 integers");
       for (int n = 0; n < 2; ++n) {
         if (!a[n].is_number_integer()) corrupt("case.variants.descale_stride is not an array of 2 integers");
         p.descale_stride[n] = a[n].get<int64_t>();

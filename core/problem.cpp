@@ -222,7 +222,8 @@ std::string validate_variant_fields(const Problem& p) {
   }
   if (p.variants & AF_VARIANT_HEAD_DESCALE) {
     if (p.dtype != AF_DTYPE_FP8_E4M3 && p.dtype != AF_DTYPE_FP8_E5M2)
-      return std::string("per-head descales (variant head-descale) apply to fp8 only, not ") + dtype_name(p.dtype);
+      return std::string("per-head descales (variant head-descale) apply to fp8 only, not ") +
+             dtype_name(p.dtype);
     if (p.descale_stride[0] < 0 || p.descale_stride[1] < 0) return "a per-head descale stride is negative";
     if (p.descale_stride[1] == 0 && std::max(p.heads_q, p.heads_kv) > 1)
       return "the per-head descale head stride is 0: use the per-tensor descales";
@@ -518,8 +519,8 @@ std::string parse_mask(const std::string& text, Problem& p) {
 }
 
 std::string validate_descale_value(float f) {
-  // stored * descale must be exact in fp32 (fp8 has <= 4 significand bits): the oracle then judges the exact real
-  // inputs.
+  // stored * descale must be exact in fp32 (fp8 has <= 4 significand bits): the oracle then judges the exact
+  // real inputs.
   int e = 0;
   const double m = std::frexp(static_cast<double>(f), &e);
   const bool bits_ok = std::ldexp(m, 16) == std::nearbyint(std::ldexp(m, 16));

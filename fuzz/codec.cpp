@@ -471,9 +471,9 @@ void write_sequences(Writer& w, const Case& c) {
 }  // namespace
 
 namespace {
-// Score variants (issue 28) and custom masks: the field after the pass. Bits outside the limits' set are dropped;
-// none with a sequence layout. Bit 7 of the variant byte is head-descale (AF_VARIANT_HEAD_DESCALE, fp8 only; its byte
-// after the masks: bit 0 = descales per batch), the other bits are the variant bits.
+// Score variants (issue 28) and custom masks: the field after the pass. Bits outside the limits' set are
+// dropped; none with a sequence layout. Bit 7 of the variant byte is head-descale (AF_VARIANT_HEAD_DESCALE,
+// fp8 only; its byte after the masks: bit 0 = descales per batch), the other bits are the variant bits.
 void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
   const uint8_t vb = r.u8();
   uint32_t bits = ((vb & 0x7f) | ((vb & 0x80) ? AF_VARIANT_HEAD_DESCALE : 0)) & lim.variants;

@@ -585,8 +585,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       default:
         explicit_step(ws, rng);
     }
-    // Score variants (issue 28): a bit, the softcap, a range, a broadcast, per-head descales per batch or not (only
-    // when the limits allow one: a dropout-only campaign has none to toggle).
+    // Score variants (issue 28): a bit, the softcap, a range, a broadcast, per-head descales per batch or not
+    // (only when the limits allow one: a dropout-only campaign has none to toggle).
     constexpr uint32_t kToggled = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE;
     if ((lim_.variants & (AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS |
                           AF_VARIANT_HEAD_DESCALE)) &&
@@ -599,7 +599,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
         case 0: {
           std::vector<uint32_t> allowed;
           for (uint32_t bit = 1; bit <= AF_VARIANT_HEAD_DESCALE; bit <<= 1)
-            if (lim_.variants & bit & kToggled & (fp8(p.dtype) ? ~0u : ~AF_VARIANT_HEAD_DESCALE)) allowed.push_back(bit);
+            if (lim_.variants & bit & kToggled & (fp8(p.dtype) ? ~0u : ~AF_VARIANT_HEAD_DESCALE))
+              allowed.push_back(bit);
           if (allowed.empty()) break;
           bits ^= allowed[rng.below(allowed.size())];
           if ((bits & AF_VARIANT_MASK_DENSE) && (bits & AF_VARIANT_MASK_BITS))  // exclusive: the new one stays
@@ -633,7 +634,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       std::copy(std::begin(c.problem.block_mask_stride), std::end(c.problem.block_mask_stride),
                 std::begin(vp.block_mask_stride));
       vp.block_q = c.problem.block_q, vp.block_k = c.problem.block_k;
-      std::copy(std::begin(c.problem.descale_stride), std::end(c.problem.descale_stride), std::begin(vp.descale_stride));
+      std::copy(std::begin(c.problem.descale_stride), std::end(c.problem.descale_stride),
+                std::begin(vp.descale_stride));
     }
     if (lim_.merge && rng.below(4) == 0) merge_step(c, rng);  // merged states (issue 29)
     if ((lim_.variants & AF_VARIANT_DROPOUT) && !has_sequences(p) && rng.below(4) == 0) {  // dropout (issue 29)

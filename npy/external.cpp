@@ -27,11 +27,11 @@ bool parse_layout(const std::string& t, Layout& out) {
   return false;
 }
 const char* compute_dtype_name(int32_t d) {
-  return d == AF_DTYPE_F16            ? "fp16"
-         : d == AF_DTYPE_BF16         ? "bf16"
-         : d == AF_DTYPE_FP8_E4M3     ? "fp8-e4m3"
-         : d == AF_DTYPE_FP8_E5M2     ? "fp8-e5m2"
-                                      : "fp32";
+  return d == AF_DTYPE_F16        ? "fp16"
+         : d == AF_DTYPE_BF16     ? "bf16"
+         : d == AF_DTYPE_FP8_E4M3 ? "fp8-e4m3"
+         : d == AF_DTYPE_FP8_E5M2 ? "fp8-e5m2"
+                                  : "fp32";
 }
 std::optional<int32_t> parse_compute_model(const std::string& t) {
   if (t == "fused") return AF_COMPUTE_FUSED;
@@ -195,7 +195,8 @@ Files files_in(const fs::path& dir) {
     throw NpyError(dir.string() + ": incomplete per-head descales: " + dhave + " without " + dmissing +
                    " (give q_descale.npy, k_descale.npy and v_descale.npy together)");
   if (!dhave.empty())
-    f.q_descale = dir / "q_descale.npy", f.k_descale = dir / "k_descale.npy", f.v_descale = dir / "v_descale.npy";
+    f.q_descale = dir / "q_descale.npy", f.k_descale = dir / "k_descale.npy",
+    f.v_descale = dir / "v_descale.npy";
   return f;
 }
 
@@ -253,8 +254,9 @@ void load_masks(const Files& files, const Spec& spec, Problem& p, External& e) {
 }
 
 namespace {
-// Per-head fp8 descales (q_descale.npy [Hq] or [B, Hq], k_descale.npy / v_descale.npy [Hkv] or [B, Hkv]): one value
-// per head for every batch, or (any file [B, H]) per batch with descale_stride {Hq, 1} (a [H] file repeated).
+// Per-head fp8 descales (q_descale.npy [Hq] or [B, Hq], k_descale.npy / v_descale.npy [Hkv] or [B, Hkv]): one
+// value per head for every batch, or (any file [B, H]) per batch with descale_stride {Hq, 1} (a [H] file
+// repeated).
 void load_head_descales(const Files& files, Problem& p, External& e) {
   const int64_t B = p.batch;
   struct D {
@@ -270,10 +272,12 @@ void load_head_descales(const Files& files, Problem& p, External& e) {
   bool per_batch = false;
   for (D& d : ds) {
     d.a = read_array(*d.path, false);
-    const bool flat = d.a.shape == std::vector<int64_t>{d.heads}, batched = d.a.shape == std::vector<int64_t>{B, d.heads};
+    const bool flat = d.a.shape == std::vector<int64_t>{d.heads},
+               batched = d.a.shape == std::vector<int64_t>{B, d.heads};
     if (!flat && !batched)
-      fail(std::string("shape mismatch: ") + d.name + " must be [" + (d.heads == p.heads_q ? "Hq" : "Hkv") + "] = " +
-           shape_text({d.heads}) + " or [B, H] = " + shape_text({B, d.heads}) + ", got " + shape_text(d.a.shape));
+      fail(std::string("shape mismatch: ") + d.name + " must be [" + (d.heads == p.heads_q ? "Hq" : "Hkv") +
+           "] = " + shape_text({d.heads}) + " or [B, H] = " + shape_text({B, d.heads}) + ", got " +
+           shape_text(d.a.shape));
     per_batch |= batched && B > 1;
     for (float x : d.a.data)
       if (std::string err = validate_descale_value(x); !err.empty())
@@ -434,7 +438,6 @@ External load_external(const Files& files, const Spec& spec) {
   e.label = "npy:" + files.o.parent_path().string();
   return e;
 }
-
 
 Case case_of(const External& e) {
   Case c = make_case(e.problem, 0);

@@ -248,11 +248,14 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
         (limits.dtype == AF_DTYPE_FP8_E4M3 || limits.dtype == AF_DTYPE_FP8_E5M2) &&
         *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
       // Per-head fp8 descales (issue 28 item 6): per batch 1 time in 4, each value from space::fp8_descales()
-      // (shrinking toward 1, its first); the per-tensor ones stay as drawn above (the kernel must not read them).
+      // (shrinking toward 1, its first); the per-tensor ones stay as drawn above (the kernel must not read
+      // them).
       c.problem.variants |= AF_VARIANT_HEAD_DESCALE;
-      set_descale_strides(c.problem, *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}));
-      for (auto [a, query] : {std::pair{&c.variants.q_descale_h, true}, std::pair{&c.variants.k_descale_h, false},
-                              std::pair{&c.variants.v_descale_h, false}}) {
+      set_descale_strides(c.problem,
+                          *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}));
+      for (auto [a, query] :
+           {std::pair{&c.variants.q_descale_h, true}, std::pair{&c.variants.k_descale_h, false},
+            std::pair{&c.variants.v_descale_h, false}}) {
         a->resize(static_cast<size_t>(descale_h_elements(c.problem, query)));
         for (float& x : *a) x = *element_of(space::fp8_descales());
       }

@@ -499,13 +499,14 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
-    // The variants it applies (issue 28): the custom masks and the per-head descales, whose tensors the protocol
-    // carries.
+    // The variants it applies (issue 28): the custom masks and the per-head descales, whose tensors the
+    // protocol carries.
     for (const Json& v : k.value("variants", Json::array())) {
       uint32_t bit = 0;
       if (!v.is_string() || !parse_variant_names(v.get<std::string>(), bit).empty() ||
           (bit & ~(kMaskVariants | AF_VARIANT_HEAD_DESCALE)))
-        throw std::runtime_error("kernel " + a.name + ": variants takes mask-dense, mask-bits, block-sparse, " +
+        throw std::runtime_error("kernel " + a.name +
+                                 ": variants takes mask-dense, mask-bits, block-sparse, " +
                                  "head-descale, not " + v.dump());
       a.variants |= bit;
     }
@@ -641,7 +642,8 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
   j["k_descale"] = static_cast<double>(p.k_descale);
   j["v_descale"] = static_cast<double>(p.v_descale);
   j["o_scale"] = static_cast<double>(p.o_scale);
-  if (p.variants) {  // custom masks (issue 28): their tensors follow the run's others (PROTOCOL.md "Custom masks")
+  if (p.variants) {  // custom masks (issue 28): their tensors follow the run's others (PROTOCOL.md "Custom
+                     // masks")
     Json v = Json::array();
     for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
       if (p.variants & bit) v.push_back(variant_name(bit));
@@ -774,11 +776,13 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     add_mask("custom_mask", b.custom_mask, p.mask_stride, Sq, custom_mask_row_bytes(p));
   if (p.variants & AF_VARIANT_BLOCK_SPARSE)
     add_mask("block_mask", b.block_mask, p.block_mask_stride, query_blocks(p), key_blocks(p));
-  // Per-head fp8 descales: f32 [B|1, Hq] (q) and [B|1, Hkv] (k, v), batch size 1 when broadcast over the batch.
+  // Per-head fp8 descales: f32 [B|1, Hq] (q) and [B|1, Hkv] (k, v), batch size 1 when broadcast over the
+  // batch.
   if (p.variants & AF_VARIANT_HEAD_DESCALE) {
     const int64_t nb = p.descale_stride[0] ? B : 1, st[3] = {p.descale_stride[0], p.descale_stride[1], 0};
-    for (const auto& [name, d, heads] : {std::tuple{"q_descale", b.q_descale_h, Hq}, std::tuple{"k_descale", b.k_descale_h, Hk},
-                                         std::tuple{"v_descale", b.v_descale_h, Hk}}) {
+    for (const auto& [name, d, heads] :
+         {std::tuple{"q_descale", b.q_descale_h, Hq}, std::tuple{"k_descale", b.k_descale_h, Hk},
+          std::tuple{"v_descale", b.v_descale_h, Hk}}) {
       blobs.push_back(gather(d, 4, st, nb, heads, 1, 1));
       tensors.push_back(desc(name, "f32", {nb, heads}));
     }

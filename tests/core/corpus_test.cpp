@@ -408,8 +408,9 @@ TEST(CorpusVariants, RoundTripDescribeValidate) {
   EXPECT_NE(validate(bad), "");
 }
 
-// Per-head fp8 descales (issue 28 item 6): drawn and given values and per-batch strides round-trip through the case
-// file, describe names them, the stream (seed, 12) leaves q, k, v alone, and bad values or dtypes are refused.
+// Per-head fp8 descales (issue 28 item 6): drawn and given values and per-batch strides round-trip through
+// the case file, describe names them, the stream (seed, 12) leaves q, k, v alone, and bad values or dtypes
+// are refused.
 TEST(CorpusVariants, HeadDescalesRoundTripDescribeValidate) {
   Case c = make_case(make_problem(3, 6, 2, 9, 14, 16, 16), 78);
   c.problem.dtype = AF_DTYPE_FP8_E4M3;
@@ -418,7 +419,8 @@ TEST(CorpusVariants, HeadDescalesRoundTripDescribeValidate) {
   EXPECT_EQ(c.problem.descale_stride[0], 0);
   EXPECT_EQ(c.problem.descale_stride[1], 1);
   const std::string d = describe(c);
-  for (const char* w : {"fp8-e4m3", "variants=head-descale", "descale_h=drawn"}) EXPECT_NE(d.find(w), std::string::npos) << d;
+  for (const char* w : {"fp8-e4m3", "variants=head-descale", "descale_h=drawn"})
+    EXPECT_NE(d.find(w), std::string::npos) << d;
   const Tensors t = generate(c), t2 = generate(c);
   EXPECT_EQ(t.q_descale_h.size(), 6u);
   EXPECT_EQ(t.k_descale_h.size(), 2u);
@@ -445,7 +447,8 @@ TEST(CorpusVariants, HeadDescalesRoundTripDescribeValidate) {
   EXPECT_EQ(back.variants, g.variants);
   EXPECT_EQ(back.problem.descale_stride[0], 6);
   EXPECT_EQ(generate(back).k_descale_h, g.variants.k_descale_h);
-  // Refused: a descale that is not exact in fp32 scaling, 0, NaN, a wrong count, values without the variant, f32.
+  // Refused: a descale that is not exact in fp32 scaling, 0, NaN, a wrong count, values without the variant,
+  // f32.
   for (float x : {0.0f, -1.0f, NAN, INFINITY, 0x1.00001p0f, 0x1p-20f}) {
     Case bad = g;
     bad.variants.k_descale_h[1] = x;

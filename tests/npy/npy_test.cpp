@@ -384,9 +384,9 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
 }
 
-// Per-head fp8 descales (issue 28 item 6): q_descale.npy [Hq], k_descale.npy / v_descale.npy [B, Hkv] with an fp8
-// compute dtype in case.json; flash-bm16-bn32's fp8 output passes, the per-tensor problem (all descales 1) fails; one
-// file alone or a descale that is not exact is refused.
+// Per-head fp8 descales (issue 28 item 6): q_descale.npy [Hq], k_descale.npy / v_descale.npy [B, Hkv] with an
+// fp8 compute dtype in case.json; flash-bm16-bn32's fp8 output passes, the per-tensor problem (all descales
+// 1) fails; one file alone or a descale that is not exact is refused.
 TEST(Npy, HeadDescalesFromFiles) {
   const fs::path dir = fresh("head_descale");
   fs::create_directories(dir);
@@ -402,15 +402,18 @@ TEST(Npy, HeadDescalesFromFiles) {
   std::vector<float> kd, vd;
   for (int64_t b = 0; b < q.batch; ++b)
     for (int64_t h = 0; h < q.heads_kv; ++h)
-      kd.push_back(t.k_descale_h[descale_h_index(q, b, h)]), vd.push_back(t.v_descale_h[descale_h_index(q, b, h)]);
+      kd.push_back(t.k_descale_h[descale_h_index(q, b, h)]),
+          vd.push_back(t.v_descale_h[descale_h_index(q, b, h)]);
   write_array(dir / "k_descale.npy", {q.batch, q.heads_kv}, kd.data());
   write_array(dir / "v_descale.npy", {q.batch, q.heads_kv}, vd.data());
   std::ofstream(dir / "case.json") << "{\"compute_dtype\": \"fp8-e4m3\"}\n";
-  // q_descale.npy holds batch 0's row for every batch: the flash output of the case whose batch 1 row is batch 0's.
+  // q_descale.npy holds batch 0's row for every batch: the flash output of the case whose batch 1 row is
+  // batch 0's.
   PreparedCase same = [&] {
     Case c2 = c;
     c2.variants.q_descale_h.assign(t.q_descale_h.begin(), t.q_descale_h.end());
-    for (int64_t h = 0; h < q.heads_q; ++h) c2.variants.q_descale_h[descale_h_index(q, 1, h)] = t.q_descale_h[h];
+    for (int64_t h = 0; h < q.heads_q; ++h)
+      c2.variants.q_descale_h[descale_h_index(q, 1, h)] = t.q_descale_h[h];
     c2.variants.k_descale_h = t.k_descale_h, c2.variants.v_descale_h = t.v_descale_h;
     return PreparedCase(c2);
   }();
@@ -428,7 +431,8 @@ TEST(Npy, HeadDescalesFromFiles) {
   write_array(dir / "q_descale.npy", {q.heads_q}, ones.data());
   write_array(dir / "k_descale.npy", {q.batch, q.heads_kv}, ones.data());
   write_array(dir / "v_descale.npy", {q.batch, q.heads_kv}, ones.data());
-  EXPECT_EQ(judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{}).result.verdict,
+  EXPECT_EQ(judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{})
+                .result.verdict,
             Verdict::kFail);
   const std::vector<float> bad{1.0f, 0x1.00001p0f, 1.0f, 1.0f};
   write_array(dir / "q_descale.npy", {q.heads_q}, bad.data());

@@ -1,7 +1,7 @@
-// variants_test.cpp - the score variants in the oracle (issue 28): sinks, softcap, ALiBi, bias against hand-computed
-// values; the fast path against the multiprecision arbiter; gradients (d sink, d bias, dQ through tanh) against
-// central finite differences of the exact forward; the sink alone on an empty row; per-head fp8 descales against the
-// per-tensor branch on each (b, head) slice.
+// variants_test.cpp - the score variants in the oracle (issue 28): sinks, softcap, ALiBi, bias against
+// hand-computed values; the fast path against the multiprecision arbiter; gradients (d sink, d bias, dQ
+// through tanh) against central finite differences of the exact forward; the sink alone on an empty row;
+// per-head fp8 descales against the per-tensor branch on each (b, head) slice.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -211,7 +211,8 @@ struct Fp8Gqa {
     p.dtype = AF_DTYPE_FP8_E4M3;
     std::mt19937 g(7);
     std::uniform_int_distribution<int> u(-8, 8);
-    for (auto [x, n] : {std::pair{&q, q_elements(p)}, std::pair{&k, k_elements(p)}, std::pair{&v, v_elements(p)}}) {
+    for (auto [x, n] :
+         {std::pair{&q, q_elements(p)}, std::pair{&k, k_elements(p)}, std::pair{&v, v_elements(p)}}) {
       x->resize(static_cast<size_t>(n));
       for (float& e : *x) e = 0.25f * static_cast<float>(u(g));
     }
@@ -241,7 +242,8 @@ struct Fp8Gqa {
       for (int64_t d = 0; d < p.head_dim; ++d) sq[q_index(s, 0, i, 0, d)] = q[q_index(p, b, i, h, d)];
     for (int64_t j = 0; j < p.seq_k; ++j)
       for (int64_t d = 0; d < p.head_dim; ++d)
-        sk[k_index(s, 0, j, 0, d)] = k[k_index(p, b, j, hk, d)], sv[v_index(s, 0, j, 0, d)] = v[v_index(p, b, j, hk, d)];
+        sk[k_index(s, 0, j, 0, d)] = k[k_index(p, b, j, hk, d)],
+                               sv[v_index(s, 0, j, 0, d)] = v[v_index(p, b, j, hk, d)];
     return compute_oracle(s, sq.data(), sk.data(), sv.data(), k1Thread);
   }
   // Max relative difference of head (b, h)'s O and LSE from a slice's.
@@ -249,7 +251,8 @@ struct Fp8Gqa {
     double worst = 0;
     auto rel = [](double a, double x) { return std::fabs(a - x) / std::max(1e-300, std::fabs(x)); };
     for (int64_t i = 0; i < p.seq_q; ++i) {
-      for (int64_t d = 0; d < p.head_dim_v; ++d) worst = std::max(worst, rel(r.o[r.o_at(b, i, h, d)], s.o[s.o_at(0, i, 0, d)]));
+      for (int64_t d = 0; d < p.head_dim_v; ++d)
+        worst = std::max(worst, rel(r.o[r.o_at(b, i, h, d)], s.o[s.o_at(0, i, 0, d)]));
       worst = std::max(worst, rel(r.lse[r.lse_at(b, h, i)], s.lse[s.lse_at(0, 0, i)]));
     }
     return worst;
@@ -286,7 +289,8 @@ TEST(OracleVariants, HeadDescalesScaleEachHeadKAndVByTheirKvHead) {
         auto at = [&](const std::vector<float>& a, int64_t head) { return a[descale_h_index(t.p, b, head)]; };
         const OracleResult s = t.slice(b, h, at(t.qd, h), at(t.kd, hk), at(t.vd, hk));
         EXPECT_LE(t.diff(r, s, b, h), 1e-15) << "per_batch " << per_batch << " b " << b << " h " << h;
-        if (h % 2 != hk) {  // k's and v's descale at the query head's index (h mod Hkv) would be another result
+        if (h % 2 !=
+            hk) {  // k's and v's descale at the query head's index (h mod Hkv) would be another result
           const OracleResult w = t.slice(b, h, at(t.qd, h), at(t.kd, h % 2), at(t.vd, h % 2));
           EXPECT_GT(t.diff(r, w, b, h), 1e-3) << "b " << b << " h " << h;
         }

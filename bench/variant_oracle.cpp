@@ -1,6 +1,7 @@
-// variant_oracle.cpp - the oracle's cost per case with each variant (sink, softcap, ALiBi, bias, all; the custom masks
-// mask-dense, mask-bits, block-sparse, each at density 0.5) against the plain case, forward and backward, side by side
-// in one run (issue 28).
+// variant_oracle.cpp - the oracle's cost per case with each variant (sink, softcap, ALiBi, bias, all; the
+// custom masks mask-dense, mask-bits, block-sparse, each at density 0.5) against the plain case, forward and
+// backward, side by side in one run (issue 28); per-head fp8 descales (head-descale) against the same
+// fp8-e4m3 case with per-tensor descales, forward only (fp8 has no backward).
 //   variant_oracle [--reps N]
 #include <chrono>
 #include <cstdio>
@@ -78,6 +79,31 @@ int main(int argc, char** argv) {
     if (v.bits == 0) plain_f = fwd, plain_b = bwd;
     std::printf("variant=%-12s fwd_ms=%8.2f fwd_ratio=%5.2f bwd_ms=%8.2f bwd_ratio=%5.2f mp_rows=%lld\n", v.name, fwd,
                 fwd / plain_f, bwd, bwd / plain_b, (long long)mp);
+  }
+  Problem p8 = p;
+  p8.dtype = AF_DTYPE_FP8_E4M3;
+  p8.q_descale = 2, p8.k_descale = 0.5f, p8.v_descale = 8;
+  double plain8 = 0;
+  for (bool hd : {false, true}) {
+    Case c = make_case(p8, 0x5eed);
+    if (hd) (void)set_variants(c, AF_VARIANT_HEAD_DESCALE);
+    const Tensors t = generate(c);
+    OracleOptions o;
+    o.threads = 1;
+    o.baseline = false;
+    double fwd = 1e300;
+    int64_t mp = 0;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const OracleResult F =
+          compute_oracle(c.problem, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), o);
+      fwd = std::min(fwd, ms_since(t0));
+      mp = F.rows_mp;
+    }
+    if (!hd) plain8 = fwd;
+    std::printf(
+        "variant=%-12s fwd_ms=%8.2f fwd_ratio=%5.2f (fp8-e4m3, against per-tensor descales) mp_rows=%lld\n",
+        hd ? "head-descale" : "fp8-tensor", fwd, fwd / plain8, (long long)mp);
   }
   return 0;
 }

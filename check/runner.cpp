@@ -346,6 +346,10 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   sinks = make_input("sinks", t.sinks);
   slopes = make_input("alibi_slopes", t.alibi_slopes);
   bias = make_input("bias", t.bias);
+  // Per-head fp8 descales (AF_VARIANT_HEAD_DESCALE, descale_stride), fp32 guarded inputs.
+  std::unique_ptr<GuardedBuffer> qd = make_input("q_descale_h", t.q_descale_h),
+                                 kd = make_input("k_descale_h", t.k_descale_h),
+                                 vd = make_input("v_descale_h", t.v_descale_h);
   // Merge cases (issue 29): the partial states (O_s in the dtype, LSE_s fp32) are the inputs; q, k, v are not passed.
   const bool merge = is_merge(p);
   std::unique_ptr<GuardedBuffer> so, sl = make_input("state_lse", t.state_lse);
@@ -393,15 +397,18 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   b.sinks = floats(sinks);
   b.alibi_slopes = floats(slopes);
   b.bias = floats(bias);
+  b.q_descale_h = floats(qd);
+  b.k_descale_h = floats(kd);
+  b.v_descale_h = floats(vd);
   b.state_o = so ? so->data() : nullptr;
   b.state_lse = floats(sl);
   b.dropout_mask = dmask ? static_cast<uint8_t*>(dmask->data()) : nullptr;
   b.custom_mask = cmask ? static_cast<const uint8_t*>(cmask->data()) : nullptr;
   b.block_mask = bmask ? static_cast<const uint8_t*>(bmask->data()) : nullptr;
   out.launch = counted_launch(dev, k.kernel, p, b);
-  locate_fault(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(), used_k.get(),
-                     table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get(), cmask.get(),
-                     bmask.get()});
+  locate_fault(out, {q.get(),    kb.get(),     v.get(),     o.get(),     lse.get(),    ws.get(),   cu_q.get(),
+                     cu_k.get(), used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(),
+                     sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
   out.o.resize(static_cast<size_t>(o_elements(p)));
   if (p.dtype == AF_DTYPE_F32) {
@@ -417,9 +424,10 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
   }
   if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
-  collect_canaries(out, {q.get(), kb.get(), v.get(), o.get(), lse.get(), ws.get(), cu_q.get(), cu_k.get(),
-                         used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(), sl.get(), dmask.get(),
-                         cmask.get(), bmask.get()});
+  collect_canaries(out,
+                   {q.get(),    kb.get(),     v.get(),     o.get(),     lse.get(),    ws.get(),   cu_q.get(),
+                    cu_k.get(), used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(),
+                    sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()});
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -448,8 +456,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   }
   // Only buffers of a clean launch are kept: a crash, hang or launch error may have left anything anywhere.
   if (pool && out.launch.status == LaunchStatus::kOk && clean_guards)
-    for (auto* gb : {&q, &kb, &v, &o, &lse, &ws, &cu_q, &cu_k, &used_k, &table, &sinks, &slopes, &bias, &so, &sl, &dmask,
-                     &cmask, &bmask})
+    for (auto* gb : {&q,      &kb,   &v,  &o,  &lse,   &ws,    &cu_q,  &cu_k, &used_k, &table, &sinks,
+                     &slopes, &bias, &so, &sl, &dmask, &cmask, &bmask, &qd,   &kd,     &vd})
       if (*gb)
         pool->give(std::move(*gb), g, (gb == &q || gb == &kb || gb == &v || gb == &o || gb == &so) ? fpoison : poison);
   return out;

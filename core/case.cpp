@@ -12,6 +12,7 @@
 #include <limits>
 #include <numbers>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/case_internal.h"
 #include "core/masks.h"
@@ -221,7 +222,9 @@ std::string validate_variants(const Case& c) {
   const VariantSpec& vs = c.variants;
   if (p.variants & ~kCheckedVariants)
     return "variant " + variant_names(p.variants & ~kCheckedVariants) +
-           " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse)";
+           " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout, mask-dense, "
+           "mask-bits, "
+           "block-sparse, head-descale)";
   if (p.variants && has_sequences(p))
     return "variants are checked on dense batches only, not on sequence layouts (yet)";
   if (std::string e = validate_mask_values(c); !e.empty()) return e;
@@ -246,6 +249,18 @@ std::string validate_variants(const Case& c) {
     for (float x : vs.alibi_slopes)
       if (!std::isfinite(x)) return "an ALiBi slope is not finite";
   }
+  const bool hd = p.variants & AF_VARIANT_HEAD_DESCALE;
+  for (const auto& [name, given, query] :
+       {std::tuple{"q_descale_h", &vs.q_descale_h, true}, std::tuple{"k_descale_h", &vs.k_descale_h, false},
+        std::tuple{"v_descale_h", &vs.v_descale_h, false}}) {
+    if (given->empty()) continue;
+    if (!hd)
+      return std::string(name) + " values are given but the problem has no per-head descales (head-descale)";
+    if (auto m = count(name, given->size(), descale_h_elements(p, query)); !m.empty()) return m;
+    for (float x : *given)
+      if (std::string e = validate_descale_value(x); !e.empty())
+        return std::string("a per-head descale (") + name + ") = " + shortest(x) + " is invalid: " + e;
+  }
   if (!vs.bias.empty()) {
     if (auto m = count("bias", vs.bias.size(), bias_elements(p)); !m.empty()) return m;
     if (finite_domain(c.values.domain))
@@ -258,7 +273,10 @@ std::string validate_variants(const Case& c) {
 std::string set_variants(Case& c, uint32_t bits, float softcap, const std::string& bias_broadcast) {
   if (bits & ~kCheckedVariants) return "variant " + variant_names(bits & ~kCheckedVariants) + " is not checked yet";
   // The score variants and the masks; dropout (issue 29) is set with set_dropout and kept here as it is.
-  c.problem.variants = (c.problem.variants & AF_VARIANT_DROPOUT) | (bits & kScoreVariants);
+  c.problem.variants =
+      (c.problem.variants & AF_VARIANT_DROPOUT) | (bits & (kScoreVariants | AF_VARIANT_HEAD_DESCALE));
+  c.problem.descale_stride[0] = c.problem.descale_stride[1] = 0;
+  if (bits & AF_VARIANT_HEAD_DESCALE) set_descale_strides(c.problem, false);
   if (bits & kMaskVariants)
     if (std::string e = set_mask_variants(c, bits & kMaskVariants); !e.empty()) return e;
   c.problem.softcap = (bits & AF_VARIANT_SOFTCAP) ? softcap : 0.0f;
@@ -275,6 +293,9 @@ std::string describe_variants(const Case& c) {
   if (p.variants & AF_VARIANT_SINK) t += vs.sinks.empty() ? " sinks=uniform:" + shortest(vs.sink_range) : " sinks=given";
   if (p.variants & AF_VARIANT_ALIBI) t += vs.alibi_slopes.empty() ? " slopes=default" : " slopes=given";
   if (p.variants & AF_VARIANT_BIAS) t += vs.bias.empty() ? " bias=uniform:" + shortest(vs.bias_range) : " bias=given";
+  if (p.variants & AF_VARIANT_HEAD_DESCALE)
+    t += vs.q_descale_h.empty() && vs.k_descale_h.empty() && vs.v_descale_h.empty() ? " descale_h=drawn"
+                                                                                    : " descale_h=given";
   return t + describe_masks(c);
 }
 

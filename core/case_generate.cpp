@@ -1,6 +1,4 @@
 // case_generate.cpp - generate(): the q, k, v (and dO) values of a case, specials and sequence layouts included.
-#include "attnfuzz/case.h"
-
 #include <algorithm>
 #include <bit>
 #include <cfloat>
@@ -11,7 +9,9 @@
 #include <limits>
 #include <numbers>
 #include <stdexcept>
+#include <tuple>
 
+#include "attnfuzz/case.h"
 #include "core/case_internal.h"
 #include "core/masks.h"
 #include "core/sequences.h"
@@ -131,6 +131,23 @@ void generate_variants(const Case& c, Tensors& out) {
       Rng rng(c.seed, 7);
       out.bias.assign(static_cast<size_t>(bias_elements(p)), 0.0f);
       for (float& x : out.bias) x = static_cast<float>(vs.bias_range * (2 * rng.uniform01() - 1));
+    }
+  }
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) {
+    // Per-head fp8 descales: given, else each drawn from space::fp8_descales() (exact in fp32) from stream
+    // (seed, 12).
+    Rng rng(c.seed, 12);
+    const std::vector<float>& menu = space::fp8_descales();
+    for (auto [given, dst, query] : {std::tuple{&vs.q_descale_h, &out.q_descale_h, true},
+                                     std::tuple{&vs.k_descale_h, &out.k_descale_h, false},
+                                     std::tuple{&vs.v_descale_h, &out.v_descale_h, false}}) {
+      if (!given->empty()) {
+        *dst = *given;
+        continue;
+      }
+      dst->resize(static_cast<size_t>(descale_h_elements(p, query)));
+      for (float& x : *dst)
+        x = menu[static_cast<size_t>(rng.uniform01() * static_cast<double>(menu.size())) % menu.size()];
     }
   }
 }

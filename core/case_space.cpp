@@ -347,12 +347,16 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
   bits &= ~AF_VARIANT_DROPOUT;  // the score variants' sweep; dropout has its own (dropout_sweep_grid)
   std::vector<Case> grid;
   const std::string name = variant_names(bits);
-  const uint32_t score = bits & kScoreVariants, masks = bits & kMaskVariants;
+  const uint32_t score = bits & kScoreVariants, masks = bits & kMaskVariants,
+                 hd = bits & AF_VARIANT_HEAD_DESCALE;
+  // Per-head descales are fp8 only: their sweep is fp8-e4m3 unless fp8-e5m2 is asked for.
+  if (hd && dtype != AF_DTYPE_FP8_E4M3 && dtype != AF_DTYPE_FP8_E5M2) dtype = AF_DTYPE_FP8_E4M3;
   static const char* const kBroadcasts[] = {"", "b", "h", "bh", "i", "j", "bhi"};
   size_t n = 0, nm = 0;
   auto finish_masked = [&](Case c, const std::string& label, float softcap, const std::string& bcast,
                            const MaskChoice& mc) {
-    if (std::string e = set_variants(c, score, softcap, bcast); !e.empty()) throw std::logic_error(e);
+    if (std::string e = set_variants(c, score | hd, softcap, bcast); !e.empty()) throw std::logic_error(e);
+    if (hd && label.find("descale-per-batch") != std::string::npos) set_descale_strides(c.problem, true);
     if (masks) {
       const uint32_t mb = mask_bits_of_case(masks, nm++);
       if (std::string e = set_mask_variants(c, mb, mc.pattern, mc.block_pattern, mc.broadcast, mc.bq, mc.bk);
@@ -384,6 +388,27 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
   };
   const std::string dt = dtype == AF_DTYPE_F32 ? "" : std::string(dtype_name(dtype)) + "-";
   if (masks) mask_sweep_edges(finish_masked, base, dt, masks);
+  if (hd) {
+    // Per-head descales: GQA and MQA with per-KV-head descales that differ (a kernel reading k's or v's at
+    // the query head, or head 0's for all, is off), every head equal (= per-tensor), descales per batch, the
+    // menu's extremes.
+    auto given = [&](Case c, const std::string& label, std::vector<float> qd, std::vector<float> kd,
+                     std::vector<float> vd) {
+      c.variants.q_descale_h = std::move(qd), c.variants.k_descale_h = std::move(kd);
+      c.variants.v_descale_h = std::move(vd);
+      finish(std::move(c), label, 30.0f, "");
+    };
+    given(base(1, 4, 2, 33, 47, 32, "none"), dt + "descale-gqa-4h2-33x47", {1, 2, 0.125f, 3.25f}, {0.5f, 8},
+          {2, 0.375f});
+    given(base(2, 6, 3, 17, 40, 16, "causal-br"), dt + "descale-gqa-6h3-17x40",
+          {0.5f, 1, 2, 0.125f, 8, 0.375f}, {1, 8, 0.125f}, {0.375f, 3.25f, 1});
+    given(base(1, 4, 1, 9, 30, 32, "none"), dt + "descale-mqa-4h1-9x30", {8, 0.5f, 1, 2}, {0.375f}, {3.25f});
+    given(base(1, 2, 2, 20, 20, 32, "causal-tl"), dt + "descale-equal-2h2-20x20", {2, 2}, {0.5f, 0.5f},
+          {8, 8});
+    given(base(1, 2, 2, 16, 24, 16, "none"), dt + "descale-extremes-2h2-16x24", {0x1.2p-9f, 8},
+          {8, 0.01171875f}, {0x1.2p-9f, 3.25f});
+    finish(base(3, 4, 2, 19, 37, 16, "none"), dt + "descale-per-batch-3x4h2-19x37", 30.0f, "");
+  }
   if (!score) return in_value_domain(relabel(grid), domain);
   // Softcap: logits far past the cap (|s / cap| >> 88 would overflow an exp-based tanh), small and large caps.
   for (double mag : {100.0, 1000.0, 1e4})

@@ -433,6 +433,13 @@ json case_to_json(const Case& c) {
       v["dropout_seed"] = std::to_string(p.dropout_seed);
       v["dropout_offset"] = std::to_string(p.dropout_offset);
     }
+    if (p.variants &
+        AF_VARIANT_HEAD_DESCALE) {  // per-head fp8 descales: the strides, and the values when given
+      v["descale_stride"] = {p.descale_stride[0], p.descale_stride[1]};
+      if (!vs.q_descale_h.empty()) v["q_descale_h"] = floats_to_hex(vs.q_descale_h);
+      if (!vs.k_descale_h.empty()) v["k_descale_h"] = floats_to_hex(vs.k_descale_h);
+      if (!vs.v_descale_h.empty()) v["v_descale_h"] = floats_to_hex(vs.v_descale_h);
+    }
     masks_to_json(c, v);
     j["variants"] = v;
   }
@@ -564,6 +571,19 @@ Case case_from_json(const json& j) {
     }
     if (v.contains("bias_range")) c.variants.bias_range = get_number(v, "bias_range", vc);
     if (v.contains("bias")) c.variants.bias = hex_to_floats(get_string(v, "bias", vc), "case.variants.bias");
+    if (p.variants & AF_VARIANT_HEAD_DESCALE) {
+      const json& a = field(v, "descale_stride", vc);
+      if (!a.is_array() || a.size() != 2)
+        corrupt("case.variants.descale_stride is not an array of 2 integers");
+      for (int n = 0; n < 2; ++n) {
+        if (!a[n].is_number_integer()) corrupt("case.variants.descale_stride is not an array of 2 integers");
+        p.descale_stride[n] = a[n].get<int64_t>();
+      }
+    }
+    for (const auto& [key, dst] : {std::pair{"q_descale_h", &c.variants.q_descale_h},
+                                   std::pair{"k_descale_h", &c.variants.k_descale_h},
+                                   std::pair{"v_descale_h", &c.variants.v_descale_h}})
+      if (v.contains(key)) *dst = hex_to_floats(get_string(v, key, vc), std::string("case.variants.") + key);
     if (p.variants & AF_VARIANT_DROPOUT) {
       const uint64_t bits = parse_u64(get_string(v, "dropout_p_bits", vc), "case.variants.dropout_p_bits");
       if (bits > 0xffffffffu) corrupt("case.variants.dropout_p_bits is wider than 32 bits");

@@ -96,6 +96,7 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
   v.block_q = p.block_q, v.block_k = p.block_k;
   if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) (void)set_mask_strides(v, mask_broadcast(p));
   if (p.variants & AF_VARIANT_BLOCK_SPARSE) (void)set_block_mask_strides(v, block_mask_broadcast(p));
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(v, p.descale_stride[0] != 0);
   return v;
 }
 
@@ -219,6 +220,15 @@ std::string validate_variant_fields(const Problem& p) {
       if (st < 0) return "a bias stride is negative";
     if (bias_elements(p) > kMaxElements) return "the bias tensor would exceed " + std::to_string(kMaxElements) + " elements";
   }
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) {
+    if (p.dtype != AF_DTYPE_FP8_E4M3 && p.dtype != AF_DTYPE_FP8_E5M2)
+      return std::string("per-head descales (variant head-descale) apply to fp8 only, not ") +
+             dtype_name(p.dtype);
+    if (p.descale_stride[0] < 0 || p.descale_stride[1] < 0) return "a per-head descale stride is negative";
+    if (p.descale_stride[1] == 0 && std::max(p.heads_q, p.heads_kv) > 1)
+      return "the per-head descale head stride is 0: use the per-tensor descales";
+    if (descale_h_elements(p, true) > kMaxElements) return "the per-head descales would exceed kMaxElements";
+  }
   if (std::string e = validate_dropout(p); !e.empty()) return e;
   return validate_mask_fields(p);
 }
@@ -260,7 +270,8 @@ std::string parse_variant_names(const std::string& text, uint32_t& out) {
     for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
       if (name == variant_name(bit)) found = bit;
     if (!found)
-      return "unknown variant '" + name + "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse)";
+      return "unknown variant '" + name +
+             "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse, head-descale)";
     out |= found;
     start = end + 1;
   }
@@ -276,6 +287,17 @@ int64_t bias_elements(const Problem& p) {
     last += (ext[i] - 1) * p.bias_stride[i];
   }
   return last + 1;
+}
+
+int64_t descale_h_elements(const Problem& p, bool query) {
+  const int64_t heads = query ? p.heads_q : p.heads_kv;
+  if (!(p.variants & AF_VARIANT_HEAD_DESCALE) || p.batch <= 0 || heads <= 0) return 0;
+  return (p.batch - 1) * p.descale_stride[0] + (heads - 1) * p.descale_stride[1] + 1;
+}
+
+void set_descale_strides(Problem& p, bool per_batch) {
+  p.descale_stride[0] = per_batch ? p.heads_q : 0;
+  p.descale_stride[1] = 1;
 }
 
 std::string set_bias_strides(Problem& p, const std::string& broadcast) {
@@ -496,6 +518,17 @@ std::string parse_mask(const std::string& text, Problem& p) {
   return err;
 }
 
+std::string validate_descale_value(float f) {
+  // stored * descale must be exact in fp32 (fp8 has <= 4 significand bits): the oracle then judges the exact
+  // real inputs.
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(f), &e);
+  const bool bits_ok = std::ldexp(m, 16) == std::nearbyint(std::ldexp(m, 16));
+  if (!(f > 0) || !std::isfinite(f) || e < -15 || e > 17 || (e == 17 && m != 0.5) || !bits_ok)
+    return "need a value in [2^-16, 2^16] with at most 16 significand bits";
+  return {};
+}
+
 std::string validate_descales(const Problem& p) {
   const bool fp8 = p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2;
   const char* names[] = {"q_descale", "k_descale", "v_descale", "o_scale"};
@@ -564,6 +597,7 @@ std::string describe(const Problem& p) {
       out += buf;
     }
     if ((p.variants & AF_VARIANT_BIAS) && !bias_broadcast(p).empty()) out += " bias-bcast=" + bias_broadcast(p);
+    if ((p.variants & AF_VARIANT_HEAD_DESCALE) && p.descale_stride[0] != 0) out += " descale-per-batch";
     out += describe_dropout(p);
     if (p.variants & AF_VARIANT_BLOCK_SPARSE) out += " blocks=" + std::to_string(p.block_q) + "x" + std::to_string(p.block_k);
   }

@@ -471,11 +471,12 @@ void write_sequences(Writer& w, const Case& c) {
 }  // namespace
 
 namespace {
-// Score variants (issue 28) and custom masks: the field after the pass. Bits outside the limits' set are dropped;
-// none with a sequence layout.
+// Score variants (issue 28) and custom masks: the field after the pass. Bits outside the limits' set are
+// dropped; none with a sequence layout. Bit 7 of the variant byte is head-descale (AF_VARIANT_HEAD_DESCALE,
+// fp8 only; its byte after the masks: bit 0 = descales per batch), the other bits are the variant bits.
 void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
   const uint8_t vb = r.u8();
-  uint32_t bits = (vb & 0x7f) & lim.variants;
+  uint32_t bits = ((vb & 0x7f) | ((vb & 0x80) ? AF_VARIANT_HEAD_DESCALE : 0)) & lim.variants;
   float softcap = 30.0f;
   uint8_t bcast = 0;
   if (vb & 0x0f & AF_VARIANT_SOFTCAP) {
@@ -489,8 +490,11 @@ void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
     c.variants.bias_range = bias_range_menu()[r.u8() % bias_range_menu().size()];
   }
   const MaskFields mf = read_masks(r, bits);
+  const bool per_batch = (vb & 0x80) && (r.u8() & 1);
   if (has_sequences(c.problem)) bits = 0;
-  (void)set_variants(c, bits & kScoreVariants, softcap, broadcast_text(bcast));
+  if (!fp8(c.problem.dtype)) bits &= ~AF_VARIANT_HEAD_DESCALE;
+  (void)set_variants(c, bits & (kScoreVariants | AF_VARIANT_HEAD_DESCALE), softcap, broadcast_text(bcast));
+  if (bits & AF_VARIANT_HEAD_DESCALE) set_descale_strides(c.problem, per_batch);
   if (bits & kMaskVariants) apply_masks(c, bits & kMaskVariants, mf);
   if (!(bits & AF_VARIANT_SINK)) c.variants.sink_range = 2;
   if (!(bits & AF_VARIANT_BIAS)) c.variants.bias_range = 1;
@@ -790,7 +794,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
   if (dout)
     for (float x : c.explicit_values->dout) w.u32(float_bits(x));
   if (p.variants || is_merge(p)) {  // issue 28: absent when the case has none (the bytes of such inputs are unchanged)
-    w.u8(static_cast<uint8_t>(p.variants & 0x7f));
+    w.u8(static_cast<uint8_t>((p.variants & 0x7f) | ((p.variants & AF_VARIANT_HEAD_DESCALE) ? 0x80 : 0)));
     if (p.variants & AF_VARIANT_SOFTCAP) {
       const auto& m = softcap_menu();
       auto it = std::find_if(m.begin(), m.end(), [&](float x) { return float_bits(x) == float_bits(p.softcap); });
@@ -810,6 +814,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
       w.u8(index(bias_range_menu(), c.variants.bias_range));
     }
     write_masks(w, c);
+    if (p.variants & AF_VARIANT_HEAD_DESCALE) w.u8(p.descale_stride[0] != 0 ? 1 : 0);
   }
   // issue 29: dropout, then merged states, each after the fields before it (absent = none); a merge case without
   // dropout writes the dropout byte 0 so that its merge byte lands where the decoder reads it.
@@ -856,7 +861,16 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
   {
     const VariantSpec& vs = c.variants;
     const uint32_t v = c.problem.variants;
-    if (!vs.sinks.empty() || !vs.alibi_slopes.empty() || !vs.bias.empty()) return "given variant values are not encoded";
+    if (!vs.sinks.empty() || !vs.alibi_slopes.empty() || !vs.bias.empty() || !vs.q_descale_h.empty() ||
+        !vs.k_descale_h.empty() || !vs.v_descale_h.empty())
+      return "given variant values are not encoded";
+    if (v & AF_VARIANT_HEAD_DESCALE) {
+      if (c.problem.descale_stride[1] != 1 ||
+          (c.problem.descale_stride[0] != 0 && c.problem.descale_stride[0] != c.problem.heads_q))
+        return "per-head descale strides other than {0, 1} or {Hq, 1}";
+    } else if (c.problem.descale_stride[0] != 0 || c.problem.descale_stride[1] != 0) {
+      return "per-head descale strides without the head-descale variant";
+    }
     auto in_menu = [](const std::vector<double>& m, double x) { return std::find(m.begin(), m.end(), x) != m.end(); };
     if ((v & AF_VARIANT_SINK) ? !in_menu(sink_range_menu(), vs.sink_range) : vs.sink_range != 2)
       return "sink range outside the fuzz menu";

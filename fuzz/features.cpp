@@ -29,21 +29,21 @@ enum Base : uint16_t {
   kVerdict = 208,    // pass, unsupported, outside, fail x 11 classes = 14
   kRatio = 224,      // 12
   kCrossMask = 256,  // mask 5 x tail16_k 5 x fully masked 2 = 50
-  kCrossRatioMask = 306,    // ratio 12 x mask 5 = 60
-  kCrossRatioTiles = 366,   // ratio 12 x max-change tiles 4 = 48
-  kCrossSpecialMask = 414,  // special kind 6 x mask 5 = 30
-  kCrossDistLogit = 444,    // dist 3 x logit 11 = 33
+  kCrossRatioMask = 306,     // ratio 12 x mask 5 = 60
+  kCrossRatioTiles = 366,    // ratio 12 x max-change tiles 4 = 48
+  kCrossSpecialMask = 414,   // special kind 6 x mask 5 = 30
+  kCrossDistLogit = 444,     // dist 3 x logit 11 = 33
   kDtype = 488,              // dtype 5 (kCrossDistLogit spans 4 dists x 11 since vbias)
   kCrossDtypeVerdict = 493,  // dtype 5 x pass / fail / other 3 = 15
-  kSeq = 508,  // sequence layouts: layout 6, k lengths mod 16 / 32 classes 10, q lengths mod 16 5, zero-length,
-               // single-token, one long among short, page size 5, shuffled, spare pages, partial last page,
-               // used < slots, decode = 34
+  kSeq = 508,  // sequence layouts: layout 6, k lengths mod 16 / 32 classes 10, q lengths mod 16 5,
+               // zero-length, single-token, one long among short, page size 5, shuffled, spare pages, partial
+               // last page, used < slots, decode = 34
   kPass = 542,        // pass fwd / bwd / fwdbwd 3 x fully masked 3 = 9 (issue 14)
   kGradTensor = 551,  // a backward failure's tensor: dQ, dK, dV = 3
   kPassRatio = 554,   // backward passes: ratio 12
-  // Score variants (issue 28): the variant set 16, softcap regime max|s| / cap (< 1, < 10, < 88, >= 88) 4, a sink
-  // above / near / below the row's max logit 3, bias broadcast dimensions 16, ALiBi over a head count that is not a
-  // power of two 1, each variant x pass / fail 8
+  // Score variants (issue 28): the variant set 16, softcap regime max|s| / cap (< 1, < 10, < 88, >= 88) 4, a
+  // sink above / near / below the row's max logit 3, bias broadcast dimensions 16, ALiBi over a head count
+  // that is not a power of two 1, each variant x pass / fail 8
   kVariants = 566,
   kSoftcapRegime = 582,
   kSinkRegime = 586,
@@ -51,9 +51,9 @@ enum Base : uint16_t {
   kAlibiOddHeads = 605,
   kVariantVerdict = 606,
   // Custom masks (issue 28 item 4): the mask set (dense / bits / block-sparse) 8, the share of the mask_kind
-  // interval they show (0, < 1/4, < 1/2, < 1, 1) 5, rows they hide entirely (none, some, all) 3, the block values
-  // present (empty / full / partial) 8, broadcast dimensions (b, h, i) 8, a bit row of Sk % 8 != 0 keys 1, each mask
-  // variant x pass / fail 6
+  // interval they show (0, < 1/4, < 1/2, < 1, 1) 5, rows they hide entirely (none, some, all) 3, the block
+  // values present (empty / full / partial) 8, broadcast dimensions (b, h, i) 8, a bit row of Sk % 8 != 0
+  // keys 1, each mask variant x pass / fail 6
   kMaskSet = 614,
   kMaskShare = 622,
   kMaskHiddenRows = 627,
@@ -61,10 +61,15 @@ enum Base : uint16_t {
   kMaskBroadcast = 638,
   kBitsOddRow = 646,
   kMaskVerdict = 647,
-  // Dropout (issue 29): generator 2 x p regime (0, < 0.3, < 0.9, >= 0.9) 4, an offset whose counters cross 2^32 1
+  // Dropout (issue 29): generator 2 x p regime (0, < 0.3, < 0.9, >= 0.9) 4, an offset whose counters cross
+  // 2^32 1
   kDropout = 653,
   kDropoutWrap = 661,
-  kEnd = 662,
+  // Per-head fp8 descales (issue 28 item 6): per batch or not 2 x the k/v descales of a query group's KV
+  // heads (MHA: Hq = Hkv; GQA with one KV head; GQA with KV heads whose k descales differ; the same k
+  // descales) 4
+  kHeadDescale = 662,
+  kEnd = 670,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -337,6 +342,11 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
     if ((p.dropout_offset >> 32) != (last >> 32)) add(kDropoutWrap);
   }
   if (p.variants & kMaskVariants) mask_features(p, t, add);
+  if ((p.variants & AF_VARIANT_HEAD_DESCALE) && !t.k_descale_h.empty()) {
+    int kind = p.heads_q == p.heads_kv ? 0 : p.heads_kv == 1 ? 1 : 3;
+    for (float x : t.k_descale_h) kind = kind == 3 && x != t.k_descale_h[0] ? 2 : kind;
+    add(kHeadDescale + (p.descale_stride[0] != 0 ? 4 : 0) + kind);
+  }
   return f;
 }
 

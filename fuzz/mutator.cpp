@@ -585,17 +585,22 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       default:
         explicit_step(ws, rng);
     }
-    // Score variants (issue 28): a bit, the softcap, a range, a broadcast (only when the limits allow one: a dropout-only
-    // campaign has none to toggle).
-    if ((lim_.variants & (AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS)) && rng.below(4) == 0) {
+    // Score variants (issue 28): a bit, the softcap, a range, a broadcast, per-head descales per batch or not
+    // (only when the limits allow one: a dropout-only campaign has none to toggle).
+    constexpr uint32_t kToggled = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE;
+    if ((lim_.variants & (AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS |
+                          AF_VARIANT_HEAD_DESCALE)) &&
+        rng.below(4) == 0) {
       uint32_t bits = p.variants;
       float softcap = bits & AF_VARIANT_SOFTCAP ? p.softcap : softcap_menu()[0];
       uint8_t bcast = bits & AF_VARIANT_BIAS ? broadcast_bits(p) : 0;
-      switch (rng.below(4)) {
+      bool per_batch = (bits & AF_VARIANT_HEAD_DESCALE) && p.descale_stride[0] != 0;
+      switch (rng.below((lim_.variants & AF_VARIANT_HEAD_DESCALE) ? 5 : 4)) {  // 4: only with head-descale
         case 0: {
           std::vector<uint32_t> allowed;
-          for (uint32_t bit = 1; bit <= AF_VARIANT_BLOCK_SPARSE; bit <<= 1)
-            if (lim_.variants & bit) allowed.push_back(bit);
+          for (uint32_t bit = 1; bit <= AF_VARIANT_HEAD_DESCALE; bit <<= 1)
+            if (lim_.variants & bit & kToggled & (fp8(p.dtype) ? ~0u : ~AF_VARIANT_HEAD_DESCALE))
+              allowed.push_back(bit);
           if (allowed.empty()) break;
           bits ^= allowed[rng.below(allowed.size())];
           if ((bits & AF_VARIANT_MASK_DENSE) && (bits & AF_VARIANT_MASK_BITS))  // exclusive: the new one stays
@@ -609,11 +614,16 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
           c.variants.sink_range = sink_range_menu()[rng.below(sink_range_menu().size())];
           c.variants.bias_range = bias_range_menu()[rng.below(bias_range_menu().size())];
           break;
+        case 4:
+          per_batch = !per_batch;
+          break;
         default:
           bcast = static_cast<uint8_t>(rng.below(16));
       }
       if (!has_sequences(p)) {
-        (void)set_variants(c, bits & lim_.variants & kScoreVariants, softcap, broadcast_text(bcast));
+        (void)set_variants(c, bits & lim_.variants & (kScoreVariants | AF_VARIANT_HEAD_DESCALE), softcap,
+                           broadcast_text(bcast));
+        if (c.problem.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(c.problem, per_batch);
         mutate_masks(c, bits & lim_.variants & kMaskVariants, rng);
       }
       Problem& vp = p;  // the step's problem follows
@@ -624,6 +634,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       std::copy(std::begin(c.problem.block_mask_stride), std::end(c.problem.block_mask_stride),
                 std::begin(vp.block_mask_stride));
       vp.block_q = c.problem.block_q, vp.block_k = c.problem.block_k;
+      std::copy(std::begin(c.problem.descale_stride), std::end(c.problem.descale_stride),
+                std::begin(vp.descale_stride));
     }
     if (lim_.merge && rng.below(4) == 0) merge_step(c, rng);  // merged states (issue 29)
     if ((lim_.variants & AF_VARIANT_DROPOUT) && !has_sequences(p) && rng.below(4) == 0) {  // dropout (issue 29)

@@ -264,9 +264,33 @@ struct VariantBufs {
   uint8_t* dropout_mask;       // AF_DROPOUT_RNG_EXPORTED: where the keep mask goes (dropout_mask_stride)
   const uint8_t* custom_mask;  // custom masks (docs/semantics.md "Custom masks"): attnfuzz/custom_mask.h
   const uint8_t* block_mask;
+  const float* q_descale_h;  // AF_VARIANT_HEAD_DESCALE (fp8): per-head descales with descale_stride
+  const float* k_descale_h;
+  const float* v_descale_h;
 };
 inline VariantBufs variant_bufs(const af_buffers& b) {
-  return VariantBufs{b.sinks, b.alibi_slopes, b.bias, b.dropout_mask, b.custom_mask, b.block_mask};
+  return VariantBufs{b.sinks,       b.alibi_slopes, b.bias,        b.dropout_mask, b.custom_mask,
+                     b.block_mask,  b.q_descale_h,  b.k_descale_h, b.v_descale_h};
+}
+// Per-head fp8 descales (AF_VARIANT_HEAD_DESCALE): they replace q/k/v_descale; q's of query head h, k's and v's of
+// its KV head hk (kv_head_of), at b * descale_stride[0] + head * descale_stride[1]. Without the variant (or for a
+// dtype other than fp8) these are score_scale<T>(p) and store_o<T>(p, o).
+__host__ __device__ inline bool head_descale(const af_problem& p) {
+  return (p.variants & AF_VARIANT_HEAD_DESCALE) != 0;
+}
+__host__ __device__ inline float descale_at(const af_problem& p, const float* d, int64_t b, int64_t head) {
+  return d[b * p.descale_stride[0] + head * p.descale_stride[1]];
+}
+template <class T>
+__host__ __device__ inline float score_scale(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h,
+                                             int64_t hk) {
+  if (!Elem<T>::kFp8 || !head_descale(p)) return score_scale<T>(p);
+  return p.scale * descale_at(p, v.q_descale_h, b, h) * descale_at(p, v.k_descale_h, b, hk);
+}
+template <class T>
+__host__ __device__ inline T store_o(const af_problem& p, const VariantBufs& v, int64_t b, int64_t hk, float o) {
+  if (!Elem<T>::kFp8 || !head_descale(p)) return store_o<T>(p, o);
+  return Elem<T>::store(o * descale_at(p, v.v_descale_h, b, hk) * p.o_scale);
 }
 // Key j of row (b, h, i) is kept by the problem's custom / block mask (always without one); the mask_kind interval
 // is the caller's (row_keys).

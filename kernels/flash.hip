@@ -19,7 +19,8 @@ constexpr int kMaxD = 128;  // largest D and Dv (the tiles hold whole rows in sh
 // Only visible keys are multiplied into the output; masked K/V are never read from s_tile / kv_tile.
 // Element type T (common.h Elem): q, k, v loaded into the fp32 tiles exactly; scores, m, l and the accumulators
 // fp32; the weights rounded to T for P.V only (l sums the unrounded ones, as FlashAttention does); O rounded
-// to T once on store. fp8 folds q/k descales into the score scale and applies v_descale, o_scale on store.
+// to T once on store. fp8 folds q/k descales into the score scale and applies v_descale, o_scale on store (the
+// per-head ones of (b, h) and (b, hk) with AF_VARIANT_HEAD_DESCALE).
 template <class T, int BM, int BN, int NT>
 __global__ void __launch_bounds__(NT)
     flash_kernel(af_problem p, const T* __restrict__ q, const T* __restrict__ k,
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(NT)
       if (keep[r][c]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
-        s = variant_score(p, vb, b, h, i0 + r, j, score_scale<T>(p) * dot);
+        s = variant_score(p, vb, b, h, i0 + r, j, score_scale<T>(p, vb, b, h, hk) * dot);
       }
       s_tile[r][c] = s;
     }
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(NT)
     const int idx = t + e * NT;
     if (idx < rows * Dv) {
       const int r = idx / (int)Dv, d = idx % (int)Dv;
-      o[o_row(p, b, i0 + r, h) + d] = store_o<T>(p, finish_o(acc[e], row_m[r], row_l[r]) * dropout_scale(p));
+      o[o_row(p, b, i0 + r, h) + d] = store_o<T>(p, vb, b, hk, finish_o(acc[e], row_m[r], row_l[r]) * dropout_scale(p));
     }
   }
   if (lse && t < rows) lse[lse_at(p, b, h, i0 + t)] = finish_lse(row_m[t], row_l[t]);
@@ -515,7 +516,7 @@ int flash_bwd_launch(const af_problem* pp, const af_buffers* buf, void* stream) 
 constexpr uint32_t kHalves = AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16;
 constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
 
-#define AF_FLASH_ENTRY(BM, BN, NT, DT, BWD_DESC, BWD_WS, BWD)                                             \
+#define AF_FLASH_ENTRY(BM, BN, NT, DT, BWD_DESC, BWD_WS, BWD, VAR)                                        \
   {                                                                                                        \
     "flash-bm" #BM "-bn" #BN, "flash",                                                                     \
         "tiled flash attention, BLOCK_M=" #BM " BLOCK_N=" #BN ", " #NT " threads, online softmax on chip"  \
@@ -523,19 +524,20 @@ constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
         DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
         nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD,    \
         /*compute_model=*/0, /*kind=*/0, /*flags=*/0,                                                      \
-        /*variants=*/kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT, /*dropout_rngs=*/kDropoutRngs     \
+        /*variants=*/kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | (VAR), /*dropout_rngs=*/kDropoutRngs \
   }
 
-// Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors.
+// Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors, per tensor or per head
+// (AF_VARIANT_HEAD_DESCALE, which only it declares: the others have no fp8).
 const af_kernel kFlashKernels[] = {
     AF_FLASH_ENTRY(16, 16, 64, kHalves, "; backward (f32) FA2-style, key tiles of 16, dQ by atomicAdd",
-                   flash_bwd_workspace, (flash_bwd_launch<16, 16, 64, true>)),
+                   flash_bwd_workspace, (flash_bwd_launch<16, 16, 64, true>), 0),
     AF_FLASH_ENTRY(16, 32, 64, kWithFp8 | AF_SUPPORTS_BWD_F16 | AF_SUPPORTS_BWD_BF16,
                    "; backward (f32, f16, bf16; fp32 accumulation) deterministic, key tiles of 32, dQ in its own pass",
-                   flash_bwd_workspace, (flash_bwd_launch<16, 32, 128, false>)),
-    AF_FLASH_ENTRY(16, 64, 64, kHalves, "", nullptr, nullptr),
+                   flash_bwd_workspace, (flash_bwd_launch<16, 32, 128, false>), AF_VARIANT_HEAD_DESCALE),
+    AF_FLASH_ENTRY(16, 64, 64, kHalves, "", nullptr, nullptr, 0),
     AF_FLASH_ENTRY(32, 32, 128, kHalves, "; backward (f32) FA2-style, key tiles of 32, dQ by atomicAdd",
-                   flash_bwd_workspace, (flash_bwd_launch<32, 32, 128, true>)),
+                   flash_bwd_workspace, (flash_bwd_launch<32, 32, 128, true>), 0),
 };
 
 #undef AF_FLASH_ENTRY

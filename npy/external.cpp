@@ -27,7 +27,11 @@ bool parse_layout(const std::string& t, Layout& out) {
   return false;
 }
 const char* compute_dtype_name(int32_t d) {
-  return d == AF_DTYPE_F16 ? "fp16" : d == AF_DTYPE_BF16 ? "bf16" : "fp32";
+  return d == AF_DTYPE_F16        ? "fp16"
+         : d == AF_DTYPE_BF16     ? "bf16"
+         : d == AF_DTYPE_FP8_E4M3 ? "fp8-e4m3"
+         : d == AF_DTYPE_FP8_E5M2 ? "fp8-e5m2"
+                                  : "fp32";
 }
 std::optional<int32_t> parse_compute_model(const std::string& t) {
   if (t == "fused") return AF_COMPUTE_FUSED;
@@ -39,6 +43,8 @@ std::optional<int32_t> parse_compute_dtype(const std::string& t) {
   if (t == "fp32" || t == "f32" || t == "float32") return AF_DTYPE_F32;
   if (t == "fp16" || t == "f16" || t == "float16") return AF_DTYPE_F16;
   if (t == "bf16" || t == "bfloat16") return AF_DTYPE_BF16;
+  if (t == "fp8-e4m3" || t == "e4m3") return AF_DTYPE_FP8_E4M3;  // per-head descales (q/k/v_descale.npy)
+  if (t == "fp8-e5m2" || t == "e5m2") return AF_DTYPE_FP8_E5M2;
   return std::nullopt;
 }
 
@@ -102,7 +108,7 @@ void read_sidecar(const fs::path& path, Spec& spec) {
         spec.kv_heads = it->get<int64_t>();
       } else if (key == "compute_dtype") {
         auto d = parse_compute_dtype(it->get<std::string>());
-        if (!d) fail(path.string() + ": compute_dtype must be fp32, fp16 or bf16");
+        if (!d) fail(path.string() + ": compute_dtype must be fp32, fp16, bf16, fp8-e4m3 or fp8-e5m2");
         spec.compute_dtype = *d;
       } else if (key == "compute_model") {
         auto m = parse_compute_model(it->get<std::string>());
@@ -179,6 +185,18 @@ Files files_in(const fs::path& dir) {
   if (fs::exists(dir / "mask.npy", ec)) f.mask = dir / "mask.npy";
   if (fs::exists(dir / "mask_bits.npy", ec)) f.mask_bits = dir / "mask_bits.npy";
   if (fs::exists(dir / "block_mask.npy", ec)) f.block_mask = dir / "block_mask.npy";
+  // Per-head descales: all three or none (one alone is an incomplete input, never a per-tensor check).
+  std::string dhave, dmissing;
+  for (const char* g : {"q_descale.npy", "k_descale.npy", "v_descale.npy"}) {
+    std::string& list = fs::exists(dir / g, ec) ? dhave : dmissing;
+    list += (list.empty() ? "" : ", ") + std::string(g);
+  }
+  if (!dhave.empty() && !dmissing.empty())
+    throw NpyError(dir.string() + ": incomplete per-head descales: " + dhave + " without " + dmissing +
+                   " (give q_descale.npy, k_descale.npy and v_descale.npy together)");
+  if (!dhave.empty())
+    f.q_descale = dir / "q_descale.npy", f.k_descale = dir / "k_descale.npy",
+    f.v_descale = dir / "v_descale.npy";
   return f;
 }
 
@@ -234,6 +252,49 @@ void load_masks(const Files& files, const Spec& spec, Problem& p, External& e) {
   if (p.variants & AF_VARIANT_BLOCK_SPARSE)
     if (std::string err = set_block_mask_strides(p, bcast); !err.empty()) fail(err);
 }
+
+namespace {
+// Per-head fp8 descales (q_descale.npy [Hq] or [B, Hq], k_descale.npy / v_descale.npy [Hkv] or [B, Hkv]): one
+// value per head for every batch, or (any file [B, H]) per batch with descale_stride {Hq, 1} (a [H] file
+// repeated).
+void load_head_descales(const Files& files, Problem& p, External& e) {
+  const int64_t B = p.batch;
+  struct D {
+    const char* name;
+    const fs::path* path;
+    std::vector<float>* out;
+    int64_t heads;
+    Array a;
+  };
+  D ds[] = {{"q_descale", &files.q_descale, &e.q_descale_h, p.heads_q, {}},
+            {"k_descale", &files.k_descale, &e.k_descale_h, p.heads_kv, {}},
+            {"v_descale", &files.v_descale, &e.v_descale_h, p.heads_kv, {}}};
+  bool per_batch = false;
+  for (D& d : ds) {
+    d.a = read_array(*d.path, false);
+    const bool flat = d.a.shape == std::vector<int64_t>{d.heads},
+               batched = d.a.shape == std::vector<int64_t>{B, d.heads};
+    if (!flat && !batched)
+      fail(std::string("shape mismatch: ") + d.name + " must be [" + (d.heads == p.heads_q ? "Hq" : "Hkv") +
+           "] = " + shape_text({d.heads}) + " or [B, H] = " + shape_text({B, d.heads}) + ", got " +
+           shape_text(d.a.shape));
+    per_batch |= batched && B > 1;
+    for (float x : d.a.data)
+      if (std::string err = validate_descale_value(x); !err.empty())
+        fail(std::string(d.name) + " holds " + std::to_string(x) + ": " + err);
+  }
+  p.variants |= AF_VARIANT_HEAD_DESCALE;
+  set_descale_strides(p, per_batch);
+  for (D& d : ds) {
+    d.out->assign(static_cast<size_t>(descale_h_elements(p, d.out == &e.q_descale_h)), 1.0f);
+    const bool batched = d.a.shape.size() == 2;
+    for (int64_t b = 0; b < (per_batch ? B : 1); ++b)
+      for (int64_t h = 0; h < d.heads; ++h)
+        (*d.out)[static_cast<size_t>(descale_h_index(p, b, h))] =
+            d.a.data[static_cast<size_t>((batched ? b * d.heads : 0) + h)];
+  }
+}
+}  // namespace
 
 External load_external(const Files& files, const Spec& spec) {
   Array q = read_array(files.q, spec.bf16_raw), k = read_array(files.k, spec.bf16_raw),
@@ -370,6 +431,7 @@ External load_external(const Files& files, const Spec& spec) {
     e.bias = std::move(a.data);
   }
   load_masks(files, spec, p, e);
+  if (!files.q_descale.empty()) load_head_descales(files, p, e);
   if (p.variants) e.notes.push_back("variants " + variant_names(p.variants) + " from the input files / sidecar");
   if (std::string err = validate(p); !err.empty()) fail("invalid problem: " + err);
   e.problem = p;
@@ -386,6 +448,9 @@ Case case_of(const External& e) {
   c.variants.bias = e.bias;
   c.variants.custom_mask = e.custom_mask;
   c.variants.block_mask = e.block_mask;
+  c.variants.q_descale_h = e.q_descale_h;
+  c.variants.k_descale_h = e.k_descale_h;
+  c.variants.v_descale_h = e.v_descale_h;
   return c;
 }
 

@@ -24,8 +24,8 @@ namespace attnfuzz::npy {
 enum class Layout { kBSHD, kBHSD };  // q/k/v/o as [B, S, H, D] or [B, H, S, D]; LSE is [B, H, Sq]
 const char* layout_name(Layout l);   // "bshd", "bhsd"
 bool parse_layout(const std::string& text, Layout& out);
-const char* compute_dtype_name(int32_t dtype);                        // "fp32", "fp16", "bf16"
-std::optional<int32_t> parse_compute_dtype(const std::string& text);  // fp32|f32|fp16|f16|bf16
+const char* compute_dtype_name(int32_t dtype);                        // "fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2"
+std::optional<int32_t> parse_compute_dtype(const std::string& text);  // fp32|f32|fp16|f16|bf16|fp8-e4m3|fp8-e5m2
 std::optional<int32_t> parse_compute_model(const std::string& text);  // fused|unfused (af_compute_model)
 
 // What the user says about the tensors: sidecar JSON (case.json) first, then flags on top.
@@ -71,9 +71,12 @@ struct Files {
   // visible), mask_bits [B|1, Hq|1, Sq|1, ceil(Sk / 8)] uint8 (FlashInfer's packing, bit j % 8 of byte j / 8),
   // block_mask [B|1, Hq|1, ceil(Sq / bq), ceil(Sk / bk)] (0 empty, 1 full, 2 partial).
   std::filesystem::path mask, mask_bits, block_mask;
+  // Per-head fp8 descales (issue 28 item 6), all three or none: q_descale [Hq] or [B, Hq], k_descale and v_descale
+  // [Hkv] or [B, Hkv] (any of them [B, H]: per batch); fp8 compute dtypes only.
+  std::filesystem::path q_descale, k_descale, v_descale;
 };
 // DIR/q.npy, k.npy, v.npy, o.npy and lse.npy when present; do.npy, dq.npy, dk.npy, dv.npy when do.npy is;
-// sinks.npy, alibi_slopes.npy, bias.npy when present.
+// sinks.npy, alibi_slopes.npy, bias.npy, mask*.npy, q_descale.npy / k_descale.npy / v_descale.npy when present.
 Files files_in(const std::filesystem::path& dir);
 
 // One external computation as a problem with contiguous [B, S, H, D] tensors (converted from bhsd).
@@ -83,12 +86,16 @@ struct External {
   std::vector<float> dout, dq, dk, dv;  // backward files ([B, S, H, D] like o, q, k, v); empty without do.npy
   std::vector<float> sinks, alibi_slopes, bias;  // score variants' values (problem.variants says which)
   std::vector<uint8_t> custom_mask, block_mask;  // custom masks' bytes (contiguous strides, broadcast dims 0)
+  std::vector<float> q_descale_h, k_descale_h, v_descale_h;  // per-head descales (descale_stride), or empty
   VariantInputs variant_inputs() const {
     return {.sinks = sinks.empty() ? nullptr : sinks.data(),
             .alibi_slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
             .bias = bias.empty() ? nullptr : bias.data(),
             .custom_mask = custom_mask.empty() ? nullptr : custom_mask.data(),
-            .block_mask = block_mask.empty() ? nullptr : block_mask.data()};
+            .block_mask = block_mask.empty() ? nullptr : block_mask.data(),
+            .q_descale_h = q_descale_h.empty() ? nullptr : q_descale_h.data(),
+            .k_descale_h = k_descale_h.empty() ? nullptr : k_descale_h.data(),
+            .v_descale_h = v_descale_h.empty() ? nullptr : v_descale_h.data()};
   }
   int32_t compute_dtype = 0;
   int32_t compute_model = AF_COMPUTE_UNFUSED;

@@ -792,6 +792,41 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
   const int32_t cd = opts.compute_dtype < 0 ? p.dtype : opts.compute_dtype;
   if (cd < AF_DTYPE_F32 || cd > AF_DTYPE_FP8_E5M2)
     throw std::invalid_argument("oracle: unknown compute dtype " + std::to_string(cd));
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) {
+    // Per-head fp8 descales (docs/semantics.md "Variants"): the per-tensor branch below per (b, head): q's by
+    // query head, k's and v's by KV head, each product exact in fp32 (validate_descale_value); they replace
+    // the per-tensor descales.
+    if (!vars.q_descale_h || !vars.k_descale_h || !vars.v_descale_h)
+      throw std::invalid_argument(
+          "oracle: the problem uses variant head-descale but its per-head descales were not given");
+    std::vector<float> qs(q, q + q_elements(p)), ks(k, k + k_elements(p)), vs(v, v + v_elements(p));
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        const float f = vars.q_descale_h[descale_h_index(p, b, h)];
+        for (int64_t s = 0; s < p.seq_q; ++s)
+          for (int64_t d = 0; d < p.head_dim; ++d) qs[static_cast<size_t>(q_index(p, b, s, h, d))] *= f;
+      }
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        const float fk = vars.k_descale_h[descale_h_index(p, b, h)],
+                    fv = vars.v_descale_h[descale_h_index(p, b, h)];
+        for (int64_t s = 0; s < p.seq_k; ++s) {
+          for (int64_t d = 0; d < p.head_dim; ++d) ks[static_cast<size_t>(k_index(p, b, s, h, d))] *= fk;
+          for (int64_t d = 0; d < p.head_dim_v; ++d) vs[static_cast<size_t>(v_index(p, b, s, h, d))] *= fv;
+        }
+      }
+    }
+    Problem p1 = p;
+    p1.variants &= ~AF_VARIANT_HEAD_DESCALE;
+    p1.descale_stride[0] = p1.descale_stride[1] = 0;
+    p1.q_descale = p1.k_descale = p1.v_descale = 1.0f;
+    OracleOptions o1 = opts;
+    o1.compute_dtype = cd;
+    VariantInputs v1 = vars;
+    v1.q_descale_h = v1.k_descale_h = v1.v_descale_h = nullptr;
+    OracleResult R = compute_oracle(p1, qs.data(), ks.data(), vs.data(), v1, o1);
+    R.problem = p;
+    return R;
+  }
   if (is_fp8(p.dtype) && (p.q_descale != 1 || p.k_descale != 1 || p.v_descale != 1)) {
     // fp8 (README "fp8 inputs"): the real inputs are stored * descale, exact in fp32 (validate_descales), so
     // the exact result of the real inputs is the exact result of the scaled copies.

@@ -244,6 +244,22 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
         c.problem.block_q = masked.problem.block_q, c.problem.block_k = masked.problem.block_k;
       }
     }
+    if ((limits.variants & AF_VARIANT_HEAD_DESCALE) &&
+        (limits.dtype == AF_DTYPE_FP8_E4M3 || limits.dtype == AF_DTYPE_FP8_E5M2) &&
+        *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
+      // Per-head fp8 descales (issue 28 item 6): per batch 1 time in 4, each value from space::fp8_descales()
+      // (shrinking toward 1, its first); the per-tensor ones stay as drawn above (the kernel must not read
+      // them).
+      c.problem.variants |= AF_VARIANT_HEAD_DESCALE;
+      set_descale_strides(c.problem,
+                          *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}));
+      for (auto [a, query] :
+           {std::pair{&c.variants.q_descale_h, true}, std::pair{&c.variants.k_descale_h, false},
+            std::pair{&c.variants.v_descale_h, false}}) {
+        a->resize(static_cast<size_t>(descale_h_elements(c.problem, query)));
+        for (float& x : *a) x = *element_of(space::fp8_descales());
+      }
+    }
     if (limits.variants & AF_VARIANT_DROPOUT) {  // issue 29: p, generator, seed, offset (shrinking toward the first)
       const double drop_p = *element_of(std::vector<double>{0.1, 0.0, 0.5, 0.9, 0.999});
       const int32_t rng = *element_of(std::vector<int32_t>{AF_DROPOUT_RNG_PHILOX_FLASH, AF_DROPOUT_RNG_EXPORTED});

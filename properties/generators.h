@@ -46,7 +46,8 @@ struct CaseLimits {
   Pass pass = Pass::kFwd;                   // the pass of every generated case (bwd / fwdbwd: dO generated too)
   // Score variants a case may use (issue 28; AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS): 0 draws none (and no
   // extra random choice, so the other properties' cases are unchanged); else a subset, a softcap, a sink range and
-  // the bias's broadcast dimensions, each shrinking toward "none" / the first option.
+  // the bias's broadcast dimensions, each shrinking toward "none" / the first option. AF_VARIANT_HEAD_DESCALE (fp8
+  // dtypes only): per-head descales half the time, from space::fp8_descales().
   uint32_t variants = 0;
 };
 

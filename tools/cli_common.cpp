@@ -387,16 +387,20 @@ void add_variant_options(CLI::App& app, CommonOptions& o) {
   app.add_option(
          "--variant", o.variant,
          "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, "
-         "dropout, '+' or "
-         "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both); with --sweep the "
-         "variant sweep; a kernel that does not declare one is unsupported")
+         "dropout, head-descale (per-head fp8 descales: fp8 dtypes only; its sweep is fp8-e4m3 unless "
+         "--dtype fp8-e5m2), '+' or "
+         "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both; never head-descale); "
+         "with "
+         "--sweep the variant sweep; a kernel that does not declare one is unsupported")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         uint32_t bits = 0;
         if (t == "all") return {};
         std::string e = parse_variant_names(t, bits);
         if (e.empty() && (bits & ~kCheckedVariants))
-          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits and block-sparse are checked";
+          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout and "
+              "head-descale are "
+              "checked";
         return e;
       }));
   auto* dg = "Dropout (docs/semantics.md \"Dropout\")";
@@ -560,7 +564,7 @@ ValueDomain value_domain(const CommonOptions& o) {
 uint32_t case_variants(const CommonOptions& o) {
   uint32_t bits = 0;
   if (o.variant == "all")
-    bits = kCheckedVariants & ~AF_VARIANT_DROPOUT;
+    bits = kCheckedVariants & ~(AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE);  // head-descale: fp8 only
   else
     (void)parse_variant_names(o.variant, bits);  // checked by the option table
   if (o.dropout >= 0) bits |= AF_VARIANT_DROPOUT;
@@ -580,7 +584,9 @@ std::string apply_variant_options(const CommonOptions& o, Case& c) {
   c.variants.bias_range = o.bias_range;
   // "all" on one case: the dense custom mask (mask-dense and mask-bits are exclusive; the sweep takes both)
   const uint32_t one = o.variant == "all" ? bits & ~AF_VARIANT_MASK_BITS : bits;
-  if (std::string e = set_variants(c, one & kScoreVariants, o.softcap, o.bias_broadcast); !e.empty())
+  if (std::string e =
+          set_variants(c, one & (kScoreVariants | AF_VARIANT_HEAD_DESCALE), o.softcap, o.bias_broadcast);
+      !e.empty())
     return e;
   if (one & kMaskVariants)
     if (std::string e = set_mask_variants(c, one & kMaskVariants, o.mask_pattern, o.block_pattern,

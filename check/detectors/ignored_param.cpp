@@ -1,8 +1,9 @@
-// ignored_param.cpp - ignored-parameter: the failing output re-judged against the exact result with one of the case's
-// score variants switched off (no sink, no softcap, no ALiBi, no bias) or its parameter replaced by what a kernel
-// that ignores the given buffer uses instead (ALiBi slopes by the power-of-two rule; a bias broadcast over a
-// dimension along which the case's bias has its own values); custom masks: the custom or block mask off, a mask
-// row stride replaced. A match within the bound names the parameter.
+// ignored_param.cpp - ignored-parameter: the failing output re-judged against the exact result with one of
+// the case's score variants switched off (no sink, no softcap, no ALiBi, no bias) or its parameter replaced
+// by what a kernel that ignores the given buffer uses instead (ALiBi slopes by the power-of-two rule; a bias
+// broadcast over a dimension along which the case's bias has its own values); custom masks: the custom or
+// block mask off, a mask row stride replaced; per-head fp8 descales: the per-tensor ones used, head 0's for
+// every head, k's read at the query head. A match within the bound names the parameter.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -104,6 +105,46 @@ void mask_probes(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
   }
 }
 
+// Per-head fp8 descales (AF_VARIANT_HEAD_DESCALE): the arrays ignored (the per-tensor q/k/v_descale used),
+// head 0's descales for every head, and k's descale read at query head h mod Hkv instead of its KV head hk.
+// k's descale only scales the scores, so the last is the exact result with q's descale q_d[h] k_d[h mod Hkv]
+// / k_d[hk].
+void head_descale_probes(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
+  Probe off{
+      "the per-head descales (buffers.q/k/v_descale_h): per-head descale ignored (per-tensor used), the "
+      "output "
+      "matches the per-tensor q/k/v_descale",
+      p, std::nullopt};
+  off.p.variants &= ~AF_VARIANT_HEAD_DESCALE;
+  off.p.descale_stride[0] = off.p.descale_stride[1] = 0;
+  out.push_back(std::move(off));
+  Probe first{
+      "the per-head descales past head 0 (buffers.q/k/v_descale_h): per-head descale ignored (per-tensor "
+      "used), the output matches head 0's descales for every head",
+      p, t};
+  bool differs = false;
+  for (std::vector<float>* a : {&first.t->q_descale_h, &first.t->k_descale_h, &first.t->v_descale_h})
+    for (float& x : *a) differs |= x != (*a)[0], x = (*a)[0];
+  if (differs) out.push_back(std::move(first));
+  if (p.heads_kv < 2 || p.heads_kv == p.heads_q || t.q_descale_h.empty() || t.k_descale_h.empty()) return;
+  Probe qh{
+      "the KV head of k's per-head descale (buffers.k_descale_h): the output matches k's descale read at "
+      "query "
+      "head h mod Hkv instead of its KV head h / (Hq / Hkv)",
+      p, t};
+  bool moved = false;
+  for (int64_t b = 0; b < (p.descale_stride[0] ? p.batch : 1); ++b)  // each q descale once
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const double right =
+          t.k_descale_h[static_cast<size_t>(descale_h_index(p, b, h / (p.heads_q / p.heads_kv)))];
+      const double wrong = t.k_descale_h[static_cast<size_t>(descale_h_index(p, b, h % p.heads_kv))];
+      float& qd = qh.t->q_descale_h[static_cast<size_t>(descale_h_index(p, b, h))];
+      moved |= right != wrong;
+      qd = static_cast<float>(qd * wrong / right);
+    }
+  if (moved) out.push_back(std::move(qh));
+}
+
 std::vector<Probe> probes(const Problem& p, const Tensors& t) {
   std::vector<Probe> out;
   static const std::pair<uint32_t, const char*> kOff[] = {
@@ -143,6 +184,7 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
     }
   }
   mask_probes(p, t, out);
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) head_descale_probes(p, t, out);
   return out;
 }
 

@@ -183,6 +183,10 @@ struct VariantSpec {
   std::string mask_pattern = "random:0.5";
   std::vector<uint8_t> block_mask;
   std::string block_pattern = "mixed";
+  // Per-head fp8 descales (AF_VARIANT_HEAD_DESCALE; problem.descale_stride): q per query head, k and v per KV head
+  // (descale_h_elements floats each), each valid as validate_descales requires. Empty: drawn from
+  // space::fp8_descales() from stream (seed, 12).
+  std::vector<float> q_descale_h, k_descale_h, v_descale_h;
   bool operator==(const VariantSpec&) const = default;
 };
 
@@ -274,12 +278,17 @@ struct Tensors {
   std::vector<float> state_o, state_lse;
   // Custom masks: custom_mask (custom_mask_bytes, mask_stride), block_mask (block_mask_bytes, block_mask_stride).
   std::vector<uint8_t> custom_mask, block_mask;
+  // Per-head descales (AF_VARIANT_HEAD_DESCALE): descale_h_elements floats each, with problem.descale_stride.
+  std::vector<float> q_descale_h, k_descale_h, v_descale_h;
   VariantInputs variant_inputs() const {
     return {.sinks = sinks.empty() ? nullptr : sinks.data(),
             .alibi_slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.data(),
             .bias = bias.empty() ? nullptr : bias.data(),
             .custom_mask = custom_mask.empty() ? nullptr : custom_mask.data(),
-            .block_mask = block_mask.empty() ? nullptr : block_mask.data()};
+            .block_mask = block_mask.empty() ? nullptr : block_mask.data(),
+            .q_descale_h = q_descale_h.empty() ? nullptr : q_descale_h.data(),
+            .k_descale_h = k_descale_h.empty() ? nullptr : k_descale_h.data(),
+            .v_descale_h = v_descale_h.empty() ? nullptr : v_descale_h.data()};
   }
 };
 // The patterns a custom mask or a block mask is generated from (VariantSpec::mask_pattern / block_pattern):
@@ -303,8 +312,9 @@ std::string describe_variants(const Case& c);
 // Empty when c's variant fields agree with its problem (called by validate(Case)).
 std::string validate_variants(const Case& c);
 // Makes c use the score variants `bits` (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS) with generated values: the
-// softcap, and contiguous bias strides with the dimensions in bias_broadcast (a subset of "bhij") broadcast. The dropout
-// bit is left as it is (set_dropout, attnfuzz/dropout.h sets it). Returns an error sentence or empty.
+// softcap, and contiguous bias strides with the dimensions in bias_broadcast (a subset of "bhij") broadcast; with
+// AF_VARIANT_HEAD_DESCALE (fp8 only) per-head descales with descale_stride {0, 1}. The dropout bit is left as it is
+// (set_dropout, attnfuzz/dropout.h sets it). Returns an error sentence or empty.
 std::string set_variants(Case& c, uint32_t bits, float softcap = 30, const std::string& bias_broadcast = "");
 
 // ---- Merged states (core/merge.cpp) ----

@@ -72,6 +72,9 @@ std::optional<int32_t> parse_dtype(const std::string& text);
 // [2^-16, 2^16] with at most 16 significand bits (stored * descale is then exact in fp32) and o_scale a power
 // of two in [2^-16, 2^16] (stored / o_scale exact). Part of validate().
 std::string validate_descales(const Problem& p);
+// Empty when one q/k/v descale factor f is valid in the sense above (finite, in [2^-16, 2^16], <= 16 significand
+// bits), else why not ("need a value in ..."); the per-head descales (AF_VARIANT_HEAD_DESCALE) use it too.
+std::string validate_descale_value(float f);
 
 // One line: "B=1 Hq=2 Hkv=1 Sq=7 Sk=13 D=59 Dv=59 mask=causal-br scale=0.130189 f32" (fp8 adds
 // " descale=Q,K,V o_scale=O").
@@ -108,7 +111,7 @@ inline int64_t kv_head(const Problem& p, int64_t h) { return h / (p.heads_q / p.
 constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
 // The custom masks (issue 28 item 4): a dense byte mask or FlashInfer's bit-packed one, and a block-sparse mask.
 constexpr uint32_t kMaskVariants = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE;
-constexpr uint32_t kCheckedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT;
+constexpr uint32_t kCheckedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE;
 // "sink", "softcap", "alibi", "bias", ... for one AF_VARIANT_* bit; "" for an unknown bit.
 const char* variant_name(uint32_t bit);
 // "sink+softcap" for a bit set ("none" for 0); parse_variant_names takes the same form (also ',' separated).
@@ -127,7 +130,20 @@ struct VariantInputs {
   const uint8_t* dropout_keep = nullptr;
   const uint8_t* custom_mask = nullptr;  // AF_VARIANT_MASK_DENSE / _BITS: custom_mask_bytes(p) bytes, mask_stride
   const uint8_t* block_mask = nullptr;   // AF_VARIANT_BLOCK_SPARSE: block_mask_bytes(p) bytes, block_mask_stride
+  // AF_VARIANT_HEAD_DESCALE (fp8): per-head descales replacing q/k/v_descale, with p.descale_stride; q per query
+  // head (descale_h_elements(p, true) floats), k and v per KV head (descale_h_elements(p, false) floats).
+  const float* q_descale_h = nullptr;
+  const float* k_descale_h = nullptr;
+  const float* v_descale_h = nullptr;
 };
+// Per-head descales (AF_VARIANT_HEAD_DESCALE): the floats an array spans with p.descale_stride, over the query heads
+// (query) or the KV heads (0 without the variant); the element of (b, head) is b * descale_stride[0] + head *
+// descale_stride[1]. set_descale_strides: {0, 1} (one value per head for every batch) or, per_batch, {Hq, 1}.
+int64_t descale_h_elements(const Problem& p, bool query);
+inline int64_t descale_h_index(const Problem& p, int64_t b, int64_t head) {
+  return b * p.descale_stride[0] + head * p.descale_stride[1];
+}
+void set_descale_strides(Problem& p, bool per_batch);
 // Elements the bias tensor spans with p.bias_stride (0 when the problem has no bias).
 int64_t bias_elements(const Problem& p);
 inline int64_t bias_index(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {

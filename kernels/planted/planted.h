@@ -21,7 +21,7 @@ constexpr size_t kLowpBugCount = 8;          // lowp_bugs.hip (f16 / bf16 / fp8)
 constexpr size_t kVarlenBugCount = 4;        // varlen_bugs.hip
 constexpr size_t kPagedDecodeBugCount = 5;   // paged_decode_bugs.hip
 constexpr size_t kBackwardBugCount = 10;     // backward_bugs.hip
-constexpr size_t kVariantBugCount = 9;       // variant_bugs.hip (issue 28: sinks, softcap, ALiBi, bias, masks)
+constexpr size_t kVariantBugCount = 11;      // variant_bugs.hip (issue 28: sinks, softcap, ALiBi, bias, masks, descales)
 constexpr size_t kMergeBugCount = 4;         // merge_bugs.hip (issue 29: merged attention states)
 constexpr size_t kDropoutBugCount = 5;       // dropout_bugs.hip (issue 29)
 

@@ -1,8 +1,10 @@
-// variant_bugs.hip - planted bugs in the variants (issue 28): sinks, softcap, ALiBi, bias, d sink, custom masks.
+// variant_bugs.hip - planted bugs in the variants (issue 28): sinks, softcap, ALiBi, bias, d sink, custom masks,
+// per-head fp8 descales.
 //
 // A plain fp32 row kernel (one thread per query row, online softmax over the visible keys with kernels/common.h's
 // variant_score / fold_sink), a split-KV version of it (num_splits partial states, then a logsumexp combine) and a
-// plain backward (one thread per query row for Delta and dQ, one per key for dK / dV, one per head for d sink).
+// plain backward (one thread per query row for Delta and dQ, one per key for dK / dV, one per head for d sink); an
+// fp8-e4m3 row kernel for the per-head descales.
 // With VarBug::kNone each is correct; every deviation sits behind `if constexpr (kBug == ...)` and is marked
 // `// PLANTED:`. Each is modelled on a reported bug; kernels/planted/README.md has its exposing and quiet case.
 #include "kernels/common.h"
@@ -24,6 +26,8 @@ enum class VarBug {
   kMaskBitsStride,      // bit-packed custom mask rows stepped by Sk / 8 bytes (floor), not mask_stride[2]
   kBlockPartialFull,    // block-sparse: a partial block (2) treated as full, the custom mask never read
   kMaskIgnoredBwd,      // the custom / block mask applied in the forward only; the backward sees every key
+  kHeadDescaleQHead,    // fp8: k's per-head descale read at the query head (h mod Hkv), not the KV head
+  kHeadDescaleIgnored,  // fp8: the per-head descale arrays never read, the per-tensor descales used (FlashInfer #4979)
 };
 
 // Key j of row (b, h, i) under the custom / block mask as the planted kernel reads it.
@@ -125,6 +129,66 @@ __global__ void __launch_bounds__(kThreads)
   const float alpha = fold_sink(sink, m, l);
   for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = finish_o(acc[d] * alpha, m, l);
   if (lse) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
+}
+
+// ---- fp8 per-head descales (AF_VARIANT_HEAD_DESCALE) ----
+// One thread per query row of fp8-e4m3 q, k, v (the online softmax above in fp32, the weight rounded to fp8 for P.V as
+// the flash kernel does), with common.h's score_scale / store_o of the per-head descales.
+template <VarBug kBug>
+__global__ void __launch_bounds__(kThreads)
+    var_fp8_row_kernel(af_problem p, const af_fp8_e4m3* __restrict__ q, const af_fp8_e4m3* __restrict__ k,
+                       const af_fp8_e4m3* __restrict__ v, af_fp8_e4m3* __restrict__ o, float* __restrict__ lse,
+                       VariantBufs vb) {
+  using T = af_fp8_e4m3;
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if (i >= p.seq_q) return;
+  const int64_t hk = kv_head_of(p, h);
+  // PLANTED: head-descale-qhead: k's per-head descale read at the query head's index wrapped into the [Hkv] array
+  // (h mod Hkv) instead of its KV head hk = h / (Hq / Hkv); right when Hq == Hkv or Hkv == 1.
+  const int64_t hk_descale = kBug == VarBug::kHeadDescaleQHead ? h % p.heads_kv : hk;
+  af_problem pd = p;
+  // PLANTED: head-descale-ignored: the per-head descale arrays are never read; the per-tensor q/k/v_descale are used.
+  if (kBug == VarBug::kHeadDescaleIgnored) pd.variants &= ~AF_VARIANT_HEAD_DESCALE;
+  const float sc = score_scale<T>(pd, vb, b, h, hk_descale);
+  const KeySpan keys = row_keys(p, i);
+  const T* qr = q + q_row(p, b, i, h);
+  float m = neg_inf(), l = 0.0f, acc[kMaxD];
+  for (int64_t d = 0; d < p.head_dim_v; ++d) acc[d] = 0.0f;
+  for (int64_t j = keys.first; j < keys.last; ++j) {
+    const T* kr = k + k_row(p, b, j, hk);
+    float dot = 0.0f;
+    for (int64_t d = 0; d < p.head_dim; ++d) dot += Elem<T>::load(qr[d]) * Elem<T>::load(kr[d]);
+    const float s = sc * dot;
+    const float m_new = nan_max(m, s);
+    const float alpha = rescale_factor(m, m_new), w = softmax_weight(s, m_new), wr = Elem<T>::round(w);
+    const T* vr = v + v_row(p, b, j, hk);
+    for (int64_t d = 0; d < p.head_dim_v; ++d) acc[d] = acc[d] * alpha + wr * Elem<T>::load(vr[d]);
+    l = l * alpha + w;
+    m = m_new;
+  }
+  for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = store_o<T>(pd, vb, b, hk, finish_o(acc[d], m, l));
+  if (lse) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
+}
+
+int var_fp8_check(const af_problem* p, char* why, size_t why_len) {
+  if (check_dtype(p, AF_SUPPORTS_FP8_E4M3, why, why_len)) return 1;
+  if (p->head_dim_v > kMaxD) return unsupported(why, why_len, "planted variant kernels support Dv <= 128");
+  if (!grid_fits(ceil_div(p->seq_q, kThreads), p->heads_q, p->batch, kThreads))
+    return unsupported(why, why_len, "grid exceeds the launch limits");
+  return 0;
+}
+
+template <VarBug kBug>
+int var_fp8_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
+  const af_problem p = *pp;
+  if (var_fp8_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  using T = af_fp8_e4m3;
+  hipLaunchKernelGGL(var_fp8_row_kernel<kBug>,
+                     dim3((unsigned)ceil_div(p.seq_q, kThreads), (unsigned)p.heads_q, (unsigned)p.batch),
+                     dim3(kThreads), 0, (hipStream_t)stream, p, static_cast<const T*>(buf->q),
+                     static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), static_cast<T*>(buf->o), buf->lse,
+                     variant_bufs(*buf));
+  return (int)hipGetLastError();
 }
 
 // ---- split-KV: partial states of num_splits key ranges, then the combine ----
@@ -401,6 +465,17 @@ const af_kernel kVariantBugs[] = {
     AF_PLANTED_MASK("planted-mask-ignored-bwd", kMaskIgnoredBwd,
                     "the custom / block mask applied in the forward only (the backward sees every key)",
                     var_bwd_workspace, var_bwd_launch<VarBug::kMaskIgnoredBwd>),
+    {"planted-head-descale-qhead", "planted/variants",
+     "fp8-e4m3 row kernel with per-head descales and a planted bug: k's per-head descale read at the query head "
+     "(h mod Hkv), not its KV head",
+     AF_SUPPORTS_FP8_E4M3, AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
+     var_fp8_check, var_fp8_launch<VarBug::kHeadDescaleQHead>, /*features=*/0, 0, nullptr, nullptr, nullptr,
+     /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/AF_VARIANT_HEAD_DESCALE},
+    {"planted-head-descale-ignored", "planted/variants",
+     "fp8-e4m3 row kernel with per-head descales and a planted bug: the per-head descales ignored (per-tensor used)",
+     AF_SUPPORTS_FP8_E4M3, AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
+     var_fp8_check, var_fp8_launch<VarBug::kHeadDescaleIgnored>, /*features=*/0, 0, nullptr, nullptr, nullptr,
+     /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/AF_VARIANT_HEAD_DESCALE},
 };
 static_assert(sizeof(kVariantBugs) / sizeof(kVariantBugs[0]) == attnfuzz_planted::kVariantBugCount,
               "planted.h's count");

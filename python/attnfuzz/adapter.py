@@ -37,7 +37,9 @@ ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
 _DTYPES = dict(STORED, u8=np.dtype("u1"))  # bf16 travels as uint16 bit patterns; masks as u8
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
 SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
-VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("dropout",)  # dropout: PROTOCOL.md "Dropout" (the mask comes back)
+# The variants a kernel may declare: score variants, custom masks, per-head fp8 descales (PROTOCOL.md "Per-head
+# descales") and dropout (PROTOCOL.md "Dropout": the mask comes back).
+VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("head-descale", "dropout")
 
 
 class ProtocolError(Exception):
@@ -120,6 +122,9 @@ class Problem:
             dist = np.abs(j - (i + self.diagonal_offset)).astype(np.float64)
             add = add - np.asarray(self.alibi_slopes, np.float64)[None, :, None, None] * dist[None, None]
         return add
+        # Per-head fp8 descales (variant head-descale), set by serve(): float32 q_descale_h [B|1, Hq], k_descale_h and
+        # v_descale_h [B|1, Hkv] (a batch of 1 = the same for every batch), replacing q/k/v_descale; else None.
+        self.q_descale_h = self.k_descale_h = self.v_descale_h = None
 
     def custom_visible(self):
         """bool [B|1, Hq|1, Sq, Sk]: visible under the custom and block masks alone (all True without them). A
@@ -381,6 +386,7 @@ def serve(kernels, name=None, inp=None, out=None):
                 ts = split_tensors(h, payload)
                 p.custom_mask, p.block_mask = ts.get("custom_mask"), ts.get("block_mask")
                 p.sinks, p.alibi_slopes, p.bias = ts.get("sinks"), ts.get("alibi_slopes"), ts.get("bias")
+                p.q_descale_h, p.k_descale_h, p.v_descale_h = (ts.get(n) for n in ("q_descale", "k_descale", "v_descale"))
                 if h.get("pass", "fwd") == "bwd":
                     arrays, descs = _run_backward(k, p, ts)
                 else:

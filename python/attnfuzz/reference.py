@@ -79,7 +79,11 @@ def attention(q, k, v, p, bug=None):
     lowp = dt != "f32"
     rp = (lambda x: round_to(x, dt)) if lowp else (lambda x: x)  # P as the kernel feeds it to P.V
     q64, k64, v64 = _f64(q, dt), _f64(k, dt), _f64(v, dt)
-    if dt.startswith("fp8"):  # exact: an fp8 value has 4 significand bits, a descale at most 16
+    if dt.startswith("fp8") and getattr(p, "q_descale_h", None) is not None:  # per-head: [B|1, H] per (b, head)
+        q64 = q64 * np.asarray(p.q_descale_h, np.float64)[:, None, :, None]
+        k64 = k64 * np.asarray(p.k_descale_h, np.float64)[:, None, :, None]
+        v64 = v64 * np.asarray(p.v_descale_h, np.float64)[:, None, :, None]
+    elif dt.startswith("fp8"):  # exact: an fp8 value has 4 significand bits, a descale at most 16
         q64, k64, v64 = q64 * p.q_descale, k64 * p.k_descale, v64 * p.v_descale
     o = np.zeros((B, Sq, Hq, Dv), dtype=np.float64)
     lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)

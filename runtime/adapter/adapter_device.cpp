@@ -31,6 +31,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 
 #include "attnfuzz/problem.h"
 #include "attnfuzz/registry.h"
@@ -46,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxAdapterKernels = 64;
 // The variants whose values protocol 1 carries (PROTOCOL.md "Variants"; dropout: "Dropout", the exported mask).
-constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT;
+constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_DROPOUT;
 // The keep mask's element type on the wire (not a problem dtype).
 constexpr int32_t kWireU8 = -1;
 
@@ -786,6 +787,17 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     add_mask("custom_mask", b.custom_mask, p.mask_stride, Sq, custom_mask_row_bytes(p));
   if (p.variants & AF_VARIANT_BLOCK_SPARSE)
     add_mask("block_mask", b.block_mask, p.block_mask_stride, query_blocks(p), key_blocks(p));
+  // Per-head fp8 descales: f32 [B|1, Hq] (q) and [B|1, Hkv] (k, v), batch size 1 when broadcast over the
+  // batch.
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) {
+    const int64_t nb = p.descale_stride[0] ? B : 1, st[3] = {p.descale_stride[0], p.descale_stride[1], 0};
+    for (const auto& [name, d, heads] :
+         {std::tuple{"q_descale", b.q_descale_h, Hq}, std::tuple{"k_descale", b.k_descale_h, Hk},
+          std::tuple{"v_descale", b.v_descale_h, Hk}}) {
+      blobs.push_back(gather(d, 4, st, nb, heads, 1, 1));
+      tensors.push_back(desc(name, "f32", {nb, heads}));
+    }
+  }
   // Score variants: sinks and ALiBi slopes f32 [Hq]; the bias f32 [B|1, Hq|1, Sq|1, Sk|1] (a broadcast dimension
   // has size 1); backward: d sinks [Hq] and d bias in the bias's shape come back with dQ, dK, dV.
   auto add_f32 = [&](const char* name, const float* x, const int64_t* st, std::vector<int64_t> n, size_t rank) {

@@ -360,8 +360,12 @@ const std::map<std::string, ExpectedVariant> kExpectedVariants = {
     {"planted-split-sink-twice", {"split-kv", Pass::kFwd, kScoreVariants}},
     {"planted-dsink-zero", {"ignored-parameter", Pass::kBwd, kScoreVariants}},
     {"planted-mask-bits-stride", {"ignored-parameter", Pass::kFwd, AF_VARIANT_MASK_BITS}},
-    {"planted-block-partial-full", {"ignored-parameter", Pass::kFwd, AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE}},
+    {"planted-block-partial-full",
+     {"ignored-parameter", Pass::kFwd, AF_VARIANT_MASK_DENSE | AF_VARIANT_BLOCK_SPARSE}},
     {"planted-mask-ignored-bwd", {"ignored-parameter", Pass::kBwd, AF_VARIANT_MASK_DENSE}},
+    // fp8 (the head-descale sweep is fp8-e4m3): k's descale read at query head h mod Hkv.
+    {"planted-head-descale-qhead", {"ignored-parameter", Pass::kFwd, AF_VARIANT_HEAD_DESCALE}},
+    {"planted-head-descale-ignored", {"ignored-parameter", Pass::kFwd, AF_VARIANT_HEAD_DESCALE}},
 };
 
 // A budget prepared once per key (a pass, a dtype) and call site (each make is its own type): make() gives its
@@ -436,6 +440,11 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
         if (bits == kMaskVariants && std::string(name) == "flash-bm16-bn16") continue;  // CI time: one kernel
         EXPECT_GT(correct_passes("correct-variant", name, prepared_variants(pass, bits)), 50) << name;
       }
+  // Per-head fp8 descales: flash-bm16-bn32 (the one fp8 flash kernel) on the head-descale sweep (fp8-e4m3,
+  // forward).
+  EXPECT_GT(correct_passes("correct-variant", "flash-bm16-bn32",
+                           prepared_variants(Pass::kFwd, AF_VARIANT_HEAD_DESCALE)),
+            50);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);

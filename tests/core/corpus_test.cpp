@@ -408,6 +408,63 @@ TEST(CorpusVariants, RoundTripDescribeValidate) {
   EXPECT_NE(validate(bad), "");
 }
 
+// Per-head fp8 descales (issue 28 item 6): drawn and given values and per-batch strides round-trip through
+// the case file, describe names them, the stream (seed, 12) leaves q, k, v alone, and bad values or dtypes
+// are refused.
+TEST(CorpusVariants, HeadDescalesRoundTripDescribeValidate) {
+  Case c = make_case(make_problem(3, 6, 2, 9, 14, 16, 16), 78);
+  c.problem.dtype = AF_DTYPE_FP8_E4M3;
+  ASSERT_EQ(set_variants(c, AF_VARIANT_HEAD_DESCALE), "");
+  EXPECT_EQ(validate(c), "");
+  EXPECT_EQ(c.problem.descale_stride[0], 0);
+  EXPECT_EQ(c.problem.descale_stride[1], 1);
+  const std::string d = describe(c);
+  for (const char* w : {"fp8-e4m3", "variants=head-descale", "descale_h=drawn"})
+    EXPECT_NE(d.find(w), std::string::npos) << d;
+  const Tensors t = generate(c), t2 = generate(c);
+  EXPECT_EQ(t.q_descale_h.size(), 6u);
+  EXPECT_EQ(t.k_descale_h.size(), 2u);
+  EXPECT_EQ(t.v_descale_h.size(), 2u);
+  EXPECT_EQ(t.k_descale_h, t2.k_descale_h);
+  for (float x : t.q_descale_h) EXPECT_EQ(validate_descale_value(x), "") << x;
+  Case plain = c;
+  ASSERT_EQ(set_variants(plain, 0), "");
+  EXPECT_EQ(generate(plain).q, t.q);
+  EXPECT_EQ(generate(plain).v, t.v);
+  EXPECT_EQ(case_to_json(case_from_json(case_to_json(c))).dump(), case_to_json(c).dump());
+  // Given values, per batch: rows of Hq for every array (k, v use the first Hkv of each row).
+  Case g = c;
+  set_descale_strides(g.problem, true);
+  EXPECT_NE(describe(g).find("descale-per-batch"), std::string::npos);
+  g.variants.q_descale_h.assign(static_cast<size_t>(descale_h_elements(g.problem, true)), 0.375f);
+  g.variants.k_descale_h.assign(static_cast<size_t>(descale_h_elements(g.problem, false)), 8.0f);
+  g.variants.v_descale_h.assign(static_cast<size_t>(descale_h_elements(g.problem, false)), 0x1.2p-9f);
+  EXPECT_EQ(g.variants.q_descale_h.size(), 18u);
+  EXPECT_EQ(g.variants.k_descale_h.size(), 14u);  // 2 * 6 + 2
+  EXPECT_EQ(validate(g), "");
+  EXPECT_NE(describe(g).find("descale_h=given"), std::string::npos);
+  const Case back = case_from_json(case_to_json(g));
+  EXPECT_EQ(back.variants, g.variants);
+  EXPECT_EQ(back.problem.descale_stride[0], 6);
+  EXPECT_EQ(generate(back).k_descale_h, g.variants.k_descale_h);
+  // Refused: a descale that is not exact in fp32 scaling, 0, NaN, a wrong count, values without the variant,
+  // f32.
+  for (float x : {0.0f, -1.0f, NAN, INFINITY, 0x1.00001p0f, 0x1p-20f}) {
+    Case bad = g;
+    bad.variants.k_descale_h[1] = x;
+    EXPECT_NE(validate(bad).find("per-head descale"), std::string::npos) << x << ": " << validate(bad);
+  }
+  Case bad = g;
+  bad.variants.q_descale_h.pop_back();
+  EXPECT_NE(validate(bad), "");
+  bad = g;
+  bad.problem.variants = 0;
+  EXPECT_NE(validate(bad).find("no per-head descales"), std::string::npos) << validate(bad);
+  bad = c;
+  bad.problem.dtype = AF_DTYPE_F16;
+  EXPECT_NE(validate(bad).find("fp8 only"), std::string::npos) << validate(bad);
+}
+
 }  // namespace
 }  // namespace attnfuzz
 

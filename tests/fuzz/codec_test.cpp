@@ -390,6 +390,18 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   random_and_mutated(
       none, score, 45, [](const Case& c) { return c.problem.variants == 0; },
       [&](const Case& c) { EXPECT_EQ(c.problem.variants & kMaskVariants, 0u); });
+  // Per-head descales are fp8 only: f32 limits never decode them; fp8 limits reach them, per batch too.
+  EXPECT_EQ(seen & AF_VARIANT_HEAD_DESCALE, 0u);
+  FuzzLimits fp8_none = none, fp8_all = all;
+  fp8_none.dtype = fp8_all.dtype = AF_DTYPE_FP8_E4M3;
+  int per_batch = 0;
+  random_and_mutated(
+      fp8_none, fp8_all, 47, [](const Case& c) { return c.problem.variants == 0; },
+      [&](const Case& c) {
+        seen |= c.problem.variants;
+        per_batch += (c.problem.variants & AF_VARIANT_HEAD_DESCALE) && c.problem.descale_stride[0] != 0;
+      });
+  EXPECT_GT(per_batch, 0);
   EXPECT_EQ(seen, kCheckedVariants);
   EXPECT_GT(with_bias_bcast, 0);
   EXPECT_GT(with_block, 0);

@@ -384,6 +384,63 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
 }
 
+// Per-head fp8 descales (issue 28 item 6): q_descale.npy [Hq], k_descale.npy / v_descale.npy [B, Hkv] with an
+// fp8 compute dtype in case.json; flash-bm16-bn32's fp8 output passes, the per-tensor problem (all descales
+// 1) fails; one file alone or a descale that is not exact is refused.
+TEST(Npy, HeadDescalesFromFiles) {
+  const fs::path dir = fresh("head_descale");
+  fs::create_directories(dir);
+  Problem p = make_problem(2, 4, 2, 9, 14, 16, 16);
+  p.dtype = AF_DTYPE_FP8_E4M3;
+  Case c = make_case(p, 13);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_HEAD_DESCALE), "");
+  set_descale_strides(c.problem, true);
+  PreparedCase pc(c);
+  const Tensors& t = pc.tensors();
+  const Problem& q = pc.problem();
+  write_array(dir / "q_descale.npy", {q.heads_q}, t.q_descale_h.data());  // batch 0's row for every batch
+  std::vector<float> kd, vd;
+  for (int64_t b = 0; b < q.batch; ++b)
+    for (int64_t h = 0; h < q.heads_kv; ++h)
+      kd.push_back(t.k_descale_h[descale_h_index(q, b, h)]),
+          vd.push_back(t.v_descale_h[descale_h_index(q, b, h)]);
+  write_array(dir / "k_descale.npy", {q.batch, q.heads_kv}, kd.data());
+  write_array(dir / "v_descale.npy", {q.batch, q.heads_kv}, vd.data());
+  std::ofstream(dir / "case.json") << "{\"compute_dtype\": \"fp8-e4m3\"}\n";
+  // q_descale.npy holds batch 0's row for every batch: the flash output of the case whose batch 1 row is
+  // batch 0's.
+  PreparedCase same = [&] {
+    Case c2 = c;
+    c2.variants.q_descale_h.assign(t.q_descale_h.begin(), t.q_descale_h.end());
+    for (int64_t h = 0; h < q.heads_q; ++h)
+      c2.variants.q_descale_h[descale_h_index(q, 1, h)] = t.q_descale_h[h];
+    c2.variants.k_descale_h = t.k_descale_h, c2.variants.v_descale_h = t.v_descale_h;
+    return PreparedCase(c2);
+  }();
+  write_flash_files(dir, same);
+  const External ext = load_external(files_in(dir), resolve_spec(dir / "case.json", {}));
+  EXPECT_EQ(ext.problem.variants, static_cast<uint32_t>(AF_VARIANT_HEAD_DESCALE));
+  EXPECT_EQ(ext.problem.descale_stride[0], q.heads_q);
+  for (int64_t b = 0; b < q.batch; ++b)
+    for (int64_t h = 0; h < q.heads_kv; ++h)  // the entries read (between the rows: 1)
+      EXPECT_EQ(ext.k_descale_h[descale_h_index(q, b, h)], t.k_descale_h[descale_h_index(q, b, h)]);
+  const Judged j = judge_external(ext, OracleOptions{});
+  EXPECT_EQ(j.result.verdict, Verdict::kPass) << j.result.reason;
+  // Every descale 1 (the per-tensor problem): the same output fails.
+  const std::vector<float> ones(8, 1.0f);
+  write_array(dir / "q_descale.npy", {q.heads_q}, ones.data());
+  write_array(dir / "k_descale.npy", {q.batch, q.heads_kv}, ones.data());
+  write_array(dir / "v_descale.npy", {q.batch, q.heads_kv}, ones.data());
+  EXPECT_EQ(judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{})
+                .result.verdict,
+            Verdict::kFail);
+  const std::vector<float> bad{1.0f, 0x1.00001p0f, 1.0f, 1.0f};
+  write_array(dir / "q_descale.npy", {q.heads_q}, bad.data());
+  EXPECT_THROW(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), NpyError);
+  fs::remove(dir / "v_descale.npy");
+  EXPECT_THROW(files_in(dir), NpyError);
+}
+
 // Custom masks (issue 28 item 4): mask.npy ([B|1, Hq|1, Sq|1, Sk], non-zero = visible) and block_mask.npy with the
 // sidecar's block_size make a mask problem; the flash output passes it and fails the problem without block_mask.npy.
 TEST(Npy, CustomMasksFromFiles) {

@@ -1,6 +1,7 @@
-// variants_test.cpp - the score variants in the oracle (issue 28): sinks, softcap, ALiBi, bias against hand-computed
-// values; the fast path against the multiprecision arbiter; gradients (d sink, d bias, dQ through tanh) against
-// central finite differences of the exact forward; the sink alone on an empty row.
+// variants_test.cpp - the score variants in the oracle (issue 28): sinks, softcap, ALiBi, bias against
+// hand-computed values; the fast path against the multiprecision arbiter; gradients (d sink, d bias, dQ
+// through tanh) against central finite differences of the exact forward; the sink alone on an empty row;
+// per-head fp8 descales against the per-tensor branch on each (b, head) slice.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -243,6 +244,114 @@ TEST(OracleVariants, GradientsMatchFiniteDifferences) {
     for (size_t e = 0; e < c.q.size(); e += 5)
       EXPECT_NEAR(g.dq[g.dq_at(e / (4 * 8 * 9), (e / 32) % 9, (e / 8) % 4, e % 8)], central(c, q_at, e, 0), 2e-5) << e;
   }
+}
+
+// ---- per-head fp8 descales (AF_VARIANT_HEAD_DESCALE, issue 28 item 6) ----
+// A GQA problem (B 2, Hq 4, Hkv 2) of fp8-e4m3 values (multiples of 1/4 in [-2, 2], exact in e4m3).
+struct Fp8Gqa {
+  Problem p = make_problem(2, 4, 2, 5, 7, 8, 8);
+  std::vector<float> q, k, v, qd, kd, vd;
+  Fp8Gqa() {
+    p.dtype = AF_DTYPE_FP8_E4M3;
+    std::mt19937 g(7);
+    std::uniform_int_distribution<int> u(-8, 8);
+    for (auto [x, n] :
+         {std::pair{&q, q_elements(p)}, std::pair{&k, k_elements(p)}, std::pair{&v, v_elements(p)}}) {
+      x->resize(static_cast<size_t>(n));
+      for (float& e : *x) e = 0.25f * static_cast<float>(u(g));
+    }
+  }
+  // Per-head descales: q per query head, k and v per KV head; per batch (stride {Hq, 1}) or for every batch.
+  void per_head(bool per_batch, std::vector<float> q_h, std::vector<float> k_h, std::vector<float> v_h) {
+    p.variants = AF_VARIANT_HEAD_DESCALE;
+    set_descale_strides(p, per_batch);
+    qd = std::move(q_h), kd = std::move(k_h), vd = std::move(v_h);
+    ASSERT_EQ(static_cast<int64_t>(qd.size()), descale_h_elements(p, true));
+    ASSERT_EQ(static_cast<int64_t>(kd.size()), descale_h_elements(p, false));
+    ASSERT_EQ(static_cast<int64_t>(vd.size()), descale_h_elements(p, false));
+  }
+  OracleResult run() const {
+    VariantInputs vi;
+    vi.q_descale_h = qd.data(), vi.k_descale_h = kd.data(), vi.v_descale_h = vd.data();
+    return compute_oracle(p, q.data(), k.data(), v.data(), vi, k1Thread);
+  }
+  // The exact result of slice (b, h) alone (B = Hq = Hkv = 1) with the per-tensor descales (fq, fk, fv).
+  OracleResult slice(int64_t b, int64_t h, float fq, float fk, float fv) const {
+    Problem s = make_problem(1, 1, 1, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v);
+    s.dtype = p.dtype, s.scale = p.scale, s.q_descale = fq, s.k_descale = fk, s.v_descale = fv;
+    const int64_t hk = h / (p.heads_q / p.heads_kv);
+    std::vector<float> sq(static_cast<size_t>(q_elements(s))), sk(static_cast<size_t>(k_elements(s))),
+        sv(static_cast<size_t>(v_elements(s)));
+    for (int64_t i = 0; i < p.seq_q; ++i)
+      for (int64_t d = 0; d < p.head_dim; ++d) sq[q_index(s, 0, i, 0, d)] = q[q_index(p, b, i, h, d)];
+    for (int64_t j = 0; j < p.seq_k; ++j)
+      for (int64_t d = 0; d < p.head_dim; ++d)
+        sk[k_index(s, 0, j, 0, d)] = k[k_index(p, b, j, hk, d)],
+                               sv[v_index(s, 0, j, 0, d)] = v[v_index(p, b, j, hk, d)];
+    return compute_oracle(s, sq.data(), sk.data(), sv.data(), k1Thread);
+  }
+  // Max relative difference of head (b, h)'s O and LSE from a slice's.
+  double diff(const OracleResult& r, const OracleResult& s, int64_t b, int64_t h) const {
+    double worst = 0;
+    auto rel = [](double a, double x) { return std::fabs(a - x) / std::max(1e-300, std::fabs(x)); };
+    for (int64_t i = 0; i < p.seq_q; ++i) {
+      for (int64_t d = 0; d < p.head_dim_v; ++d)
+        worst = std::max(worst, rel(r.o[r.o_at(b, i, h, d)], s.o[s.o_at(0, i, 0, d)]));
+      worst = std::max(worst, rel(r.lse[r.lse_at(b, h, i)], s.lse[s.lse_at(0, 0, i)]));
+    }
+    return worst;
+  }
+};
+
+TEST(OracleVariants, HeadDescalesAllEqualAreThePerTensorDescales) {
+  Fp8Gqa t;
+  t.p.q_descale = 2, t.p.k_descale = 0.5f, t.p.v_descale = 8;
+  const OracleResult per_tensor = compute_oracle(t.p, t.q.data(), t.k.data(), t.v.data(), k1Thread);
+  t.per_head(false, {2, 2, 2, 2}, {0.5f, 0.5f}, {8, 8});
+  t.p.q_descale = t.p.k_descale = t.p.v_descale = 1;  // replaced by the per-head ones: not read
+  const OracleResult r = t.run();
+  ASSERT_EQ(r.o.size(), per_tensor.o.size());
+  for (size_t e = 0; e < r.o.size(); ++e) {
+    EXPECT_EQ(r.o[e], per_tensor.o[e]) << e;
+    EXPECT_EQ(r.o_bound[e], per_tensor.o_bound[e]) << e;
+  }
+  for (size_t e = 0; e < r.lse.size(); ++e) EXPECT_EQ(r.lse[e], per_tensor.lse[e]) << e;
+}
+
+TEST(OracleVariants, HeadDescalesScaleEachHeadKAndVByTheirKvHead) {
+  for (bool per_batch : {false, true}) {
+    Fp8Gqa t;
+    if (per_batch)  // [B, Hq] rows of Hq; k and v use the first Hkv of each row (the rest is never read)
+      t.per_head(true, {1, 2, 0.5f, 8, 0.125f, 3.25f, 1, 0.375f}, {0.5f, 4, 9, 9, 2, 0.25f},
+                 {2, 0.125f, 9, 9, 0.5f, 8});
+    else
+      t.per_head(false, {1, 2, 0.5f, 8}, {0.5f, 4}, {2, 0.125f});
+    const OracleResult r = t.run();
+    for (int64_t b = 0; b < t.p.batch; ++b)
+      for (int64_t h = 0; h < t.p.heads_q; ++h) {
+        const int64_t hk = h / 2;
+        auto at = [&](const std::vector<float>& a, int64_t head) { return a[descale_h_index(t.p, b, head)]; };
+        const OracleResult s = t.slice(b, h, at(t.qd, h), at(t.kd, hk), at(t.vd, hk));
+        EXPECT_LE(t.diff(r, s, b, h), 1e-15) << "per_batch " << per_batch << " b " << b << " h " << h;
+        if (h % 2 !=
+            hk) {  // k's and v's descale at the query head's index (h mod Hkv) would be another result
+          const OracleResult w = t.slice(b, h, at(t.qd, h), at(t.kd, h % 2), at(t.vd, h % 2));
+          EXPECT_GT(t.diff(r, w, b, h), 1e-3) << "b " << b << " h " << h;
+        }
+      }
+    // Heads differ: head 0 and head 1 share KV head 0 but not their q descale.
+    const OracleResult s0 = t.slice(0, 1, t.qd[0], t.kd[0], t.vd[0]);
+    EXPECT_GT(t.diff(r, s0, 0, 1), 1e-3);
+  }
+}
+
+TEST(OracleVariants, HeadDescalesAreFp8OnlyAndMustBeGiven) {
+  Fp8Gqa t;
+  t.per_head(false, {1, 2, 0.5f, 8}, {0.5f, 4}, {2, 0.125f});
+  EXPECT_THROW(compute_oracle(t.p, t.q.data(), t.k.data(), t.v.data(), k1Thread), std::invalid_argument);
+  t.p.dtype = AF_DTYPE_F32;
+  EXPECT_NE(validate(t.p).find("fp8 only"), std::string::npos) << validate(t.p);
+  EXPECT_THROW(t.run(), std::invalid_argument);
 }
 
 }  // namespace

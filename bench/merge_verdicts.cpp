@@ -18,6 +18,7 @@
 #include "check/classify.h"
 #include "check/runner.h"
 #include "fuzz/codec.h"
+#include "fuzz/worker.h"
 
 using namespace attnfuzz;
 
@@ -25,11 +26,8 @@ namespace {
 
 // FNV-1a over the bytes of a few arrays.
 struct Hash {
-  uint64_t h = 1469598103934665603ull;
-  void bytes(const void* p, size_t n) {
-    const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
-  }
+  uint64_t h = fuzz::kFnvOffset;
+  void bytes(const void* p, size_t n) { h = fuzz::fnv1a(p, n, h); }
   template <class T>
   void vec(const std::vector<T>& v) {
     bytes(v.data(), v.size() * sizeof(T));

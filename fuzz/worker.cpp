@@ -381,11 +381,13 @@ void install_crash_hook(const std::string& out) {
 
 void install_worker_crash_hook(const WorkerConfig& cfg) { install_crash_hook(cfg.out); }
 
-uint64_t input_hash(const uint8_t* data, size_t size) {  // FNV-1a 64
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 1099511628211ull;
+uint64_t fnv1a(const void* data, size_t size, uint64_t h) {
+  const auto* c = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) h = (h ^ c[i]) * 1099511628211ull;
   return h;
 }
+
+uint64_t input_hash(const uint8_t* data, size_t size) { return fnv1a(data, size); }
 
 void note_current_input(uint64_t hash) { g_input_hash = hash; }
 

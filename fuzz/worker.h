@@ -122,6 +122,10 @@ void install_worker_crash_hook(const WorkerConfig& cfg);
 // worker process is running (work/faults.txt; the campaign computes it again from libFuzzer's artifact of it),
 // and it keys the feature cache.
 uint64_t input_hash(const uint8_t* data, size_t size);
+// FNV-1a 64 of size bytes, continuing from h (kFnvOffset starts a hash): input_hash's, also the verdict table's and
+// bench/merge_verdicts' hashes of cases and outputs.
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+uint64_t fnv1a(const void* data, size_t size, uint64_t h = kFnvOffset);
 void note_current_input(uint64_t hash);
 
 // The environment variable naming the read end of attn-fuzz's lifeline pipe: when it reads end-of-file, the

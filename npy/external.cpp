@@ -167,17 +167,21 @@ Files files_in(const fs::path& dir) {
   Files f{dir / "q.npy", dir / "k.npy", dir / "v.npy", dir / "o.npy", {}};
   std::error_code ec;
   if (fs::exists(dir / "lse.npy", ec)) f.lse = dir / "lse.npy";
+  // Files that come together: whether all of `names` are present (none: false; some: an incomplete input, refused).
+  auto all_or_none = [&](std::initializer_list<const char*> names, const char* what, const char* together) {
+    std::string have, missing;
+    for (const char* g : names) {
+      std::string& list = fs::exists(dir / g, ec) ? have : missing;
+      list += (list.empty() ? "" : ", ") + std::string(g);
+    }
+    if (!have.empty() && !missing.empty())
+      throw NpyError(dir.string() + ": incomplete " + what + ": " + have + " without " + missing + " (give " +
+                     together + " together)");
+    return !have.empty();
+  };
   // Backward: all four or none. Any one present without the others is an incomplete input, never a forward
   // check that leaves the gradients unjudged.
-  std::string have, missing;
-  for (const char* g : {"do.npy", "dq.npy", "dk.npy", "dv.npy"}) {
-    std::string& list = fs::exists(dir / g, ec) ? have : missing;
-    list += (list.empty() ? "" : ", ") + std::string(g);
-  }
-  if (!have.empty() && !missing.empty())
-    throw NpyError(dir.string() + ": incomplete backward files: " + have + " without " + missing +
-                   " (give do.npy, dq.npy, dk.npy and dv.npy together)");
-  if (!have.empty())
+  if (all_or_none({"do.npy", "dq.npy", "dk.npy", "dv.npy"}, "backward files", "do.npy, dq.npy, dk.npy and dv.npy"))
     f.dout = dir / "do.npy", f.dq = dir / "dq.npy", f.dk = dir / "dk.npy", f.dv = dir / "dv.npy";
   if (fs::exists(dir / "sinks.npy", ec)) f.sinks = dir / "sinks.npy";
   if (fs::exists(dir / "alibi_slopes.npy", ec)) f.alibi_slopes = dir / "alibi_slopes.npy";
@@ -186,15 +190,8 @@ Files files_in(const fs::path& dir) {
   if (fs::exists(dir / "mask_bits.npy", ec)) f.mask_bits = dir / "mask_bits.npy";
   if (fs::exists(dir / "block_mask.npy", ec)) f.block_mask = dir / "block_mask.npy";
   // Per-head descales: all three or none (one alone is an incomplete input, never a per-tensor check).
-  std::string dhave, dmissing;
-  for (const char* g : {"q_descale.npy", "k_descale.npy", "v_descale.npy"}) {
-    std::string& list = fs::exists(dir / g, ec) ? dhave : dmissing;
-    list += (list.empty() ? "" : ", ") + std::string(g);
-  }
-  if (!dhave.empty() && !dmissing.empty())
-    throw NpyError(dir.string() + ": incomplete per-head descales: " + dhave + " without " + dmissing +
-                   " (give q_descale.npy, k_descale.npy and v_descale.npy together)");
-  if (!dhave.empty())
+  if (all_or_none({"q_descale.npy", "k_descale.npy", "v_descale.npy"}, "per-head descales",
+                  "q_descale.npy, k_descale.npy and v_descale.npy"))
     f.q_descale = dir / "q_descale.npy", f.k_descale = dir / "k_descale.npy",
     f.v_descale = dir / "v_descale.npy";
   return f;

@@ -727,6 +727,15 @@ std::vector<unsigned char> gather(const void* base, size_t eb, const int64_t* st
         if (row) std::memcpy(d, src + static_cast<size_t>(a * st[0] + b * st[1] + c * st[2]) * eb, row);
   return out;
 }
+// Calls f(element offset) for every element of a [n0, n1, n2, n3] tensor with element strides st, in order (a
+// stride may be 0: the bias's broadcast dimensions).
+template <class F>
+void for_each_strided(const int64_t* st, const std::vector<int64_t>& n, F f) {
+  for (int64_t a = 0; a < n[0]; ++a)
+    for (int64_t b = 0; b < n[1]; ++b)
+      for (int64_t c = 0; c < n[2]; ++c)
+        for (int64_t d = 0; d < n[3]; ++d) f(a * st[0] + b * st[1] + c * st[2] + d * st[3]);
+}
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
@@ -803,10 +812,7 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   auto add_f32 = [&](const char* name, const float* x, const int64_t* st, std::vector<int64_t> n, size_t rank) {
     std::vector<unsigned char> out(static_cast<size_t>(n[0] * n[1] * n[2] * n[3]) * 4);
     auto* d = reinterpret_cast<float*>(out.data());
-    for (int64_t a = 0; a < n[0]; ++a)
-      for (int64_t c = 0; c < n[1]; ++c)
-        for (int64_t i = 0; i < n[2]; ++i)
-          for (int64_t jj = 0; jj < n[3]; ++jj) *d++ = x[a * st[0] + c * st[1] + i * st[2] + jj * st[3]];
+    for_each_strided(st, n, [&](int64_t e) { *d++ = x[e]; });
     blobs.push_back(std::move(out));
     tensors.push_back(desc(name, "f32", std::vector<int64_t>(n.end() - static_cast<std::ptrdiff_t>(rank), n.end())));
   };
@@ -846,10 +852,7 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   LaunchResult res = exchange(std::move(req), pieces, want, t0);
   if (!dbias.empty() && res.status == LaunchStatus::kOk) {
     const float* d = dbias.data();
-    for (int64_t a = 0; a < bias_n[0]; ++a)
-      for (int64_t c = 0; c < bias_n[1]; ++c)
-        for (int64_t i = 0; i < bias_n[2]; ++i)
-          for (int64_t jj = 0; jj < bias_n[3]; ++jj) b.dbias[bias_index(p, a, c, i, jj)] = *d++;
+    for_each_strided(p.bias_stride, bias_n, [&](int64_t e) { b.dbias[e] = *d++; });
   }
   return res;
 }

@@ -27,6 +27,7 @@
 #include "check/classify.h"
 #include "check/runner.h"
 #include "fuzz/codec.h"
+#include "fuzz/worker.h"
 
 using namespace attnfuzz;
 namespace fs = std::filesystem;
@@ -37,11 +38,8 @@ constexpr int kGenerated = 2000;        // small shapes (S, D <= 32)
 constexpr int kGeneratedDefault = 300;  // the campaign's default limits
 
 struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void bytes(const void* p, size_t n) {
-    const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
-  }
+  uint64_t h = fuzz::kFnvOffset;
+  void bytes(const void* p, size_t n) { h = fuzz::fnv1a(p, n, h); }
   template <class T>
   void pod(const T& x) {
     bytes(&x, sizeof x);

@@ -70,6 +70,21 @@ def loss(q, k, v, p, do):
     return float(np.sum(attention(q, k, v, p)[0].astype(np.float64) * do))
 
 
+def assert_matches_finite_differences(q, k, v, p, do, pairs, seed, h=1e-3):
+    """Each (input array, its gradient) pair agrees with a central difference of loss at 6 random elements."""
+    for arr, g in pairs:
+        rng = np.random.default_rng(seed)
+        for _ in range(6):
+            idx = tuple(int(rng.integers(n)) for n in arr.shape)
+            a0 = arr[idx]
+            arr[idx] = a0 + h
+            up = loss(q, k, v, p, do)
+            arr[idx] = a0 - h
+            dn = loss(q, k, v, p, do)
+            arr[idx] = a0
+            assert abs((up - dn) / (2 * h) - g[idx]) < 2e-3 * (1 + abs(g[idx])), (arr.shape, idx)
+
+
 def test_gradients_of_every_input_match_finite_differences():
     p = problem(["sink", "softcap", "alibi", "bias"], softcap=3.0)
     q, k, v = tensors(p)
@@ -77,22 +92,8 @@ def test_gradients_of_every_input_match_finite_differences():
     o, lse = attention(q, k, v, p)
     dq, dk, dv, extra = attention_backward(q, k, v, do, p, o=o, lse=lse)
     assert extra["dsinks"].shape == (4,) and extra["dbias"].shape == p.bias.shape
-    h = 1e-3
-
-    def fd(arr, idx):
-        a0 = arr[idx]
-        arr[idx] = a0 + h
-        up = loss(q, k, v, p, do)
-        arr[idx] = a0 - h
-        dn = loss(q, k, v, p, do)
-        arr[idx] = a0
-        return (up - dn) / (2 * h)
-
-    for arr, g in ((q, dq), (k, dk), (v, dv), (p.sinks, extra["dsinks"]), (p.bias, extra["dbias"])):
-        rng = np.random.default_rng(1)
-        for _ in range(6):
-            idx = tuple(int(rng.integers(n)) for n in arr.shape)
-            assert abs(fd(arr, idx) - g[idx]) < 2e-3 * (1 + abs(g[idx])), (arr.shape, idx)
+    assert_matches_finite_differences(
+        q, k, v, p, do, ((q, dq), (k, dk), (v, dv), (p.sinks, extra["dsinks"]), (p.bias, extra["dbias"])), seed=1)
 
 
 def test_without_score_variants_the_backward_returns_three_gradients():
@@ -126,15 +127,4 @@ def test_dropout_scales_the_kept_weights_and_its_backward_matches_finite_differe
     do = np.random.default_rng(7).uniform(-1, 1, o.shape).astype(np.float32)
     dq, dk, dv, ex = attention_backward(q, k, v, do, p, o=o, lse=lse)
     assert np.array_equal(ex["dropout_mask"], extra["dropout_mask"])
-    h = 1e-3
-    for arr, g in ((q, dq), (k, dk), (v, dv)):
-        rng = np.random.default_rng(2)
-        for _ in range(6):
-            idx = tuple(int(rng.integers(n)) for n in arr.shape)
-            a0 = arr[idx]
-            arr[idx] = a0 + h
-            up = loss(q, k, v, p, do)
-            arr[idx] = a0 - h
-            dn = loss(q, k, v, p, do)
-            arr[idx] = a0
-            assert abs((up - dn) / (2 * h) - g[idx]) < 2e-3 * (1 + abs(g[idx])), (arr.shape, idx)
+    assert_matches_finite_differences(q, k, v, p, do, ((q, dq), (k, dk), (v, dv)), seed=2)

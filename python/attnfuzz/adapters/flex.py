@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from attnfuzz.adapter import Kernel, serve
+from attnfuzz.adapter import MASK_VARIANTS, SCORE_VARIANTS, Kernel, serve
 from attnfuzz.adapters import _torch_common as T
 
 
@@ -54,9 +54,6 @@ def custom_block_mask(p, device):
     f_n, f_i = _ordered(full)
     return BlockMask.from_kv_blocks(kv_n.to(device), kv_i.to(device), f_n.to(device), f_i.to(device),
                                     BLOCK_SIZE=(bq, bk), mask_mod=mask_mod, seq_lengths=(p.seq_q, p.seq_k))
-
-
-MASKS = ("mask-dense", "mask-bits", "block-sparse")
 
 
 def score_mod(p, device):
@@ -97,7 +94,7 @@ def make(device, dtypes, compiled, backward):
             return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
 
         bm = None
-        if any(v in MASKS for v in p.variants):  # mask_mod reads the whole visibility; block-sparse: flex's own
+        if any(v in MASK_VARIANTS for v in p.variants):  # mask_mod reads the whole visibility; block-sparse: flex's own
             bm = custom_block_mask(p, device)
         elif p.mask_kind != "none":
             bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
@@ -129,7 +126,7 @@ def make(device, dtypes, compiled, backward):
                   description=f"torch {torch.__version__} flex_attention ({'compiled' if compiled else 'eager'}) "
                               f"on {device}",
                   dtypes=dtypes, lse=True, empty_keys=False, supports=supports,
-                  variants=("sink", "softcap", "alibi", "bias") + MASKS,
+                  variants=SCORE_VARIANTS + MASK_VARIANTS,
                   # compiled: one fused Triton kernel (fp32 scores); eager: materialised scores in the dtype
                   compute_model="fused" if compiled else "unfused",
                   backward=T.cuda_guarded(grad) if backward else None)

@@ -21,7 +21,7 @@ import argparse
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attnfuzz.adapter import Kernel, serve
+from attnfuzz.adapter import MASK_VARIANTS, Kernel, serve
 from attnfuzz.adapters import _torch_common as T
 
 BACKENDS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -79,7 +79,7 @@ def make(backend, route, device, dtypes, backward):
 
     # An explicit attn_mask carries the custom masks too (a dense [B, Hq, Sq, Sk] bool, _torch_common.bool_mask);
     # the float one also ALiBi and the bias (SDPA has no softcap and no sinks).
-    variants = ("mask-dense", "mask-bits", "block-sparse") if route in ("bool-mask", "float-mask") else ()
+    variants = MASK_VARIANTS if route in ("bool-mask", "float-mask") else ()
     if route == "float-mask":
         variants += ("alibi", "bias")
     return Kernel(f"sdpa-{backend}-{route}", T.cuda_guarded(call), family="torch-sdpa",

@@ -26,6 +26,7 @@
 #include "check/runner.h"
 #include "fuzz/campaign.h"
 #include "npy/npy_cli.h"
+#include "tools/bug_report.h"
 #include "tools/cli_common.h"
 #include "tools/worker_config.h"
 
@@ -50,6 +51,7 @@ struct Options {
   std::vector<std::string> replay;
   bool minimize = false;      // with --replay: shrink each file's recorded failure (fuzz/minimize.cpp)
   double minimize_time = 60;  // seconds per file
+  std::string bug_report;     // with one --replay file: the bundle's directory (tools/bug_report.h)
   bool list = false, json = false;
   npy::NpyOptions npy;   // --npy / --npy-emit (npy/)
   SequenceOptions seqs;  // --seq-layout, --seqlens-q, ... (tools/cli_common.h)
@@ -209,6 +211,13 @@ void define_options(CLI::App& app, Options& o) {
          "minimal case is written beside the file (or under --out when given)")
       ->group(m)
       ->needs(replay);
+  app.add_option("--bug-report", o.bug_report,
+                 "with one --replay FILE: write DIR/README.md, the case, its replay command, evidence and heatmap; "
+                 "for adapter kernels a script of <= 40 lines + .npz that calls the library as the adapter did "
+                 "(with --minimize: of the minimal case)")
+      ->group(m)
+      ->needs(replay)
+      ->check(writable_dir());
   app.add_option("--minimize-time", o.minimize_time, "with --minimize: seconds per file")
       ->group(m)
       ->needs("--minimize")
@@ -414,6 +423,32 @@ int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend bac
   return rc;
 }
 
+// --replay FILE --bug-report DIR [--minimize]: the one file's bundle (tools/bug_report.h), of its minimal case
+// with --minimize (the minimizer runs on its own device: the session's is closed meanwhile and opened again).
+int bug_report_mode(const Options& o, Session& s, const std::vector<Job>& jobs, const std::vector<std::string>& bad) {
+  for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
+  if (!bad.empty()) return 2;
+  if (jobs.size() != 1)
+    usage_error("--bug-report takes one --replay file, not " + std::to_string(jobs.size()) + " cases");
+  const Job& j = jobs.front();
+  BugReport br{j.origin, CorpusFile{}, "", o.bug_report};
+  br.recorded.the_case = j.c;
+  br.recorded.verdict = j.recorded;
+  if (o.minimize && j.recorded && j.recorded->verdict == Verdict::kFail) {
+    const fuzz::WorkerConfig cfg = cli::common_worker_config(o.common, s.device->backend());
+    s.device.reset();
+    fuzz::Minimized m;
+    const std::string e = fuzz::minimize_case(br.recorded, j.origin, cfg, o.minimize_time, 5000, m);
+    if (!e.empty()) usage_error(e);
+    std::printf("minimized %s in %d check(s), %.1f s: %s\n", j.origin.c_str(), m.checks, m.secs,
+                describe(m.file.the_case).c_str());
+    br.original = describe(j.c);
+    br.recorded.the_case = m.file.the_case;
+    s.device = open_tool_device(o.common, "attn-check");
+  }
+  return write_bug_report(s, br);
+}
+
 }  // namespace
 
 // The option groups --help shows (--help-all: every group); the names are the groups' titles above.
@@ -583,6 +618,7 @@ int main(int argc, char** argv) {
   attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-bm16-bn32 --sq 40
   attn-check --pass bwd --sweep                 # dQ, dK, dV of every kernel with a backward launch
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
+  attn-check --replay FILE.case --adapter CMD --bug-report DIR   # a maintainer's bundle (docs/attn-check.md)
   attn-check --plugin ./libmykernels_cpu.so --kernel example-naive --sweep   # examples/plugin/README.md
   attn-check --seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --heads 4 --kv-heads 2
   attn-check --seq-layout paged --sq 1 --seqused-k 33,1,200 --page-size 16 --page-order 7 --spare-pages 2
@@ -630,6 +666,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
 
   std::vector<std::string> bad;  // replay inputs that did not read: listed, and the exit status is 2
   std::vector<Job> jobs = make_jobs(o, s, bad);
+  if (!o.bug_report.empty()) return bug_report_mode(o, s, jobs, bad);
   if (!o.replay.empty() && o.minimize) {
     for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
     const Backend backend = s.device->backend();

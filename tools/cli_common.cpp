@@ -814,6 +814,24 @@ std::string shape(const Problem& p) {
 }
 }  // namespace
 
+std::unique_ptr<Device> open_tool_device(const CommonOptions& o, const std::string& tool) {
+  DeviceOptions d;
+  if (!parse_thread_order(o.order, d.order))
+    die(tool, "unknown --order '" + o.order + "': forward, reverse or shuffle");
+  d.order_seed = o.order_seed;
+  d.workers = o.workers;
+  d.warp_size = o.warp_size;
+  d.timeout_s = o.timeout_s;
+  d.isolate = !o.no_isolate;
+  d.adapter_command = o.adapter;
+  if (!(o.timeout_s > 0)) die(tool, "--timeout must be > 0");
+  try {
+    return open_device(o.backend, d);
+  } catch (const DeviceError& e) {
+    die(tool, e.what());
+  }
+}
+
 Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv) {
   Session s;
   s.tool = tool;
@@ -827,21 +845,7 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
       die(tool, e.what());
     }
   }
-  DeviceOptions d;
-  if (!parse_thread_order(o.order, d.order))
-    die(tool, "unknown --order '" + o.order + "': forward, reverse or shuffle");
-  d.order_seed = o.order_seed;
-  d.workers = o.workers;
-  d.warp_size = o.warp_size;
-  d.timeout_s = o.timeout_s;
-  d.isolate = !o.no_isolate;
-  d.adapter_command = o.adapter;
-  if (!(o.timeout_s > 0)) die(tool, "--timeout must be > 0");
-  try {
-    s.device = open_device(o.backend, d);
-  } catch (const DeviceError& e) {
-    die(tool, e.what());
-  }
+  s.device = open_tool_device(o, tool);
   s.run.oracle.row_budget = o.oracle_rows;
   s.run.oracle.mp_bits = o.mp_bits;
   if (o.oracle_rows < 0) die(tool, "--oracle-rows must be >= 0");

@@ -34,7 +34,8 @@ from attnfuzz.dtypes import STORED, as_stored
 
 PROTOCOL_VERSION = 1
 ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
-_DTYPES = dict(STORED, u8=np.dtype("u1"))  # bf16 travels as uint16 bit patterns; masks as u8
+# bf16 travels as uint16 bit patterns; masks as u8; a repro run's expected values and bounds as f64
+_DTYPES = dict(STORED, u8=np.dtype("u1"), f64=np.dtype("<f8"))
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
 SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
 # The variants a kernel may declare: score variants, custom masks, per-head fp8 descales (PROTOCOL.md "Per-head
@@ -89,6 +90,20 @@ class Problem:
         self.dropout_p = float(d.get("dropout_p", 0.0))
         self.dropout_seed = int(d.get("dropout_seed", 0))
         self.dropout_offset = int(d.get("dropout_offset", 0))
+        # Per-head fp8 descales (variant head-descale), set by serve(): float32 q_descale_h [B|1, Hq], k_descale_h and
+        # v_descale_h [B|1, Hkv] (a batch of 1 = the same for every batch), replacing q/k/v_descale; else None.
+        self.q_descale_h = self.k_descale_h = self.v_descale_h = None
+
+    @classmethod
+    def from_run(cls, d, tensors):
+        """The problem of a run message: its "problem" dict with the variants' tensors (a {name: array} mapping, as
+        split_tensors gives them, or an .npz a bug-report script loads) set as attributes."""
+        p = cls(d)
+        get = lambda n: tensors[n] if n in tensors else None
+        p.custom_mask, p.block_mask = get("custom_mask"), get("block_mask")
+        p.sinks, p.alibi_slopes, p.bias = get("sinks"), get("alibi_slopes"), get("bias")
+        p.q_descale_h, p.k_descale_h, p.v_descale_h = get("q_descale"), get("k_descale"), get("v_descale")
+        return p
 
     def dropout_keep(self):
         """uint8 [B, Hq, Sq, Sk], 1 = kept: a counter-based draw that depends on (seed, offset, b, h, i, j) only
@@ -122,9 +137,6 @@ class Problem:
             dist = np.abs(j - (i + self.diagonal_offset)).astype(np.float64)
             add = add - np.asarray(self.alibi_slopes, np.float64)[None, :, None, None] * dist[None, None]
         return add
-        # Per-head fp8 descales (variant head-descale), set by serve(): float32 q_descale_h [B|1, Hq], k_descale_h and
-        # v_descale_h [B|1, Hkv] (a batch of 1 = the same for every batch), replacing q/k/v_descale; else None.
-        self.q_descale_h = self.k_descale_h = self.v_descale_h = None
 
     def custom_visible(self):
         """bool [B|1, Hq|1, Sq, Sk]: visible under the custom and block masks alone (all True without them). A
@@ -180,13 +192,16 @@ class Kernel:
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
                  empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
-                 tunables=None, variants=()):
+                 tunables=None, variants=(), repro=None):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
+        self.repro = repro  # problem -> attnfuzz.repro.Call: the kernel writes bug-report scripts (PROTOCOL.md)
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
                      "masks": list(masks), "gqa": gqa, "dv_ne_d": dv_ne_d, "lse": lse,
                      "max_head_dim": max_head_dim, "max_head_dim_v": max_head_dim_v,
                      "head_dim_multiple": head_dim_multiple, "empty_keys": empty_keys,
                      "check": supports is not None}
+        if repro is not None:  # absent for kernels without: a version-1 declaration as before
+            self.decl["repro"] = True
         if variants:  # the variants it applies (PROTOCOL.md "Variants"); absent: none, as before
             bad = [v for v in variants if v not in VARIANTS]
             if bad:
@@ -344,6 +359,15 @@ def _run_backward(k, p, ts):
     return arrays, descs
 
 
+def _write_repro(k, p, h, ts):
+    """{"files": [script, npz]} or {"error": why}: never an exception (the run's result still goes back)."""
+    from attnfuzz import repro
+    try:
+        return {"files": repro.write(k, p, h["problem"], ts, h["repro"])}
+    except Exception as e:  # noqa: BLE001 - said to the tool, which writes the bundle without a script
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def serve(kernels, name=None, inp=None, out=None):
     """Runs the adapter loop until the tool says bye or closes the pipe."""
     if inp is None or out is None:
@@ -382,11 +406,8 @@ def serve(kernels, name=None, inp=None, out=None):
                 k = by_name.get(h.get("kernel"))
                 if k is None:
                     raise ValueError(f"unknown kernel {h.get('kernel')!r}")
-                p = Problem(h["problem"])
                 ts = split_tensors(h, payload)
-                p.custom_mask, p.block_mask = ts.get("custom_mask"), ts.get("block_mask")
-                p.sinks, p.alibi_slopes, p.bias = ts.get("sinks"), ts.get("alibi_slopes"), ts.get("bias")
-                p.q_descale_h, p.k_descale_h, p.v_descale_h = (ts.get(n) for n in ("q_descale", "k_descale", "v_descale"))
+                p = Problem.from_run(h["problem"], ts)
                 if h.get("pass", "fwd") == "bwd":
                     arrays, descs = _run_backward(k, p, ts)
                 else:
@@ -398,6 +419,9 @@ def serve(kernels, name=None, inp=None, out=None):
                 write_message(out, {"type": "error", "id": rid,
                                     "message": f"{type(e).__name__}: {e}" + (f" [{tb[-3].strip()}]" if len(tb) > 2 else "")})
                 continue
-            write_message(out, {"type": "result", "id": rid, "tensors": descs}, arrays)
+            reply = {"type": "result", "id": rid, "tensors": descs}
+            if h.get("repro"):  # a bug report (PROTOCOL.md "Bug reports"): the script and .npz of this very run
+                reply["repro"] = _write_repro(k, p, h, ts)
+            write_message(out, reply, arrays)
         else:
             write_message(out, {"type": "error", "id": h.get("id"), "message": f"unknown message type {t!r}"})

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct AdapterKernel {
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
   bool backward = false;  // it takes backward runs ("backward": true)
+  bool repro = false;     // it writes bug-report scripts ("repro": true; PROTOCOL.md "Bug reports")
   uint32_t variants = 0;  // "variants": ["mask-dense", "mask-bits", "block-sparse"] (custom masks; issue 28)
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)
   // "tunables": [{"name", "role": "kv_splits" | "other", "values": [default, ...], "description"}], at most
@@ -60,6 +62,27 @@ class AdapterDevice final : public Device {
   // Times the child was started (1 + restarts).
   int starts() const { return starts_; }
   const std::vector<AdapterKernel>& declared() const { return declared_; }
+
+  // A bug report (PROTOCOL.md "Bug reports"; attn-check --bug-report): the next launch of a kernel that declared
+  // "repro" also asks its adapter to write dir/stem.py and dir/stem.npz from that very run, with these f64
+  // tensors (expected_* and bound_*: the oracle's values and per-element bounds) and comment lines on top.
+  struct ReproRequest {
+    std::string dir, stem = "repro";
+    std::vector<std::string> comment;
+    struct Tensor {
+      std::string name;
+      std::vector<int64_t> shape;
+      std::vector<double> data;
+    };
+    std::vector<Tensor> tensors;
+  };
+  void request_repro(ReproRequest r) { repro_ = std::move(r), repro_reply_ = {}; }
+  // What the adapter answered to that request: the files it wrote, or why it wrote none.
+  struct ReproReply {
+    std::vector<std::string> files;
+    std::string error;
+  };
+  const ReproReply& repro_reply() const { return repro_reply_; }
 
  private:
   using Json = nlohmann::ordered_json;
@@ -104,6 +127,8 @@ class AdapterDevice final : public Device {
   int64_t next_id_ = 0;
   std::vector<AdapterKernel> declared_;
   std::map<void*, size_t> sizes_;
+  std::optional<ReproRequest> repro_;  // for the next launch (request_repro)
+  ReproReply repro_reply_;
 };
 
 }  // namespace attnfuzz

@@ -504,6 +504,7 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.empty_keys = k.value("empty_keys", true);
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
+    a.repro = k.value("repro", false);
     // The variants it applies (issue 28): the score variants and the custom masks, whose values the protocol
     // carries (PROTOCOL.md "Variants").
     for (const Json& v : k.value("variants", Json::array())) {
@@ -841,6 +842,22 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   req["pass"] = backward ? "bwd" : "fwd";
   req["problem"] = problem_json(p, k.name);
   req["want_lse"] = want_lse;
+  // A bug report: after the run's tensors, the expected values and bounds (f64) the adapter's script compares with.
+  std::vector<const ReproRequest::Tensor*> extra;
+  if (repro_) {
+    const auto it = std::find_if(declared_.begin(), declared_.end(),
+                                 [&](const AdapterKernel& a) { return a.name == k.name; });
+    if (it != declared_.end() && it->repro) {
+      req["repro"] = {{"dir", repro_->dir}, {"stem", repro_->stem}, {"comment", repro_->comment}};
+      for (const auto& t : repro_->tensors) {
+        tensors.push_back(desc(t.name.c_str(), "f64", t.shape));
+        extra.push_back(&t);
+      }
+    } else {
+      repro_reply_.error = "kernel " + std::string(k.name) + " does not write bug-report scripts (its adapter " +
+                           "declares no \"repro\": adapters/PROTOCOL.md \"Bug reports\")";
+    }
+  }
   req["tensors"] = std::move(tensors);
   size_t bytes = 0;
   std::vector<Piece> pieces;
@@ -848,8 +865,18 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     pieces.push_back({bl.data(), bl.size()});
     bytes += bl.size();
   }
+  for (const auto* t : extra) {
+    pieces.push_back({t->data.data(), t->data.size() * sizeof(double)});
+    bytes += t->data.size() * sizeof(double);
+  }
   req["payload_bytes"] = bytes;
+  const bool asked = req.contains("repro");
+  std::optional<ReproRequest> keep = std::move(repro_);  // the tensors stay alive through the exchange
+  repro_.reset();                                        // one launch only
   LaunchResult res = exchange(std::move(req), pieces, want, t0);
+  if (asked && repro_reply_.files.empty() && repro_reply_.error.empty())
+    repro_reply_.error = res.status == LaunchStatus::kOk ? "the adapter's result carried no \"repro\" answer"
+                                                         : "the run did not complete: " + res.message;
   if (!dbias.empty() && res.status == LaunchStatus::kOk) {
     const float* d = dbias.data();
     for_each_strided(p.bias_stride, bias_n, [&](int64_t e) { b.dbias[e] = *d++; });
@@ -910,6 +937,10 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
     } else if (type != "result") {
       bad = "expected a result, got type '" + type + "'";
     } else {
+      if (h.contains("repro") && h["repro"].is_object()) {  // a bug report's answer (PROTOCOL.md "Bug reports")
+        repro_reply_.files = h["repro"].value("files", std::vector<std::string>{});
+        repro_reply_.error = h["repro"].value("error", std::string());
+      }
       const Json& ts = h.at("tensors");
       if (!ts.is_array()) throw std::runtime_error("'tensors' is not an array");
       size_t off = 0;

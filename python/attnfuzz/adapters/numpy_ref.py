@@ -11,14 +11,33 @@ import argparse
 
 import numpy as np
 
+from attnfuzz import repro
 from attnfuzz.adapter import VARIANTS, Kernel, serve
-from attnfuzz.reference import attention, attention_backward
 
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
+
+
+def library_call(bug):
+    """(problem, pass) -> repro.Call: how the kernel (numpy-ref, or numpy-<bug>) calls the reference, run by the adapter and
+    printed into bug-report scripts as written; the float32 results rounded to the dtype as the helper stores them."""
+    fwd_bug = None if bug == "bwd-mask-leak" else bug
+    bwd_bug = bug if bug == "bwd-mask-leak" else None
+
+    def make(p, pass_name):
+        if pass_name == "bwd":
+            body = ["def call_bwd(q, k, v, o, lse, do):",
+                    f"    g = attention_backward(q, k, v, do, p, o=o, lse=lse, bug={bwd_bug!r})",
+                    "    return tuple(round_to(a, p.dtype) for a in g[:3]) + tuple(g[3:])"]
+            return repro.Call(["from attnfuzz.dtypes import round_to",
+                               "from attnfuzz.reference import attention_backward"], body, needs_problem=True)
+        body = ["def call(q, k, v):",
+                f"    return attention(q, k, v, p, bug={fwd_bug!r})"]
+        return repro.Call(["from attnfuzz.reference import attention"], body, needs_problem=True)
+    return make
 
 
 def main(argv=None):
@@ -34,8 +53,11 @@ def main(argv=None):
     bug = a.bug
     rng = np.random.default_rng()
 
+    call = library_call(bug)
+    call_fwd, call_bwd = repro.forward(call), repro.backward(call)
+
     def run(q, k, v, p):
-        o, lse, *extra = attention(q, k, v, p, bug=None if bug == "bwd-mask-leak" else bug)
+        o, lse, *extra = call_fwd(q, k, v, p)
         if a.nan_noise:  # a NaN's sign carries no value: the tool must not read its variation as a race
             flip = np.isnan(o) & (rng.random(o.shape) < 0.5)
             o = np.where(flip, -o, o).astype(np.float32)
@@ -44,7 +66,7 @@ def main(argv=None):
     def backward(q, k, v, o, lse, do, p):
         if bug == "dropout-bwd-wrap":  # the backward's counter offset wrapped at 32 bits (PyTorch PR #188015's bug)
             p.dropout_offset &= 0xFFFFFFFF
-        g = attention_backward(q, k, v, do, p, o=o, lse=lse, bug=bug if bug == "bwd-mask-leak" else None)
+        g = call_bwd(q, k, v, o, lse, do, p)
         if bug == "dbias-half" and len(g) == 4 and "dbias" in g[3]:  # d bias off by a factor; dQ, dK, dV right
             g[3]["dbias"] = g[3]["dbias"] * np.float32(0.5)
         return g
@@ -54,7 +76,7 @@ def main(argv=None):
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
-                  tunables=SPLITS if bug == "split-average" else None,
+                  tunables=SPLITS if bug == "split-average" else None, repro=call,
                   variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap") else ())], name="numpy_ref")
 
 

@@ -18,14 +18,17 @@ call; attn-check/attn-fuzz --pass bwd); then a configuration is supported only i
 
 import argparse
 
+import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnfuzz import repro
 from attnfuzz.adapter import MASK_VARIANTS, Kernel, serve
 from attnfuzz.adapters import _torch_common as T
 
-BACKENDS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+BACKEND_NAMES = {"math": "MATH", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "flash": "FLASH_ATTENTION"}  # SDPBackend members
+BACKENDS = {k: getattr(SDPBackend, v) for k, v in BACKEND_NAMES.items()}
 ROUTES = {"is-causal": ["none", "causal-tl"], "lower-right": ["causal-br"],
           "bool-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"],
           "float-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"]}
@@ -35,8 +38,38 @@ def make(backend, route, device, dtypes, backward):
     be = BACKENDS[backend]
     refused = {}
 
+    def library_call(p, pass_name):
+        """repro.Call: the SDPA call of this backend and route on p, as source the adapter runs and a bug-report
+        script prints (attnfuzz/repro.py). A mask tensor is the adapter's, handed over as x["attn_mask"]."""
+        if not scripted(p):
+            raise ValueError("no script for fp8 or ALiBi / bias problems (the adapter's differentiable float mask)")
+        kw, arrays, imports = [], {}, ["from torch.nn.attention import SDPBackend, sdpa_kernel"]
+        if route == "is-causal":
+            kw.append(f"is_causal={p.mask_kind == 'causal'}")
+        elif route == "lower-right":
+            imports.append("from torch.nn.attention.bias import causal_lower_right")
+            kw.append(f"attn_mask=causal_lower_right({p.seq_q}, {p.seq_k})")
+        else:  # bool-mask: True = visible; float-mask: additive, 0 visible, -inf masked (in the dtype)
+            vis = np.ascontiguousarray(p.visible_all() if p.variants else p.visible())
+            arrays["attn_mask"] = vis if route == "bool-mask" else np.where(vis, 0, -np.inf).astype(np.float32)
+            kw.append("attn_mask=torch.from_numpy(x['attn_mask']).to(DEV" + (")" if route == "bool-mask" else ", DT)"))
+        kw.append(f"scale={p.scale!r}")
+        if p.heads_q != p.heads_kv:
+            kw.append("enable_gqa=True")
+        lines = ["def sdpa(Qs, Ks, Vs):  # the call attnfuzz.adapters.torch_sdpa makes, [B, S, H, D] in and out",
+                 "    Q, K, V = (a.transpose(1, 2) for a in (Qs, Ks, Vs))",
+                 f"    with sdpa_kernel([SDPBackend.{BACKEND_NAMES[backend]}]):",
+                 f"        o = torch.nn.functional.scaled_dot_product_attention(Q, K, V, {', '.join(kw)})",
+                 "    return o.transpose(1, 2)"]
+        return T.repro_call(p.dtype, device, imports, lines, arrays, pass_name)
+
+    def scripted(p):
+        """True when the problem runs through library_call: everything but ALiBi / bias (differentiable parts of the
+        float mask, below) and fp8."""
+        return p.dtype in ("f32", "f16", "bf16") and not {"alibi", "bias"} & set(p.variants)
+
     def sdpa(Qs, Ks, Vs, p):
-        """torch [B, S, H, D] in, O [B, Sq, Hq, Dv] out (autograd-able)."""
+        """torch [B, S, H, D] in, O [B, Sq, Hq, Dv] out (autograd-able): fp8, and the float mask with ALiBi / bias."""
         Q, K, V = (x.transpose(1, 2) for x in (Qs, Ks, Vs))
         kw = {"scale": p.scale}
         if p.heads_q != p.heads_kv:
@@ -57,10 +90,17 @@ def make(backend, route, device, dtypes, backward):
             o = torch.nn.functional.scaled_dot_product_attention(Q, K, V, **kw)
         return o.transpose(1, 2)
 
+    run_fwd, run_bwd = repro.forward(library_call), repro.backward(library_call)
+
     def call(q, k, v, p):
+        if scripted(p):
+            return run_fwd(q, k, v, p)
         return T.from_torch(sdpa(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p))
 
-    grad = T.torch_backward(sdpa, device)
+    autograd = T.torch_backward(sdpa, device)
+
+    def grad(q, k, v, o, lse, do, p):
+        return run_bwd(q, k, v, o, lse, do, p) if scripted(p) else autograd(q, k, v, o, lse, do, p)
 
     def supports(p):
         key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype,
@@ -88,7 +128,7 @@ def make(backend, route, device, dtypes, backward):
                   # math rounds q*sqrt(scale), k*sqrt(scale) and the scores to the dtype; the fused backends keep
                   # scores and softmax statistics in fp32
                   compute_model="unfused" if backend == "math" else "fused",
-                  backward=T.cuda_guarded(grad) if backward else None)
+                  backward=T.cuda_guarded(grad) if backward else None, repro=library_call)
 
 
 def main(argv=None):

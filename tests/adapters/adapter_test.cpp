@@ -342,6 +342,79 @@ TEST(Adapter, EachPlantedBugFailsWithItsClassAndReplays) {
   }
 }
 
+// The case file a failing check saved under out/corpus (the one there).
+std::string saved_case(const std::string& out) {
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "corpus"))
+    if (e.path().extension() == ".case") return e.path().string();
+  return {};
+}
+
+// Issue 30 item 4: attn-check --bug-report writes a script of at most 40 lines + .npz that calls the library as the
+// adapter did; run with python3 it exits 1 on the buggy numpy reference and 0 on the fixed one (a copy of
+// python/attnfuzz whose reference ignores its planted bug), forward and backward.
+TEST(Adapter, BugReportScriptFailsOnTheBugAndPassesOnceFixed) {
+  NEED_NUMPY();
+  const fs::path fixed = fresh("bug-report-fixed");
+  fs::copy(fs::path(SOURCE_DIR) / "python" / "attnfuzz", fixed / "attnfuzz", fs::copy_options::recursive);
+  std::ofstream(fixed / "attnfuzz" / "reference.py", std::ios::app)
+      << "\n_a, _b = attention, attention_backward\n"
+         "attention = lambda q, k, v, p, bug=None: _a(q, k, v, p)\n"
+         "attention_backward = lambda q, k, v, do, p, o=None, lse=None, bug=None: _b(q, k, v, do, p, o=o, lse=lse)\n";
+  for (const auto& [bug, args] : {std::pair<std::string, std::string>{"mask-leak", "--sq 9 --sk 9 --d 8 --mask causal-br"},
+                                  {"bwd-mask-leak", "--pass bwd --dtype bf16 --sq 9 --sk 9 --d 8 --mask causal-tl"}}) {
+    const std::string adapter = numpy_adapter("--bug " + bug), out = fresh("bug-report-" + bug);
+    Result r = check(adapter, args, out);
+    ASSERT_EQ(r.code, 1) << r.out;
+    const std::string file = saved_case(out), dir = fresh("bug-report-" + bug + "-bundle");
+    r = check(adapter, "--replay " + file + " --bug-report " + dir, fresh("bug-report-" + bug + "-replay"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream readme(fs::path(dir) / "README.md"), script(fs::path(dir) / "repro.py");
+    std::stringstream rm, sc;
+    rm << readme.rdbuf();
+    sc << script.rdbuf();
+    EXPECT_TRUE(has(rm.str(), "python3 repro.py")) << rm.str();
+    EXPECT_TRUE(has(rm.str(), "--adapter ")) << rm.str();  // the replay command, one line
+    EXPECT_TRUE(has(sc.str(), "bug='" + bug + "'")) << sc.str();
+    EXPECT_LE(std::count(sc.str().begin(), sc.str().end(), '\n'), 40) << sc.str();
+    EXPECT_TRUE(fs::exists(fs::path(dir) / "repro.npz"));
+    const std::string run = "cd / && PYTHONDONTWRITEBYTECODE=1 " + std::string(PYTHON) + " " + dir + "/repro.py";
+    Result wrong = sh("PYTHONPATH=" + std::string(SOURCE_DIR) + "/python " + run);
+    EXPECT_EQ(wrong.code, 1) << wrong.out;
+    EXPECT_TRUE(has(wrong.out, "STILL WRONG")) << wrong.out;
+    Result ok = sh("PYTHONPATH=" + fixed.string() + " " + run);
+    EXPECT_EQ(ok.code, 0) << ok.out;
+    EXPECT_TRUE(has(ok.out, "fixed: every element within its bound")) << ok.out;
+  }
+}
+
+// Bad input to --bug-report is one line and exit 2: a file that does not reproduce (its recorded class edited), a
+// kernel not loaded, a directory that cannot be written, a file without a failure.
+TEST(Adapter, BugReportRefusesBadInputWithOneLine) {
+  NEED_NUMPY();
+  const std::string adapter = numpy_adapter("--bug mask-leak"), out = fresh("bug-report-bad");
+  ASSERT_EQ(check(adapter, "--sq 9 --sk 9 --d 8 --mask causal-br", out).code, 1);
+  std::ifstream in(saved_case(out));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const fs::path edited = fs::path(out) / "edited.case";
+  text.replace(text.find("\"class\": \"mask\""), 15, "\"class\": \"lse\"");
+  std::ofstream(edited) << text;
+  Result r = check(adapter, "--replay " + edited.string() + " --bug-report " + fresh("bad-1"), fresh("bad-1r"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "does not reproduce") && has(r.out, "recorded fail/lse, now fail/mask")) << r.out;
+  r = check(numpy_adapter(), "--replay " + saved_case(out) + " --bug-report " + fresh("bad-2"), fresh("bad-2r"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "numpy-mask-leak is not loaded")) << r.out;
+  r = check(adapter, "--replay " + saved_case(out) + " --bug-report " + saved_case(out) + "/x", fresh("bad-3r"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "--bug-report")) << r.out;
+  r = check(adapter, "--replay " + std::string(SOURCE_DIR) + "/corpus/seed/batch-3x2h-20x45-causal-br.case --bug-report " +
+                        fresh("bad-4"), fresh("bad-4r"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "records no failure")) << r.out;
+}
+
 // Issue 25 item 7: a failure in which every output element is NaN (a scale <= 0 that a flash call turns into NaN)
 // is never `empty-row`, though the case has empty rows; the empty-row rows read as the same root cause.
 TEST(Adapter, EveryOutputNaNIsNeverEmptyRow) {

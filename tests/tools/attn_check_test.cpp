@@ -111,6 +111,38 @@ TEST(AttnCheck, ReplayMinimizeKeepsClassAndEvidence) {
   EXPECT_EQ(run("--minimize --sq 3").code, 2);
 }
 
+// Issue 30 item 4: --bug-report DIR for a plug-in kernel: README.md with the class, evidence and a replay command
+// that reproduces the failure from the bundle's case file (here the minimal one: --minimize), and the heatmap.
+TEST(AttnCheck, BugReportBundlesAPluginFailure) {
+  const std::string out = fresh("bug-report");
+  Result r = run("--sq 19 --sk 45 --d 13 --heads 2 --mask causal-tl --seed 9 --kernel test-scaled", out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  fs::path file;
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "corpus")) file = e.path();
+  const std::string dir = fresh("bug-report-bundle");
+  r = run("--replay " + file.string() + " --bug-report " + dir + " --minimize --minimize-time 10", fresh("bug-report2"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(fs::path(dir) / "README.md");
+  const std::string readme((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(has(readme, "# test-scaled: precision on ordinary inputs")) << readme;
+  EXPECT_TRUE(has(readme, "(minimized from `B=1 Hq=2")) << readme;
+  EXPECT_TRUE(has(readme, "## Evidence")) << readme;
+  EXPECT_FALSE(has(readme, "repro.py")) << readme;  // a plug-in kernel: the replay command is the reproducer
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "repro.py"));
+  const auto at = readme.find("    attn-check --replay ") + 4;
+  const std::string replay = readme.substr(at, readme.find("    #", at) - at);
+  ASSERT_TRUE(has(replay, dir + "/corpus/precision-")) << replay;
+  int svg = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) svg += e.path().extension() == ".svg";
+  EXPECT_EQ(svg, 1) << "the heatmap";
+  const std::string args = replay.substr(replay.find("--replay ") + 9);
+  Result again = run("--replay " + args.substr(0, args.find(' ')), fresh("bug-report3"));
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(has(again.out, "-> reproduced")) << again.out;
+  // Two files, or none with a failure: exit 2 with one line.
+  EXPECT_EQ(run("--replay " + file.string() + " " + file.string() + " --bug-report " + dir).code, 2);
+}
+
 // Issue 30: failures are counted by input tier, ordinary first; --fail-tiers chooses the tiers that make exit 1.
 TEST(AttnCheck, FailTiersChooseWhatCountsForTheExitStatus) {
   const std::string c = "--no-reports --sq 9 --d 8 --kernel test-scaled";  // an ordinary-tier failure

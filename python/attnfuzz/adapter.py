@@ -401,7 +401,7 @@ def serve(kernels, name=None, inp=None, out=None):
             write_message(out, {"type": "check", "id": h.get("id"), "supported": not reason,
                                 "reason": reason or ""})
         elif t == "run":
-            rid = h.get("id")
+            rid, p = h.get("id"), None
             try:
                 k = by_name.get(h.get("kernel"))
                 if k is None:
@@ -416,8 +416,11 @@ def serve(kernels, name=None, inp=None, out=None):
                 raise
             except Exception as e:  # the kernel's own exception: reported per case, the loop goes on
                 tb = traceback.format_exc(limit=4).strip().splitlines()
-                write_message(out, {"type": "error", "id": rid,
-                                    "message": f"{type(e).__name__}: {e}" + (f" [{tb[-3].strip()}]" if len(tb) > 2 else "")})
+                reply = {"type": "error", "id": rid,
+                         "message": f"{type(e).__name__}: {e}" + (f" [{tb[-3].strip()}]" if len(tb) > 2 else "")}
+                if h.get("repro") and p is not None and k is not None:  # the script raises as the library did
+                    reply["repro"] = _write_repro(k, p, h, ts)
+                write_message(out, reply)
                 continue
             reply = {"type": "result", "id": rid, "tensors": descs}
             if h.get("repro"):  # a bug report (PROTOCOL.md "Bug reports"): the script and .npz of this very run

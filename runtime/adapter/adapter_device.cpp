@@ -927,20 +927,23 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
   }
   // The reply: a result with the wanted tensors, or an error the adapter caught (stream still in sync).
   std::string bad;
+  auto take_repro = [&] {  // a bug report's answer (PROTOCOL.md "Bug reports"), in a result or an error
+    if (!h.contains("repro") || !h["repro"].is_object()) return;
+    repro_reply_.files = h["repro"].value("files", std::vector<std::string>{});
+    repro_reply_.error = h["repro"].value("error", std::string());
+  };
   const std::string type = h.value("type", std::string());
   try {
     if (h.value("id", int64_t{-1}) != next_id_) {
       bad = "reply id " + h.value("id", Json()).dump() + " for request " + std::to_string(next_id_);
     } else if (type == "error") {
+      take_repro();  // a bug report of a run that raised: its script raises as the library did
       return done(LaunchStatus::kLaunchError,
                   "the adapter raised: " + h.value("message", std::string("(no message)")), false);
     } else if (type != "result") {
       bad = "expected a result, got type '" + type + "'";
     } else {
-      if (h.contains("repro") && h["repro"].is_object()) {  // a bug report's answer (PROTOCOL.md "Bug reports")
-        repro_reply_.files = h["repro"].value("files", std::vector<std::string>{});
-        repro_reply_.error = h["repro"].value("error", std::string());
-      }
+      take_repro();
       const Json& ts = h.at("tensors");
       if (!ts.is_array()) throw std::runtime_error("'tensors' is not an array");
       size_t off = 0;

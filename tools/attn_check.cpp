@@ -212,9 +212,8 @@ void define_options(CLI::App& app, Options& o) {
       ->group(m)
       ->needs(replay);
   app.add_option("--bug-report", o.bug_report,
-                 "with one --replay FILE: write DIR/README.md, the case, its replay command, evidence and heatmap; "
-                 "for adapter kernels a script of <= 40 lines + .npz that calls the library as the adapter did "
-                 "(with --minimize: of the minimal case)")
+                 "one --replay FILE's bundle for a maintainer: README, case, replay, evidence; adapter kernels: "
+                 "a script of <= 40 lines")
       ->group(m)
       ->needs(replay)
       ->check(writable_dir());
@@ -618,7 +617,6 @@ int main(int argc, char** argv) {
   attn-check --dtype fp8-e4m3 --descale 0.5,0.25,2 --kernel flash-bm16-bn32 --sq 40
   attn-check --pass bwd --sweep                 # dQ, dK, dV of every kernel with a backward launch
   attn-check --replay reports/corpus/mask-0123456789abcdef.case
-  attn-check --replay FILE.case --adapter CMD --bug-report DIR   # a maintainer's bundle (docs/attn-check.md)
   attn-check --plugin ./libmykernels_cpu.so --kernel example-naive --sweep   # examples/plugin/README.md
   attn-check --seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --heads 4 --kv-heads 2
   attn-check --seq-layout paged --sq 1 --seqused-k 33,1,200 --page-size 16 --page-order 7 --spare-pages 2

@@ -42,7 +42,7 @@ def bundle(tmp_path, bug, d):
     if d["pass"] == "bwd":
         o, lse = attention(ts["q"], ts["k"], ts["v"], p)
         ts.update(o=from_float32(o, d["dtype"]), lse=lse, do=inputs(d, seed=2)["q"])
-        names, exact = ("dq", "dk", "dv"), attention_backward(ts["q"], ts["k"], ts["v"], ts["do"], p, o=o, lse=lse)
+        names, exact = ("dq", "dk", "dv"), attention_backward(ts["q"], ts["k"], ts["v"], ts["do"], p, o=ts["o"], lse=lse)
     else:
         names, exact = ("o", "lse"), attention(ts["q"], ts["k"], ts["v"], p)
     for n, e in zip(names, exact):

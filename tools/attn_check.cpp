@@ -211,9 +211,10 @@ void define_options(CLI::App& app, Options& o) {
          "minimal case is written beside the file (or under --out when given)")
       ->group(m)
       ->needs(replay);
-  app.add_option("--bug-report", o.bug_report,
-                 "one --replay FILE's bundle for a maintainer: README, case, replay, evidence; adapter kernels: "
-                 "a script of <= 40 lines")
+  app.add_option(
+         "--bug-report", o.bug_report,
+         "one --replay FILE's bundle for a maintainer: README, case, replay, evidence; adapter kernels: "
+         "a script of <= 40 lines")
       ->group(m)
       ->needs(replay)
       ->check(writable_dir());
@@ -422,9 +423,11 @@ int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend bac
   return rc;
 }
 
-// --replay FILE --bug-report DIR [--minimize]: the one file's bundle (tools/bug_report.h), of its minimal case
-// with --minimize (the minimizer runs on its own device: the session's is closed meanwhile and opened again).
-int bug_report_mode(const Options& o, Session& s, const std::vector<Job>& jobs, const std::vector<std::string>& bad) {
+// --replay FILE --bug-report DIR [--minimize]: the one file's bundle (tools/bug_report.h), of its minimal
+// case with --minimize (the minimizer runs on its own device: the session's is closed meanwhile and opened
+// again).
+int bug_report_mode(const Options& o, Session& s, const std::vector<Job>& jobs,
+                    const std::vector<std::string>& bad) {
   for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
   if (!bad.empty()) return 2;
   if (jobs.size() != 1)

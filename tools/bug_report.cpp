@@ -1,4 +1,5 @@
-// bug_report.cpp - attn-check --bug-report: replay one recorded failure, then write its bundle (tools/bug_report.h).
+// bug_report.cpp - attn-check --bug-report: replay one recorded failure, then write its bundle
+// (tools/bug_report.h).
 #include "tools/bug_report.h"
 
 #include <cmath>
@@ -30,8 +31,8 @@ void add_expected(std::vector<ReproTensor>& out, const std::string& name, const 
   out.push_back({"bound_" + name, shape, std::move(bound)});
 }
 
-// O [B, Sq, Hq, Dv] (and LSE [B, Hq, Sq] when the kernel writes it) as compare_output judges them: rows the oracle
-// did not compute (sampling) or that lie outside the fp32 contract are not compared.
+// O [B, Sq, Hq, Dv] (and LSE [B, Hq, Sq] when the kernel writes it) as compare_output judges them: rows the
+// oracle did not compute (sampling) or that lie outside the fp32 contract are not compared.
 std::vector<ReproTensor> forward_expected(const OracleResult& ex, bool lse) {
   const Problem& p = ex.problem;
   std::vector<double> ob = ex.o_bound, lb = ex.lse_bound;
@@ -72,17 +73,18 @@ std::vector<ReproTensor> backward_expected(const GradResult& g) {
   return out;
 }
 
-// Relaunches the case once more with the adapter asked for its script (AdapterDevice::request_repro): the files it
-// wrote, or why there are none.
+// Relaunches the case once more with the adapter asked for its script (AdapterDevice::request_repro): the
+// files it wrote, or why there are none.
 AdapterDevice::ReproReply adapter_script(Session& s, const KernelEntry& k, PreparedCase& pc, const Judged& j,
                                          const fs::path& dir, const std::vector<std::string>& comment) {
   auto* ad = dynamic_cast<AdapterDevice*>(s.device.get());
   const Case& c = pc.the_case();
   if (!ad) return {{}, "not an adapter kernel"};
   if (has_sequences(c.problem) || c.pass == Pass::kFwdBwd)
-    return {{}, "scripts are written for dense forward or backward cases (this one is " +
-                    std::string(has_sequences(c.problem) ? "a sequence layout" : "fwd+bwd") +
-                    "): replay it with the command above"};
+    return {{},
+            "scripts are written for dense forward or backward cases (this one is " +
+                std::string(has_sequences(c.problem) ? "a sequence layout" : "fwd+bwd") +
+                "): replay it with the command above"};
   const RunOptions opts = for_kernel(s.run, k.kernel, pc.problem());
   AdapterDevice::ReproRequest req;
   req.dir = fs::absolute(dir).string();
@@ -110,15 +112,17 @@ std::string readme_text(const BugReport& in, const RunEntry& e, const AdapterDev
        " (docs/semantics.md \"Input tiers\" in attn-fuzz)\n\n## Reproduce\n\n";
   if (!script.files.empty())
     t += "    python3 " + fs::path(script.files.front()).filename().string() +
-         "    # exits 1 while the library is wrong, 0 once fixed (numpy and the library; inputs in the .npz)\n";
+         "    # exits 1 while the library is wrong, 0 once fixed (numpy and the library; inputs in the "
+         ".npz)\n";
   t += "    " + e.replay_command + "    # attn-fuzz's replay\n\n";
   if (script.files.empty() && adapter) t += "No script: " + script.error + ".\n\n";
   t += "## Files\n\n- `" + fs::relative(e.corpus_path, in.dir).string() +
        "`: the case (attn-fuzz's corpus format: shape, mask, scale, dtype, value seed, recorded verdict)\n";
   for (const std::string& f : script.files)
     t += "- `" + fs::path(f).filename().string() + "`: " +
-         (fs::path(f).extension() == ".py" ? "the script (calls the library as the adapter did)"
-                                           : "its inputs, expected values (attn-fuzz's exact oracle) and bounds") +
+         (fs::path(f).extension() == ".py"
+              ? "the script (calls the library as the adapter did)"
+              : "its inputs, expected values (attn-fuzz's exact oracle) and bounds") +
          "\n";
   if (!e.heatmap_path.empty())
     t += "- `" + e.heatmap_path + "`: |error| / bound per (query row, column), max over batch and heads\n";
@@ -160,12 +164,14 @@ int write_bug_report(Session& s, const BugReport& in) {
   const RunEntry e = runner.entries().back();
   if (j.result.verdict != Verdict::kFail || j.result.failure != rv->failure) {
     const auto cls = [](Verdict v, FailureClass f) {
-      return std::string(verdict_name(v)) + (f != FailureClass::kNone ? "/" + std::string(failure_class_name(f)) : "");
+      return std::string(verdict_name(v)) +
+             (f != FailureClass::kNone ? "/" + std::string(failure_class_name(f)) : "");
     };
     return bad_input(in.file + ": does not reproduce on " + s.device->name() + ": recorded " +
                      cls(rv->verdict, rv->failure) + ", now " + cls(j.result.verdict, j.result.failure));
   }
-  if (e.corpus_path.empty()) return bad_input("--bug-report " + in.dir + ": cannot write the case file there");
+  if (e.corpus_path.empty())
+    return bad_input("--bug-report " + in.dir + ": cannot write the case file there");
   const bool adapter = s.device->backend() == Backend::kAdapter;
   AdapterDevice::ReproReply script;
   if (adapter)

@@ -157,8 +157,9 @@ struct Session {
 };
 // Loads plug-ins, opens the device, checks --out is writable. Exits 2 with a message on bad input.
 Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv);
-// The device of the options (--backend, --adapter, --order, --timeout, ...), as open_session opens it: to open it
-// again after a step that needs it closed (attn-check --bug-report --minimize). Exits 2 with a message.
+// The device of the options (--backend, --adapter, --order, --timeout, ...), as open_session opens it: to
+// open it again after a step that needs it closed (attn-check --bug-report --minimize). Exits 2 with a
+// message.
 std::unique_ptr<Device> open_tool_device(const CommonOptions& o, const std::string& tool);
 // --list: one aligned row per registered kernel with what it declares (tools/kernel_list.cpp); json: the same
 // facts as one JSON document.

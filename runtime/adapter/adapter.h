@@ -63,9 +63,10 @@ class AdapterDevice final : public Device {
   int starts() const { return starts_; }
   const std::vector<AdapterKernel>& declared() const { return declared_; }
 
-  // A bug report (PROTOCOL.md "Bug reports"; attn-check --bug-report): the next launch of a kernel that declared
-  // "repro" also asks its adapter to write dir/stem.py and dir/stem.npz from that very run, with these f64
-  // tensors (expected_* and bound_*: the oracle's values and per-element bounds) and comment lines on top.
+  // A bug report (PROTOCOL.md "Bug reports"; attn-check --bug-report): the next launch of a kernel that
+  // declared "repro" also asks its adapter to write dir/stem.py and dir/stem.npz from that very run, with
+  // these f64 tensors (expected_* and bound_*: the oracle's values and per-element bounds) and comment lines
+  // on top.
   struct ReproRequest {
     std::string dir, stem = "repro";
     std::vector<std::string> comment;

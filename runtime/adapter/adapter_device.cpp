@@ -842,7 +842,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   req["pass"] = backward ? "bwd" : "fwd";
   req["problem"] = problem_json(p, k.name);
   req["want_lse"] = want_lse;
-  // A bug report: after the run's tensors, the expected values and bounds (f64) the adapter's script compares with.
+  // A bug report: after the run's tensors, the expected values and bounds (f64) the adapter's script compares
+  // with.
   std::vector<const ReproRequest::Tensor*> extra;
   if (repro_) {
     const auto it = std::find_if(declared_.begin(), declared_.end(),
@@ -854,7 +855,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
         extra.push_back(&t);
       }
     } else {
-      repro_reply_.error = "kernel " + std::string(k.name) + " does not write bug-report scripts (its adapter " +
+      repro_reply_.error = "kernel " + std::string(k.name) +
+                           " does not write bug-report scripts (its adapter " +
                            "declares no \"repro\": adapters/PROTOCOL.md \"Bug reports\")";
     }
   }

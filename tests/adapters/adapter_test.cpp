@@ -349,9 +349,9 @@ std::string saved_case(const std::string& out) {
   return {};
 }
 
-// Issue 30 item 4: attn-check --bug-report writes a script of at most 40 lines + .npz that calls the library as the
-// adapter did; run with python3 it exits 1 on the buggy numpy reference and 0 on the fixed one (a copy of
-// python/attnfuzz whose reference ignores its planted bug), forward and backward.
+// Issue 30 item 4: attn-check --bug-report writes a script of at most 40 lines + .npz that calls the library
+// as the adapter did; run with python3 it exits 1 on the buggy numpy reference and 0 on the fixed one (a copy
+// of python/attnfuzz whose reference ignores its planted bug), forward and backward.
 void bug_report_script(const std::string& bug, const std::string& args) {
   const fs::path fixed = fresh("bug-report-fixed-" + bug);
   fs::create_directories(fixed / "attnfuzz");
@@ -359,33 +359,35 @@ void bug_report_script(const std::string& bug, const std::string& args) {
   std::ofstream(fixed / "attnfuzz" / "reference.py", std::ios::app)
       << "\n_a, _b = attention, attention_backward\n"
          "attention = lambda q, k, v, p, bug=None: _a(q, k, v, p)\n"
-         "attention_backward = lambda q, k, v, do, p, o=None, lse=None, bug=None: _b(q, k, v, do, p, o=o, lse=lse)\n";
-    const std::string adapter = numpy_adapter("--bug " + bug), out = fresh("bug-report-" + bug);
-    Result r = check(adapter, args, out);
-    ASSERT_EQ(r.code, 1) << r.out;
-    const std::string file = saved_case(out), dir = fresh("bug-report-" + bug + "-bundle");
-    r = check(adapter, "--replay " + file + " --bug-report " + dir, fresh("bug-report-" + bug + "-replay"));
-    ASSERT_EQ(r.code, 0) << r.out;
-    std::ifstream readme(fs::path(dir) / "README.md"), script(fs::path(dir) / "repro.py");
-    std::stringstream rm, sc;
-    rm << readme.rdbuf();
-    sc << script.rdbuf();
-    const std::string text = rm.str(), code = sc.str();
-    EXPECT_TRUE(has(text, "python3 repro.py")) << text;
-    EXPECT_TRUE(has(text, "--adapter ")) << text;  // the replay command, one line
-    EXPECT_TRUE(has(code, "bug='" + bug + "'")) << code;
-    EXPECT_LE(std::count(code.begin(), code.end(), '\n'), 40) << code;
-    EXPECT_TRUE(fs::exists(fs::path(dir) / "repro.npz"));
-    // From another directory: the script finds its .npz beside itself.
-    auto run = [&](const std::string& path) {
-      return sh("cd / && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + path + " " + PYTHON + " " + dir + "/repro.py");
-    };
-    Result wrong = run(std::string(SOURCE_DIR) + "/python");
-    EXPECT_EQ(wrong.code, 1) << wrong.out;
-    EXPECT_TRUE(has(wrong.out, "STILL WRONG")) << wrong.out;
-    Result ok = run(fixed.string());
-    EXPECT_EQ(ok.code, 0) << ok.out;
-    EXPECT_TRUE(has(ok.out, "fixed: every element within its bound")) << ok.out;
+         "attention_backward = lambda q, k, v, do, p, o=None, lse=None, bug=None: _b(q, k, v, do, p, o=o, "
+         "lse=lse)\n";
+  const std::string adapter = numpy_adapter("--bug " + bug), out = fresh("bug-report-" + bug);
+  Result r = check(adapter, args, out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  const std::string file = saved_case(out), dir = fresh("bug-report-" + bug + "-bundle");
+  r = check(adapter, "--replay " + file + " --bug-report " + dir, fresh("bug-report-" + bug + "-replay"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream readme(fs::path(dir) / "README.md"), script(fs::path(dir) / "repro.py");
+  std::stringstream rm, sc;
+  rm << readme.rdbuf();
+  sc << script.rdbuf();
+  const std::string text = rm.str(), code = sc.str();
+  EXPECT_TRUE(has(text, "python3 repro.py")) << text;
+  EXPECT_TRUE(has(text, "--adapter ")) << text;  // the replay command, one line
+  EXPECT_TRUE(has(code, "bug='" + bug + "'")) << code;
+  EXPECT_LE(std::count(code.begin(), code.end(), '\n'), 40) << code;
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "repro.npz"));
+  // From another directory: the script finds its .npz beside itself.
+  auto run = [&](const std::string& path) {
+    return sh("cd / && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + path + " " + PYTHON + " " + dir +
+              "/repro.py");
+  };
+  Result wrong = run(std::string(SOURCE_DIR) + "/python");
+  EXPECT_EQ(wrong.code, 1) << wrong.out;
+  EXPECT_TRUE(has(wrong.out, "STILL WRONG")) << wrong.out;
+  Result ok = run(fixed.string());
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(has(ok.out, "fixed: every element within its bound")) << ok.out;
 }
 
 TEST(Adapter, BugReportScriptFailsOnTheBugAndPassesOnceFixed) {
@@ -398,8 +400,8 @@ TEST(Adapter, BugReportScriptOfABackwardCase) {
   bug_report_script("bwd-mask-leak", "--pass bwd --dtype bf16 --sq 9 --sk 9 --d 8 --mask causal-tl");
 }
 
-// Bad input to --bug-report is one line and exit 2: a file that does not reproduce (its recorded class edited), a
-// kernel not loaded, a directory that cannot be written, a file without a failure.
+// Bad input to --bug-report is one line and exit 2: a file that does not reproduce (its recorded class
+// edited), a kernel not loaded, a directory that cannot be written, a file without a failure.
 TEST(Adapter, BugReportRefusesBadInputWithOneLine) {
   NEED_NUMPY();
   const std::string adapter = numpy_adapter("--bug mask-leak"), out = fresh("bug-report-bad");
@@ -411,17 +413,22 @@ TEST(Adapter, BugReportRefusesBadInputWithOneLine) {
   const fs::path edited = fs::path(out) / "edited.case";
   text.replace(text.find("\"class\": \"mask\""), 15, "\"class\": \"lse\"");
   std::ofstream(edited) << text;
-  Result r = check(adapter, "--replay " + edited.string() + " --bug-report " + fresh("bad-1"), fresh("bad-1r"));
+  Result r =
+      check(adapter, "--replay " + edited.string() + " --bug-report " + fresh("bad-1"), fresh("bad-1r"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r.out, "does not reproduce") && has(r.out, "recorded fail/lse, now fail/mask")) << r.out;
-  r = check(numpy_adapter(), "--replay " + saved_case(out) + " --bug-report " + fresh("bad-2"), fresh("bad-2r"));
+  r = check(numpy_adapter(), "--replay " + saved_case(out) + " --bug-report " + fresh("bad-2"),
+            fresh("bad-2r"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r.out, "numpy-mask-leak is not loaded")) << r.out;
-  r = check(adapter, "--replay " + saved_case(out) + " --bug-report " + saved_case(out) + "/x", fresh("bad-3r"));
+  r = check(adapter, "--replay " + saved_case(out) + " --bug-report " + saved_case(out) + "/x",
+            fresh("bad-3r"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r.out, "--bug-report")) << r.out;
-  r = check(adapter, "--replay " + std::string(SOURCE_DIR) + "/corpus/seed/batch-3x2h-20x45-causal-br.case --bug-report " +
-                        fresh("bad-4"), fresh("bad-4r"));
+  r = check(adapter,
+            "--replay " + std::string(SOURCE_DIR) +
+                "/corpus/seed/batch-3x2h-20x45-causal-br.case --bug-report " + fresh("bad-4"),
+            fresh("bad-4r"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(has(r.out, "records no failure")) << r.out;
 }

@@ -111,8 +111,9 @@ TEST(AttnCheck, ReplayMinimizeKeepsClassAndEvidence) {
   EXPECT_EQ(run("--minimize --sq 3").code, 2);
 }
 
-// Issue 30 item 4: --bug-report DIR for a plug-in kernel: README.md with the class, evidence and a replay command
-// that reproduces the failure from the bundle's case file (here the minimal one: --minimize), and the heatmap.
+// Issue 30 item 4: --bug-report DIR for a plug-in kernel: README.md with the class, evidence and a replay
+// command that reproduces the failure from the bundle's case file (here the minimal one: --minimize), and the
+// heatmap.
 TEST(AttnCheck, BugReportBundlesAPluginFailure) {
   const std::string out = fresh("bug-report");
   Result r = run("--sq 19 --sk 45 --d 13 --heads 2 --mask causal-tl --seed 9 --kernel test-scaled", out);
@@ -120,7 +121,8 @@ TEST(AttnCheck, BugReportBundlesAPluginFailure) {
   fs::path file;
   for (const auto& e : fs::directory_iterator(fs::path(out) / "corpus")) file = e.path();
   const std::string dir = fresh("bug-report-bundle");
-  r = run("--replay " + file.string() + " --bug-report " + dir + " --minimize --minimize-time 10", fresh("bug-report2"));
+  r = run("--replay " + file.string() + " --bug-report " + dir + " --minimize --minimize-time 10",
+          fresh("bug-report2"));
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream f(fs::path(dir) / "README.md");
   const std::string readme((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -433,6 +433,28 @@ TEST(Adapter, BugReportRefusesBadInputWithOneLine) {
   EXPECT_TRUE(has(r.out, "records no failure")) << r.out;
 }
 
+// Issue 30 item 6b: --repeat-calls checks each case right after the same shape with another scale; a plan cache
+// keyed on the shape alone (numpy_ref --bug stale-plan) is named a stale cache, and its replay line reproduces it.
+// Without --repeat-calls (the first call of each shape) and on the correct reference it passes: no false positive.
+TEST(Adapter, RepeatCallsNameAStalePlanCache) {
+  NEED_NUMPY();
+  const std::string stale = numpy_adapter("--bug stale-plan"), c = " --sq 9 --sk 9 --d 8 --mask causal-br";
+  Result r = check(stale, "--repeat-calls" + c, fresh("repeat-stale"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "ignored-parameter")) << r.out;
+  EXPECT_TRUE(has(r.out, "the output is that call's exact result")) << r.out;
+  EXPECT_TRUE(has(r.out, "(stale cache)")) << r.out;
+  const auto pos = r.out.find("replay: attn-check");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  const std::string replay = r.out.substr(pos + 18, r.out.find('\n', pos) - pos - 18);
+  EXPECT_TRUE(has(replay, "--repeat-calls")) << replay;
+  Result again = sh(std::string(ATTN_CHECK) + replay + " --out " + fresh("repeat-replay"));
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(has(again.out, "-> reproduced")) << again.out;
+  EXPECT_EQ(check(stale, c.substr(1), fresh("repeat-first")).code, 0);
+  EXPECT_EQ(check(numpy_adapter(), "--repeat-calls" + c, fresh("repeat-ref")).code, 0);
+}
+
 // Issue 25 item 7: a failure in which every output element is NaN (a scale <= 0 that a flash call turns into NaN)
 // is never `empty-row`, though the case has empty rows; the empty-row rows read as the same root cause.
 TEST(Adapter, EveryOutputNaNIsNeverEmptyRow) {

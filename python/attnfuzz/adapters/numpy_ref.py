@@ -5,6 +5,7 @@ tool's own tests.
     attn-check --sweep --dtype bf16 --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
     attn-check --sweep --pass bwd --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
     attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug mask-leak'
+    attn-check --repeat-calls --sq 9 --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug stale-plan'
 """
 
 import argparse
@@ -15,7 +16,8 @@ from attnfuzz import repro
 from attnfuzz.adapter import VARIANTS, Kernel, serve
 
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
-        "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap")
+        "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
+        "stale-plan")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -56,7 +58,11 @@ def main(argv=None):
     call = library_call(bug)
     call_fwd, call_bwd = repro.forward(call), repro.backward(call)
 
+    plans = {}  # stale-plan: problems by shape, as a plan cache keyed on the shape alone (attn-check --repeat-calls)
+
     def run(q, k, v, p):
+        if bug == "stale-plan":  # the first problem of each shape is replayed: its scale, mask and dtype
+            p = plans.setdefault((p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v), p)
         o, lse, *extra = call_fwd(q, k, v, p)
         if a.nan_noise:  # a NaN's sign carries no value: the tool must not read its variation as a race
             flip = np.isnan(o) & (rng.random(o.shape) < 0.5)

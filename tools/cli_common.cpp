@@ -903,7 +903,8 @@ void Runner::progress(bool final) {
 }
 
 const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
-  last_ = o_.repeat_calls ? check_after_sibling(*s_.device, k, pc, s_.run) : check_case(*s_.device, k, pc, s_.run);
+  last_ = o_.repeat_calls ? check_after_sibling(*s_.device, k, pc, s_.run)
+                          : check_case(*s_.device, k, pc, s_.run);
   if (o_.audit && last_.result.verdict == Verdict::kPass && passes_[k.kernel.name]++ % o_.audit_every == 0) {
     ++audited_;  // a pass is audited for races / OOB that did not show in the output (--audit)
     audit_found_ += audit_passing_case(*s_.device, k, pc, s_.run, last_, s_.classify).found;

@@ -433,9 +433,10 @@ TEST(Adapter, BugReportRefusesBadInputWithOneLine) {
   EXPECT_TRUE(has(r.out, "records no failure")) << r.out;
 }
 
-// Issue 30 item 6b: --repeat-calls checks each case right after the same shape with another scale; a plan cache
-// keyed on the shape alone (numpy_ref --bug stale-plan) is named a stale cache, and its replay line reproduces it.
-// Without --repeat-calls (the first call of each shape) and on the correct reference it passes: no false positive.
+// Issue 30 item 6b: --repeat-calls checks each case right after the same shape with another scale; a plan
+// cache keyed on the shape alone (numpy_ref --bug stale-plan) is named a stale cache, and its replay line
+// reproduces it. Without --repeat-calls (the first call of each shape) and on the correct reference it
+// passes: no false positive.
 TEST(Adapter, RepeatCallsNameAStalePlanCache) {
   NEED_NUMPY();
   const std::string stale = numpy_adapter("--bug stale-plan"), c = " --sq 9 --sk 9 --d 8 --mask causal-br";

@@ -201,7 +201,7 @@ int64_t keep_mask_differences(const Problem& p, const std::vector<uint8_t>& a, c
   return n;
 }
 
-std::vector<Case> dropout_sweep_grid(uint64_t base_seed, Pass pass) {
+std::vector<Case> dropout_sweep_grid(uint64_t base_seed, Pass pass, int32_t dtype) {
   struct Shape {
     const char* name;
     int64_t B, Hq, Hkv, Sq, Sk, D;
@@ -225,11 +225,12 @@ std::vector<Case> dropout_sweep_grid(uint64_t base_seed, Pass pass) {
   auto add = [&](int32_t rng, const Shape& s, double p, uint64_t offset, const char* tag) {
     char pbuf[32];
     std::snprintf(pbuf, sizeof pbuf, "%g", p);
-    const std::string label = std::string(rng == AF_DROPOUT_RNG_EXPORTED ? "exported-" : "philox-") + s.name + "-p" +
-                              pbuf + tag;
+    const std::string label = std::string(dtype == AF_DTYPE_F32 ? "" : std::string(dtype_name(dtype)) + "-") +
+                              (rng == AF_DROPOUT_RNG_EXPORTED ? "exported-" : "philox-") + s.name + "-p" + pbuf + tag;
     Case c = make_case(make_problem(s.B, s.Hq, s.Hkv, s.Sq, s.Sk, s.D, s.D), base_seed ^ hash64(label));
     (void)parse_mask(s.mask, c.problem);
     (void)set_dropout(c.problem, p, rng, hash64(label + "/dseed") | 1, offset);
+    c.problem.dtype = dtype;
     c.label = label;
     c.pass = pass;
     out.push_back(std::move(c));

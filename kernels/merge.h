@@ -47,8 +47,9 @@ __global__ void __launch_bounds__(kMergeThreads)
   for (int64_t d = threadIdx.x; d < p.head_dim_v; d += kMergeThreads) {
     float acc = 0.0f;
     for (int64_t st = 0; st < p.n_states; ++st) {
-      const float w = P::weight(sl[state_lse_at(p, st, b, h, i)], m);
-      if (w != 0.0f) acc += w * Elem<T>::load(so[P::state_o_row(p, sh, st, i, h) + d]);
+      const float l_s = sl[state_lse_at(p, st, b, h, i)];
+      // An empty state adds nothing; any other adds w * O_s even when w underflows (a NaN in O_s stays NaN).
+      if (l_s != neg_inf()) acc += P::weight(l_s, m) * Elem<T>::load(so[P::state_o_row(p, sh, st, i, h) + d]);
     }
     o[seq_o_row(p, sh, i, h) + d] = store_o<T>(p, P::out_o(acc, m, l));
   }

@@ -70,6 +70,41 @@ void bound_row(const Problem& p, const Tensors& t, const MergeWeights& mw, int64
   r.lse_err[li] = 1e-15 * std::fabs(r.lse[li]);
 }
 
+// Columns d where a non-empty state (finite LSE_s) holds a NaN in O_sd: O_d is NaN however small that state's
+// weight (IEEE 0 * NaN = NaN, as a NaN in v at a key whose weight underflows; docs/semantics.md "Merged states").
+std::vector<char> nan_columns(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t s) {
+  std::vector<char> nan_d(static_cast<size_t>(p.head_dim_v), 0);
+  for (int64_t st = 0; st < p.n_states; ++st) {
+    if (t.state_lse[static_cast<size_t>(state_lse_offset(p, st, b, h, s))] == -INFINITY) continue;
+    for (int64_t d = 0; d < p.head_dim_v; ++d)
+      if (std::isnan(t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))]))
+        nan_d[static_cast<size_t>(d)] = 1;
+  }
+  return nan_d;
+}
+
+// Row outside the fp32 contract (value range) where, in a column without a NaN, sum_s |O_sd| over the non-empty
+// states passes FLT_MAX: an fp32 merge accumulates w_s O_sd with w_s <= 1 relative to its running max, which an
+// online merge raises state by state, so its accumulator is bounded by that sum and nothing smaller (as an attention
+// row's unnormalised P.V by sum_j |v_j|). An infinite O_sd counts whatever its weight (w_s * inf = inf, or 0 * inf =
+// NaN once w_s underflows).
+void outside_range_test(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t s,
+                        const std::vector<char>& nan_d, RowInfo& info, OracleResult& r) {
+  for (int64_t d = 0; d < p.head_dim_v; ++d) {
+    if (nan_d[static_cast<size_t>(d)]) continue;
+    double sum = 0;
+    for (int64_t st = 0; st < p.n_states; ++st)
+      if (t.state_lse[static_cast<size_t>(state_lse_offset(p, st, b, h, s))] != -INFINITY)
+        sum += std::fabs(t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))]);
+    if (sum > 3.40282346638528859812e+38) {
+      info.contract = ContractReason::kValueRange;
+      info.contract_value = sum;
+      ++r.rows_outside;
+      return;
+    }
+  }
+}
+
 // Row (b, h, s) of the merge into r.
 void merge_row(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t s, const OracleOptions& opts,
                OracleResult& r) {
@@ -95,29 +130,20 @@ void merge_row(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t
     }
     return;
   }
-  // An fp32 merge accumulates sum_s w_s O_sd (w_s <= 1) before it divides: beyond FLT_MAX it may overflow where
-  // the exact result does not, outside the fp32 contract (as an attention row whose n max|v| exceeds the range).
-  for (int64_t d = 0; d < p.head_dim_v && info.contract == ContractReason::kInside; ++d) {
-    double sum = 0;
-    for (int64_t st = 0; st < p.n_states; ++st)
-      if (mw.w[static_cast<size_t>(st)] != 0)
-        sum += std::fabs(t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))]);
-    if (sum > 3.40282346638528859812e+38) {
-      info.contract = ContractReason::kValueRange;
-      info.contract_value = sum;
-      ++r.rows_outside;
-    }
-  }
+  const std::vector<char> nan_d = nan_columns(p, t, b, h, s);
+  outside_range_test(p, t, b, h, s, nan_d, info, r);
   for (int64_t d = 0; d < p.head_dim_v; ++d) {
     long double acc = 0;
     for (int64_t st = 0; st < p.n_states; ++st)
       if (mw.w[static_cast<size_t>(st)] != 0)
         acc += static_cast<long double>(mw.w[static_cast<size_t>(st)]) *
                t.state_o[static_cast<size_t>(state_o_offset(p, t.cu_seqlens_q, st, b, s, h, d))];
-    r.o[r.o_at(b, s, h, d)] = static_cast<double>(acc / mw.sum);
+    r.o[r.o_at(b, s, h, d)] = nan_d[static_cast<size_t>(d)] ? NAN : static_cast<double>(acc / mw.sum);
   }
   r.lse[li] = mw.m + std::log(mw.sum);
   bound_row(p, t, mw, b, h, s, opts, r);
+  for (int64_t d = 0; d < p.head_dim_v; ++d)
+    if (nan_d[static_cast<size_t>(d)]) r.o_bound[r.o_at(b, s, h, d)] = 0;  // an expected NaN has bound 0
 }
 
 }  // namespace

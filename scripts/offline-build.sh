@@ -7,6 +7,7 @@
 #   scripts/offline-build.sh [BUILD [PRESET]]   # on the offline machine: unpack, configure, build (default
 #                                               # build/offline, preset default; PRESET nvidia adds the GPU backend)
 #   extra CMake arguments: CMAKE_ARGS="-DBUILD_TESTING=OFF" scripts/offline-build.sh
+#   only some targets: TARGETS="attn-check attn-fuzz" scripts/offline-build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEBS=(libboost1.74-dev libboost-context1.74-dev libboost-context1.74.0 libmpfr-dev libmpfr6 libgmp-dev libgmp10
@@ -33,5 +34,6 @@ GPU=()
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
   -DATTNFUZZ_BOOST_CONTEXT_LIB="$LIB/libboost_context.so.1.74.0" -DATTNFUZZ_LIBFUZZER_ARCHIVE="$FUZZER" \
   "${GPU[@]}" ${CMAKE_ARGS:-}
-cmake --build "$BUILD" -j "$(nproc)"
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j "$(nproc)" ${TARGETS:+--target $TARGETS}
 echo "offline-build: built $BUILD (run with LD_LIBRARY_PATH=$LIB)"

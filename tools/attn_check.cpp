@@ -494,7 +494,7 @@ std::vector<Job> make_jobs(const Options& o, const Session& s, std::vector<std::
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
     }
   } else if (o.sweep && case_variants(o.common) == AF_VARIANT_DROPOUT && o.common.dropout < 0) {
-    for (Case& c : dropout_sweep_grid(o.seed, case_pass(o.common)))  // issue 29: the dropout sweep
+    for (Case& c : dropout_sweep_grid(o.seed, case_pass(o.common), case_dtype(o.common)))  // issue 29: the dropout sweep
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else if (o.sweep && case_variants(o.common)) {
     const uint32_t bits = case_variants(o.common);

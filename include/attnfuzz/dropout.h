@@ -71,7 +71,8 @@ int64_t keep_mask_differences(const Problem& p, const std::vector<uint8_t>& a, c
 // philox-flash) edge shapes (1 x 1, tails around the 16 x 32 Philox tile, GQA, batch, causal and window masks) at
 // p = 0.1 and 0.5, plus p = 0 (identical to no dropout), p = 0.9 and 0.999 (rows stay finite), and offsets just below
 // 2^32 whose counters cross it (a 32-bit offset wraps). Labelled "<rng>-<shape>-p<P>[-offset2^32]"; the case seed and
-// the (non-zero) dropout seed derive from base_seed and the label. Every case gets `pass`.
-std::vector<Case> dropout_sweep_grid(uint64_t base_seed = 0, Pass pass = Pass::kFwd);
+// the (non-zero) dropout seed derive from base_seed and the label. Every case gets `pass` and `dtype` (f16 / bf16
+// labels start with the dtype's name; f32 cases are those of earlier versions).
+std::vector<Case> dropout_sweep_grid(uint64_t base_seed = 0, Pass pass = Pass::kFwd, int32_t dtype = AF_DTYPE_F32);
 
 }  // namespace attnfuzz

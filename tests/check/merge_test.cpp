@@ -67,6 +67,41 @@ TEST(MergeOracle, AnEmptyRangeIsAnEmptyStateAndAllEmptyIsTheFullyMaskedRow) {
   for (double x : ex.lse) EXPECT_EQ(x, -INFINITY);
 }
 
+TEST(MergeOracle, ANaNInANonEmptyStateReachesOHoweverSmallItsWeight) {
+  // Found on an H200 (corpus/seed/merge-nan-*.case): a merge that skipped states whose fp32 weight underflowed hid
+  // their NaN. Row 0: state 1 at e^-350 below state 0 (fp32 weight 0, double weight > 0) holds a NaN in column 2;
+  // state 2 is empty and holds a NaN in column 4 (an empty state adds nothing). Row 1: state 1 at e^-1000 (0 in
+  // double too) holds +inf in column 3: outside the contract, whatever its weight.
+  Case c = merge_case("none", 2, 12, {0, 4, 8, 12});
+  PreparedCase pc(c);
+  const Problem& p = pc.problem();
+  Tensors t = pc.tensors();
+  auto lse = [&](int64_t st, int64_t h, int64_t s) -> float& { return t.state_lse[state_lse_offset(p, st, 0, h, s)]; };
+  auto o = [&](int64_t st, int64_t h, int64_t s, int64_t d) -> float& {
+    return t.state_o[state_o_offset(p, t.cu_seqlens_q, st, 0, s, h, d)];
+  };
+  for (int64_t h = 0; h < 2; ++h) {
+    lse(0, h, 0) = 0.f, lse(1, h, 0) = -350.f, lse(2, h, 0) = -INFINITY;
+    o(1, h, 0, 2) = NAN, o(2, h, 0, 4) = NAN;
+    lse(0, h, 1) = 0.f, lse(1, h, 1) = -1000.f, lse(2, h, 1) = -1.f;
+    o(1, h, 1, 3) = INFINITY;
+  }
+  // Row 0 of head 1, column 5: 3e38 at weight 1 and at e^-0.5 under a state 10 higher: sum_s w_s |O_s5| ~ 2.2e34, but
+  // an online merge holds 3e38 (1 + e^-0.5) before the third state: outside the contract (unweighted sum 6e38).
+  lse(2, 1, 0) = 10.f, o(2, 1, 0, 5) = 1.f, lse(1, 1, 0) = -0.5f, o(1, 1, 0, 2) = 0.f;
+  o(0, 1, 0, 5) = 3e38f, o(1, 1, 0, 5) = 3e38f;
+  const OracleResult r = merge_oracle(p, t);
+  EXPECT_EQ(r.rows[r.lse_at(0, 1, 0)].contract, ContractReason::kValueRange);
+  for (int64_t h = 0; h < 1; ++h) {
+    EXPECT_EQ(r.rows[r.lse_at(0, h, 0)].contract, ContractReason::kInside);
+    EXPECT_TRUE(std::isnan(r.o[r.o_at(0, 0, h, 2)]));
+    EXPECT_EQ(r.o_bound[r.o_at(0, 0, h, 2)], 0.0);
+    for (int64_t d : {0, 1, 3, 4, 5, 6, 7}) EXPECT_TRUE(std::isfinite(r.o[r.o_at(0, 0, h, d)])) << d;
+    EXPECT_TRUE(std::isfinite(r.lse[r.lse_at(0, h, 0)]));
+  }
+  for (int64_t h = 0; h < 2; ++h) EXPECT_EQ(r.rows[r.lse_at(0, h, 1)].contract, ContractReason::kValueRange);
+}
+
 TEST(MergeOracle, TheMergeOfTheStatesIsTheWholeProblemWithinTheStatesRounding) {
   // For every unshifted grid case and dtype: |merge(given states) - whole exact| <= the composed bound's rounding
   // part, and the merged bound is positive where a row has keys.

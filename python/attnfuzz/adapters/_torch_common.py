@@ -46,7 +46,8 @@ def torch_backward(forward, device):
     """A Kernel backward (q, k, v, o, lse, do, p) -> (dQ, dK, dV) through torch.autograd of forward(Q, K, V, p),
     a torch function of [B, S, H, D] tensors returning O [B, Sq, Hq, Dv] (or (O, LSE)). The given o / lse are
     not used: autograd recomputes what it needs from its own forward. An input O does not depend on (e.g.
-    every key masked) gets a zero gradient."""
+    every key masked) gets a zero gradient. With dropout, forward leaves the keep mask it drew in p._dropout_keep
+    and it goes back with the gradients."""
 
     def backward(q, k, v, o, lse, do, p):
         leaves = [to_torch(x, device, p.dtype).requires_grad_() for x in (q, k, v)]
@@ -63,7 +64,10 @@ def torch_backward(forward, device):
             extra, p._leaves = p._leaves, None
         grad = lambda x: from_torch(x.grad) if x.grad is not None else np.zeros(tuple(x.shape), np.float32)
         grads = tuple(grad(x) for x in leaves)
-        return grads + ({"d" + n: grad(x) for n, x in extra.items()},) if extra else grads
+        out = {"d" + n: grad(x) for n, x in extra.items()}
+        if "dropout" in getattr(p, "variants", ()):  # the keep mask forward drew (forward sets p._dropout_keep)
+            out["dropout_mask"] = p._dropout_keep
+        return grads + (out,) if out else grads
 
     return backward
 

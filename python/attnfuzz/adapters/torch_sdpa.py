@@ -14,6 +14,10 @@ protocol's check message, not as a failure. GQA uses enable_gqa=True. Every kern
 --dtypes (default f32,f16,bf16) and runs each case in its dtype (attn-fuzz --dtype f16: flash and cudnn
 refuse f32). --backward also declares the backward pass (dQ, dK, dV through torch.autograd of the same SDPA
 call; attn-check/attn-fuzz --pass bwd); then a configuration is supported only if forward and backward run.
+  dropout       SDPA's own dropout (flash and efficient on CUDA; mask none or causal-tl) through the private ops
+                that give the keep mask back, seeded from the problem's (dropout_seed, dropout_offset); writes LSE
+                (so --pass fwdbwd checks that forward and backward drew the same mask):
+                attn-check --adapter '... --routes dropout --backward' --dropout 0.3 --dropout-rng exported
 """
 
 import argparse
@@ -31,7 +35,36 @@ BACKEND_NAMES = {"math": "MATH", "efficient": "EFFICIENT_ATTENTION", "cudnn": "C
 BACKENDS = {k: getattr(SDPBackend, v) for k, v in BACKEND_NAMES.items()}
 ROUTES = {"is-causal": ["none", "causal-tl"], "lower-right": ["causal-br"],
           "bool-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"],
-          "float-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"]}
+          "float-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"],
+          "dropout": ["none", "causal-tl"]}
+# The backends of the dropout route: their private ops give the keep mask back (flash: its debug mask, a dropped
+# weight with the sign bit set; efficient: the uniforms redrawn from the (seed, offset) it returns, kept where > p).
+DROPOUT_BACKENDS = ("flash", "efficient")
+
+
+def private_sdpa(backend, Q, K, V, p):
+    """The dropout route: SDPA's private flash / efficient op on the CUDA generator set to (dropout_seed,
+    4 * dropout_offset), so a backward's recomputed forward draws the forward's mask. Q, K, V [B, H, S, D];
+    returns O [B, Hq, Sq, Dv], LSE [B, Hq, Sq] (natural log) and the keep mask (numpy u8 [B, Hq, Sq, Sk]; None
+    without dropout)."""
+    drop = p.dropout_p if "dropout" in p.variants else 0.0
+    gen = torch.cuda.default_generators[Q.device.index or 0]
+    gen.manual_seed(p.dropout_seed)
+    gen.set_offset(4 * p.dropout_offset)
+    if p.heads_q != p.heads_kv:  # the private ops take equal heads
+        K, V = (x.repeat_interleave(p.heads_q // p.heads_kv, 1) for x in (K, V))
+    causal = p.mask_kind == "causal"
+    if backend == "flash":
+        out = torch.ops.aten._scaled_dot_product_flash_attention(Q, K, V, drop, causal, drop > 0, scale=p.scale)
+        keep = out[-1][:, :, :p.seq_q, :p.seq_k] >= 0 if drop > 0 else None
+    else:
+        out = torch.ops.aten._scaled_dot_product_efficient_attention(Q, K, V, None, True, drop, causal, scale=p.scale)
+        keep = None
+        if drop > 0:
+            u = torch.empty(p.batch, p.heads_q, p.seq_q, p.seq_k, device=Q.device, dtype=torch.float32)
+            keep = torch.ops.aten._fill_mem_eff_dropout_mask_(u, drop, out[2].item(), out[3].item()) > drop
+    keep = None if keep is None else keep.to(torch.uint8).cpu().numpy()
+    return out[0], out[1][:, :, :p.seq_q], keep
 
 
 def make(backend, route, device, dtypes, backward):
@@ -42,7 +75,8 @@ def make(backend, route, device, dtypes, backward):
         """repro.Call: the SDPA call of this backend and route on p, as source the adapter runs and a bug-report
         script prints (attnfuzz/repro.py). A mask tensor is the adapter's, handed over as x["attn_mask"]."""
         if not scripted(p):
-            raise ValueError("no script for fp8 or ALiBi / bias problems (the adapter's differentiable float mask)")
+            raise ValueError("no script for fp8, ALiBi / bias (the adapter's differentiable float mask) or the dropout "
+                             "route (SDPA's private ops)")
         kw, arrays, imports = [], {}, ["from torch.nn.attention import SDPBackend, sdpa_kernel"]
         if route == "is-causal":
             kw.append(f"is_causal={p.mask_kind == 'causal'}")
@@ -65,12 +99,16 @@ def make(backend, route, device, dtypes, backward):
 
     def scripted(p):
         """True when the problem runs through library_call: everything but ALiBi / bias (differentiable parts of the
-        float mask, below) and fp8."""
-        return p.dtype in ("f32", "f16", "bf16") and not {"alibi", "bias"} & set(p.variants)
+        float mask, below), fp8 and the dropout route (SDPA's private ops)."""
+        return route != "dropout" and p.dtype in ("f32", "f16", "bf16") and not {"alibi", "bias"} & set(p.variants)
 
     def sdpa(Qs, Ks, Vs, p):
-        """torch [B, S, H, D] in, O [B, Sq, Hq, Dv] out (autograd-able): fp8, and the float mask with ALiBi / bias."""
+        """torch [B, S, H, D] in, O [B, Sq, Hq, Dv] out (autograd-able), for what library_call does not run: fp8, the
+        float mask with ALiBi / bias, and the dropout route: (O, LSE), and p._dropout_keep = the keep mask it drew."""
         Q, K, V = (x.transpose(1, 2) for x in (Qs, Ks, Vs))
+        if route == "dropout":
+            o, lse, p._dropout_keep = private_sdpa(backend, Q, K, V, p)
+            return o.transpose(1, 2), lse
         kw = {"scale": p.scale}
         if p.heads_q != p.heads_kv:
             kw["enable_gqa"] = True
@@ -95,7 +133,11 @@ def make(backend, route, device, dtypes, backward):
     def call(q, k, v, p):
         if scripted(p):
             return run_fwd(q, k, v, p)
-        return T.from_torch(sdpa(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p))
+        out = sdpa(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p)
+        if route != "dropout":
+            return T.from_torch(out)
+        o, lse = T.from_torch(out[0]), out[1].detach().float().cpu().numpy()
+        return (o, lse, {"dropout_mask": p._dropout_keep}) if "dropout" in p.variants else (o, lse)
 
     autograd = T.torch_backward(sdpa, device)
 
@@ -122,12 +164,14 @@ def make(backend, route, device, dtypes, backward):
     variants = MASK_VARIANTS if route in ("bool-mask", "float-mask") else ()
     if route == "float-mask":
         variants += ("alibi", "bias")
+    if route == "dropout":
+        variants = ("dropout",)
     return Kernel(f"sdpa-{backend}-{route}", T.cuda_guarded(call), family="torch-sdpa",
                   description=f"torch {torch.__version__} SDPA backend {backend}, route {route}, on {device}",
                   dtypes=dtypes, masks=ROUTES[route], supports=supports, variants=variants,
                   # math rounds q*sqrt(scale), k*sqrt(scale) and the scores to the dtype; the fused backends keep
                   # scores and softmax statistics in fp32
-                  compute_model="unfused" if backend == "math" else "fused",
+                  compute_model="unfused" if backend == "math" else "fused", lse=route == "dropout",
                   backward=T.cuda_guarded(grad) if backward else None, repro=library_call)
 
 
@@ -146,7 +190,8 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 (math backend matmuls)
     torch.backends.cudnn.allow_tf32 = False
     kernels = [make(b, r, a.device, dtypes, a.backward)
-               for b in a.backends.split(",") if b for r in a.routes.split(",") if r]
+               for b in a.backends.split(",") if b for r in a.routes.split(",") if r
+               if r != "dropout" or (b in DROPOUT_BACKENDS and a.device != "cpu")]
     serve(kernels, name="torch_sdpa")
 
 

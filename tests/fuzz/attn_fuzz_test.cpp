@@ -156,12 +156,8 @@ TEST(AttnFuzz, PlantedBugsAreFound) {
   std::string kernels = full ? "planted-*" : "";
   for (const auto& k : subset) kernels += (kernels.empty() ? "" : ",") + (full ? "" : k);
   const fs::path out = fresh("planted");
-  // 20 s for the subset: its five are found in the campaign's first 7 s on a loaded 2-core machine (load
-  // average 8; the seeds and the first generated inputs expose them); the minimizing after it has its own
-  // budget (30 s in all).
-  const std::string max_time = full ? "60" : "20";
-  const Outcome r = run(fuzz(out, "--max-time " + max_time + " --minimize-budget 30 --workers 2 --plugin " +
-                                      PLANTED_PLUGIN + " --kernel '" + kernels + "'"));
+  const Outcome r = run(fuzz(out, std::string("--max-time 60 --minimize-budget 30 --workers 2 --plugin ") + PLANTED_PLUGIN +
+                                      " --kernel '" + kernels + "'"));
   EXPECT_EQ(r.rc, 1);
   const auto found = failures(out);
   std::vector<std::string> want = subset;

@@ -256,13 +256,10 @@ std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResu
   cf.tool.command = cfg.command;
   cf.the_case = c;
   cf.verdict = recorded_verdict(r, sig);
-  const fs::path path = save_to_corpus_dir(fs::path(cfg.out) / "failures", cf);
-  // When it was found and when its class was known (the campaign's history reads this; file times are a fallback).
-  char when[512];
-  const double classified = unix_now();
-  std::snprintf(when, sizeof when, "%s %.3f %.3f", path.filename().c_str(), found_unix > 0 ? found_unix : classified,
-                classified);
-  append_line((fs::path(cfg.out) / "work" / "found.txt").string(), when);
+  // The report first, the .case last: a worker stopped in between (the campaign's deadline) leaves no failure
+  // without its report, since the campaign reads failures/*.case.
+  const fs::path dir = fs::path(cfg.out) / "failures", path = dir / corpus_file_name(cf);
+  fs::create_directories(dir, ec);
   if (cfg.reports) {
     try {
       write_failure_report(cfg, path, c, r, ratio_map);
@@ -270,6 +267,13 @@ std::string save_failure(const WorkerConfig& cfg, const Case& c, const CheckResu
       std::fprintf(stderr, "attn-fuzz-worker: cannot write the report of %s: %s\n", path.c_str(), e.what());
     }
   }
+  save_to_corpus_dir(dir, cf);
+  // When it was found and when its class was known (the campaign's history reads this; file times are a fallback).
+  char when[512];
+  const double classified = unix_now();
+  std::snprintf(when, sizeof when, "%s %.3f %.3f", path.filename().c_str(), found_unix > 0 ? found_unix : classified,
+                classified);
+  append_line((fs::path(cfg.out) / "work" / "found.txt").string(), when);
   return path.string();
 }
 

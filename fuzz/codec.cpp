@@ -21,8 +21,10 @@ const ModelPreset* preset_of(const FuzzLimits& l) {
   return nullptr;
 }
 
-void preset_mask(Problem& p, const ModelPreset& m) {
-  const Problem want = preset_problem(m, p.seq_q, p.seq_k);  // seq_k below the preset's: the window scaled
+void preset_mask(Problem& p, const ModelPreset& m, int64_t max_seq) {
+  // A window shorter than the fuzzed lengths can reach is kept as it is (gpt-oss's 128 keys); a longer one keeps its
+  // share of the context at p's Sk (gemma-2's 4096 of 8192: Sk / 2), as in the preset sweep.
+  Problem want = preset_problem(m, p.seq_q, m.window_left != AF_UNBOUNDED && m.window_left < max_seq ? m.seq_k : p.seq_k);
   p.mask_kind = want.mask_kind;
   p.mask_align = want.mask_kind == AF_MASK_NONE ? AF_ALIGN_TOP_LEFT : want.mask_align;
   p.window_left = want.mask_kind == AF_MASK_WINDOW ? want.window_left : AF_UNBOUNDED;
@@ -636,7 +638,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       p.window_right = wr;
     }
   }
-  if (preset) preset_mask(p, *preset);
+  if (preset) preset_mask(p, *preset, lim.max_seq);
   // Scale.
   if (const uint8_t t = r.u8(); t >= kRaw) {
     const float s = bits_float(r.u32());
@@ -892,7 +894,7 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
 
 std::string set_preset(FuzzLimits& l, const std::string& name) {
   const std::optional<ModelPreset> m = find_preset(name);
-  if (!m) return "--preset '" + name + "' is not a preset: one of " + preset_names();
+  if (!m) return "--preset '" + name + "' is not a preset: one of " + preset_names() + " (or list)";
   if (m->pending) return "--preset " + name + " needs " + m->pending + ": not fuzzable yet";
   l.preset = name;
   l.variants |= (m->sinks ? AF_VARIANT_SINK : 0u) | (m->softcap > 0 ? AF_VARIANT_SOFTCAP : 0u);
@@ -914,7 +916,7 @@ std::string preset_in_domain(const Case& c, const FuzzLimits& l) {
   if (std::abs(p.head_dim - m->head_dim) > 8 || std::abs(p.head_dim_v - m->head_dim_v) > 8)
     return "D or Dv more than 8 from the preset's";
   Problem want = p;
-  preset_mask(want, *m);
+  preset_mask(want, *m, l.max_seq);
   if (want.mask_kind != p.mask_kind || want.mask_align != p.mask_align || want.window_left != p.window_left ||
       want.window_right != p.window_right)
     return "a mask other than the preset's";

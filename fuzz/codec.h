@@ -50,7 +50,7 @@ struct FuzzLimits {
   bool merge = false;
   // A model preset (attn-fuzz --preset NAME; include/attnfuzz/presets.h), or empty. Decoded cases keep its geometry
   // with small perturbations: (Hq, Hkv) its own or reduced keeping the group size, D and Dv within 8 of its own, its
-  // mask (the window scaled to Sk's share of its context), its softcap and sinks; batch, lengths, values, the other
+  // mask (a window shorter than max_seq as it is, a longer one at Sk's share of its context), its softcap and sinks; batch, lengths, values, the other
   // variants and the pass come from the bytes as usual. set_preset() sets it and the limits it needs.
   std::string preset;
 };

@@ -567,8 +567,10 @@ void prop_variants(const KernelEntry& k, const Case& c) {
   if ((p.variants & AF_VARIANT_SOFTCAP) && c.values.specials.empty()) rel.push_back(1);
   if ((p.variants & AF_VARIANT_ALIBI) && !(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(2);
   if (!(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(3);
-  if ((p.variants & AF_VARIANT_HEAD_DESCALE) && !c.variants.q_descale_h.empty() && !c.variants.k_descale_h.empty())
-    rel.push_back(4);
+  if (p.variants & AF_VARIANT_HEAD_DESCALE) {  // only its own relation (set_variants redraws the per-head strides)
+    rel.clear();
+    if (!c.variants.q_descale_h.empty() && !c.variants.k_descale_h.empty()) rel.push_back(4);
+  }
   if (rel.empty()) return;
   const int r = rel[*index_below(rel.size())];
   std::vector<bool> keep(static_cast<size_t>(p.seq_q), true);
@@ -594,6 +596,7 @@ void prop_variants(const KernelEntry& k, const Case& c) {
             c.variants.q_descale_h[static_cast<size_t>(descale_h_index(p, bb, h))] *
             c.variants.k_descale_h[static_cast<size_t>(descale_h_index(p, bb, h / group))];
     std::fill(b.variants.k_descale_h.begin(), b.variants.k_descale_h.end(), 1.0f);
+    if (!validate(b).empty()) return;  // a product outside the descales' range [2^-16, 2^16]
     return assert_relation(k, c, b, rows, false, true, "k's per-head descales folded into q's (k's all 1)");
   }
   if (r == 2) {  // ALiBi = the bias tensor -slope_h |j - (i + off)| (broadcast over the batch)

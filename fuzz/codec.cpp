@@ -22,9 +22,10 @@ const ModelPreset* preset_of(const FuzzLimits& l) {
 }
 
 void preset_mask(Problem& p, const ModelPreset& m, int64_t max_seq) {
-  // A window shorter than the fuzzed lengths can reach is kept as it is (gpt-oss's 128 keys); a longer one keeps its
-  // share of the context at p's Sk (gemma-2's 4096 of 8192: Sk / 2), as in the preset sweep.
-  Problem want = preset_problem(m, p.seq_q, m.window_left != AF_UNBOUNDED && m.window_left < max_seq ? m.seq_k : p.seq_k);
+  // A window shorter than the fuzzed lengths can reach is kept as it is (gpt-oss's 128 keys); a longer one
+  // keeps its share of the context at p's Sk (gemma-2's 4096 of 8192: Sk / 2), as in the preset sweep.
+  Problem want = preset_problem(m, p.seq_q,
+                                m.window_left != AF_UNBOUNDED && m.window_left < max_seq ? m.seq_k : p.seq_k);
   p.mask_kind = want.mask_kind;
   p.mask_align = want.mask_kind == AF_MASK_NONE ? AF_ALIGN_TOP_LEFT : want.mask_align;
   p.window_left = want.mask_kind == AF_MASK_WINDOW ? want.window_left : AF_UNBOUNDED;
@@ -32,7 +33,8 @@ void preset_mask(Problem& p, const ModelPreset& m, int64_t max_seq) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> head_menu(const FuzzLimits& l) {
-  if (const ModelPreset* m = preset_of(l)) {  // its heads, then fewer KV heads of the same group size (GQA kept)
+  if (const ModelPreset* m =
+          preset_of(l)) {  // its heads, then fewer KV heads of the same group size (GQA kept)
     std::vector<std::pair<int64_t, int64_t>> out;
     const int64_t group = m->heads_q / m->heads_kv;
     for (int64_t hkv = m->heads_kv; hkv >= 1; hkv /= 2) {
@@ -135,7 +137,8 @@ int64_t work(const Problem& p) {
 void fit(Problem& p, const FuzzLimits& l) {
   if (work(p) <= l.max_work) return;
   p.batch = 1;
-  if (preset_of(l)) {  // near a preset: the heads and dims stay; the lengths halve, then the heads' smallest config
+  if (preset_of(
+          l)) {  // near a preset: the heads and dims stay; the lengths halve, then the heads' smallest config
     while (work(p) > l.max_work && (p.seq_q > 1 || p.seq_k > 1)) {
       if (p.seq_k >= p.seq_q && p.seq_k > 1)
         p.seq_k = (p.seq_k + 1) / 2;
@@ -617,7 +620,8 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   }
   const ModelPreset* preset = preset_of(lim);
   if (preset && std::find(heads.begin(), heads.end(), std::pair{hq, hkv}) == heads.end())
-    std::tie(hq, hkv) = heads[static_cast<size_t>(hq + hkv) % heads.size()];  // near a preset: one of its configs
+    std::tie(hq, hkv) =
+        heads[static_cast<size_t>(hq + hkv) % heads.size()];  // near a preset: one of its configs
   const int64_t sq = f.seq_q.read(r);
   int64_t sk = f.seq_k.read(r);
   if (sk == kSame) sk = sq;
@@ -718,7 +722,8 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   }
   const Problem dense = c.problem;  // before any sequence layout (a backward case may need it back)
   if (!c.explicit_values) read_sequences(r, c, lim);
-  if (preset && (preset->sinks || preset->softcap > 0) && has_sequences(c.problem)) {  // its variants need dense
+  if (preset && (preset->sinks || preset->softcap > 0) &&
+      has_sequences(c.problem)) {  // its variants need dense
     c.problem = dense;
     c.seqs = {};
   }

@@ -110,7 +110,8 @@ WorkerConfig worker_config_from_json(const Json& j) {
     if (l.contains("variants") && l.at("variants").is_number_unsigned())
       c.limits.variants = static_cast<uint32_t>(l.at("variants").get<uint64_t>()) & kCheckedVariants;
     if (l.contains("merge") && l.at("merge").is_boolean()) c.limits.merge = l.at("merge").get<bool>();
-    if (l.contains("preset") && l.at("preset").is_string()) c.limits.preset = l.at("preset").get<std::string>();
+    if (l.contains("preset") && l.at("preset").is_string())
+      c.limits.preset = l.at("preset").get<std::string>();
   }
   get("out", c.out);
   get("command", c.command);

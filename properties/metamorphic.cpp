@@ -547,8 +547,8 @@ void prop_packing(const KernelEntry& k, const Case& c, bool strict) {
 }
 
 // Score-variant identities (issue 28): one relation per case, among those the case and the kernel allow; with
-// per-head fp8 descales (item 6) also k's descales folded into q's, which a kernel reading k's descale at another
-// head than the KV head breaks (the folded case has every k descale 1).
+// per-head fp8 descales (item 6) also k's descales folded into q's, which a kernel reading k's descale at
+// another head than the KV head breaks (the folded case has every k descale 1).
 void prop_variants(const KernelEntry& k, const Case& c) {
   const Problem& p = c.problem;
   const uint32_t kv = k.kernel.variants;
@@ -567,7 +567,8 @@ void prop_variants(const KernelEntry& k, const Case& c) {
   if ((p.variants & AF_VARIANT_SOFTCAP) && c.values.specials.empty()) rel.push_back(1);
   if ((p.variants & AF_VARIANT_ALIBI) && !(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(2);
   if (!(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(3);
-  if (p.variants & AF_VARIANT_HEAD_DESCALE) {  // only its own relation (set_variants redraws the per-head strides)
+  if (p.variants &
+      AF_VARIANT_HEAD_DESCALE) {  // only its own relation (set_variants redraws the per-head strides)
     rel.clear();
     if (!c.variants.q_descale_h.empty() && !c.variants.k_descale_h.empty()) rel.push_back(4);
   }

@@ -603,7 +603,8 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     return 0;
   }
   if (!o.common.preset.empty() && !find_preset(o.common.preset))
-    usage_error("--preset '" + o.common.preset + "' is not a preset: one of " + preset_names() + " (or list)");
+    usage_error("--preset '" + o.common.preset + "' is not a preset: one of " + preset_names() +
+                " (or list)");
   if (!o.common.preset.empty() && !o.sweep)
     usage_error("--preset NAME goes with --sweep (attn-check --sweep --preset NAME)");
   Session s = open_session(o.common, "attn-check", argc, argv);

@@ -287,7 +287,8 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.isolate = o.common.no_isolate ? "never" : o.isolate;
   w.limits.max_seq = o.max_seq;
   w.limits.max_dim = o.max_d;
-  if (!o.common.preset.empty())  // issue 28 item 9: cases near a model's geometry (fuzz/codec.h FuzzLimits::preset)
+  if (!o.common.preset
+           .empty())  // issue 28 item 9: cases near a model's geometry (fuzz/codec.h FuzzLimits::preset)
     if (std::string e = fuzz::set_preset(w.limits, o.common.preset); !e.empty()) usage_error(e);
   if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
     usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " + o.common.dtype);

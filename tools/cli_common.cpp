@@ -385,8 +385,10 @@ void add_variant_options(CLI::App& app, CommonOptions& o) {
   using namespace cli;
   auto* vg = "Score variants (docs/semantics.md \"Variants\")";
   app.add_option("--preset", o.preset,
-                 "a model preset's geometry ('list' lists them): attn-check --sweep runs its grid instead of the edge "
-                 "grid; attn-fuzz keeps its cases near it (its heads, D and Dv within 8, its mask, softcap and sinks)")
+                 "a model preset's geometry ('list' lists them): attn-check --sweep runs its grid instead of "
+                 "the edge "
+                 "grid; attn-fuzz keeps its cases near it (its heads, D and Dv within 8, its mask, softcap "
+                 "and sinks)")
       ->group(vg);
   app.add_option(
          "--variant", o.variant,

@@ -51,9 +51,10 @@ void hidden_rows_probe(const Problem& p, const Tensors& t, std::vector<Probe>& o
   if (any) out.push_back(std::move(pr));
 }
 
-// Custom masks (docs/semantics.md "Custom masks"): the custom mask off (inside a block-sparse problem: every partial
-// block taken as full), the block mask off, and the custom mask's rows read with another row stride (the contiguous
-// row length, or floor(Sk / 8) bytes for a bit-packed row of Sk % 8 != 0 keys, 0 below 8 keys: row 0 for every row).
+// Custom masks (docs/semantics.md "Custom masks"): the custom mask off (inside a block-sparse problem: every
+// partial block taken as full), the block mask off, and the custom mask's rows read with another row stride
+// (the contiguous row length, or floor(Sk / 8) bytes for a bit-packed row of Sk % 8 != 0 keys, 0 below 8
+// keys: row 0 for every row).
 void mask_probes(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
   constexpr uint32_t kCustom = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS;
   const bool blocks = p.variants & AF_VARIANT_BLOCK_SPARSE;
@@ -87,7 +88,8 @@ void mask_probes(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
   if ((p.variants & AF_VARIANT_MASK_BITS) && p.seq_k % 8 != 0) wrong.push_back(p.seq_k / 8);
   for (int64_t w : wrong) {
     if (w == given) continue;
-    Probe pr{fmt("mask_stride[2] (the custom mask's row stride, %lld bytes): the output matches its rows read %lld "
+    Probe pr{fmt("mask_stride[2] (the custom mask's row stride, %lld bytes): the output matches its rows "
+                 "read %lld "
                  "bytes apart%s",
                  (long long)given, (long long)w, w == 0 ? " (row 0's bits for every row)" : ""),
              p, t};
@@ -189,13 +191,14 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
   return out;
 }
 
-// Exact gradients laid out as the kernel writes dQ, dK, dV (q_index, k_index, v_index; 0 where not computed), to
-// judge one exact result against another's bounds.
+// Exact gradients laid out as the kernel writes dQ, dK, dV (q_index, k_index, v_index; 0 where not computed),
+// to judge one exact result against another's bounds.
 struct KernelGrads {
   std::vector<float> dq, dk, dv;
 };
 KernelGrads as_written(const Problem& p, const GradResult& g, const LaunchOutcome& like) {
-  KernelGrads k{std::vector<float>(like.dq.size()), std::vector<float>(like.dk.size()), std::vector<float>(like.dv.size())};
+  KernelGrads k{std::vector<float>(like.dq.size()), std::vector<float>(like.dk.size()),
+                std::vector<float>(like.dv.size())};
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t s = 0; s < p.seq_q; ++s)
       for (int64_t h = 0; h < p.heads_q; ++h)
@@ -237,10 +240,11 @@ Finding gradient_probes(Context& c) {
       return f;
     }
   }
-  // A failure in d sink or d bias alone (dQ, dK, dV within the bound) is not explained by the probes below: a probe
-  // problem whose dQ, dK, dV the kernel's also match would name a parameter no experiment tied to the failing tensor
-  // (a d bias off by a factor was once named "ignores bias_stride[3]"). Whether dQ, dK, dV fail is judged here, not
-  // read from the worst element's tensor: a d bias of tiny bounds is often the worst while dQ, dK, dV fail too.
+  // A failure in d sink or d bias alone (dQ, dK, dV within the bound) is not explained by the probes below: a
+  // probe problem whose dQ, dK, dV the kernel's also match would name a parameter no experiment tied to the
+  // failing tensor (a d bias off by a factor was once named "ignores bias_stride[3]"). Whether dQ, dK, dV
+  // fail is judged here, not read from the worst element's tensor: a d bias of tiny bounds is often the worst
+  // while dQ, dK, dV fail too.
   const GradResult own = grad_oracle_for(c.pc, out, c.opts);
   const KernelGrads exact = as_written(p, own, out);
   if (c.j.result.tensor == "dSink" || c.j.result.tensor == "dBias") {
@@ -264,57 +268,64 @@ Finding gradient_probes(Context& c) {
     const GradResult g =
         compute_grad_oracle(pr.p, pt.q.data(), pt.k.data(), pt.v.data(), pt.dout.data(), o.data(), lse.data(),
                             pt.variant_inputs(), go);
-    // dQ, dK, dV and the variants' own gradients the kernel wrote (d sink; d bias where the probe keeps its layout):
-    // all must match the probe's.
+    // dQ, dK, dV and the variants' own gradients the kernel wrote (d sink; d bias where the probe keeps its
+    // layout): all must match the probe's.
     const bool dbias = !out.dbias.empty() && std::equal(p.bias_stride, p.bias_stride + 4, pr.p.bias_stride);
     CheckResult r;
     compare_gradients(pr.p, g, out.dq.data(), out.dk.data(), out.dv.data(), r, {},
                       out.dsinks.empty() ? nullptr : out.dsinks.data(), dbias ? out.dbias.data() : nullptr);
-    // The probe must tell the case's exact dQ, dK, dV from its own: with the case's O and LSE given, a probe problem's
-    // bounds can be so wide (P = exp(s' - LSE) far above 1) that a correct kernel would match it too.
+    // The probe must tell the case's exact dQ, dK, dV from its own: with the case's O and LSE given, a probe
+    // problem's bounds can be so wide (P = exp(s' - LSE) far above 1) that a correct kernel would match it
+    // too.
     CheckResult sep;
     compare_gradients(pr.p, g, exact.dq.data(), exact.dk.data(), exact.dv.data(), sep);
     if (r.verdict == Verdict::kPass && sep.verdict == Verdict::kFail) {
       f.fired = true;
       f.cls = FailureClass::kIgnoredParameter;
-      f.evidence.push_back({"ignored-parameter", "the backward ignores " + pr.what + ": dQ, dK, dV" +
-                                                     (out.dsinks.empty() ? "" : ", d sink") + (dbias ? ", d bias" : "") +
-                                                     " are within the bound of that problem's exact gradients" +
-                                                     fmt(" (max ratio %.3g; the case's exact gradients are beyond it, "
-                                                         "max ratio %.3g)",
-                                                         r.max_ratio, sep.max_ratio)});
+      f.evidence.push_back(
+          {"ignored-parameter", "the backward ignores " + pr.what + ": dQ, dK, dV" +
+                                    (out.dsinks.empty() ? "" : ", d sink") + (dbias ? ", d bias" : "") +
+                                    " are within the bound of that problem's exact gradients" +
+                                    fmt(" (max ratio %.3g; the case's exact gradients are beyond it, "
+                                        "max ratio %.3g)",
+                                        r.max_ratio, sep.max_ratio)});
       return f;
     }
-    if (r.verdict == Verdict::kPass) {  // a match the probe's wide bound cannot tell from the case's exact result
-      CheckResult vis;  // the probe's exact gradients beyond the case's bound: the parameter's effect is visible
+    if (r.verdict ==
+        Verdict::kPass) {  // a match the probe's wide bound cannot tell from the case's exact result
+      CheckResult
+          vis;  // the probe's exact gradients beyond the case's bound: the parameter's effect is visible
       const KernelGrads pg = as_written(pr.p, g, out);
       compare_gradients(p, own, pg.dq.data(), pg.dk.data(), pg.dv.data(), vis);
       if (vis.verdict == Verdict::kFail) loose.push_back({&pr, r.max_ratio, sep.max_ratio});
-      f.evidence.push_back({"ignored-parameter", "not (yet) " + pr.what.substr(0, pr.what.find(':')) +
-                                                     fmt(": the gradients are within that problem's bound (max ratio "
-                                                         "%.3g), but so are the case's exact ones (max ratio %.3g): "
-                                                         "the probe alone cannot tell them apart",
-                                                         r.max_ratio, sep.max_ratio)});
+      f.evidence.push_back(
+          {"ignored-parameter", "not (yet) " + pr.what.substr(0, pr.what.find(':')) +
+                                    fmt(": the gradients are within that problem's bound (max ratio "
+                                        "%.3g), but so are the case's exact ones (max ratio %.3g): "
+                                        "the probe alone cannot tell them apart",
+                                        r.max_ratio, sep.max_ratio)});
       continue;
     }
     f.evidence.push_back({"ignored-parameter", "not " + pr.what.substr(0, pr.what.find(':')) +
                                                    fmt(": the gradients stay beyond the bound (max ratio %.3g)", r.max_ratio)});
   }
-  // No probe separated. One probe alone matching, whose exact gradients are beyond the case's bound (its effect is
-  // visible), still names the parameter; several are ambiguous unless they are one result (e.g. a block mask whose
-  // blocks are all partial: the custom mask off inside them is both masks off), judged by identical ratios.
+  // No probe separated. One probe alone matching, whose exact gradients are beyond the case's bound (its
+  // effect is visible), still names the parameter; several are ambiguous unless they are one result (e.g. a
+  // block mask whose blocks are all partial: the custom mask off inside them is both masks off), judged by
+  // identical ratios.
   bool one = !loose.empty();
   for (const Loose& l : loose)
     one &= l.kernel_ratio == loose[0].kernel_ratio && l.exact_ratio == loose[0].exact_ratio;
   if (one) {
     f.fired = true;
     f.cls = FailureClass::kIgnoredParameter;
-    f.evidence.push_back({"ignored-parameter",
-                          "the backward ignores " + loose[0].pr->what +
-                              fmt(": of every probe only this one matches dQ, dK, dV (max ratio %.3g against it) and "
-                                  "its exact gradients are beyond the case's bound; its own bound is wide (the case's "
-                                  "exact gradients are within it too, max ratio %.3g)",
-                                  loose[0].kernel_ratio, loose[0].exact_ratio)});
+    f.evidence.push_back(
+        {"ignored-parameter",
+         "the backward ignores " + loose[0].pr->what +
+             fmt(": of every probe only this one matches dQ, dK, dV (max ratio %.3g against it) and "
+                 "its exact gradients are beyond the case's bound; its own bound is wide (the case's "
+                 "exact gradients are within it too, max ratio %.3g)",
+                 loose[0].kernel_ratio, loose[0].exact_ratio)});
   }
   return f;
 }

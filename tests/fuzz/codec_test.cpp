@@ -408,8 +408,9 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   EXPECT_GT(with_block, 0);
 }
 
-// Model presets (issue 28 item 9; attn-fuzz --preset): random bytes and mutations stay near the preset (its head
-// configurations, D and Dv within 8, its mask, softcap and sinks), round-trip, and still vary the lengths and D.
+// Model presets (issue 28 item 9; attn-fuzz --preset): random bytes and mutations stay near the preset (its
+// head configurations, D and Dv within 8, its mask, softcap and sinks), round-trip, and still vary the
+// lengths and D.
 TEST(Preset, DecodedAndMutatedCasesStayNearThePresetAndRoundTrip) {
   for (const ModelPreset& m : model_presets()) {
     FuzzLimits lim;

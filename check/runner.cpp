@@ -263,6 +263,12 @@ std::vector<float> unpack_lse(const Problem& p, const Tensors& t, const std::vec
 }
 
 namespace {
+
+// The guard poison of input buffer `name`: opts.guard_poison, or the other one for RunOptions::swap_guard_of.
+uint32_t guard_poison_of(const RunOptions& opts, const char* name) {
+  if (opts.swap_guard_of.empty() || opts.swap_guard_of != name) return opts.guard_poison;
+  return opts.guard_poison == kGuardPoisonAlt ? kGuardPoison : kGuardPoisonAlt;
+}
 // AF_DROPOUT_RNG_EXPORTED (attnfuzz/dropout.h): the guarded keep-mask buffer, its bytes poisoned with 0xa5 (neither
 // 0 nor 1, so an unwritten visible byte is seen); none for a declared generator.
 template <class Make>
@@ -304,7 +310,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   const size_t eb = static_cast<size_t>(dtype_bytes(p.dtype));
   const uint32_t fpoison = format_poison(p.dtype, poison);
   auto make = [&](const char* name, size_t bytes, uint32_t pw = 0) {
-    if (!pw) pw = poison;
+    if (!pw) pw = guard_poison_of(opts, name);
     return pool ? pool->take(name, bytes, g, pw) : std::make_unique<GuardedBuffer>(dev, name, bytes, g, pw);
   };
   std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison), kb = make("k", t.k.size() * eb, fpoison),
@@ -498,6 +504,7 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   const uint32_t poison = opts.guard_poison;
   BufferPool* pool = opts.pool && &opts.pool->device() == &dev ? opts.pool.get() : nullptr;
   auto make = [&](const char* name, size_t bytes, uint32_t pw) {
+    if (pw == poison) pw = guard_poison_of(opts, name);
     return pool ? pool->take(name, bytes, g, pw) : std::make_unique<GuardedBuffer>(dev, name, bytes, g, pw);
   };
   // q, k, v, o, dout and dq, dk, dv hold elements of the case's dtype (f16 / bf16: check/dtype_codec.h), poisoned

@@ -29,6 +29,10 @@ class BufferPool;
 struct RunOptions {
   size_t guard_bytes = 64 * 1024;  // each side of every buffer: a tail tile reading past the end lands here
   uint32_t guard_poison = kGuardPoison;
+  // Non-empty: the guards of the input buffer of this name ("custom_mask", "bias", ...: the variant and
+  // sequence arrays) hold the other guard poison (kGuardPoison <-> kGuardPoisonAlt): the poison swap's test
+  // of one buffer.
+  std::string swap_guard_of;
   uint32_t output_poison = kOutputPoison;  // written into O / LSE / workspace before the launch
   size_t worst = 8;                   // worst elements kept in the result
   OracleOptions oracle;

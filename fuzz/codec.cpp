@@ -14,7 +14,37 @@ namespace attnfuzz::fuzz {
 
 namespace detail {
 
+const ModelPreset* preset_of(const FuzzLimits& l) {
+  if (l.preset.empty()) return nullptr;
+  for (const ModelPreset& m : model_presets())
+    if (l.preset == m.name) return &m;
+  return nullptr;
+}
+
+void preset_mask(Problem& p, const ModelPreset& m, int64_t max_seq) {
+  // A window shorter than the fuzzed lengths can reach is kept as it is (gpt-oss's 128 keys); a longer one
+  // keeps its share of the context at p's Sk (gemma-2's 4096 of 8192: Sk / 2), as in the preset sweep.
+  Problem want = preset_problem(m, p.seq_q,
+                                m.window_left != AF_UNBOUNDED && m.window_left < max_seq ? m.seq_k : p.seq_k);
+  p.mask_kind = want.mask_kind;
+  p.mask_align = want.mask_kind == AF_MASK_NONE ? AF_ALIGN_TOP_LEFT : want.mask_align;
+  p.window_left = want.mask_kind == AF_MASK_WINDOW ? want.window_left : AF_UNBOUNDED;
+  p.window_right = want.mask_kind == AF_MASK_WINDOW ? want.window_right : AF_UNBOUNDED;
+}
+
 std::vector<std::pair<int64_t, int64_t>> head_menu(const FuzzLimits& l) {
+  if (const ModelPreset* m =
+          preset_of(l)) {  // its heads, then fewer KV heads of the same group size (GQA kept)
+    std::vector<std::pair<int64_t, int64_t>> out;
+    const int64_t group = m->heads_q / m->heads_kv;
+    for (int64_t hkv = m->heads_kv; hkv >= 1; hkv /= 2) {
+      out.emplace_back(group * hkv, hkv);
+      if (hkv % 2) break;
+    }
+    if (m->heads_kv == 1)  // MQA: fewer query heads, one KV head
+      for (int64_t hq = m->heads_q / 2; hq >= 8; hq /= 2) out.emplace_back(hq, 1);
+    return out;
+  }
   std::vector<std::pair<int64_t, int64_t>> m{{1, 1}, {1, 1}};
   for (auto hc : space::head_configs())
     if (hc.first <= l.max_heads) m.push_back(hc);
@@ -107,6 +137,18 @@ int64_t work(const Problem& p) {
 void fit(Problem& p, const FuzzLimits& l) {
   if (work(p) <= l.max_work) return;
   p.batch = 1;
+  if (preset_of(
+          l)) {  // near a preset: the heads and dims stay; the lengths halve, then the heads' smallest config
+    while (work(p) > l.max_work && (p.seq_q > 1 || p.seq_k > 1)) {
+      if (p.seq_k >= p.seq_q && p.seq_k > 1)
+        p.seq_k = (p.seq_k + 1) / 2;
+      else
+        p.seq_q = (p.seq_q + 1) / 2;
+    }
+    if (work(p) > l.max_work) std::tie(p.heads_q, p.heads_kv) = head_menu(l).back();
+    set_contiguous_strides(p);
+    return;
+  }
   if (work(p) > l.max_work) p.heads_q = p.heads_kv = 1;
   while (work(p) > l.max_work) {
     if (p.seq_k >= p.seq_q && p.seq_k > 1)
@@ -240,6 +282,15 @@ struct Fields {
     window = {capped({AF_UNBOUNDED, 0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129},
                      -1, 2 * l.max_seq),
               -1, 2 * l.max_seq};
+    if (const ModelPreset* m = preset_of(l)) {  // D and Dv within 8 of the preset's, mostly its own
+      auto near = [&](int64_t x) {
+        const int64_t lo = std::max<int64_t>(1, x - 8), hi = std::min(l.max_dim, x + 8);
+        return IntField{capped({x, x, x, x, x - 1, x + 1, x - 8, x + 8}, lo, hi), lo, hi};
+      };
+      dim = near(m->head_dim);
+      dim_v = near(m->head_dim_v);
+      if (m->head_dim_v == m->head_dim) dim_v.menu.insert(dim_v.menu.begin(), {kSame, kSame, kSame, kSame});
+    }
   }
 };
 
@@ -477,6 +528,8 @@ namespace {
 void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
   const uint8_t vb = r.u8();
   uint32_t bits = ((vb & 0x7f) | ((vb & 0x80) ? AF_VARIANT_HEAD_DESCALE : 0)) & lim.variants;
+  const ModelPreset* preset = preset_of(lim);
+  if (preset) bits |= (preset->sinks ? AF_VARIANT_SINK : 0) | (preset->softcap > 0 ? AF_VARIANT_SOFTCAP : 0);
   float softcap = 30.0f;
   uint8_t bcast = 0;
   if (vb & 0x0f & AF_VARIANT_SOFTCAP) {
@@ -489,6 +542,7 @@ void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
     bcast = r.u8() & 0x0f;
     c.variants.bias_range = bias_range_menu()[r.u8() % bias_range_menu().size()];
   }
+  if (preset && preset->softcap > 0) softcap = preset->softcap;
   const MaskFields mf = read_masks(r, bits);
   const bool per_batch = (vb & 0x80) && (r.u8() & 1);
   if (has_sequences(c.problem)) bits = 0;
@@ -564,6 +618,10 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     hkv = 1 + static_cast<int64_t>(r.varint() % static_cast<uint64_t>(lim.max_heads));
     hq = hkv * (1 + static_cast<int64_t>(r.varint() % static_cast<uint64_t>(lim.max_heads / hkv)));
   }
+  const ModelPreset* preset = preset_of(lim);
+  if (preset && std::find(heads.begin(), heads.end(), std::pair{hq, hkv}) == heads.end())
+    std::tie(hq, hkv) =
+        heads[static_cast<size_t>(hq + hkv) % heads.size()];  // near a preset: one of its configs
   const int64_t sq = f.seq_q.read(r);
   int64_t sk = f.seq_k.read(r);
   if (sk == kSame) sk = sq;
@@ -584,6 +642,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
       p.window_right = wr;
     }
   }
+  if (preset) preset_mask(p, *preset, lim.max_seq);
   // Scale.
   if (const uint8_t t = r.u8(); t >= kRaw) {
     const float s = bits_float(r.u32());
@@ -663,6 +722,11 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
   }
   const Problem dense = c.problem;  // before any sequence layout (a backward case may need it back)
   if (!c.explicit_values) read_sequences(r, c, lim);
+  if (preset && (preset->sinks || preset->softcap > 0) &&
+      has_sequences(c.problem)) {  // its variants need dense
+    c.problem = dense;
+    c.seqs = {};
+  }
   // Pass (issue 14), and a backward case's explicit dO (flag 0x80) when its values are explicit.
   const uint8_t pt = r.u8();
   c.pass = static_cast<Pass>((pt & 0x7f) % 3);
@@ -833,7 +897,44 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
   return std::move(w.out);
 }
 
+std::string set_preset(FuzzLimits& l, const std::string& name) {
+  const std::optional<ModelPreset> m = find_preset(name);
+  if (!m) return "--preset '" + name + "' is not a preset: one of " + preset_names() + " (or list)";
+  if (m->pending) return "--preset " + name + " needs " + m->pending + ": not fuzzable yet";
+  l.preset = name;
+  l.variants |= (m->sinks ? AF_VARIANT_SINK : 0u) | (m->softcap > 0 ? AF_VARIANT_SOFTCAP : 0u);
+  l.max_heads = std::max(l.max_heads, m->heads_q);
+  l.max_dim = std::max({l.max_dim, m->head_dim + 8, m->head_dim_v + 8});
+  l.max_work = std::max<int64_t>(l.max_work, int64_t{1} << 24);
+  return {};
+}
+
+namespace {
+// Near the preset of l (FuzzLimits::preset): its heads, dims, mask, softcap and sinks; "" when l has none.
+std::string preset_in_domain(const Case& c, const FuzzLimits& l) {
+  const ModelPreset* m = preset_of(l);
+  if (!m) return {};
+  const Problem& p = c.problem;
+  const auto heads = head_menu(l);
+  if (std::find(heads.begin(), heads.end(), std::pair{p.heads_q, p.heads_kv}) == heads.end())
+    return "heads other than the preset's configurations";
+  if (std::abs(p.head_dim - m->head_dim) > 8 || std::abs(p.head_dim_v - m->head_dim_v) > 8)
+    return "D or Dv more than 8 from the preset's";
+  Problem want = p;
+  preset_mask(want, *m, l.max_seq);
+  if (want.mask_kind != p.mask_kind || want.mask_align != p.mask_align || want.window_left != p.window_left ||
+      want.window_right != p.window_right)
+    return "a mask other than the preset's";
+  if (m->sinks && !(p.variants & AF_VARIANT_SINK)) return "no sinks in a sinks preset";
+  if (m->softcap > 0 && (!(p.variants & AF_VARIANT_SOFTCAP) || p.softcap != m->softcap))
+    return "a softcap other than the preset's";
+  if ((m->sinks || m->softcap > 0) && has_sequences(p)) return "a sequence layout in a preset with variants";
+  return {};
+}
+}  // namespace
+
 std::string in_domain(const Case& c, const FuzzLimits& l) {
+  if (std::string e = preset_in_domain(c, l); !e.empty()) return e;
   if (c.values.domain != l.domain) return "value domain differs from the fuzz limits'";
   if (l.dtype >= 0 && c.problem.dtype != l.dtype) return "dtype differs from the fuzz limits'";
   if (c.problem.dtype == AF_DTYPE_F32 &&

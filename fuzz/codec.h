@@ -48,7 +48,18 @@ struct FuzzLimits {
   // Merged states (issue 29): whether decoded cases may be merge cases (set when the campaign's kernels include a
   // merge kernel, AF_KIND_MERGE). The field after the variants (absent: none): docs in codec.cpp read_merge.
   bool merge = false;
+  // A model preset (attn-fuzz --preset NAME; include/attnfuzz/presets.h), or empty. Decoded cases keep its
+  // geometry with small perturbations: (Hq, Hkv) its own or reduced keeping the group size, D and Dv within 8
+  // of its own, its mask (a window shorter than max_seq as it is, a longer one at Sk's share of its context),
+  // its softcap and sinks; batch, lengths, values, the other variants and the pass come from the bytes as
+  // usual. set_preset() sets it and the limits it needs.
+  std::string preset;
 };
+
+// Makes l decode near preset `name`: l.preset, l.variants += the preset's, max_heads / max_dim raised to its
+// heads and dims, max_work to 2^24 (a 64-head D = 128 check at 16 x 128). Returns "" or a one-line reason
+// (unknown name, or a preset whose geometry the case model cannot hold yet).
+std::string set_preset(FuzzLimits& l, const std::string& name);
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.
 struct FuzzInput {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnfuzz/presets.h"
 #include "fuzz/codec.h"
 
 namespace attnfuzz::fuzz::detail {
@@ -26,6 +27,11 @@ inline int64_t tensor_dim(const Problem& p, Tensor t) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> head_menu(const FuzzLimits& l);  // (Hq, Hkv) configurations
+// The preset of l (FuzzLimits::preset) in the one table, or null.
+const ModelPreset* preset_of(const FuzzLimits& l);
+// The preset's mask at p's Sk: none / causal-br, or its window: as it is when shorter than max_seq, else
+// scaled to Sk's share of its context.
+void preset_mask(Problem& p, const ModelPreset& m, int64_t max_seq);
 const std::vector<float>& scale_menu();
 const std::vector<float>& o_scale_menu();  // fp8 output scales
 const std::vector<double>& param_menu(Distribution d);

@@ -546,7 +546,9 @@ void prop_packing(const KernelEntry& k, const Case& c, bool strict) {
   }
 }
 
-// Score-variant identities (issue 28): one relation per case, among those the case and the kernel allow.
+// Score-variant identities (issue 28): one relation per case, among those the case and the kernel allow; with
+// per-head fp8 descales (item 6) also k's descales folded into q's, which a kernel reading k's descale at
+// another head than the KV head breaks (the folded case has every k descale 1).
 void prop_variants(const KernelEntry& k, const Case& c) {
   const Problem& p = c.problem;
   const uint32_t kv = k.kernel.variants;
@@ -565,6 +567,11 @@ void prop_variants(const KernelEntry& k, const Case& c) {
   if ((p.variants & AF_VARIANT_SOFTCAP) && c.values.specials.empty()) rel.push_back(1);
   if ((p.variants & AF_VARIANT_ALIBI) && !(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(2);
   if (!(p.variants & AF_VARIANT_BIAS) && (kv & AF_VARIANT_BIAS)) rel.push_back(3);
+  if (p.variants &
+      AF_VARIANT_HEAD_DESCALE) {  // only its own relation (set_variants redraws the per-head strides)
+    rel.clear();
+    if (!c.variants.q_descale_h.empty() && !c.variants.k_descale_h.empty()) rel.push_back(4);
+  }
   if (rel.empty()) return;
   const int r = rel[*index_below(rel.size())];
   std::vector<bool> keep(static_cast<size_t>(p.seq_q), true);
@@ -580,6 +587,18 @@ void prop_variants(const KernelEntry& k, const Case& c) {
     a.problem.softcap = 1e30f;
     if (!supported(k, a.problem)) return;
     return assert_relation(k, a, without(AF_VARIANT_SOFTCAP), rows, false, true, "softcap 1e30 against no softcap");
+  }
+  if (r == 4) {  // per-head fp8 descales: k's folded into q's (q_d[h] k_d[hk], k_d = 1), the same scores
+    Case b = c;
+    const int64_t group = p.heads_q / p.heads_kv;
+    for (int64_t bb = 0; bb < (p.descale_stride[0] ? p.batch : 1); ++bb)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        b.variants.q_descale_h[static_cast<size_t>(descale_h_index(p, bb, h))] =
+            c.variants.q_descale_h[static_cast<size_t>(descale_h_index(p, bb, h))] *
+            c.variants.k_descale_h[static_cast<size_t>(descale_h_index(p, bb, h / group))];
+    std::fill(b.variants.k_descale_h.begin(), b.variants.k_descale_h.end(), 1.0f);
+    if (!validate(b).empty()) return;  // a product outside the descales' range [2^-16, 2^16]
+    return assert_relation(k, c, b, rows, false, true, "k's per-head descales folded into q's (k's all 1)");
   }
   if (r == 2) {  // ALiBi = the bias tensor -slope_h |j - (i + off)| (broadcast over the batch)
     Case b = without(AF_VARIANT_ALIBI);

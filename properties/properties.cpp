@@ -129,7 +129,7 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       l.min_bh = 2;
       break;
     case Property::kVariants:
-      l.variants = k.variants & kScoreVariants;
+      l.variants = k.variants & (kScoreVariants | AF_VARIANT_HEAD_DESCALE);  // head-descale: fp8 dtypes only
       break;
     case Property::kDropout:
       l.variants = k.variants & AF_VARIANT_DROPOUT;
@@ -246,7 +246,7 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
     out.rc_message = "the kernel declares no dropout: not run";
     return out;
   }
-  if (prop == Property::kVariants && !(k.kernel.variants & kScoreVariants)) {
+  if (prop == Property::kVariants && !(k.kernel.variants & (kScoreVariants | AF_VARIANT_HEAD_DESCALE))) {
     out.passed = true;  // nothing to relate
     out.rc_message = "the kernel declares no score variant: not run";
     return out;

@@ -47,7 +47,6 @@ struct Options {
   int repeat = 1;
   // modes
   bool sweep = false;
-  std::string preset;  // --sweep --preset NAME (issue 28 item 9); "list" lists them
   std::vector<std::string> replay;
   bool minimize = false;      // with --replay: shrink each file's recorded failure (fuzz/minimize.cpp)
   double minimize_time = 60;  // seconds per file
@@ -199,9 +198,6 @@ void define_options(CLI::App& app, Options& o) {
   auto* sweep = app.add_flag("--sweep", o.sweep,
                              "run the built-in grid of edge shapes over every kernel that supports each case")
                     ->group(m);
-  app.add_option("--preset", o.preset,
-                 "with --sweep: a model preset's geometry instead of the edge grid ('list' lists them)")
-      ->group(m);
   auto* replay = app.add_option("--replay", o.replay, "replay corpus files (or directories of .case files)")
                      ->group(m)
                      ->check(non_empty());
@@ -484,8 +480,8 @@ std::vector<Job> make_jobs(const Options& o, const Session& s, std::vector<std::
   std::vector<Job> jobs;
   if (!o.replay.empty()) {
     jobs = replay_jobs(o, bad);
-  } else if (!o.preset.empty()) {
-    for (Case& c : preset_sweep_grid(*find_preset(o.preset), o.seed, value_domain(o.common),
+  } else if (!o.common.preset.empty()) {
+    for (Case& c : preset_sweep_grid(*find_preset(o.common.preset), o.seed, value_domain(o.common),
                                      case_dtype(o.common), case_pass(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
@@ -644,13 +640,14 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
     for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
     return npy::run_npy_emit(o.npy, case_from_flags(o), cmd);
   }
-  if (o.preset == "list") {
+  if (o.common.preset == "list") {
     std::fputs(preset_table().c_str(), stdout);
     return 0;
   }
-  if (!o.preset.empty() && !find_preset(o.preset))
-    usage_error("--preset '" + o.preset + "' is not a preset: one of " + preset_names() + " (or list)");
-  if (!o.preset.empty() && !o.sweep)
+  if (!o.common.preset.empty() && !find_preset(o.common.preset))
+    usage_error("--preset '" + o.common.preset + "' is not a preset: one of " + preset_names() +
+                " (or list)");
+  if (!o.common.preset.empty() && !o.sweep)
     usage_error("--preset NAME goes with --sweep (attn-check --sweep --preset NAME)");
   Session s = open_session(o.common, "attn-check", argc, argv);
   check_modes(o, app);

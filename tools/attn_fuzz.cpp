@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "attnfuzz/device.h"
+#include "attnfuzz/presets.h"
 #include "attnfuzz/registry.h"
 #include "fuzz/campaign.h"
 #include "fuzz/sync.h"
@@ -240,6 +241,10 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   define_options(app, o);
   app.set_version_flag("--version", "attn-fuzz " ATTNFUZZ_VERSION);
   if (const int rc = cli::parse_or_exit_code(app, argc, argv, "attn-fuzz", kBriefHelp); rc >= 0) return rc;
+  if (o.common.preset == "list") {
+    std::fputs(preset_table().c_str(), stdout);
+    return 0;
+  }
   if (o.common.no_isolate && app.count("--isolate") && o.isolate != "never")
     usage_error("--no-isolate contradicts --isolate " + o.isolate);
   std::string command_line;
@@ -282,6 +287,9 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.isolate = o.common.no_isolate ? "never" : o.isolate;
   w.limits.max_seq = o.max_seq;
   w.limits.max_dim = o.max_d;
+  if (!o.common.preset
+           .empty())  // issue 28 item 9: cases near a model's geometry (fuzz/codec.h FuzzLimits::preset)
+    if (std::string e = fuzz::set_preset(w.limits, o.common.preset); !e.empty()) usage_error(e);
   if (has_backward(case_pass(o.common)) && case_dtype(o.common) > AF_DTYPE_BF16)
     usage_error("--pass " + o.common.pass + " is checked in f32, f16 and bf16 only: drop --dtype " + o.common.dtype);
   w.out = o.common.out;

@@ -385,6 +385,12 @@ void add_oracle_options(CLI::App& app, CommonOptions& o) {
 void add_variant_options(CLI::App& app, CommonOptions& o) {
   using namespace cli;
   auto* vg = "Score variants (docs/semantics.md \"Variants\")";
+  app.add_option("--preset", o.preset,
+                 "a model preset's geometry ('list' lists them): attn-check --sweep runs its grid instead of "
+                 "the edge "
+                 "grid; attn-fuzz keeps its cases near it (its heads, D and Dv within 8, its mask, softcap "
+                 "and sinks)")
+      ->group(vg);
   app.add_option(
          "--variant", o.variant,
          "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, "

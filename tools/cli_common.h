@@ -43,6 +43,9 @@ struct CommonOptions {
   // Score variants of generated cases (issue 28; case.h VariantSpec): sink, softcap, alibi, bias ('+' or ','
   // separated, or all); with --sweep the variant sweep (variant_sweep_grid).
   std::string variant;
+  // A model preset (include/attnfuzz/presets.h; 'list' lists them): attn-check --sweep runs its geometry's
+  // grid, attn-fuzz keeps decoded shapes near it (fuzz/codec.h FuzzLimits::preset).
+  std::string preset;
   float softcap = 30;
   double sink_range = 2, bias_range = 1;
   std::string bias_broadcast;  // subset of "bhij"

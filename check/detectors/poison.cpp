@@ -6,6 +6,45 @@
 
 namespace attnfuzz::detect {
 
+namespace {
+
+// Which of the case's variant and sequence arrays the kernel reads past: each swapped alone
+// (RunOptions::swap_guard_of) until the output changes. "" when none does (the read is outside q, k, v, o,
+// lse or the workspace) or none exists.
+std::string guarded_input_read(Context& c) {
+  const Tensors& t = c.tensors();
+  const std::pair<const char*, bool> inputs[] = {
+      {"custom_mask", !t.custom_mask.empty()},
+      {"block_mask", !t.block_mask.empty()},
+      {"bias", !t.bias.empty()},
+      {"sinks", !t.sinks.empty()},
+      {"alibi_slopes", !t.alibi_slopes.empty()},
+      {"q_descale_h", !t.q_descale_h.empty()},
+      {"k_descale_h", !t.k_descale_h.empty()},
+      {"v_descale_h", !t.v_descale_h.empty()},
+      {"cu_seqlens_q", !t.cu_seqlens_q.empty()},
+      {"cu_seqlens_k", !t.cu_seqlens_k.empty()},
+      {"seqused_k", !t.seqused_k.empty()},
+      {"block_table", !t.block_table.empty()},
+  };
+  for (const auto& [name, present] : inputs) {
+    if (!present) continue;
+    RunOptions o = c.opts;
+    o.swap_guard_of = name;
+    const LaunchOutcome one = c.launch(t, o);
+    if (one.launch.status != LaunchStatus::kOk) continue;
+    const BitDiff d = launch_diff(c, c.original(), one);
+    if (d.count != 0)
+      return fmt("the read is past %s: with only its guards' poison swapped, %lld output element(s) change; "
+                 "first ",
+                 name, (long long)d.count) +
+             d.first();
+  }
+  return {};
+}
+
+}  // namespace
+
 Finding poison_swap(Context& c) {
   Finding f;
   if (c.original().o.empty()) return f;
@@ -54,9 +93,12 @@ Finding poison_swap(Context& c) {
                             "element(s) change when only the ",
                             (long long)d.count) +
                             what +
-                            " around q, k, v, o, lse and workspace changes: the kernel "
+                            " around q, k, v, o, lse, the workspace and the variant / sequence arrays "
+                            "changes: the kernel "
                             "reads outside its buffers; first " +
                             d.first()});
+    if (const std::string which = guarded_input_read(c); !which.empty())
+      f.evidence.push_back({"poison-swap", which});
     if (has_sequences(c.pc.problem()))  // the poison also fills every gap between and after sequences
       f.evidence.push_back({"poison-swap", "the gaps outside every sequence hold the same poison; O[b=" +
                                                std::to_string(d.b) + "] is " +

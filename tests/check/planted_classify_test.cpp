@@ -454,6 +454,52 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
 
+// Cases the mask-variant planted kernels were misnamed on (issue 28, an H200 `--variant all` sweep), each
+// with the class that leads to its bug and a word its evidence must hold. Bits rows of Sk < 8 keys read
+// floor(Sk / 8) = 0 bytes apart (every row reads row 0; once `wrong` / `non-finite`: the stride probe skipped
+// a stride of 0); a row-broadcast mask (mask_stride[2] = 0) stepped Sk / 8 bytes per row really reads past
+// the custom mask's one row (`oob-read`, the poison swap of that buffer alone changes the output); a backward
+// ignoring the mask whose worst element is in d bias (once `wrong`: a failure "in dBias" got no probe
+// although dQ, dK, dV failed too).
+struct Misnamed {
+  const char* kernel;
+  int64_t sq, sk, d;
+  Pass pass;
+  uint32_t bits;
+  const char* broadcast;
+  const char* cls;
+  const char* evidence;
+};
+TEST(PlantedVariant, MaskVariantCasesOnceMisnamedGetTheClassOfTheirBug) {
+  load();
+  const Misnamed cases[] = {
+      {"planted-mask-bits-stride", 13, 7, 16, Pass::kFwd, AF_VARIANT_MASK_BITS, "", "ignored-parameter",
+       "read 0 bytes apart"},
+      {"planted-mask-bits-stride", 129, 1, 16, Pass::kFwd, AF_VARIANT_MASK_BITS, "", "ignored-parameter",
+       "read 0 bytes apart"},
+      {"planted-mask-bits-stride", 16, 16, 16, Pass::kFwd, AF_VARIANT_MASK_BITS, "i", "oob-read",
+       "custom_mask"},
+      {"planted-mask-ignored-bwd", 31, 31, 32, Pass::kBwd, AF_VARIANT_MASK_DENSE | AF_VARIANT_BIAS, "",
+       "ignored-parameter", "custom mask"},
+  };
+  for (const Misnamed& m : cases) {
+    Problem p = make_problem(1, 1, 1, m.sq, m.sk, m.d, m.d);
+    Case c = make_case(p, 5);
+    c.pass = m.pass;
+    ASSERT_EQ(set_variants(c, m.bits & kScoreVariants), "");
+    ASSERT_EQ(set_mask_variants(c, m.bits & kMaskVariants, m.pass == Pass::kBwd ? "random:0.9" : "random:0.5",
+                                "mixed", m.broadcast),
+              "");
+    ASSERT_EQ(validate(c), "") << describe(c);
+    std::vector<PreparedCase> one;
+    one.emplace_back(c);
+    if (const auto f = first_failure("misnamed", m.kernel, one)) {
+      EXPECT_EQ(failure_class_name(f->j.result.failure), std::string(m.cls)) << describe(c) << f->evidence;
+      EXPECT_NE(f->evidence.find(m.evidence), std::string::npos) << describe(c) << f->evidence;
+    }
+  }
+}
+
 // ---- dropout (issue 29) ----------------------------------------------------------------------------------
 // The planted dropout kernels (kernels/planted/dropout_bugs.hip; kernels/planted/README.md "Dropout bugs") on the
 // dropout sweep (dropout_sweep_grid) of their pass: each found, named dropout, and decided by the check it is about.

@@ -11,6 +11,7 @@
 
 #include "../core/nonfinite_values.h"
 #include "attnfuzz/corpus.h"
+#include "attnfuzz/presets.h"
 #include "fuzz/campaign.h"
 #include "fuzz/features.h"
 
@@ -405,6 +406,41 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   EXPECT_EQ(seen, kCheckedVariants);
   EXPECT_GT(with_bias_bcast, 0);
   EXPECT_GT(with_block, 0);
+}
+
+// Model presets (issue 28 item 9; attn-fuzz --preset): random bytes and mutations stay near the preset (its
+// head configurations, D and Dv within 8, its mask, softcap and sinks), round-trip, and still vary the
+// lengths and D.
+TEST(Preset, DecodedAndMutatedCasesStayNearThePresetAndRoundTrip) {
+  for (const ModelPreset& m : model_presets()) {
+    FuzzLimits lim;
+    if (m.pending) {  // a geometry the case model cannot hold yet: refused with the reason
+      EXPECT_NE(set_preset(lim, m.name).find("not fuzzable yet"), std::string::npos) << m.name;
+      continue;
+    }
+    ASSERT_EQ(set_preset(lim, m.name), "") << m.name;
+    std::set<int64_t> lengths, dims;
+    int own_heads = 0;
+    random_and_mutated(
+        FuzzLimits{}, lim, 51, [](const Case&) { return true; },
+        [&](const Case& c) {
+          const Problem& p = c.problem;
+          EXPECT_EQ(p.heads_q / p.heads_kv, m.heads_kv == 1 ? p.heads_q : m.heads_q / m.heads_kv) << m.name;
+          EXPECT_LE(std::abs(p.head_dim - m.head_dim), 8) << m.name;
+          EXPECT_EQ(p.mask_kind != AF_MASK_NONE, m.causal || m.window_left != AF_UNBOUNDED) << m.name;
+          if (m.sinks) EXPECT_TRUE(p.variants & AF_VARIANT_SINK) << m.name;
+          if (m.softcap > 0) EXPECT_EQ(p.softcap, m.softcap) << m.name;
+          own_heads += p.heads_q == m.heads_q;
+          lengths.insert(p.seq_k);
+          dims.insert(p.head_dim);
+        });
+    EXPECT_GT(own_heads, 100) << m.name;
+    EXPECT_GT(lengths.size(), 10u) << m.name;
+    EXPECT_GT(dims.size(), 2u) << m.name;
+  }
+  FuzzLimits lim;
+  EXPECT_NE(set_preset(lim, "llama-9"), "");
+  EXPECT_TRUE(lim.preset.empty());
 }
 
 // Merged states (issue 29): the field after the variants. Without merge in the limits no bytes give a merge case

@@ -38,6 +38,7 @@ struct Catch {
   Property property;
   const char* kernel;
   Pass pass = Pass::kFwd;
+  int32_t dtype = AF_DTYPE_F32;
 };
 
 class PlantedCatch : public ::testing::TestWithParam<Catch> {};
@@ -49,6 +50,7 @@ TEST_P(PlantedCatch, PropertyFailsShrinksAndSaves) {
   o.max_success = 40;
   o.use_rc_params = false;  // the expectation holds for this fixed seed and budget
   o.pass = c.pass;
+  o.dtype = c.dtype;
   o.out = std::filesystem::path(ATTNFUZZ_PROPERTY_TEST_OUT) / property_name(c.property);
   const PropertyOutcome r = run_property(c.property, k, o);
   ASSERT_FALSE(r.passed) << property_name(c.property) << " did not catch " << c.kernel << " in "
@@ -83,40 +85,45 @@ void PrintTo(const Catch& c, std::ostream* os) {
 std::string catch_name(const ::testing::TestParamInfo<Catch>& info) {
   std::string n = std::string(property_name(info.param.property)) + "__" + info.param.kernel;
   if (info.param.pass != Pass::kFwd) n += std::string("__") + pass_name(info.param.pass);
+  if (info.param.dtype != AF_DTYPE_F32) n += std::string("__") + dtype_name(info.param.dtype);
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 }
 
 // One planted bug per property (from the README table: each of these is caught at this budget and seed).
-INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
-                         ::testing::Values(Catch{Property::kOracle, "planted-no-acc-rescale"},
-                                           Catch{Property::kKeyPermutation, "planted-no-acc-rescale"},
-                                           Catch{Property::kKeyShift, "planted-masked-score-zero"},
-                                           Catch{Property::kCausalPrefix, "planted-causal-off-by-one"},
-                                           Catch{Property::kRowIndependence, "test-row-leak-tile-max"},
-                                           Catch{Property::kBatchHead, "planted-tail-k-oob-read"},
-                                           Catch{Property::kDeterminism, "planted-no-score-barrier"},
-                                           Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
-                                           Catch{Property::kPacking, "planted-varlen-cu-off-by-one"},
-                                           // Score variants (issue 28): a huge softcap against none (an
-                                           // exp-based tanh cancels to 0 there).
-                                           Catch{Property::kVariants, "planted-softcap-exp"},
-                                           // Merged states (issue 29): other split points in another state
-                                           // layout; the LSE of a base-2 merge.
-                                           Catch{Property::kMerge, "planted-merge-stride-of-output"},
-                                           Catch{Property::kMerge, "planted-merge-lse-base2"},
-                                           // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
-                                           Catch{Property::kDropout, "planted-dropout-inv-p"},
-                                           // Custom masks: bits against dense of the same pattern; partial blocks
-                                           // against the custom mask alone.
-                                           Catch{Property::kMasks, "planted-mask-bits-stride"},
-                                           Catch{Property::kMasks, "planted-block-partial-full"},
-                                           // Backward: batch / head with dK / dV summed over a GQA group;
-                                           // thread orders on the backward launch.
-                                           Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},
-                                           Catch{Property::kDeterminism, "planted-bwd-no-ds-barrier", Pass::kBwd}),
-                         catch_name);
+INSTANTIATE_TEST_SUITE_P(
+    Planted, PlantedCatch,
+    ::testing::Values(Catch{Property::kOracle, "planted-no-acc-rescale"},
+                      Catch{Property::kKeyPermutation, "planted-no-acc-rescale"},
+                      Catch{Property::kKeyShift, "planted-masked-score-zero"},
+                      Catch{Property::kCausalPrefix, "planted-causal-off-by-one"},
+                      Catch{Property::kRowIndependence, "test-row-leak-tile-max"},
+                      Catch{Property::kBatchHead, "planted-tail-k-oob-read"},
+                      Catch{Property::kDeterminism, "planted-no-score-barrier"},
+                      Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
+                      Catch{Property::kPacking, "planted-varlen-cu-off-by-one"},
+                      // Score variants (issue 28): a huge softcap against none (an
+                      // exp-based tanh cancels to 0 there).
+                      Catch{Property::kVariants, "planted-softcap-exp"},
+                      // Merged states (issue 29): other split points in another state
+                      // layout; the LSE of a base-2 merge.
+                      Catch{Property::kMerge, "planted-merge-stride-of-output"},
+                      Catch{Property::kMerge, "planted-merge-lse-base2"},
+                      // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
+                      Catch{Property::kDropout, "planted-dropout-inv-p"},
+                      // Custom masks: bits against dense of the same pattern; partial blocks
+                      // against the custom mask alone.
+                      Catch{Property::kMasks, "planted-mask-bits-stride"},
+                      Catch{Property::kMasks, "planted-block-partial-full"},
+                      // Per-head fp8 descales: k's folded into q's (every k descale 1)
+                      // against k's read at the query head.
+                      Catch{Property::kVariants, "planted-head-descale-qhead", Pass::kFwd, AF_DTYPE_FP8_E4M3},
+                      // Backward: batch / head with dK / dV summed over a GQA group;
+                      // thread orders on the backward launch.
+                      Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},
+                      Catch{Property::kDeterminism, "planted-bwd-no-ds-barrier", Pass::kBwd}),
+    catch_name);
 
 }  // namespace
 }  // namespace attnfuzz::props

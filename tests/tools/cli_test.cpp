@@ -223,5 +223,14 @@ TEST(Cli, PresetListBadNameAndSweep) {
   const Result oss = run(kCheck + " --sweep --preset gpt-oss --kernel 'flash-*'" + kOut);
   EXPECT_EQ(oss.code, 0) << oss.out;
   EXPECT_TRUE(has(oss.out, "all passed")) << oss.out;
+  // attn-fuzz takes the same option (tools/cli_common): list, a bad name and a preset it cannot fuzz yet.
+  EXPECT_EQ(run(kFuzz + " --preset list").code, 0);
+  const Result fbad = run(kFuzz + " --preset llama-9 --max-time 1" + kOut);
+  EXPECT_EQ(fbad.code, 2);
+  EXPECT_EQ(lines(fbad.out).size(), 1u) << fbad.out;
+  EXPECT_TRUE(has(fbad.out, "is not a preset: one of llama-3.1")) << fbad.out;
+  const Result mla = run(kFuzz + " --preset deepseek-v3 --max-time 1" + kOut);
+  EXPECT_EQ(mla.code, 2);
+  EXPECT_TRUE(has(mla.out, "not fuzzable yet")) << mla.out;
 }
 }  // namespace attnfuzz

@@ -58,7 +58,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"dtype", c.limits.dtype < 0 ? std::string("any") : std::string(dtype_name(c.limits.dtype))},
                  {"passes", c.limits.passes},
                  {"variants", c.limits.variants},
-                 {"merge", c.limits.merge}};
+                 {"merge", c.limits.merge},
+                 {"mla_dims", c.limits.mla_dims}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -109,6 +110,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
     if (l.contains("variants") && l.at("variants").is_number_unsigned())
       c.limits.variants = static_cast<uint32_t>(l.at("variants").get<uint64_t>()) & kCheckedVariants;
     if (l.contains("merge") && l.at("merge").is_boolean()) c.limits.merge = l.at("merge").get<bool>();
+    if (l.contains("mla_dims") && l.at("mla_dims").is_boolean()) c.limits.mla_dims = l.at("mla_dims").get<bool>();
   }
   get("out", c.out);
   get("command", c.command);

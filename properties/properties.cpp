@@ -84,6 +84,10 @@ const PropertyInfo kInfo[] = {
      "mask causal-br; the bit-packed mask equals the dense mask of the same pattern; a block mask of partial blocks "
      "equals the custom mask alone; a block mask of full blocks equals no mask (a full block never reads the custom "
      "mask)"},
+    {Property::kKvShared, "kv-shared",
+     "for a kernel that declares kv-shared (MLA), a case whose V is the first Dv columns of K's rows (buffers.v == "
+     "buffers.k) and the same case with those values copied out into V's own contiguous buffer give bit-identical O "
+     "and LSE"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -136,6 +140,9 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       break;
     case Property::kMasks:
       l.variants = k.variants & kMaskVariants;
+      break;
+    case Property::kKvShared:
+      l.variants = k.variants & AF_VARIANT_KV_SHARED;
       break;
     default:
       break;
@@ -254,6 +261,11 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   if (prop == Property::kMasks && !(k.kernel.variants & kMaskVariants)) {
     out.passed = true;
     out.rc_message = "the kernel declares no custom mask: not run";
+    return out;
+  }
+  if (prop == Property::kKvShared && !(k.kernel.variants & AF_VARIANT_KV_SHARED)) {
+    out.passed = true;  // nothing to relate
+    out.rc_message = "the kernel declares no kv-shared: not run";
     return out;
   }
   const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);

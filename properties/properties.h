@@ -35,6 +35,7 @@ enum class Property {
   kDropout,          // dropout with p = 0 equals no dropout; the same (seed, offset) twice gives the same bits (issue 29)
   kMasks,            // custom-mask identities: all-ones dense = no mask; the causal pattern = mask_kind causal; bits =
                      // dense of the same pattern; all-partial blocks = the custom mask; all-full = none (issue 28)
+  kKvShared,         // V a view of K's rows (one buffer) gives the same bits as V copied out (issue 28 item 5)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

@@ -332,7 +332,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
                   std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
                   std::string(e.kernel.family) == "planted/merge" ||     // PlantedMerge below
-                  std::string(e.kernel.family) == "planted/dropout")     // PlantedDropout below
+                  std::string(e.kernel.family) == "planted/dropout" ||   // PlantedDropout below
+                  std::string(e.kernel.family) == "planted/mla")         // PlantedMla below
           << e.kernel.name;
 }
 
@@ -448,6 +449,30 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
+
+// ---- MLA's shared K/V latent (issue 28 item 5) ----------------------------------------------------------------
+// planted-mla-v-stride-dv (kernels/planted/mla_bugs.hip; README "MLA bugs") steps V's rows by Dv instead of K's row
+// stride: found on the kv-shared sweep and named ignored-parameter by the v_stride probe; quiet with V in its own
+// buffer and with one key. The correct mla-decode and flash-bm16-bn32 pass the same budget.
+TEST(PlantedMla, VSteppedByDvFoundAndNamedOnTheKvSharedSweep) {
+  load();
+  std::vector<PreparedCase>& cases = prepared_variants(Pass::kFwd, AF_VARIANT_KV_SHARED);
+  if (const auto f = first_failure("planted-mla", "planted-mla-v-stride-dv", cases)) {
+    EXPECT_EQ(failure_class_name(f->j.result.failure), "ignored-parameter") << describe(f->pc->the_case()) << f->evidence;
+    EXPECT_NE(f->evidence.find("v_stride (kv-shared"), std::string::npos) << f->evidence;
+  }
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, "planted-mla-v-stride-dv");
+  ASSERT_NE(k, nullptr);
+  std::vector<PreparedCase> quiet;
+  Case own = make_case(make_problem(1, 16, 1, 1, 40, 576, 512), 5);  // V in its own contiguous buffer
+  quiet.emplace_back(own);
+  Case one = make_case(make_problem(1, 4, 1, 1, 1, 576, 512), 6);  // one key: row 0 is right
+  ASSERT_EQ(set_variants(one, AF_VARIANT_KV_SHARED), "");
+  quiet.emplace_back(one);
+  EXPECT_EQ(passes_without_failure("planted-mla-quiet", *k, quiet), 2);
+  for (const char* name : {"mla-decode", "flash-bm16-bn32"})
+    EXPECT_GT(correct_passes("correct-kv-shared", name, cases), 8) << name;
+}
 
 // ---- dropout (issue 29) ----------------------------------------------------------------------------------
 // The planted dropout kernels (kernels/planted/dropout_bugs.hip; kernels/planted/README.md "Dropout bugs") on the

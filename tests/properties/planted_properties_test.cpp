@@ -112,6 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
                                            // against the custom mask alone.
                                            Catch{Property::kMasks, "planted-mask-bits-stride"},
                                            Catch{Property::kMasks, "planted-block-partial-full"},
+                                           // MLA (issue 28 item 5): V a view of K against V copied out.
+                                           Catch{Property::kKvShared, "planted-mla-v-stride-dv"},
                                            // Backward: batch / head with dK / dV summed over a GQA group;
                                            // thread orders on the backward launch.
                                            Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

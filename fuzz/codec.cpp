@@ -531,14 +531,17 @@ void read_merge(Reader& r, Case& c, const FuzzLimits& lim) {
   (void)set_merge(c, cuts, shift, lb & 1, merge_pad_menu()[(lb >> 1) % merge_pad_menu().size()]);
 }
 
-// MLA's shared K/V latent (issue 28 item 5), the field after merge: bit 0 makes the case kv-shared (V the first Dv
-// columns of K's rows) when the limits allow it, the case is a forward one with Dv <= D, not a merge case and has no
-// explicit values; bit 1 then gives it DeepSeek's D = 576, Dv = 512 with one KV head when the limits allow MLA dims
-// (dense only; the work budget shrinks the sequences, never these dims). Absent or 0: not shared.
+// Whether p is MLA-shaped under lim (kv-shared, D 576, Dv 512, one KV head, dense; lim.mla_dims on).
 bool mla_dims(const Problem& p, const FuzzLimits& lim) {
   return lim.mla_dims && kv_shared(p) && p.head_dim == kMlaHeadDim && p.head_dim_v == kMlaHeadDimV &&
          p.heads_kv == 1 && !has_sequences(p);
 }
+
+// MLA's shared K/V latent (issue 28 item 5), the field after merge: bit 0 makes the case kv-shared (V the first Dv
+// columns of K's rows) when the limits allow it, the case is a forward one with Dv <= D, not a merge case and has no
+// explicit values; bit 1 then gives it DeepSeek's D = 576, Dv = 512 with one KV head when the limits allow MLA dims
+// (dense only; the work budget shrinks the sequences, never these dims; at= special values dropped). A dense shared
+// case gets contiguous strides. Absent or 0: not shared.
 void read_kv_shared(Reader& r, Case& c, const FuzzLimits& lim) {
   const uint8_t kb = r.u8();
   Problem& p = c.problem;
@@ -555,15 +558,15 @@ void read_kv_shared(Reader& r, Case& c, const FuzzLimits& lim) {
     if (p.variants & AF_VARIANT_BLOCK_SPARSE) (void)set_block_mask_strides(p, block_mask_broadcast(p));
     if (p.variants & AF_VARIANT_DROPOUT) (void)set_dropout(p, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
     if (p.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(p, p.descale_stride[0] != 0);
-    std::erase_if(c.values.specials, [&](const SpecialValue& s) {  // an at= position the new shape lacks
-      return s.placement == Placement::kAt && (s.b >= p.batch || s.h >= tensor_heads(p, s.tensor) ||
-                                               s.s >= tensor_seq(p, s.tensor) || s.d >= tensor_dim(p, s.tensor));
-    });
+    // at= positions were read for the old shape (their d modulo the old D): dropped, as in_domain requires
+    std::erase_if(c.values.specials, [](const SpecialValue& s) { return s.placement == Placement::kAt; });
     c.variants.bias.clear(), c.variants.custom_mask.clear(), c.variants.block_mask.clear();
     c.variants.q_descale_h.clear(), c.variants.k_descale_h.clear(), c.variants.v_descale_h.clear();
     return;
   }
-  if (p.head_dim_v <= p.head_dim) share_kv(p);
+  if (p.head_dim_v > p.head_dim) return;
+  share_kv(p);
+  if (!has_sequences(p)) set_contiguous_strides(p);  // the raw strides were drawn for a V of its own
 }
 
 void write_merge(Writer& w, const Case& c) {
@@ -948,8 +951,10 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
   if ((p.head_dim > l.max_dim || p.head_dim_v > l.max_dim) && !mla_dims(p, l)) return "head dim above the fuzz limit";
   if (kv_shared(p) && !(l.variants & AF_VARIANT_KV_SHARED)) return "kv-shared while the fuzz limits take none";
   if (kv_shared(p) && c.explicit_values) return "explicit values of a kv-shared case are not encoded";
-  if (kv_shared(p) && mla_dims(p, l) && (has_sequences(p) || !contiguous(p)))
-    return "an MLA-shaped case is dense and contiguous in the fuzzer";
+  if (kv_shared(p) && !has_sequences(p) && !contiguous(p)) return "a kv-shared case is contiguous in the fuzzer";
+  if (mla_dims(p, l) && std::any_of(c.values.specials.begin(), c.values.specials.end(),
+                                    [](const SpecialValue& s) { return s.placement == Placement::kAt; }))
+    return "an MLA-shaped case places no special value at= (the decoder reads positions for its first shape)";
   if (work(p) > l.max_work) return "work above the fuzz budget";
   if (p.mask_kind == AF_MASK_WINDOW && (p.window_left > 2 * l.max_seq || p.window_right > 2 * l.max_seq))
     return "window side above the fuzz limit";

@@ -17,6 +17,7 @@
 #include "attnfuzz/corpus.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/problem.h"
+#include "check/fit.h"
 #include "check/runner.h"
 #include "check/sequences.h"
 #include "oracle/oracle.h"
@@ -718,10 +719,15 @@ void prop_masks(const KernelEntry& k, const Case& c) {
 }
 
 // MLA's shared K/V latent (issue 28 item 5): the kv-shared case against the same values with V copied out into its own
-// contiguous buffer (explicit q, k, v), bitwise: reading V through K's rows must not change a bit.
-void prop_kv_shared(const KernelEntry& k, const Case& c) {
+// contiguous buffer (explicit q, k, v), bitwise: reading V through K's rows must not change a bit. A case the kernel
+// does not take is first fitted to it (check/fit.h: fewer query rows, smaller dims), e.g. a decode kernel's 8 rows.
+void prop_kv_shared(const KernelEntry& k, const Case& given) {
+  if (!kv_shared(given.problem) || has_sequences(given.problem)) return;
+  const std::optional<Case> fitted = fit_to_kernel(given, k.kernel);
+  if (!fitted || !kv_shared(fitted->problem)) return;
+  const Case& c = *fitted;
   const Problem& p = c.problem;
-  if (!kv_shared(p) || has_sequences(p) || !supported(k, p)) return;
+  if (!supported(k, p)) return;
   const Tensors t = generate(c);
   Case b = c;
   b.problem.variants &= ~AF_VARIANT_KV_SHARED;

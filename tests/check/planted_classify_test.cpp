@@ -453,7 +453,8 @@ INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpe
 // ---- MLA's shared K/V latent (issue 28 item 5) ----------------------------------------------------------------
 // planted-mla-v-stride-dv (kernels/planted/mla_bugs.hip; README "MLA bugs") steps V's rows by Dv instead of K's row
 // stride: found on the kv-shared sweep and named ignored-parameter by the v_stride probe; quiet with V in its own
-// buffer and with one key. The correct mla-decode and flash-bm16-bn32 pass the same budget.
+// buffer and with one key. The correct mla-decode passes the same budget, flash-bm16-bn32 its cases of D <= 128 past
+// the plain grid (CI time: the grid's shared cases are the plain ones with V = K).
 TEST(PlantedMla, VSteppedByDvFoundAndNamedOnTheKvSharedSweep) {
   load();
   std::vector<PreparedCase>& cases = prepared_variants(Pass::kFwd, AF_VARIANT_KV_SHARED);
@@ -470,8 +471,11 @@ TEST(PlantedMla, VSteppedByDvFoundAndNamedOnTheKvSharedSweep) {
   ASSERT_EQ(set_variants(one, AF_VARIANT_KV_SHARED), "");
   quiet.emplace_back(one);
   EXPECT_EQ(passes_without_failure("planted-mla-quiet", *k, quiet), 2);
-  for (const char* name : {"mla-decode", "flash-bm16-bn32"})
-    EXPECT_GT(correct_passes("correct-kv-shared", name, cases), 8) << name;
+  EXPECT_GT(correct_passes("correct-kv-shared", "mla-decode", cases), 8);
+  std::vector<PreparedCase> edges;
+  for (PreparedCase& pc : cases)
+    if (pc.the_case().problem.head_dim_v < pc.the_case().problem.head_dim) edges.emplace_back(pc.the_case());
+  EXPECT_GE(correct_passes("correct-kv-shared", "flash-bm16-bn32", edges), 5);  // the D <= 128 ones
 }
 
 // ---- dropout (issue 29) ----------------------------------------------------------------------------------

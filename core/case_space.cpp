@@ -346,9 +346,10 @@ void mask_sweep_edges(Finish& finish, Base& base, const std::string& dt, uint32_
 namespace {
 // kv-shared's own edges (docs/semantics.md "Shared K/V latent"): DeepSeek's D = 576, Dv = 512 at decode (1 token, MTP's
 // 2, 8) with 16 and 128 query heads per KV head, one key (a V stepped by the wrong row length is right on key 0 only),
-// no key, a window; small D > Dv pairs with GQA and causal masks for the kernels of D <= 128.
+// no key, a window, a paged cache (pages of 16, shuffled, a used length below the other's); small D > Dv pairs with GQA
+// and causal masks for the kernels of D <= 128.
 template <class Finish, class Base>
-void kv_shared_sweep_edges(Finish& finish, Base& base, const std::string& dt) {
+void kv_shared_sweep_edges(Finish& finish, Base& base, const std::string& dt, bool paged) {
   struct Edge {
     const char* label;
     int64_t b, hq, hkv, sq, sk, d, dv;
@@ -365,12 +366,21 @@ void kv_shared_sweep_edges(Finish& finish, Base& base, const std::string& dt) {
       {"d72-dv64-4h1-5x100", 1, 4, 1, 5, 100, 72, 64, "causal-br"},
       {"d24-dv8-2h1-17x17", 1, 2, 1, 17, 17, 24, 8, "causal-tl"},
   };
-  for (const Edge& e : kEdges) {
+  auto shaped = [&](const Edge& e) {
     Case c = base(e.b, e.hq, e.hkv, e.sq, e.sk, e.d, e.mask);
     c.problem = reshape_problem(c.problem, e.b, e.sq, e.sk, e.d, e.dv);
     c.problem.scale = default_scale(e.d);
-    finish(std::move(c), dt + e.label, 30.0f, "");
-  }
+    return c;
+  };
+  for (const Edge& e : kEdges) finish(shaped(e), dt + e.label, 30.0f, "");
+  if (!paged) return;  // the other variants are checked on dense batches only
+  Case pg = shaped({"", 2, 8, 1, 2, 40, 576, 512, "causal-br"});
+  pg.problem.kv_layout = AF_SEQ_PAGED;
+  pg.problem.page_size = 16;
+  pg.seqs.used = {40, 23};
+  pg.seqs.page_order = 9;
+  if (std::string e = set_sequence_fields(pg); !e.empty()) throw std::logic_error(e);
+  finish(std::move(pg), dt + "mla-paged-2x8h1-2x40", 30.0f, "");
 }
 }  // namespace
 
@@ -441,7 +451,8 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
           {8, 0.01171875f}, {0x1.2p-9f, 3.25f});
     finish(base(3, 4, 2, 19, 37, 16, "none"), dt + "descale-per-batch-3x4h2-19x37", 30.0f, "");
   }
-  if (kvs) kv_shared_sweep_edges(finish, base, dt);
+  if (kvs) kv_shared_sweep_edges(finish, base, dt, !(score | masks | hd) && dtype != AF_DTYPE_FP8_E4M3 &&
+                                                        dtype != AF_DTYPE_FP8_E5M2);
   if (!score) return in_value_domain(relabel(grid), domain);
   // Softcap: logits far past the cap (|s / cap| >> 88 would overflow an exp-based tanh), small and large caps.
   for (double mag : {100.0, 1000.0, 1e4})

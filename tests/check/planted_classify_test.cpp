@@ -471,6 +471,11 @@ TEST(PlantedMla, VSteppedByDvFoundAndNamedOnTheKvSharedSweep) {
   ASSERT_EQ(set_variants(one, AF_VARIANT_KV_SHARED), "");
   quiet.emplace_back(one);
   EXPECT_EQ(passes_without_failure("planted-mla-quiet", *k, quiet), 2);
+  std::vector<PreparedCase> paged;  // the paged edge of the sweep: its V rows are stepped wrong too
+  for (PreparedCase& pc : cases)
+    if (has_sequences(pc.problem())) paged.emplace_back(pc.the_case());
+  ASSERT_EQ(paged.size(), 1u);
+  (void)first_failure("planted-mla-paged", "planted-mla-v-stride-dv", paged);
   EXPECT_GT(correct_passes("correct-kv-shared", "mla-decode", cases), 8);
   std::vector<PreparedCase> edges;
   for (PreparedCase& pc : cases)

@@ -1,5 +1,5 @@
-// mla_decode.cpp - the oracle's check time of an MLA-shaped decode case (kv-shared: V a view of K's first Dv columns)
-// against the same case with V copied out, side by side in one run (issue 28 item 5).
+// mla_decode.cpp - the oracle's check time of an MLA-shaped decode case (kv-shared: V a view of K's first Dv
+// columns) against the same case with V copied out, side by side in one run (issue 28 item 5).
 //   mla_decode [--reps N] [--heads H] [--sk N] [--threads T]
 #include <chrono>
 #include <cstdio>

@@ -309,7 +309,8 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   };
   // kv-shared (docs/semantics.md "Shared K/V latent"): no V buffer; the kernel gets K's pointer as buffers.v.
   const bool shared = kv_shared(p);
-  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison), kb = make("k", t.k.size() * eb, fpoison),
+  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison),
+                                 kb = make("k", t.k.size() * eb, fpoison),
                                  v = shared ? nullptr : make("v", t.v.size() * eb, fpoison);
   // Sequence layouts: the arrays in guarded buffers, the K/V gaps holding this launch's guard poison.
   const bool seqs = has_sequences(p);

@@ -138,8 +138,8 @@ void fit_value_domain(Case& c) {
 }
 
 namespace {
-// kv-shared with an explicit V: empty unless some addressed element of V differs from K's element at the same offset
-// (v_stride = k_stride; NaNs compare by bits).
+// kv-shared with an explicit V: empty unless some addressed element of V differs from K's element at the same
+// offset (v_stride = k_stride; NaNs compare by bits).
 std::string explicit_v_is_k_view(const Case& c) {
   const Problem& p = c.problem;
   const ExplicitValues& e = *c.explicit_values;
@@ -214,8 +214,9 @@ std::string validate(const Case& c) {
     if (finite_domain(c.values.domain) && !has_sequences(c.problem)) {  // sequences: on the view
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
-        const std::vector<float>& buf =
-            t == Tensor::kQ ? e.q : (t == Tensor::kK || (kv_shared(p) && e.v.empty())) ? e.k : e.v;
+        const std::vector<float>& buf = t == Tensor::kQ                                      ? e.q
+                                        : (t == Tensor::kK || (kv_shared(p) && e.v.empty())) ? e.k
+                                                                                             : e.v;
         for (int64_t b = 0; b < p.batch; ++b)
           for (int64_t s = 0; s < tensor_seq(p, t); ++s)
             for (int64_t h = 0; h < tensor_heads(p, t); ++h)
@@ -304,7 +305,8 @@ std::string validate_variants(const Case& c) {
 std::string set_variants(Case& c, uint32_t bits, float softcap, const std::string& bias_broadcast) {
   if (bits & ~kCheckedVariants) return "variant " + variant_names(bits & ~kCheckedVariants) + " is not checked yet";
   // The score variants and the masks; dropout (issue 29) is set with set_dropout and kept here as it is.
-  // kv-shared is geometry (V a view of K, v_stride = k_stride): kept as it is like dropout, set when asked for.
+  // kv-shared is geometry (V a view of K, v_stride = k_stride): kept as it is like dropout, set when asked
+  // for.
   c.problem.variants = (c.problem.variants & (AF_VARIANT_DROPOUT | AF_VARIANT_KV_SHARED)) |
                        (bits & (kScoreVariants | AF_VARIANT_HEAD_DESCALE));
   if (bits & AF_VARIANT_KV_SHARED) share_kv(c.problem);  // Dv <= D is validate()'s

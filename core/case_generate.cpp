@@ -260,8 +260,9 @@ Tensors generate_qkv(const Case& c) {
   };
   for (const SpecialValue& sv : c.values.specials) {
     // kv-shared: a special value of V is written into K's row (V is a view of it).
-    std::vector<float>& buf =
-        sv.tensor == Tensor::kQ ? out.q : (sv.tensor == Tensor::kK || kv_shared(p)) ? out.k : out.v;
+    std::vector<float>& buf = sv.tensor == Tensor::kQ                     ? out.q
+                              : (sv.tensor == Tensor::kK || kv_shared(p)) ? out.k
+                                                                          : out.v;
     std::vector<int64_t> pos;
     if (sv.placement != Placement::kAt) pos = candidates(sv.tensor, sv.placement);
     for (int64_t n = 0; n < sv.count; ++n) {

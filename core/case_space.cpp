@@ -344,10 +344,10 @@ void mask_sweep_edges(Finish& finish, Base& base, const std::string& dt, uint32_
 }  // namespace
 
 namespace {
-// kv-shared's own edges (docs/semantics.md "Shared K/V latent"): DeepSeek's D = 576, Dv = 512 at decode (1 token, MTP's
-// 2, 8) with 16 and 128 query heads per KV head, one key (a V stepped by the wrong row length is right on key 0 only),
-// no key, a window, a paged cache (pages of 16, shuffled, a used length below the other's); small D > Dv pairs with GQA
-// and causal masks for the kernels of D <= 128.
+// kv-shared's own edges (docs/semantics.md "Shared K/V latent"): DeepSeek's D = 576, Dv = 512 at decode (1
+// token, MTP's 2, 8) with 16 and 128 query heads per KV head, one key (a V stepped by the wrong row length is
+// right on key 0 only), no key, a window, a paged cache (pages of 16, shuffled, a used length below the
+// other's); small D > Dv pairs with GQA and causal masks for the kernels of D <= 128.
 template <class Finish, class Base>
 void kv_shared_sweep_edges(Finish& finish, Base& base, const std::string& dt, bool paged) {
   struct Edge {
@@ -397,7 +397,8 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
   auto finish_masked = [&](Case c, const std::string& label, float softcap, const std::string& bcast,
                            const MaskChoice& mc) {
     if (kvs && c.problem.head_dim_v > c.problem.head_dim) return;  // V cannot be a view of a shorter K row
-    if (std::string e = set_variants(c, score | hd | kvs, softcap, bcast); !e.empty()) throw std::logic_error(e);
+    if (std::string e = set_variants(c, score | hd | kvs, softcap, bcast); !e.empty())
+      throw std::logic_error(e);
     if (hd && label.find("descale-per-batch") != std::string::npos) set_descale_strides(c.problem, true);
     if (masks) {
       const uint32_t mb = mask_bits_of_case(masks, nm++);
@@ -451,8 +452,9 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
           {8, 0.01171875f}, {0x1.2p-9f, 3.25f});
     finish(base(3, 4, 2, 19, 37, 16, "none"), dt + "descale-per-batch-3x4h2-19x37", 30.0f, "");
   }
-  if (kvs) kv_shared_sweep_edges(finish, base, dt, !(score | masks | hd) && dtype != AF_DTYPE_FP8_E4M3 &&
-                                                        dtype != AF_DTYPE_FP8_E5M2);
+  if (kvs)
+    kv_shared_sweep_edges(finish, base, dt,
+                          !(score | masks | hd) && dtype != AF_DTYPE_FP8_E4M3 && dtype != AF_DTYPE_FP8_E5M2);
   if (!score) return in_value_domain(relabel(grid), domain);
   // Softcap: logits far past the cap (|s / cap| >> 88 would overflow an exp-based tanh), small and large caps.
   for (double mag : {100.0, 1000.0, 1e4})

@@ -11,14 +11,14 @@ const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> table = {
       {"llama-3.1", "Llama-3.1-70B (GQA 8:1)", 64, 8, 128, 128, 8192, true, AF_UNBOUNDED, 0.f, false, false,
        false, nullptr},
-      {"gemma-2", "Gemma-2-9B (softcap 50, window 4096)", 16, 8, 256, 256, 8192, true, 4096, 50.f, false, false,
-       false, nullptr},
+      {"gemma-2", "Gemma-2-9B (softcap 50, window 4096)", 16, 8, 256, 256, 8192, true, 4096, 50.f, false,
+       false, false, nullptr},
       {"gpt-oss", "gpt-oss-20b (sinks, window 128)", 64, 8, 64, 64, 4096, true, 128, 0.f, true, false, false,
        nullptr},
-      {"deepseek-v3", "DeepSeek-V3 MLA decode (576/512, 128 heads)", 128, 1, 576, 512, 4096, true, AF_UNBOUNDED,
-       0.f, false, false, true, nullptr},
-      {"qwen-varlen", "Qwen2.5-7B (GQA 7:1, packed varlen)", 28, 4, 128, 128, 4096, true, AF_UNBOUNDED, 0.f, false,
-       true, false, nullptr},
+      {"deepseek-v3", "DeepSeek-V3 MLA decode (576/512, 128 heads)", 128, 1, 576, 512, 4096, true,
+       AF_UNBOUNDED, 0.f, false, false, true, nullptr},
+      {"qwen-varlen", "Qwen2.5-7B (GQA 7:1, packed varlen)", 28, 4, 128, 128, 4096, true, AF_UNBOUNDED, 0.f,
+       false, true, false, nullptr},
   };
   return table;
 }

@@ -238,11 +238,11 @@ std::string validate_variant_fields(const Problem& p) {
   }
   if (kv_shared(p)) {  // V is a view of K's rows (docs/semantics.md "Shared K/V latent")
     if (p.head_dim_v > p.head_dim)
-      return "kv-shared (V the first Dv columns of K) needs Dv <= D, not Dv = " + std::to_string(p.head_dim_v) +
-             " > D = " + std::to_string(p.head_dim);
+      return "kv-shared (V the first Dv columns of K) needs Dv <= D, not Dv = " +
+             std::to_string(p.head_dim_v) + " > D = " + std::to_string(p.head_dim);
     if (!std::equal(std::begin(p.k_stride), std::end(p.k_stride), std::begin(p.v_stride)))
-      return "kv-shared needs v_stride = k_stride (V is a view of K's rows), not " + strides_text(p.v_stride) +
-             " and " + strides_text(p.k_stride);
+      return "kv-shared needs v_stride = k_stride (V is a view of K's rows), not " +
+             strides_text(p.v_stride) + " and " + strides_text(p.k_stride);
   }
   if (std::string e = validate_dropout(p); !e.empty()) return e;
   return validate_mask_fields(p);
@@ -286,7 +286,8 @@ std::string parse_variant_names(const std::string& text, uint32_t& out) {
       if (name == variant_name(bit)) found = bit;
     if (!found)
       return "unknown variant '" + name +
-             "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse, head-descale, kv-shared)";
+             "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse, head-descale, "
+             "kv-shared)";
     out |= found;
     start = end + 1;
   }

@@ -537,15 +537,16 @@ bool mla_dims(const Problem& p, const FuzzLimits& lim) {
          p.heads_kv == 1 && !has_sequences(p);
 }
 
-// MLA's shared K/V latent (issue 28 item 5), the field after merge: bit 0 makes the case kv-shared (V the first Dv
-// columns of K's rows) when the limits allow it, the case is a forward one with Dv <= D, not a merge case and has no
-// explicit values; bit 1 then gives it DeepSeek's D = 576, Dv = 512 with one KV head when the limits allow MLA dims
-// (dense only; the work budget shrinks the sequences, never these dims; at= special values dropped). A dense shared
-// case gets contiguous strides. Absent or 0: not shared.
+// MLA's shared K/V latent (issue 28 item 5), the field after merge: bit 0 makes the case kv-shared (V the
+// first Dv columns of K's rows) when the limits allow it, the case is a forward one with Dv <= D, not a merge
+// case and has no explicit values; bit 1 then gives it DeepSeek's D = 576, Dv = 512 with one KV head when the
+// limits allow MLA dims (dense only; the work budget shrinks the sequences, never these dims; at= special
+// values dropped). A dense shared case gets contiguous strides. Absent or 0: not shared.
 void read_kv_shared(Reader& r, Case& c, const FuzzLimits& lim) {
   const uint8_t kb = r.u8();
   Problem& p = c.problem;
-  if (!(kb & 1) || !(lim.variants & AF_VARIANT_KV_SHARED) || has_backward(c.pass) || is_merge(p) || c.explicit_values)
+  if (!(kb & 1) || !(lim.variants & AF_VARIANT_KV_SHARED) || has_backward(c.pass) || is_merge(p) ||
+      c.explicit_values)
     return;
   if ((kb & 2) && lim.mla_dims && !has_sequences(p)) {
     if (float_bits(p.scale) == float_bits(default_scale(p.head_dim))) p.scale = default_scale(kMlaHeadDim);
@@ -554,9 +555,11 @@ void read_kv_shared(Reader& r, Case& c, const FuzzLimits& lim) {
     set_contiguous_strides(p);
     fit(p, lim);  // sequences shrink first: D and Dv stay
     if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(p, broadcast_text(broadcast_bits(p)));
-    if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) (void)set_mask_strides(p, mask_broadcast(p));
+    if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS))
+      (void)set_mask_strides(p, mask_broadcast(p));
     if (p.variants & AF_VARIANT_BLOCK_SPARSE) (void)set_block_mask_strides(p, block_mask_broadcast(p));
-    if (p.variants & AF_VARIANT_DROPOUT) (void)set_dropout(p, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
+    if (p.variants & AF_VARIANT_DROPOUT)
+      (void)set_dropout(p, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
     if (p.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(p, p.descale_stride[0] != 0);
     // at= positions were read for the old shape (their d modulo the old D): dropped, as in_domain requires
     std::erase_if(c.values.specials, [](const SpecialValue& s) { return s.placement == Placement::kAt; });
@@ -869,7 +872,8 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
     w.u8(0);
   }
   if (is_merge(p)) write_merge(w, c);
-  if (kv_shared(p)) {  // issue 28 item 5, after merge (a kv-shared case is no merge case: its merge byte is 0)
+  if (kv_shared(
+          p)) {  // issue 28 item 5, after merge (a kv-shared case is no merge case: its merge byte is 0)
     if (!is_merge(p)) w.u8(0);
     w.u8(static_cast<uint8_t>(1 | (mla_dims(p, lim) ? 2 : 0)));
   }
@@ -948,10 +952,13 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
   if (p.batch > l.max_batch) return "batch above the fuzz limit";
   if (p.heads_q > l.max_heads) return "heads above the fuzz limit";
   if (p.seq_q > l.max_seq || p.seq_k > l.max_seq) return "sequence length above the fuzz limit";
-  if ((p.head_dim > l.max_dim || p.head_dim_v > l.max_dim) && !mla_dims(p, l)) return "head dim above the fuzz limit";
-  if (kv_shared(p) && !(l.variants & AF_VARIANT_KV_SHARED)) return "kv-shared while the fuzz limits take none";
+  if ((p.head_dim > l.max_dim || p.head_dim_v > l.max_dim) && !mla_dims(p, l))
+    return "head dim above the fuzz limit";
+  if (kv_shared(p) && !(l.variants & AF_VARIANT_KV_SHARED))
+    return "kv-shared while the fuzz limits take none";
   if (kv_shared(p) && c.explicit_values) return "explicit values of a kv-shared case are not encoded";
-  if (kv_shared(p) && !has_sequences(p) && !contiguous(p)) return "a kv-shared case is contiguous in the fuzzer";
+  if (kv_shared(p) && !has_sequences(p) && !contiguous(p))
+    return "a kv-shared case is contiguous in the fuzzer";
   if (mla_dims(p, l) && std::any_of(c.values.specials.begin(), c.values.specials.end(),
                                     [](const SpecialValue& s) { return s.placement == Placement::kAt; }))
     return "an MLA-shaped case places no special value at= (the decoder reads positions for its first shape)";

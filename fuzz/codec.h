@@ -48,13 +48,14 @@ struct FuzzLimits {
   // Merged states (issue 29): whether decoded cases may be merge cases (set when the campaign's kernels include a
   // merge kernel, AF_KIND_MERGE). The field after the variants (absent: none): docs in codec.cpp read_merge.
   bool merge = false;
-  // MLA geometry (issue 28 item 5): whether a kv-shared case may take DeepSeek's D = 576, Dv = 512 (one KV head),
-  // beyond max_dim. Set by the campaign when --variant kv-shared is on and a selected kernel declares kv-shared with
-  // max_head_dim >= 576 (or no limit) and max_head_dim_v >= 512; every other case keeps max_dim. The field after
-  // merge (absent: not shared): docs in codec.cpp read_kv_shared.
+  // MLA geometry (issue 28 item 5): whether a kv-shared case may take DeepSeek's D = 576, Dv = 512 (one KV
+  // head), beyond max_dim. Set by the campaign when --variant kv-shared is on and a selected kernel declares
+  // kv-shared with max_head_dim >= 576 (or no limit) and max_head_dim_v >= 512; every other case keeps
+  // max_dim. The field after merge (absent: not shared): docs in codec.cpp read_kv_shared.
   bool mla_dims = false;
 };
-// DeepSeek's MLA head dims (512 latent + 64 rope; V the latent), the only D / Dv beyond max_dim a case may take.
+// DeepSeek's MLA head dims (512 latent + 64 rope; V the latent), the only D / Dv beyond max_dim a case may
+// take.
 constexpr int64_t kMlaHeadDim = 576, kMlaHeadDimV = 512;
 
 // One fuzz input: which of the selected kernels to run (taken modulo their number) and the case.

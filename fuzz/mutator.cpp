@@ -539,8 +539,9 @@ FuzzInput CaseDomain::init(Rng& rng) const {
   return in;
 }
 
-// MLA's shared K/V latent (issue 28 item 5): kv-shared switched off, or on (V a view of K's rows; Dv cut to D), half
-// the time with DeepSeek's D = 576, Dv = 512 and one KV head when the limits allow MLA dims (dense only).
+// MLA's shared K/V latent (issue 28 item 5): kv-shared switched off, or on (V a view of K's rows; Dv cut to
+// D), half the time with DeepSeek's D = 576, Dv = 512 and one KV head when the limits allow MLA dims (dense
+// only).
 namespace {
 void kv_shared_step(Step& ws, Rng& rng, const FuzzLimits& lim) {
   Problem& p = ws.p;

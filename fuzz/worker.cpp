@@ -110,7 +110,8 @@ WorkerConfig worker_config_from_json(const Json& j) {
     if (l.contains("variants") && l.at("variants").is_number_unsigned())
       c.limits.variants = static_cast<uint32_t>(l.at("variants").get<uint64_t>()) & kCheckedVariants;
     if (l.contains("merge") && l.at("merge").is_boolean()) c.limits.merge = l.at("merge").get<bool>();
-    if (l.contains("mla_dims") && l.at("mla_dims").is_boolean()) c.limits.mla_dims = l.at("mla_dims").get<bool>();
+    if (l.contains("mla_dims") && l.at("mla_dims").is_boolean())
+      c.limits.mla_dims = l.at("mla_dims").get<bool>();
   }
   get("out", c.out);
   get("command", c.command);

@@ -1,24 +1,29 @@
-// mla.h - the MLA decode kernel body (D up to 576, Dv up to 512, K and V one latent buffer), templated on a policy
-// whose one hook places V's rows, so that the planted MLA bug (kernels/planted/mla_bugs.hip) replaces the hook only.
+// mla.h - the MLA decode kernel body (D up to 576, Dv up to 512, K and V one latent buffer), templated on a
+// policy whose one hook places V's rows, so that the planted MLA bug (kernels/planted/mla_bugs.hip) replaces
+// the hook only.
 #pragma once
 
 #include "kernels/common.h"
 
 namespace {
 
-constexpr int kMlaThreads = 64;      // threads per block in both kernels (one key of a chunk per thread)
-constexpr int kMlaMaxQ = 8;          // query tokens per sequence (decode, MTP / speculative decode)
-constexpr int kMlaMaxD = 576;        // largest D: 512 latent + 64 rope (the q rows are staged in shared memory)
-constexpr int kMlaMaxDv = 512;       // largest Dv (accumulators in registers)
+constexpr int kMlaThreads = 64;  // threads per block in both kernels (one key of a chunk per thread)
+constexpr int kMlaMaxQ = 8;      // query tokens per sequence (decode, MTP / speculative decode)
+constexpr int kMlaMaxD = 576;    // largest D: 512 latent + 64 rope (the q rows are staged in shared memory)
+constexpr int kMlaMaxDv = 512;   // largest Dv (accumulators in registers)
 constexpr int kMlaAcc = kMlaMaxDv / kMlaThreads;
 constexpr int64_t kMlaMinSplitKeys = 4;  // small so that short sequences are split too
 constexpr uint32_t kMlaDtypes = AF_SUPPORTS_F32 | AF_SUPPORTS_F16 | AF_SUPPORTS_BF16;
 constexpr uint32_t kMlaFeatures = AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K;
 
-// num_splits (AF_TUNABLE_KV_SPLITS): KV splits per sequence (fewer when Sk_b / 4 is smaller); values[0] = 8 is the
-// default, the split-kv detector re-runs a failing case with the others.
+// num_splits (AF_TUNABLE_KV_SPLITS): KV splits per sequence (fewer when Sk_b / 4 is smaller); values[0] = 8
+// is the default, the split-kv detector re-runs a failing case with the others.
 const af_tunable kMlaTunables[] = {
-    {"num_splits", "KV splits per sequence (at most ceil(Sk_b / 4))", AF_TUNABLE_KV_SPLITS, 6, {8, 1, 2, 3, 4, 16}},
+    {"num_splits",
+     "KV splits per sequence (at most ceil(Sk_b / 4))",
+     AF_TUNABLE_KV_SPLITS,
+     6,
+     {8, 1, 2, 3, 4, 16}},
 };
 
 struct MlaSplits {
@@ -34,8 +39,8 @@ __host__ __device__ inline MlaSplits mla_splits(const af_problem& p, int64_t sk)
   const int64_t len = ceil_div(sk, mla_split_cap(p, sk));
   return {ceil_div(sk, len), len};
 }
-// Splits allocated per row (grid x and workspace): the cap of the longest sequence the problem admits, which bounds
-// every shorter sequence's count (mla_splits(sk).n <= mla_split_cap(sk), monotone in sk).
+// Splits allocated per row (grid x and workspace): the cap of the longest sequence the problem admits, which
+// bounds every shorter sequence's count (mla_splits(sk).n <= mla_split_cap(sk), monotone in sk).
 __host__ __device__ inline int64_t mla_max_splits(const af_problem& p) {
   const int64_t longest = max64(p.seq_k, p.kv_layout == AF_SEQ_PAGED ? p.kv_capacity : 0);
   return longest <= 0 ? 0 : mla_split_cap(p, longest);
@@ -43,22 +48,24 @@ __host__ __device__ inline int64_t mla_max_splits(const af_problem& p) {
 __host__ __device__ inline int64_t mla_rows(const af_problem& p) { return p.batch * p.heads_q * p.seq_q; }
 
 // The correct hook: the element offset of V's row (token j of sequence sh, KV head hk) in buffers.v, through
-// v_stride. With AF_VARIANT_KV_SHARED buffers.v is buffers.k and v_stride is k_stride: row j of V is the first Dv
-// columns of K's row j, D elements (times the heads) after row j - 1 (docs/semantics.md "Shared K/V latent").
+// v_stride. With AF_VARIANT_KV_SHARED buffers.v is buffers.k and v_stride is k_stride: row j of V is the
+// first Dv columns of K's row j, D elements (times the heads) after row j - 1 (docs/semantics.md "Shared K/V
+// latent").
 struct MlaPolicy {
-  __host__ __device__ static int64_t v_row(const af_problem& p, const SeqIndex& x, const SeqShape& sh, int64_t j,
-                                           int64_t hk) {
+  __host__ __device__ static int64_t v_row(const af_problem& p, const SeqIndex& x, const SeqShape& sh,
+                                           int64_t j, int64_t hk) {
     return seq_v_row(p, x, sh, j, hk);
   }
 };
 
-// Block (s, h, b): the keys of split s of sequence b for each of its query tokens (FlashMLA's decode split; one
-// query head per block). Per chunk of 64 keys thread t scores key c0 + t against every token whose visible span
-// holds it, then every thread reads a token's scores in the same order (identical m and l everywhere); thread t
-// owns d = t + 64 e of each token's partial output and reads V's rows through P::v_row. Writes the partial O
-// normalised by its own l and the partial LSE (-inf, O = 0 where the token saw no finite score). The weights are
-// rounded to T for P.V only (fp32 l), as FlashAttention does. Two barriers per chunk (the next chunk writes
-// score before its barrier 1, which every reader of this chunk's weights has passed: paged_decode.hip's scheme).
+// Block (s, h, b): the keys of split s of sequence b for each of its query tokens (FlashMLA's decode split;
+// one query head per block). Per chunk of 64 keys thread t scores key c0 + t against every token whose
+// visible span holds it, then every thread reads a token's scores in the same order (identical m and l
+// everywhere); thread t owns d = t + 64 e of each token's partial output and reads V's rows through P::v_row.
+// Writes the partial O normalised by its own l and the partial LSE (-inf, O = 0 where the token saw no finite
+// score). The weights are rounded to T for P.V only (fp32 l), as FlashAttention does. Two barriers per chunk
+// (the next chunk writes score before its barrier 1, which every reader of this chunk's weights has passed:
+// paged_decode.hip's scheme).
 template <class T, class P>
 __global__ void __launch_bounds__(kMlaThreads)
     mla_partial_kernel(af_problem p, SeqIndex x, const T* __restrict__ q, const T* __restrict__ k, const T* v,
@@ -83,7 +90,8 @@ __global__ void __launch_bounds__(kMlaThreads)
     if (first[i] < last[i]) lo = min64(lo, first[i]), hi = max64(hi, last[i]);
   }
   for (int i = 0; i < nq; ++i)
-    for (int64_t d = t; d < p.head_dim; d += kMlaThreads) q_vec[i][d] = Elem<T>::load(q[seq_q_row(p, sh, i, h) + d]);
+    for (int64_t d = t; d < p.head_dim; d += kMlaThreads)
+      q_vec[i][d] = Elem<T>::load(q[seq_q_row(p, sh, i, h) + d]);
   __syncthreads();
   float m[kMlaMaxQ], l[kMlaMaxQ], acc[kMlaMaxQ][kMlaAcc];
   AF_UNROLL
@@ -125,8 +133,8 @@ __global__ void __launch_bounds__(kMlaThreads)
       for (int e = 0; e < kMlaAcc; ++e) acc[i][e] *= alpha[i];
     }
     for (int c = 0; c < n; ++c) {
-      // Only keys some token sees are read; a key outside a token's span is skipped for it, so a NaN / Inf value
-      // of a key hidden from that token cannot reach it.
+      // Only keys some token sees are read; a key outside a token's span is skipped for it, so a NaN / Inf
+      // value of a key hidden from that token cannot reach it.
       const T* vr = v + P::v_row(p, x, sh, c0 + c, hk);
       AF_UNROLL
       for (int e = 0; e < kMlaAcc; ++e) {
@@ -151,12 +159,13 @@ __global__ void __launch_bounds__(kMlaThreads)
   }
 }
 
-// Block (i, h, b): M = max_s LSE_s over the sequence's splits, O = sum_s e^(LSE_s - M) O_s / sum_s e^(LSE_s - M)
-// rounded to T once, LSE = M + log sum; a token with no visible key (or Sk_b = 0) gets O = 0, LSE = -inf.
+// Block (i, h, b): M = max_s LSE_s over the sequence's splits, O = sum_s e^(LSE_s - M) O_s / sum_s e^(LSE_s -
+// M) rounded to T once, LSE = M + log sum; a token with no visible key (or Sk_b = 0) gets O = 0, LSE = -inf.
 template <class T>
 __global__ void __launch_bounds__(kMlaThreads)
-    mla_combine_kernel(af_problem p, SeqIndex x, const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                       T* __restrict__ o, float* __restrict__ lse, int64_t nmax) {
+    mla_combine_kernel(af_problem p, SeqIndex x, const float* __restrict__ o_part,
+                       const float* __restrict__ lse_part, T* __restrict__ o, float* __restrict__ lse,
+                       int64_t nmax) {
   const int t = threadIdx.x;
   const int64_t i = blockIdx.x, h = blockIdx.y;
   const SeqShape sh = seq_shape(p, x, blockIdx.z);
@@ -167,7 +176,8 @@ __global__ void __launch_bounds__(kMlaThreads)
   for (int64_t s = 0; s < n; ++s) l += softmax_weight(lp[s], m);
   for (int64_t d = t; d < p.head_dim_v; d += kMlaThreads) {
     float a = 0.0f;
-    for (int64_t s = 0; s < n; ++s) a += softmax_weight(lp[s], m) * o_part[(row * nmax + s) * p.head_dim_v + d];
+    for (int64_t s = 0; s < n; ++s)
+      a += softmax_weight(lp[s], m) * o_part[(row * nmax + s) * p.head_dim_v + d];
     o[seq_o_row(p, sh, i, h) + d] = Elem<T>::store(finish_o(a, m, l));
   }
   if (lse && t == 0) lse[lse_at(p, sh.b, h, i)] = finish_lse(m, l);
@@ -200,26 +210,28 @@ int mla_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
     float* o_part = static_cast<float*>(buf->workspace);
     float* lse_part = o_part + mla_rows(p) * nmax * p.head_dim_v;
     if (nmax > 0) {
-      hipLaunchKernelGGL((mla_partial_kernel<T, P>), dim3((unsigned)nmax, (unsigned)p.heads_q, (unsigned)p.batch),
-                         dim3(kMlaThreads), 0, (hipStream_t)stream, p, x, static_cast<const T*>(buf->q),
-                         static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), o_part, lse_part, nmax);
+      hipLaunchKernelGGL(
+          (mla_partial_kernel<T, P>), dim3((unsigned)nmax, (unsigned)p.heads_q, (unsigned)p.batch),
+          dim3(kMlaThreads), 0, (hipStream_t)stream, p, x, static_cast<const T*>(buf->q),
+          static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), o_part, lse_part, nmax);
       if (int e = (int)hipGetLastError()) return e;
     }
-    hipLaunchKernelGGL((mla_combine_kernel<T>), dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch),
-                       dim3(kMlaThreads), 0, (hipStream_t)stream, p, x, (const float*)o_part, (const float*)lse_part,
+    hipLaunchKernelGGL((mla_combine_kernel<T>),
+                       dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch), dim3(kMlaThreads), 0,
+                       (hipStream_t)stream, p, x, (const float*)o_part, (const float*)lse_part,
                        static_cast<T*>(buf->o), buf->lse, nmax);
     return (int)hipGetLastError();
   });
 }
 
-// An af_kernel entry of the MLA decode family (every field its kernels share): f32 / f16 / bf16 (fused compute
-// model), every mask, D <= 576, Dv <= 512, dense or paged K/V (any page size 1 .. 1024), seqused_k, num_splits; the
-// variant AF_VARIANT_KV_SHARED.
+// An af_kernel entry of the MLA decode family (every field its kernels share): f32 / f16 / bf16 (fused
+// compute model), every mask, D <= 576, Dv <= 512, dense or paged K/V (any page size 1 .. 1024), seqused_k,
+// num_splits; the variant AF_VARIANT_KV_SHARED.
 #define AF_MLA_KERNEL(name, family, description, launch)                                                     \
   af_kernel {                                                                                                \
     name, family, description, kMlaDtypes, AF_SUPPORTS_ALL_MASKS, kMlaMaxD, kMlaMaxDv, /*writes_lse=*/1,     \
-        /*needs_dv_eq_d=*/0, mla_workspace, mla_check, launch, kMlaFeatures, /*n_tunables=*/1, kMlaTunables,  \
-        nullptr, nullptr, AF_COMPUTE_FUSED, AF_KIND_ATTENTION, 0, AF_VARIANT_KV_SHARED, 0, 1, 1024, 0         \
+        /*needs_dv_eq_d=*/0, mla_workspace, mla_check, launch, kMlaFeatures, /*n_tunables=*/1, kMlaTunables, \
+        nullptr, nullptr, AF_COMPUTE_FUSED, AF_KIND_ATTENTION, 0, AF_VARIANT_KV_SHARED, 0, 1, 1024, 0        \
   }
 
 }  // namespace

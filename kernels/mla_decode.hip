@@ -1,4 +1,4 @@
-// mla_decode.hip - MLA decode (DeepSeek's D = 576 latent + rope, Dv = 512): split-KV over one latent K buffer that V views.
+// mla_decode.hip - MLA decode (DeepSeek's D = 576, Dv = 512): split-KV over one latent K buffer that V views.
 #include "kernels/mla.h"
 #include "kernels/register.h"
 

@@ -129,7 +129,8 @@ void read_sidecar(const fs::path& path, Spec& spec) {
       } else if (key == "comment" || key == "variant") {
       } else {
         fail(path.string() + ": unknown key '" + key +
-             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap, block_size, "
+             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap, "
+             "block_size, "
              "kv_shared)");
       }
     }
@@ -297,21 +298,23 @@ void load_head_descales(const Files& files, Problem& p, External& e) {
 }
 }  // namespace
 
-// kv_shared (MLA, docs/npy.md): V as the first Dv columns of k's rows, Dv = o's last dimension; v.npy must be absent
-// (a V of its own would contradict the sharing).
+// kv_shared (MLA, docs/npy.md): V as the first Dv columns of k's rows, Dv = o's last dimension; v.npy must be
+// absent (a V of its own would contradict the sharing).
 Array k_view(const Files& files, const Array& k, const Array& o) {
   std::error_code ec;
   if (fs::exists(files.v, ec))
-    fail("kv_shared: V is the first Dv columns of k.npy; remove " + files.v.string() + " (or drop kv_shared)");
+    fail("kv_shared: V is the first Dv columns of k.npy; remove " + files.v.string() +
+         " (or drop kv_shared)");
   if (k.shape.size() != 4 || o.shape.size() != 4 || o.shape[3] > k.shape[3] || o.shape[3] < 1)
-    fail("kv_shared: k and o must have 4 dimensions and o's last (Dv) at most k's (D); got k " + shape_text(k.shape) +
-         ", o " + shape_text(o.shape));
+    fail("kv_shared: k and o must have 4 dimensions and o's last (Dv) at most k's (D); got k " +
+         shape_text(k.shape) + ", o " + shape_text(o.shape));
   Array v = k;
   const int64_t D = k.shape[3], Dv = o.shape[3];
   v.shape[3] = Dv;
   v.data.resize(static_cast<size_t>(k.shape[0] * k.shape[1] * k.shape[2] * Dv));
   for (size_t r = 0; r < v.data.size() / static_cast<size_t>(Dv); ++r)
-    std::copy_n(k.data.begin() + static_cast<std::ptrdiff_t>(r * D), Dv, v.data.begin() + static_cast<std::ptrdiff_t>(r * Dv));
+    std::copy_n(k.data.begin() + static_cast<std::ptrdiff_t>(r * D), Dv,
+                v.data.begin() + static_cast<std::ptrdiff_t>(r * Dv));
   return v;
 }
 

@@ -786,8 +786,8 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
       ((p.variants & AF_VARIANT_BLOCK_SPARSE) && !vars.block_mask && block_mask_bytes(p) > 0))
     throw std::invalid_argument("oracle: the problem uses variant " + variant_names(p.variants) +
                                 " but its values (sinks / ALiBi slopes / bias / dropout keep mask / masks) were not given");
-  // kv-shared (docs/semantics.md "Shared K/V latent"): V is the first Dv columns of K's rows, read through K's
-  // pointer (validate: v_stride = k_stride, Dv <= D), whatever the caller passed as v.
+  // kv-shared (docs/semantics.md "Shared K/V latent"): V is the first Dv columns of K's rows, read through
+  // K's pointer (validate: v_stride = k_stride, Dv <= D), whatever the caller passed as v.
   if (kv_shared(p)) v = k;
   OracleOptions opts_v = opts_in;
   if (p.variants) opts_v.baseline = false;  // the plain fp32 reference knows no variant

@@ -196,8 +196,8 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
     int64_t dv = std::min(d, limits.max_dv);
     if (!limits.dv_eq_d && *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
       dv = *gen_head_dim(limits.max_dv);
-    // MLA's shared K/V latent (issue 28 item 5): half the time V is a view of K's rows (Dv <= D: half of those with
-    // a Dv below D, as MLA's 512 of 576), shrinking toward not shared.
+    // MLA's shared K/V latent (issue 28 item 5): half the time V is a view of K's rows (Dv <= D: half of
+    // those with a Dv below D, as MLA's 512 of 576), shrinking toward not shared.
     const bool shared = (limits.variants & AF_VARIANT_KV_SHARED) &&
                         *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}});
     if (shared) {

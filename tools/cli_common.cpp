@@ -388,7 +388,8 @@ void add_variant_options(CLI::App& app, CommonOptions& o) {
          "--variant", o.variant,
          "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, "
          "dropout, head-descale (per-head fp8 descales: fp8 dtypes only; its sweep is fp8-e4m3 unless "
-         "--dtype fp8-e5m2), kv-shared (MLA: V the first Dv columns of K's rows, one buffer; Dv <= D), '+' or "
+         "--dtype fp8-e5m2), kv-shared (MLA: V the first Dv columns of K's rows, one buffer; Dv <= D), '+' "
+         "or "
          "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both; never head-descale or "
          "kv-shared); with --sweep the variant sweep; a kernel that does not declare one is unsupported")
       ->group(vg)
@@ -397,7 +398,8 @@ void add_variant_options(CLI::App& app, CommonOptions& o) {
         if (t == "all") return {};
         std::string e = parse_variant_names(t, bits);
         if (e.empty() && (bits & ~kCheckedVariants))
-          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout, head-descale and "
+          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout, head-descale "
+              "and "
               "kv-shared are checked";
         return e;
       }));
@@ -583,9 +585,8 @@ std::string apply_variant_options(const CommonOptions& o, Case& c) {
   c.variants.bias_range = o.bias_range;
   // "all" on one case: the dense custom mask (mask-dense and mask-bits are exclusive; the sweep takes both)
   const uint32_t one = o.variant == "all" ? bits & ~AF_VARIANT_MASK_BITS : bits;
-  if (std::string e =
-          set_variants(c, one & (kScoreVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED), o.softcap,
-                       o.bias_broadcast);
+  if (std::string e = set_variants(c, one & (kScoreVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED),
+                                   o.softcap, o.bias_broadcast);
       !e.empty())
     return e;
   if (one & kMaskVariants)

@@ -27,8 +27,8 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
 
 // Recomputes contiguous strides for the current shape (with AF_VARIANT_KV_SHARED, V's are K's: share_kv).
 void set_contiguous_strides(Problem& p);
-// MLA's shared K/V latent (AF_VARIANT_KV_SHARED, docs/semantics.md "Shared K/V latent"): V is the first Dv columns of
-// K's rows, so v_stride = k_stride (set here, with the bit); Dv <= D is validate()'s.
+// MLA's shared K/V latent (AF_VARIANT_KV_SHARED, docs/semantics.md "Shared K/V latent"): V is the first Dv
+// columns of K's rows, so v_stride = k_stride (set here, with the bit); Dv <= D is validate()'s.
 void share_kv(Problem& p);
 inline bool kv_shared(const Problem& p) { return (p.variants & AF_VARIANT_KV_SHARED) != 0; }
 

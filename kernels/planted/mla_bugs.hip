@@ -1,5 +1,6 @@
 // mla_bugs.hip - planted bugs in the MLA decode kernel (kernels/mla.h), modelled on issue 28's MLA reports; each
-// replaces kernels/mla.h's one hook (marked PLANTED). kernels/planted/README.md "MLA bugs" has the exposing and quiet case.
+// replaces kernels/mla.h's one hook (marked PLANTED). kernels/planted/README.md "MLA bugs" has the exposing and quiet
+// case.
 #include "kernels/mla.h"
 #include "kernels/planted/planted.h"
 

@@ -450,16 +450,18 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
 
-// ---- MLA's shared K/V latent (issue 28 item 5) ----------------------------------------------------------------
-// planted-mla-v-stride-dv (kernels/planted/mla_bugs.hip; README "MLA bugs") steps V's rows by Dv instead of K's row
-// stride: found on the kv-shared sweep and named ignored-parameter by the v_stride probe; quiet with V in its own
-// buffer and with one key. The correct mla-decode passes the same budget, flash-bm16-bn32 its cases of D <= 128 past
-// the plain grid (CI time: the grid's shared cases are the plain ones with V = K).
+// ---- MLA's shared K/V latent (issue 28 item 5)
+// ---------------------------------------------------------------- planted-mla-v-stride-dv
+// (kernels/planted/mla_bugs.hip; README "MLA bugs") steps V's rows by Dv instead of K's row stride: found on
+// the kv-shared sweep and named ignored-parameter by the v_stride probe; quiet with V in its own buffer and
+// with one key. The correct mla-decode passes the same budget, flash-bm16-bn32 its cases of D <= 128 past the
+// plain grid (CI time: the grid's shared cases are the plain ones with V = K).
 TEST(PlantedMla, VSteppedByDvFoundAndNamedOnTheKvSharedSweep) {
   load();
   std::vector<PreparedCase>& cases = prepared_variants(Pass::kFwd, AF_VARIANT_KV_SHARED);
   if (const auto f = first_failure("planted-mla", "planted-mla-v-stride-dv", cases)) {
-    EXPECT_EQ(failure_class_name(f->j.result.failure), "ignored-parameter") << describe(f->pc->the_case()) << f->evidence;
+    EXPECT_EQ(failure_class_name(f->j.result.failure), "ignored-parameter")
+        << describe(f->pc->the_case()) << f->evidence;
     EXPECT_NE(f->evidence.find("v_stride (kv-shared"), std::string::npos) << f->evidence;
   }
   const KernelEntry* k = Registry::global().find(Backend::kCpu, "planted-mla-v-stride-dv");

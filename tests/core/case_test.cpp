@@ -629,7 +629,8 @@ TEST(KvShared, StridesValidityAndGeneratedView) {
     for (int64_t s = 0; s < p.seq_k; ++s)
       for (int64_t h = 0; h < p.heads_kv; ++h)
         for (int64_t d = 0; d < p.head_dim_v; ++d)
-          ASSERT_EQ(std::bit_cast<uint32_t>(t.v[v_index(p, b, s, h, d)]), std::bit_cast<uint32_t>(t.k[k_index(p, b, s, h, d)]));
+          ASSERT_EQ(std::bit_cast<uint32_t>(t.v[v_index(p, b, s, h, d)]),
+                    std::bit_cast<uint32_t>(t.k[k_index(p, b, s, h, d)]));
   EXPECT_TRUE(std::isnan(t.k[k_index(p, 1, 4, 1, 1)]));  // (b, s, h, d)
   // set_variants keeps kv-shared (a geometry, like dropout); a reshape keeps V a view.
   ASSERT_EQ(set_variants(c, AF_VARIANT_SINK), "");

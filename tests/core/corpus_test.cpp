@@ -409,8 +409,9 @@ TEST(CorpusVariants, RoundTripDescribeValidate) {
   EXPECT_NE(validate(bad), "");
 }
 
-// MLA's shared K/V latent (issue 28 item 5): a dense and a paged kv-shared case round-trip through the case file
-// (the paged one's V strides follow from its layout: K's), and generate the same values after the round trip.
+// MLA's shared K/V latent (issue 28 item 5): a dense and a paged kv-shared case round-trip through the case
+// file (the paged one's V strides follow from its layout: K's), and generate the same values after the round
+// trip.
 TEST(CorpusVariants, KvSharedRoundTripsDenseAndPaged) {
   Case c = make_case(make_problem(2, 8, 1, 2, 23, 40, 32), 91);
   ASSERT_EQ(set_variants(c, AF_VARIANT_KV_SHARED), "");

@@ -407,9 +407,9 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   EXPECT_GT(with_block, 0);
 }
 
-// MLA's shared K/V latent (issue 28 item 5): the field after merge. Limits without kv-shared never decode it; with it
-// inputs and mutations reach it and round-trip; DeepSeek's D 576 / Dv 512 (beyond max_dim) only with mla_dims, every
-// other case within max_dim.
+// MLA's shared K/V latent (issue 28 item 5): the field after merge. Limits without kv-shared never decode it;
+// with it inputs and mutations reach it and round-trip; DeepSeek's D 576 / Dv 512 (beyond max_dim) only with
+// mla_dims, every other case within max_dim.
 TEST(Variants, KvSharedAndMlaDims) {
   FuzzLimits none, kv, mla;
   kv.variants = mla.variants = AF_VARIANT_KV_SHARED;

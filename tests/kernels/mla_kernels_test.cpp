@@ -1,5 +1,6 @@
-// mla_kernels_test.cpp - the MLA decode kernel (kernels/mla_decode.hip) on kv-shared cases: DeepSeek's D = 576 / Dv = 512
-// with one KV head for up to 128 query heads, small D > Dv pairs, dense and paged, f32 and bf16.
+// mla_kernels_test.cpp - the MLA decode kernel (kernels/mla_decode.hip) on kv-shared cases: DeepSeek's D =
+// 576 / Dv = 512 with one KV head for up to 128 query heads, small D > Dv pairs, dense and paged, f32 and
+// bf16.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -42,8 +43,8 @@ CheckResult check(const Case& c) {
   return check_case(device(), mla(), pc, RunOptions{}).result;
 }
 
-// The kv-shared sweep's own edges (labels "mla-...", "d40-...", "d72-...", "d24-..."): every one mla-decode takes
-// passes, in f32 and bf16, and it takes every one of at most 8 query tokens.
+// The kv-shared sweep's own edges (labels "mla-...", "d40-...", "d72-...", "d24-..."): every one mla-decode
+// takes passes, in f32 and bf16, and it takes every one of at most 8 query tokens.
 TEST(MlaDecode, KvSharedSweepEdgesPass) {
   for (int32_t dtype : {AF_DTYPE_F32, AF_DTYPE_BF16}) {
     int ran = 0, edges = 0;
@@ -60,8 +61,9 @@ TEST(MlaDecode, KvSharedSweepEdgesPass) {
   }
 }
 
-// DeepSeek-V3's decode geometry (128 query heads on one latent KV head, D 576, Dv 512) with 64 keys, shared and with
-// V in its own buffer; and the same on a paged cache (pages of 16, shuffled, a used length below the slots).
+// DeepSeek-V3's decode geometry (128 query heads on one latent KV head, D 576, Dv 512) with 64 keys, shared
+// and with V in its own buffer; and the same on a paged cache (pages of 16, shuffled, a used length below the
+// slots).
 TEST(MlaDecode, DeepSeekGeometryDenseAndPaged) {
   Case c = make_case(make_problem(1, 128, 1, 1, 64, 576, 512), 3);
   ASSERT_EQ(parse_mask("causal-br", c.problem), "");

@@ -384,9 +384,9 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
 }
 
-// MLA's shared K/V latent (issue 28 item 5): "kv_shared": true and no v.npy: V is k.npy's first Dv columns (Dv =
-// o's last dimension); flash-bm16-bn32's output of the shared case passes; a v.npy beside it is refused; without
-// kv_shared a v.npy of other values fails.
+// MLA's shared K/V latent (issue 28 item 5): "kv_shared": true and no v.npy: V is k.npy's first Dv columns
+// (Dv = o's last dimension); flash-bm16-bn32's output of the shared case passes; a v.npy beside it is
+// refused; without kv_shared a v.npy of other values fails.
 TEST(Npy, KvSharedFromTheSidecar) {
   const fs::path dir = fresh("kv_shared");
   fs::create_directories(dir);

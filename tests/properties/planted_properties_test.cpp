@@ -89,36 +89,37 @@ std::string catch_name(const ::testing::TestParamInfo<Catch>& info) {
 }
 
 // One planted bug per property (from the README table: each of these is caught at this budget and seed).
-INSTANTIATE_TEST_SUITE_P(Planted, PlantedCatch,
-                         ::testing::Values(Catch{Property::kOracle, "planted-no-acc-rescale"},
-                                           Catch{Property::kKeyPermutation, "planted-no-acc-rescale"},
-                                           Catch{Property::kKeyShift, "planted-masked-score-zero"},
-                                           Catch{Property::kCausalPrefix, "planted-causal-off-by-one"},
-                                           Catch{Property::kRowIndependence, "test-row-leak-tile-max"},
-                                           Catch{Property::kBatchHead, "planted-tail-k-oob-read"},
-                                           Catch{Property::kDeterminism, "planted-no-score-barrier"},
-                                           Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
-                                           Catch{Property::kPacking, "planted-varlen-cu-off-by-one"},
-                                           // Score variants (issue 28): a huge softcap against none (an
-                                           // exp-based tanh cancels to 0 there).
-                                           Catch{Property::kVariants, "planted-softcap-exp"},
-                                           // Merged states (issue 29): other split points in another state
-                                           // layout; the LSE of a base-2 merge.
-                                           Catch{Property::kMerge, "planted-merge-stride-of-output"},
-                                           Catch{Property::kMerge, "planted-merge-lse-base2"},
-                                           // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
-                                           Catch{Property::kDropout, "planted-dropout-inv-p"},
-                                           // Custom masks: bits against dense of the same pattern; partial blocks
-                                           // against the custom mask alone.
-                                           Catch{Property::kMasks, "planted-mask-bits-stride"},
-                                           Catch{Property::kMasks, "planted-block-partial-full"},
-                                           // MLA (issue 28 item 5): V a view of K against V copied out.
-                                           Catch{Property::kKvShared, "planted-mla-v-stride-dv"},
-                                           // Backward: batch / head with dK / dV summed over a GQA group;
-                                           // thread orders on the backward launch.
-                                           Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},
-                                           Catch{Property::kDeterminism, "planted-bwd-no-ds-barrier", Pass::kBwd}),
-                         catch_name);
+INSTANTIATE_TEST_SUITE_P(
+    Planted, PlantedCatch,
+    ::testing::Values(Catch{Property::kOracle, "planted-no-acc-rescale"},
+                      Catch{Property::kKeyPermutation, "planted-no-acc-rescale"},
+                      Catch{Property::kKeyShift, "planted-masked-score-zero"},
+                      Catch{Property::kCausalPrefix, "planted-causal-off-by-one"},
+                      Catch{Property::kRowIndependence, "test-row-leak-tile-max"},
+                      Catch{Property::kBatchHead, "planted-tail-k-oob-read"},
+                      Catch{Property::kDeterminism, "planted-no-score-barrier"},
+                      Catch{Property::kPacking, "planted-varlen-causal-batch-max"},
+                      Catch{Property::kPacking, "planted-varlen-cu-off-by-one"},
+                      // Score variants (issue 28): a huge softcap against none (an
+                      // exp-based tanh cancels to 0 there).
+                      Catch{Property::kVariants, "planted-softcap-exp"},
+                      // Merged states (issue 29): other split points in another state
+                      // layout; the LSE of a base-2 merge.
+                      Catch{Property::kMerge, "planted-merge-stride-of-output"},
+                      Catch{Property::kMerge, "planted-merge-lse-base2"},
+                      // Dropout (issue 29): p = 0 against no dropout (1 / p is infinite).
+                      Catch{Property::kDropout, "planted-dropout-inv-p"},
+                      // Custom masks: bits against dense of the same pattern; partial blocks
+                      // against the custom mask alone.
+                      Catch{Property::kMasks, "planted-mask-bits-stride"},
+                      Catch{Property::kMasks, "planted-block-partial-full"},
+                      // MLA (issue 28 item 5): V a view of K against V copied out.
+                      Catch{Property::kKvShared, "planted-mla-v-stride-dv"},
+                      // Backward: batch / head with dK / dV summed over a GQA group;
+                      // thread orders on the backward launch.
+                      Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},
+                      Catch{Property::kDeterminism, "planted-bwd-no-ds-barrier", Pass::kBwd}),
+    catch_name);
 
 }  // namespace
 }  // namespace attnfuzz::props

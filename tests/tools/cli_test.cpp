@@ -214,7 +214,8 @@ namespace attnfuzz {
 TEST(Cli, PresetListBadNameAndSweep) {
   const Result list = run(kCheck + " --preset list");
   EXPECT_EQ(list.code, 0) << list.out;
-  EXPECT_TRUE(has(list.out, "deepseek-v3") && has(list.out, "kv-shared (V the first Dv columns of K)")) << list.out;
+  EXPECT_TRUE(has(list.out, "deepseek-v3") && has(list.out, "kv-shared (V the first Dv columns of K)"))
+      << list.out;
   const Result bad = run(kCheck + " --sweep --preset llama-9");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(lines(bad.out).size(), 1u) << bad.out;

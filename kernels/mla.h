@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kMlaThreads)
     const int64_t j = c0 + t;
     const T* kr = t < n ? k + seq_k_row(p, x, sh, j, hk) : nullptr;
     AF_UNROLL
-    for (int i = 0; i < kMlaMaxQ && i < nq; ++i) {
+    for (int i = 0; i < kMlaMaxQ; ++i) {  // a constant trip count: unrolled, the arrays stay in registers
+      if (i >= nq) continue;
       float dot = 0.0f;
       if (kr && j >= first[i] && j < last[i])
         for (int64_t d = 0; d < p.head_dim; ++d) dot += q_vec[i][d] * Elem<T>::load(kr[d]);
@@ -114,7 +115,6 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
     __syncthreads();  // 1
     float alpha[kMlaMaxQ];
-    AF_UNROLL
     for (int i = 0; i < kMlaMaxQ && i < nq; ++i) {
       float chunk_max = neg_inf();
       for (int c = 0; c < n; ++c) chunk_max = nan_max(chunk_max, score[i][c]);
@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
     __syncthreads();  // 2
     AF_UNROLL
-    for (int i = 0; i < kMlaMaxQ && i < nq; ++i) {
+    for (int i = 0; i < kMlaMaxQ; ++i) {
+      if (i >= nq) continue;
       float sum = 0.0f;
       for (int c = 0; c < n; ++c) sum += weight[i][c];
       l[i] = l[i] * alpha[i] + sum;
@@ -142,12 +143,11 @@ __global__ void __launch_bounds__(kMlaThreads)
         if (d >= p.head_dim_v) break;
         const float val = Elem<T>::load(vr[d]);
         AF_UNROLL
-        for (int i = 0; i < kMlaMaxQ && i < nq; ++i)
-          if (c0 + c >= first[i] && c0 + c < last[i]) acc[i][e] += Elem<T>::round(weight[i][c]) * val;
+        for (int i = 0; i < kMlaMaxQ; ++i)
+          if (i < nq && c0 + c >= first[i] && c0 + c < last[i]) acc[i][e] += Elem<T>::round(weight[i][c]) * val;
       }
     }
   }
-  AF_UNROLL
   for (int i = 0; i < kMlaMaxQ && i < nq; ++i) {
     const int64_t slot = ((sh.b * p.heads_q + h) * p.seq_q + i) * nmax + s;
     AF_UNROLL

@@ -1,5 +1,5 @@
-// mla_decode.cpp - the oracle's check time of an MLA-shaped decode case (V a view of K's first Dv columns, through
-// the strides) against the same case with V copied out, side by side in one run (issue 28 item 5).
+// mla_decode.cpp - the oracle's check time of an MLA-shaped decode case (kv-shared: V a view of K's first Dv
+// columns) against the same case with V copied out, side by side in one run (issue 28 item 5).
 //   mla_decode [--reps N] [--heads H] [--sk N] [--threads T]
 #include <chrono>
 #include <cstdio>
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   const int64_t D = 576, Dv = 512;
   const Problem copied = make_problem(1, heads, 1, 1, sk, D, Dv);  // decode: Sq = 1, all heads on one latent
   Problem shared = copied;
-  for (int i = 0; i < 3; ++i) shared.v_stride[i] = shared.k_stride[i];
+  share_kv(shared);  // AF_VARIANT_KV_SHARED: the oracle reads V through K's pointer
   std::mt19937 rng(0x5eed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> q(static_cast<size_t>(heads * D)), k(static_cast<size_t>(sk * D)), v(static_cast<size_t>(sk * Dv));

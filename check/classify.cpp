@@ -134,13 +134,15 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (co.tsan && cpu && (!decided || cls == FailureClass::kBarrierRace)) run("tsan", detect::tsan);
   if (co.compute_sanitizer && dev.backend() == Backend::kNvidia)
     run("compute-sanitizer", detect::compute_sanitizer);
-  // Score variants (issue 28): the ignored-parameter experiment; the experiments that rebuild the problem or move
-  // keys (empty-row, tail, reorder, mask-model) do not keep a bias / ALiBi / sink case's exact result and are left out.
+  // Score variants (issue 28): the ignored-parameter experiment; the experiments that rebuild the problem or
+  // move keys (empty-row, tail, reorder, mask-model) do not keep a bias / ALiBi / sink case's exact result
+  // and are left out (kv-shared too: a tail padding of Dv would pad V with K's rope columns, not zeros).
   const bool vars = pc.problem().variants != 0;
   if (vars)
-    r.evidence.push_back({"scope", "score variant(s) " + variant_names(pc.problem().variants) +
-                                       ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
-                                       "or move keys and are not run"});
+    r.evidence.push_back(
+        {"scope", "variant(s) " + variant_names(pc.problem().variants) +
+                      ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
+                      "or move keys and are not run"});
   if (!decided && dropout && !unreliable) run("dropout", detect::dropout);
   if (!decided && score_vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);

@@ -313,8 +313,11 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
     if (!pw) pw = guard_poison_of(opts, name);
     return pool ? pool->take(name, bytes, g, pw) : std::make_unique<GuardedBuffer>(dev, name, bytes, g, pw);
   };
-  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison), kb = make("k", t.k.size() * eb, fpoison),
-                                 v = make("v", t.v.size() * eb, fpoison);
+  // kv-shared (docs/semantics.md "Shared K/V latent"): no V buffer; the kernel gets K's pointer as buffers.v.
+  const bool shared = kv_shared(p);
+  std::unique_ptr<GuardedBuffer> q = make("q", t.q.size() * eb, fpoison),
+                                 kb = make("k", t.k.size() * eb, fpoison),
+                                 v = shared ? nullptr : make("v", t.v.size() * eb, fpoison);
   // Sequence layouts: the arrays in guarded buffers, the K/V gaps holding this launch's guard poison.
   const bool seqs = has_sequences(p);
   std::unique_ptr<GuardedBuffer> cu_q, cu_k, used_k, table;
@@ -374,11 +377,11 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   if (p.dtype == AF_DTYPE_F32) {
     q->upload(t.q.data());
     kb->upload(kin.data());
-    v->upload(vin.data());
+    if (v) v->upload(vin.data());
   } else {
     q->upload(encode_tensor(t.q, p.dtype).data());
     kb->upload(encode_tensor(kin, p.dtype).data());
-    v->upload(encode_tensor(vin, p.dtype).data());
+    if (v) v->upload(encode_tensor(vin, p.dtype).data());
   }
   o->fill_payload(format_poison(p.dtype, opts.output_poison));
   if (lse) lse->fill_payload(opts.output_poison);
@@ -386,7 +389,7 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   af_buffers b{};
   b.q = merge ? nullptr : q->data();
   b.k = merge ? nullptr : kb->data();
-  b.v = merge ? nullptr : v->data();
+  b.v = merge ? nullptr : shared ? kb->data() : v->data();
   b.o = o->data();
   b.lse = lse ? static_cast<float*>(lse->data()) : nullptr;
   b.workspace = ws ? ws->data() : nullptr;

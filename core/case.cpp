@@ -137,6 +137,27 @@ void fit_value_domain(Case& c) {
         if (std::bit_cast<uint32_t>(x) != kStrideGapBits) x = to_domain(x, c.values.domain);
 }
 
+namespace {
+// kv-shared with an explicit V: empty unless some addressed element of V differs from K's element at the same
+// offset (v_stride = k_stride; NaNs compare by bits).
+std::string explicit_v_is_k_view(const Case& c) {
+  const Problem& p = c.problem;
+  const ExplicitValues& e = *c.explicit_values;
+  if (has_sequences(p)) return {};  // on a sequence layout V is derived from K by generate()
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < p.seq_k; ++s)
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t i = static_cast<size_t>(v_index(p, b, s, h, d));
+          if (i >= e.k.size() || std::bit_cast<uint32_t>(e.v[i]) != std::bit_cast<uint32_t>(e.k[i]))
+            return "explicit v differs from k at (b=" + std::to_string(b) + ", s=" + std::to_string(s) +
+                   ", h=" + std::to_string(h) + ", d=" + std::to_string(d) +
+                   "): with kv-shared V is the first Dv columns of K (give no v, or K's)";
+        }
+  return {};
+}
+}  // namespace
+
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
   if (std::string e = validate_sequences(c); !e.empty()) return e;
@@ -148,6 +169,9 @@ std::string validate(const Case& c) {
            dtype_name(c.problem.dtype) + " (yet)";
   if (has_backward(c.pass) && has_sequences(c.problem))
     return "the backward pass is checked on dense batches only, not on sequence layouts (yet)";
+  if (has_backward(c.pass) && kv_shared(c.problem))
+    return "kv-shared is checked in the forward pass only (yet): no built-in kernel writes the shared latent's "
+           "gradient dK[:, :, :Dv] += dV (docs/semantics.md \"Shared K/V latent\")";
   if (std::string e = validate_variants(c); !e.empty()) return e;
   if (std::string e = validate_merge(c); !e.empty()) return e;
   const double a = c.values.dist.param;
@@ -176,14 +200,23 @@ std::string validate(const Case& c) {
     };
     if (auto m = check("q", e.q.size(), q_elements(c.problem)); !m.empty()) return m;
     if (auto m = check("k", e.k.size(), k_elements(c.problem)); !m.empty()) return m;
-    if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
+    if (kv_shared(c.problem)) {  // V is K's first Dv columns: an explicit V is absent or repeats them
+      if (!e.v.empty()) {
+        if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) return m;
+        if (std::string m = explicit_v_is_k_view(c); !m.empty()) return m;
+      }
+    } else if (auto m = check("v", e.v.size(), v_elements(c.problem)); !m.empty()) {
+      return m;
+    }
     if (!e.dout.empty() && !has_backward(c.pass)) return "explicit dO is given for a forward case";
     if (!e.dout.empty())
       if (auto m = check("dO", e.dout.size(), o_elements(c.problem)); !m.empty()) return m;
     if (finite_domain(c.values.domain) && !has_sequences(c.problem)) {  // sequences: on the view
       const Problem& p = c.problem;
       for (Tensor t : {Tensor::kQ, Tensor::kK, Tensor::kV}) {
-        const std::vector<float>& buf = t == Tensor::kQ ? e.q : t == Tensor::kK ? e.k : e.v;
+        const std::vector<float>& buf = t == Tensor::kQ                                      ? e.q
+                                        : (t == Tensor::kK || (kv_shared(p) && e.v.empty())) ? e.k
+                                                                                             : e.v;
         for (int64_t b = 0; b < p.batch; ++b)
           for (int64_t s = 0; s < tensor_seq(p, t); ++s)
             for (int64_t h = 0; h < tensor_heads(p, t); ++h)
@@ -223,10 +256,9 @@ std::string validate_variants(const Case& c) {
   if (p.variants & ~kCheckedVariants)
     return "variant " + variant_names(p.variants & ~kCheckedVariants) +
            " is not checked yet (the checked ones: sink, softcap, alibi, bias, dropout, mask-dense, "
-           "mask-bits, "
-           "block-sparse, head-descale)";
-  if (p.variants && has_sequences(p))
-    return "variants are checked on dense batches only, not on sequence layouts (yet)";
+           "mask-bits, block-sparse, head-descale, kv-shared)";
+  if ((p.variants & ~AF_VARIANT_KV_SHARED) && has_sequences(p))
+    return "variants other than kv-shared are checked on dense batches only, not on sequence layouts (yet)";
   if (std::string e = validate_mask_values(c); !e.empty()) return e;
   auto count = [](const char* what, size_t have, int64_t need) -> std::string {
     if (static_cast<int64_t>(have) == need) return {};
@@ -273,8 +305,11 @@ std::string validate_variants(const Case& c) {
 std::string set_variants(Case& c, uint32_t bits, float softcap, const std::string& bias_broadcast) {
   if (bits & ~kCheckedVariants) return "variant " + variant_names(bits & ~kCheckedVariants) + " is not checked yet";
   // The score variants and the masks; dropout (issue 29) is set with set_dropout and kept here as it is.
-  c.problem.variants =
-      (c.problem.variants & AF_VARIANT_DROPOUT) | (bits & (kScoreVariants | AF_VARIANT_HEAD_DESCALE));
+  // kv-shared is geometry (V a view of K, v_stride = k_stride): kept as it is like dropout, set when asked
+  // for.
+  c.problem.variants = (c.problem.variants & (AF_VARIANT_DROPOUT | AF_VARIANT_KV_SHARED)) |
+                       (bits & (kScoreVariants | AF_VARIANT_HEAD_DESCALE));
+  if (bits & AF_VARIANT_KV_SHARED) share_kv(c.problem);  // Dv <= D is validate()'s
   c.problem.descale_stride[0] = c.problem.descale_stride[1] = 0;
   if (bits & AF_VARIANT_HEAD_DESCALE) set_descale_strides(c.problem, false);
   if (bits & kMaskVariants)

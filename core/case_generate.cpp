@@ -154,6 +154,10 @@ void generate_variants(const Case& c, Tensors& out) {
 
 Tensors generate(const Case& c) {
   Tensors out = generate_qkv(c);
+  // kv-shared (docs/semantics.md "Shared K/V latent"): V is the first Dv columns of K's rows; with v_stride =
+  // k_stride its elements sit at K's offsets, so V is K's buffer cut to v_elements (the kernel receives K's).
+  if (kv_shared(c.problem))
+    out.v.assign(out.k.begin(), out.k.begin() + std::min<int64_t>(v_elements(c.problem), out.k.size()));
   generate_variants(c, out);
   generate_masks(c, out);
   if (has_backward(c.pass)) {
@@ -255,7 +259,10 @@ Tensors generate_qkv(const Case& c) {
     return pos;
   };
   for (const SpecialValue& sv : c.values.specials) {
-    std::vector<float>& buf = sv.tensor == Tensor::kQ ? out.q : sv.tensor == Tensor::kK ? out.k : out.v;
+    // kv-shared: a special value of V is written into K's row (V is a view of it).
+    std::vector<float>& buf = sv.tensor == Tensor::kQ                     ? out.q
+                              : (sv.tensor == Tensor::kK || kv_shared(p)) ? out.k
+                                                                          : out.v;
     std::vector<int64_t> pos;
     if (sv.placement != Placement::kAt) pos = candidates(sv.tensor, sv.placement);
     for (int64_t n = 0; n < sv.count; ++n) {

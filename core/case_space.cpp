@@ -343,19 +343,62 @@ void mask_sweep_edges(Finish& finish, Base& base, const std::string& dt, uint32_
 }
 }  // namespace
 
+namespace {
+// kv-shared's own edges (docs/semantics.md "Shared K/V latent"): DeepSeek's D = 576, Dv = 512 at decode (1
+// token, MTP's 2, 8) with 16 and 128 query heads per KV head, one key (a V stepped by the wrong row length is
+// right on key 0 only), no key, a window, a paged cache (pages of 16, shuffled, a used length below the
+// other's); small D > Dv pairs with GQA and causal masks for the kernels of D <= 128.
+template <class Finish, class Base>
+void kv_shared_sweep_edges(Finish& finish, Base& base, const std::string& dt, bool paged) {
+  struct Edge {
+    const char* label;
+    int64_t b, hq, hkv, sq, sk, d, dv;
+    const char* mask;
+  };
+  static const Edge kEdges[] = {
+      {"mla-16h1-1x40", 1, 16, 1, 1, 40, 576, 512, "causal-br"},
+      {"mla-128h1-1x9", 1, 128, 1, 1, 9, 576, 512, "none"},
+      {"mla-mtp-2x16h1-2x33", 2, 16, 1, 2, 33, 576, 512, "causal-br"},
+      {"mla-window-8h1-8x70", 1, 8, 1, 8, 70, 576, 512, "window:32,0-br"},
+      {"mla-one-key-4h1-1x1", 1, 4, 1, 1, 1, 576, 512, "none"},
+      {"mla-no-key-4h1-1x0", 1, 4, 1, 1, 0, 576, 512, "none"},
+      {"d40-dv32-gqa-8h2-3x37", 2, 8, 2, 3, 37, 40, 32, "none"},
+      {"d72-dv64-4h1-5x100", 1, 4, 1, 5, 100, 72, 64, "causal-br"},
+      {"d24-dv8-2h1-17x17", 1, 2, 1, 17, 17, 24, 8, "causal-tl"},
+  };
+  auto shaped = [&](const Edge& e) {
+    Case c = base(e.b, e.hq, e.hkv, e.sq, e.sk, e.d, e.mask);
+    c.problem = reshape_problem(c.problem, e.b, e.sq, e.sk, e.d, e.dv);
+    c.problem.scale = default_scale(e.d);
+    return c;
+  };
+  for (const Edge& e : kEdges) finish(shaped(e), dt + e.label, 30.0f, "");
+  if (!paged) return;  // the other variants are checked on dense batches only
+  Case pg = shaped({"", 2, 8, 1, 2, 40, 576, 512, "causal-br"});
+  pg.problem.kv_layout = AF_SEQ_PAGED;
+  pg.problem.page_size = 16;
+  pg.seqs.used = {40, 23};
+  pg.seqs.page_order = 9;
+  if (std::string e = set_sequence_fields(pg); !e.empty()) throw std::logic_error(e);
+  finish(std::move(pg), dt + "mla-paged-2x8h1-2x40", 30.0f, "");
+}
+}  // namespace
+
 std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDomain domain, int32_t dtype, Pass pass) {
   bits &= ~AF_VARIANT_DROPOUT;  // the score variants' sweep; dropout has its own (dropout_sweep_grid)
   std::vector<Case> grid;
   const std::string name = variant_names(bits);
   const uint32_t score = bits & kScoreVariants, masks = bits & kMaskVariants,
-                 hd = bits & AF_VARIANT_HEAD_DESCALE;
+                 hd = bits & AF_VARIANT_HEAD_DESCALE, kvs = bits & AF_VARIANT_KV_SHARED;
   // Per-head descales are fp8 only: their sweep is fp8-e4m3 unless fp8-e5m2 is asked for.
   if (hd && dtype != AF_DTYPE_FP8_E4M3 && dtype != AF_DTYPE_FP8_E5M2) dtype = AF_DTYPE_FP8_E4M3;
   static const char* const kBroadcasts[] = {"", "b", "h", "bh", "i", "j", "bhi"};
   size_t n = 0, nm = 0;
   auto finish_masked = [&](Case c, const std::string& label, float softcap, const std::string& bcast,
                            const MaskChoice& mc) {
-    if (std::string e = set_variants(c, score | hd, softcap, bcast); !e.empty()) throw std::logic_error(e);
+    if (kvs && c.problem.head_dim_v > c.problem.head_dim) return;  // V cannot be a view of a shorter K row
+    if (std::string e = set_variants(c, score | hd | kvs, softcap, bcast); !e.empty())
+      throw std::logic_error(e);
     if (hd && label.find("descale-per-batch") != std::string::npos) set_descale_strides(c.problem, true);
     if (masks) {
       const uint32_t mb = mask_bits_of_case(masks, nm++);
@@ -409,6 +452,9 @@ std::vector<Case> variant_sweep_grid(uint32_t bits, uint64_t base_seed, ValueDom
           {8, 0.01171875f}, {0x1.2p-9f, 3.25f});
     finish(base(3, 4, 2, 19, 37, 16, "none"), dt + "descale-per-batch-3x4h2-19x37", 30.0f, "");
   }
+  if (kvs)
+    kv_shared_sweep_edges(finish, base, dt,
+                          !(score | masks | hd) && dtype != AF_DTYPE_FP8_E4M3 && dtype != AF_DTYPE_FP8_E5M2);
   if (!score) return in_value_domain(relabel(grid), domain);
   // Softcap: logits far past the cap (|s / cap| >> 88 would overflow an exp-based tanh), small and large caps.
   for (double mag : {100.0, 1000.0, 1e4})

@@ -552,6 +552,9 @@ Case case_from_json(const json& j) {
     if (!v.is_object()) corrupt("case.variants is not a JSON object");
     Problem& p = c.problem;
     if (std::string e = parse_variant_names(get_string(v, "use", vc), p.variants); !e.empty()) corrupt(vc + ": " + e);
+    // kv-shared (MLA): a sequence layout's strides follow from its lengths, V's are K's; a dense file states
+    // them
+    if (kv_shared(p) && has_sequences(p)) share_kv(p);
     if (p.variants & AF_VARIANT_SOFTCAP) {
       const uint64_t bits = parse_u64(get_string(v, "softcap_bits", vc), "case.variants.softcap_bits");
       if (bits > 0xffffffffu) corrupt("case.variants.softcap_bits is wider than 32 bits");

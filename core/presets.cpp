@@ -7,17 +7,18 @@
 namespace attnfuzz {
 
 const std::vector<ModelPreset>& model_presets() {
-  // name, model, Hq, Hkv, D, Dv, Sk, causal, window_left, softcap, sinks, varlen, pending
+  // name, model, Hq, Hkv, D, Dv, Sk, causal, window_left, softcap, sinks, varlen, kv_shared, pending
   static const std::vector<ModelPreset> table = {
       {"llama-3.1", "Llama-3.1-70B (GQA 8:1)", 64, 8, 128, 128, 8192, true, AF_UNBOUNDED, 0.f, false, false,
+       false, nullptr},
+      {"gemma-2", "Gemma-2-9B (softcap 50, window 4096)", 16, 8, 256, 256, 8192, true, 4096, 50.f, false,
+       false, false, nullptr},
+      {"gpt-oss", "gpt-oss-20b (sinks, window 128)", 64, 8, 64, 64, 4096, true, 128, 0.f, true, false, false,
        nullptr},
-      {"gemma-2", "Gemma-2-9B (softcap 50, window 4096)", 16, 8, 256, 256, 8192, true, 4096, 50.f, false, false,
-       nullptr},
-      {"gpt-oss", "gpt-oss-20b (sinks, window 128)", 64, 8, 64, 64, 4096, true, 128, 0.f, true, false, nullptr},
-      {"deepseek-v3", "DeepSeek-V3 MLA decode (576/512, 128 heads)", 128, 1, 576, 512, 4096, true, AF_UNBOUNDED,
-       0.f, false, false, "AF_VARIANT_KV_SHARED (MLA latent shared by K and V) once it lands"},
-      {"qwen-varlen", "Qwen2.5-7B (GQA 7:1, packed varlen)", 28, 4, 128, 128, 4096, true, AF_UNBOUNDED, 0.f, false,
-       true, nullptr},
+      {"deepseek-v3", "DeepSeek-V3 MLA decode (576/512, 128 heads)", 128, 1, 576, 512, 4096, true,
+       AF_UNBOUNDED, 0.f, false, false, true, nullptr},
+      {"qwen-varlen", "Qwen2.5-7B (GQA 7:1, packed varlen)", 28, 4, 128, 128, 4096, true, AF_UNBOUNDED, 0.f,
+       false, true, false, nullptr},
   };
   return table;
 }
@@ -51,14 +52,16 @@ Problem preset_problem(const ModelPreset& p, int64_t seq_q, int64_t seq_k_cap) {
     out.softcap = p.softcap;
   }
   if (p.sinks) out.variants |= AF_VARIANT_SINK;
+  if (p.kv_shared) share_kv(out);
   return out;
 }
 
 std::vector<Case> preset_sweep_grid(const ModelPreset& p, uint64_t base_seed, ValueDomain domain, int32_t dtype,
                                     Pass pass) {
   std::vector<Case> grid;
+  const std::vector<int64_t> decode = {1, 2, 8};
   for (int64_t cap : {64, 256})
-    for (int64_t sq : {int64_t{1}, int64_t{16}, cap}) {
+    for (int64_t sq : p.kv_shared ? decode : std::vector<int64_t>{1, 16, cap}) {
       Case c;
       c.problem = preset_problem(p, sq, cap);
       c.problem.dtype = dtype;
@@ -81,6 +84,7 @@ std::string preset_table() {
            std::to_string(p.heads_kv) + ", D " + std::to_string(p.head_dim) + ", Dv " + std::to_string(p.head_dim_v) +
            ", Sk " + std::to_string(p.seq_k);
     if (p.varlen) out += ", varlen (not applied yet: the sweep is dense)";
+    if (p.kv_shared) out += ", kv-shared (V the first Dv columns of K)";
     if (p.pending) out += std::string(", pending: ") + p.pending;
     out += "\n";
   }

@@ -29,6 +29,7 @@ void set_contiguous_strides(Problem& p) {
   p.v_stride[2] = p.head_dim_v;
   p.v_stride[1] = p.heads_kv * p.head_dim_v;
   p.v_stride[0] = p.seq_k * p.v_stride[1];
+  if (kv_shared(p)) std::copy(std::begin(p.k_stride), std::end(p.k_stride), std::begin(p.v_stride));
   p.o_stride[2] = p.head_dim_v;
   p.o_stride[1] = p.heads_q * p.head_dim_v;
   p.o_stride[0] = p.seq_q * p.o_stride[1];
@@ -42,6 +43,11 @@ void set_contiguous_strides(Problem& p) {
     p.dk_stride[i] = p.k_stride[i];
     p.dv_stride[i] = p.v_stride[i];
   }
+}
+
+void share_kv(Problem& p) {
+  p.variants |= AF_VARIANT_KV_SHARED;
+  std::copy(std::begin(p.k_stride), std::end(p.k_stride), std::begin(p.v_stride));
 }
 
 Problem make_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q, int64_t seq_k,
@@ -97,6 +103,7 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_
   if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) (void)set_mask_strides(v, mask_broadcast(p));
   if (p.variants & AF_VARIANT_BLOCK_SPARSE) (void)set_block_mask_strides(v, block_mask_broadcast(p));
   if (p.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(v, p.descale_stride[0] != 0);
+  if (kv_shared(p)) share_kv(v);
   return v;
 }
 
@@ -229,6 +236,14 @@ std::string validate_variant_fields(const Problem& p) {
       return "the per-head descale head stride is 0: use the per-tensor descales";
     if (descale_h_elements(p, true) > kMaxElements) return "the per-head descales would exceed kMaxElements";
   }
+  if (kv_shared(p)) {  // V is a view of K's rows (docs/semantics.md "Shared K/V latent")
+    if (p.head_dim_v > p.head_dim)
+      return "kv-shared (V the first Dv columns of K) needs Dv <= D, not Dv = " +
+             std::to_string(p.head_dim_v) + " > D = " + std::to_string(p.head_dim);
+    if (!std::equal(std::begin(p.k_stride), std::end(p.k_stride), std::begin(p.v_stride)))
+      return "kv-shared needs v_stride = k_stride (V is a view of K's rows), not " +
+             strides_text(p.v_stride) + " and " + strides_text(p.k_stride);
+  }
   if (std::string e = validate_dropout(p); !e.empty()) return e;
   return validate_mask_fields(p);
 }
@@ -271,7 +286,8 @@ std::string parse_variant_names(const std::string& text, uint32_t& out) {
       if (name == variant_name(bit)) found = bit;
     if (!found)
       return "unknown variant '" + name +
-             "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse, head-descale)";
+             "' (sink, softcap, alibi, bias, dropout, mask-dense, mask-bits, block-sparse, head-descale, "
+             "kv-shared)";
     out |= found;
     start = end + 1;
   }

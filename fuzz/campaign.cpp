@@ -156,8 +156,16 @@ int run_campaign(const CampaignOptions& given) {
   if (!lock_out(p) || !reset_work(p)) return 2;
   Kernels kernels;
   if (!select_kernels(o, kernels)) return 2;
-  for (const KernelEntry* k : kernels)  // merged states (issue 29): merge kernels get merge cases from the decoder
+  for (const KernelEntry* k :
+       kernels) {  // merged states (issue 29): merge kernels get merge cases from the decoder
     if (k->kernel.kind == AF_KIND_MERGE) o.worker.limits.merge = true;
+    // MLA dims (issue 28 item 5): only when --variant kv-shared is on and a kernel declares kv-shared at D
+    // 576 / Dv 512
+    o.worker.limits.mla_dims |=
+        (o.worker.limits.variants & AF_VARIANT_KV_SHARED) && (k->kernel.variants & AF_VARIANT_KV_SHARED) &&
+        (k->kernel.max_head_dim == 0 || k->kernel.max_head_dim >= fuzz::kMlaHeadDim) &&
+        (k->kernel.max_head_dim_v == 0 || k->kernel.max_head_dim_v >= fuzz::kMlaHeadDimV);
+  }
   claim_earlier_failures(p);
   Outcome r;
   r.history = read_history(p);  // a resume: the earlier runs, their failures' times, the campaign's name

@@ -585,6 +585,47 @@ void read_merge(Reader& r, Case& c, const FuzzLimits& lim) {
   (void)set_merge(c, cuts, shift, lb & 1, merge_pad_menu()[(lb >> 1) % merge_pad_menu().size()]);
 }
 
+// Whether p is MLA-shaped under lim (kv-shared, D 576, Dv 512, one KV head, dense; lim.mla_dims on).
+bool mla_dims(const Problem& p, const FuzzLimits& lim) {
+  return lim.mla_dims && kv_shared(p) && p.head_dim == kMlaHeadDim && p.head_dim_v == kMlaHeadDimV &&
+         p.heads_kv == 1 && !has_sequences(p);
+}
+
+// MLA's shared K/V latent (issue 28 item 5), the field after merge: bit 0 makes the case kv-shared (V the
+// first Dv columns of K's rows) when the limits allow it, the case is a forward one with Dv <= D, not a merge
+// case and has no explicit values; bit 1 then gives it DeepSeek's D = 576, Dv = 512 with one KV head when the
+// limits allow MLA dims (dense only; the work budget shrinks the sequences, never these dims; at= special
+// values dropped). A dense shared case gets contiguous strides. Absent or 0: not shared.
+void read_kv_shared(Reader& r, Case& c, const FuzzLimits& lim) {
+  const uint8_t kb = r.u8();
+  Problem& p = c.problem;
+  if (!(kb & 1) || !(lim.variants & AF_VARIANT_KV_SHARED) || has_backward(c.pass) || is_merge(p) ||
+      c.explicit_values)
+    return;
+  if ((kb & 2) && lim.mla_dims && !has_sequences(p)) {
+    if (float_bits(p.scale) == float_bits(default_scale(p.head_dim))) p.scale = default_scale(kMlaHeadDim);
+    p.head_dim = kMlaHeadDim, p.head_dim_v = kMlaHeadDimV, p.heads_kv = 1;
+    share_kv(p);
+    set_contiguous_strides(p);
+    fit(p, lim);  // sequences shrink first: D and Dv stay
+    if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(p, broadcast_text(broadcast_bits(p)));
+    if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS))
+      (void)set_mask_strides(p, mask_broadcast(p));
+    if (p.variants & AF_VARIANT_BLOCK_SPARSE) (void)set_block_mask_strides(p, block_mask_broadcast(p));
+    if (p.variants & AF_VARIANT_DROPOUT)
+      (void)set_dropout(p, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
+    if (p.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(p, p.descale_stride[0] != 0);
+    // at= positions were read for the old shape (their d modulo the old D): dropped, as in_domain requires
+    std::erase_if(c.values.specials, [](const SpecialValue& s) { return s.placement == Placement::kAt; });
+    c.variants.bias.clear(), c.variants.custom_mask.clear(), c.variants.block_mask.clear();
+    c.variants.q_descale_h.clear(), c.variants.k_descale_h.clear(), c.variants.v_descale_h.clear();
+    return;
+  }
+  if (p.head_dim_v > p.head_dim) return;
+  share_kv(p);
+  if (!has_sequences(p)) set_contiguous_strides(p);  // the raw strides were drawn for a V of its own
+}
+
 void write_merge(Writer& w, const Case& c) {
   const MergeSpec& m = c.merge;
   w.u8(static_cast<uint8_t>(0x80 | (c.problem.n_states - 1)));
@@ -762,6 +803,7 @@ FuzzInput decode(const uint8_t* data, size_t size, const FuzzLimits& lim) {
     }
   }
   read_merge(r, c, lim);
+  read_kv_shared(r, c, lim);
   fit_value_domain(c);  // activations: distribution, scale, specials and explicit values in its bounds
   return in;
 }
@@ -890,10 +932,15 @@ std::vector<uint8_t> encode(const FuzzInput& in, const FuzzLimits& lim) {
     w.u8(static_cast<uint8_t>(1 | (p.dropout_rng == AF_DROPOUT_RNG_PHILOX_FLASH ? 2 : 0) | (pi << 2)));
     w.u64(p.dropout_seed);
     w.u8(static_cast<uint8_t>(std::find(om.begin(), om.end(), p.dropout_offset) - om.begin()));
-  } else if (is_merge(p)) {
+  } else if (is_merge(p) || kv_shared(p)) {
     w.u8(0);
   }
   if (is_merge(p)) write_merge(w, c);
+  if (kv_shared(
+          p)) {  // issue 28 item 5, after merge (a kv-shared case is no merge case: its merge byte is 0)
+    if (!is_merge(p)) w.u8(0);
+    w.u8(static_cast<uint8_t>(1 | (mla_dims(p, lim) ? 2 : 0)));
+  }
   return std::move(w.out);
 }
 
@@ -901,6 +948,8 @@ std::string set_preset(FuzzLimits& l, const std::string& name) {
   const std::optional<ModelPreset> m = find_preset(name);
   if (!m) return "--preset '" + name + "' is not a preset: one of " + preset_names() + " (or list)";
   if (m->pending) return "--preset " + name + " needs " + m->pending + ": not fuzzable yet";
+  if (m->kv_shared)  // the fuzzer's MLA cases come from --variant kv-shared (FuzzLimits::mla_dims), not a preset
+    return "--preset " + name + " is MLA (kv-shared): fuzz its geometry with --variant kv-shared instead";
   l.preset = name;
   l.variants |= (m->sinks ? AF_VARIANT_SINK : 0u) | (m->softcap > 0 ? AF_VARIANT_SOFTCAP : 0u);
   l.max_heads = std::max(l.max_heads, m->heads_q);
@@ -1006,7 +1055,16 @@ std::string in_domain(const Case& c, const FuzzLimits& l) {
   if (p.batch > l.max_batch) return "batch above the fuzz limit";
   if (p.heads_q > l.max_heads) return "heads above the fuzz limit";
   if (p.seq_q > l.max_seq || p.seq_k > l.max_seq) return "sequence length above the fuzz limit";
-  if (p.head_dim > l.max_dim || p.head_dim_v > l.max_dim) return "head dim above the fuzz limit";
+  if ((p.head_dim > l.max_dim || p.head_dim_v > l.max_dim) && !mla_dims(p, l))
+    return "head dim above the fuzz limit";
+  if (kv_shared(p) && !(l.variants & AF_VARIANT_KV_SHARED))
+    return "kv-shared while the fuzz limits take none";
+  if (kv_shared(p) && c.explicit_values) return "explicit values of a kv-shared case are not encoded";
+  if (kv_shared(p) && !has_sequences(p) && !contiguous(p))
+    return "a kv-shared case is contiguous in the fuzzer";
+  if (mla_dims(p, l) && std::any_of(c.values.specials.begin(), c.values.specials.end(),
+                                    [](const SpecialValue& s) { return s.placement == Placement::kAt; }))
+    return "an MLA-shaped case places no special value at= (the decoder reads positions for its first shape)";
   if (work(p) > l.max_work) return "work above the fuzz budget";
   if (p.mask_kind == AF_MASK_WINDOW && (p.window_left > 2 * l.max_seq || p.window_right > 2 * l.max_seq))
     return "window side above the fuzz limit";

@@ -54,7 +54,15 @@ struct FuzzLimits {
   // its softcap and sinks; batch, lengths, values, the other variants and the pass come from the bytes as
   // usual. set_preset() sets it and the limits it needs.
   std::string preset;
+  // MLA geometry (issue 28 item 5): whether a kv-shared case may take DeepSeek's D = 576, Dv = 512 (one KV
+  // head), beyond max_dim. Set by the campaign when --variant kv-shared is on and a selected kernel declares
+  // kv-shared with max_head_dim >= 576 (or no limit) and max_head_dim_v >= 512; every other case keeps
+  // max_dim. The field after merge (absent: not shared): docs in codec.cpp read_kv_shared.
+  bool mla_dims = false;
 };
+// DeepSeek's MLA head dims (512 latent + 64 rope; V the latent), the only D / Dv beyond max_dim a case may
+// take.
+constexpr int64_t kMlaHeadDim = 576, kMlaHeadDimV = 512;
 
 // Makes l decode near preset `name`: l.preset, l.variants += the preset's, max_heads / max_dim raised to its
 // heads and dims, max_work to 2^24 (a 64-head D = 128 check at 16 x 128). Returns "" or a one-line reason

@@ -69,7 +69,13 @@ enum Base : uint16_t {
   // heads (MHA: Hq = Hkv; GQA with one KV head; GQA with KV heads whose k descales differ; the same k
   // descales) 4
   kHeadDescale = 662,
-  kEnd = 670,
+  // MLA's shared K/V latent (issue 28 item 5): D - Dv (0, the rope part 64, other) 3 x MHA / GQA / one KV
+  // head 3, DeepSeek's 576 / 512 1, Sk beyond the first chunk of 64 keys (a V stepped wrong drifts after it)
+  // 1
+  kKvShared = 670,
+  kMlaDims = 679,
+  kKvSharedLong = 680,
+  kEnd = 681,
 };
 static_assert(kEnd <= kFeaturesPerKernel);
 
@@ -346,6 +352,19 @@ CaseFeatures dense_case_features(const Case& c, const Tensors& t) {
     int kind = p.heads_q == p.heads_kv ? 0 : p.heads_kv == 1 ? 1 : 3;
     for (float x : t.k_descale_h) kind = kind == 3 && x != t.k_descale_h[0] ? 2 : kind;
     add(kHeadDescale + (p.descale_stride[0] != 0 ? 4 : 0) + kind);
+  }
+  if (kv_shared(p)) {
+    const int64_t rope = p.head_dim - p.head_dim_v;
+    add(kKvShared +
+        (rope == 0    ? 0
+         : rope == 64 ? 1
+                      : 2) *
+            3 +
+        (p.heads_kv == p.heads_q ? 0
+         : p.heads_kv == 1       ? 2
+                                 : 1));
+    if (p.head_dim == 576 && p.head_dim_v == 512) add(kMlaDims);
+    if (p.seq_k > 64) add(kKvSharedLong);
   }
   return f;
 }

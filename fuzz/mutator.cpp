@@ -87,6 +87,7 @@ Problem reshaped(const Problem& p, int64_t b, int64_t hq, int64_t hkv, int64_t s
   if (p.variants & AF_VARIANT_BIAS) (void)set_bias_strides(n, broadcast_text(broadcast_bits(p)));
   if (p.variants & AF_VARIANT_DROPOUT)  // dropout (issue 29): the same p, generator, seed and offset
     (void)set_dropout(n, p.dropout_p, p.dropout_rng, p.dropout_seed, p.dropout_offset);
+  if (kv_shared(p)) share_kv(n);  // V stays a view of K's rows (the decoder drops it where Dv > D)
   return n;
 }
 
@@ -538,6 +539,30 @@ FuzzInput CaseDomain::init(Rng& rng) const {
   return in;
 }
 
+// MLA's shared K/V latent (issue 28 item 5): kv-shared switched off, or on (V a view of K's rows; Dv cut to
+// D), half the time with DeepSeek's D = 576, Dv = 512 and one KV head when the limits allow MLA dims (dense
+// only).
+namespace {
+void kv_shared_step(Step& ws, Rng& rng, const FuzzLimits& lim) {
+  Problem& p = ws.p;
+  if (kv_shared(p)) {
+    p.variants &= ~AF_VARIANT_KV_SHARED;
+    if (!has_sequences(p)) set_contiguous_strides(p);
+    return;
+  }
+  p.variants |= AF_VARIANT_KV_SHARED;
+  if (lim.mla_dims && !has_sequences(p) && rng.below(2)) {
+    ws.d = kMlaHeadDim, ws.dv = kMlaHeadDimV, ws.hkv = 1;
+    ws.reshape_needed = true;
+  } else if (ws.dv > ws.d) {
+    ws.dv = ws.d;
+    ws.reshape_needed = true;
+  } else {
+    share_kv(p);
+  }
+}
+}  // namespace
+
 void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
   const int steps = 1 + static_cast<int>(rng.below(3));
   for (int step = 0; step < steps; ++step) {
@@ -637,6 +662,7 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
       std::copy(std::begin(c.problem.descale_stride), std::end(c.problem.descale_stride),
                 std::begin(vp.descale_stride));
     }
+    if ((lim_.variants & AF_VARIANT_KV_SHARED) && rng.below(8) == 0) kv_shared_step(ws, rng, lim_);
     if (lim_.merge && rng.below(4) == 0) merge_step(c, rng);  // merged states (issue 29)
     if ((lim_.variants & AF_VARIANT_DROPOUT) && !has_sequences(p) && rng.below(4) == 0) {  // dropout (issue 29)
       const bool on = p.variants & AF_VARIANT_DROPOUT;

@@ -59,7 +59,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
                  {"passes", c.limits.passes},
                  {"variants", c.limits.variants},
                  {"merge", c.limits.merge},
-                 {"preset", c.limits.preset}};
+                 {"preset", c.limits.preset},
+                 {"mla_dims", c.limits.mla_dims}};
   j["out"] = c.out;
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
@@ -112,6 +113,8 @@ WorkerConfig worker_config_from_json(const Json& j) {
     if (l.contains("merge") && l.at("merge").is_boolean()) c.limits.merge = l.at("merge").get<bool>();
     if (l.contains("preset") && l.at("preset").is_string())
       c.limits.preset = l.at("preset").get<std::string>();
+    if (l.contains("mla_dims") && l.at("mla_dims").is_boolean())
+      c.limits.mla_dims = l.at("mla_dims").get<bool>();
   }
   get("out", c.out);
   get("command", c.command);

@@ -524,7 +524,8 @@ constexpr uint32_t kWithFp8 = kHalves | AF_SUPPORTS_FP8_E4M3;
         DT, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                    \
         nullptr, flash_check<BM, BN, NT, DT>, flash_launch<BM, BN, NT, DT>, 0, 0, nullptr, BWD_WS, BWD,    \
         /*compute_model=*/0, /*kind=*/0, /*flags=*/0,                                                      \
-        /*variants=*/kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | (VAR), /*dropout_rngs=*/kDropoutRngs \
+        /*variants=*/kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | AF_VARIANT_KV_SHARED | (VAR),         \
+        /*dropout_rngs=*/kDropoutRngs                                                                     \
   }
 
 // Every shape takes f32, f16 and bf16; flash-bm16-bn32 also fp8-e4m3 with descale factors, per tensor or per head

@@ -124,10 +124,14 @@ void read_sidecar(const fs::path& path, Spec& spec) {
         if (v.size() != 2 || v[0] < 1 || v[1] < 1 || v[0] > (1 << 20) || v[1] > (1 << 20))
           fail(path.string() + ": block_size must be [query rows, keys] per block, each in [1, 1048576]");
         spec.block_size = std::make_pair(static_cast<int32_t>(v[0]), static_cast<int32_t>(v[1]));
+      } else if (key == "kv_shared") {
+        spec.kv_shared = it->get<bool>();
       } else if (key == "comment" || key == "variant") {
       } else {
         fail(path.string() + ": unknown key '" + key +
-             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap, block_size)");
+             "' (known: layout, mask, scale, kv_heads, compute_dtype, compute_model, bf16_raw, softcap, "
+             "block_size, "
+             "kv_shared)");
       }
     }
   } catch (const json::exception& e) {
@@ -160,6 +164,7 @@ std::string sidecar_text(const Spec& s) {
   j["bf16_raw"] = s.bf16_raw;
   if (s.softcap) j["softcap"] = *s.softcap;
   if (s.block_size) j["block_size"] = {s.block_size->first, s.block_size->second};
+  if (s.kv_shared) j["kv_shared"] = true;
   return j.dump(2) + "\n";
 }
 
@@ -293,9 +298,30 @@ void load_head_descales(const Files& files, Problem& p, External& e) {
 }
 }  // namespace
 
+// kv_shared (MLA, docs/npy.md): V as the first Dv columns of k's rows, Dv = o's last dimension; v.npy must be
+// absent (a V of its own would contradict the sharing).
+Array k_view(const Files& files, const Array& k, const Array& o) {
+  std::error_code ec;
+  if (fs::exists(files.v, ec))
+    fail("kv_shared: V is the first Dv columns of k.npy; remove " + files.v.string() +
+         " (or drop kv_shared)");
+  if (k.shape.size() != 4 || o.shape.size() != 4 || o.shape[3] > k.shape[3] || o.shape[3] < 1)
+    fail("kv_shared: k and o must have 4 dimensions and o's last (Dv) at most k's (D); got k " +
+         shape_text(k.shape) + ", o " + shape_text(o.shape));
+  Array v = k;
+  const int64_t D = k.shape[3], Dv = o.shape[3];
+  v.shape[3] = Dv;
+  v.data.resize(static_cast<size_t>(k.shape[0] * k.shape[1] * k.shape[2] * Dv));
+  for (size_t r = 0; r < v.data.size() / static_cast<size_t>(Dv); ++r)
+    std::copy_n(k.data.begin() + static_cast<std::ptrdiff_t>(r * D), Dv,
+                v.data.begin() + static_cast<std::ptrdiff_t>(r * Dv));
+  return v;
+}
+
 External load_external(const Files& files, const Spec& spec) {
   Array q = read_array(files.q, spec.bf16_raw), k = read_array(files.k, spec.bf16_raw),
-        v = read_array(files.v, spec.bf16_raw), o = read_array(files.o, spec.bf16_raw);
+        o = read_array(files.o, spec.bf16_raw);
+  Array v = spec.kv_shared ? k_view(files, k, o) : read_array(files.v, spec.bf16_raw);
   const bool bshd = spec.layout == Layout::kBSHD;
   const char* lay = bshd ? "[B, S, H, D]" : "[B, H, S, D]";
   for (const auto* a : {&q, &k, &v, &o})
@@ -336,6 +362,7 @@ External load_external(const Files& files, const Spec& spec) {
   Problem p = make_problem(B, Hq, Hkv, Sq, Sk, D, Dv);
   if (std::string err = parse_mask(spec.mask, p); !err.empty()) fail("mask: " + err);
   if (spec.scale) p.scale = *spec.scale;
+  if (spec.kv_shared) share_kv(p);
   if (std::string err = validate(p); !err.empty()) fail("invalid problem: " + err);
   e.stored = q.stored;
   e.compute_dtype = spec.compute_dtype >= 0        ? spec.compute_dtype
@@ -352,6 +379,8 @@ External load_external(const Files& files, const Spec& spec) {
     e.v = transpose_sh(v.data, B, Hkv, Sk, Dv, false);
     e.o = transpose_sh(o.data, B, Hq, Sq, Dv, false);
   }
+  if (spec.kv_shared)  // V's elements at K's offsets (v_stride = k_stride): K's buffer cut to v_elements
+    e.v.assign(e.k.begin(), e.k.begin() + v_elements(p));
   if (!files.lse.empty()) {
     Array l = read_array(files.lse, spec.bf16_raw);
     if (l.shape != std::vector<int64_t>{B, Hq, Sq})

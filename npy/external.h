@@ -41,6 +41,8 @@ struct Spec {
   std::optional<float> softcap;  // score variant (issue 28): s <- softcap tanh(s / softcap), > 0
   std::optional<std::pair<int32_t, int32_t>> block_size;  // block_mask.npy's (query rows, keys) per block; default
                                                           // 128 x 128 (FlexAttention's BLOCK_SIZE)
+  bool kv_shared =
+      false;  // MLA (issue 28 item 5): no v.npy; V is the first Dv columns of k.npy (Dv = o's last dim)
 };
 // Flags given on the command line (each overrides the sidecar).
 struct Overrides {

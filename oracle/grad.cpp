@@ -531,6 +531,8 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
                                const GradOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string why = validate(p); !why.empty()) throw std::invalid_argument("grad oracle: " + why);
+  if (kv_shared(p))  // the contract (dK[:, :, :Dv] += dV into dk) is documented; no kernel writes it yet
+    throw std::invalid_argument("grad oracle: kv-shared is checked in the forward pass only (yet)");
   // The forward: exact LSE and O of every row (each key's dK / dV needs every row that sees it).
   OracleOptions fo = opts.fwd;
   fo.row_budget = 0;

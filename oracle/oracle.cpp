@@ -786,6 +786,9 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
       ((p.variants & AF_VARIANT_BLOCK_SPARSE) && !vars.block_mask && block_mask_bytes(p) > 0))
     throw std::invalid_argument("oracle: the problem uses variant " + variant_names(p.variants) +
                                 " but its values (sinks / ALiBi slopes / bias / dropout keep mask / masks) were not given");
+  // kv-shared (docs/semantics.md "Shared K/V latent"): V is the first Dv columns of K's rows, read through
+  // K's pointer (validate: v_stride = k_stride, Dv <= D), whatever the caller passed as v.
+  if (kv_shared(p)) v = k;
   OracleOptions opts_v = opts_in;
   if (p.variants) opts_v.baseline = false;  // the plain fp32 reference knows no variant
   const OracleOptions& opts = opts_v;
@@ -816,7 +819,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
       }
     }
     Problem p1 = p;
-    p1.variants &= ~AF_VARIANT_HEAD_DESCALE;
+    p1.variants &= ~(AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED);  // V scaled apart from K from here on
     p1.descale_stride[0] = p1.descale_stride[1] = 0;
     p1.q_descale = p1.k_descale = p1.v_descale = 1.0f;
     OracleOptions o1 = opts;
@@ -839,6 +842,7 @@ OracleResult compute_oracle(const Problem& p, const float* q, const float* k, co
                              vs = scaled(v, v_elements(p), p.v_descale);
     Problem p1 = p;
     p1.q_descale = p1.k_descale = p1.v_descale = 1.0f;
+    p1.variants &= ~AF_VARIANT_KV_SHARED;  // V (scaled by v_descale) apart from K from here on
     OracleOptions o1 = opts;
     o1.compute_dtype = cd;
     OracleResult R = compute_oracle(p1, qs.data(), ks.data(), vs.data(), vars, o1);

@@ -196,9 +196,19 @@ rc::Gen<Case> gen_case(const CaseLimits& limits) {
     int64_t dv = std::min(d, limits.max_dv);
     if (!limits.dv_eq_d && *weighted_one_of<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
       dv = *gen_head_dim(limits.max_dv);
+    // MLA's shared K/V latent (issue 28 item 5): half the time V is a view of K's rows (Dv <= D: half of
+    // those with a Dv below D, as MLA's 512 of 576), shrinking toward not shared.
+    const bool shared = (limits.variants & AF_VARIANT_KV_SHARED) &&
+                        *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}});
+    if (shared) {
+      dv = std::min(dv, d);
+      if (dv == d && d > 1 && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}}))
+        dv = *in_range(1, d - 1);
+    }
 
     Case c;
     c.problem = make_problem(b, hq, hkv, sq, sk, d, dv);
+    if (shared) share_kv(c.problem);
     const std::string mask = *gen_mask(limits);
     if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
     const float def = default_scale(d);

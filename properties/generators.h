@@ -44,10 +44,11 @@ struct CaseLimits {
   int32_t dtype = AF_DTYPE_F32;  // dtype of every case; not f32: 1 time in 4 the dtype's stress inputs
                                  // (space::lowp_*); fp8: descales from space::fp8_descales(), o_scale 1
   Pass pass = Pass::kFwd;                   // the pass of every generated case (bwd / fwdbwd: dO generated too)
-  // Score variants a case may use (issue 28; AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS): 0 draws none (and no
-  // extra random choice, so the other properties' cases are unchanged); else a subset, a softcap, a sink range and
-  // the bias's broadcast dimensions, each shrinking toward "none" / the first option. AF_VARIANT_HEAD_DESCALE (fp8
-  // dtypes only): per-head descales half the time, from space::fp8_descales().
+  // Score variants a case may use (issue 28; AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS): 0 draws none (and
+  // no extra random choice, so the other properties' cases are unchanged); else a subset, a softcap, a sink
+  // range and the bias's broadcast dimensions, each shrinking toward "none" / the first option.
+  // AF_VARIANT_HEAD_DESCALE (fp8 dtypes only): per-head descales half the time, from space::fp8_descales().
+  // AF_VARIANT_KV_SHARED: half the time V a view of K's rows (Dv <= D).
   uint32_t variants = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "attnfuzz/corpus.h"
 #include "attnfuzz/device.h"
 #include "attnfuzz/problem.h"
+#include "check/fit.h"
 #include "check/runner.h"
 #include "check/sequences.h"
 #include "oracle/oracle.h"
@@ -736,8 +737,45 @@ void prop_masks(const KernelEntry& k, const Case& c) {
   assert_relation(k, a, plain, rows, false, true, "a block mask of full blocks against no custom or block mask");
 }
 
+// MLA's shared K/V latent (issue 28 item 5): the kv-shared case against the same values with V copied out
+// into its own contiguous buffer (explicit q, k, v), bitwise: reading V through K's rows must not change a
+// bit. A case the kernel does not take is first fitted to it (check/fit.h: fewer query rows, smaller dims),
+// e.g. a decode kernel's 8 rows.
+void prop_kv_shared(const KernelEntry& k, const Case& given) {
+  if (!kv_shared(given.problem) || has_sequences(given.problem)) return;
+  const std::optional<Case> fitted = fit_to_kernel(given, k.kernel);
+  if (!fitted || !kv_shared(fitted->problem)) return;
+  const Case& c = *fitted;
+  const Problem& p = c.problem;
+  if (!supported(k, p)) return;
+  const Tensors t = generate(c);
+  Case b = c;
+  b.problem.variants &= ~AF_VARIANT_KV_SHARED;
+  set_contiguous_strides(b.problem);
+  if (!std::equal(std::begin(p.q_stride), std::end(p.q_stride), std::begin(b.problem.q_stride)) ||
+      !std::equal(std::begin(p.k_stride), std::end(p.k_stride), std::begin(b.problem.k_stride)))
+    return;  // the generator's cases are contiguous; explicit q and k keep their layout only then
+  ExplicitValues e;
+  e.q = t.q, e.k = t.k;
+  e.v.assign(static_cast<size_t>(v_elements(b.problem)), 0.0f);
+  for (int64_t bb = 0; bb < p.batch; ++bb)
+    for (int64_t s = 0; s < p.seq_k; ++s)
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          e.v[static_cast<size_t>(v_index(b.problem, bb, s, h, d))] =
+              t.k[static_cast<size_t>(k_index(p, bb, s, h, d))];
+  b.explicit_values = std::move(e);
+  b.values.specials.clear();  // they are in the explicit values
+  if (!supported(k, b.problem) || !validate(b).empty()) return;
+  std::vector<bool> keep(static_cast<size_t>(p.seq_q), true);
+  assert_relation(k, c, b, identity_rows(p, keep), true, true,
+                  "V a view of K's rows against V copied out (bitwise)");
+}
+
 void check_property(Property p, const KernelEntry& k, const Case& c, bool strict) {
   switch (p) {
+    case Property::kKvShared:
+      return prop_kv_shared(k, c);
     case Property::kMerge:
       return prop_merge(k, c);
     case Property::kDropout:

@@ -61,29 +61,46 @@ const PropertyInfo kInfo[] = {
      "element by more than bound(A) + bound(B)"},
     {Property::kBatchHead, "batch-head",
      "the batched multi-head run and one single-head run (B = Hq = Hkv = 1) per (b, h) differ by no more "
-     "than bound(batched) + bound(single) in any O or LSE element (backward: in any dQ element, and in any dK / "
+     "than bound(batched) + bound(single) in any O or LSE element (backward: in any dQ element, and in any "
+     "dK / "
      "dV element of a kv head against the sum of its query heads' single-head dK / dV, within the sum of all "
      "their bounds)"},
     {Property::kDeterminism, "determinism",
      "forward, reverse and shuffled emulator thread orders give bit-identical O and LSE (backward: dQ, dK, "
      "dV)"},
     {Property::kVariants, "variants",
-     "for a kernel that declares the score variants, each identity holds within bound(A) + bound(B): every sink -inf "
+     "for a kernel that declares the score variants, each identity holds within bound(A) + bound(B): every "
+     "sink -inf "
      "equals no sink (O, LSE); softcap 1e30 equals no softcap (O, LSE); ALiBi equals the bias tensor "
-     "-slope_h |j - (i + off)| (O, LSE); a bias constant along each row (broadcast over keys) leaves O unchanged"},
+     "-slope_h |j - (i + off)| (O, LSE); a bias constant along each row (broadcast over keys) leaves O "
+     "unchanged"},
     {Property::kMerge, "merge",
-     "for a merge kernel (AF_KIND_MERGE), merging the states with one more empty state (an empty key range) equals "
-     "merging the states alone, and the merge at other split points (another state layout and pad) equals it, within "
+     "for a merge kernel (AF_KIND_MERGE), merging the states with one more empty state (an empty key range) "
+     "equals "
+     "merging the states alone, and the merge at other split points (another state layout and pad) equals "
+     "it, within "
      "bound(A) + bound(B) (each the whole problem's composed bound: the merge plus the states' rounding)"},
     {Property::kDropout, "dropout",
-     "for a kernel that declares dropout: dropout with p = 0 equals the case without dropout within bound(A) + "
-     "bound(B) (O, LSE); the same case, with the same seed and offset, run twice gives bit-identical O and LSE"},
+     "for a kernel that declares dropout: dropout with p = 0 equals the case without dropout within bound(A) "
+     "+ "
+     "bound(B) (O, LSE); the same case, with the same seed and offset, run twice gives bit-identical O and "
+     "LSE"},
     {Property::kMasks, "masks",
-     "for a kernel that declares the custom masks, each identity holds within bound(A) + bound(B) (O, LSE): a dense "
-     "mask of ones equals no custom mask; a dense mask of the bottom-right causal pattern under mask none equals "
-     "mask causal-br; the bit-packed mask equals the dense mask of the same pattern; a block mask of partial blocks "
-     "equals the custom mask alone; a block mask of full blocks equals no mask (a full block never reads the custom "
+     "for a kernel that declares the custom masks, each identity holds within bound(A) + bound(B) (O, LSE): "
+     "a dense "
+     "mask of ones equals no custom mask; a dense mask of the bottom-right causal pattern under mask none "
+     "equals "
+     "mask causal-br; the bit-packed mask equals the dense mask of the same pattern; a block mask of partial "
+     "blocks "
+     "equals the custom mask alone; a block mask of full blocks equals no mask (a full block never reads the "
+     "custom "
      "mask)"},
+    {Property::kKvShared, "kv-shared",
+     "for a kernel that declares kv-shared (MLA), a case whose V is the first Dv columns of K's rows "
+     "(buffers.v == "
+     "buffers.k) and the same case with those values copied out into V's own contiguous buffer give "
+     "bit-identical O "
+     "and LSE"},
     {Property::kPacking, "packing",
      "a packed / KV-cache / paged batch and each of its sequences run alone (batch 1, same layout and "
      "values) differ by no more than bound(batch) + bound(alone) in any O or LSE element of that sequence"},
@@ -136,6 +153,9 @@ CaseLimits property_limits(Property p, const af_kernel& k) {
       break;
     case Property::kMasks:
       l.variants = k.variants & kMaskVariants;
+      break;
+    case Property::kKvShared:
+      l.variants = k.variants & AF_VARIANT_KV_SHARED;
       break;
     default:
       break;
@@ -254,6 +274,11 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
   if (prop == Property::kMasks && !(k.kernel.variants & kMaskVariants)) {
     out.passed = true;
     out.rc_message = "the kernel declares no custom mask: not run";
+    return out;
+  }
+  if (prop == Property::kKvShared && !(k.kernel.variants & AF_VARIANT_KV_SHARED)) {
+    out.passed = true;  // nothing to relate
+    out.rc_message = "the kernel declares no kv-shared: not run";
     return out;
   }
   const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);

@@ -28,13 +28,15 @@ enum class Property {
                      // kv head equal the sum over its query heads)
   kDeterminism,      // forward, reverse and shuffled emulator thread orders give the same bits
   kPacking,          // a varlen / KV-cache / paged batch equals its sequences run one by one (same layout)
-  kVariants,         // score-variant identities: sinks of -inf = no sink; a huge softcap = no softcap; ALiBi = its
-                     // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
-  kMerge,            // merge kernels (issue 29): an extra empty state is the identity; other split points (and state
-                     // layouts) give the same merged result within the composed bounds
-  kDropout,          // dropout with p = 0 equals no dropout; the same (seed, offset) twice gives the same bits (issue 29)
-  kMasks,            // custom-mask identities: all-ones dense = no mask; the causal pattern = mask_kind causal; bits =
-                     // dense of the same pattern; all-partial blocks = the custom mask; all-full = none (issue 28)
+  kVariants,  // score-variant identities: sinks of -inf = no sink; a huge softcap = no softcap; ALiBi = its
+              // bias tensor; a bias constant along each row leaves O unchanged (issue 28)
+  kMerge,     // merge kernels (issue 29): an extra empty state is the identity; other split points (and state
+              // layouts) give the same merged result within the composed bounds
+  kDropout,  // dropout with p = 0 equals no dropout; the same (seed, offset) twice gives the same bits (issue
+             // 29)
+  kMasks,  // custom-mask identities: all-ones dense = no mask; the causal pattern = mask_kind causal; bits =
+           // dense of the same pattern; all-partial blocks = the custom mask; all-full = none (issue 28)
+  kKvShared,  // V a view of K's rows (one buffer) gives the same bits as V copied out (issue 28 item 5)
 };
 const std::vector<Property>& all_properties();
 const char* property_name(Property p);       // "oracle", "key-permutation", ...

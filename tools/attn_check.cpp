@@ -487,6 +487,11 @@ std::vector<Job> make_jobs(const Options& o, const Session& s, std::vector<std::
   } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
     for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
       c.values.domain = value_domain(o.common);
+      // --variant kv-shared (the one variant checked on sequence layouts): V a view of K's rows where Dv <= D
+      if (case_variants(o.common) & AF_VARIANT_KV_SHARED) {
+        if (c.problem.head_dim_v > c.problem.head_dim) continue;
+        share_kv(c.problem);
+      }
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
     }
   } else if (o.sweep && case_variants(o.common) == AF_VARIANT_DROPOUT && o.common.dropout < 0) {

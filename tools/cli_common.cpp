@@ -395,19 +395,19 @@ void add_variant_options(CLI::App& app, CommonOptions& o) {
          "--variant", o.variant,
          "variants of generated cases: sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, "
          "dropout, head-descale (per-head fp8 descales: fp8 dtypes only; its sweep is fp8-e4m3 unless "
-         "--dtype fp8-e5m2), '+' or "
-         "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both; never head-descale); "
-         "with "
-         "--sweep the variant sweep; a kernel that does not declare one is unsupported")
+         "--dtype fp8-e5m2), kv-shared (MLA: V the first Dv columns of K's rows, one buffer; Dv <= D), '+' "
+         "or "
+         "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both; never head-descale or "
+         "kv-shared); with --sweep the variant sweep; a kernel that does not declare one is unsupported")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         uint32_t bits = 0;
         if (t == "all") return {};
         std::string e = parse_variant_names(t, bits);
         if (e.empty() && (bits & ~kCheckedVariants))
-          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout and "
-              "head-descale are "
-              "checked";
+          e = "only sink, softcap, alibi, bias, mask-dense, mask-bits, block-sparse, dropout, head-descale "
+              "and "
+              "kv-shared are checked";
         return e;
       }));
   auto* dg = "Dropout (docs/semantics.md \"Dropout\")";
@@ -571,7 +571,8 @@ ValueDomain value_domain(const CommonOptions& o) {
 uint32_t case_variants(const CommonOptions& o) {
   uint32_t bits = 0;
   if (o.variant == "all")
-    bits = kCheckedVariants & ~(AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE);  // head-descale: fp8 only
+    // head-descale: fp8 only; kv-shared: a geometry (Dv <= D), not a score variant
+    bits = kCheckedVariants & ~(AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED);
   else
     (void)parse_variant_names(o.variant, bits);  // checked by the option table
   if (o.dropout >= 0) bits |= AF_VARIANT_DROPOUT;
@@ -591,8 +592,8 @@ std::string apply_variant_options(const CommonOptions& o, Case& c) {
   c.variants.bias_range = o.bias_range;
   // "all" on one case: the dense custom mask (mask-dense and mask-bits are exclusive; the sweep takes both)
   const uint32_t one = o.variant == "all" ? bits & ~AF_VARIANT_MASK_BITS : bits;
-  if (std::string e =
-          set_variants(c, one & (kScoreVariants | AF_VARIANT_HEAD_DESCALE), o.softcap, o.bias_broadcast);
+  if (std::string e = set_variants(c, one & (kScoreVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED),
+                                   o.softcap, o.bias_broadcast);
       !e.empty())
     return e;
   if (one & kMaskVariants)

@@ -3,7 +3,8 @@
 // by what a kernel that ignores the given buffer uses instead (ALiBi slopes by the power-of-two rule; a bias
 // broadcast over a dimension along which the case's bias has its own values); custom masks: the custom or
 // block mask off, a mask row stride replaced; per-head fp8 descales: the per-tensor ones used, head 0's for
-// every head, k's read at the query head. A match within the bound names the parameter.
+// every head, k's read at the query head; kv-shared: V read from K's buffer as its own contiguous tensor. A
+// match within the bound names the parameter.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -148,6 +149,26 @@ void head_descale_probes(const Problem& p, const Tensors& t, std::vector<Probe>&
   if (moved) out.push_back(std::move(qh));
 }
 
+// MLA's shared latent (AF_VARIANT_KV_SHARED, dense): V's rows stepped by its own row length (Dv per KV head,
+// a contiguous [B, Sk, Hkv, Dv] tensor) from K's pointer instead of K's row stride (ik_llama.cpp PR #2031: V
+// stepped by the wrong row length, right on key 0 only). The exact result of V = K's buffer read that way.
+void kv_shared_probe(const Problem& p, const Tensors& t, std::vector<Probe>& out) {
+  if (has_sequences(p) || p.seq_k < 2) return;
+  Probe pr{
+      fmt("v_stride (kv-shared: V's rows are K's, %lld elements apart): the output matches V read from K's "
+          "buffer with its own row length (%lld elements apart, as a contiguous [B, Sk, Hkv, Dv] tensor)",
+          (long long)p.k_stride[1], (long long)(p.heads_kv * p.head_dim_v)),
+      p, t};
+  pr.p.variants &= ~AF_VARIANT_KV_SHARED;
+  pr.p.v_stride[2] = p.head_dim_v;
+  pr.p.v_stride[1] = p.heads_kv * p.head_dim_v;
+  pr.p.v_stride[0] = p.seq_k * pr.p.v_stride[1];
+  if (pr.p.v_stride[1] == p.k_stride[1] && pr.p.v_stride[0] == p.k_stride[0])
+    return;       // D = Dv: nothing differs
+  pr.t->v = t.k;  // every element the contiguous reading reaches lies in K's buffer (Dv <= D)
+  out.push_back(std::move(pr));
+}
+
 std::vector<Probe> probes(const Problem& p, const Tensors& t) {
   std::vector<Probe> out;
   static const std::pair<uint32_t, const char*> kOff[] = {
@@ -188,6 +209,7 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
   }
   mask_probes(p, t, out);
   if (p.variants & AF_VARIANT_HEAD_DESCALE) head_descale_probes(p, t, out);
+  if (kv_shared(p)) kv_shared_probe(p, t, out);
   return out;
 }
 

@@ -311,10 +311,11 @@ std::string set_mask_variants(Case& c, uint32_t bits, const std::string& mask_pa
 std::string describe_variants(const Case& c);
 // Empty when c's variant fields agree with its problem (called by validate(Case)).
 std::string validate_variants(const Case& c);
-// Makes c use the score variants `bits` (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS) with generated values: the
-// softcap, and contiguous bias strides with the dimensions in bias_broadcast (a subset of "bhij") broadcast; with
-// AF_VARIANT_HEAD_DESCALE (fp8 only) per-head descales with descale_stride {0, 1}. The dropout bit is left as it is
-// (set_dropout, attnfuzz/dropout.h sets it). Returns an error sentence or empty.
+// Makes c use the score variants `bits` (AF_VARIANT_SINK | _SOFTCAP | _ALIBI | _BIAS) with generated values:
+// the softcap, and contiguous bias strides with the dimensions in bias_broadcast (a subset of "bhij")
+// broadcast; with AF_VARIANT_HEAD_DESCALE (fp8 only) per-head descales with descale_stride {0, 1}. The
+// dropout bit is left as it is (set_dropout, attnfuzz/dropout.h sets it); so is kv-shared, which
+// AF_VARIANT_KV_SHARED in bits sets (share_kv). Returns an error sentence or empty.
 std::string set_variants(Case& c, uint32_t bits, float softcap = 30, const std::string& bias_broadcast = "");
 
 // ---- Merged states (core/merge.cpp) ----

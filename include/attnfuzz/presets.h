@@ -26,6 +26,7 @@ struct ModelPreset {
   float softcap;         // 0 = none
   bool sinks;            // per-head attention sinks (AF_VARIANT_SINK)
   bool varlen;           // the model is served with packed varlen batches
+  bool kv_shared;        // MLA: K and V one latent buffer, V its first Dv columns (AF_VARIANT_KV_SHARED)
   const char* pending;   // a variant the preset needs that the case model does not have yet, or nullptr
 };
 
@@ -37,8 +38,10 @@ std::string preset_names();
 // window scaled by the same factor as seq_k. varlen and pending are not applied (see docs/attn-check.md).
 Problem preset_problem(const ModelPreset& p, int64_t seq_q, int64_t seq_k_cap);
 
-// attn-check --sweep --preset NAME: the preset's geometry at decode (seq_q 1), a short prefill and seq_q = seq_k,
-// each with seq_k capped at 64 and 256 keys (the CPU backend's budget; the real seq_k is in ModelPreset).
+// attn-check --sweep --preset NAME: the preset's geometry at decode (seq_q 1), a short prefill and seq_q =
+// seq_k, each with seq_k capped at 64 and 256 keys (the CPU backend's budget; the real seq_k is in
+// ModelPreset). A kv_shared (MLA) preset is decode only, as its latent attention is served: seq_q 1, 2
+// (multi-token prediction) and 8.
 std::vector<Case> preset_sweep_grid(const ModelPreset& p, uint64_t base_seed, ValueDomain domain, int32_t dtype,
                                     Pass pass);
 // The --preset list table: one line per preset.

@@ -25,8 +25,12 @@ Problem reshape_problem(const Problem& p, int64_t batch, int64_t seq_q, int64_t 
 Problem reshape_problem(const Problem& p, int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seq_q,
                         int64_t seq_k, int64_t head_dim, int64_t head_dim_v);
 
-// Recomputes contiguous strides for the current shape.
+// Recomputes contiguous strides for the current shape (with AF_VARIANT_KV_SHARED, V's are K's: share_kv).
 void set_contiguous_strides(Problem& p);
+// MLA's shared K/V latent (AF_VARIANT_KV_SHARED, docs/semantics.md "Shared K/V latent"): V is the first Dv
+// columns of K's rows, so v_stride = k_stride (set here, with the bit); Dv <= D is validate()'s.
+void share_kv(Problem& p);
+inline bool kv_shared(const Problem& p) { return (p.variants & AF_VARIANT_KV_SHARED) != 0; }
 
 // fp32 rounding of 1/sqrt(D): the default scale.
 float default_scale(int64_t head_dim);
@@ -111,7 +115,8 @@ inline int64_t kv_head(const Problem& p, int64_t h) { return h / (p.heads_q / p.
 constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
 // The custom masks (issue 28 item 4): a dense byte mask or FlashInfer's bit-packed one, and a block-sparse mask.
 constexpr uint32_t kMaskVariants = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE;
-constexpr uint32_t kCheckedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE;
+constexpr uint32_t kCheckedVariants =
+    kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED;
 // "sink", "softcap", "alibi", "bias", ... for one AF_VARIANT_* bit; "" for an unknown bit.
 const char* variant_name(uint32_t bit);
 // "sink+softcap" for a bit set ("none" for 0); parse_variant_names takes the same form (also ',' separated).

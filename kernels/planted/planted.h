@@ -24,6 +24,7 @@ constexpr size_t kBackwardBugCount = 10;     // backward_bugs.hip
 constexpr size_t kVariantBugCount = 11;      // variant_bugs.hip (issue 28: sinks, softcap, ALiBi, bias, masks, descales)
 constexpr size_t kMergeBugCount = 4;         // merge_bugs.hip (issue 29: merged attention states)
 constexpr size_t kDropoutBugCount = 5;       // dropout_bugs.hip (issue 29)
+constexpr size_t kMlaBugCount = 1;           // mla_bugs.hip (issue 28 item 5: MLA's shared K/V latent)
 
 const af_kernel* flash_bugs();         // kFlashBugCount entries
 const af_kernel* online_row_bugs();    // kOnlineRowBugCount entries
@@ -36,5 +37,6 @@ const af_kernel* backward_bugs();      // kBackwardBugCount entries
 const af_kernel* variant_bugs();       // kVariantBugCount entries
 const af_kernel* merge_bugs();         // kMergeBugCount entries
 const af_kernel* dropout_bugs();       // kDropoutBugCount entries
+const af_kernel* mla_bugs();           // kMlaBugCount entries
 
 }  // namespace attnfuzz_planted

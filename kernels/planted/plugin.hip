@@ -11,7 +11,7 @@ using namespace attnfuzz_planted;
 constexpr size_t kPlantedCount =
     kFlashBugCount + kOnlineRowBugCount + kMaterializedBugCount + kSplitKvBugCount + kLowpBugCount +
     kVarlenBugCount + kPagedDecodeBugCount + kBackwardBugCount + kVariantBugCount + kMergeBugCount +
-    kDropoutBugCount;
+    kDropoutBugCount + kMlaBugCount;
 
 // Filled when the library is loaded (before attnfuzz_plugin() can be called) from the family tables, which
 // are constant-initialised.
@@ -34,6 +34,7 @@ bool gather_planted_kernels() {
   append(variant_bugs(), kVariantBugCount);
   append(merge_bugs(), kMergeBugCount);
   append(dropout_bugs(), kDropoutBugCount);
+  append(mla_bugs(), kMlaBugCount);
   return at == kPlantedCount;
 }
 

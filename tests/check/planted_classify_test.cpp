@@ -337,7 +337,8 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
                   std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
                   std::string(e.kernel.family) == "planted/merge" ||     // PlantedMerge below
-                  std::string(e.kernel.family) == "planted/dropout")     // PlantedDropout below
+                  std::string(e.kernel.family) == "planted/dropout" ||   // PlantedDropout below
+                  std::string(e.kernel.family) == "planted/mla")         // PlantedMla below
           << e.kernel.name;
 }
 
@@ -498,6 +499,41 @@ TEST(PlantedVariant, MaskVariantCasesOnceMisnamedGetTheClassOfTheirBug) {
       EXPECT_NE(f->evidence.find(m.evidence), std::string::npos) << describe(c) << f->evidence;
     }
   }
+}
+
+// ---- MLA's shared K/V latent (issue 28 item 5)
+// ---------------------------------------------------------------- planted-mla-v-stride-dv
+// (kernels/planted/mla_bugs.hip; README "MLA bugs") steps V's rows by Dv instead of K's row stride: found on
+// the kv-shared sweep and named ignored-parameter by the v_stride probe; quiet with V in its own buffer and
+// with one key. The correct mla-decode passes the same budget, flash-bm16-bn32 its cases of D <= 128 past the
+// plain grid (CI time: the grid's shared cases are the plain ones with V = K).
+TEST(PlantedMla, VSteppedByDvFoundAndNamedOnTheKvSharedSweep) {
+  load();
+  std::vector<PreparedCase>& cases = prepared_variants(Pass::kFwd, AF_VARIANT_KV_SHARED);
+  if (const auto f = first_failure("planted-mla", "planted-mla-v-stride-dv", cases)) {
+    EXPECT_EQ(failure_class_name(f->j.result.failure), "ignored-parameter")
+        << describe(f->pc->the_case()) << f->evidence;
+    EXPECT_NE(f->evidence.find("v_stride (kv-shared"), std::string::npos) << f->evidence;
+  }
+  const KernelEntry* k = Registry::global().find(Backend::kCpu, "planted-mla-v-stride-dv");
+  ASSERT_NE(k, nullptr);
+  std::vector<PreparedCase> quiet;
+  Case own = make_case(make_problem(1, 16, 1, 1, 40, 576, 512), 5);  // V in its own contiguous buffer
+  quiet.emplace_back(own);
+  Case one = make_case(make_problem(1, 4, 1, 1, 1, 576, 512), 6);  // one key: row 0 is right
+  ASSERT_EQ(set_variants(one, AF_VARIANT_KV_SHARED), "");
+  quiet.emplace_back(one);
+  EXPECT_EQ(passes_without_failure("planted-mla-quiet", *k, quiet), 2);
+  std::vector<PreparedCase> paged;  // the paged edge of the sweep: its V rows are stepped wrong too
+  for (PreparedCase& pc : cases)
+    if (has_sequences(pc.problem())) paged.emplace_back(pc.the_case());
+  ASSERT_EQ(paged.size(), 1u);
+  (void)first_failure("planted-mla-paged", "planted-mla-v-stride-dv", paged);
+  EXPECT_GT(correct_passes("correct-kv-shared", "mla-decode", cases), 8);
+  std::vector<PreparedCase> edges;
+  for (PreparedCase& pc : cases)
+    if (pc.the_case().problem.head_dim_v < pc.the_case().problem.head_dim) edges.emplace_back(pc.the_case());
+  EXPECT_GE(correct_passes("correct-kv-shared", "flash-bm16-bn32", edges), 5);  // the D <= 128 ones
 }
 
 // ---- dropout (issue 29) ----------------------------------------------------------------------------------

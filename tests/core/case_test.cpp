@@ -611,5 +611,61 @@ TEST(InputTier, ExplicitValuesWithHugeVisibleLogitsAreExtreme) {
   EXPECT_EQ(input_tier(explicit_case(9.5f, 9.5f, "none")), InputTier::kExtreme);  // 90.25
   EXPECT_EQ(input_tier(explicit_case(2, 40, "causal-tl")), InputTier::kOrdinary);  // 80, but key 1 is masked
 }
+
+// MLA's shared K/V latent (issue 28 item 5, docs/semantics.md "Shared K/V latent"): the case model.
+TEST(KvShared, StridesValidityAndGeneratedView) {
+  Case c = make_case(make_problem(2, 4, 2, 3, 9, 12, 8), 5);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_KV_SHARED), "");
+  const Problem& p = c.problem;
+  EXPECT_TRUE(kv_shared(p));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(p.v_stride[i], p.k_stride[i]);
+  EXPECT_EQ(validate(c), "");
+  EXPECT_NE(describe(c).find("variants=kv-shared"), std::string::npos) << describe(c);
+  // V is K's first Dv columns, specials of V included (written into K).
+  c.values.specials.push_back({SpecialKind::kNaN, Tensor::kV, Placement::kAt, 1, 1, 1, 4, 1});
+  const Tensors t = generate(c);
+  ASSERT_EQ(t.v.size(), static_cast<size_t>(v_elements(p)));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = 0; s < p.seq_k; ++s)
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          ASSERT_EQ(std::bit_cast<uint32_t>(t.v[v_index(p, b, s, h, d)]),
+                    std::bit_cast<uint32_t>(t.k[k_index(p, b, s, h, d)]));
+  EXPECT_TRUE(std::isnan(t.k[k_index(p, 1, 4, 1, 1)]));  // (b, s, h, d)
+  // set_variants keeps kv-shared (a geometry, like dropout); a reshape keeps V a view.
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK), "");
+  EXPECT_TRUE(kv_shared(c.problem));
+  const Problem r = reshape_problem(c.problem, 1, 2, 5, 16, 16);
+  EXPECT_TRUE(kv_shared(r));
+  EXPECT_EQ(validate(r), "");
+}
+
+TEST(KvShared, RefusedWithAReason) {
+  Case c = make_case(make_problem(1, 2, 1, 3, 9, 8, 12), 1);  // Dv > D
+  ASSERT_EQ(set_variants(c, AF_VARIANT_KV_SHARED), "");
+  EXPECT_NE(validate(c).find("needs Dv <= D"), std::string::npos) << validate(c);
+  Case s = make_case(make_problem(1, 2, 1, 3, 9, 12, 8), 1);
+  ASSERT_EQ(set_variants(s, AF_VARIANT_KV_SHARED), "");
+  s.problem.v_stride[1] += 1;
+  EXPECT_NE(validate(s).find("v_stride = k_stride"), std::string::npos) << validate(s);
+  Case bwd = make_case(make_problem(1, 2, 1, 3, 9, 12, 8), 1);
+  ASSERT_EQ(set_variants(bwd, AF_VARIANT_KV_SHARED), "");
+  bwd.pass = Pass::kBwd;
+  EXPECT_NE(validate(bwd).find("forward pass only"), std::string::npos) << validate(bwd);
+  // An explicit V must repeat K's first Dv columns.
+  Case e = make_case(make_problem(1, 1, 1, 2, 3, 4, 2), 1);
+  ASSERT_EQ(set_variants(e, AF_VARIANT_KV_SHARED), "");
+  ExplicitValues ev;
+  ev.q.assign(static_cast<size_t>(q_elements(e.problem)), 0.5f);
+  ev.k.assign(static_cast<size_t>(k_elements(e.problem)), 0.25f);
+  e.explicit_values = ev;
+  EXPECT_EQ(validate(e), "");  // no V: derived from K
+  ev.v.assign(static_cast<size_t>(v_elements(e.problem)), 0.25f);
+  e.explicit_values = ev;
+  EXPECT_EQ(validate(e), "");
+  ev.v[static_cast<size_t>(v_index(e.problem, 0, 2, 0, 1))] = 1.0f;
+  e.explicit_values = ev;
+  EXPECT_NE(validate(e).find("explicit v differs from k"), std::string::npos) << validate(e);
+}
 }  // namespace
 }  // namespace attnfuzz

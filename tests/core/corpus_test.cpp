@@ -400,12 +400,36 @@ TEST(CorpusVariants, RoundTripDescribeValidate) {
   bad.variants.alibi_slopes.pop_back();
   EXPECT_NE(validate(bad), "");
   bad = c;
-  bad.problem.variants |= AF_VARIANT_KV_SHARED;  // not checked yet (MLA, issue 28 item 5)
+  bad.problem.variants |= AF_VARIANT_KV_SHARED;  // checked (MLA, issue 28 item 5), but V must be a view of K
+  bad.problem.v_stride[1] += 1;
   EXPECT_NE(validate(bad), "");
   bad = c;
   bad.problem.variants |= AF_VARIANT_DROPOUT;  // checked (issue 29), but p must be in [0, 1)
   bad.problem.dropout_p = 1;
   EXPECT_NE(validate(bad), "");
+}
+
+// MLA's shared K/V latent (issue 28 item 5): a dense and a paged kv-shared case round-trip through the case
+// file (the paged one's V strides follow from its layout: K's), and generate the same values after the round
+// trip.
+TEST(CorpusVariants, KvSharedRoundTripsDenseAndPaged) {
+  Case c = make_case(make_problem(2, 8, 1, 2, 23, 40, 32), 91);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_KV_SHARED), "");
+  const Case back = case_from_json(case_to_json(c));
+  EXPECT_TRUE(kv_shared(back.problem));
+  EXPECT_EQ(case_to_json(back).dump(), case_to_json(c).dump());
+  EXPECT_EQ(generate(back).v, generate(c).v);
+  Case pg = make_case(make_problem(2, 4, 1, 1, 30, 24, 16), 92);
+  pg.problem.kv_layout = AF_SEQ_PAGED;
+  pg.problem.page_size = 16;
+  pg.seqs.used = {30, 7};
+  ASSERT_EQ(set_sequence_fields(pg), "");
+  share_kv(pg.problem);
+  ASSERT_EQ(validate(pg), "");
+  const Case pback = case_from_json(case_to_json(pg));
+  EXPECT_TRUE(kv_shared(pback.problem));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(pback.problem.v_stride[i], pback.problem.k_stride[i]);
+  EXPECT_EQ(case_to_json(pback).dump(), case_to_json(pg).dump());
 }
 
 // Per-head fp8 descales (issue 28 item 6): drawn and given values and per-batch strides round-trip through

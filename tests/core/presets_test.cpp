@@ -37,7 +37,20 @@ TEST(Presets, ModelsOfIssue28) {
   EXPECT_EQ(ds->heads_q, 128);
   EXPECT_EQ(ds->head_dim, 576);
   EXPECT_EQ(ds->head_dim_v, 512);
-  EXPECT_NE(ds->pending, nullptr);
+  EXPECT_EQ(ds->pending, nullptr);  // MLA landed (issue 28 item 5): V a view of K's latent rows
+  EXPECT_TRUE(ds->kv_shared);
+  const Problem dp = preset_problem(*ds, 1, 64);
+  EXPECT_TRUE(kv_shared(dp));
+  EXPECT_EQ(validate(dp), "");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(dp.v_stride[i], dp.k_stride[i]);
+  // Decode only: 1, 2 and 8 query tokens at each cap, every case kv-shared and valid.
+  const std::vector<Case> grid = preset_sweep_grid(*ds, 0, ValueDomain::kIeee, AF_DTYPE_F32, Pass::kFwd);
+  ASSERT_EQ(grid.size(), 6u);
+  for (const Case& c : grid) {
+    EXPECT_LE(c.problem.seq_q, 8) << c.label;
+    EXPECT_TRUE(kv_shared(c.problem)) << c.label;
+    EXPECT_EQ(validate(c), "") << c.label;
+  }
   EXPECT_TRUE(find_preset("qwen-varlen")->varlen);
 }
 

@@ -25,8 +25,9 @@ const char* const kCorrectKernels[] = {"materialized",    "online-row",      "fl
                                        "flash-bm16-bn32", "flash-bm16-bn64", "flash-bm32-bn32",
                                        "split-kv",        "varlen-bm16-bn16", "varlen-bm32-bn32"};
 // Correct kernels for decode only (1..8 query tokens), so the dense grids below do not fit them; they are
-// tested on the sequence-layout sweeps (tests/kernels/varlen_kernels_test.cpp).
-const char* const kDecodeKernels[] = {"paged-decode"};
+// tested on the sequence-layout sweeps (tests/kernels/varlen_kernels_test.cpp) and mla-decode on the
+// kv-shared ones (tests/kernels/mla_kernels_test.cpp).
+const char* const kDecodeKernels[] = {"paged-decode", "mla-decode"};
 // Merge kernels (AF_KIND_MERGE, issue 29): checked on the merge sweep (tests/check/planted_classify_test.cpp
 // PlantedMerge, tests/check/merge_test.cpp).
 const char* const kMergeKernels[] = {"merge-states", "merge-states-online"};

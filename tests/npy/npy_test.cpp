@@ -384,6 +384,32 @@ TEST(Npy, ScoreVariantsFromFilesAndSidecar) {
   EXPECT_EQ(no_sink.result.verdict, Verdict::kFail);
 }
 
+// MLA's shared K/V latent (issue 28 item 5): "kv_shared": true and no v.npy: V is k.npy's first Dv columns
+// (Dv = o's last dimension); flash-bm16-bn32's output of the shared case passes; a v.npy beside it is
+// refused; without kv_shared a v.npy of other values fails.
+TEST(Npy, KvSharedFromTheSidecar) {
+  const fs::path dir = fresh("kv_shared");
+  fs::create_directories(dir);
+  Case c = make_case(make_problem(2, 4, 2, 5, 19, 24, 16), 17);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_KV_SHARED), "");
+  PreparedCase pc(c);
+  write_flash_files(dir, pc);
+  fs::remove(dir / "v.npy");
+  std::ofstream(dir / "case.json") << "{\"kv_shared\": true}\n";
+  const External ext = load_external(files_in(dir), resolve_spec(dir / "case.json", {}));
+  EXPECT_TRUE(kv_shared(ext.problem));
+  EXPECT_EQ(ext.problem.head_dim_v, 16);
+  const Judged j = judge_external(ext, OracleOptions{});
+  EXPECT_EQ(j.result.verdict, Verdict::kPass) << j.result.reason;
+  const std::vector<float> zeros(static_cast<size_t>(2 * 19 * 2 * 16), 0.5f);
+  write_array(dir / "v.npy", {2, 19, 2, 16}, zeros.data());
+  EXPECT_THROW(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), NpyError);
+  std::ofstream(dir / "case.json") << "{}\n";
+  EXPECT_EQ(judge_external(load_external(files_in(dir), resolve_spec(dir / "case.json", {})), OracleOptions{})
+                .result.verdict,
+            Verdict::kFail);
+}
+
 // Per-head fp8 descales (issue 28 item 6): q_descale.npy [Hq], k_descale.npy / v_descale.npy [B, Hkv] with an
 // fp8 compute dtype in case.json; flash-bm16-bn32's fp8 output passes, the per-tensor problem (all descales
 // 1) fails; one file alone or a descale that is not exact is refused.

@@ -1,7 +1,10 @@
-// kv_shared_test.cpp - MLA geometry groundwork (issue 28 item 5): the oracle reading V as the first Dv columns of K's rows.
+// kv_shared_test.cpp - MLA geometry (issue 28 item 5): the oracle reading V as the first Dv columns of K's
+// rows.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "oracle/grad.h"
@@ -66,6 +69,25 @@ TEST(OracleKvShared, GradientsThroughTheViewEqualVCopiedOut) {
   EXPECT_EQ(a.dk, s.dk);
   EXPECT_EQ(a.dv, s.dv);
   EXPECT_EQ(a.dv_bound, s.dv_bound);
+}
+
+// The kv-shared branch (AF_VARIANT_KV_SHARED): V is read through K's pointer whatever the caller passes as v,
+// so a v of NaNs changes nothing; the result is the copied-out case's bit for bit. The gradient oracle
+// refuses the variant (forward only, docs/semantics.md "Shared K/V latent").
+TEST(OracleKvShared, TheVariantReadsVThroughKsPointer) {
+  const Shared t;
+  Problem variant = t.shared;
+  share_kv(variant);
+  const std::vector<float> nans(t.k.size(), std::numeric_limits<float>::quiet_NaN());
+  const OracleResult a = compute_oracle(t.copied, t.q.data(), t.k.data(), t.v.data(), k1Thread);
+  const OracleResult s = compute_oracle(variant, t.q.data(), t.k.data(), nans.data(), k1Thread);
+  ASSERT_EQ(a.o.size(), s.o.size());
+  for (size_t i = 0; i < a.o.size(); ++i) ASSERT_EQ(a.o[i], s.o[i]) << i;
+  for (size_t i = 0; i < a.lse.size(); ++i) ASSERT_EQ(a.lse[i], s.lse[i]) << i;
+  const std::vector<float> o(a.o.begin(), a.o.end()), lse(a.lse.begin(), a.lse.end());
+  EXPECT_THROW(compute_grad_oracle(variant, t.q.data(), t.k.data(), t.k.data(), t.dout.data(), o.data(),
+                                   lse.data(), GradOptions{}),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -119,6 +119,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // Per-head fp8 descales: k's folded into q's (every k descale 1)
                       // against k's read at the query head.
                       Catch{Property::kVariants, "planted-head-descale-qhead", Pass::kFwd, AF_DTYPE_FP8_E4M3},
+                      // MLA (issue 28 item 5): V a view of K against V copied out.
+                      Catch{Property::kKvShared, "planted-mla-v-stride-dv"},
                       // Backward: batch / head with dK / dV summed over a GQA group;
                       // thread orders on the backward launch.
                       Catch{Property::kBatchHead, "planted-bwd-gqa-one-head", Pass::kBwd},

@@ -214,7 +214,8 @@ namespace attnfuzz {
 TEST(Cli, PresetListBadNameAndSweep) {
   const Result list = run(kCheck + " --preset list");
   EXPECT_EQ(list.code, 0) << list.out;
-  EXPECT_TRUE(has(list.out, "deepseek-v3") && has(list.out, "pending: AF_VARIANT_KV_SHARED")) << list.out;
+  EXPECT_TRUE(has(list.out, "deepseek-v3") && has(list.out, "kv-shared (V the first Dv columns of K)"))
+      << list.out;
   const Result bad = run(kCheck + " --sweep --preset llama-9");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(lines(bad.out).size(), 1u) << bad.out;
@@ -231,6 +232,6 @@ TEST(Cli, PresetListBadNameAndSweep) {
   EXPECT_TRUE(has(fbad.out, "is not a preset: one of llama-3.1")) << fbad.out;
   const Result mla = run(kFuzz + " --preset deepseek-v3 --max-time 1" + kOut);
   EXPECT_EQ(mla.code, 2);
-  EXPECT_TRUE(has(mla.out, "not fuzzable yet")) << mla.out;
+  EXPECT_TRUE(has(mla.out, "is MLA (kv-shared)")) << mla.out;
 }
 }  // namespace attnfuzz

@@ -589,7 +589,13 @@ void AdapterDevice::register_kernels() {
         throw DeviceError("adapter kernel " + a.name + " re-declared with other tunables in one process");
       s.tunables = old.tunables;
       s.table = std::move(old.table);
+      // The registry's af_kernel points at this entry's name, family and description too: they keep the first
+      // declaration's strings (moving the new ones in freed a name longer than the short-string buffer under the
+      // registry: garbage kernel names after a re-open, seen with torch_sdpa's kernels on the H200).
+      std::string name, family, description;
+      name.swap(old.name), family.swap(old.family), description.swap(old.description);
       old = std::move(s);
+      old.name.swap(name), old.family.swap(family), old.description.swap(description);
       continue;
     }
     if (g_specs.size() >= kMaxAdapterKernels) throw DeviceError("too many adapter kernels in one process");

@@ -526,6 +526,21 @@ TEST(Adapter, ACrashedAdapterIsRestartedAndLaterCasesPass) {
   EXPECT_TRUE(has(r.out, "     4      2")) << r.out;  // pass 4, FAIL 2 in the summary row
 }
 
+// A re-opened adapter (attn-check --bug-report --minimize closes and re-opens it; a restart after a crash) keeps the
+// kernel names the registry points at: a name longer than std::string's inline buffer ("numpy-sink-ignored") was
+// freed under the registry, "no kernel matches" with garbage names (torch_sdpa's kernels on the H200).
+TEST(Adapter, AReopenedAdapterKeepsItsLongKernelNames) {
+  NEED_NUMPY();
+  const std::string out = fresh("reopen"), a = numpy_adapter("--bug sink-ignored");
+  Result r = check(a, "--variant sink --sq 5 --sk 9 --d 8", out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  r = sh(std::string(ATTN_CHECK) + " --replay " + saved_case(out) + " --adapter " + q(a) +
+         " --minimize --minimize-time 5 --bug-report " + out + "/bundle --out " + out + "/work");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "bug report: ")) << r.out;
+  EXPECT_FALSE(has(r.out, "no kernel matches")) << r.out;
+}
+
 TEST(Adapter, BadStartUpIsExitTwoWithAReason) {
   NEED_NUMPY();
   Result r = check(misbehaving("bad-hello"), "--sq 5 --d 8", fresh("bad-hello"));

@@ -16,6 +16,7 @@
 #include "attnfuzz/problem.h"
 #include "attnfuzz/registry.h"
 #include "oracle/reference_fp64.h"
+#include "tests/kernels/test_backend.h"
 
 namespace attnfuzz {
 namespace {
@@ -168,17 +169,6 @@ void pad_strides(Problem& p, int64_t head_pad, int64_t row_pad, int64_t batch_pa
   p.lse_stride[2] = 2;
   p.lse_stride[1] = p.seq_q * 2 + 3;
   p.lse_stride[0] = p.heads_q * p.lse_stride[1] + 5;
-}
-
-// The backend under test: cpu unless ATTNFUZZ_TEST_BACKEND names another built one (e.g. nvidia on a GPU
-// machine: the same grid, the same reference, the kernels as nvcc built them).
-Backend test_backend() {
-  static const Backend b = [] {
-    Backend x = Backend::kCpu;
-    if (const char* e = std::getenv("ATTNFUZZ_TEST_BACKEND")) parse_backend(e, x);
-    return x;
-  }();
-  return b;
 }
 
 std::unique_ptr<Device> test_device() { return open_device(test_backend(), DeviceOptions{}); }

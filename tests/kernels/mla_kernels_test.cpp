@@ -12,19 +12,10 @@
 #include "attnfuzz/registry.h"
 #include "attnfuzz/verdict.h"
 #include "check/runner.h"
+#include "tests/kernels/test_backend.h"
 
 namespace attnfuzz {
 namespace {
-
-// The backend under test: cpu unless ATTNFUZZ_TEST_BACKEND names another built one (nvidia on the H200).
-Backend test_backend() {
-  static const Backend b = [] {
-    Backend x = Backend::kCpu;
-    if (const char* e = std::getenv("ATTNFUZZ_TEST_BACKEND")) parse_backend(e, x);
-    return x;
-  }();
-  return b;
-}
 
 Device& device() {
   static std::unique_ptr<Device> d = open_device(test_backend(), DeviceOptions{});

@@ -18,20 +18,10 @@
 #include "attnfuzz/registry.h"
 #include "attnfuzz/verdict.h"
 #include "check/runner.h"
+#include "tests/kernels/test_backend.h"
 
 namespace attnfuzz {
 namespace {
-
-// The backend under test: cpu unless ATTNFUZZ_TEST_BACKEND names another built one (e.g. nvidia on the H200:
-// the same sweeps, the kernels as nvcc built them).
-Backend test_backend() {
-  static const Backend b = [] {
-    Backend x = Backend::kCpu;
-    if (const char* e = std::getenv("ATTNFUZZ_TEST_BACKEND")) parse_backend(e, x);
-    return x;
-  }();
-  return b;
-}
 
 Device& device(ThreadOrder order) {
   static std::map<ThreadOrder, std::unique_ptr<Device>> devices;

@@ -1,10 +1,9 @@
 """What the torch-based adapters share: numpy <-> torch on a device, masks as tensors, CUDA failure handling."""
 
-import os
-import sys
-
 import numpy as np
 import torch
+
+from attnfuzz.adapters._common import cuda_guarded, fatal_cuda_error, probe_on_zeros  # noqa: F401 (shared)
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 _FP8 = {"fp8_e4m3": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
@@ -125,37 +124,6 @@ def bool_mask(p, device):
     if p.window_right >= 0:
         m &= rel <= p.window_right
     return m
-
-
-def fatal_cuda_error(e):
-    """A CUDA fault leaves the context unusable: exit so attn-fuzz reports a crash and restarts us."""
-    text = str(e)
-    if any(s in text for s in ("illegal memory access", "CUDA error", "device-side assert", "misaligned address",
-                               "unspecified launch failure")):
-        print(f"attnfuzz adapter: fatal CUDA error, exiting: {text[:500]}", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(70)
-
-
-def cuda_guarded(fn):
-    """fn, exiting the adapter on a fatal CUDA error (fatal_cuda_error) before the exception goes on."""
-    def g(*a):
-        try:
-            return fn(*a)
-        except RuntimeError as e:
-            fatal_cuda_error(e)
-            raise
-    return g
-
-
-def probe_on_zeros(p, call, grad=None):
-    """Runs call (and grad, the backward, if given) once on zero inputs of problem p's shape: raises as they do."""
-    import numpy as np
-    z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
-    q, k, v = z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim_v)
-    call(q, k, v, p)
-    if grad is not None:
-        grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
 
 
 def is_unsupported(e):

@@ -1,0 +1,71 @@
+"""What every library adapter shares, torch or JAX alike (numpy only): CUDA faults, probing a problem on zeros."""
+
+import os
+import sys
+
+import numpy as np
+
+# Text of an error after which the CUDA context is unusable (PyTorch's RuntimeError, XLA's XlaRuntimeError).
+_FATAL = ("illegal memory access", "CUDA error", "device-side assert", "misaligned address",
+          "unspecified launch failure", "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED",
+          "CUDA_ERROR_MISALIGNED_ADDRESS")
+
+
+def fatal_cuda_error(e):
+    """A CUDA fault leaves the context unusable: exit so attn-fuzz reports a crash and restarts us."""
+    text = str(e)
+    if any(s in text for s in _FATAL):
+        print(f"attnfuzz adapter: fatal CUDA error, exiting: {text[:500]}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(70)
+
+
+def cuda_guarded(fn):
+    """fn, exiting the adapter on a fatal CUDA error (fatal_cuda_error) before the exception goes on."""
+    def g(*a):
+        try:
+            return fn(*a)
+        except RuntimeError as e:
+            fatal_cuda_error(e)
+            raise
+    return g
+
+
+def probe_on_zeros(p, call, grad=None):
+    """Runs call (and grad, the backward, if given) once on zero inputs of problem p's shape: raises as they do."""
+    z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
+    q, k, v = z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim_v)
+    call(q, k, v, p)
+    if grad is not None:
+        grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
+
+
+def problem_key(p):
+    """What decides whether a library accepts a problem: its shape, mask, dtype, variants, pass and tunables."""
+    return (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype,
+            tuple(p.variants), p.pass_name, tuple(sorted(p.tunables.items())))
+
+
+def probed_supports(label, call, grad, refusal, declared=None):
+    """A Kernel supports(p): None, or why the library refuses p. declared(p) states a limit the adapter declares
+    (a reason or None) before anything runs; otherwise call (and grad, for a backward problem) run once on zeros per
+    problem_key, and an exception that refusal(e) names (a reason string) is a refusal: the case is `unsupported`
+    with the library's own words. Any other exception is not a refusal: the run then reports it as a launch-error."""
+    seen = {}
+
+    def supports(p):
+        why = declared(p) if declared is not None else None
+        if why:
+            return why
+        key = problem_key(p)
+        if key not in seen:
+            try:
+                probe_on_zeros(p, call, grad if p.pass_name == "bwd" else None)
+                seen[key] = None
+            except Exception as e:  # noqa: BLE001 - classified: a refusal, or left to the run to report
+                fatal_cuda_error(e)
+                why = refusal(e)
+                seen[key] = f"{label} refuses it: {why}" if why else None
+        return seen[key]
+
+    return supports

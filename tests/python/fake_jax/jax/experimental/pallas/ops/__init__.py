@@ -1,0 +1,1 @@
+"""Fake jax package level (tests/python/fake_jax)."""

@@ -136,7 +136,7 @@ def test_declarations_say_what_each_library_takes():
     assert ks["jax-xla-bias"]["variants"] == ["mask-dense", "mask-bits", "block-sparse", "alibi", "bias"]
     assert ks["jax-xla-is-causal"]["masks"] == ["none", "causal-tl"] and ks["jax-xla-window"]["backward"]
     mha, gqa = ks["pallas-mha"], ks["pallas-gqa-decode"]
-    assert mha["gqa"] is False and mha["masks"] == ["none", "causal-tl"] and mha["backward"]
+    assert mha["gqa"] is False and mha["masks"] == ["none", "causal-tl"] and mha["backward"] and not mha["empty_keys"]
     assert gqa["gqa"] and "backward" not in gqa and gqa["tunables"][0]["role"] == "kv_splits"
 
 

@@ -129,6 +129,8 @@ def main(argv=None):
     if "cudnn" in impls and not J.has_gpu(jax):
         print("jax_attention: no GPU backend, cudnn kernels left out", file=sys.stderr)
         impls = [i for i in impls if i != "cudnn"]
+    if not impls:
+        ap.exit(2, "jax_attention: no kernels to serve (cudnn needs a GPU JAX sees)\n")
     serve(kernels(impls, routes, dtypes, a.backward, jax.__version__), name="jax_attention")
 
 

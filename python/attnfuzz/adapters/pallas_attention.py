@@ -1,10 +1,10 @@
 """JAX's Pallas GPU attention ops as attn-fuzz kernels: attention.mha (forward, backward) and decode_attention.gqa.
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.pallas_attention' --kernel pallas-mha --max-time 300
-    attn-check --sweep --sq 1 --adapter 'python3 -m attnfuzz.adapters.pallas_attention --ops gqa'
+    attn-check --sq 1 --sk 512 --heads 8 --kv-heads 2 --adapter 'python3 -m attnfuzz.adapters.pallas_attention --ops gqa'
 
 pallas-mha        jax.experimental.pallas.ops.gpu.attention.mha(q, k, v, None, sm_scale, causal, block_sizes):
-                  [B, S, H, D], Hq = Hkv, D = Dv, mask none or causal (top-left); tunables block_q, block_k (default
+                  [B, S, H, D], Hq = Hkv, D = Dv, Sk > 0, mask none or causal (top-left); tunables block_q, block_k (default
                   128: BlockSizes for the forward and both backward kernels); --backward: its custom VJP (Triton)
 pallas-gqa-decode jax.experimental.pallas.ops.gpu.decode_attention.gqa(q[:, 0], k, v, start_idx, kv_seq_len, sm_scale,
                   k_splits, block_k): one query per sequence (Sq = 1), GQA, D = Dv; the one row's visible keys, an
@@ -74,6 +74,7 @@ def make(op, dtypes, backward, interpret, version):
                   description=f"jax {version} Pallas GPU {'attention.mha' if mha else 'decode_attention.gqa'}"
                               f"{' (interpreted)' if interpret else ''}",
                   dtypes=dtypes, masks=["none", "causal-tl"] if mha else list(ALL_MASKS), gqa=not mha, dv_ne_d=False,
+                  empty_keys=not mha,  # mha's block_k = min(block_k, Sk) = 0 divides by zero
                   supports=C.probed_supports(f"pallas {op}", call, grad, J.refusal, declared(op)),
                   compute_model="fused", tunables=MHA_TUNABLES if mha else GQA_TUNABLES,
                   backward=C.cuda_guarded(grad) if backward and mha else None, repro=library_call,

@@ -6,7 +6,8 @@
 # ATTN_CHECK defaults to build/nvidia/bin/attn-check, OUT to examples/sdpa-findings/bundles. Each FILE.case gets
 # OUT/FILE/ (README.md, the minimal case, repro.py + repro.npz, the heatmap); the adapter is the one the file's kernel
 # name sdpa-BACKEND-ROUTE names, with --backward for backward files. A finding that no longer reproduces (a fixed
-# torch) gets no bundle and is listed; the exit status is 1 then, 0 when every bundle was written.
+# torch) gets no bundle and is listed; the exit status is 1 then, 0 when every bundle was written. MINIMIZE_TIME
+# (seconds, default 45) bounds the minimizer per finding.
 set -u
 here=$(dirname "$0")
 check=${1:-build/nvidia/bin/attn-check}
@@ -21,7 +22,7 @@ for f in "$here"/*.case; do
   adapter="python3 -m attnfuzz.adapters.torch_sdpa --backends $backend --routes $route$extra"
   name=$(basename "$f" .case)
   echo "== $name: $kernel"
-  ( set -x; "$check" --replay "$f" --adapter "$adapter" --timeout 120 --minimize --minimize-time 45 \
+  ( set -x; "$check" --replay "$f" --adapter "$adapter" --timeout 120 --minimize --minimize-time "${MINIMIZE_TIME:-45}" \
       --bug-report "$out/$name" --out "$out/.work/$name" ) || failed+=("$name")
 done
 rm -rf "$out/.work"

@@ -327,6 +327,8 @@ def _dropout_mask(p, extra, arrays, descs):
         return
     if "dropout_mask" not in extra:
         raise ValueError("the problem uses dropout: the kernel must also return {'dropout_mask': keep [B, Hq, Sq, Sk]}")
+    if extra["dropout_mask"] is None:
+        raise ValueError("the kernel returned dropout_mask None: return the keep mask [B, Hq, Sq, Sk] (all ones at p = 0)")
     m = np.ascontiguousarray(np.asarray(extra["dropout_mask"]) != 0, dtype=np.uint8)
     if m.shape != (p.batch, p.heads_q, p.seq_q, p.seq_k):
         raise ValueError(f"dropout_mask has shape {m.shape}, expected {(p.batch, p.heads_q, p.seq_q, p.seq_k)}")

@@ -128,3 +128,18 @@ def test_dropout_scales_the_kept_weights_and_its_backward_matches_finite_differe
     dq, dk, dv, ex = attention_backward(q, k, v, do, p, o=o, lse=lse)
     assert np.array_equal(ex["dropout_mask"], extra["dropout_mask"])
     assert_matches_finite_differences(q, k, v, p, do, ((q, dq), (k, dk), (v, dv)), seed=2)
+
+
+def test_a_dropout_kernel_must_return_its_keep_mask_even_at_p_zero():
+    # torch_sdpa's dropout route once returned None at p = 0 (no mask drawn): a launch-error with a confusing shape
+    # message on the H200 sweep; the adapter side now names the fault, and a mask of the wrong shape is refused too.
+    from attnfuzz.adapter import _dropout_mask
+    import pytest
+    p = dropout_problem(p=0.0)
+    with pytest.raises(ValueError, match="dropout_mask None"):
+        _dropout_mask(p, {"dropout_mask": None}, [], [])
+    with pytest.raises(ValueError, match="expected"):
+        _dropout_mask(p, {"dropout_mask": np.ones((1,), np.uint8)}, [], [])
+    arrays = []
+    _dropout_mask(p, {"dropout_mask": np.ones((2, 4, 7, 11), np.uint8)}, arrays, [])
+    assert arrays[0].shape == (2, 4, 7, 11)

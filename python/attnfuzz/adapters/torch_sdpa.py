@@ -14,10 +14,13 @@ protocol's check message, not as a failure. GQA uses enable_gqa=True. Every kern
 --dtypes (default f32,f16,bf16) and runs each case in its dtype (attn-fuzz --dtype f16: flash and cudnn
 refuse f32). --backward also declares the backward pass (dQ, dK, dV through torch.autograd of the same SDPA
 call; attn-check/attn-fuzz --pass bwd); then a configuration is supported only if forward and backward run.
-  dropout       SDPA's own dropout (flash and efficient on CUDA; mask none or causal-tl) through the private ops
+  dropout       SDPA's own dropout (flash and efficient on CUDA) through the private ops
                 that give the keep mask back, seeded from the problem's (dropout_seed, dropout_offset); writes LSE
                 (so --pass fwdbwd checks that forward and backward drew the same mask):
                 attn-check --adapter '... --routes dropout --backward' --dropout 0.3 --dropout-rng exported
+                Masks: none, and is_causal as each private op aligns it: efficient top-left (causal-tl), flash
+                bottom-right (causal-br; causal-tl too where Sq = Sk, the same mask), since the private flash op
+                runs FlashAttention's causal, which the public SDPA call refuses for Sq != Sk.
 """
 
 import argparse
@@ -36,17 +39,20 @@ BACKENDS = {k: getattr(SDPBackend, v) for k, v in BACKEND_NAMES.items()}
 ROUTES = {"is-causal": ["none", "causal-tl"], "lower-right": ["causal-br"],
           "bool-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"],
           "float-mask": ["none", "causal-tl", "causal-br", "window-tl", "window-br"],
-          "dropout": ["none", "causal-tl"]}
+          "dropout": ["none", "causal-tl", "causal-br"]}
 # The backends of the dropout route: their private ops give the keep mask back (flash: its debug mask, a dropped
 # weight with the sign bit set; efficient: the uniforms redrawn from the (seed, offset) it returns, kept where > p).
 DROPOUT_BACKENDS = ("flash", "efficient")
+# The causal alignment of each private op's is_causal: efficient top-left; flash FlashAttention's bottom-right (public
+# SDPA refuses flash with is_causal for Sq != Sk; the private op does not check). At Sq = Sk the two are one mask.
+DROPOUT_CAUSAL = {"efficient": "causal-tl", "flash": "causal-br"}
 
 
 def private_sdpa(backend, Q, K, V, p):
     """The dropout route: SDPA's private flash / efficient op on the CUDA generator set to (dropout_seed,
     4 * dropout_offset), so a backward's recomputed forward draws the forward's mask. Q, K, V [B, H, S, D];
-    returns O [B, Hq, Sq, Dv], LSE [B, Hq, Sq] (natural log) and the keep mask (numpy u8 [B, Hq, Sq, Sk]; None
-    without dropout)."""
+    returns O [B, Hq, Sq, Dv], LSE [B, Hq, Sq] (natural log) and the keep mask (numpy u8 [B, Hq, Sq, Sk]; all
+    ones at p = 0)."""
     drop = p.dropout_p if "dropout" in p.variants else 0.0
     gen = torch.cuda.default_generators[Q.device.index or 0]
     gen.manual_seed(p.dropout_seed)
@@ -54,6 +60,9 @@ def private_sdpa(backend, Q, K, V, p):
     if p.heads_q != p.heads_kv:  # the private ops take equal heads
         K, V = (x.repeat_interleave(p.heads_q // p.heads_kv, 1) for x in (K, V))
     causal = p.mask_kind == "causal"
+    if causal and p.mask != DROPOUT_CAUSAL[backend] and p.seq_q != p.seq_k:
+        raise ValueError(f"the private {backend} op aligns is_causal as {DROPOUT_CAUSAL[backend]}, not {p.mask}, "
+                         "when Sq != Sk")
     if backend == "flash":
         out = torch.ops.aten._scaled_dot_product_flash_attention(Q, K, V, drop, causal, drop > 0, scale=p.scale)
         keep = out[-1][:, :, :p.seq_q, :p.seq_k] >= 0 if drop > 0 else None
@@ -63,7 +72,9 @@ def private_sdpa(backend, Q, K, V, p):
         if drop > 0:
             u = torch.empty(p.batch, p.heads_q, p.seq_q, p.seq_k, device=Q.device, dtype=torch.float32)
             keep = torch.ops.aten._fill_mem_eff_dropout_mask_(u, drop, out[2].item(), out[3].item()) > drop
-    keep = None if keep is None else keep.to(torch.uint8).cpu().numpy()
+    if keep is None:  # p = 0: every weight kept
+        keep = torch.ones(p.batch, p.heads_q, p.seq_q, p.seq_k, dtype=torch.bool)
+    keep = keep.to(torch.uint8).cpu().numpy()
     return out[0], out[1][:, :, :p.seq_q], keep
 
 

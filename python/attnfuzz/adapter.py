@@ -35,12 +35,13 @@ from attnfuzz.dtypes import STORED, as_stored
 PROTOCOL_VERSION = 1
 ALL_MASKS = ("none", "causal-tl", "causal-br", "window-tl", "window-br")
 # bf16 travels as uint16 bit patterns; masks as u8; a repro run's expected values and bounds as f64
-_DTYPES = dict(STORED, u8=np.dtype("u1"), f64=np.dtype("<f8"))
+_DTYPES = dict(STORED, u8=np.dtype("u1"), f64=np.dtype("<f8"), i32=np.dtype("<i4"))  # i32: sequence arrays
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
 SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
 # The variants a kernel may declare: score variants, custom masks, per-head fp8 descales (PROTOCOL.md "Per-head
 # descales") and dropout (PROTOCOL.md "Dropout": the mask comes back).
 VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("head-descale", "dropout")
+FEATURES = ("q-packed", "kv-packed", "seqused-k")  # the sequence layouts a kernel may take (PROTOCOL.md)
 
 
 class ProtocolError(Exception):
@@ -93,6 +94,13 @@ class Problem:
         # Per-head fp8 descales (variant head-descale), set by serve(): float32 q_descale_h [B|1, Hq], k_descale_h and
         # v_descale_h [B|1, Hkv] (a batch of 1 = the same for every batch), replacing q/k/v_descale; else None.
         self.q_descale_h = self.k_descale_h = self.v_descale_h = None
+        # Sequence layouts (PROTOCOL.md "Sequence layouts"; attnfuzz/sequences.py): "dense" or "packed" ([total, H,
+        # D] rows), the packed totals, and, set by serve(), cu_seqlens_q / _k int32 [B + 1] and seqused_k int32 [B]
+        # (None where absent). seq_q / seq_k are then the largest per-sequence lengths.
+        self.q_layout = d.get("q_layout", "dense")
+        self.kv_layout = d.get("kv_layout", "dense")
+        self.total_q, self.total_k = int(d.get("total_q", 0)), int(d.get("total_k", 0))
+        self.cu_seqlens_q = self.cu_seqlens_k = self.seqused_k = None
 
     @classmethod
     def from_run(cls, d, tensors):
@@ -103,6 +111,7 @@ class Problem:
         p.custom_mask, p.block_mask = get("custom_mask"), get("block_mask")
         p.sinks, p.alibi_slopes, p.bias = get("sinks"), get("alibi_slopes"), get("bias")
         p.q_descale_h, p.k_descale_h, p.v_descale_h = get("q_descale"), get("k_descale"), get("v_descale")
+        p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k = get("cu_seqlens_q"), get("cu_seqlens_k"), get("seqused_k")
         return p
 
     def dropout_keep(self):
@@ -192,7 +201,7 @@ class Kernel:
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
                  empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
-                 tunables=None, variants=(), repro=None, recompiles_per_shape=False):
+                 tunables=None, variants=(), repro=None, recompiles_per_shape=False, features=()):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.repro = repro  # problem -> attnfuzz.repro.Call: the kernel writes bug-report scripts (PROTOCOL.md)
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
@@ -202,6 +211,11 @@ class Kernel:
                      "check": supports is not None}
         if repro is not None:  # absent for kernels without: a version-1 declaration as before
             self.decl["repro"] = True
+        if features:  # the sequence layouts it takes (PROTOCOL.md "Sequence layouts"); absent: dense only
+            bad = [f for f in features if f not in FEATURES]
+            if bad:
+                raise ValueError(f"features are {FEATURES}, not {bad}")
+            self.decl["features"] = list(features)
         if recompiles_per_shape:  # a new shape compiles (JIT): a hint for the fuzzer; tools that do not know it ignore it
             self.decl["recompiles_per_shape"] = True
         if variants:  # the variants it applies (PROTOCOL.md "Variants"); absent: none, as before
@@ -309,7 +323,8 @@ def _run_forward(k, p, ts, want_lse):
         res, lse, extra = res
     elif isinstance(res, tuple):
         res, lse = res
-    o = as_stored(res, (p.batch, p.seq_q, p.heads_q, p.head_dim_v), p.dtype, "O", p.o_scale)
+    rows = (p.total_q,) if p.q_layout == "packed" else (p.batch, p.seq_q)  # O follows q's layout
+    o = as_stored(res, rows + (p.heads_q, p.head_dim_v), p.dtype, "O", p.o_scale)
     arrays, descs = [o], [tensor_desc("o", o, p.dtype)]
     if want_lse:
         if lse is None:

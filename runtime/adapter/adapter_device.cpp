@@ -48,8 +48,11 @@ constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxAdapterKernels = 64;
 // The variants whose values protocol 1 carries (PROTOCOL.md "Variants"; dropout: "Dropout", the exported mask).
 constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_DROPOUT;
-// The keep mask's element type on the wire (not a problem dtype).
+// The keep mask's and the sequence arrays' element types on the wire (not problem dtypes).
 constexpr int32_t kWireU8 = -1;
+constexpr int32_t kWireI32 = -2;
+// The sequence layouts protocol 1 carries (PROTOCOL.md "Sequence layouts"): packed q, packed K/V, a used KV length.
+constexpr uint32_t kCarriedFeatures = AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_SEQUSED_K;
 
 // ---- what the handshake declared, per kernel (process-wide: registry entries point at it) ----------
 struct KernelSpec {
@@ -58,7 +61,7 @@ struct KernelSpec {
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false, backward = false;
   int32_t compute_model = AF_COMPUTE_UNFUSED;
-  uint32_t variants = 0;
+  uint32_t variants = 0, features = 0;
   std::vector<AdapterKernel::Tunable> tunables;
   std::vector<af_tunable> table;  // the af_kernel view of `tunables` (names point into it)
 };
@@ -105,6 +108,7 @@ int launch_bwd_elsewhere(const af_problem*, const af_buffers*, void*) { return -
 // dtype names on the wire (PROTOCOL.md): f32, f16, bf16, fp8_e4m3, fp8_e5m2.
 std::string wire_dtype(int32_t dtype) {
   if (dtype == kWireU8) return "u8";
+  if (dtype == kWireI32) return "i32";
   std::string s = dtype_name(dtype);
   for (char& c : s)
     if (c == '-') c = '_';
@@ -114,6 +118,13 @@ std::optional<int32_t> parse_wire_dtype(std::string s) {
   for (char& c : s)
     if (c == '_') c = '-';
   return parse_dtype(s);
+}
+
+uint32_t feature_bit(const std::string& f) {
+  if (f == "q-packed") return AF_FEATURE_Q_PACKED;
+  if (f == "kv-packed") return AF_FEATURE_KV_PACKED;
+  if (f == "seqused-k") return AF_FEATURE_SEQUSED_K;
+  return 0;
 }
 
 uint32_t mask_bit(const std::string& m) {
@@ -540,6 +551,14 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
       }
     }
     a.tunables = parse_tunables(a.name, k.value("tunables", Json::array()));
+    // The sequence layouts it takes (PROTOCOL.md "Sequence layouts"); absent: dense batches only.
+    for (const Json& f : k.value("features", Json::array())) {
+      const uint32_t bit = feature_bit(f.is_string() ? f.get<std::string>() : std::string());
+      if (!bit)
+        throw std::runtime_error("kernel " + a.name + ": features takes q-packed, kv-packed, seqused-k, not " +
+                                 f.dump());
+      a.features |= bit;
+    }
     a.max_head_dim = k.value("max_head_dim", int64_t{0});
     a.max_head_dim_v = k.value("max_head_dim_v", int64_t{0});
     a.head_dim_multiple = k.value("head_dim_multiple", int64_t{1});
@@ -579,6 +598,7 @@ void AdapterDevice::register_kernels() {
     s.backward = a.backward;
     s.compute_model = a.compute_model;
     s.variants = a.variants;
+    s.features = a.features & kCarriedFeatures;
     s.tunables = a.tunables;
     auto it = g_slot.find(a.name);
     if (it != g_slot.end()) {  // re-opened in this process (a restart, a second device): same entry
@@ -618,6 +638,7 @@ void AdapterDevice::register_kernels() {
     k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
     k.compute_model = st.compute_model;
     k.variants = st.variants;
+    k.features = st.features;
     k.dropout_rngs = (st.variants & AF_VARIANT_DROPOUT) ? 1u << AF_DROPOUT_RNG_EXPORTED : 0;  // it sends its mask
     k.n_tunables = static_cast<int32_t>(st.table.size());
     k.tunables = st.table.empty() ? nullptr : st.table.data();
@@ -654,6 +675,13 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
   j["v_descale"] = static_cast<double>(p.v_descale);
   j["o_scale"] = static_cast<double>(p.o_scale);
   j["pass"] = p.pass == AF_PASS_BACKWARD ? "bwd" : "fwd";  // of the launch, or of the check asked for
+  if (p.q_layout != AF_SEQ_DENSE || p.kv_layout != AF_SEQ_DENSE || p.kv_capacity > 0) {  // "Sequence layouts"
+    j["q_layout"] = p.q_layout == AF_SEQ_PACKED ? "packed" : "dense";
+    j["kv_layout"] = p.kv_layout == AF_SEQ_PACKED ? "packed" : p.kv_layout == AF_SEQ_PAGED ? "paged" : "dense";
+    j["total_q"] = p.total_q;
+    j["total_k"] = p.total_k;
+    j["kv_capacity"] = p.kv_capacity;
+  }
   if (p.variants) {  // variants (issue 28): their tensors follow the run's others (PROTOCOL.md "Variants")
     Json v = Json::array();
     for (uint32_t bit = 1; bit <= AF_VARIANTS_KNOWN; bit <<= 1)
@@ -709,6 +737,7 @@ namespace {
 size_t carried_bytes(int32_t dtype) {
   switch (dtype) {
     case AF_DTYPE_F32:
+    case kWireI32:
       return 4;
     case AF_DTYPE_F16:
     case AF_DTYPE_BF16:
@@ -767,15 +796,38 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   auto desc = [&](const char* name, const std::string& dt, std::vector<int64_t> shape) {
     return Json{{"name", name}, {"dtype", dt}, {"shape", shape}};
   };
-  // q, k, v in the problem's dtype (the stored elements, bit for bit), as contiguous [B, S, H, D].
+  if (p.kv_layout == AF_SEQ_PAGED) {  // no kernel can declare it (kCarriedFeatures): said, not sent
+    LaunchResult res;
+    res.status = LaunchStatus::kLaunchError;
+    res.message = "adapter backend: paged K/V is not carried by protocol 1";
+    return res;
+  }
+  // q, k, v in the problem's dtype (the stored elements, bit for bit), as contiguous [B, S, H, D], or [total, H, D]
+  // when packed (PROTOCOL.md "Sequence layouts": row cu_seqlens[b] + t is token t of sequence b).
+  const bool q_packed = p.q_layout == AF_SEQ_PACKED, kv_packed = p.kv_layout == AF_SEQ_PACKED;
   std::vector<std::vector<unsigned char>> blobs;
-  blobs.push_back(gather(b.q, eb, p.q_stride, B, Sq, Hq, D));
-  blobs.push_back(gather(b.k, eb, p.k_stride, B, Sk, Hk, D));
-  blobs.push_back(gather(b.v, eb, p.v_stride, B, Sk, Hk, Dv));
-  Json tensors = Json::array(
-      {desc("q", wire, {B, Sq, Hq, D}), desc("k", wire, {B, Sk, Hk, D}), desc("v", wire, {B, Sk, Hk, Dv})});
+  Json tensors = Json::array();
+  auto add_seq = [&](const char* name, const void* base, const int64_t* st, bool packed, int64_t total, int64_t S,
+                     int64_t H, int64_t d) {
+    const int64_t row[3] = {0, st[1], st[2]};
+    blobs.push_back(packed ? gather(base, eb, row, 1, total, H, d) : gather(base, eb, st, B, S, H, d));
+    tensors.push_back(packed ? desc(name, wire, {total, H, d}) : desc(name, wire, {B, S, H, d}));
+  };
+  add_seq("q", b.q, p.q_stride, q_packed, p.total_q, Sq, Hq, D);
+  add_seq("k", b.k, p.k_stride, kv_packed, p.total_k, Sk, Hk, D);
+  add_seq("v", b.v, p.v_stride, kv_packed, p.total_k, Sk, Hk, Dv);
+  auto add_i32 = [&](const char* name, const int32_t* a, int64_t n) {  // cu_seqlens_q / _k [B + 1], seqused_k [B]
+    if (!a) return;
+    const int64_t st[3] = {0, 0, 0};
+    blobs.push_back(gather(a, 4, st, 1, 1, 1, n));
+    tensors.push_back(desc(name, "i32", {n}));
+  };
+  if (q_packed) add_i32("cu_seqlens_q", b.cu_seqlens_q, B + 1);
+  if (kv_packed) add_i32("cu_seqlens_k", b.cu_seqlens_k, B + 1);
+  add_i32("seqused_k", b.seqused_k, B);
   std::vector<Expected> want;
   const bool want_lse = !backward && k.writes_lse && b.lse;
+  std::vector<float> lse_rows;  // packed q: the reply's [B, Hq, max Sq] LSE, whose rows past a sequence stay canaries
   if (backward) {  // + the forward it is given (O in the dtype, LSE f32) and dO; dQ, dK, dV come back
     const int64_t one[3] = {p.lse_stride[0], p.lse_stride[1], p.lse_stride[2]};
     blobs.push_back(gather(b.o, eb, p.o_stride, B, Sq, Hq, Dv));
@@ -787,6 +839,12 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     want.push_back({"dq", p.dtype, {B, Sq, Hq, D}, {p.dq_stride[0], p.dq_stride[1], p.dq_stride[2]}, b.dq});
     want.push_back({"dk", p.dtype, {B, Sk, Hk, D}, {p.dk_stride[0], p.dk_stride[1], p.dk_stride[2]}, b.dk});
     want.push_back({"dv", p.dtype, {B, Sk, Hk, Dv}, {p.dv_stride[0], p.dv_stride[1], p.dv_stride[2]}, b.dv});
+  } else if (q_packed) {  // O [total_q, Hq, Dv] like q; LSE scattered per sequence after the exchange
+    want.push_back({"o", p.dtype, {1, p.total_q, Hq, Dv}, {0, p.o_stride[1], p.o_stride[2]}, b.o, 3});
+    if (want_lse) {
+      lse_rows.assign(static_cast<size_t>(B * Hq * Sq), 0.0f);
+      want.push_back({"lse", AF_DTYPE_F32, {B, Hq, Sq, 1}, {Hq * Sq, Sq, 1}, lse_rows.data()});
+    }
   } else {
     want.push_back({"o", p.dtype, {B, Sq, Hq, Dv}, {p.o_stride[0], p.o_stride[1], p.o_stride[2]}, b.o});
     if (want_lse)
@@ -885,6 +943,11 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   if (asked && repro_reply_.files.empty() && repro_reply_.error.empty())
     repro_reply_.error = res.status == LaunchStatus::kOk ? "the adapter's result carried no \"repro\" answer"
                                                          : "the run did not complete: " + res.message;
+  if (!lse_rows.empty() && res.status == LaunchStatus::kOk)  // rows t < Sq_b of each sequence; the rest untouched
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t t = 0; t < b.cu_seqlens_q[bb + 1] - b.cu_seqlens_q[bb]; ++t)
+          b.lse[bb * p.lse_stride[0] + h * p.lse_stride[1] + t * p.lse_stride[2]] = lse_rows[(bb * Hq + h) * Sq + t];
   if (!dbias.empty() && res.status == LaunchStatus::kOk) {
     const float* d = dbias.data();
     for_each_strided(p.bias_stride, bias_n, [&](int64_t e) { b.dbias[e] = *d++; });

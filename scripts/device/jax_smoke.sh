@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# jax_smoke.sh - the JAX / Pallas / PyTorch-CPU adapters on a GPU host (issue 30 item 7): a short sweep of each new
+# jax_smoke.sh - the JAX / Pallas / varlen_attn / PyTorch-CPU adapters on a GPU host (issue 30 item 7): a short sweep of each new
 # adapter, then a 60 s campaign per JAX route, all results tarred; about 5 minutes.
 #
 #   scripts/device/jax_smoke.sh BIN OUT        # BIN: the tools (build/dev/bin after scripts/offline-build.sh)
@@ -19,6 +19,7 @@ export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" XLA_PYTHON_CLIENT_PR
 T=${SECONDS_PER_CAMPAIGN:-60}
 JAX='python3 -m attnfuzz.adapters.jax_attention'
 PALLAS='python3 -m attnfuzz.adapters.pallas_attention'
+VARLEN='python3 -m attnfuzz.adapters.torch_varlen'
 : > "$OUT/summary.txt"
 
 step() {  # step NAME LIMIT_S TOOL ARGS...: one run, its log, its line in the summary
@@ -37,15 +38,21 @@ step sweep-jax-xla 90 attn-check --sweep --adapter "$JAX --implementations xla -
 step sweep-jax-cudnn 90 attn-check --sweep --dtype bf16 --adapter "$JAX --implementations cudnn --routes is-causal,window --backward" --pass bwd &
 step sweep-pallas-mha 90 attn-check --sweep --dtype f16 --adapter "$PALLAS --ops mha --backward" --pass bwd &
 step check-pallas-gqa 60 attn-check --sq 1 --sk 512 --heads 8 --kv-heads 2 --dtype bf16 --adapter "$PALLAS --ops gqa" &
-step sweep-sdpa-cpu 60 attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --device cpu --backends math --routes is-causal,bool-mask' &
+step sweep-sdpa-cpu 90 attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --device cpu --backends math,flash --routes is-causal,bool-mask' &
+step check-varlen 60 attn-check --seq-layout varlen --seqlens-q 3,0,17,128 --seqlens-k 5,1,40,300 --mask causal-br --heads 4 --kv-heads 2 --dtype bf16 --adapter "$VARLEN" &
+step check-varlen-kvcache 60 attn-check --seq-layout kvcache --sq 4 --sk 64 --seqused-k 33,1,64 --mask window:8,0-br --dtype f16 --adapter "$VARLEN" &
 wait
+(cd "$ROOT" && timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_cpu.py tests/python/test_jax_adapters.py) \
+  > "$OUT/pytest.log" 2>&1
+echo "pytest rc=$? $(tail -1 "$OUT/pytest.log")" | tee -a "$OUT/summary.txt"
 
-# One campaign per JAX route (the minimizer's share included in T).
+# One campaign per JAX route (the minimizer's share included in T), then varlen_attn (the fuzzer draws varlen and KV-cache layouts itself).
 step fuzz-jax-xla $((T + 60)) attn-fuzz --workers 4 --max-time "$T" --adapter "$JAX --implementations xla" &
 step fuzz-jax-cudnn $((T + 60)) attn-fuzz --workers 4 --max-time "$T" --dtype bf16 --adapter "$JAX --implementations cudnn" &
 wait
 step fuzz-pallas-mha $((T + 60)) attn-fuzz --workers 4 --max-time "$T" --dtype f16 --adapter "$PALLAS --ops mha" &
 step fuzz-pallas-gqa $((T + 60)) attn-fuzz --workers 4 --max-time "$T" --dtype bf16 --adapter "$PALLAS --ops gqa" &
+step fuzz-varlen $((T + 60)) attn-fuzz --workers 4 --max-time "$T" --dtype bf16 --adapter "$VARLEN" &
 wait
 
 grep -c '"unsupported"' "$OUT"/*/report.json > "$OUT/unsupported_counts.txt" 2>/dev/null

@@ -247,6 +247,29 @@ TEST(Adapter, NumpyReferenceAppliesTheCustomMasks) {
   EXPECT_TRUE(has(r.out, "all passed")) << r.out;
 }
 
+// Sequence layouts travel over the protocol (PROTOCOL.md "Sequence layouts"): packed q and K/V with their int32
+// cu_seqlens, a KV cache's seqused_k, O back packed and LSE rows per sequence. The numpy reference declares them and
+// passes, and its planted mask leak is found on a varlen case with its per-sequence diagnosis.
+TEST(Adapter, NumpyReferenceTakesTheSequenceLayouts) {
+  NEED_NUMPY();
+  for (const char* layout : {"--seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br",
+                             "--seq-layout kvcache --sq 4 --sk 64 --seqused-k 33,1,64 --mask window:8,0-br",
+                             "--seq-layout varlen-q --seqlens-q 2,9 --sk 11"}) {
+    const Result r = check(numpy_adapter(), std::string(layout) + " --heads 4 --kv-heads 2 --d 16 --no-reports",
+                           fresh("layouts"));
+    EXPECT_EQ(r.code, 0) << layout << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "1 check in")) << r.out;
+  }
+  const Result leak = check(numpy_adapter("--bug mask-leak"),
+                            "--seq-layout varlen --seqlens-q 3,0,17 --seqlens-k 5,1,40 --mask causal-br --no-reports",
+                            fresh("layouts-leak"));
+  EXPECT_EQ(leak.code, 1) << leak.out;
+  EXPECT_TRUE(has(leak.out, "aligned per sequence")) << leak.out;
+  const Result paged = check(numpy_adapter(), "--seq-layout paged --sq 1 --seqused-k 33,1 --page-size 16 --no-reports",
+                             fresh("layouts-paged"));
+  EXPECT_TRUE(has(paged.out, "unsupported") || has(paged.out, "no kernel")) << paged.out;  // paged is not carried
+}
+
 // Score variants (issue 28) travel over the protocol: sinks, ALiBi slopes and the bias as tensors, the softcap in
 // the problem, d sinks and d bias back with dQ, dK, dV. The numpy reference applies them forward and backward (GQA,
 // a bias broadcast over heads), passes their sweep, and a copy that ignores the sinks is named ignored-parameter.
@@ -561,7 +584,8 @@ TEST(Adapter, MalformedKernelDeclarationsAreRefused) {
            {"dup-names", "kernel name 'bad-dup-names' is declared twice"},
            {"neg-max-d", "max_head_dim -5"},
            {"zero-multiple", "head_dim_multiple 0"},
-           {"named-all", "'all'"}}) {
+           {"named-all", "'all'"},
+           {"paged-feature", "features takes q-packed, kv-packed, seqused-k, not \"kv-paged\""}}) {
     Result r = check(misbehaving(mode), "--sq 5 --d 8 --no-reports", fresh("decl-" + mode));
     EXPECT_EQ(r.code, 2) << mode << "\n" << r.out;
     EXPECT_TRUE(has(r.out, says)) << mode << "\n" << r.out;

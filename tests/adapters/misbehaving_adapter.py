@@ -8,7 +8,7 @@
         spawn (starts two sleeping children at start-up, one in its process group and one in a session of
         its own with a child of its own, then computes correctly), spawn-hang (the same, then hangs in its
         first run),
-        dup-names, neg-max-d, zero-multiple, named-all (hello declarations the tool refuses)
+        dup-names, neg-max-d, zero-multiple, named-all, paged-feature (hello declarations the tool refuses)
 The kernel computes the numpy reference when it is not misbehaving, so a restarted adapter passes.
 """
 
@@ -59,6 +59,8 @@ def main():
                 decl["head_dim_multiple"] = 0
             if MODE == "named-all":
                 decl["name"] = "all"
+            if MODE == "paged-feature":  # paged K/V is not carried (PROTOCOL.md "Sequence layouts")
+                decl["features"] = ["q-packed", "kv-paged"]
             A.write_message(out, {"type": "hello", "protocol": 1, "name": "misbehaving", "kernels": kernels})
             continue
         if h["type"] != "run":

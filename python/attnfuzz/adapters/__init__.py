@@ -1,1 +1,2 @@
-"""Adapters: numpy_ref (CI), callable (any module:function), torch_sdpa, flex, triton_flash (need torch / triton)."""
+"""Adapters: numpy_ref (CI), callable (any module:function), torch_sdpa, torch_varlen, flex, triton_flash (need torch /
+triton), jax_attention, pallas_attention (need jax)."""

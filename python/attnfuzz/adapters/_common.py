@@ -69,3 +69,12 @@ def probed_supports(label, call, grad, refusal, declared=None):
         return seen[key]
 
     return supports
+
+
+def parse_list(ap, text, allowed, what):
+    """The comma-separated items of a command-line option, each one of allowed (else argparse's usage error, exit 2)."""
+    items = [s for s in text.split(",") if s]
+    for s in items:
+        if s not in allowed:
+            ap.error(f"unknown {what} {s!r} (" + ",".join(allowed) + ")")
+    return items

@@ -106,14 +106,6 @@ def kernels(implementations, routes, dtypes, backward, version):
             if not (i == "cudnn" and r == "bias")]
 
 
-def parse_list(ap, text, allowed, what):
-    items = [s for s in text.split(",") if s]
-    for s in items:
-        if s not in allowed:
-            ap.error(f"unknown {what} {s!r} (" + ",".join(allowed) + ")")
-    return items
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--implementations", default=",".join(IMPLEMENTATIONS),
@@ -122,9 +114,9 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="f32,f16,bf16", help="declared dtypes, comma-separated: " + ",".join(J.DTYPES))
     ap.add_argument("--backward", action="store_true", help="also declare the backward pass (jax.vjp)")
     a = ap.parse_args(argv)
-    impls = parse_list(ap, a.implementations, IMPLEMENTATIONS, "implementation")
-    routes = parse_list(ap, a.routes, ROUTES, "route")
-    dtypes = parse_list(ap, a.dtypes, J.DTYPES, "dtype")
+    impls = C.parse_list(ap, a.implementations, IMPLEMENTATIONS, "implementation")
+    routes = C.parse_list(ap, a.routes, ROUTES, "route")
+    dtypes = C.parse_list(ap, a.dtypes, J.DTYPES, "dtype")
     jax = J.start_jax()
     if "cudnn" in impls and not J.has_gpu(jax):
         print("jax_attention: no GPU backend, cudnn kernels left out", file=sys.stderr)

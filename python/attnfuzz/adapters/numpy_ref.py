@@ -12,8 +12,8 @@ import argparse
 
 import numpy as np
 
-from attnfuzz import repro
-from attnfuzz.adapter import VARIANTS, Kernel, serve
+from attnfuzz import repro, sequences
+from attnfuzz.adapter import FEATURES, VARIANTS, Kernel, serve
 
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
@@ -61,6 +61,8 @@ def main(argv=None):
     plans = {}  # stale-plan: problems by shape, as a plan cache keyed on the shape alone (attn-check --repeat-calls)
 
     def run(q, k, v, p):
+        if sequences.has_sequences(p):  # varlen / KV cache: every sequence as a dense problem of its own
+            return sequences.per_sequence(q, k, v, p, run)
         if bug == "stale-plan":  # the first problem of each shape is replayed: its scale, mask and dtype
             p = plans.setdefault((p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v), p)
         o, lse, *extra = call_fwd(q, k, v, p)
@@ -82,7 +84,7 @@ def main(argv=None):
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
-                  tunables=SPLITS if bug == "split-average" else None, repro=call,
+                  tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
                   variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap") else ())], name="numpy_ref")
 
 

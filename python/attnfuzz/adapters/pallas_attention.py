@@ -22,7 +22,6 @@ from attnfuzz import repro
 from attnfuzz.adapter import ALL_MASKS, Kernel, serve
 from attnfuzz.adapters import _common as C
 from attnfuzz.adapters import _jax_common as J
-from attnfuzz.adapters.jax_attention import parse_list
 
 OPS = ("mha", "gqa")
 BLOCKS = [128, 64, 32, 16]
@@ -88,8 +87,8 @@ def main(argv=None):
     ap.add_argument("--backward", action="store_true", help="also declare mha's backward pass (its custom VJP)")
     ap.add_argument("--interpret", action="store_true", help="run Pallas's interpreter instead of Triton (no GPU)")
     a = ap.parse_args(argv)
-    ops = parse_list(ap, a.ops, OPS, "op")
-    dtypes = parse_list(ap, a.dtypes, J.DTYPES, "dtype")
+    ops = C.parse_list(ap, a.ops, OPS, "op")
+    dtypes = C.parse_list(ap, a.dtypes, J.DTYPES, "dtype")
     jax = J.start_jax()
     if not a.interpret and not J.has_gpu(jax):
         print("pallas_attention: JAX sees no GPU; the Triton ops will refuse every case (try --interpret)",

@@ -154,6 +154,8 @@ def test_library_refusals_are_unsupported_with_the_librarys_words():
     assert gqa.supports(problem("none", 2, 256)) == "pallas gqa decodes one query per sequence (Sq = 1)"
     assert "AssertionError: k_seq_len=100 must be divisible by k_splits=16" in gqa.supports(problem("none", 1, 100))
     assert refusal(RuntimeError("INTERNAL: ptxas exited with 137")) is None  # not a refusal: the run reports it
+    assert refusal(RuntimeError("triton OutOfResources: out of resource: shared memory, Required: 262144")) == \
+        "RuntimeError: triton OutOfResources: out of resource: shared memory, Required: 262144"
 
 
 def test_pallas_mha_passes_block_sizes_and_top_left_causal():

@@ -4,7 +4,7 @@ import os
 
 REFUSED_TYPES = (ValueError, NotImplementedError, AssertionError)  # how JAX, cuDNN's and Pallas's checks refuse
 REFUSED_TEXT = ("Unsupported", "unsupported", "not supported", "NOT_SUPPORTED", "No valid engine", "does not support",
-                "UNIMPLEMENTED")
+                "UNIMPLEMENTED", "out of resource", "OutOfResources")  # the last two: Triton's shared memory limit
 DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 

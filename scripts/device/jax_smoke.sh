@@ -37,7 +37,7 @@ python3 -c 'import torch; print("torch", torch.__version__)' >> "$OUT/versions.t
 step sweep-jax-xla 90 attn-check --sweep --adapter "$JAX --implementations xla --routes is-causal,bool-mask" &
 step sweep-jax-cudnn 90 attn-check --sweep --dtype bf16 --adapter "$JAX --implementations cudnn --routes is-causal,window --backward" --pass bwd &
 step sweep-pallas-mha 90 attn-check --sweep --dtype f16 --adapter "$PALLAS --ops mha --backward" --pass bwd &
-step check-pallas-gqa 60 attn-check --sq 1 --sk 512 --heads 8 --kv-heads 2 --dtype bf16 --adapter "$PALLAS --ops gqa" &
+step check-pallas-gqa 60 attn-check --sq 3 --sk 512 --heads 8 --kv-heads 2 --mask causal-br --dtype bf16 --adapter "$PALLAS --ops gqa" &
 step sweep-sdpa-cpu 90 attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.torch_sdpa --device cpu --backends math,flash --routes is-causal,bool-mask' &
 step check-varlen 60 attn-check --seq-layout varlen --seqlens-q 3,0,17,128 --seqlens-k 5,1,40,300 --mask causal-br --heads 4 --kv-heads 2 --dtype bf16 --adapter "$VARLEN" &
 step check-varlen-kvcache 60 attn-check --seq-layout kvcache --sq 4 --sk 64 --seqused-k 33,1,64 --mask window:8,0-br --dtype f16 --adapter "$VARLEN" &

@@ -151,8 +151,9 @@ def test_library_refusals_are_unsupported_with_the_librarys_words():
     assert "must be a multiple of block_q" in mha.supports(problem("none", 200, 128, hkv=4))
     assert "power of 2" in mha.supports(problem("none", 24, 24, hkv=4))
     assert mha.supports(problem("none", 8, 16, hkv=4)) is None
-    assert gqa.supports(problem("none", 2, 256)) == "pallas gqa decodes one query per sequence (Sq = 1)"
-    assert "AssertionError: k_seq_len=100 must be divisible by k_splits=16" in gqa.supports(problem("none", 1, 100))
+    assert PA.capacity(100, 16) == 256 and PA.capacity(40, 2) == 64 and PA.capacity(0, 4) == 64
+    assert gqa.supports(problem("none", 3, 100)) is None  # padded to a capacity of 256, masked by kv_seq_len
+    assert "power of 2" in mha.supports(problem("none", 8, 24, hkv=4))  # mha cannot pad: it has no length argument
     assert refusal(RuntimeError("INTERNAL: ptxas exited with 137")) is None  # not a refusal: the run reports it
     assert refusal(RuntimeError("triton OutOfResources: out of resource: shared memory, Required: 262144")) == \
         "RuntimeError: triton OutOfResources: out of resource: shared memory, Required: 262144"
@@ -169,19 +170,20 @@ def test_pallas_mha_passes_block_sizes_and_top_left_causal():
 
 
 @pytest.mark.parametrize("mask", list(MASKS))
-def test_pallas_gqa_reads_the_one_rows_keys_as_start_and_length(mask):
+@pytest.mark.parametrize("sq,sk", [(1, 32), (5, 32), (4, 20)])
+def test_pallas_gqa_decodes_each_row_over_its_keys_as_start_and_length(mask, sq, sk):
     gqa = pallas_kernels()[1]
-    p = problem(mask, 1, 32, tunables={"k_splits": 2})
+    p = problem(mask, sq, sk, tunables={"k_splits": 2})
     assert gqa.supports(p) is None
     q, kk, v = inputs(p)
     close(gqa.fn(q, kk, v, p), p, q, kk, v, 1e-5)
-    first, last = p.key_range(0)
+    ranges = [p.key_range(i) for i in range(sq)] * 2  # batch entry b * Sq + i
     call = jax.CALLS[-1][1]
     assert call["k_splits"] == 2
-    if (first, last) == (0, 32):
+    if sk == 32 and all(r == (0, 32) for r in ranges):  # 2 splits of 16 keys: no padding, nothing to mask
         assert call["start_idx"] is None and call["kv_seq_len"] is None
     else:
-        assert list(call["start_idx"]) == [first] * 2 and list(call["kv_seq_len"]) == [last] * 2
+        assert list(call["start_idx"]) == [r[0] for r in ranges] and list(call["kv_seq_len"]) == [r[1] for r in ranges]
 
 
 def test_the_bug_report_script_makes_the_adapters_call(tmp_path):

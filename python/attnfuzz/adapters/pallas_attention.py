@@ -1,15 +1,17 @@
 """JAX's Pallas GPU attention ops as attn-fuzz kernels: attention.mha (forward, backward) and decode_attention.gqa.
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.pallas_attention' --kernel pallas-mha --max-time 300
-    attn-check --sq 1 --sk 512 --heads 8 --kv-heads 2 --adapter 'python3 -m attnfuzz.adapters.pallas_attention --ops gqa'
+    attn-check --sq 3 --sk 512 --heads 8 --kv-heads 2 --mask causal-br --adapter 'python3 -m attnfuzz.adapters.pallas_attention --ops gqa'
 
 pallas-mha        jax.experimental.pallas.ops.gpu.attention.mha(q, k, v, None, sm_scale, causal, block_sizes):
                   [B, S, H, D], Hq = Hkv, D = Dv, Sk > 0, mask none or causal (top-left); tunables block_q, block_k (default
                   128: BlockSizes for the forward and both backward kernels); --backward: its custom VJP (Triton)
-pallas-gqa-decode jax.experimental.pallas.ops.gpu.decode_attention.gqa(q[:, 0], k, v, start_idx, kv_seq_len, sm_scale,
-                  k_splits, block_k): one query per sequence (Sq = 1), GQA, D = Dv; the one row's visible keys, an
-                  interval for every mask kind, as start_idx / kv_seq_len; tunables k_splits (kv_splits role: the
-                  split-kv detector varies it) and block_k; forward only (no VJP)
+pallas-gqa-decode jax.experimental.pallas.ops.gpu.decode_attention.gqa(q, k, v, start_idx, kv_seq_len, sm_scale,
+                  k_splits, block_k): every query row is a decode step of its own (row i of sequence b is gqa's batch
+                  entry b * Sq + i, with a copy of K / V), its visible keys, an interval for every mask kind, as that
+                  entry's start_idx / kv_seq_len; K / V zero-padded to a cache capacity gqa takes (k_splits splits of
+                  a power of two >= 16 keys), the padding masked by kv_seq_len; GQA, D = Dv; tunables k_splits (kv_splits role: the split-kv
+                  detector varies it) and block_k; forward only (no VJP)
 What the ops refuse (their ValueError / assert checks, Triton's power-of-2 sizes) is `unsupported` with their words,
 found by one probe on zeros per shape; every kernel declares recompiles_per_shape. --interpret runs Pallas's
 interpreter (no GPU needed).
@@ -17,6 +19,8 @@ interpreter (no GPU needed).
 
 import argparse
 import sys
+
+import numpy as np
 
 from attnfuzz import repro
 from attnfuzz.adapter import ALL_MASKS, Kernel, serve
@@ -40,32 +44,50 @@ def mha_lines(p, interpret):
             f"block_sizes={blocks}{', interpret=True' if interpret else ''})"]
 
 
-def gqa_lines(p, interpret):
-    first, last = p.key_range(0)  # the one query's visible keys: [first, last)
-    rng = "" if (first, last) == (0, p.seq_k) else \
-        f"start_idx=jnp.full(({p.batch},), {first}, jnp.int32), kv_seq_len=jnp.full(({p.batch},), {last}, jnp.int32), "
-    tune = f"k_splits={p.tunables.get('k_splits', 16)}, block_k={p.tunables.get('block_k', 128)}"
-    return ["def attn(Q, K, V):  # the call attnfuzz.adapters.pallas_attention makes: q [B, 1, Hq, D] as gqa's [B, Hq, D]",
-            f"    return gqa(Q[:, 0], K, V, {rng}sm_scale={p.scale!r}, {tune}"
-            f"{', interpret=True' if interpret else ''})[:, None]"]
+def key_ranges(p):
+    """int32 start_idx, kv_seq_len [B * Sq]: the visible keys [first, last) of query row i, for every (b, i)."""
+    ranges = np.array([p.key_range(i) for i in range(p.seq_q)], np.int32).reshape(p.seq_q, 2)
+    return np.tile(ranges[:, 0], p.batch), np.tile(ranges[:, 1], p.batch)
+
+
+def capacity(sk, k_splits):
+    """The KV length gqa takes for sk keys: k_splits splits of a power of two >= 16 keys each (a KV cache's capacity)."""
+    per = max(16, -(-sk // k_splits))
+    return k_splits * (1 << (per - 1).bit_length())
+
+
+def gqa_lines(p, interpret, arrays):
+    """gqa decodes one query per batch entry: query row i of sequence b is batch entry b * Sq + i, against its own
+    copy of K / V, zero-padded to a capacity gqa takes, and its visible keys [start_idx, kv_seq_len) (omitted when
+    every row sees every key and nothing is padded)."""
+    splits = p.tunables.get("k_splits", 16)
+    pad = capacity(p.seq_k, splits) - p.seq_k
+    start, end = key_ranges(p)
+    rng = ""
+    if pad or (start != 0).any() or (end != p.seq_k).any():
+        arrays.update(start_idx=start, kv_seq_len=end)
+        rng = "start_idx=jnp.asarray(x['start_idx']), kv_seq_len=jnp.asarray(x['kv_seq_len']), "
+    tune = f"k_splits={splits}, block_k={p.tunables.get('block_k', 128)}"
+    B, S, H, D = p.batch, p.seq_q, p.heads_q, p.head_dim
+    return ["def attn(Q, K, V):  # the call attnfuzz.adapters.pallas_attention makes: row i of sequence b decoded as",
+            f"    K, V = (jnp.pad(jnp.repeat(X, {S}, axis=0), ((0, 0), (0, {pad}), (0, 0), (0, 0))) for X in (K, V))"
+            "  # entry b * Sq + i; a KV cache of capacity gqa takes",
+            f"    o = gqa(Q.reshape({B * S}, {H}, {D}), K, V, {rng}sm_scale={p.scale!r}, {tune}"
+            f"{', interpret=True' if interpret else ''})",
+            f"    return o.reshape({B}, {S}, {H}, {D})"]
 
 
 IMPORTS = {"mha": ["from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha"],
            "gqa": ["from jax.experimental.pallas.ops.gpu.decode_attention import gqa"]}
-LINES = {"mha": mha_lines, "gqa": gqa_lines}
-
-
-def declared(op):
-    """Limits the adapter declares before any call: gqa decodes one query per sequence."""
-    if op == "gqa":
-        return lambda p: None if p.seq_q == 1 else "pallas gqa decodes one query per sequence (Sq = 1)"
-    return None
+LINES = {"mha": lambda p, interpret, arrays: mha_lines(p, interpret), "gqa": gqa_lines}
 
 
 def make(op, dtypes, backward, interpret, version):
     def library_call(p, pass_name):
         """repro.Call: the op's call on p, as source the adapter runs and a bug-report script prints."""
-        return J.repro_call(p.dtype, IMPORTS[op], LINES[op](p, interpret), {}, pass_name)
+        arrays = {}
+        lines = LINES[op](p, interpret, arrays)
+        return J.repro_call(p.dtype, IMPORTS[op], lines, arrays, pass_name)
 
     call, grad = repro.forward(library_call), repro.backward(library_call)
     mha = op == "mha"
@@ -74,7 +96,7 @@ def make(op, dtypes, backward, interpret, version):
                               f"{' (interpreted)' if interpret else ''}",
                   dtypes=dtypes, masks=["none", "causal-tl"] if mha else list(ALL_MASKS), gqa=not mha, dv_ne_d=False,
                   empty_keys=not mha,  # mha's block_k = min(block_k, Sk) = 0 divides by zero
-                  supports=C.probed_supports(f"pallas {op}", call, grad, J.refusal, declared(op)),
+                  supports=C.probed_supports(f"pallas {op}", call, grad, J.refusal),
                   compute_model="fused", tunables=MHA_TUNABLES if mha else GQA_TUNABLES,
                   backward=C.cuda_guarded(grad) if backward and mha else None, repro=library_call,
                   recompiles_per_shape=True)

@@ -18,5 +18,8 @@ def asarray(a, dtype=None):
     return a if dtype is None else a.astype(dtype)
 
 
+repeat, pad = np.repeat, np.pad
+
+
 def full(shape, value, dtype):
     return np.full(shape, value, dtype)

@@ -192,7 +192,7 @@ class Kernel:
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
                  empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
-                 tunables=None, variants=(), repro=None):
+                 tunables=None, variants=(), repro=None, recompiles_per_shape=False):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.repro = repro  # problem -> attnfuzz.repro.Call: the kernel writes bug-report scripts (PROTOCOL.md)
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
@@ -202,6 +202,8 @@ class Kernel:
                      "check": supports is not None}
         if repro is not None:  # absent for kernels without: a version-1 declaration as before
             self.decl["repro"] = True
+        if recompiles_per_shape:  # every new shape compiles (a JIT): attn-fuzz keeps a pool of compiled shapes
+            self.decl["recompiles_per_shape"] = True
         if variants:  # the variants it applies (PROTOCOL.md "Variants"); absent: none, as before
             bad = [v for v in variants if v not in VARIANTS]
             if bad:

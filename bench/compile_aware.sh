@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ATTNFUZZ_BIN:-$here/${BUILD:-build}/bin}
 secs=${1:-60}
-py=${PYTHON:-/usr/bin/python3}
+py=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}
 adapter=${2:-"$py -m attnfuzz.adapters.numpy_ref --compile-delay 0.5"}
 shift $(( $# < 2 ? $# : 2 ))
 extra=("$@")

@@ -499,6 +499,10 @@ void Worker::open_pools() {
     throw std::runtime_error("compile_aware must be auto, on or off, not " + cfg_.compile_aware);
   const auto* ad = dynamic_cast<const AdapterDevice*>(device_.get());
   if (ad) adapter_starts_ = ad->starts();
+  if (cfg_.mps_recheck) {  // an MPS suspect is re-run exactly as it ran
+    pools_.assign(kernels_.size(), ShapePool());
+    return;
+  }
   std::map<std::string, std::pair<CompileMode, std::string>> decided;  // measured by earlier worker processes
   for (const std::string& line : read_lines((fs::path(cfg_.out) / "work" / "compile.txt").string())) {
     const size_t a = line.find('\t'), b = line.find('\t', a + 1);

@@ -494,6 +494,21 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
   g_worker = this;
 }
 
+namespace {
+// What earlier worker processes measured (work/compile.txt, "KERNEL<TAB>pooled|off<TAB>why" a line): kernel -> (mode,
+// why).
+std::map<std::string, std::pair<CompileMode, std::string>> compile_decisions(const std::string& out) {
+  std::map<std::string, std::pair<CompileMode, std::string>> decided;
+  for (const std::string& line : read_lines((fs::path(out) / "work" / "compile.txt").string())) {
+    const size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    decided[line.substr(0, a)] = {line.substr(a + 1, b - a - 1) == "pooled" ? CompileMode::kPooled : CompileMode::kOff,
+                                  line.substr(b + 1)};
+  }
+  return decided;
+}
+}  // namespace
+
 void Worker::open_pools() {
   if (cfg_.compile_aware != "auto" && cfg_.compile_aware != "on" && cfg_.compile_aware != "off")
     throw std::runtime_error("compile_aware must be auto, on or off, not " + cfg_.compile_aware);
@@ -503,13 +518,7 @@ void Worker::open_pools() {
     pools_.assign(kernels_.size(), ShapePool());
     return;
   }
-  std::map<std::string, std::pair<CompileMode, std::string>> decided;  // measured by earlier worker processes
-  for (const std::string& line : read_lines((fs::path(cfg_.out) / "work" / "compile.txt").string())) {
-    const size_t a = line.find('\t'), b = line.find('\t', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    decided[line.substr(0, a)] = {line.substr(a + 1, b - a - 1) == "pooled" ? CompileMode::kPooled : CompileMode::kOff,
-                                  line.substr(b + 1)};
-  }
+  const auto decided = compile_decisions(cfg_.out);
   for (const KernelEntry* k : kernels_) {
     const std::string name = k->kernel.name;
     bool declared = false;

@@ -538,10 +538,11 @@ void Worker::open_pools() {
   }
 }
 
-FuzzInput Worker::fit(const FuzzInput& in, uint64_t pick) const {
+FuzzInput Worker::fit(const FuzzInput& in, uint64_t pick) {
   if (!any_pool_ || kernels_.empty()) return in;
-  const ShapePool& pool = pools_[in.kernel % kernels_.size()];
+  ShapePool& pool = pools_[in.kernel % kernels_.size()];
   if (pool.takes(shape_key(in.the_case))) return in;
+  pool.note_snapped();
   FuzzInput out = in;
   out.the_case = snap_shape(*pool.pick(pick), in.the_case, cfg_.limits);
   return out;
@@ -606,8 +607,6 @@ Worker::Outcome Worker::run(const FuzzInput& drawn) {
   Outcome out;
   const FuzzInput in = fit(drawn, drawn.the_case.seed);
   const std::string key = any_pool_ ? shape_key(in.the_case) : std::string();
-  if (any_pool_ && !kernels_.empty() && key != shape_key(drawn.the_case))
-    pools_[in.kernel % kernels_.size()].note_snapped();
   ++cases_;
   last_kernel_ = nullptr;
   using Clock = std::chrono::steady_clock;

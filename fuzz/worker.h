@@ -165,7 +165,8 @@ class Worker {
   // when that kernel's shape pool takes its shape, else on a pool case's shape (snap_shape; `pick` chooses which).
   // The custom mutator fits what it writes, so that libFuzzer's bytes are the case that runs; run() fits the
   // rest (seed and corpus inputs).
-  FuzzInput fit(const FuzzInput& in, uint64_t pick) const;
+  // Counts the snapped ones (ShapePool::note_snapped).
+  FuzzInput fit(const FuzzInput& in, uint64_t pick);
   const ShapePool& pool(size_t slot) const { return pools_.at(slot); }
   Device& device() { return *device_; }
   RunOptions run_options() const { return run_; }

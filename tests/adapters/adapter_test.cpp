@@ -611,7 +611,7 @@ TEST(Adapter, CompileAwareCampaignSpendsMostChecksOnCompiledShapes) {
   if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
   const std::string out = fresh("fuzz-compile-aware");
   Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(numpy_adapter("--compile-delay 0.2")) +
-                " --max-time 8 --workers 1 --max-seq 48 --max-d 32 --minimize-budget 0 --progress 100 --out " + out);
+                " --max-time 6 --workers 1 --max-seq 48 --max-d 32 --minimize-budget 0 --progress 100 --out " + out);
   EXPECT_EQ(r.code, 0) << r.out;  // a correct kernel
   EXPECT_TRUE(has(r.out, "compile-aware numpy-ref (declared by its adapter")) << r.out;
   std::ifstream f(fs::path(out) / "report.json");

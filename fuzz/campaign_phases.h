@@ -285,6 +285,14 @@ struct Aggregate {
   std::map<std::string, std::map<std::string, int64_t>> kernels;
   // kernel -> "PASS DTYPE" -> verdict or "refused" -> count (the per-kernel table)
   std::map<std::string, std::map<std::string, std::map<std::string, int64_t>>> by_kernel;
+  // Compile-aware fuzzing (fuzz/shape_pool.h), per kernel whose pool was not off in some worker process: its mode
+  // and why ("pooled" wins over "probe" and "off"), and the processes' ShapePool::stats() summed.
+  struct CompileTotals {
+    std::string mode, why;
+    int64_t shapes = 0, checks = 0, snapped = 0, processes = 0;
+    double new_shape_s = 0, check_s = 0;
+  };
+  std::map<std::string, CompileTotals> compile;
   int64_t features = 0;
   std::string features_hex;  // the union bitmap (merged summaries take the union over campaigns)
 };

@@ -6,6 +6,28 @@
 
 namespace attnfuzz::fuzz::campaign {
 
+namespace {
+
+// One worker process's shape pools (Worker::write_stats "compile_aware") added to the campaign's.
+void add_compile_totals(const Json& pools, Aggregate& a) {
+  for (const auto& [k, v] : pools.items()) {
+    Aggregate::CompileTotals& t = a.compile[k];
+    const std::string mode = v.value("mode", std::string());
+    if (t.mode.empty() || mode == "pooled" || (mode == "off" && t.mode == "probe")) {
+      t.mode = mode;
+      t.why = v.value("why", std::string());
+    }
+    t.shapes += v.value("shapes", int64_t{0});
+    t.checks += v.value("checks", int64_t{0});
+    t.snapped += v.value("snapped", int64_t{0});
+    t.new_shape_s += v.value("new_shape_s", 0.0);
+    t.check_s += v.value("check_s", 0.0);
+    ++t.processes;
+  }
+}
+
+}  // namespace
+
 Aggregate read_stats(const fs::path& dir) {
   Aggregate a;
   std::vector<uint8_t> bits(kCounterBytes / 8, 0);
@@ -31,6 +53,7 @@ Aggregate read_stats(const fs::path& dir) {
         for (const auto& [k, rows] : j.at("by_kernel").items())
           for (const auto& [row, m] : rows.items())
             for (const auto& [v, n] : m.items()) a.by_kernel[k][row][v] += n.get<int64_t>();
+      if (j.contains("compile_aware")) add_compile_totals(j.at("compile_aware"), a);
       const std::string hex = j.value("features", std::string());
       for (size_t i = 0; i + 1 < hex.size() && i / 2 < bits.size(); i += 2)
         bits[i / 2] |= static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16));

@@ -57,6 +57,10 @@ std::vector<pid_t> fork_jobs(pid_t master) {
 fs::path write_worker_config(const CampaignOptions& o, const Paths& p) {
   const fs::path cfg_path = p.work / "worker.json";
   WorkerConfig job_cfg = o.worker;
+  // Compile-aware fuzzing: every fork-mode job starts its adapter again, which has compiled nothing; longer jobs
+  // keep a JIT's compiled shapes (fuzz/shape_pool.h) for longer.
+  if (job_cfg.backend == "adapter" && job_cfg.compile_aware != "off")
+    job_cfg.min_job_s = std::max(job_cfg.min_job_s, kCompileAwareMinJobS);
   if (!o.sync_dir.empty()) job_cfg.min_job_s = 0;  // corpus entries are published after each job's merge
   if (o.max_time_s > 0)  // when the workers are stopped (Stop): fork-mode jobs end before it
     job_cfg.stop_unix =

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "attnfuzz/report.h"
+#include "runtime/adapter/adapter.h"
 #if __has_include("check/classify.h")
 #include "check/guarded.h"
 #include "check/classify.h"  // the class detectors (issue 5), used when present in the tree
@@ -68,6 +69,8 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["mps"] = c.mps;
   j["stop_unix"] = c.stop_unix;
   j["min_job_s"] = c.min_job_s;
+  j["compile_aware"] = c.compile_aware;
+  j["new_shape_share"] = c.new_shape_share;
   return j;
 }
 
@@ -123,6 +126,8 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("mps", c.mps);
   get("stop_unix", c.stop_unix);
   get("min_job_s", c.min_job_s);
+  get("compile_aware", c.compile_aware);
+  get("new_shape_share", c.new_shape_share);
   return c;
 }
 
@@ -485,7 +490,73 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
                 std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json"))
           .string();
   last_stats_ = std::chrono::steady_clock::now();
+  open_pools();
   g_worker = this;
+}
+
+namespace {
+// What earlier worker processes measured (work/compile.txt, "KERNEL<TAB>pooled|off<TAB>why" a line): kernel -> (mode,
+// why).
+std::map<std::string, std::pair<CompileMode, std::string>> compile_decisions(const std::string& out) {
+  std::map<std::string, std::pair<CompileMode, std::string>> decided;
+  for (const std::string& line : read_lines((fs::path(out) / "work" / "compile.txt").string())) {
+    const size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    decided[line.substr(0, a)] = {line.substr(a + 1, b - a - 1) == "pooled" ? CompileMode::kPooled : CompileMode::kOff,
+                                  line.substr(b + 1)};
+  }
+  return decided;
+}
+}  // namespace
+
+void Worker::open_pools() {
+  if (cfg_.compile_aware != "auto" && cfg_.compile_aware != "on" && cfg_.compile_aware != "off")
+    throw std::runtime_error("compile_aware must be auto, on or off, not " + cfg_.compile_aware);
+  const auto* ad = dynamic_cast<const AdapterDevice*>(device_.get());
+  if (ad) adapter_starts_ = ad->starts();
+  if (cfg_.mps_recheck) {  // an MPS suspect is re-run exactly as it ran
+    pools_.assign(kernels_.size(), ShapePool());
+    return;
+  }
+  const auto decided = compile_decisions(cfg_.out);
+  for (const KernelEntry* k : kernels_) {
+    const std::string name = k->kernel.name;
+    bool declared = false;
+    for (const AdapterKernel& a : ad ? ad->declared() : std::vector<AdapterKernel>{})
+      declared |= a.name == name && a.recompiles_per_shape;
+    ShapePool pool;
+    if (cfg_.compile_aware == "on")
+      pool = ShapePool(CompileMode::kPooled, cfg_.new_shape_share, "--compile-aware on");
+    else if (cfg_.compile_aware == "auto" && declared)
+      pool = ShapePool(CompileMode::kPooled, cfg_.new_shape_share, "declared by its adapter (recompiles_per_shape)");
+    else if (cfg_.compile_aware == "auto" && ad)
+      pool = ShapePool(CompileMode::kProbe, cfg_.new_shape_share, "measuring first calls");
+    if (const auto it = decided.find(name); it != decided.end() && pool.mode() == CompileMode::kProbe)
+      pool.set_mode(it->second.first, it->second.second);
+    any_pool_ |= pool.mode() != CompileMode::kOff;
+    pools_.push_back(std::move(pool));
+  }
+}
+
+FuzzInput Worker::fit(const FuzzInput& in, uint64_t pick) {
+  if (!any_pool_ || kernels_.empty()) return in;
+  ShapePool& pool = pools_[in.kernel % kernels_.size()];
+  if (pool.takes(shape_key(in.the_case))) return in;
+  pool.note_snapped();
+  FuzzInput out = in;
+  out.the_case = snap_shape(*pool.pick(pick), in.the_case, cfg_.limits);
+  return out;
+}
+
+void Worker::record_shape(size_t slot, const Case& c, const std::string& key, double first_call_s, double check_s) {
+  if (const auto* ad = dynamic_cast<const AdapterDevice*>(device_.get()); ad && ad->starts() != adapter_starts_) {
+    adapter_starts_ = ad->starts();  // a new adapter process has compiled nothing yet
+    for (ShapePool& p : pools_) p.reset();
+  }
+  ShapePool& pool = pools_[slot];
+  if (!pool.record(c, key, first_call_s, check_s)) return;
+  append_line((fs::path(cfg_.out) / "work" / "compile.txt").string(),
+              std::string(kernels_[slot]->kernel.name) + "\t" + compile_mode_name(pool.mode()) + "\t" + pool.why());
 }
 
 Worker::~Worker() {
@@ -532,8 +603,10 @@ void Worker::on_failure(Outcome& out, PreparedCase& pc, Judged& j) {
   }
 }
 
-Worker::Outcome Worker::run(const FuzzInput& in) {
+Worker::Outcome Worker::run(const FuzzInput& drawn) {
   Outcome out;
+  const FuzzInput in = fit(drawn, drawn.the_case.seed);
+  const std::string key = any_pool_ ? shape_key(in.the_case) : std::string();
   ++cases_;
   last_kernel_ = nullptr;
   using Clock = std::chrono::steady_clock;
@@ -546,6 +619,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
   size_t slot = 0;
   refresh_isolated();
   bool skipped_quarantined = false;
+  double support_s = 0;  // the chosen kernel's support question (an adapter may compile there: its check)
   for (size_t i = 0; i < n; ++i) {
     const size_t idx = (in.kernel + i) % n;
     if (quarantined(kernels_[idx])) {
@@ -559,9 +633,14 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
       skipped_quarantined = true;
       continue;
     }
+    // A compile-aware kernel further down the list is not asked about a shape its pool does not take (the
+    // question alone may compile it).
+    if (i > 0 && !pool_takes(idx, key)) continue;
     // The whole question, pass included: a backward case goes to a kernel with a backward launch (before, a
     // forward-only kernel took it and answered unsupported: 56 % of a backward soak's cases).
+    const auto t_support = Clock::now();
     const std::string why = case_unsupported_reason(kernels_[idx]->kernel, pc.problem(), pc.the_case().pass);
+    support_s = seconds(t_support, Clock::now());
     if (why.empty()) {
       out.kernel = kernels_[idx];
       slot = idx;
@@ -600,6 +679,7 @@ Worker::Outcome Worker::run(const FuzzInput& in) {
     phase_s_["launch"] += launch;
     phase_s_["oracle"] += oracle;
     phase_s_["judge"] += std::max(0.0, all - launch - oracle);
+    if (any_pool_) record_shape(slot, pc.the_case(), key, support_s + launch, support_s + all);
   }
   g_in_process_kernel = nullptr;
   g_current = nullptr;
@@ -788,6 +868,13 @@ void Worker::write_stats(bool force) {
   j["kernels"] = per_kernel_;
   j["by_kernel"] = by_kernel_;
   j["refusals"] = refusals_;
+  if (any_pool_) {
+    Json pools = Json::object();
+    for (size_t i = 0; i < pools_.size(); ++i)
+      if (pools_[i].mode() != CompileMode::kOff || !pools_[i].why().empty())
+        pools[kernels_[i]->kernel.name] = pools_[i].stats();
+    j["compile_aware"] = pools;
+  }
   static const char* hex = "0123456789abcdef";
   std::string bits;
   bits.reserve(seen_.size() * 2);

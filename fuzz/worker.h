@@ -39,6 +39,7 @@
 #include "check/runner.h"
 #include "fuzz/codec.h"
 #include "fuzz/features.h"
+#include "fuzz/shape_pool.h"
 
 namespace attnfuzz::fuzz {
 
@@ -77,7 +78,13 @@ struct WorkerConfig {
   // The shortest fork-mode job, seconds (worker_main.cpp; 0: libFuzzer's own lengths, 1, 2, 3... s). New corpus
   // entries reach work/inputs only when a job ends (its merge), so --sync campaigns keep libFuzzer's lengths.
   int min_job_s = 20;
+  // Compile-aware fuzzing (fuzz/shape_pool.h): "auto" (kernels whose adapter declares recompiles_per_shape are
+  // pooled, the other adapter kernels measured), "on" (every kernel pooled), "off" (every shape runs as drawn).
+  std::string compile_aware = "auto";
+  double new_shape_share = 0.25;  // of a pooled kernel's check time, at most this much on first calls at new shapes
 };
+// The shortest fork-mode job of an adapter campaign with --compile-aware auto | on (WorkerConfig::min_job_s).
+inline constexpr int kCompileAwareMinJobS = 120;
 inline constexpr const char* kMpsRecheckEnv = "ATTNFUZZ_MPS_RECHECK";
 Json worker_config_to_json(const WorkerConfig& c);
 WorkerConfig worker_config_from_json(const Json& j);  // missing keys keep their defaults
@@ -154,6 +161,13 @@ class Worker {
   Outcome run(const FuzzInput& in);
   const std::vector<const KernelEntry*>& kernels() const { return kernels_; }
   const WorkerConfig& config() const { return cfg_; }
+  // Compile-aware fuzzing: `in` as it runs on the kernel it picks (in.kernel modulo the selected kernels): as drawn
+  // when that kernel's shape pool takes its shape, else on a pool case's shape (snap_shape; `pick` chooses which).
+  // The custom mutator fits what it writes, so that libFuzzer's bytes are the case that runs; run() fits the
+  // rest (seed and corpus inputs).
+  // Counts the snapped ones (ShapePool::note_snapped).
+  FuzzInput fit(const FuzzInput& in, uint64_t pick);
+  const ShapePool& pool(size_t slot) const { return pools_.at(slot); }
   Device& device() { return *device_; }
   RunOptions run_options() const { return run_; }
   void write_stats(bool force);
@@ -224,6 +238,14 @@ class Worker {
   std::vector<uint8_t> buckets_seen_;  // per counter: the value buckets seen in this process (libFuzzer's features)
   bool note_counts(size_t slot, const std::vector<uint16_t>& ids);  // true when one was new
   void refresh_isolated();
+  void open_pools();  // one ShapePool per selected kernel, its mode from the configuration and work/compile.txt
+  // The kernel of slot picked and its shape pool: whether the pool takes a case of shape `key`.
+  bool pool_takes(size_t slot, const std::string& key) const { return !any_pool_ || pools_[slot].takes(key); }
+  // After a check on slot: the pools of a restarted adapter emptied, the check recorded, a probe's decision shared.
+  void record_shape(size_t slot, const Case& c, const std::string& key, double first_call_s, double check_s);
+  std::vector<ShapePool> pools_;  // per selected kernel (slot)
+  bool any_pool_ = false;         // some pool is not off (shape keys are computed)
+  int adapter_starts_ = 0;        // the adapter's starts when the pools were last emptied
   bool quarantined(const KernelEntry* k) const;
   friend void on_inprocess_hang(const char*, double);
 };

@@ -79,6 +79,14 @@ size_t emit(const FuzzInput& in, uint8_t* data, size_t max_size) {
   return n;
 }
 
+// Compile-aware fuzzing: the input of these bytes fitted onto its kernel's shape pool (Worker::fit), written back
+// only when that changed its shape, so that the bytes libFuzzer keeps are the case that runs.
+size_t fitted(uint8_t* data, size_t size, size_t max_size, Rng& rng) {
+  const FuzzInput in = decode(data, size, config().limits);
+  const FuzzInput f = worker().fit(in, rng.next());
+  return shape_key(f.the_case) == shape_key(in.the_case) ? size : emit(f, data, max_size);
+}
+
 // True while libFuzzer only replays inputs it already has: a fork-mode merge process (-merge_inner=1) all along,
 // any other process until it first mutates (a job's seed subset). Those replays read their features from the
 // feature cache (fuzz/worker.h) when it has them; new inputs are always checked.
@@ -176,11 +184,11 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
   }
   Rng rng(seed, 0x6d75);
   // Mostly structured mutations; now and then libFuzzer's byte mutations (the decoder keeps them valid).
-  if (rng.below(10) == 0) return LLVMFuzzerMutate(data, size, max_size);
+  if (rng.below(10) == 0) return fitted(data, LLVMFuzzerMutate(data, size, max_size), max_size, rng);
   const CaseDomain dom(config().limits);
   FuzzInput in = size == 0 ? dom.init(rng) : decode(data, size, config().limits);
   dom.mutate(in, rng);
-  return emit(in, data, max_size);
+  return emit(worker().fit(in, rng.next()), data, max_size);
 }
 
 extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* d1, size_t s1, const uint8_t* d2, size_t s2,
@@ -190,5 +198,5 @@ extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* d1, size_t s1, const 
   Rng rng(seed, 0x636f);
   const CaseDomain dom(config().limits);
   const FuzzInput a = decode(d1, s1, config().limits), b = decode(d2, s2, config().limits);
-  return emit(dom.cross_over(a, b, rng), out, max_out);
+  return emit(worker().fit(dom.cross_over(a, b, rng), rng.next()), out, max_out);
 }

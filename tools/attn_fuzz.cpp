@@ -43,6 +43,8 @@ struct Options {
   std::string sync, name;
   double sync_interval = 30;
   std::vector<std::string> merge;
+  std::string compile_aware = "auto";  // fuzz/shape_pool.h
+  double new_shape_share = 0.25;
 };
 
 void define_options(CLI::App& app, Options& o) {
@@ -129,6 +131,21 @@ void define_options(CLI::App& app, Options& o) {
                      "the libFuzzer worker binary (default: attn-fuzz-worker beside attn-fuzz)")
           ->group(c)
           ->check(executable_file()));
+  campaign.push_back(
+      app.add_option("--compile-aware", o.compile_aware,
+                     "kernels that compile per shape (JIT) get most inputs on shapes they have compiled: auto "
+                     "(adapter kernels that declare recompiles_per_shape, or whose first calls measure >= 4x their "
+                     "repeat calls), on (every kernel), off (every input's shape as drawn)")
+          ->group(c)
+          ->check(CLI::IsMember({"auto", "on", "off"}))
+          ->capture_default_str());
+  campaign.push_back(
+      app.add_option("--new-shape-share", o.new_shape_share,
+                     "compile-aware kernels: a new shape is tried while first calls at new shapes took at most "
+                     "this share of the kernel's check time (1: every new shape)")
+          ->group(c)
+          ->check(real_range(0, 1, false))
+          ->capture_default_str());
   auto* sy = "Campaigns beyond one machine (fuzz/README.md)";
   auto* sync = app.add_option("--sync", o.sync,
                               "share corpus entries and distinct failures with the other campaigns syncing "
@@ -295,6 +312,8 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   w.out = o.common.out;
   w.command = command_line;
   w.reports = !o.common.no_reports;
+  w.compile_aware = o.compile_aware;
+  w.new_shape_share = o.new_shape_share;
 
   if (!o.minimize.empty()) {
     MinimizeOptions mo;

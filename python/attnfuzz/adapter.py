@@ -216,7 +216,7 @@ class Kernel:
             if bad:
                 raise ValueError(f"features are {FEATURES}, not {bad}")
             self.decl["features"] = list(features)
-        if recompiles_per_shape:  # a new shape compiles (JIT): a hint for the fuzzer; tools that do not know it ignore it
+        if recompiles_per_shape:  # every new shape compiles (a JIT): attn-fuzz keeps a pool of compiled shapes
             self.decl["recompiles_per_shape"] = True
         if variants:  # the variants it applies (PROTOCOL.md "Variants"); absent: none, as before
             bad = [v for v in variants if v not in VARIANTS]

@@ -27,6 +27,9 @@ struct AdapterKernel {
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false;
   bool backward = false;  // it takes backward runs ("backward": true)
   bool repro = false;     // it writes bug-report scripts ("repro": true; PROTOCOL.md "Bug reports")
+  // Every new shape costs it a compilation ("recompiles_per_shape": true; PROTOCOL.md): attn-fuzz keeps a pool of
+  // its compiled shapes (fuzz/shape_pool.h).
+  bool recompiles_per_shape = false;
   uint32_t variants = 0;  // "variants": ["mask-dense", "mask-bits", "block-sparse"] (custom masks; issue 28)
   uint32_t features = 0;  // "features": ["q-packed", "kv-packed", "seqused-k"]: AF_FEATURE_* (sequence layouts)
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)

@@ -516,6 +516,7 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     a.dynamic_check = k.value("check", false);
     a.backward = k.value("backward", false);
     a.repro = k.value("repro", false);
+    a.recompiles_per_shape = k.value("recompiles_per_shape", false);
     // The variants it applies (issue 28): the score variants and the custom masks, whose values the protocol
     // carries (PROTOCOL.md "Variants").
     for (const Json& v : k.value("variants", Json::array())) {

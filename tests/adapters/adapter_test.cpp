@@ -627,6 +627,30 @@ TEST(Adapter, AttnFuzzCampaignFindsThePlantedMaskLeakWithAReplayableCase) {
   EXPECT_TRUE(has(again.out, "reproduced")) << again.out;
 }
 
+// Issue 30 item 5: a kernel that compiles per shape (numpy_ref --compile-delay 0.2 declares recompiles_per_shape)
+// gets most inputs on shapes it has compiled, and new shapes at the --new-shape-share rate (0.25 of its check time,
+// give or take one compilation per worker process).
+TEST(Adapter, CompileAwareCampaignSpendsMostChecksOnCompiledShapes) {
+  NEED_NUMPY();
+  if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
+  const std::string out = fresh("fuzz-compile-aware");
+  Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(numpy_adapter("--compile-delay 0.2")) +
+                " --max-time 6 --workers 1 --max-seq 48 --max-d 32 --minimize-budget 0 --progress 100 --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;  // a correct kernel
+  EXPECT_TRUE(has(r.out, "compile-aware numpy-ref (declared by its adapter")) << r.out;
+  std::ifstream f(fs::path(out) / "report.json");
+  ASSERT_TRUE(f) << r.out;
+  const nlohmann::json c = nlohmann::json::parse(f)["campaign"];
+  ASSERT_TRUE(c["compile_aware"].contains("numpy-ref")) << c.dump();
+  const nlohmann::json& t = c["compile_aware"]["numpy-ref"];
+  EXPECT_EQ(t["mode"], "pooled") << t.dump();
+  const int64_t shapes = t["new_shapes"], checks = c["cases"];
+  EXPECT_GE(shapes, 2) << t.dump();            // the pool grows
+  EXPECT_GE(checks, 10 * shapes) << t.dump();  // without it every check was a new shape: ~5 checks/s
+  const double slack = 0.4 * t["worker_processes"].get<double>();
+  EXPECT_LE(t["new_shape_s"].get<double>(), 0.25 * t["check_s"].get<double>() + slack) << t.dump();
+}
+
 // A campaign whose kernels refuse every case it draws checks nothing, but its workers must stay alive (libFuzzer
 // ends a fork job that sets no coverage counter, which the campaign counted as a dead worker, 50 in 30 s).
 TEST(Adapter, CampaignOverAKernelThatRefusesEverythingKeepsItsWorkers) {

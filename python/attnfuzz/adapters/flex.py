@@ -7,7 +7,8 @@ sink)), so their gradients come through autograd too.
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.flex' --timeout 120 --max-time 300
 
 --no-compile runs flex_attention eagerly (a slow reference path); compiled, every new shape compiles
-(seconds), hence the larger --timeout. LSE comes from return_lse=True. The kernel declares the dtypes of
+(seconds), hence the larger --timeout, and the kernel declares recompiles_per_shape: attn-fuzz then spends most
+inputs on shapes already compiled (fuzz/README.md "Compile-aware fuzzing"). LSE comes from return_lse=True. The kernel declares the dtypes of
 --dtypes (default f32,f16,bf16) and runs each case in its dtype; --backward also declares the backward pass
 (torch.autograd through flex_attention).
 """
@@ -129,7 +130,9 @@ def make(device, dtypes, compiled, backward):
                   variants=SCORE_VARIANTS + MASK_VARIANTS,
                   # compiled: one fused Triton kernel (fp32 scores); eager: materialised scores in the dtype
                   compute_model="fused" if compiled else "unfused",
-                  backward=T.cuda_guarded(grad) if backward else None)
+                  backward=T.cuda_guarded(grad) if backward else None,
+                  # compiled: every new shape compiles (seconds); attn-fuzz keeps a pool of compiled shapes
+                  recompiles_per_shape=compiled)
 
 
 def main(argv=None):

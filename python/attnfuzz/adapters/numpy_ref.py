@@ -6,9 +6,15 @@ tool's own tests.
     attn-check --sweep --pass bwd --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
     attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug mask-leak'
     attn-check --repeat-calls --sq 9 --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug stale-plan'
+    attn-fuzz --adapter 'python3 -m attnfuzz.adapters.numpy_ref --compile-delay 0.5' --max-time 60
+
+--compile-delay SECONDS makes it behave like a JIT-compiled kernel: the first call at each new shape (compile_key)
+in this process sleeps SECONDS first, and the kernel declares recompiles_per_shape (--hide-recompiles: it does not,
+so that attn-fuzz has to measure it); bench/compile_aware.sh runs campaigns against it with and without the pool.
 """
 
 import argparse
+import time
 
 import numpy as np
 
@@ -42,6 +48,28 @@ def library_call(bug):
     return make
 
 
+def compile_key(p):
+    """What the simulated compilation of --compile-delay is specialised on, as a JIT's is (fuzz/shape_pool.h's
+    shape key holds all of it): the shape, dtype, pass, mask and variants; not the values or the scale."""
+    return (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.dtype, p.mask,
+            tuple(p.variants), p.pass_name)
+
+
+def compiling(fn, delay, compiled):
+    """fn, with a first call at each new compile_key sleeping `delay` seconds (a simulated compilation)."""
+    if not delay:
+        return fn
+
+    def call(*args):
+        key = compile_key(args[-1])
+        if key not in compiled:
+            time.sleep(delay)
+            compiled.add(key)
+        return fn(*args)
+
+    return call
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bug", choices=BUGS, help="serve a planted-bug variant instead (kernel numpy-<bug>)")
@@ -51,7 +79,14 @@ def main(argv=None):
     ap.add_argument("--no-backward", action="store_true", help="declare no backward (a forward-only kernel)")
     ap.add_argument("--nan-noise", action="store_true",
                     help="flip the sign of NaN outputs at random, as a multithreaded BLAS's operand order does")
+    ap.add_argument("--compile-delay", type=float, default=0, metavar="SECONDS",
+                    help="sleep SECONDS at the first call at each new shape, as a JIT compiles (and declare "
+                         "recompiles_per_shape)")
+    ap.add_argument("--hide-recompiles", action="store_true",
+                    help="with --compile-delay: do not declare recompiles_per_shape (attn-fuzz measures it)")
     a = ap.parse_args(argv)
+    if a.compile_delay < 0:
+        ap.error("--compile-delay needs SECONDS >= 0")
     bug = a.bug
     rng = np.random.default_rng()
 
@@ -79,13 +114,16 @@ def main(argv=None):
             g[3]["dbias"] = g[3]["dbias"] * np.float32(0.5)
         return g
 
+    compiled = set()  # compile keys seen by this process (--compile-delay), forward and backward alike
+    run, backward = compiling(run, a.compile_delay, compiled), compiling(backward, a.compile_delay, compiled)
     name = "numpy-" + bug if bug else "numpy-ref"
     desc = f"numpy reference with planted bug {bug}" if bug else "numpy reference (float64 inside)"
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
-                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap") else ())], name="numpy_ref")
+                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap") else (),
+                  recompiles_per_shape=a.compile_delay > 0 and not a.hide_recompiles)], name="numpy_ref")
 
 
 if __name__ == "__main__":

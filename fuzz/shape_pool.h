@@ -1,0 +1,83 @@
+// shape_pool.h - compile-aware fuzzing (issue 30 item 5): the shapes a kernel that compiles per shape has compiled in
+// this worker process, when a new one may be added, and how an input is fitted onto one of them.
+//
+// A JIT-compiled target (torch.compile'd FlexAttention, jax.jit) compiles on every new shape: seconds per call, where
+// a call at a compiled shape takes milliseconds. For such a kernel a worker keeps a pool of the shapes it has run
+// (ShapePool, one per kernel and worker process, emptied when the adapter restarts) and spends most inputs on them:
+// an input of another shape keeps its values, special values, scale, seed and variant values but takes a pool case's
+// shape (snap_shape). A new shape is admitted while first calls at new shapes took at most a share of the kernel's
+// check time (--new-shape-share, default 0.25). A kernel is compile-aware when its adapter declares
+// "recompiles_per_shape" (adapters/PROTOCOL.md) or, under --compile-aware auto, when the worker measures it: on its
+// first inputs it alternates new and pooled shapes, and a kernel whose first calls all took >= 4x its slowest repeat
+// call and >= 50 ms more is treated the same (work/compile.txt; the summary says which and why).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attnfuzz/case.h"
+#include "fuzz/codec.h"
+
+namespace attnfuzz::fuzz {
+
+// What a compiled kernel is specialised on (fuzz/README.md "Compile-aware fuzzing"): B, Hq, Hkv, Sq, Sk, D, Dv,
+// dtype, pass, the sequence layout (layouts, page size, total tokens, capacity, pages), the mask (kind, alignment,
+// window sides), the variant set with the softcap, dropout p, the broadcast pattern of the bias / mask buffers,
+// the block sizes and the tunables; merge cases the state count and layout. Not in it (data, not code): the
+// values, special values, seed, scale, per-sequence lengths within the same totals, and the variant values.
+std::string shape_key(const Case& c);
+
+// values_of's values on shape_of's shape: shape_of with values_of's value spec (distribution, special values,
+// domain), seed, scale, dropout seed and offset, explicit values when their sizes fit and variant values (the
+// lists whose sizes fit, the ranges and patterns). Stays in lim's domain: at= special values outside the new
+// shape are dropped, and when it still is not in the domain, shape_of with values_of's seed.
+Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim);
+
+// --compile-aware: off (today's behaviour: every shape runs as drawn), on (every kernel pooled), auto (kernels whose
+// adapter declares recompiles_per_shape pooled; the other adapter kernels measured).
+enum class CompileMode : uint8_t { kOff, kProbe, kPooled };
+
+class ShapePool {
+ public:
+  static constexpr size_t kMaxShapes = 64;       // no new shape beyond this many (a JIT's cache has a limit too)
+  static constexpr size_t kProbeSamples = 3;     // first and repeat calls measured before deciding
+  static constexpr double kCompileRatio = 4;     // first call >= 4 x the slowest repeat call ...
+  static constexpr double kCompileExtraS = 0.05;  // ... and >= 50 ms more
+
+  ShapePool() = default;
+  ShapePool(CompileMode mode, double share, std::string why) : mode_(mode), share_(share), why_(std::move(why)) {}
+  CompileMode mode() const { return mode_; }
+  const std::string& why() const { return why_; }  // "declared by the adapter", "measured: ...", ...
+  // Whether an input of shape `key` runs as drawn: a known shape, or a new one the budget admits.
+  bool takes(const std::string& key) const;
+  // The pool case a snapped input takes its shape from (r picks; null when the pool is empty).
+  const Case* pick(uint64_t r) const;
+  // After a check at c (its shape_key `key`): first_call_s the kernel's own time (support question and launch),
+  // check_s the whole check. Returns true when this check ended a probe (mode() is now kPooled or kOff).
+  bool record(const Case& c, const std::string& key, double first_call_s, double check_s);
+  void note_snapped() { ++snapped_; }
+  void reset();  // the kernel's process restarted: nothing is compiled any more (statistics stay)
+  // Decided elsewhere (another worker process measured it): work/compile.txt.
+  void set_mode(CompileMode m, std::string why) { mode_ = m, why_ = std::move(why), firsts_.clear(), repeats_.clear(); }
+  // {"mode", "why", "shapes" (admitted in this process), "checks", "snapped", "new_shape_s", "check_s"}.
+  nlohmann::json stats() const;
+
+ private:
+  bool decide();  // kProbe with enough samples: pooled or off
+  CompileMode mode_ = CompileMode::kOff;
+  double share_ = 0.25;
+  std::string why_;
+  std::vector<Case> shapes_;
+  std::unordered_map<std::string, size_t> index_;
+  std::vector<double> firsts_, repeats_;  // probe samples, seconds
+  int64_t admitted_ = 0, checks_ = 0, snapped_ = 0;
+  double new_s_ = 0, check_s_ = 0;
+};
+
+const char* compile_mode_name(CompileMode m);  // "off", "probe", "pooled"
+
+}  // namespace attnfuzz::fuzz

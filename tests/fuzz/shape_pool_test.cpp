@@ -1,0 +1,128 @@
+// shape_pool_test.cpp - compile-aware fuzzing in process: shape keys, snapping onto a pool shape, the new-shape
+// budget and the first-call measurement (fuzz/shape_pool.h).
+#include "fuzz/shape_pool.h"
+
+#include <gtest/gtest.h>
+
+#include "fuzz/codec.h"
+
+namespace attnfuzz::fuzz {
+namespace {
+
+Case shaped(int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t d, uint64_t seed = 1) {
+  Case c = make_case(make_problem(b, h, h, sq, sk, d, d), seed);
+  return c;
+}
+
+TEST(ShapeKey, ValuesSeedScaleAndSpecialsAreNotPartOfIt) {
+  Case a = shaped(1, 2, 7, 13, 16);
+  Case b = a;
+  b.seed = 99;
+  b.problem.scale = 0.5f;
+  b.values.dist = {Distribution::kNormal, 3};
+  SpecialValue nan;
+  (void)parse_special("nan@k:masked*2", nan);
+  b.values.specials.push_back(nan);
+  EXPECT_EQ(shape_key(a), shape_key(b));
+}
+
+TEST(ShapeKey, ShapeDtypeMaskAndPassAre) {
+  const Case a = shaped(1, 2, 7, 13, 16);
+  Case sq = shaped(1, 2, 8, 13, 16), dt = a, mask = a, pass = a;
+  dt.problem.dtype = AF_DTYPE_F16;
+  ASSERT_EQ(parse_mask("causal-br", mask.problem), "");
+  pass.pass = Pass::kBwd;
+  for (const Case& other : {sq, dt, mask, pass}) EXPECT_NE(shape_key(a), shape_key(other)) << describe(other);
+}
+
+TEST(SnapShape, TakesTheValuesOfOneAndTheShapeOfTheOther) {
+  const FuzzLimits lim;
+  const Case pool = shaped(2, 4, 33, 17, 32, 5);
+  Case drawn = shaped(1, 1, 9, 100, 8, 77);
+  drawn.problem.scale = 0.25f;
+  drawn.values.dist = {Distribution::kExtreme, 30};
+  SpecialValue inf, at;
+  ASSERT_EQ(parse_special("inf@v:visible*3", inf), "");
+  ASSERT_EQ(parse_special("nan@q:at=0,0,8,7", at), "");  // inside the pool shape too: kept
+  drawn.values.specials = {inf, at};
+  const Case s = snap_shape(pool, drawn, lim);
+  EXPECT_EQ(in_domain(s, lim), "") << describe(s);
+  EXPECT_EQ(shape_key(s), shape_key(pool));
+  EXPECT_EQ(s.seed, 77u);
+  EXPECT_EQ(s.problem.scale, 0.25f);
+  EXPECT_EQ(to_string(s.values.dist), "extreme:30");
+  ASSERT_EQ(s.values.specials.size(), 2u);
+  EXPECT_EQ(to_string(s.values.specials[0]), "inf@v:visible*3");
+}
+
+TEST(SnapShape, DropsAtPositionsOutsideThePoolShape) {
+  const FuzzLimits lim;
+  const Case pool = shaped(1, 1, 4, 4, 8);
+  Case drawn = shaped(1, 1, 40, 40, 64, 3);
+  SpecialValue far;
+  ASSERT_EQ(parse_special("nan@k:at=0,0,30,60", far), "");
+  drawn.values.specials = {far};
+  const Case s = snap_shape(pool, drawn, lim);
+  EXPECT_EQ(in_domain(s, lim), "");
+  EXPECT_TRUE(s.values.specials.empty());
+  EXPECT_EQ(s.seed, 3u);
+}
+
+TEST(ShapePool, NewShapesWithinTheTimeShare) {
+  ShapePool pool(CompileMode::kPooled, 0.25, "test");
+  const Case a = shaped(1, 1, 4, 4, 8), b = shaped(1, 1, 5, 5, 8), c = shaped(1, 1, 6, 6, 8);
+  EXPECT_TRUE(pool.takes(shape_key(a)));  // an empty pool takes the first shape
+  pool.record(a, shape_key(a), 1.0, 1.01);
+  EXPECT_TRUE(pool.takes(shape_key(a)));
+  EXPECT_FALSE(pool.takes(shape_key(b)));  // 1 s of 1.01 s in a first call: over the share
+  ASSERT_NE(pool.pick(7), nullptr);
+  EXPECT_EQ(shape_key(*pool.pick(7)), shape_key(a));
+  for (int i = 0; i < 300; ++i) pool.record(a, shape_key(a), 0.01, 0.01);  // 3 s more at the pool shape
+  EXPECT_TRUE(pool.takes(shape_key(b)));                                   // 1 s of 4 s: within the share
+  pool.record(b, shape_key(b), 1.0, 1.0);
+  EXPECT_FALSE(pool.takes(shape_key(c)));
+  const nlohmann::json st = pool.stats();
+  EXPECT_EQ(st["shapes"], 2);
+  EXPECT_EQ(st["checks"], 302);
+  pool.reset();  // the adapter restarted: its first shape is new again
+  EXPECT_TRUE(pool.takes(shape_key(c)));
+}
+
+TEST(ShapePool, ShareOneTakesEveryShapeAndOffTakesAll) {
+  ShapePool every(CompileMode::kPooled, 1, "test"), off;
+  const Case a = shaped(1, 1, 4, 4, 8), b = shaped(1, 1, 5, 5, 8);
+  every.record(a, shape_key(a), 5, 5.001);
+  off.record(a, shape_key(a), 5, 5.001);
+  EXPECT_TRUE(every.takes(shape_key(b)));
+  EXPECT_TRUE(off.takes(shape_key(b)));
+}
+
+// The probe alternates new and pooled shapes, then decides from kProbeSamples of each.
+ShapePool probe(double first_s, double repeat_s) {
+  ShapePool pool(CompileMode::kProbe, 0.25, "measuring");
+  int next = 4;
+  const Case home = shaped(1, 1, 3, 3, 8);
+  for (int i = 0; i < 20 && pool.mode() == CompileMode::kProbe; ++i) {
+    const Case fresh = shaped(1, 1, next, next, 8);
+    const bool fresh_taken = pool.takes(shape_key(fresh));
+    const Case& c = i == 0 ? home : fresh_taken ? fresh : *pool.pick(0);
+    if (&c == &fresh) ++next;
+    const bool is_new = i == 0 || &c == &fresh;
+    pool.record(c, shape_key(c), is_new ? first_s : repeat_s, is_new ? first_s : repeat_s);
+  }
+  return pool;
+}
+
+TEST(ShapePool, ProbeFindsAKernelThatCompilesPerShape) {
+  const ShapePool p = probe(0.2, 0.005);
+  EXPECT_EQ(p.mode(), CompileMode::kPooled);
+  EXPECT_NE(p.why().find("measured"), std::string::npos) << p.why();
+}
+
+TEST(ShapePool, ProbeLeavesAKernelWithoutCompilationAlone) {
+  EXPECT_EQ(probe(0.02, 0.01).mode(), CompileMode::kOff);  // 2x: not a compilation
+  EXPECT_EQ(probe(0.012, 0.001).mode(), CompileMode::kOff);  // 12x but 11 ms: not worth a pool
+}
+
+}  // namespace
+}  // namespace attnfuzz::fuzz

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # jax_smoke.sh - the JAX / Pallas / varlen_attn / PyTorch-CPU adapters on a GPU host (issue 30 item 7): a short sweep of each new
-# adapter, then a 60 s campaign per JAX route, all results tarred; about 5 minutes.
+# adapter, then a 60 s campaign per JAX route, all results tarred; about 6 minutes.
 #
 #   scripts/device/jax_smoke.sh BIN OUT        # BIN: the tools (build/dev/bin after scripts/offline-build.sh)
 #   SECONDS_PER_CAMPAIGN=120 scripts/device/jax_smoke.sh build/dev/bin /tmp/jax-smoke

@@ -162,19 +162,22 @@ TEST(Adapter, PlantedBugsAreFoundInLowPrecisionWithTheirClass) {
 // fwd+bwd (its own O and LSE feed its backward); a backward that does not re-apply the mask is class mask.
 // The SDPA findings (examples/sdpa-findings: failures of torch's backends on the H200) are not oracle artefacts:
 // the numpy reference passes every one of those exact cases, in their dtypes and passes.
-TEST(Adapter, NumpyReferencePassesEverySdpaFindingCase) {
+// examples/sdpa-findings and examples/jax-findings: the library findings' exact cases pass on the numpy reference.
+TEST(Adapter, NumpyReferencePassesEveryFindingCase) {
   NEED_NUMPY();
-  int n = 0;
-  for (const auto& e : fs::directory_iterator(fs::path(SOURCE_DIR) / "examples" / "sdpa-findings")) {
-    if (e.path().extension() != ".case") continue;
-    ++n;
-    const std::string name = e.path().stem().string();
-    Result r = check(numpy_adapter(), "--replay " + e.path().string() + " --kernel numpy-ref --no-reports",
-                     fresh("finding-" + name));
-    EXPECT_EQ(r.code, 0) << name << "\n" << r.out;
-    EXPECT_TRUE(has(r.out, "all passed")) << name << "\n" << r.out;
+  for (const char* dir : {"sdpa-findings", "jax-findings"}) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(fs::path(SOURCE_DIR) / "examples" / dir)) {
+      if (e.path().extension() != ".case") continue;
+      ++n;
+      const std::string name = e.path().stem().string();
+      Result r = check(numpy_adapter(), "--replay " + e.path().string() + " --kernel numpy-ref --no-reports",
+                       fresh("finding-" + name));
+      EXPECT_EQ(r.code, 0) << name << "\n" << r.out;
+      EXPECT_TRUE(has(r.out, "all passed")) << name << "\n" << r.out;
+    }
+    EXPECT_GE(n, 6) << dir;
   }
-  EXPECT_GE(n, 6);
 }
 
 TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {

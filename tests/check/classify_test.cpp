@@ -142,6 +142,16 @@ TEST(Classify, FullyMaskedRowNotZeroIsEmptyRow) {
   EXPECT_NE(o.evidence.find("rows: 5 failing (b, h, row)s: 5 empty row(s)"), std::string::npos) << o.evidence;
 }
 
+// Issue 30 (H200 smoke, jax-xla-bool-mask 129x127 causal-br): masked keys of weight 0 that P.V still multiplies
+// (a NaN there would leak) and empty rows that average V. On finite inputs only the empty rows fail: empty-row,
+// not mask (the NaN-in-masked-K/V probe changes rows with keys only through 0 x NaN: V = 256 there changes none).
+TEST(Classify, EmptyRowsThatAverageVAreEmptyRowThoughMaskedNaNLeaks) {
+  const Outcome o = run("det-big-neg-mask", make(9, 4, 16, "causal-br"));
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_NE(o.evidence.find("K and V set to NaN"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("changed none of them: the masked keys get weight 0"), std::string::npos) << o.evidence;
+}
+
 // Issue 11: an empty row in a case without a mask (Sk = 0) is empty-row, never mask, and no evidence
 // speaks of a fully masked row next to visible keys.
 TEST(Classify, EmptyRowWithoutMaskIsNeverMask) {

@@ -25,6 +25,8 @@ enum class Bug {
   kAlwaysBr,      // mask: bottom-right alignment used also for top-left: with Sq > Sk the first rows see nothing
   kAlwaysBrNaN,   // mask: kAlwaysBr in a kernel without an empty-row guard: the rows it finds empty are 0 / 0
   kFarOff,        // wrong: O off by a relative 10 % (far beyond the bound, no signature)
+  kBigNegMask,    // empty-row, as jax's xla: every key scored, a masked one -0.7 FLT_MAX (weight 0, but 0 x v is
+                  // taken: 0 x NaN leaks); a row without keys averages V
 };
 
 template <Bug kBug>
@@ -46,6 +48,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if constexpr (kBug == Bug::kReadPastEnd)
     if (keys.last == p.seq_k && keys.first < keys.last) keys.last = p.seq_k + 1;
+  const KeySpan visible = keys;
+  if constexpr (kBug == Bug::kBigNegMask) keys = {0, p.seq_k};
   const float* qr = q + q_row(p, b, i, h);
   float m = neg_inf(), l = 0.0f;
   float acc[kAcc];
@@ -55,7 +59,9 @@ __global__ void __launch_bounds__(kThreads)
       const float* kr = k + k_row(p, b, j, hk);
       float dot = 0.0f;
       for (int64_t d = 0; d < p.head_dim; ++d) dot += qr[d] * kr[d];
-      const float s = p.scale * dot;
+      float s = p.scale * dot;
+      if constexpr (kBug == Bug::kBigNegMask)
+        if (j < visible.first || j >= visible.last) s = -0.7f * 3.402823466e38f;
       const float m_new = nan_max(m, s);
       float alpha = rescale_factor(m, m_new), beta = softmax_weight(s, m_new);
       if constexpr (kBug == Bug::kNoRescale) alpha = 1.0f;
@@ -137,6 +143,7 @@ const af_kernel kDetectorKernels[] = {
     AF_DETECTOR_KERNEL("det-always-br", kAlwaysBr, "bottom-right alignment also for top-left"),
     AF_DETECTOR_KERNEL("det-always-br-nan", kAlwaysBrNaN, "det-always-br, rows found empty = 0 / 0"),
     AF_DETECTOR_KERNEL("det-far-off", kFarOff, "O off by 10 % relative"),
+    AF_DETECTOR_KERNEL("det-big-neg-mask", kBigNegMask, "masked scores -0.7 FLT_MAX over every key (jax xla)"),
 };
 
 }  // namespace

@@ -26,7 +26,8 @@ from attnfuzz.reference import attention, attention_backward  # noqa: E402
 assert jax.__version__ == "0.0-fake", "the tests must run the fake jax, not an installed one"
 
 MASKS = {"none": ("none", -1, -1, False), "causal-tl": ("causal", -1, 0, False), "causal-br": ("causal", -1, 0, True),
-         "window-tl": ("window", 2, 1, False), "window-br": ("window", 1, 0, True)}
+         "window-tl": ("window", 2, 1, False), "window-br": ("window", 1, 0, True),
+         "window-0-0-tl": ("window", 0, 0, False)}
 
 
 def problem(mask="none", sq=5, sk=7, dtype="f32", hq=4, hkv=2, d=8, variants=(), pass_name="fwd", tunables=None,
@@ -74,8 +75,8 @@ def test_every_route_computes_each_declared_mask_as_the_tool_means_it(name):
             for sq, sk in ((5, 7), (7, 5)):
                 p = problem(mask, sq, sk, dtype)
                 why = k.supports(p)
-                if why and name == "jax-cudnn-window" and mask == "window-tl":
-                    continue  # cuDNN refuses a right window (test_library_refusals_are_unsupported_...)
+                if why and name == "jax-cudnn-window" and (mask == "window-tl" or sq > sk):
+                    continue  # cuDNN refuses a right window and a window with Sq > Sk (test_library_refusals_...)
                 assert why is None, (mask, dtype, why)
                 q, kk, v = inputs(p)
                 close(k.fn(q, kk, v, p), p, q, kk, v, 1e-5 if dtype == "f32" else 2e-2)
@@ -157,6 +158,44 @@ def test_library_refusals_are_unsupported_with_the_librarys_words():
     assert refusal(RuntimeError("INTERNAL: ptxas exited with 137")) is None  # not a refusal: the run reports it
     assert refusal(RuntimeError("triton OutOfResources: out of resource: shared memory, Required: 262144")) == \
         "RuntimeError: triton OutOfResources: out of resource: shared memory, Required: 262144"
+
+
+def test_cudnn_window_refusals_at_sq_above_sk_are_unsupported_forward_and_backward():
+    """H200 smoke (jax 0.11.2): the forward window with Sq > Sk fails cuDNN's graph validation (an XLA INTERNAL
+    error, once a launch-error at 4x3 window:0,0-tl), and a backward problem's probe ran that forward first, took
+    its error for 'supported' and never reached the backward's own refusal: the run then raised "Unsupported
+    sequence length Q 129, KV 1" as a launch-error."""
+    k = kernel(jax_kernels(backward=True), "jax-cudnn-window")
+    why = k.supports(problem("window-0-0-tl", 4, 3, "bf16", batch=1, hq=1, hkv=1, d=16))  # the minimized launch-error
+    assert why.startswith("jax cudnn/window refuses it: JaxRuntimeError: INTERNAL: Sliding window attention is only "
+                          "supported with max_s_q <= max_s_kv.")
+    why = k.supports(problem("causal-tl", 129, 1, "bf16", batch=1, hq=1, hkv=1, pass_name="bwd"))
+    assert why == "jax cudnn/window refuses it: NotImplementedError: Unsupported sequence length Q 129, KV 1."
+    assert k.supports(problem("causal-tl", 4, 6, "bf16", pass_name="bwd")) is None  # even lengths train
+    assert kernel(jax_kernels(backward=True), "jax-cudnn-is-causal").supports(problem("none", 5, 7, "f16")) is None
+
+
+def test_a_backward_problem_probes_the_backward_whatever_the_forward_raises():
+    from attnfuzz.adapters import _common as C
+
+    def call(q, k, v, p):
+        raise RuntimeError("a forward failure that is no refusal")
+
+    def grad(q, k, v, o, lse, do, p):
+        raise NotImplementedError("Unsupported sequence length Q 5, KV 7.")
+
+    supports = C.probed_supports("lib", call, grad, refusal)
+    assert supports(problem("none", pass_name="bwd")) == \
+        "lib refuses it: NotImplementedError: Unsupported sequence length Q 5, KV 7."
+    assert supports(problem("none")) is None  # the forward's error is the run's to report, not a refusal
+
+
+def test_empty_arrays_get_c_strides_for_the_libraries():
+    from attnfuzz.adapters._common import c_strides
+    empty = np.concatenate([np.zeros((0, 1, 64), np.uint16)], 0)  # a packed K of Sk = 0 (sequences.pack)
+    assert c_strides(empty).strides == (128, 128, 2) and c_strides(empty).shape == (0, 1, 64)
+    full = np.zeros((2, 3), np.float32)[:, ::2]
+    assert c_strides(full) is full  # arrays with elements are left as they are
 
 
 def test_pallas_mha_passes_block_sizes_and_top_left_causal():

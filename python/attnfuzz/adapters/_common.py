@@ -31,13 +31,31 @@ def cuda_guarded(fn):
     return g
 
 
+def c_strides(a):
+    """numpy array a with C-order strides, also when it has no element: numpy gives many zero-size arrays strides of
+    0 (np.empty((0, H, D)), a concatenation of empty rows), torch.from_numpy keeps them, and FlashAttention then
+    refuses an empty packed K ("Input tensor must have contiguous last dimension"), which no caller's torch.empty
+    would be."""
+    a = np.asarray(a)
+    if a.size:
+        return a
+    c = [a.itemsize] * a.ndim
+    for i in range(a.ndim - 2, -1, -1):
+        c[i] = c[i + 1] * a.shape[i + 1]
+    return np.lib.stride_tricks.as_strided(a, a.shape, tuple(c))
+
+
 def probe_on_zeros(p, call, grad=None):
-    """Runs call (and grad, the backward, if given) once on zero inputs of problem p's shape: raises as they do."""
+    """Runs what the run of problem p runs, once on zero inputs of its shape: grad (the backward) when given, else
+    call (the forward); raises as it does. A backward problem probes the backward alone: its run launches only the
+    backward, and a forward error must not stop the probe before the backward's own refusal (JAX cuDNN: a forward
+    sliding window with Sq > Sk fails to compile, the training call refuses odd lengths)."""
     z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
     q, k, v = z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim_v)
-    call(q, k, v, p)
     if grad is not None:
         grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)
+    else:
+        call(q, k, v, p)
 
 
 def problem_key(p):

@@ -4,7 +4,9 @@ import os
 
 REFUSED_TYPES = (ValueError, NotImplementedError, AssertionError)  # how JAX, cuDNN's and Pallas's checks refuse
 REFUSED_TEXT = ("Unsupported", "unsupported", "not supported", "NOT_SUPPORTED", "No valid engine", "does not support",
-                "UNIMPLEMENTED", "out of resource", "OutOfResources")  # the last two: Triton's shared memory limit
+                "UNIMPLEMENTED", "out of resource", "OutOfResources",  # these two: Triton's shared memory limit
+                "is only supported with")  # cuDNN frontend's graph validation, raised through XLA as INTERNAL
+# ("Sliding window attention is only supported with max_s_q <= max_s_kv."), at compile time of the first call
 DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 

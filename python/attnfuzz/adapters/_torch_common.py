@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from attnfuzz.adapters._common import cuda_guarded, fatal_cuda_error, probe_on_zeros  # noqa: F401 (shared)
+from attnfuzz.adapters._common import c_strides, cuda_guarded, fatal_cuda_error, probe_on_zeros  # noqa: F401 (shared)
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 _FP8 = {"fp8_e4m3": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
@@ -13,7 +13,7 @@ DTYPES.update({k: v for k, v in _FP8.items() if v is not None})  # torch >= 2.1
 def to_torch(a, device, dtype="f32"):
     """numpy [B, S, H, D] stored elements of dtype (float32, float16, or uint16 bf16 bit patterns; float32
     values are converted) -> torch [B, S, H, D] of that dtype on device, bit for bit."""
-    a = np.array(a, copy=True)  # a writable copy (protocol buffers are read-only)
+    a = c_strides(np.array(a, copy=True))  # a writable copy (protocol buffers are read-only), C strides if empty
     if dtype == "bf16" and a.dtype == np.uint16:
         t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     elif dtype in _FP8 and a.dtype == np.uint8:  # the stored fp8 elements (real value = stored * descale)

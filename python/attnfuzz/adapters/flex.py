@@ -115,7 +115,7 @@ def make(device, dtypes, compiled, backward):
                tuple(p.variants), p.pass_name)
         if key not in refused:
             try:
-                T.probe_on_zeros(p, call, grad if backward else None)
+                T.probe_on_zeros(p, call, grad if backward and p.pass_name == "bwd" else None)
                 refused[key] = None
             except Exception as e:
                 T.fatal_cuda_error(e)

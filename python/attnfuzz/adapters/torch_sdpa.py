@@ -160,7 +160,7 @@ def make(backend, route, device, dtypes, backward):
                tuple(p.variants), p.pass_name)
         if key not in refused:
             try:
-                T.probe_on_zeros(p, call, grad if backward else None)
+                T.probe_on_zeros(p, call, grad if backward and p.pass_name == "bwd" else None)
                 refused[key] = None
             except RuntimeError as e:
                 T.fatal_cuda_error(e)

@@ -24,10 +24,21 @@ def default_backend():
     return "cpu"
 
 
+TRAINING = []  # non-empty while vjp traces f: JAX's cuDNN call then takes its training checks
+
+
+class JaxRuntimeError(RuntimeError):
+    """What XLA raises when a compilation fails (jax.errors.JaxRuntimeError, a RuntimeError)."""
+
+
 def vjp(f, *args):
     """(f(*args), pull): pull(ct) -> the gradients of <f, ct> by central differences (float64; tiny shapes only)."""
     args = [np.asarray(a, np.float64) for a in args]
-    out = f(*args)
+    TRAINING.append(True)
+    try:
+        out = f(*args)
+    finally:
+        TRAINING.pop()
 
     def pull(ct):
         ct = np.asarray(ct, np.float64)

@@ -35,10 +35,16 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if implementation == "cudnn":
         if H % 8 or H > 256:
             raise NotImplementedError(f"The head dim must be <= 256 and a multiple of 8, but got {H}.")
-        if T == 33:  # the refusal the issue saw ("a JAX cudnn backward call at Sq = Sk = 33")
+        # jax 0.11 check_is_flash_attention in the training (vjp) call: "is_training and has_bias and odd T or S",
+        # where has_bias is always true (a None bias becomes an empty placeholder array before the check)
+        if jax.TRAINING and (T % 2 or S % 2):
             raise NotImplementedError(f"Unsupported sequence length Q {T}, KV {S}.")
         if local_window_size is not None and local_window_size[1] != 0 and not is_causal:
             raise ValueError(f"cuDNN doesn't support right window: {local_window_size[1]} when causal mask is not used.")
+        if local_window_size is not None and T > S:  # cuDNN frontend's graph validation, at XLA's compile
+            raise jax.JaxRuntimeError("INTERNAL: Sliding window attention is only supported with max_s_q <= "
+                                      "max_s_kv. in external/xla+/xla/stream_executor/cuda/cuda_dnn.cc(6893): "
+                                      "'graph_.validate()'")
     i, j = np.arange(T)[:, None], np.arange(S)[None, :]
     vis = np.ones((1, 1, T, S), bool)
     if mask is not None:

@@ -22,10 +22,10 @@ struct RepeatSibling {
 // dense case without variants only; empty otherwise.
 std::vector<RepeatSibling> repeat_siblings(const Case& c);
 
-// check_case right after one launch of each sibling the kernel supports in turn, on the same device and kernel,
-// until one check fails. A failure whose outputs are that sibling's exact result (every compared element within its
-// bound) is named: class ignored-parameter, decided by repeat-calls/stale-cache, with the evidence naming the
-// parameter that differed. Cases without a sibling are check_case.
+// check_case right after one launch of every sibling the kernel supports, in the order above, on the same device and
+// kernel. A failure whose outputs are one sibling's exact result (every compared element within its bound) is named:
+// class ignored-parameter, decided by repeat-calls/stale-cache, with the evidence naming the parameter that sibling
+// differs in. Cases without a sibling are check_case.
 Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts);
 
 }  // namespace attnfuzz

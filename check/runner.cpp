@@ -848,6 +848,7 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   if (malformed && r.verdict != Verdict::kFail && !malformation_has_answer(pc.tensors().malformed.kind)) {
     fail(FailureClass::kAcceptedMalformed, "accepted malformed metadata that has no right answer (the launch returned "
                                            "0): " + what);
+    r.decided_by = std::string("malformed/") + malformation_name(pc.tensors().malformed.kind);  // the signature's kind
     return j;
   }
   if (lo.unwritten)
@@ -894,6 +895,8 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   if (cmp.verdict == Verdict::kFail) {  // a malformation with a right answer (the well-formed one) not returned
     fail(malformed ? FailureClass::kAcceptedMalformed : cmp.failure,
          malformed ? "accepted malformed metadata and returned other than its right answer: " + cmp.reason : cmp.reason);
+    if (malformed && r.failure == FailureClass::kAcceptedMalformed)
+      r.decided_by = std::string("malformed/") + malformation_name(pc.tensors().malformed.kind);
     if (pass == Pass::kFwdBwd && r.tensor.empty())
       r.tensor = !r.worst.empty() && r.worst.front().is_lse ? "LSE" : "O";
   } else if (r.verdict != Verdict::kFail && cmp.verdict == Verdict::kOutsideContract) {

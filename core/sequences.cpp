@@ -554,12 +554,16 @@ std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_see
       }
   }
   // Malformed metadata (docs/semantics.md "Malformed metadata"): each defect the layout's arrays can carry, once, on
-  // the first well-formed case it fits (in its sequence 1 when there is one).
+  // the first well-formed case it fits: a cu_seqlens defect in the last sequence (a kernel that accepts it then reads
+  // and writes nothing past the buffers, so the verdict is about the acceptance), others in sequence 1 when there is one.
   const size_t n = out.size();
   for (int k = 1; k <= static_cast<int>(Malformation::kPageUnusedOutOfPool); ++k)
     for (size_t j = 0; j < n; ++j) {
       Case c = out[j];
-      c.seqs.malformed = {static_cast<Malformation>(k), std::min<int64_t>(1, c.problem.batch - 1)};
+      const auto kind = static_cast<Malformation>(k);
+      const bool cu = kind == Malformation::kCuQDecreasing || kind == Malformation::kCuKDecreasing ||
+                      kind == Malformation::kCuKPastTotal;
+      c.seqs.malformed = {kind, cu ? c.problem.batch - 1 : std::min<int64_t>(1, c.problem.batch - 1)};
       if (!validate_malformed(c).empty()) continue;
       const std::string label = std::string("malformed-") + malformation_name(c.seqs.malformed.kind) + "-" + c.label;
       add(std::move(c), label);

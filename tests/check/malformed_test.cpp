@@ -89,6 +89,7 @@ TEST(MalformedMetadata, AKernelThatTrustsItsMetadataIsAcceptedMalformedWithTheDe
   const Judged j = check_case(device(), kernel("planted-varlen-trusts-metadata"), pc, RunOptions{});
   EXPECT_NE(j.result.reason.find("cu_seqlens_k[2] = 4 < cu_seqlens_k[1] = 5 (cu-k-decreasing)"), std::string::npos)
       << j.result.reason;
+  EXPECT_EQ(j.result.decided_by, "malformed/cu-k-decreasing");
 }
 
 // The contract's other half: accepting a defect must never write out of bounds. Sequence 2 then starts a row early

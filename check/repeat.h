@@ -1,19 +1,31 @@
 // repeat.h - repeated calls in one process (issue 30 item 6b): a case checked right after the same shape with
-// another scale, so a plan or compiled-graph cache keyed on the shape alone replays the earlier call (a stale
-// cache).
+// another scale, mask or dtype, so a plan or compiled-graph cache keyed without that parameter replays the earlier
+// call (a stale cache).
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "check/runner.h"
 
 namespace attnfuzz {
 
-// The sibling launched first: pc's case with the same shape, values and strides and another scale (half of
-// it; 1 when it is 0). A forward dense case only; nullopt otherwise.
-std::optional<Case> repeat_sibling(const Case& c);
+// A call launched right before the case: the parameter it differs in ("scale", "mask", "dtype"), that parameter's
+// value in words ("scale 0.25", "mask none", "dtype f16") and the sibling case itself.
+struct RepeatSibling {
+  std::string differs, value;
+  Case sibling;
+};
 
-// check_case right after one launch of the sibling on the same device and kernel. A failure whose outputs are
-// the sibling's exact result (every compared element within its bound) is named: class ignored-parameter,
-// decided by repeat-calls/stale-cache, with the evidence. Cases without a sibling are check_case.
+// The siblings of c in the order they are tried: the same shape, values and strides with half the scale (1 when it
+// is 0); with the other mask (none <-> causal-br); in the other dtype (f32 <-> f16; generated values only). A forward
+// dense case without variants only; empty otherwise.
+std::vector<RepeatSibling> repeat_siblings(const Case& c);
+
+// check_case right after one launch of every sibling the kernel supports, in the order above, on the same device and
+// kernel. A failure whose outputs are one sibling's exact result (every compared element within its bound) is named:
+// class ignored-parameter, decided by repeat-calls/stale-cache, with the evidence naming the parameter that sibling
+// differs in. Cases without a sibling are check_case.
 Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts);
 
 }  // namespace attnfuzz

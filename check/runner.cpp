@@ -332,10 +332,13 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
   };
   Tensors gapped;
   if (seqs) {
-    cu_q = make_input("cu_seqlens_q", t.cu_seqlens_q);
-    cu_k = make_input("cu_seqlens_k", t.cu_seqlens_k);
-    used_k = make_input("seqused_k", t.seqused_k);
-    table = make_input("block_table", t.block_table);
+    // The arrays as the kernel receives them: a malformed case's defect applied (docs/semantics.md "Malformed
+    // metadata"); the gaps, the download and the oracle keep the well-formed ones.
+    const Tensors sent = malformed_arrays(p, t);
+    cu_q = make_input("cu_seqlens_q", sent.cu_seqlens_q);
+    cu_k = make_input("cu_seqlens_k", sent.cu_seqlens_k);
+    used_k = make_input("seqused_k", sent.seqused_k);
+    table = make_input("block_table", sent.block_table);
     gapped.k = t.k;
     gapped.v = t.v;
     gapped.cu_seqlens_k = t.cu_seqlens_k;
@@ -779,6 +782,17 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
       r.reason = std::move(reason);
     }
   };
+  // Malformed metadata (docs/semantics.md "Malformed metadata"): a refusal is the contract kept; any other outcome is
+  // judged below with the defect named in the evidence.
+  const bool malformed = pc.tensors().malformed.kind != Malformation::kNone;
+  const std::string what = malformed ? describe_malformation(pc.problem(), pc.tensors()) : std::string();
+  if (malformed) {
+    if (lo.launch.status == LaunchStatus::kLaunchError) {
+      r.evidence.push_back({"malformed", "refused " + what + ": " + lo.launch.message});
+      return j;
+    }
+    r.evidence.push_back({"malformed", what});
+  }
   switch (lo.launch.status) {
     case LaunchStatus::kOk: break;
     case LaunchStatus::kCrash:
@@ -831,6 +845,12 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
                                           ") instead of poison " + hex32(c.expected)});
     }
   }
+  if (malformed && r.verdict != Verdict::kFail && !malformation_has_answer(pc.tensors().malformed.kind)) {
+    fail(FailureClass::kAcceptedMalformed, "accepted malformed metadata that has no right answer (the launch returned "
+                                           "0): " + what);
+    r.decided_by = std::string("malformed/") + malformation_name(pc.tensors().malformed.kind);  // the signature's kind
+    return j;
+  }
   if (lo.unwritten)
     r.evidence.push_back({"poison", std::to_string(lo.unwritten) +
                                         " output element(s) still hold the pre-launch poison " +
@@ -872,8 +892,11 @@ Judged check_case(Device& dev, const KernelEntry& k, PreparedCase& pc, const Run
   r.compared = cmp.compared;
   r.failed = cmp.failed;
   r.evidence.insert(r.evidence.end(), cmp.evidence.begin(), cmp.evidence.end());
-  if (cmp.verdict == Verdict::kFail) {
-    fail(cmp.failure, cmp.reason);
+  if (cmp.verdict == Verdict::kFail) {  // a malformation with a right answer (the well-formed one) not returned
+    fail(malformed ? FailureClass::kAcceptedMalformed : cmp.failure,
+         malformed ? "accepted malformed metadata and returned other than its right answer: " + cmp.reason : cmp.reason);
+    if (malformed && r.failure == FailureClass::kAcceptedMalformed)
+      r.decided_by = std::string("malformed/") + malformation_name(pc.tensors().malformed.kind);
     if (pass == Pass::kFwdBwd && r.tensor.empty())
       r.tensor = !r.worst.empty() && r.worst.front().is_lse ? "LSE" : "O";
   } else if (r.verdict != Verdict::kFail && cmp.verdict == Verdict::kOutsideContract) {

@@ -161,6 +161,7 @@ std::string explicit_v_is_k_view(const Case& c) {
 std::string validate(const Case& c) {
   if (std::string e = validate(c.problem); !e.empty()) return e;
   if (std::string e = validate_sequences(c); !e.empty()) return e;
+  if (std::string e = validate_malformed(c); !e.empty()) return e;
   // The gradient oracle and the backward launch are defined for dense f32, f16 and bf16 problems (fp8 and
   // sequence layouts are not checked yet).
   if (has_backward(c.pass) && c.problem.dtype != AF_DTYPE_F32 && c.problem.dtype != AF_DTYPE_F16 &&

@@ -406,6 +406,8 @@ json case_to_json(const Case& c) {
       q["page_order"] = seed_to_hex(c.seqs.page_order);
       q["spare_pages"] = c.seqs.spare_pages;
     }
+    // Issue 30 item 6a: only when set, so well-formed files keep their names and hashes.
+    if (c.seqs.malformed.kind != Malformation::kNone) q["malformed"] = to_string(c.seqs.malformed);
     j["sequences"] = q;
   }
   // Backward cases only (issue 14): forward files stay as they were, so their names and hashes do not move.
@@ -523,6 +525,10 @@ Case case_from_json(const json& j) {
       c.seqs.page_order = parse_u64(o.get<std::string>(), "case.sequences.page_order");
     }
     if (q.contains("spare_pages")) c.seqs.spare_pages = get_int(q, "spare_pages", "case.sequences");
+    if (q.contains("malformed")) {
+      if (std::string e = parse_malformed(get_string(q, "malformed", "case.sequences"), c.seqs.malformed); !e.empty())
+        corrupt("case.sequences." + e);
+    }
     const Problem written = c.problem;
     if (std::string e = set_sequence_fields(c); !e.empty()) corrupt("case.sequences: " + e);
     // The file's own seq_q / seq_k / batch must be the ones the lengths give: a file that disagrees is

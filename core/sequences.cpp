@@ -223,6 +223,7 @@ std::string describe_sequences(const Case& c) {
     std::snprintf(buf, sizeof buf, " page-order=0x%llx", static_cast<unsigned long long>(c.seqs.page_order));
     t += buf;
   }
+  if (c.seqs.malformed.kind != Malformation::kNone) t += " malformed=" + to_string(c.seqs.malformed);
   return t;
 }
 
@@ -329,6 +330,7 @@ void build_sequence_arrays(const Case& c, Tensors& t) {
   if (p.q_layout == AF_SEQ_PACKED) prefix(s.q, t.cu_seqlens_q);
   if (p.kv_layout == AF_SEQ_PACKED) prefix(s.k, t.cu_seqlens_k);
   if (p.kv_capacity > 0) t.seqused_k.assign(s.used.begin(), s.used.end());
+  t.malformed = s.malformed;  // applied at upload only (malformed_arrays)
   if (p.kv_layout != AF_SEQ_PAGED) return;
   const std::vector<int64_t>& slots = s.k.empty() ? s.used : s.k;
   int64_t referenced = 0;
@@ -551,6 +553,22 @@ std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_see
                    std::to_string(c.seqs.spare_pages) + name(c));
       }
   }
+  // Malformed metadata (docs/semantics.md "Malformed metadata"): each defect the layout's arrays can carry, once, on
+  // the first well-formed case it fits: a cu_seqlens defect in the last sequence (a kernel that accepts it then reads
+  // and writes nothing past the buffers, so the verdict is about the acceptance), others in sequence 1 when there is one.
+  const size_t n = out.size();
+  for (int k = 1; k <= static_cast<int>(Malformation::kPageUnusedOutOfPool); ++k)
+    for (size_t j = 0; j < n; ++j) {
+      Case c = out[j];
+      const auto kind = static_cast<Malformation>(k);
+      const bool cu = kind == Malformation::kCuQDecreasing || kind == Malformation::kCuKDecreasing ||
+                      kind == Malformation::kCuKPastTotal;
+      c.seqs.malformed = {kind, cu ? c.problem.batch - 1 : std::min<int64_t>(1, c.problem.batch - 1)};
+      if (!validate_malformed(c).empty()) continue;
+      const std::string label = std::string("malformed-") + malformation_name(c.seqs.malformed.kind) + "-" + c.label;
+      add(std::move(c), label);
+      break;
+    }
   return out;
 }
 

@@ -75,6 +75,8 @@ const char* failure_class_name(FailureClass c) {
       return "merge";
     case FailureClass::kDropout:
       return "dropout";
+    case FailureClass::kAcceptedMalformed:
+      return "accepted-malformed";
   }
   return "?";
 }

@@ -478,6 +478,16 @@ void read_sequences(Reader& r, Case& c, const FuzzLimits& lim) {
     set_sequence_fields(c);
     set_contiguous_strides(p);
   }
+  // Malformed metadata (issue 30 item 6a; docs/semantics.md "Malformed metadata"): one sequence-layout input in
+  // sixteen carries one defect of the arrays its layout has, in sequence (byte % B); none where it does not fit.
+  if (has_sequences(p)) {
+    const uint8_t m = r.u8();
+    const std::vector<Malformation> kinds = malformations_for(p);
+    if (m >= 240 && !kinds.empty()) {
+      s.malformed = {kinds[(m - 240) % kinds.size()], static_cast<int64_t>(r.u8()) % p.batch};
+      if (!validate_malformed(c).empty()) s.malformed = {};
+    }
+  }
   // Sequence layouts take random and at= special placements only; at= inside the largest lengths.
   for (SpecialValue& sv : c.values.specials)
     if (sv.placement != Placement::kRandom && sv.placement != Placement::kAt) sv.placement = Placement::kRandom;
@@ -516,6 +526,14 @@ void write_sequences(Writer& w, const Case& c) {
       w.u8(0);
     }
     w.u8(static_cast<uint8_t>(s.spare_pages));
+  }
+  const std::vector<Malformation> kinds = malformations_for(p);
+  const auto it = std::find(kinds.begin(), kinds.end(), s.malformed.kind);
+  if (s.malformed.kind == Malformation::kNone || it == kinds.end()) {
+    w.u8(0);
+  } else {
+    w.u8(static_cast<uint8_t>(240 + (it - kinds.begin())));
+    w.u8(static_cast<uint8_t>(s.malformed.seq));
   }
 }
 

@@ -201,7 +201,7 @@ void mutate_sequences(Case& c, Rng& rng, const FuzzLimits& lim) {
   Problem& p = c.problem;
   SeqLayout& s = c.seqs;
   const bool seqs = has_sequences(p);
-  const uint64_t what = seqs ? rng.below(4) : 0;
+  const uint64_t what = seqs ? rng.below(5) : 0;
   c.explicit_values.reset();  // explicit values of a sequence layout are not encoded
   if (what == 0) {            // a layout with a list from the case space
     const auto lists = space::seq_length_lists(lim.max_seq);
@@ -247,6 +247,14 @@ void mutate_sequences(Case& c, Rng& rng, const FuzzLimits& lim) {
     } else if (&v == &s.used && !s.k.empty()) {
       for (size_t b = 0; b < s.used.size() && b < s.k.size(); ++b) s.k[b] = std::max(s.used[b], s.k[b]);
     }
+    return;
+  }
+  if (what == 4) {  // malformed metadata (docs/semantics.md "Malformed metadata"): one defect, or none
+    const std::vector<Malformation> kinds = malformations_for(p);
+    s.malformed = {};
+    if (!kinds.empty() && rng.below(4))
+      s.malformed = {kinds[rng.below(kinds.size())], static_cast<int64_t>(rng.below(static_cast<uint64_t>(p.batch)))};
+    if (!validate_malformed(c).empty()) s.malformed = {};
     return;
   }
   if (what == 2 && p.kv_layout == AF_SEQ_PAGED) {  // pages

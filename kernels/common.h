@@ -146,6 +146,47 @@ __host__ __device__ inline int64_t seq_v_row(const af_problem& p, const SeqIndex
   return seq_kv_row(p, p.v_stride, x, s, t, hk);
 }
 
+// ---- sequence metadata (docs/semantics.md "Malformed metadata") ----------------------------------------------
+//
+// The host-side check of a sequence layout's int32 arrays before a launch (FlashInfer's plan does the same with
+// its indptr arrays): cu_seqlens start at 0, never decrease and end at total_q / total_k; 0 <= seqused_k[b] <= the
+// sequence's capacity (kv_capacity; packed K/V: its slots); every block-table entry of a page a sequence uses names
+// a pool page. Returns 0, or the error code a launch refuses malformed metadata with (hipErrorInvalidValue).
+inline int fetch_ints(const int32_t* device, int64_t n, int32_t* host) {
+  return device ? (int)hipMemcpy(host, device, (size_t)n * sizeof(int32_t), hipMemcpyDeviceToHost)
+                : (int)hipErrorInvalidValue;
+}
+inline bool prefix_sums_ok(const int32_t* cu, int64_t batch, int64_t total) {
+  bool ok = cu[0] == 0 && cu[batch] == total;
+  for (int64_t b = 0; b < batch; ++b) ok = ok && cu[b + 1] >= cu[b];
+  return ok;
+}
+inline int check_seq_metadata(const af_problem& p, const af_buffers& buf) {
+  const int64_t B = p.batch, bad = (int)hipErrorInvalidValue;
+  int32_t* a = new int32_t[(size_t)(3 * (B + 1) + B * p.max_pages_per_seq)];
+  int32_t *cq = a, *ck = a + (B + 1), *used = a + 2 * (B + 1), *table = a + 3 * (B + 1);
+  int64_t e = 0;
+  if (p.q_layout == AF_SEQ_PACKED && !(e = fetch_ints(buf.cu_seqlens_q, B + 1, cq)) &&
+      !prefix_sums_ok(cq, B, p.total_q))
+    e = bad;
+  if (!e && p.kv_layout == AF_SEQ_PACKED && !(e = fetch_ints(buf.cu_seqlens_k, B + 1, ck)) &&
+      !prefix_sums_ok(ck, B, p.total_k))
+    e = bad;
+  if (!e && buf.seqused_k && !(e = fetch_ints(buf.seqused_k, B, used)))
+    for (int64_t b = 0; b < B && !e; ++b)
+      if (used[b] < 0 || used[b] > (p.kv_layout == AF_SEQ_PACKED ? ck[b + 1] - ck[b] : p.kv_capacity)) e = bad;
+  if (!e && p.kv_layout == AF_SEQ_PAGED && !(e = fetch_ints(buf.block_table, B * p.max_pages_per_seq, table)))
+    for (int64_t b = 0; b < B && !e; ++b) {
+      const int64_t pages = ceil_div(buf.seqused_k ? used[b] : p.kv_capacity, p.page_size);
+      for (int64_t j = 0; j < pages && !e; ++j) {
+        const int32_t page = table[b * p.max_pages_per_seq + j];
+        if (page < 0 || page >= p.num_pages) e = bad;
+      }
+    }
+  delete[] a;
+  return (int)e;
+}
+
 // ---- online softmax, IEEE-consistent (docs/semantics.md "NaN and Inf") ------------------------------------
 //
 // State per row: m (running max), l (sum of exp(s - m)), acc (sum of exp(s - m) * v). A NaN score must

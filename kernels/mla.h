@@ -203,6 +203,7 @@ template <class P>
 int mla_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
   if (mla_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  if (int e = check_seq_metadata(p, *buf)) return e;  // malformed metadata is refused
   return dispatch_dtype(p, kMlaDtypes, [&](auto tag) {
     using T = decltype(tag);
     const int64_t nmax = mla_max_splits(p);

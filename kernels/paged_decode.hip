@@ -196,6 +196,7 @@ int decode_check(const af_problem* p, char* why, size_t why_len) {
 int decode_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
   if (decode_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  if (int e = check_seq_metadata(p, *buf)) return e;  // malformed metadata is refused
   if (p.seq_q == 0) return 0;
   const int64_t nmax = max_splits(p);
   const SeqIndex x = seq_index(*buf);

@@ -143,6 +143,7 @@ template <int BM, int BN, int NT>
 int varlen_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
   if (varlen_check<BM, BN, NT>(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  if (int e = check_seq_metadata(p, *buf)) return e;  // malformed metadata is refused
   if (p.seq_q == 0) return 0;  // every sequence is empty: nothing to write
   void (*kernel)(af_problem, SeqIndex, const float*, const float*, const float*, float*, float*) =
       varlen_kernel<BM, BN, NT>;

@@ -656,6 +656,18 @@ std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o
                   ->group(group)
                   ->check(int_range(0, 1 << 20))
                   ->capture_default_str());
+  v.push_back(app.add_option("--malformed", o.malformed,
+                             "KIND[@SEQ]: a defect in the metadata the kernel receives (cu-q-decreasing, "
+                             "cu-k-decreasing, cu-k-past-total, seqused-over-capacity, seqused-negative, "
+                             "page-out-of-pool, page-negative, page-unused-out-of-pool; docs/semantics.md "
+                             "\"Malformed metadata\"): the kernel must refuse it or be exactly right")
+                  ->group(group)
+                  ->check(CLI::Validator(
+                      [](std::string& in) {
+                        Malformed m;
+                        return parse_malformed(in, m);
+                      },
+                      "KIND[@SEQ]")));
   return v;
 }
 
@@ -694,7 +706,8 @@ std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
                                       {o.given.spare_pages, "--spare-pages"}})
       if (given) return std::string(flag) + " applies to --seq-layout paged or decode only";
   if (L == "dense") {
-    if (any) return "--seqlens-q / --seqlens-k / --seqused-k need --seq-layout (varlen, kvcache, paged, ...)";
+    if (any || !o.malformed.empty())
+      return "--seqlens-q / --seqlens-k / --seqused-k / --malformed need --seq-layout (varlen, kvcache, paged, ...)";
     return {};
   }
   // The lists set the batch (their count) and the lengths they give: a shape flag beside them would be
@@ -731,6 +744,10 @@ std::string apply_sequence_options(const SequenceOptions& o, Case& c) {
   const std::vector<int64_t>* first = !s.q.empty() ? &s.q : !s.used.empty() ? &s.used : &s.k;
   p.batch = static_cast<int64_t>(first->size());
   if (std::string e = set_sequence_fields(c); !e.empty()) return e;
+  if (!o.malformed.empty()) {
+    if (std::string e = parse_malformed(o.malformed, s.malformed); !e.empty()) return "--malformed: " + e;
+    if (std::string e = validate_malformed(c); !e.empty()) return "--malformed: " + e;
+  }
   return {};
 }
 

@@ -124,6 +124,7 @@ struct SequenceOptions {
   int64_t page_size = 16;
   uint64_t page_order = 0;  // 0: pages in order; else the seed of the pool's shuffle
   int64_t spare_pages = 0;
+  std::string malformed;  // --malformed KIND[@SEQ]: a defect in the arrays the kernel gets (case.h Malformation)
   // Which flags were typed (app.count), for the contradictions apply_sequence_options refuses.
   struct Given {
     bool batch = false, sq = false, sk = false, page_size = false, page_order = false, spare_pages = false;
@@ -131,7 +132,7 @@ struct SequenceOptions {
 };
 // "3,0,17": lengths in [0, 10^9], no empty item (std::from_chars). False on anything else.
 bool parse_lengths(const std::string& text, std::vector<int64_t>& out);
-// Adds --seq-layout, --seqlens-q, --seqlens-k, --seqused-k, --page-size, --page-order, --spare-pages to group
+// Adds --seq-layout, --seqlens-q, --seqlens-k, --seqused-k, --page-size, --page-order, --spare-pages, --malformed to group
 // `group`; returns the per-case options (all but --seq-layout, which also selects a layout sweep).
 std::vector<CLI::Option*> add_sequence_options(CLI::App& app, SequenceOptions& o, const char* group);
 // Applies them to a dense case built from the shape flags (batch = the number of listed lengths; for kvcache

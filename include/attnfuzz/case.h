@@ -145,6 +145,30 @@ struct ExplicitValues {
 // and the page arrangement behind the problem's q_layout / kv_layout. Empty vectors where a layout is dense.
 // The problem's derived fields (seq_q, seq_k, total_q, total_k, kv_capacity, num_pages, max_pages_per_seq,
 // strides) follow from these through set_sequence_fields(); validate() checks that they agree.
+// Malformed sequence metadata (issue 30 item 6a; docs/semantics.md "Malformed metadata"): one deliberate defect in
+// the int32 arrays the kernel receives, as FlashInfer's fuzzing contract tests them. The oracle, the dense view and
+// reports keep the well-formed arrays; only the runner's upload applies the defect (apply_malformation). A kernel
+// must refuse it (a non-zero launch return) or, where a right answer exists (malformation_has_answer), return it;
+// accepting it otherwise is the class accepted-malformed.
+enum class Malformation : uint8_t {
+  kNone = 0,
+  kCuQDecreasing,          // cu_seqlens_q[seq + 1] = cu_seqlens_q[seq] - 1 (not monotone)
+  kCuKDecreasing,          // cu_seqlens_k[seq + 1] = cu_seqlens_k[seq] - 1 (not monotone)
+  kCuKPastTotal,           // cu_seqlens_k[seq + 1 .. B] + 1: the last entry passes total_k
+  kSequsedOverCapacity,    // seqused_k[seq] = its capacity + 1 (kv_capacity; packed K/V: the sequence's slots)
+  kSequsedNegative,        // seqused_k[seq] = -1
+  kPageOutOfPool,          // the last page sequence seq uses names page num_pages (outside the pool)
+  kPageNegative,           // the last page sequence seq uses names page -1
+  kPageUnusedOutOfPool,    // the block-table entry after sequence seq's used pages names page num_pages + 3: never
+                           // needed, so the well-formed result is the right answer
+};
+const char* malformation_name(Malformation m);  // "none", "cu-q-decreasing", ..., "page-unused-out-of-pool"
+struct Malformed {
+  Malformation kind = Malformation::kNone;
+  int64_t seq = 0;  // the sequence the defect is in, 0 .. B - 1
+  bool operator==(const Malformed&) const = default;
+};
+
 struct SeqLayout {
   std::vector<int64_t> q;     // packed q: query tokens of each sequence (B entries, >= 0); empty: dense q
   std::vector<int64_t> k;     // packed / paged K/V: key slots of each sequence (packed: the cu_seqlens_k
@@ -153,6 +177,7 @@ struct SeqLayout {
                               // empty: no seqused_k buffer (every slot is a key). Required when paged.
   uint64_t page_order = 0;    // paged: 0 = pool pages in sequence order, else the seed of the pool's shuffle
   int64_t spare_pages = 0;    // paged: pool pages no sequence references (poisoned, like every gap)
+  Malformed malformed;        // a defect the kernel receives in its arrays (kNone: well-formed)
   bool operator==(const SeqLayout&) const = default;
 };
 // Which pass a case checks (issue 14). kFwd: O and LSE. kBwd: the backward launch alone, given the oracle's
@@ -268,6 +293,7 @@ struct Tensors {
   // cu_seqlens_q [B+1] (packed q), cu_seqlens_k [B+1] (packed K/V), seqused_k [B] (kv_capacity > 0),
   // block_table [B, max_pages_per_seq] (paged; entries past a sequence's pages name a spare page, or 0).
   std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k, block_table;
+  Malformed malformed;  // Case::seqs.malformed: applied to the arrays above when they are uploaded, nowhere else
   std::vector<float> dout;            // backward cases: dO, o_elements(problem) floats with o strides; else empty
   // Score variants (problem.variants): sinks [Hq], alibi_slopes [Hq], bias (bias_elements, bias_stride); empty
   // where the problem does not use the variant.
@@ -390,6 +416,22 @@ std::string set_sequence_fields(Case& c);
 std::string validate_sequences(const Case& c);
 // " layout=paged seqlens-q=1,1 seqlens-k=.. seqused-k=.. page-size=16 pages=7+2 order=0x.." (empty if dense).
 std::string describe_sequences(const Case& c);
+
+// ---- Malformed metadata (core/malformed.cpp) ----
+// "KIND[@SEQ]" (SEQ default 0; "none" clears). Returns an error sentence or empty.
+std::string parse_malformed(const std::string& text, Malformed& out);
+std::string to_string(const Malformed& m);  // "cu-k-decreasing@1"
+// The malformations p's layout has arrays for (cu_seqlens_q / _k, seqused_k, block_table), in enum order.
+std::vector<Malformation> malformations_for(const Problem& p);
+// Whether the arrays with m still name one attention problem whose indices are all in bounds (only
+// page-unused-out-of-pool: the right answer is the well-formed result).
+bool malformation_has_answer(Malformation m);
+// Empty when c.seqs.malformed fits c (kind of c's layout, seq in range, the sequence has the page or entry it names).
+std::string validate_malformed(const Case& c);
+// The arrays of t with t.malformed applied (t itself when it is kNone), and the defect in words with the values
+// ("cu_seqlens_k[2] = 4 < cu_seqlens_k[1] = 5 (cu-k-decreasing)").
+Tensors malformed_arrays(const Problem& p, const Tensors& t);
+std::string describe_malformation(const Problem& p, const Tensors& t);
 
 // Per-sequence lengths from the problem and the arrays: query tokens, keys (the used length), key slots.
 int64_t seq_len_q(const Problem& p, const Tensors& t, int64_t b);

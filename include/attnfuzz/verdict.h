@@ -44,7 +44,10 @@ enum class FailureClass {
   kDropout,  // the keep mask or its scaling is wrong: exact given the mask fails only through dropout, the keep
              // fraction is not Binomial(n, 1 - p), forward and backward masks differ, or the mask depends on
              // more than (seed, offset, b, h, i, j)
-  kLastClass = kDropout,
+  // Added with issue 30 item 6a (appended).
+  kAcceptedMalformed,  // malformed sequence metadata (Case::seqs.malformed) accepted: the launch returned 0 where
+                       // no right answer exists, or a result other than the right one
+  kLastClass = kAcceptedMalformed,
 };
 const char* failure_class_name(FailureClass c);  // "rescale", "oob-read", "launch-error", ...
 bool parse_failure_class(const std::string& text, FailureClass& out);

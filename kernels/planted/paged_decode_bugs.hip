@@ -296,6 +296,7 @@ template <DecodeBug kBug>
 int planted_decode_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
   if (planted_decode_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  if (int e = check_seq_metadata(p, *buf)) return e;  // malformed metadata is refused (not the bug here)
   if (p.seq_q == 0) return 0;
   const int64_t nmax = max_splits(p);
   const SeqIndex x = seq_index(*buf);

@@ -14,7 +14,7 @@ constexpr int kMaxD = 128;
 constexpr int BM = 16, BN = 16, NT = 64;
 static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
 
-enum class VarlenBug { kCuSeqlensOffByOne, kCausalBatchMax, kSequsedIgnored, kGqaPacked };
+enum class VarlenBug { kCuSeqlensOffByOne, kCausalBatchMax, kSequsedIgnored, kGqaPacked, kTrustsMetadata };
 
 // Sequence b's lengths, as the kernel derives them.
 template <VarlenBug kBug>
@@ -188,6 +188,11 @@ template <VarlenBug kBug>
 int planted_varlen_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
   if (planted_varlen_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  // PLANTED (kTrustsMetadata): the arrays are never checked, so malformed cu_seqlens, seqused_k or block-table
+  // entries are indexed as given (the other bugs refuse them as kernels/varlen.hip does). Quiet on well-formed
+  // metadata: the kernel is then varlen-bm16-bn16.
+  if constexpr (kBug != VarlenBug::kTrustsMetadata)
+    if (int e = check_seq_metadata(p, *buf)) return e;
   if (p.seq_q == 0) return 0;
   void (*kernel)(af_problem, SeqIndex, const float*, const float*, const float*, float*, float*) =
       planted_varlen_kernel<kBug>;
@@ -215,6 +220,8 @@ const af_kernel kVarlenBugs[] = {
                       "seqused_k ignored: the capacity tail of every sequence is read"),
     AF_PLANTED_VARLEN("planted-varlen-gqa-packed", kGqaPacked,
                       "packed K/V path maps query head h to kv head h % Hkv"),
+    AF_PLANTED_VARLEN("planted-varlen-trusts-metadata", kTrustsMetadata,
+                      "cu_seqlens / seqused_k / block table never checked: malformed metadata accepted"),
 };
 #undef AF_PLANTED_VARLEN
 static_assert(sizeof(kVarlenBugs) / sizeof(kVarlenBugs[0]) == attnfuzz_planted::kVarlenBugCount,

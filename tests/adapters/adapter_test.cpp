@@ -482,6 +482,20 @@ TEST(Adapter, RepeatCallsNameAStalePlanCache) {
   EXPECT_EQ(check(numpy_adapter(), "--repeat-calls" + c, fresh("repeat-ref")).code, 0);
 }
 
+// Issue 30 item 6b: each sibling kind (scale, mask, dtype) catches the plan cache keyed without that parameter
+// alone, and the evidence names the parameter; a cache keyed on everything passes (no false positive).
+TEST(Adapter, RepeatCallsNameTheParameterAStalePlanCacheLacks) {
+  NEED_NUMPY();
+  const std::string c = " --repeat-calls --sq 9 --sk 9 --d 8 --mask causal-br";
+  for (const char* param : {"scale", "mask", "dtype"}) {
+    Result r = check(numpy_adapter(std::string("--bug stale-plan --stale-key-lacks ") + param), c.substr(1),
+                     fresh(std::string("repeat-lacks-") + param));
+    EXPECT_EQ(r.code, 1) << param << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, std::string("keyed without the ") + param + " (stale cache)")) << param << "\n" << r.out;
+  }
+  EXPECT_EQ(check(numpy_adapter("--bug stale-plan --stale-key-lacks="), c.substr(1), fresh("repeat-lacks-none")).code, 0);
+}
+
 // Issue 25 item 7: a failure in which every output element is NaN (a scale <= 0 that a flash call turns into NaN)
 // is never `empty-row`, though the case has empty rows; the empty-row rows read as the same root cause.
 TEST(Adapter, EveryOutputNaNIsNeverEmptyRow) {

@@ -301,6 +301,8 @@ TEST(SequenceRunner, CorrectKernelPassesEveryLayoutSweepCase) {
   for (const std::string& l : sequence_layouts()) {
     const auto grid = layout_sweep_grid(l, 0);
     for (size_t i = 0; i < grid.size(); i += 3) {  // a third of each sweep keeps the test short
+      // The host-loop kernel trusts its metadata (the built-ins refuse malformed cases: tests/check/malformed_test.cpp).
+      if (grid[i].seqs.malformed.kind != Malformation::kNone) continue;
       const Judged j = check(grid[i], k);
       EXPECT_EQ(j.result.verdict, Verdict::kPass) << grid[i].label << ": " << j.result.reason;
     }

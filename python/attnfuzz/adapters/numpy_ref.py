@@ -6,6 +6,7 @@ tool's own tests.
     attn-check --sweep --pass bwd --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
     attn-check --sweep --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug mask-leak'
     attn-check --repeat-calls --sq 9 --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug stale-plan'
+    attn-check --repeat-calls --sq 9 --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug stale-plan --stale-key-lacks mask'
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.numpy_ref --compile-delay 0.5' --max-time 60
 
 --compile-delay SECONDS makes it behave like a JIT-compiled kernel: the first call at each new shape (compile_key)
@@ -21,6 +22,8 @@ import numpy as np
 from attnfuzz import repro, sequences
 from attnfuzz.adapter import FEATURES, VARIANTS, Kernel, serve
 
+# What a problem's plan cache may leave out of its key beside the shape (--bug stale-plan --stale-key-lacks).
+STALE_PARAMS = ("scale", "mask", "dtype")
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
         "stale-plan")
@@ -77,6 +80,9 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="f32,f16,bf16,fp8_e4m3,fp8_e5m2",
                     help="declared dtypes, comma-separated (f32, f16, bf16, fp8_e4m3, fp8_e5m2)")
     ap.add_argument("--no-backward", action="store_true", help="declare no backward (a forward-only kernel)")
+    ap.add_argument("--stale-key-lacks", default=",".join(STALE_PARAMS),
+                    help="stale-plan: the parameters its cache key lacks, comma-separated (of scale, mask, dtype; "
+                         "default all: the key is the shape alone)")
     ap.add_argument("--nan-noise", action="store_true",
                     help="flip the sign of NaN outputs at random, as a multithreaded BLAS's operand order does")
     ap.add_argument("--compile-delay", type=float, default=0, metavar="SECONDS",
@@ -93,9 +99,16 @@ def main(argv=None):
     call = library_call(bug)
     call_fwd, call_bwd = repro.forward(call), repro.backward(call)
 
-    plans = {}  # stale-plan: problems by shape, as a plan cache keyed on the shape alone (attn-check --repeat-calls)
+    plans = {}  # stale-plan: problems by key, as a plan cache keyed on the shape and the parameters not lacked
+    lacks = [x for x in a.stale_key_lacks.split(",") if x]
+    if not set(lacks) <= set(STALE_PARAMS):
+        ap.error(f"--stale-key-lacks takes some of {', '.join(STALE_PARAMS)}")
+    keyed = [x for x in STALE_PARAMS if x not in lacks]
 
     def run(q, k, v, p):
+        if bug == "stale-plan":  # the first problem of each key is replayed: the parameters the key lacks go stale
+            shape = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v)
+            p = plans.setdefault(shape + tuple(getattr(p, x) for x in keyed), p)
         if sequences.has_sequences(p):  # varlen / KV cache: every sequence as a dense problem of its own
             return sequences.per_sequence(q, k, v, p, run)
         if bug == "stale-plan":  # the first problem of each shape is replayed: its scale, mask and dtype

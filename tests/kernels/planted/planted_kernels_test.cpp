@@ -299,6 +299,14 @@ const Planted kPlanted[] = {
      "wrong",
      {1, 4, 2, 1, 0, 32, 32, "causal-br --seq-layout varlen --seqlens-q 7,20 --seqlens-k 7,20"},
      {1, 4, 1, 1, 0, 32, 32, "causal-br --seq-layout varlen --seqlens-q 7,20 --seqlens-k 7,20"}},
+    // Malformed metadata accepted (issue 30 item 6a): cu_seqlens_k decreasing at sequence 1. The correct kernel
+    // refuses it (a pass). Quiet: the same arrays well-formed.
+    {"planted-varlen-trusts-metadata",
+     "planted/varlen",
+     "varlen-bm16-bn16",
+     "accepted-malformed",
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout varlen --seqlens-q 3,17 --seqlens-k 5,40 --malformed cu-k-decreasing@1"},
+     {1, 2, 1, 1, 0, 32, 32, "none --seq-layout varlen --seqlens-q 3,17 --seqlens-k 5,40"}},
     // Used 17 of 2 pages of 16: slots 17..31 of the last page are scored. Quiet: used 16 and 48.
     {"planted-paged-last-page-whole",
      "planted/paged-decode",
@@ -368,7 +376,8 @@ Device& cpu_device(ThreadOrder order) {
   return *d;
 }
 
-// "--seq-layout L --seqlens-q .. --seqlens-k .. --seqused-k .. --page-size P --page-order N --spare-pages N" into
+// "--seq-layout L --seqlens-q .. --seqlens-k .. --seqused-k .. --page-size P --page-order N --spare-pages N
+// --malformed KIND@SEQ" into
 // the one option table's SequenceOptions (tools/cli_common.h); "" when there are none.
 std::string parse_layout_flags(std::istringstream& in, SequenceOptions& o) {
   for (std::string flag, value; in >> flag;) {
@@ -380,6 +389,7 @@ std::string parse_layout_flags(std::istringstream& in, SequenceOptions& o) {
     else if (flag == "--page-size") o.page_size = std::stoll(value);
     else if (flag == "--page-order") o.page_order = std::stoull(value);
     else if (flag == "--spare-pages") o.spare_pages = std::stoll(value);
+    else if (flag == "--malformed") o.malformed = value;
     else return "unknown flag " + flag;
   }
   return {};

@@ -53,6 +53,13 @@ struct Context {
   // The exact result of the case's layout problem `lp` (pc.problem() with, e.g., another mask) on layout
   // inputs t, in the dense view: sequence_oracle for a layout, oracle() when dense. Counted.
   OracleResult layout_oracle(const Problem& lp, const Tensors& t);
+  // The one visibility rule (core's key_visible: mask_kind and the custom / block masks, docs/semantics.md
+  // "Custom masks") for row s of query head h of batch b, in the dense view (row_problem(b) for a layout):
+  // every key the row sees, ascending. Without a custom mask these are visible_keys(row_problem(b), s).
+  std::vector<int64_t> seen_keys(int64_t b, int64_t h, int64_t s) const;
+  // "keys [3, 9) visible" or, with custom masks, "5 keys visible in [3, 9) (custom / block mask)"; "no
+  // visible key".
+  std::string seen_text(int64_t b, int64_t h, int64_t s) const;
   // Offsets of q row s of sequence b, and of key j of sequence b, in the layout tensors (q_offset, k_offset,
   // v_offset; q_index, k_index, v_index when dense).
   int64_t q_at(int64_t b, int64_t s, int64_t h, int64_t d) const;
@@ -148,10 +155,22 @@ struct TailPadding {
   std::string refused;  // non-empty: no usable padding to this size (why); p is then unset
 };
 // Every padding target of p (next multiple of 8/16/32/64/128, next power of two, per axis), each with the
-// first exact padding that kernel k supports (k may be null: no support check).
-std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k);
-// The padded inputs: the original values at their new places, zeros elsewhere.
+// first exact padding that kernel k supports (k may be null: no support check). With a custom mask p must be
+// in the dense mask form and t its inputs (visibility then checked key by key; t null: the mask_kind interval
+// alone).
+std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k, const Tensors* t = nullptr);
+// The padded inputs: the original values at their new places, zeros elsewhere (a dense custom mask: 0,
+// hidden).
 Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& x);
+// A case's custom / block masks as one dense mask (mask-dense, contiguous strides, 1 where custom_visible) so
+// that paddings can move its bytes; changed: the form differs from the case's own. Without custom masks: p
+// and t as is.
+struct DenseMaskForm {
+  Problem p;
+  Tensors t;
+  bool changed = false;
+};
+DenseMaskForm dense_mask_form(const Problem& p, const Tensors& t);
 // How an output that passes under another mask v matches it on the elements that fail under the asked mask:
 // with values (real) or only as NaN = NaN (nan_pairs, never counted as a match).
 struct VariantMatch {

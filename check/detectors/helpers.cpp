@@ -59,6 +59,30 @@ OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t) {
   return sequence_oracle(lp, t, opts.oracle);
 }
 
+std::vector<int64_t> Context::seen_keys(int64_t b, int64_t h, int64_t s) const {
+  const Problem rp = row_problem(b);
+  const KeyRange kr = visible_keys(rp, s);
+  std::vector<int64_t> keys;
+  const VariantInputs in = pc.variant_inputs();  // custom masks: dense batches only (b indexes them)
+  for (int64_t j = kr.first; j < kr.last; ++j)
+    if (key_visible(rp, in, b, h, s, j)) keys.push_back(j);
+  return keys;
+}
+
+std::string Context::seen_text(int64_t b, int64_t h, int64_t s) const {
+  const std::vector<int64_t> keys = seen_keys(b, h, s);
+  const KeyRange kr = visible_keys(row_problem(b), s);
+  const int64_t n = static_cast<int64_t>(keys.size());
+  if (keys.empty())
+    return kr.empty() ? "no visible key"
+                      : fmt("no visible key (the custom / block mask hides all of [%lld, %lld))",
+                            (long long)kr.first, (long long)kr.last);
+  if (n == kr.last - kr.first)
+    return fmt("keys [%lld, %lld) visible", (long long)kr.first, (long long)kr.last);
+  return fmt("%lld keys visible in [%lld, %lld) (the custom / block mask hides the other %lld)", (long long)n,
+             (long long)kr.first, (long long)kr.last, (long long)(kr.last - kr.first - n));
+}
+
 int64_t Context::q_at(int64_t b, int64_t s, int64_t h, int64_t d) const {
   return seqs() ? q_offset(pc.problem(), pc.tensors(), b, s, h, d) : q_index(problem(), b, s, h, d);
 }

@@ -47,7 +47,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxAdapterKernels = 64;
 // The variants whose values protocol 1 carries (PROTOCOL.md "Variants"; dropout: "Dropout", the exported mask).
-constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_DROPOUT;
+constexpr uint32_t kCarriedVariants =
+    kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_DROPOUT | AF_VARIANT_KV_SHARED;
 // The keep mask's element type on the wire (not a problem dtype).
 constexpr int32_t kWireU8 = -1;
 
@@ -771,9 +772,12 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   std::vector<std::vector<unsigned char>> blobs;
   blobs.push_back(gather(b.q, eb, p.q_stride, B, Sq, Hq, D));
   blobs.push_back(gather(b.k, eb, p.k_stride, B, Sk, Hk, D));
-  blobs.push_back(gather(b.v, eb, p.v_stride, B, Sk, Hk, Dv));
-  Json tensors = Json::array(
-      {desc("q", wire, {B, Sq, Hq, D}), desc("k", wire, {B, Sk, Hk, D}), desc("v", wire, {B, Sk, Hk, Dv})});
+  Json tensors = Json::array({desc("q", wire, {B, Sq, Hq, D}), desc("k", wire, {B, Sk, Hk, D})});
+  if (!kv_shared(
+          p)) {  // kv-shared (MLA's latent): no v, the adapter takes V as the view k[..., :Dv] (PROTOCOL.md)
+    blobs.push_back(gather(b.v, eb, p.v_stride, B, Sk, Hk, Dv));
+    tensors.push_back(desc("v", wire, {B, Sk, Hk, Dv}));
+  }
   std::vector<Expected> want;
   const bool want_lse = !backward && k.writes_lse && b.lse;
   if (backward) {  // + the forward it is given (O in the dtype, LSE f32) and dO; dQ, dK, dV come back

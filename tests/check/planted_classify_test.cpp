@@ -501,6 +501,36 @@ TEST(PlantedVariant, MaskVariantCasesOnceMisnamedGetTheClassOfTheirBug) {
   }
 }
 
+// planted-mask-ignored-bwd on the `--variant all` backward sweep (sinks with the masks): a row the masks hide
+// entirely has LSE = the sink, so the backward that drops the masks recomputes P there too, and with the
+// case's LSE given the mask-off probes' bounds are too wide to separate (once `wrong`), or the problem
+// without the masks leaves the fp32 contract (a masked NaN / Inf, softcapped extreme scores: once
+// `non-finite` / `wrong`). The relaunch of the kernel without the masks (bit-identical gradients) names it.
+TEST(PlantedVariant, MaskIgnoredBwdWithSinksIsNamedByTheRelaunch) {
+  load();
+  const std::vector<std::string> labels = {"-headdim-37x37-d111",
+                                           "-normal-0.01-65x65",
+                                           "-special-nan@k=masked-33x33-causal-br",
+                                           "-special-inf@v=masked*2-33x33-causal-br",
+                                           "-cap50-extreme1000-33x47",
+                                           "-cap50-extreme10000-33x47"};
+  std::vector<PreparedCase> cases;
+  for (Case& c :
+       variant_sweep_grid(kScoreVariants | kMaskVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, Pass::kBwd))
+    for (const std::string& l : labels)
+      if (c.label.size() > l.size() && c.label.compare(c.label.size() - l.size(), l.size(), l) == 0)
+        cases.emplace_back(c);
+  ASSERT_EQ(cases.size(), labels.size());
+  for (PreparedCase& pc : cases) {
+    std::vector<PreparedCase> one;
+    one.emplace_back(pc.the_case());
+    const auto f = first_failure("mask-ignored-bwd", "planted-mask-ignored-bwd", one);
+    ASSERT_TRUE(f) << pc.the_case().label;
+    EXPECT_EQ(failure_class_name(f->j.result.failure), std::string("ignored-parameter")) << f->evidence;
+    EXPECT_NE(f->evidence.find("custom"), std::string::npos) << f->evidence;
+  }
+}
+
 // ---- MLA's shared K/V latent (issue 28 item 5)
 // ---------------------------------------------------------------- planted-mla-v-stride-dv
 // (kernels/planted/mla_bugs.hip; README "MLA bugs") steps V's rows by Dv instead of K's row stride: found on

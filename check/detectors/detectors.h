@@ -78,6 +78,17 @@ struct Finding {
 };
 
 // ---- helpers (helpers.cpp) ----
+// Whether exact value b (another problem's, bound bb) is visibly not a (the case's, bound ba): finite against
+// NaN / Inf, or |a - b| beyond ba plus 1e-4 of the larger magnitude (launch_diff's gradient tolerance) plus
+// margin (ba + bb).
+bool apart(double a, double ba, double b, double bb = 0, double margin = 0);
+// Where exact result y (another problem) is apart from x in that sense ("O[b=0,s=3,h=0,d=1]: 0.25 vs 0.5", or
+// the row y takes out of the fp32 contract that x keeps), or "". margin 4: no output is within both results'
+// bounds there.
+std::string outputs_apart(const Problem& p, const OracleResult& x, const OracleResult& y, double margin = 0);
+// p with the variants `bits` switched off, as the ignored-parameter probes use it (per-head descales: their
+// strides 0, the per-tensor descales used).
+Problem variant_off(const Problem& p, uint32_t bits);
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 std::string num(double v);  // %.6g, with nan / inf spelled out
 std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d);

@@ -93,6 +93,30 @@ int64_t Context::v_at(int64_t b, int64_t j, int64_t hk, int64_t d) const {
   return seqs() ? v_offset(pc.problem(), pc.tensors(), b, j, hk, d) : v_index(problem(), b, j, hk, d);
 }
 
+bool apart(double a, double ba, double b, double bb, double margin) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) != std::isnan(b);
+  if (std::isinf(a) || std::isinf(b)) return a != b;
+  return std::fabs(a - b) > ba + 1e-4 * std::max(std::fabs(a), std::fabs(b)) + margin * (ba + bb);
+}
+
+std::string outputs_apart(const Problem& p, const OracleResult& x, const OracleResult& y, double margin) {
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo &rx = x.row(b, h, s), &ry = y.row(b, h, s);
+        if (!rx.computed || !ry.computed || !rx.inside_contract()) continue;
+        if (!ry.inside_contract())
+          return fmt("row s=%lld (b=%lld, h=%lld) leaves the fp32 contract without it", (long long)s,
+                     (long long)b, (long long)h);
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t e = x.o_at(b, s, h, d);
+          if (apart(x.o[e], x.o_bound[e], y.o[e], y.o_bound[e], margin))
+            return o_name(b, s, h, d) + ": " + num(x.o[e]) + " vs " + num(y.o[e]);
+        }
+      }
+  return {};
+}
+
 std::string fmt(const char* f, ...) {
   char buf[1024];
   va_list ap;

@@ -16,6 +16,14 @@
 
 namespace attnfuzz::detect {
 
+Problem variant_off(const Problem& p, uint32_t bits) {
+  Problem off = p;
+  off.variants &= ~bits;
+  if (bits & AF_VARIANT_HEAD_DESCALE)
+    off.descale_stride[0] = off.descale_stride[1] = 0;  // the per-tensor ones
+  return off;
+}
+
 namespace {
 
 // One re-judgement: the problem (and inputs) of the exact result the kernel may have computed instead.
@@ -119,9 +127,7 @@ void head_descale_probes(const Problem& p, const Tensors& t, std::vector<Probe>&
       "the per-head descales (buffers.q/k/v_descale_h): per-head descale ignored (per-tensor used), the "
       "output "
       "matches the per-tensor q/k/v_descale",
-      p, std::nullopt};
-  off.p.variants &= ~AF_VARIANT_HEAD_DESCALE;
-  off.p.descale_stride[0] = off.p.descale_stride[1] = 0;
+      variant_off(p, AF_VARIANT_HEAD_DESCALE), std::nullopt};
   out.push_back(std::move(off));
   Probe first{
       "the per-head descales past head 0 (buffers.q/k/v_descale_h): per-head descale ignored (per-tensor "
@@ -178,12 +184,8 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
       {AF_VARIANT_ALIBI, "the ALiBi slopes (buffers.alibi_slopes): the output has no ALiBi term"},
       {AF_VARIANT_BIAS, "the bias (buffers.bias): the output has no additive bias"},
   };
-  for (const auto& [bit, what] : kOff) {
-    if (!(p.variants & bit)) continue;
-    Probe pr{what, p, std::nullopt};
-    pr.p.variants &= ~bit;
-    out.push_back(std::move(pr));
-  }
+  for (const auto& [bit, what] : kOff)
+    if (p.variants & bit) out.push_back(Probe{what, variant_off(p, bit), std::nullopt});
   if ((p.variants & AF_VARIANT_ALIBI) && !power_of_two(p.heads_q)) {
     // A kernel that computes its own slopes 2^(-8 (h + 1) / Hq): right for a power-of-two head count only.
     Probe pr{fmt("the given ALiBi slopes (buffers.alibi_slopes): the output matches the slopes 2^(-8 (h + 1) / Hq) "
@@ -223,33 +225,7 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
 // beyond the case's bound, or leaves the fp32 contract that the case keeps) means the kernel does not read
 // the parameter.
 
-// Whether exact value b (without the parameter) is visibly not the case's a (bound ba): finite against NaN /
-// Inf, or beyond ba plus 1e-4 of the larger magnitude (launch_diff's gradient tolerance).
-bool apart(double a, double ba, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) != std::isnan(b);
-  if (std::isinf(a) || std::isinf(b)) return a != b;
-  return std::fabs(a - b) > ba + 1e-4 * std::max(std::fabs(a), std::fabs(b));
-}
-
-// Where the exact result y without the parameter is visibly not the case's x ("O[b=0,s=3,h=0,d=1]: 0.25 vs
-// 0.5", or the contract y leaves while x keeps it), or "".
-std::string outputs_apart(const Problem& p, const OracleResult& x, const OracleResult& y) {
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < p.heads_q; ++h)
-      for (int64_t s = 0; s < p.seq_q; ++s) {
-        const RowInfo &rx = x.row(b, h, s), &ry = y.row(b, h, s);
-        if (!rx.computed || !ry.computed || !rx.inside_contract()) continue;
-        if (!ry.inside_contract())
-          return fmt("row s=%lld (b=%lld, h=%lld) leaves the fp32 contract without it", (long long)s,
-                     (long long)b, (long long)h);
-        for (int64_t d = 0; d < p.head_dim_v; ++d) {
-          const size_t e = x.o_at(b, s, h, d);
-          if (apart(x.o[e], x.o_bound[e], y.o[e]))
-            return o_name(b, s, h, d) + ": " + num(x.o[e]) + " vs " + num(y.o[e]);
-        }
-      }
-  return {};
-}
+// Where exact gradients y (a switched-off problem) are apart from the case's x, or "".
 std::string gradients_apart(const Problem& p, const GradResult& x, const GradResult& y) {
   if (!x.inside_contract) return {};
   if (!y.inside_contract) return "the backward without it leaves the fp32 contract (" + y.why + ")";

@@ -314,6 +314,23 @@ TEST(Adapter, KvSharedSendsKAloneAndTheCallableDeclaresItsVariants) {
   EXPECT_TRUE(has(r.out, "all passed")) << r.out;
 }
 
+// attn-check --amplify over the protocol: numpy_ref --bug softcap-ignored passes a case whose cap (1000) is
+// far above its scores; with --amplify its sibling with the cap at a quarter of the largest score names the
+// softcap, and the replay line carries the flag. The correct reference passes both ways.
+TEST(Adapter, AmplifyNamesAnIgnoredSoftcapOnACaseThatPasses) {
+  NEED_NUMPY();
+  const std::string c = "--variant softcap --softcap 1000 --sq 9 --sk 17 --d 16 --heads 2 --no-reports";
+  Result r = check(numpy_adapter("--bug softcap-ignored"), c, fresh("softcap-ignored-quiet"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = check(numpy_adapter("--bug softcap-ignored"), c + " --amplify", fresh("softcap-ignored-amplified"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "ignored-parameter")) << r.out;
+  EXPECT_TRUE(has(r.out, "amplify: the case passes with the effect of the softcap")) << r.out;
+  EXPECT_TRUE(has(r.out, "--amplify")) << r.out;  // the replay line
+  r = check(numpy_adapter(), c + " --amplify", fresh("softcap-amplified-correct"));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 // Dropout (issue 29) over the protocol: the kernel draws its own mask from (p, seed, offset) and sends it back; the
 // tool checks O and the gradients given that mask, its keep fraction, and that forward and backward drew the same one.
 // The planted copy whose backward wraps the counter offset at 32 bits passes below 2^32 and fails above it.

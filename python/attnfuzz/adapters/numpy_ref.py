@@ -18,7 +18,7 @@ from attnfuzz.adapter import VARIANTS, Kernel, serve
 
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
-        "stale-plan", "kv-latent-rows")
+        "stale-plan", "kv-latent-rows", "softcap-ignored")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -84,7 +84,8 @@ def main(argv=None):
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call,
-                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap", "kv-latent-rows")
+                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap", "kv-latent-rows",
+                                               "softcap-ignored")
                   else ())], name="numpy_ref")
 
 

@@ -109,7 +109,8 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     if (co.compute_sanitizer && dev.backend() == Backend::kNvidia) run("compute-sanitizer", detect::compute_sanitizer);
     if (!decided && dropout && !unreliable) run("dropout", detect::dropout);
     if (!decided && score_vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
-    if (!decided && co.empty_row && !pc.problem().variants) run("empty-row", detect::empty_row);
+    if (!decided && co.empty_row && !(pc.problem().variants & ~kMaskVariants))
+      run("empty-row", detect::empty_row);
     if (!decided && co.mask && !unreliable) run("mask", detect::mask);
   } else {
   // Detectors in run order, one line each; the first that fires decides unless a later one ranks higher.
@@ -136,21 +137,27 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     run("compute-sanitizer", detect::compute_sanitizer);
   // Score variants (issue 28): the ignored-parameter experiment; the experiments that rebuild the problem or
   // move keys (empty-row, tail, reorder, mask-model) do not keep a bias / ALiBi / sink case's exact result
-  // and are left out (kv-shared too: a tail padding of Dv would pad V with K's rope columns, not zeros).
+  // and are left out (kv-shared too: a tail padding of Dv would pad V with K's rope columns, not zeros). The
+  // custom masks alone keep them: empty-row, tail and reorder read visibility through the one rule
+  // (Context::seen_keys; tail pads the masks in one dense form); mask-model's fit is of the mask_kind
+  // interval and stays out.
   const bool vars = pc.problem().variants != 0;
+  const bool masks_only = !(pc.problem().variants & ~kMaskVariants);  // no variant, or custom masks alone
   if (vars)
     r.evidence.push_back(
-        {"scope", "variant(s) " + variant_names(pc.problem().variants) +
-                      ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
-                      "or move keys and are not run"});
+        {"scope",
+         "variant(s) " + variant_names(pc.problem().variants) +
+             (masks_only ? ": the mask-model experiment fits the mask_kind interval and is not run"
+                         : ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
+                           "or move keys and are not run")});
   if (!decided && dropout && !unreliable) run("dropout", detect::dropout);
   if (!decided && score_vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);
   if (!decided && co.mask && !unreliable) run("mask", detect::mask);
-  if (!vars && !decided && co.empty_row) run("empty-row", detect::empty_row);
+  if (masks_only && !decided && co.empty_row) run("empty-row", detect::empty_row);
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
-  if (!seqs && !vars && !decided && co.tail && !unreliable) run("tail", detect::tail);
+  if (!seqs && masks_only && !decided && co.tail && !unreliable) run("tail", detect::tail);
   if (!decided && co.lse) run("lse", detect::lse);
-  if (!vars && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
+  if (masks_only && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!vars && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   }
   if (r.failure == FailureClass::kNonFinite && !is_merge(pc.problem())) {  // evidence in every attention case

@@ -28,4 +28,14 @@ std::vector<RepeatSibling> repeat_siblings(const Case& c);
 // differs in. Cases without a sibling are check_case.
 Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts);
 
+// The amplified-parameter relaunch (attn-check --amplify; check/detectors/amplify.cpp): after a passing
+// forward check (j) of a dense case whose variant (sink, softcap, ALiBi, bias, a custom mask, per-head
+// descales; one the kernel declares) changes the exact result by less than the bound, a sibling case with
+// that parameter amplified (the sink at the row LSE, the cap at a quarter of the largest score, slopes / bias
+// scaled to 8, every other shown key hidden, per-head descales off the per-tensor ones) until the exact
+// results with and without it are far apart (no output within both bounds). A sibling output within the bound
+// of the result without it, beyond the one with it, turns j into a failure: class ignored-parameter, decided
+// by amplify, naming the parameter. A correct kernel cannot match both, so it is never failed.
+void amplify_passing(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts, Judged& j);
+
 }  // namespace attnfuzz

@@ -929,6 +929,8 @@ void Runner::progress(bool final) {
 const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
   last_ = o_.repeat_calls ? check_after_sibling(*s_.device, k, pc, s_.run)
                           : check_case(*s_.device, k, pc, s_.run);
+  if (o_.amplify)
+    amplify_passing(*s_.device, k, pc, s_.run, last_);  // a pass whose variant effect is below the bound
   if (o_.audit && last_.result.verdict == Verdict::kPass && passes_[k.kernel.name]++ % o_.audit_every == 0) {
     ++audited_;  // a pass is audited for races / OOB that did not show in the output (--audit)
     audit_found_ += audit_passing_case(*s_.device, k, pc, s_.run, last_, s_.classify).found;
@@ -947,6 +949,7 @@ std::string Runner::replay_command_for(const CheckResult& r, const std::string& 
   if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))
     cmd += " --audit --audit-every 1";  // the output passes: only the audit shows the hazard
   if (o_.repeat_calls) cmd += " --repeat-calls";  // a stale cache shows only after the sibling call
+  if (r.decided_by == "amplify") cmd += " --amplify";  // the case passes: only its amplified sibling fails
   if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
     cmd += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);
   return cmd;

@@ -71,6 +71,9 @@ struct CommonOptions {
   bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
   // attn-check --repeat-calls (check/repeat.h): every case right after the same shape with another scale
   bool repeat_calls = false;
+  // attn-check --amplify (check/repeat.h amplify_passing): a passing variant case's sibling with the
+  // parameter amplified
+  bool amplify = false;
   // audit of passing cases (attn-check --audit; check/classify.h audit_passing_case)
   bool audit = false;
   int64_t audit_every = 8;               // every N-th passing check of each kernel (the first included)

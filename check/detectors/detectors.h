@@ -53,6 +53,13 @@ struct Context {
   // The exact result of the case's layout problem `lp` (pc.problem() with, e.g., another mask) on layout
   // inputs t, in the dense view: sequence_oracle for a layout, oracle() when dense. Counted.
   OracleResult layout_oracle(const Problem& lp, const Tensors& t);
+  // The one visibility rule (core's key_visible: mask_kind and the custom / block masks, docs/semantics.md
+  // "Custom masks") for row s of query head h of batch b, in the dense view (row_problem(b) for a layout):
+  // every key the row sees, ascending. Without a custom mask these are visible_keys(row_problem(b), s).
+  std::vector<int64_t> seen_keys(int64_t b, int64_t h, int64_t s) const;
+  // "keys [3, 9) visible" or, with custom masks, "5 keys visible in [3, 9) (custom / block mask)"; "no
+  // visible key".
+  std::string seen_text(int64_t b, int64_t h, int64_t s) const;
   // Offsets of q row s of sequence b, and of key j of sequence b, in the layout tensors (q_offset, k_offset,
   // v_offset; q_index, k_index, v_index when dense).
   int64_t q_at(int64_t b, int64_t s, int64_t h, int64_t d) const;
@@ -71,6 +78,17 @@ struct Finding {
 };
 
 // ---- helpers (helpers.cpp) ----
+// Whether exact value b (another problem's, bound bb) is visibly not a (the case's, bound ba): finite against
+// NaN / Inf, or |a - b| beyond ba plus 1e-4 of the larger magnitude (launch_diff's gradient tolerance) plus
+// margin (ba + bb).
+bool apart(double a, double ba, double b, double bb = 0, double margin = 0);
+// Where exact result y (another problem) is apart from x in that sense ("O[b=0,s=3,h=0,d=1]: 0.25 vs 0.5", or
+// the row y takes out of the fp32 contract that x keeps), or "". margin 4: no output is within both results'
+// bounds there.
+std::string outputs_apart(const Problem& p, const OracleResult& x, const OracleResult& y, double margin = 0);
+// p with the variants `bits` switched off, as the ignored-parameter probes use it (per-head descales: their
+// strides 0, the per-tensor descales used).
+Problem variant_off(const Problem& p, uint32_t bits);
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 std::string num(double v);  // %.6g, with nan / inf spelled out
 std::string o_name(int64_t b, int64_t s, int64_t h, int64_t d);
@@ -148,10 +166,22 @@ struct TailPadding {
   std::string refused;  // non-empty: no usable padding to this size (why); p is then unset
 };
 // Every padding target of p (next multiple of 8/16/32/64/128, next power of two, per axis), each with the
-// first exact padding that kernel k supports (k may be null: no support check).
-std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k);
-// The padded inputs: the original values at their new places, zeros elsewhere.
+// first exact padding that kernel k supports (k may be null: no support check). With a custom mask p must be
+// in the dense mask form and t its inputs (visibility then checked key by key; t null: the mask_kind interval
+// alone).
+std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k, const Tensors* t = nullptr);
+// The padded inputs: the original values at their new places, zeros elsewhere (a dense custom mask: 0,
+// hidden).
 Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& x);
+// A case's custom / block masks as one dense mask (mask-dense, contiguous strides, 1 where custom_visible) so
+// that paddings can move its bytes; changed: the form differs from the case's own. Without custom masks: p
+// and t as is.
+struct DenseMaskForm {
+  Problem p;
+  Tensors t;
+  bool changed = false;
+};
+DenseMaskForm dense_mask_form(const Problem& p, const Tensors& t);
 // How an output that passes under another mask v matches it on the elements that fail under the asked mask:
 // with values (real) or only as NaN = NaN (nan_pairs, never counted as a match).
 struct VariantMatch {

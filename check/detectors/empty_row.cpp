@@ -11,12 +11,33 @@ namespace attnfuzz::detect {
 
 namespace {
 
-// Why row s has no key of positive weight.
-std::string why_empty(const Problem& p, int64_t s) {
-  if (p.seq_k == 0) return "Sk = 0";
-  const KeyRange kr = visible_keys(p, s);
-  if (kr.empty()) return "no visible key under mask " + mask_to_string(p);
-  return fmt("keys [%lld, %lld) visible, every visible score -inf", (long long)kr.first, (long long)kr.last);
+// Why row (b, h, s) has no key of positive weight (the one visibility rule: mask_kind and the custom masks).
+std::string why_empty(const Context& c, int64_t b, int64_t h, int64_t s) {
+  const Problem rp = c.row_problem(b);
+  if (rp.seq_k == 0) return "Sk = 0";
+  if (visible_keys(rp, s).empty()) return "no visible key under mask " + mask_to_string(rp);
+  return c.seen_text(b, h, s) + (c.seen_keys(b, h, s).empty() ? "" : ", every visible score -inf");
+}
+
+// The (b, h, s) rows of a dense problem that see no key, in (b, h, s) order.
+std::vector<RowKey> rows_without_keys(const Context& c) {
+  const Problem& p = c.problem();
+  std::vector<RowKey> out;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s)
+        if (c.seen_keys(b, h, s).empty()) out.push_back({b, h, s});
+  return out;
+}
+bool row_before(const RowKey& x, const RowKey& y) {
+  return x.b != y.b ? x.b < y.b : x.h != y.h ? x.h < y.h : x.s < y.s;
+}
+std::vector<int64_t> row_indices(const std::vector<RowKey>& rows) {
+  std::vector<int64_t> s;
+  for (const RowKey& r : rows) s.push_back(r.s);
+  std::sort(s.begin(), s.end());
+  s.erase(std::unique(s.begin(), s.end()), s.end());
+  return s;
 }
 
 // Whether every O element of every computed row is NaN, and some of those rows have keys.
@@ -84,11 +105,10 @@ namespace {
 Finding empty_row_gradients(Context& c) {
   Finding f;
   const Problem& p = c.problem();
-  std::vector<int64_t> empty;
-  for (int64_t s = 0; s < p.seq_q; ++s)
-    if (visible_keys(p, s).empty()) empty.push_back(s);
+  const std::vector<RowKey> empty = rows_without_keys(c);  // sorted
   if (empty.empty()) return f;
-  if (static_cast<int64_t>(empty.size()) < p.seq_q && every_gradient_nan(p, c.original())) {
+  if (static_cast<int64_t>(empty.size()) < p.batch * p.heads_q * p.seq_q &&
+      every_gradient_nan(p, c.original())) {
     f.evidence.push_back({"empty-row",
                           "not applicable: every dQ, dK and dV element is NaN, for the rows with "
                           "keys too: nothing specific to the empty rows"});
@@ -100,6 +120,7 @@ Finding empty_row_gradients(Context& c) {
   judge_gradients(c.pc, c.original(), o, g);
   int64_t n = 0, nonfinite = 0, kv = 0;
   std::vector<int64_t> rows;
+  std::optional<RowKey> first;  // the first empty row with a wrong dQ
   std::string example;
   for (const ElementReport& e : g.worst) {
     if (e.ratio <= 1 || e.tensor.empty()) continue;
@@ -107,16 +128,18 @@ Finding empty_row_gradients(Context& c) {
       ++kv;
       continue;
     }
-    if (!std::binary_search(empty.begin(), empty.end(), e.s)) continue;
-    if (n++ == 0)
+    if (!std::binary_search(empty.begin(), empty.end(), RowKey{e.b, e.h, e.s}, row_before)) continue;
+    if (n++ == 0) {
+      first = RowKey{e.b, e.h, e.s};
       example = fmt("dQ[b=%lld,s=%lld,h=%lld,d=%lld] = %s", (long long)e.b, (long long)e.s, (long long)e.h,
                     (long long)e.d, num(e.got).c_str());
+    }
     nonfinite += !std::isfinite(e.got);
     rows.push_back(e.s);
   }
   if (!n && !kv) {
-    f.evidence.push_back(
-        {"empty-row", "query rows s = " + ranges(empty) + " see no key, and their dQ is 0 as it must be"});
+    f.evidence.push_back({"empty-row", "query rows s = " + ranges(row_indices(empty)) +
+                                           " see no key, and their dQ is 0 as it must be"});
     return f;
   }
   // The experiment (dense problems: the sequence layouts' lse rows are the dense view's).
@@ -127,9 +150,7 @@ Finding empty_row_gradients(Context& c) {
     std::vector<float> lse = c.pass() == Pass::kBwd ? c.pc.given_lse(c.opts.oracle) : out.lse;
     const std::vector<float> o_in = c.pass() == Pass::kBwd ? c.pc.given_o(c.opts.oracle) : out.o;
     if (!lse.empty()) {
-      for (int64_t b = 0; b < p.batch; ++b)
-        for (int64_t h = 0; h < p.heads_q; ++h)
-          for (int64_t s : empty) lse[static_cast<size_t>(lse_index(p, b, h, s))] = 0.0f;
+      for (const RowKey& r : empty) lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))] = 0.0f;
       ++c.stats.launches;
       LaunchOutcome x = launch_guarded_bwd(c.dev, c.k, c.pc.problem(), c.pc.tensors(), o_in, lse, c.opts);
       if (x.launch.status == LaunchStatus::kOk) {
@@ -150,11 +171,11 @@ Finding empty_row_gradients(Context& c) {
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   const std::string seen =
-      n ? "query rows s = " + ranges(rows) + " see no key (" + why_empty(p, rows.front()) +
+      n ? "query rows s = " + ranges(rows) + " see no key (" + why_empty(c, first->b, first->h, first->s) +
               ", LSE = -inf): their dQ must be 0, but " +
               fmt("%lld element(s) are not (%lld NaN/Inf); first ", (long long)n, (long long)nonfinite) +
               example
-        : "query rows s = " + ranges(empty) + " see no key and their dQ is 0, " +
+        : "query rows s = " + ranges(row_indices(empty)) + " see no key and their dQ is 0, " +
               fmt("%lld dK / dV element(s) fail", (long long)kv);
   if (!n && !cleared) {  // dK / dV only, and the experiment does not tie them to the empty rows
     f.evidence.push_back({"empty-row", seen + shown + ": not shown to come from the rows that see no key"});
@@ -204,7 +225,7 @@ Finding empty_row(Context& c) {
         if (!(row_ratio(p, ex, out, b, h, s) > 1)) continue;
         ++wrong;
         if (std::find(rows.begin(), rows.end(), s) == rows.end()) rows.push_back(s);
-        const std::string why = why_empty(c.row_problem(b), s);
+        const std::string why = why_empty(c, b, h, s);
         if (std::find(reasons.begin(), reasons.end(), why) == reasons.end() && reasons.size() < 3)
           reasons.push_back(why);
         bool nan = false, inf = false, zero = true;
@@ -224,8 +245,9 @@ Finding empty_row(Context& c) {
           k = &k_lse;
         else if (p.seq_k > 0) {
           if (!unmasked) {
-            Problem none = c.pc.problem();
+            Problem none = c.pc.problem();  // every key of the row: no mask_kind, no custom / block mask
             none.mask_kind = AF_MASK_NONE;
+            none.variants &= ~kMaskVariants;
             try {
               unmasked = c.layout_oracle(none, c.tensors());
             } catch (const std::exception&) {

@@ -59,6 +59,30 @@ OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t) {
   return sequence_oracle(lp, t, opts.oracle);
 }
 
+std::vector<int64_t> Context::seen_keys(int64_t b, int64_t h, int64_t s) const {
+  const Problem rp = row_problem(b);
+  const KeyRange kr = visible_keys(rp, s);
+  std::vector<int64_t> keys;
+  const VariantInputs in = pc.variant_inputs();  // custom masks: dense batches only (b indexes them)
+  for (int64_t j = kr.first; j < kr.last; ++j)
+    if (key_visible(rp, in, b, h, s, j)) keys.push_back(j);
+  return keys;
+}
+
+std::string Context::seen_text(int64_t b, int64_t h, int64_t s) const {
+  const std::vector<int64_t> keys = seen_keys(b, h, s);
+  const KeyRange kr = visible_keys(row_problem(b), s);
+  const int64_t n = static_cast<int64_t>(keys.size());
+  if (keys.empty())
+    return kr.empty() ? "no visible key"
+                      : fmt("no visible key (the custom / block mask hides all of [%lld, %lld))",
+                            (long long)kr.first, (long long)kr.last);
+  if (n == kr.last - kr.first)
+    return fmt("keys [%lld, %lld) visible", (long long)kr.first, (long long)kr.last);
+  return fmt("%lld keys visible in [%lld, %lld) (the custom / block mask hides the other %lld)", (long long)n,
+             (long long)kr.first, (long long)kr.last, (long long)(kr.last - kr.first - n));
+}
+
 int64_t Context::q_at(int64_t b, int64_t s, int64_t h, int64_t d) const {
   return seqs() ? q_offset(pc.problem(), pc.tensors(), b, s, h, d) : q_index(problem(), b, s, h, d);
 }
@@ -67,6 +91,30 @@ int64_t Context::k_at(int64_t b, int64_t j, int64_t hk, int64_t d) const {
 }
 int64_t Context::v_at(int64_t b, int64_t j, int64_t hk, int64_t d) const {
   return seqs() ? v_offset(pc.problem(), pc.tensors(), b, j, hk, d) : v_index(problem(), b, j, hk, d);
+}
+
+bool apart(double a, double ba, double b, double bb, double margin) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) != std::isnan(b);
+  if (std::isinf(a) || std::isinf(b)) return a != b;
+  return std::fabs(a - b) > ba + 1e-4 * std::max(std::fabs(a), std::fabs(b)) + margin * (ba + bb);
+}
+
+std::string outputs_apart(const Problem& p, const OracleResult& x, const OracleResult& y, double margin) {
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t s = 0; s < p.seq_q; ++s) {
+        const RowInfo &rx = x.row(b, h, s), &ry = y.row(b, h, s);
+        if (!rx.computed || !ry.computed || !rx.inside_contract()) continue;
+        if (!ry.inside_contract())
+          return fmt("row s=%lld (b=%lld, h=%lld) leaves the fp32 contract without it", (long long)s,
+                     (long long)b, (long long)h);
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const size_t e = x.o_at(b, s, h, d);
+          if (apart(x.o[e], x.o_bound[e], y.o[e], y.o_bound[e], margin))
+            return o_name(b, s, h, d) + ": " + num(x.o[e]) + " vs " + num(y.o[e]);
+        }
+      }
+  return {};
 }
 
 std::string fmt(const char* f, ...) {

@@ -6,6 +6,7 @@
 // every head, k's read at the query head; kv-shared: V read from K's buffer as its own contiguous tensor. A
 // match within the bound names the parameter.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -14,6 +15,14 @@
 #include "check/detectors/detectors.h"
 
 namespace attnfuzz::detect {
+
+Problem variant_off(const Problem& p, uint32_t bits) {
+  Problem off = p;
+  off.variants &= ~bits;
+  if (bits & AF_VARIANT_HEAD_DESCALE)
+    off.descale_stride[0] = off.descale_stride[1] = 0;  // the per-tensor ones
+  return off;
+}
 
 namespace {
 
@@ -118,9 +127,7 @@ void head_descale_probes(const Problem& p, const Tensors& t, std::vector<Probe>&
       "the per-head descales (buffers.q/k/v_descale_h): per-head descale ignored (per-tensor used), the "
       "output "
       "matches the per-tensor q/k/v_descale",
-      p, std::nullopt};
-  off.p.variants &= ~AF_VARIANT_HEAD_DESCALE;
-  off.p.descale_stride[0] = off.p.descale_stride[1] = 0;
+      variant_off(p, AF_VARIANT_HEAD_DESCALE), std::nullopt};
   out.push_back(std::move(off));
   Probe first{
       "the per-head descales past head 0 (buffers.q/k/v_descale_h): per-head descale ignored (per-tensor "
@@ -177,12 +184,8 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
       {AF_VARIANT_ALIBI, "the ALiBi slopes (buffers.alibi_slopes): the output has no ALiBi term"},
       {AF_VARIANT_BIAS, "the bias (buffers.bias): the output has no additive bias"},
   };
-  for (const auto& [bit, what] : kOff) {
-    if (!(p.variants & bit)) continue;
-    Probe pr{what, p, std::nullopt};
-    pr.p.variants &= ~bit;
-    out.push_back(std::move(pr));
-  }
+  for (const auto& [bit, what] : kOff)
+    if (p.variants & bit) out.push_back(Probe{what, variant_off(p, bit), std::nullopt});
   if ((p.variants & AF_VARIANT_ALIBI) && !power_of_two(p.heads_q)) {
     // A kernel that computes its own slopes 2^(-8 (h + 1) / Hq): right for a power-of-two head count only.
     Probe pr{fmt("the given ALiBi slopes (buffers.alibi_slopes): the output matches the slopes 2^(-8 (h + 1) / Hq) "
@@ -211,6 +214,98 @@ std::vector<Probe> probes(const Problem& p, const Tensors& t) {
   if (p.variants & AF_VARIANT_HEAD_DESCALE) head_descale_probes(p, t, out);
   if (kv_shared(p)) kv_shared_probe(p, t, out);
   return out;
+}
+
+// ---- the relaunch: a switched-off probe run by the kernel itself ----
+// The oracle probes compare the output with another exact result under that result's bound, which a backward
+// given the case's LSE can make too wide to separate (P = exp(s' - LSE) far above 1 once a mask is off), and
+// which a problem outside the fp32 contract (a huge value the parameter hid) leaves without a result. The
+// relaunch asks the kernel instead: the same inputs on the problem without the parameter. An output identical
+// to the checked one (launch_diff) while the parameter's effect is visible (the exact result without it is
+// beyond the case's bound, or leaves the fp32 contract that the case keeps) means the kernel does not read
+// the parameter.
+
+// Where exact gradients y (a switched-off problem) are apart from the case's x, or "".
+std::string gradients_apart(const Problem& p, const GradResult& x, const GradResult& y) {
+  if (!x.inside_contract) return {};
+  if (!y.inside_contract) return "the backward without it leaves the fp32 contract (" + y.why + ")";
+  auto scan = [](const char* name, const std::vector<double>& a, const std::vector<double>& ba,
+                 const std::vector<double>& b, const std::vector<uint8_t>& ca, const std::vector<uint8_t>& cb,
+                 int64_t dim) -> std::string {
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      const size_t row = i / static_cast<size_t>(dim);
+      if (ca[row] && cb[row] && apart(a[i], ba[i], b[i]))
+        return fmt("%s element %zu: ", name, i) + num(a[i]) + " vs " + num(b[i]);
+    }
+    return {};
+  };
+  for (std::string w : {scan("dQ", x.dq, x.dq_bound, y.dq, x.q_computed, y.q_computed, p.head_dim),
+                        scan("dK", x.dk, x.dk_bound, y.dk, x.k_computed, y.k_computed, p.head_dim),
+                        scan("dV", x.dv, x.dv_bound, y.dv, x.k_computed, y.k_computed, p.head_dim_v)})
+    if (!w.empty()) return w;
+  return {};
+}
+
+// Whether probe pr switches a parameter off and nothing else: the kernel can run it on the case's own inputs.
+bool relaunchable(const Context& c, const Probe& pr) {
+  return !pr.t && pr.p.variants != c.pc.problem().variants && unsupported_reason(c.k.kernel, pr.p).empty();
+}
+
+// The kernel on problem p with the case's inputs t (v possibly changed): the forward, or for a gradient
+// failure the backward given the checked launch's O / LSE (the case's given ones for a backward pass), whose
+// O / LSE are kept.
+LaunchOutcome relaunch(Context& c, const Problem& p, const Tensors& t) {
+  ++c.stats.launches;
+  if (!c.gradient_failure()) return launch_guarded(c.dev, c.k, p, t, c.opts);
+  const LaunchOutcome& out = c.original();
+  const std::vector<float>& o = c.pass() == Pass::kBwd ? c.pc.given_o(c.opts.oracle) : out.o;
+  const std::vector<float>& lse = c.pass() == Pass::kBwd ? c.pc.given_lse(c.opts.oracle) : out.lse;
+  LaunchOutcome x = launch_guarded_bwd(c.dev, c.k, p, t, o, lse, c.opts);
+  x.o = out.o, x.lse = out.lse;
+  return x;
+}
+
+// A switched-off probe whose exact result is apart from the case's: `where` is the first element apart.
+struct Apart {
+  const Probe* pr;
+  std::string where;
+};
+
+// Relaunches each probe; fires for the one that switches the most variants off among those whose output is
+// the checked one, after a control (v doubled, the case's problem) shows the output depends on the inputs at
+// all.
+Finding relaunch_probes(Context& c, const std::vector<Apart>& cands) {
+  Finding f;
+  const Apart* best = nullptr;
+  for (const Apart& a : cands) {
+    const LaunchOutcome x = relaunch(c, a.pr->p, c.tensors());
+    if (x.launch.status != LaunchStatus::kOk || launch_diff(c, c.original(), x).count != 0) continue;
+    const auto off = [&](const Apart& y) {
+      return std::popcount(c.pc.problem().variants ^ y.pr->p.variants);
+    };
+    if (!best || off(a) > off(*best)) best = &a;
+  }
+  if (!best) return f;
+  Tensors doubled = c.tensors();
+  for (float& v : doubled.v) v *= 2;
+  const LaunchOutcome ctl = relaunch(c, c.pc.problem(), doubled);
+  if (ctl.launch.status != LaunchStatus::kOk || launch_diff(c, c.original(), ctl).count == 0) {
+    f.evidence.push_back({"ignored-parameter", "relaunch: the output stays the same without " +
+                                                   best->pr->what.substr(0, best->pr->what.find(':')) +
+                                                   ", but also with V doubled (control): no conclusion"});
+    return f;
+  }
+  f.fired = true;
+  f.cls = FailureClass::kIgnoredParameter;
+  f.kind = "relaunch";
+  f.evidence.push_back(
+      {"ignored-parameter",
+       "the kernel ignores " + best->pr->what + " (relaunch): run on the same inputs without it (variants " +
+           variant_names(best->pr->p.variants) + "), its " +
+           (c.gradient_failure() ? "dQ, dK, dV are" : "output is") +
+           " the checked launch's, while its effect on the exact result is beyond the case's bound (" +
+           best->where + "); with V doubled the output changes (control)"});
+  return f;
 }
 
 // Exact gradients laid out as the kernel writes dQ, dK, dV (q_index, k_index, v_index; 0 where not computed),
@@ -282,6 +377,7 @@ Finding gradient_probes(Context& c) {
     double kernel_ratio, exact_ratio;
   };
   std::vector<Loose> loose;  // matches the probe's bound cannot separate from the case's exact gradients
+  std::vector<Apart> relaunch;  // switched-off probes whose exact gradients are apart from the case's
   const std::vector<Probe> all = probes(p, t);
   for (const Probe& pr : all) {
     const Tensors& pt = pr.t ? *pr.t : t;
@@ -290,6 +386,8 @@ Finding gradient_probes(Context& c) {
     const GradResult g =
         compute_grad_oracle(pr.p, pt.q.data(), pt.k.data(), pt.v.data(), pt.dout.data(), o.data(), lse.data(),
                             pt.variant_inputs(), go);
+    if (relaunchable(c, pr))
+      if (std::string w = gradients_apart(p, own, g); !w.empty()) relaunch.push_back({&pr, w});
     // dQ, dK, dV and the variants' own gradients the kernel wrote (d sink; d bias where the probe keeps its
     // layout): all must match the probe's.
     const bool dbias = !out.dbias.empty() && std::equal(p.bias_stride, p.bias_stride + 4, pr.p.bias_stride);
@@ -331,6 +429,13 @@ Finding gradient_probes(Context& c) {
     f.evidence.push_back({"ignored-parameter", "not " + pr.what.substr(0, pr.what.find(':')) +
                                                    fmt(": the gradients stay beyond the bound (max ratio %.3g)", r.max_ratio)});
   }
+  if (Finding r = relaunch_probes(c, relaunch); r.fired || !r.evidence.empty()) {
+    f.evidence.insert(f.evidence.end(), r.evidence.begin(), r.evidence.end());
+    if (r.fired) {
+      f.fired = true, f.cls = r.cls, f.kind = r.kind;
+      return f;
+    }
+  }
   // No probe separated. One probe alone matching, whose exact gradients are beyond the case's bound (its
   // effect is visible), still names the parameter; several are ambiguous unless they are one result (e.g. a
   // block mask whose blocks are all partial: the custom mask off inside them is both masks off), judged by
@@ -363,8 +468,12 @@ Finding ignored_parameter(Context& c) {
   if (rows.empty()) return f;
   const LaunchOutcome& out = c.original();
   const OracleResult& exact = c.pc.oracle(c.opts.oracle);
-  for (const Probe& pr : probes(p, c.tensors())) {
+  const std::vector<Probe> all = probes(p, c.tensors());
+  std::vector<Apart> relaunch;  // switched-off probes whose exact result is apart from the case's
+  for (const Probe& pr : all) {
     const OracleResult ex = c.oracle(pr.p, pr.t ? *pr.t : c.tensors());
+    if (relaunchable(c, pr))
+      if (std::string w = outputs_apart(p, exact, ex); !w.empty()) relaunch.push_back({&pr, w});
     int64_t match = 0, visible = 0;
     double worst = 0;
     std::vector<int64_t> where;
@@ -407,7 +516,9 @@ Finding ignored_parameter(Context& c) {
                                                    pr.what.substr(0, pr.what.find(':')).c_str(), (long long)match,
                                                    (long long)rows.size(), worst, (long long)visible)});
   }
-  return f;
+  Finding r = relaunch_probes(c, relaunch);
+  r.evidence.insert(r.evidence.begin(), f.evidence.begin(), f.evidence.end());
+  return r;
 }
 
 }  // namespace attnfuzz::detect

@@ -118,7 +118,9 @@ Finding nonfinite(Context& c) {
     int64_t q_bad = 0, vis_bad = 0, masked_bad = 0;
     for (int64_t d = 0; d < p.head_dim; ++d)
       q_bad += !std::isfinite(t.q[static_cast<size_t>(q_index(p, r.b, r.s, r.h, d))]);
-    const KeyRange kr = visible_keys(p, r.s);
+    const std::vector<int64_t> seen = c.seen_keys(r.b, r.h, r.s);  // mask_kind and the custom / block masks
+    std::vector<uint8_t> vis_at(static_cast<size_t>(p.seq_k), 0);
+    for (int64_t j : seen) vis_at[static_cast<size_t>(j)] = 1;
     double max_abs = 0, max_dot = 0, max_jump = 0, run_max = -INFINITY;
     for (int64_t j = 0; j < p.seq_k; ++j) {
       bool bad = false;
@@ -130,7 +132,7 @@ Finding nonfinite(Context& c) {
       }
       for (int64_t d = 0; d < p.head_dim_v; ++d)
         bad |= !std::isfinite(t.v[static_cast<size_t>(v_index(p, r.b, j, hk, d))]);
-      const bool vis = !kr.empty() && j >= kr.first && j < kr.last;
+      const bool vis = vis_at[static_cast<size_t>(j)] != 0;
       if (bad) (vis ? vis_bad : masked_bad)++;
       if (vis && std::isfinite(dot)) {
         const double sj = score_factor(p) * dot;
@@ -150,9 +152,7 @@ Finding nonfinite(Context& c) {
              num(out.lse[static_cast<size_t>(lse_index(p, r.b, r.h, r.s))]) +
              (o_fails ? " (O of this row finite, but beyond its bound)" : " (O of this row within bound)");
     }
-    const std::string keys = kr.empty()
-                                 ? std::string("no visible key")
-                                 : fmt("keys [%lld, %lld) visible", (long long)kr.first, (long long)kr.last);
+    const std::string keys = c.seen_text(r.b, r.h, r.s);
     detail +=
         "; " + elem + "; row " + kind_text(ex.row(r.b, r.h, r.s).kind) + ", " + keys +
         fmt("; inputs: q %s, visible k/v rows with NaN/Inf %lld, masked k/v rows with NaN/Inf %lld; max "
@@ -162,9 +162,9 @@ Finding nonfinite(Context& c) {
     if (max_abs > 88.7) detail += " (extreme: exp(score) overflows fp32 past 88.7 without max subtraction)";
     // The row sum and the un-normalised accumulator, exact in double from the row's visible finite scores.
     double rowsum = 0, max_acc = 0;
-    if (!kr.empty() && std::isfinite(run_max)) {
+    if (!seen.empty() && std::isfinite(run_max)) {
       std::vector<double> acc(static_cast<size_t>(p.head_dim_v), 0.0);
-      for (int64_t j = kr.first; j < kr.last; ++j) {
+      for (int64_t j : seen) {
         double dot = 0;
         for (int64_t d = 0; d < p.head_dim; ++d)
           dot += double(t.q[static_cast<size_t>(q_index(p, r.b, r.s, r.h, d))]) *
@@ -247,8 +247,7 @@ std::string error_summary(Context& c) {
     detail +=
         fmt("; worst row %lld: row %lld of 16-row tile %lld, row %lld of 64-row tile %lld", (long long)s,
             (long long)(s % 16), (long long)(s / 16), (long long)(s % 64), (long long)(s / 64));
-    const KeyRange kr = visible_keys(c.problem(), s);
-    detail += fmt(", %lld visible keys", (long long)(kr.empty() ? 0 : kr.last - kr.first));
+    detail += fmt(", %lld visible keys", (long long)c.seen_keys(b, h, s).size());
   }
   detail += sk_growth_text(c);
   return detail;

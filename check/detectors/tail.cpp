@@ -10,7 +10,9 @@
 //     every original row exactly its original keys (only when the kernel supports that mask).
 // Every padded problem is verified row by row (visible_keys) before it is used, and only the original rows
 // and columns are judged, against the padded case's own oracle. A failure that vanishes under some padding
-// depends on a residue of the size, not on the values: `tail`.
+// depends on a residue of the size, not on the values: `tail`. Custom / block masks are padded in one dense
+// mask form (new rows and keys hidden; the visibility checked key by key), after a control: the unpadded case
+// in that form must still fail.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -75,15 +77,10 @@ std::string residues(int64_t n) {
 using Padded = TailPadding;
 
 // Whether every original row sees exactly its original keys (shifted) in the padded problem, and every
-// padded row / key outside them is nothing the original rows see.
-bool same_visibility(const Problem& p, const Padded& x) {
-  for (int64_t i = 0; i < p.seq_q; ++i) {
-    const KeyRange a = visible_keys(p, i), b = visible_keys(x.p, i + x.q_shift);
-    if (a.empty() != b.empty()) return false;
-    if (!a.empty() && (a.first + x.k_shift != b.first || a.last + x.k_shift != b.last)) return false;
-  }
-  return true;
-}
+// padded row / key outside them is nothing the original rows see. With a custom mask (t: the case's inputs in
+// the dense mask form, dense_mask_form) every (b, h, row) is compared key by key under the one visibility
+// rule.
+bool same_visibility(const Problem& p, const Padded& x, const Tensors* t);
 
 }  // namespace
 
@@ -92,6 +89,18 @@ Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& 
   out.q.assign(static_cast<size_t>(q_elements(x.p)), 0.0f);
   out.k.assign(static_cast<size_t>(k_elements(x.p)), 0.0f);
   out.v.assign(static_cast<size_t>(v_elements(x.p)), 0.0f);
+  if (p.variants &
+      AF_VARIANT_MASK_DENSE) {  // the dense mask form: original bytes moved, new rows and keys hidden
+    out.custom_mask.assign(static_cast<size_t>(custom_mask_bytes(x.p)), 0);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t i = 0; i < p.seq_q; ++i)
+          for (int64_t j = 0; j < p.seq_k; ++j)
+            out.custom_mask[static_cast<size_t>(b * x.p.mask_stride[0] + h * x.p.mask_stride[1] +
+                                                (i + x.q_shift) * x.p.mask_stride[2] + j + x.k_shift)] =
+                t.custom_mask[static_cast<size_t>(b * p.mask_stride[0] + h * p.mask_stride[1] +
+                                                  i * p.mask_stride[2] + j)];
+  }
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t s = 0; s < p.seq_q; ++s)
       for (int64_t h = 0; h < p.heads_q; ++h)
@@ -109,6 +118,54 @@ Tensors tail_pad_tensors(const Problem& p, const Tensors& t, const TailPadding& 
       }
   }
   return out;
+}
+
+namespace {
+
+bool same_visibility(const Problem& p, const Padded& x, const Tensors* t) {
+  if (!t || !(p.variants & kMaskVariants)) {
+    for (int64_t i = 0; i < p.seq_q; ++i) {
+      const KeyRange a = visible_keys(p, i), b = visible_keys(x.p, i + x.q_shift);
+      if (a.empty() != b.empty()) return false;
+      if (!a.empty() && (a.first + x.k_shift != b.first || a.last + x.k_shift != b.last)) return false;
+    }
+    return true;
+  }
+  const Tensors t2 = tail_pad_tensors(p, *t, x);
+  const VariantInputs in = t->variant_inputs(), in2 = t2.variant_inputs();
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i)
+        for (int64_t j = 0; j < x.p.seq_k; ++j) {
+          const int64_t o = j - x.k_shift;  // the original key at padded key j, if any
+          const bool was = o >= 0 && o < p.seq_k && key_visible(p, in, b, h, i, o);
+          if (was != key_visible(x.p, in2, b, h, i + x.q_shift, j)) return false;
+        }
+  return true;
+}
+
+}  // namespace
+
+DenseMaskForm dense_mask_form(const Problem& p, const Tensors& t) {
+  DenseMaskForm f{p, t};
+  if (!(p.variants & kMaskVariants)) return f;
+  f.p.variants = (p.variants & ~kMaskVariants) | AF_VARIANT_MASK_DENSE;
+  f.p.block_q = f.p.block_k = 0;
+  for (int64_t& x : f.p.block_mask_stride) x = 0;
+  (void)set_mask_strides(f.p, "");
+  f.t.block_mask.clear();
+  f.t.custom_mask.assign(static_cast<size_t>(custom_mask_bytes(f.p)), 0);
+  const VariantInputs in = t.variant_inputs();
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i)
+        for (int64_t j = 0; j < p.seq_k; ++j)
+          f.t.custom_mask[static_cast<size_t>(b * f.p.mask_stride[0] + h * f.p.mask_stride[1] +
+                                              i * f.p.mask_stride[2] + j)] =
+              custom_visible(p, in, b, h, i, j) ? 1 : 0;
+  f.changed = (p.variants & kMaskVariants) != AF_VARIANT_MASK_DENSE ||
+              !std::equal(p.mask_stride, p.mask_stride + 3, f.p.mask_stride);
+  return f;
 }
 
 namespace {
@@ -224,7 +281,7 @@ Judgement judge_padded(const Problem& p, const Padded& x, const OracleResult& ex
 
 }  // namespace
 
-std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k) {
+std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k, const Tensors* t) {
   std::vector<TailPadding> out;
   // Picks the first candidate whose every original row keeps exactly its keys and that k supports.
   auto choose = [&](const char* axis, const std::string& at, std::vector<Padded> cands) {
@@ -233,7 +290,7 @@ std::vector<TailPadding> tail_paddings(const Problem& p, const af_kernel* k) {
     use.what = at;
     std::string refused;
     for (Padded& x : cands) {
-      if (!same_visibility(p, x)) continue;
+      if (!same_visibility(p, x, t)) continue;
       if (k)
         if (std::string why = unsupported_reason(*k, x.p); !why.empty()) {
           if (refused.empty()) refused = why;
@@ -291,13 +348,36 @@ namespace {
 // The tail detector's experiments on one failing case: every padding run, its outcome line, the budget.
 class TailRun {
  public:
-  explicit TailRun(Context& c) : c_(c), max_work_(std::max(kMaxGrowth * work(c.problem()), kMinWork)) {}
+  TailRun(Context& c, DenseMaskForm form)
+      : c_(c), max_work_(std::max(kMaxGrowth * work(c.problem()), kMinWork)), form_(std::move(form)) {}
+
+  // With custom masks re-expressed as one dense mask (dense_mask_form), the unpadded case in that form must
+  // still fail, or a bug of the mask's own form (bits, blocks, a broadcast) could vanish with it. False: do
+  // not pad.
+  bool mask_form_control(const std::vector<RowKey>& failed_rows) {
+    if (!form_.changed) return true;
+    if (!unsupported_reason(c_.k.kernel, form_.p).empty()) {
+      evidence_.evidence.push_back(
+          {"tail", "not run: the kernel does not take the custom masks as one dense mask"});
+      return false;
+    }
+    TailPadding same;
+    same.p = form_.p;
+    same.what = "control: the custom / block masks as one dense mask (nothing padded)";
+    const size_t before = passing_.size();
+    run_one(form_.p, form_.t, same, failed_rows, "");
+    flush();
+    if (passing_.size() == before) return true;
+    passing_.pop_back();
+    evidence_.evidence.push_back({"tail", "not run: the masks' dense form alone makes the failure vanish"});
+    return false;
+  }
 
   // Every padding of tail_paddings, one evidence line per axis.
   void pad_each_axis(const std::vector<RowKey>& failed_rows) {
-    const Problem& p = c_.problem();
+    const Problem& p = form_.p;
     std::string axis;
-    for (const TailPadding& x : tail_paddings(p, &c_.k.kernel)) {
+    for (const TailPadding& x : tail_paddings(p, &c_.k.kernel, &form_.t)) {
       if (x.axis != axis) flush();
       axis = x.axis;
       if (!x.refused.empty()) {
@@ -305,7 +385,7 @@ class TailRun {
         continue;
       }
       key_padded_ |= x.axis == "Sk";
-      if (!run_one(p, c_.tensors(), x, failed_rows, "")) break;
+      if (!run_one(p, form_.t, x, failed_rows, "")) break;
     }
     flush();
   }
@@ -316,7 +396,7 @@ class TailRun {
     const Problem& p = c_.problem();
     int64_t wb = 0, wh = 0, ws = 0;
     if (!passing_.empty() || key_padded_ || p.seq_q <= 1 || p.seq_k <= 0 || !c_.dev.usable() ||
-        !worst_row(c_.j.result, wb, wh, ws))
+        (p.variants & kMaskVariants) || !worst_row(c_.j.result, wb, wh, ws))
       return;
     Problem alone;
     if (!row_alone_problem(ws, alone)) return;
@@ -334,7 +414,7 @@ class TailRun {
     } else {
       for (const Target& tg : targets(p.seq_k))
         for (Padded& x : key_paddings(alone, tg.size)) {
-          if (!same_visibility(alone, x) || !unsupported_reason(c_.k.kernel, x.p).empty()) continue;
+          if (!same_visibility(alone, x, nullptr) || !unsupported_reason(c_.k.kernel, x.p).empty()) continue;
           x.what = fmt("Sk %lld -> %lld (%s)", (long long)p.seq_k, (long long)tg.size, tg.why.c_str()) +
                    (x.k_shift ? ", keys in front" : "") + ", mask " + mask_to_string(x.p);
           run_one(alone, t1, x, row, prefix);
@@ -347,7 +427,7 @@ class TailRun {
   // The verdict: `tail` when some padding passes, with what was tried and skipped.
   Finding finding() const {
     Finding f = evidence_;
-    const Problem& p = c_.problem();
+    const Problem& p = form_.p;
     for (size_t i = 0; i < skipped_.size() && i < 3; ++i)
       f.evidence.push_back({"tail", "not tried: " + skipped_[i]});
     const std::string as_checked = "as checked D " + residues(p.head_dim) +
@@ -398,7 +478,8 @@ class TailRun {
     OracleOptions oo = c_.opts.oracle;
     if (work(x.p) <= kFullOracleWork) oo.row_budget = 0;
     ++c_.stats.oracles;
-    const OracleResult ex = compute_oracle(x.p, t2.q.data(), t2.k.data(), t2.v.data(), oo);
+    const OracleResult ex =
+        compute_oracle(x.p, t2.q.data(), t2.k.data(), t2.v.data(), t2.variant_inputs(), oo);
     ++c_.stats.launches;
     const LaunchOutcome out = launch_guarded(c_.dev, c_.k, x.p, t2, c_.opts);
     const Judgement j = judge_padded(base, x, ex, out, rows);
@@ -424,7 +505,8 @@ class TailRun {
   bool control(const Problem& base, const Tensors& base_t, const TailPadding& x,
                const std::vector<RowKey>& rows, const std::string& prefix) {
     for (Padded& y : key_paddings(base, base.seq_k)) {  // no key added: the same keys, the new mask form
-      if (y.p.mask_kind != x.p.mask_kind || y.p.mask_align != x.p.mask_align || !same_visibility(base, y))
+      if (y.p.mask_kind != x.p.mask_kind || y.p.mask_align != x.p.mask_align ||
+          !same_visibility(base, y, &base_t))
         continue;
       const std::string key = prefix + describe(y.p);
       auto it = control_fails_.find(key);
@@ -502,6 +584,7 @@ class TailRun {
   std::vector<std::string> passing_, skipped_;
   std::string line_;
   std::map<std::string, bool> control_fails_;
+  DenseMaskForm form_;  // the case (its custom masks as one dense mask)
 };
 
 }  // namespace
@@ -512,9 +595,12 @@ Finding tail(Context& c) {
     f.evidence.push_back({"tail", "not run: padding experiments are for f32 cases"});
     return f;
   }
-  TailRun run(c);
-  run.pad_each_axis(failing_rows(c));
-  run.pad_worst_row_alone();
+  TailRun run(c, dense_mask_form(c.problem(), c.tensors()));
+  const std::vector<RowKey> rows = failing_rows(c);
+  if (run.mask_form_control(rows)) {
+    run.pad_each_axis(rows);
+    run.pad_worst_row_alone();
+  }
   return run.finding();
 }
 

@@ -39,8 +39,9 @@ _DTYPES = dict(STORED, u8=np.dtype("u1"), f64=np.dtype("<f8"), i32=np.dtype("<i4
 MASK_VARIANTS = ("mask-dense", "mask-bits", "block-sparse")
 SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
 # The variants a kernel may declare: score variants, custom masks, per-head fp8 descales (PROTOCOL.md "Per-head
-# descales") and dropout (PROTOCOL.md "Dropout": the mask comes back).
-VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("head-descale", "dropout")
+# descales"), dropout (PROTOCOL.md "Dropout": the mask comes back) and MLA's shared K/V latent (PROTOCOL.md "Shared
+# K/V latent": no v tensor, V is the view k[..., :Dv]).
+VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("head-descale", "dropout", "kv-shared")
 FEATURES = ("q-packed", "kv-packed", "seqused-k")  # the sequence layouts a kernel may take (PROTOCOL.md)
 
 
@@ -316,6 +317,14 @@ def _protocol_streams():
     return inp, out
 
 
+def kv_shared_view(p, ts):
+    """kv-shared (PROTOCOL.md "Shared K/V latent"): a run sends no v; V is the first Dv columns of K's rows, set here
+    as the view ts["v"] = ts["k"][..., :Dv] (K's row stride, not a copy), as MLA kernels read it."""
+    if "kv-shared" in p.variants and "v" not in ts:
+        ts["v"] = ts["k"][..., :p.head_dim_v]
+    return ts
+
+
 def _run_forward(k, p, ts, want_lse):
     res = k.fn(ts["q"], ts["k"], ts["v"], p)
     lse, extra = None, {}
@@ -427,6 +436,7 @@ def serve(kernels, name=None, inp=None, out=None):
                     raise ValueError(f"unknown kernel {h.get('kernel')!r}")
                 ts = split_tensors(h, payload)
                 p = Problem.from_run(h["problem"], ts)
+                kv_shared_view(p, ts)
                 if h.get("pass", "fwd") == "bwd":
                     arrays, descs = _run_backward(k, p, ts)
                 else:

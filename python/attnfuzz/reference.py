@@ -71,7 +71,12 @@ def attention(q, k, v, p, bug=None):
     "split-average" (the visible keys in p.tunables["num_splits"] contiguous splits, whose partial outputs are
     averaged instead of weighted by exp(lse_i - lse): exact at num_splits = 1), "scale-nan" (a scale <= 0 makes
     every output NaN, as a flash kernel that takes log2(scale) does), "sink-ignored" (the sinks accepted and
-    not applied, as vLLM PR #52148's prefill kernel did)."""
+    not applied, as vLLM PR #52148's prefill kernel did), "softcap-ignored" (the softcap accepted and not applied),
+    "kv-latent-rows" (kv-shared: V read from K's buffer as a
+    contiguous [B, Sk, Hkv, Dv] tensor, its rows Hkv Dv elements apart instead of K's row stride, as ik_llama.cpp PR
+    #2031's MLA decode stepped V)."""
+    if bug == "kv-latent-rows" and "kv-shared" in getattr(p, "variants", ()):
+        v = np.ascontiguousarray(k).reshape(-1)[:v.size].reshape(v.shape)
     B, Sq, Hq, _ = q.shape
     Hkv, Dv = k.shape[2], v.shape[3]
     group = Hq // Hkv
@@ -92,6 +97,8 @@ def attention(q, k, v, p, bug=None):
     sc = _Scores(p)
     if bug == "sink-ignored":
         sc.sinks = None
+    if bug == "softcap-ignored":
+        sc.cap = 0.0
     with np.errstate(all="ignore"):
         for b in range(B):
             for h in range(Hq):

@@ -47,7 +47,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxAdapterKernels = 64;
 // The variants whose values protocol 1 carries (PROTOCOL.md "Variants"; dropout: "Dropout", the exported mask).
-constexpr uint32_t kCarriedVariants = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_DROPOUT;
+constexpr uint32_t kCarriedVariants =
+    kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_DROPOUT | AF_VARIANT_KV_SHARED;
 // The keep mask's and the sequence arrays' element types on the wire (not problem dtypes).
 constexpr int32_t kWireU8 = -1;
 constexpr int32_t kWireI32 = -2;
@@ -816,7 +817,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   };
   add_seq("q", b.q, p.q_stride, q_packed, p.total_q, Sq, Hq, D);
   add_seq("k", b.k, p.k_stride, kv_packed, p.total_k, Sk, Hk, D);
-  add_seq("v", b.v, p.v_stride, kv_packed, p.total_k, Sk, Hk, Dv);
+  if (!kv_shared(p))  // kv-shared (MLA's latent): no v, the adapter takes V as the view k[..., :Dv] (PROTOCOL.md)
+    add_seq("v", b.v, p.v_stride, kv_packed, p.total_k, Sk, Hk, Dv);
   auto add_i32 = [&](const char* name, const int32_t* a, int64_t n) {  // cu_seqlens_q / _k [B + 1], seqused_k [B]
     if (!a) return;
     const int64_t st[3] = {0, 0, 0};

@@ -306,6 +306,57 @@ TEST(Adapter, NumpyReferenceAppliesTheScoreVariants) {
   EXPECT_TRUE(has(half.out, "dBias: ")) << half.out;  // the failure text counts the dBias elements
 }
 
+// MLA's shared K/V latent over the protocol (PROTOCOL.md "Shared K/V latent"): a kv-shared run sends q and k
+// alone and the helper hands the kernel V as the view k[..., :Dv]. The numpy reference passes the kv-shared
+// sweep, and its copy that reads V's rows with their own length from K's buffer is named by the v_stride
+// probe. The callable adapter declares the variants it is told (--variants): without them a sink case is
+// unsupported, with them it is checked.
+TEST(Adapter, KvSharedSendsKAloneAndTheCallableDeclaresItsVariants) {
+  NEED_NUMPY();
+  Result r = check(numpy_adapter(), "--sweep --quiet --variant kv-shared", fresh("kv-shared-sweep"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  r = check(numpy_adapter("--bug kv-latent-rows"),
+            "--variant kv-shared --sq 3 --sk 40 --d 64 --dv 48 --heads 4 --kv-heads 1 --mask causal-br "
+            "--no-reports",
+            fresh("kv-latent-rows"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "ignored-parameter")) << r.out;
+  EXPECT_TRUE(has(r.out, "v_stride (kv-shared")) << r.out;
+  const std::string callable = "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=" + std::string(SOURCE_DIR) +
+                               "/python:" + SOURCE_DIR + "/tests/adapters " + PYTHON +
+                               " -m attnfuzz.adapters.callable callable_backward:attention_fwd";
+  const std::string sink = "--variant sink --sq 9 --sk 12 --d 16 --heads 2 --no-reports";
+  r = check(callable, sink, fresh("callable-no-variants"));
+  EXPECT_EQ(r.code, 2) << r.out;  // unsupported: nothing checked
+  EXPECT_TRUE(has(r.out, "variant sink not declared")) << r.out;
+  r = check(callable + " --variants sink,kv-shared", sink, fresh("callable-sink"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+  r = check(callable + " --variants sink,kv-shared",
+            "--variant kv-shared --sq 2 --sk 30 --d 32 --dv 16 --heads 4 --kv-heads 1 --no-reports",
+            fresh("callable-kv-shared"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "all passed")) << r.out;
+}
+
+// attn-check --amplify over the protocol: numpy_ref --bug softcap-ignored passes a case whose cap (1000) is
+// far above its scores; with --amplify its sibling with the cap at a quarter of the largest score names the
+// softcap, and the replay line carries the flag. The correct reference passes both ways.
+TEST(Adapter, AmplifyNamesAnIgnoredSoftcapOnACaseThatPasses) {
+  NEED_NUMPY();
+  const std::string c = "--variant softcap --softcap 1000 --sq 9 --sk 17 --d 16 --heads 2 --no-reports";
+  Result r = check(numpy_adapter("--bug softcap-ignored"), c, fresh("softcap-ignored-quiet"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = check(numpy_adapter("--bug softcap-ignored"), c + " --amplify", fresh("softcap-ignored-amplified"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "ignored-parameter")) << r.out;
+  EXPECT_TRUE(has(r.out, "amplify: the case passes with the effect of the softcap")) << r.out;
+  EXPECT_TRUE(has(r.out, "--amplify")) << r.out;  // the replay line
+  r = check(numpy_adapter(), c + " --amplify", fresh("softcap-amplified-correct"));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 // Dropout (issue 29) over the protocol: the kernel draws its own mask from (p, seed, offset) and sends it back; the
 // tool checks O and the gradients given that mask, its keep fraction, and that forward and backward drew the same one.
 // The planted copy whose backward wraps the counter offset at 32 bits passes below 2^32 and fails above it.

@@ -465,6 +465,56 @@ TEST(Classify, NonFiniteEvidenceNamesExtremeInputs) {
   EXPECT_NE(o.evidence.find("extreme: exp(score) overflows"), std::string::npos) << o.evidence;
 }
 
+// ---- custom masks (issue 28): empty-row, non-finite, tail and reorder read visibility through the one rule
+// ----
+Case masked(Case c, uint32_t bits, const char* pattern) {
+  EXPECT_EQ(set_mask_variants(c, bits, pattern), "");
+  EXPECT_EQ(validate(c), "") << describe(c);
+  return c;
+}
+
+TEST(Classify, ARowTheCustomMaskHidesEntirelyIsAnEmptyRow) {
+  const Case c = masked(make(12, 20, 16, "none"), AF_VARIANT_MASK_DENSE, "rows:0.6");
+  EXPECT_EQ(run("det-correct", c).r.verdict, Verdict::kPass);
+  const Outcome o = run("det-masked-row-nan", c);
+  EXPECT_CLASS(o, "empty-row");
+  EXPECT_EQ(o.stats.decided_by, "empty-row");
+  EXPECT_NE(o.evidence.find("no visible key (the custom / block mask hides all of [0, 20))"),
+            std::string::npos)
+      << o.evidence;
+}
+
+TEST(Classify, ReorderMovesOnlyTheKeysACustomMaskShows) {
+  const Case c = masked(make(4, 40, 16, "none"), AF_VARIANT_MASK_BITS, "random:0.7");
+  EXPECT_EQ(run("det-correct", c).r.verdict, Verdict::kPass);
+  const Outcome o = run("det-no-rescale", c);
+  EXPECT_CLASS(o, "rescale");
+  EXPECT_EQ(o.stats.decided_by, "reorder");
+  EXPECT_NE(o.evidence.find("(the custom / block mask hides the other"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, TailPadsACustomMaskInItsDenseForm) {
+  // Bits and blocks: the unpadded case as one dense mask still fails (the control), then Sk 37 -> 40 with the
+  // new keys hidden passes.
+  Case c = masked(make(8, 37, 16, "none"), AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE, "random:0.8");
+  EXPECT_EQ(run("det-correct", c).r.verdict, Verdict::kPass);
+  const Outcome o = run("det-tail-last-key", c);
+  EXPECT_CLASS(o, "tail");
+  EXPECT_NE(o.evidence.find("control: the custom / block masks as one dense mask (nothing padded): FAIL"),
+            std::string::npos)
+      << o.evidence;
+  EXPECT_NE(o.evidence.find("pass after Sk 37 -> 40"), std::string::npos) << o.evidence;
+}
+
+TEST(Classify, NonFiniteEvidenceCountsKeysTheCustomMaskHidesAsMasked) {
+  const Outcome o = run("det-no-max-sub",
+                        masked(make(8, 40, 32, "none", "extreme:100"), AF_VARIANT_MASK_DENSE, "random:0.5"));
+  EXPECT_CLASS(o, "non-finite");
+  EXPECT_NE(o.evidence.find("keys visible in [0, 40) (the custom / block mask hides the other"),
+            std::string::npos)
+      << o.evidence;
+}
+
 TEST(Classify, PrecisionWhenNoSignatureApplies) {
   const Outcome o = run("det-sloppy", make(5, 19, 16, "causal-br"));
   EXPECT_CLASS(o, "precision");

@@ -27,12 +27,13 @@ enum class Bug {
   kFarOff,        // wrong: O off by a relative 10 % (far beyond the bound, no signature)
   kBigNegMask,    // empty-row, as jax's xla: every key scored, a masked one -0.7 FLT_MAX (weight 0, but 0 x v is
                   // taken: 0 x NaN leaks); a row without keys averages V
+  kTailLastKey,   // tail: with Sk % 16 != 0 the last key enters l but not the output (a partial last key tile)
 };
 
 template <Bug kBug>
 __global__ void __launch_bounds__(kThreads)
     row_kernel(af_problem p, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-               float* __restrict__ o, float* __restrict__ lse) {
+               float* __restrict__ o, float* __restrict__ lse, VariantBufs vb) {
   __shared__ float coef[2];
   __shared__ float state[2];
   const int t = threadIdx.x;
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[kAcc];
   for (int e = 0; e < kAcc; ++e) acc[e] = 0.0f;
   for (int64_t j = keys.first; j < keys.last; ++j) {
+    if (j < p.seq_k && !mask_keeps(p, vb, b, h, i, j)) continue;  // the custom / block masks (uniform per block)
     if (t == 0) {
       const float* kr = k + k_row(p, b, j, hk);
       float dot = 0.0f;
@@ -75,7 +77,10 @@ __global__ void __launch_bounds__(kThreads)
       coef[1] = beta;
     }
     if constexpr (kBug != Bug::kNoBarrier) __syncthreads();
-    const float alpha = coef[0], beta = coef[1];
+    const float alpha = coef[0];
+    float beta = coef[1];
+    if constexpr (kBug == Bug::kTailLastKey)
+      if (p.seq_k % 16 != 0 && j == p.seq_k - 1) beta = 0.0f;
     const float* vr = v + v_row(p, b, j, hk);
     for (int e = 0; e < kAcc; ++e) {
       const int64_t d = t + e * kThreads;
@@ -116,17 +121,20 @@ template <Bug kBug>
 int row_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   const af_problem p = *pp;
   if (row_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
-  void (*kernel)(af_problem, const float*, const float*, const float*, float*, float*) = row_kernel<kBug>;
+  void (*kernel)(af_problem, const float*, const float*, const float*, float*, float*, VariantBufs) = row_kernel<kBug>;
   hipLaunchKernelGGL(kernel, dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch), dim3(kThreads), 0,
                      (hipStream_t)stream, p, static_cast<const float*>(buf->q), static_cast<const float*>(buf->k),
-                     static_cast<const float*>(buf->v), static_cast<float*>(buf->o), buf->lse);
+                     static_cast<const float*>(buf->v), static_cast<float*>(buf->o), buf->lse, variant_bufs(*buf));
   return (int)hipGetLastError();
 }
 
+// Every detector kernel applies the custom masks (dense, bits, block-sparse) on top of its mask_kind keys.
 #define AF_DETECTOR_KERNEL(name, bug, what)                                                                 \
   {                                                                                                         \
     name, "test/detector", what, AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, 0, kMaxDv, 1, 0, nullptr, row_check, \
-        row_launch<Bug::bug>                                                                                \
+        row_launch<Bug::bug>, /*features=*/0, 0, nullptr, nullptr, nullptr, /*compute_model=*/0, /*kind=*/0,  \
+        /*flags=*/0,                                                                                        \
+        /*variants=*/AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE                 \
   }
 
 const af_kernel kDetectorKernels[] = {
@@ -144,6 +152,7 @@ const af_kernel kDetectorKernels[] = {
     AF_DETECTOR_KERNEL("det-always-br-nan", kAlwaysBrNaN, "det-always-br, rows found empty = 0 / 0"),
     AF_DETECTOR_KERNEL("det-far-off", kFarOff, "O off by 10 % relative"),
     AF_DETECTOR_KERNEL("det-big-neg-mask", kBigNegMask, "masked scores -0.7 FLT_MAX over every key (jax xla)"),
+    AF_DETECTOR_KERNEL("det-tail-last-key", kTailLastKey, "Sk % 16 != 0: the last key not in the output"),
 };
 
 }  // namespace

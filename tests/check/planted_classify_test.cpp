@@ -14,11 +14,11 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +27,7 @@
 #include "attnfuzz/dropout.h"
 #include "attnfuzz/registry.h"
 #include "check/classify.h"
+#include "check/repeat.h"
 #include "check/runner.h"
 
 namespace attnfuzz {
@@ -500,6 +501,71 @@ TEST(PlantedVariant, MaskVariantCasesOnceMisnamedGetTheClassOfTheirBug) {
       EXPECT_NE(f->evidence.find(m.evidence), std::string::npos) << describe(c) << f->evidence;
     }
   }
+}
+
+// planted-mask-ignored-bwd on the `--variant all` backward sweep (sinks with the masks): a row the masks hide
+// entirely has LSE = the sink, so the backward that drops the masks recomputes P there too, and with the
+// case's LSE given the mask-off probes' bounds are too wide to separate (once `wrong`), or the problem
+// without the masks leaves the fp32 contract (a masked NaN / Inf, softcapped extreme scores: once
+// `non-finite` / `wrong`). The relaunch of the kernel without the masks (bit-identical gradients) names it.
+TEST(PlantedVariant, MaskIgnoredBwdWithSinksIsNamedByTheRelaunch) {
+  load();
+  const std::vector<std::string> labels = {"-headdim-37x37-d111",
+                                           "-normal-0.01-65x65",
+                                           "-special-nan@k=masked-33x33-causal-br",
+                                           "-special-inf@v=masked*2-33x33-causal-br",
+                                           "-cap50-extreme1000-33x47",
+                                           "-cap50-extreme10000-33x47"};
+  std::vector<PreparedCase> cases;
+  for (Case& c :
+       variant_sweep_grid(kScoreVariants | kMaskVariants, 0, ValueDomain::kIeee, AF_DTYPE_F32, Pass::kBwd))
+    for (const std::string& l : labels)
+      if (c.label.size() > l.size() && c.label.compare(c.label.size() - l.size(), l.size(), l) == 0)
+        cases.emplace_back(c);
+  ASSERT_EQ(cases.size(), labels.size());
+  for (PreparedCase& pc : cases) {
+    std::vector<PreparedCase> one;
+    one.emplace_back(pc.the_case());
+    const auto f = first_failure("mask-ignored-bwd", "planted-mask-ignored-bwd", one);
+    ASSERT_TRUE(f) << pc.the_case().label;
+    EXPECT_EQ(failure_class_name(f->j.result.failure), std::string("ignored-parameter")) << f->evidence;
+    EXPECT_NE(f->evidence.find("custom"), std::string::npos) << f->evidence;
+  }
+}
+
+// attn-check --amplify (issue 28 item 7b; check/detectors/amplify.cpp): planted-sink-ignored-prefill passes
+// the variant sweep's prefill cases whose sinks are far below the row's scores (the sink's effect within the
+// bound); their sibling with each sink at its head's largest row LSE names it. The correct flash kernel
+// passes every case of the same sweep with --amplify (a correct kernel cannot be within the bounds of both
+// exact results).
+TEST(PlantedVariant, AmplifiedSiblingsNameAnIgnoredSinkWhereTheCasePassedAndNeverACorrectKernel) {
+  load();
+  const KernelEntry* bug = Registry::global().find(Backend::kCpu, "planted-sink-ignored-prefill");
+  const KernelEntry* ok = Registry::global().find(Backend::kCpu, "flash-bm16-bn32");
+  ASSERT_TRUE(bug && ok);
+  int passed_prefill = 0, named = 0, correct = 0;
+  for (PreparedCase& pc : prepared_variants(Pass::kFwd)) {
+    Judged j = check_case(device(), *bug, pc, RunOptions{});
+    if (j.result.verdict == Verdict::kPass && pc.the_case().problem.seq_q > 1) {
+      ++passed_prefill;
+      amplify_passing(device(), *bug, pc, RunOptions{}, j);
+      if (j.result.verdict == Verdict::kFail) {
+        EXPECT_EQ(failure_class_name(j.result.failure), std::string("ignored-parameter"))
+            << describe(pc.the_case());
+        EXPECT_EQ(j.result.decided_by, "amplify");
+        named += j.result.evidence.back().detail.find("the sink logits") != std::string::npos;
+      }
+    }
+    Judged c = check_case(device(), *ok, pc, RunOptions{});
+    if (c.result.verdict != Verdict::kPass) continue;
+    amplify_passing(device(), *ok, pc, RunOptions{}, c);
+    EXPECT_EQ(c.result.verdict, Verdict::kPass) << describe(pc.the_case()) << ": " << c.result.reason;
+    ++correct;
+  }
+  std::cout << "[ amplify ] planted-sink-ignored-prefill: " << named << " of " << passed_prefill
+            << " passing prefill cases named; flash-bm16-bn32: " << correct << " passing cases kept\n";
+  EXPECT_GE(named, 3);
+  EXPECT_GT(correct, 50);
 }
 
 // ---- MLA's shared K/V latent (issue 28 item 5)

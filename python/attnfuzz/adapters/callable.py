@@ -7,7 +7,9 @@ Arrays hold the stored elements of problem.dtype: float32, float16, uint16 bf16 
 takes (default f32). With --torch DEVICE the function takes and returns torch tensors [B, S, H, D] of the
 case's dtype on DEVICE instead. Backward (attn-check / attn-fuzz --pass bwd): --backward MODULE:FUNCTION, a
 function (q, k, v, o, lse, do, problem) -> (dQ, dK, dV) in the same conventions, or --autograd (with
---torch): torch.autograd through the function.
+--torch): torch.autograd through the function. --variants sink,softcap,... declares the variants the function
+applies (it reads them from problem: problem.sinks, problem.softcap, problem.score_add(), problem.visible_all(),
+problem.q_descale_h ...; with kv-shared, v is the view k[..., :Dv]); without it, variant cases are unsupported.
 Examples:
 
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:my_attention --masks none,causal-br'
@@ -15,13 +17,15 @@ Examples:
         --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --dtypes bf16'
     attn-check --sweep --pass bwd \
         --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --torch cuda --autograd'
+    attn-check --sweep --variant sink+softcap \
+        --adapter 'python3 -m attnfuzz.adapters.callable mypkg.attn:attn --variants sink,softcap --lse'
 """
 
 import argparse
 import importlib
 import sys
 
-from attnfuzz.adapter import ALL_MASKS, Kernel, serve
+from attnfuzz.adapter import ALL_MASKS, VARIANTS, Kernel, serve
 
 
 def load(spec):
@@ -52,7 +56,13 @@ def main(argv=None):
     ap.add_argument("--torch", metavar="DEVICE", help="the function takes torch tensors on DEVICE (e.g. cuda)")
     ap.add_argument("--backward", metavar="MODULE:FUNCTION", help="its backward (q, k, v, o, lse, do, problem)")
     ap.add_argument("--autograd", action="store_true", help="backward through torch.autograd (needs --torch)")
+    ap.add_argument("--variants", default="",
+                    help="variants the function applies, comma-separated (PROTOCOL.md \"Variants\"): "
+                         + ",".join(VARIANTS) + " (default none: cases with a variant are unsupported)")
     a = ap.parse_args(argv)
+    variants = [v for v in a.variants.split(",") if v]
+    if any(v not in VARIANTS for v in variants):
+        ap.error(f"--variants takes {','.join(VARIANTS)}, not {a.variants!r}")
     if a.autograd and not a.torch:
         ap.error("--autograd needs --torch DEVICE")
     if a.autograd and a.backward:
@@ -82,7 +92,7 @@ def main(argv=None):
                   gqa=not a.no_gqa, dv_ne_d=not a.no_dv_ne_d, empty_keys=not a.no_empty_keys,
                   max_head_dim=a.max_head_dim, max_head_dim_v=a.max_head_dim,
                   dtypes=[d for d in a.dtypes.split(",") if d], compute_model=a.compute_model,
-                  backward=bwd)], name=a.target)
+                  backward=bwd, variants=variants)], name=a.target)
 
 
 if __name__ == "__main__":

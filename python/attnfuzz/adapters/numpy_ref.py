@@ -8,6 +8,7 @@ tool's own tests.
     attn-check --repeat-calls --sq 9 --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug stale-plan'
     attn-check --repeat-calls --sq 9 --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug stale-plan --stale-key-lacks mask'
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.numpy_ref --compile-delay 0.5' --max-time 60
+    attn-check --sweep --variant kv-shared --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
 
 --compile-delay SECONDS makes it behave like a JIT-compiled kernel: the first call at each new shape (compile_key)
 in this process sleeps SECONDS first, and the kernel declares recompiles_per_shape (--hide-recompiles: it does not,
@@ -26,7 +27,7 @@ from attnfuzz.adapter import FEATURES, VARIANTS, Kernel, serve
 STALE_PARAMS = ("scale", "mask", "dtype")
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
-        "stale-plan")
+        "stale-plan", "kv-latent-rows", "softcap-ignored")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -135,7 +136,8 @@ def main(argv=None):
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
-                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap") else (),
+                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap", "kv-latent-rows",
+                                               "softcap-ignored") else (),
                   recompiles_per_shape=a.compile_delay > 0 and not a.hide_recompiles)], name="numpy_ref")
 
 

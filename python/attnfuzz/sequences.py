@@ -21,8 +21,34 @@ def has_sequences(p):
     return p.q_layout != "dense" or p.kv_layout != "dense" or p.seqused_k is not None
 
 
+def check_metadata(p):
+    """Raises ValueError naming the first malformed array (cu_seqlens not starting at 0, decreasing or not ending at
+    the packed total; seqused_k negative or past its sequence's keys): the helpers refuse what attn-fuzz's malformed
+    cases send (docs/semantics.md "Malformed metadata") instead of slicing garbage. A library behind pack() sees only
+    well-formed arrays, so its own metadata checks are not tested through this path."""
+    for name, packed, total in (("cu_seqlens_q", p.q_layout == "packed", p.total_q),
+                                ("cu_seqlens_k", p.kv_layout == "packed", p.total_k)):
+        if not packed:
+            continue
+        cu = np.asarray(getattr(p, name), np.int64)
+        bad = np.flatnonzero(np.diff(cu) < 0)
+        if cu[0] != 0 or bad.size or cu[-1] != total:
+            why = (f"{name}[0] = {cu[0]}" if cu[0] != 0 else
+                   f"{name}[{bad[0] + 1}] = {cu[bad[0] + 1]} < {name}[{bad[0]}] = {cu[bad[0]]}" if bad.size else
+                   f"{name}[{len(cu) - 1}] = {cu[-1]} != total {total}")
+            raise ValueError(f"malformed sequence metadata: {why}")
+    if p.seqused_k is not None:
+        used = np.asarray(p.seqused_k, np.int64)
+        cap = np.diff(np.asarray(p.cu_seqlens_k, np.int64)) if p.kv_layout == "packed" else np.full(p.batch, p.seq_k)
+        bad = np.flatnonzero((used < 0) | (used > cap))
+        if bad.size:
+            b = bad[0]
+            raise ValueError(f"malformed sequence metadata: seqused_k[{b}] = {used[b]} outside [0, {cap[b]}]")
+
+
 def lengths(p):
-    """(Sq_b, Sk_b) int64 [B] each: query rows and used keys of every sequence."""
+    """(Sq_b, Sk_b) int64 [B] each: query rows and used keys of every sequence (check_metadata first)."""
+    check_metadata(p)
     B = p.batch
     sq = np.diff(p.cu_seqlens_q).astype(np.int64) if p.q_layout == "packed" else np.full(B, p.seq_q, np.int64)
     sk = np.diff(p.cu_seqlens_k).astype(np.int64) if p.kv_layout == "packed" else np.full(B, p.seq_k, np.int64)

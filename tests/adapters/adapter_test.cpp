@@ -271,6 +271,11 @@ TEST(Adapter, NumpyReferenceTakesTheSequenceLayouts) {
   const Result paged = check(numpy_adapter(), "--seq-layout paged --sq 1 --seqused-k 33,1 --page-size 16 --no-reports",
                              fresh("layouts-paged"));
   EXPECT_TRUE(has(paged.out, "unsupported") || has(paged.out, "no kernel")) << paged.out;  // paged is not carried
+  // Malformed metadata (docs/semantics.md): the reference refuses it by name (sequences.check_metadata), a pass;
+  // before, it sliced past total_k and was named accepted-malformed.
+  const Result mal = check(numpy_adapter(), "--seq-layout varlen --seqlens-q 3,5 --seqlens-k 4,9 --malformed "
+                                            "cu-k-past-total --no-reports", fresh("layouts-malformed"));
+  EXPECT_EQ(mal.code, 0) << mal.out;
 }
 
 // Score variants (issue 28) travel over the protocol: sinks, ALiBi slopes and the bias as tensors, the softcap in

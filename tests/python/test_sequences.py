@@ -2,6 +2,8 @@
 "Sequence layouts"): per-sequence splitting with the mask aligned per sequence, packing for cu_seqlens libraries, and
 torch_varlen's argument translation (no torch needed)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,19 @@ def test_varlen_attn_gets_flash_windows_or_refuses_them_without_window_size():
     assert keywords(problem(mask="causal-br"), False) == {"scale": 0.5, "is_causal": True}
     with pytest.raises(ValueError, match="windows are unsupported"):
         keywords(problem(mask="window-br"), False)
+
+
+def test_malformed_metadata_is_refused_by_name_never_sliced():
+    # attn-fuzz's malformed cases (docs/semantics.md "Malformed metadata") reach adapter kernels: the helpers refuse
+    # them (an error reply, which the tool counts as a refusal) instead of computing on garbage rows; numpy_ref
+    # accepted cu_seqlens_k past total_k before and was named accepted-malformed.
+    sequences.lengths(problem(used=[4, 1, 6]))  # well formed: no error
+    for name, i, value, words in (("cu_seqlens_k", 3, 12, "!= total"), ("cu_seqlens_q", 2, 1, "< cu_seqlens_q[1]"),
+                                  ("cu_seqlens_q", 0, 1, "cu_seqlens_q[0] = 1")):
+        p = problem()
+        getattr(p, name)[i] = value
+        with pytest.raises(ValueError, match=r"malformed sequence metadata: .*" + re.escape(words)):
+            sequences.lengths(p)
+    for used in ([4, 2, 6], [4, -1, 6]):
+        with pytest.raises(ValueError, match=r"seqused_k\[1\]"):
+            sequences.lengths(problem(used=used))

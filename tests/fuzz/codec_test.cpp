@@ -480,6 +480,10 @@ TEST(Merge, MergeIsTheFieldAfterTheVariantsRoundTripsAndIsReached) {
       [&](const Case& c) {
         if (!is_merge(c.problem)) return;
         ++merges;
+        // A merge kernel reads no sequence arrays: no defect rides on a merge case (a 30 s cpu campaign once named
+        // the correct merge-states accepted-malformed, and a worker crashed uploading such a case).
+        EXPECT_EQ(c.seqs.malformed.kind, Malformation::kNone) << describe(c);
+        EXPECT_EQ(validate_malformed(c), "") << describe(c);
         shifted += !c.merge.lse_shift.empty();
         token += c.merge.layout == 1;
         padded += c.merge.pad > 0;

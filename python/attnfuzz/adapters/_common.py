@@ -31,6 +31,18 @@ def cuda_guarded(fn):
     return g
 
 
+# Text of a torch library refusing a configuration (a TORCH_CHECK on dtype, shape or head dim: SDPA's backend
+# selection, the private flash / efficient ops of the dropout route, flex, varlen_attn), not a kernel failure.
+_REFUSALS = ("No available kernel", "not supported", "Unsupported", "unsupported", "does not support", "must be",
+             "Expected", "only support", "no kernel found", "must have shape")
+
+
+def is_unsupported(e):
+    """A torch library refusing a configuration (a refusal: the case is `unsupported`), not a kernel failure."""
+    text = str(e)
+    return not any(s in text for s in _FATAL) and any(s in text for s in _REFUSALS)
+
+
 def c_strides(a):
     """numpy array a with C-order strides, also when it has no element: numpy gives many zero-size arrays strides of
     0 (np.empty((0, H, D)), a concatenation of empty rows), torch.from_numpy keeps them, and FlashAttention then

@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from attnfuzz.adapters._common import c_strides, cuda_guarded, fatal_cuda_error, probe_on_zeros  # noqa: F401 (shared)
+from attnfuzz.adapters._common import (c_strides, cuda_guarded, fatal_cuda_error, is_unsupported,  # noqa: F401 (shared)
+                                       probe_on_zeros)
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 _FP8 = {"fp8_e4m3": getattr(torch, "float8_e4m3fn", None), "fp8_e5m2": getattr(torch, "float8_e5m2", None)}
@@ -124,13 +125,6 @@ def bool_mask(p, device):
     if p.window_right >= 0:
         m &= rel <= p.window_right
     return m
-
-
-def is_unsupported(e):
-    """SDPA / flex refusing a configuration (not a kernel failure)."""
-    text = str(e)
-    return any(s in text for s in ("No available kernel", "not supported", "Unsupported", "unsupported",
-                                   "does not support", "must be", "Expected"))
 
 
 def repro_call(dtype, device, imports, sdpa_lines, arrays, pass_name):

@@ -78,6 +78,27 @@ def score_mod(p, device):
     return mod
 
 
+def uniform_score_mod(p, device):
+    """The compiled path's score_mod: one traced function for every case of a shape. Dynamo guards on a captured
+    Python float and on the branches a score_mod takes, so a new scale or softcap, or a variant switched on or off
+    (the ignored-parameter probe's relaunch), would compile flex again; here each is a captured tensor: the scale
+    (flex is called with scale 1: q.k * 1 is exact), then the softcap (0 = none: the where keeps the score and
+    divides by 1, so no gradient is NaN), then the additive term (zeros without bias and ALiBi). The same float
+    operations in the same order as score_mod with flex's own scale."""
+    scale, cap = (torch.tensor(x, dtype=torch.float32, device=device) for x in (p.scale, p.softcap))
+    add = T.score_add(p, device)
+    if add is None:
+        add = torch.zeros(1, 1, p.seq_q, p.seq_k, device=device)
+    add = add.expand(p.batch, p.heads_q, p.seq_q, p.seq_k).contiguous()  # one stride for bias and ALiBi alike
+
+    def mod(score, b, h, q_idx, kv_idx):
+        s = score * scale
+        capped = cap * torch.tanh(s / torch.where(cap > 0, cap, 1.0))
+        return torch.where(cap > 0, capped, s) + add[b, h, q_idx, kv_idx]
+
+    return mod
+
+
 def make(device, dtypes, compiled, backward):
     torch._dynamo.config.cache_size_limit = 256  # fuzzing visits many shapes
     fa = torch.compile(flex_attention) if compiled else flex_attention
@@ -97,9 +118,10 @@ def make(device, dtypes, compiled, backward):
         bm = None
         if any(v in MASK_VARIANTS for v in p.variants):  # mask_mod reads the whole visibility; block-sparse: flex's own
             bm = custom_block_mask(p, device)
-        elif p.mask_kind != "none":
+        elif p.mask_kind != "none" or compiled:  # compiled: 'none' too (every key visible), one traced mask_mod
             bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=p.seq_q, KV_LEN=p.seq_k, device=device)
-        o, lse = fa(Q, K, V, score_mod=score_mod(p, device), block_mask=bm, scale=p.scale,
+        mod, scale = (uniform_score_mod(p, device), 1.0) if compiled else (score_mod(p, device), p.scale)
+        o, lse = fa(Q, K, V, score_mod=mod, block_mask=bm, scale=scale,
                     enable_gqa=p.heads_q != p.heads_kv, return_lse=True)
         return T.with_sinks(o.transpose(1, 2), lse, p, device)  # sinks: from flex's own LSE
 

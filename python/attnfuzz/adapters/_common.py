@@ -5,6 +5,8 @@ import sys
 
 import numpy as np
 
+from attnfuzz.dtypes import STORED
+
 # Text of an error after which the CUDA context is unusable (PyTorch's RuntimeError, XLA's XlaRuntimeError).
 _FATAL = ("illegal memory access", "CUDA error", "device-side assert", "misaligned address",
           "unspecified launch failure", "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED",
@@ -62,7 +64,9 @@ def probe_on_zeros(p, call, grad=None):
     call (the forward); raises as it does. A backward problem probes the backward alone: its run launches only the
     backward, and a forward error must not stop the probe before the backward's own refusal (JAX cuDNN: a forward
     sliding window with Sq > Sk fails to compile, the training call refuses odd lengths)."""
-    z = lambda s, h, d: np.zeros((p.batch, s, h, d), np.float32)
+    # Zeros stored as the protocol stores the dtype (bf16: uint16 bit patterns): float32 zeros for a bf16 problem
+    # read as bit patterns had twice the head dims (cuDNN then accepted Dv = 4 as 8 and refused the run itself).
+    z = lambda s, h, d: np.zeros((p.batch, s, h, d), STORED.get(p.dtype, np.float32))
     q, k, v = z(p.seq_q, p.heads_q, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim), z(p.seq_k, p.heads_kv, p.head_dim_v)
     if grad is not None:
         grad(q, k, v, None, None, z(p.seq_q, p.heads_q, p.head_dim_v), p)

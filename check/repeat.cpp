@@ -74,4 +74,11 @@ Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, 
   return j;
 }
 
+Judged check_in_modes(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts,
+                      CheckModes m) {
+  Judged j = m.repeat_calls ? check_after_sibling(dev, k, pc, opts) : check_case(dev, k, pc, opts);
+  if (m.amplify) amplify_passing(dev, k, pc, opts, j);  // a pass whose variant effect is below the bound
+  return j;
+}
+
 }  // namespace attnfuzz

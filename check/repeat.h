@@ -38,4 +38,14 @@ Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, 
 // by amplify, naming the parameter. A correct kernel cannot match both, so it is never failed.
 void amplify_passing(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts, Judged& j);
 
+// What a driver adds to check_case, the same in every driver that offers it (attn-check, a campaign's workers
+// and its minimizer): repeat_calls runs check_after_sibling instead (attn-check --repeat-calls); amplify then
+// runs amplify_passing on the result (attn-check / attn-fuzz --amplify).
+struct CheckModes {
+  bool repeat_calls = false;
+  bool amplify = false;
+};
+Judged check_in_modes(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts,
+                      CheckModes m);
+
 }  // namespace attnfuzz

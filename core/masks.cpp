@@ -113,6 +113,14 @@ bool key_visible(const Problem& p, const VariantInputs& in, int64_t b, int64_t h
   return visible(p, i, j) && custom_visible(p, in, b, h, i, j);
 }
 
+std::vector<int64_t> seen_keys(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i) {
+  const KeyRange kr = visible_keys(p, i);
+  std::vector<int64_t> keys;
+  for (int64_t j = kr.first; j < kr.last; ++j)
+    if (key_visible(p, in, b, h, i, j)) keys.push_back(j);
+  return keys;
+}
+
 std::string set_mask_strides(Problem& p, const std::string& broadcast) {
   const int64_t ext[3] = {p.batch, p.heads_q, p.seq_q};
   return set_strides(p.mask_stride, ext, std::max<int64_t>(custom_mask_row_bytes(p), 1), broadcast, "mask");

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "attnfuzz/report.h"
+#include "check/repeat.h"
 #include "runtime/adapter/adapter.h"
 #if __has_include("check/classify.h")
 #include "check/guarded.h"
@@ -66,6 +67,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["command"] = c.command;
   j["replay_flags"] = c.replay_flags;
   j["reports"] = c.reports;
+  j["amplify"] = c.amplify;
   j["mps"] = c.mps;
   j["stop_unix"] = c.stop_unix;
   j["min_job_s"] = c.min_job_s;
@@ -123,6 +125,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("command", c.command);
   get("replay_flags", c.replay_flags);
   get("reports", c.reports);
+  get("amplify", c.amplify);
   get("mps", c.mps);
   get("stop_unix", c.stop_unix);
   get("min_job_s", c.min_job_s);
@@ -673,7 +676,7 @@ Worker::Outcome Worker::run(const FuzzInput& drawn) {
   g_current = &pc.the_case();
   if (!device_->options().isolate) g_in_process_kernel = out.kernel->kernel.name;
   const auto t_check = Clock::now();
-  Judged j = check_case(*device_, *out.kernel, pc, run_);
+  Judged j = check_in_modes(*device_, *out.kernel, pc, run_, {.amplify = cfg_.amplify});
   {
     const double all = seconds(t_check, Clock::now()), launch = j.result.launch_ms / 1e3, oracle = j.result.oracle_ms / 1e3;
     phase_s_["launch"] += launch;

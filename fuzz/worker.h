@@ -65,6 +65,9 @@ struct WorkerConfig {
   std::string command;               // the campaign's command line (provenance of saved cases)
   std::string replay_flags;          // appended to "attn-check --replay FILE" (order, plug-ins, backend)
   bool reports = true;               // write a report beside each failure
+  // --amplify (check/repeat.h amplify_passing): a passing forward dense variant case gets its amplified
+  // sibling, through check_in_modes as attn-check --amplify; the campaign's minimizer checks the same way.
+  bool amplify = false;
   // GPU workers are clients of one MPS server (attn-fuzz --mps, fuzz/mps.h): a crash, hang or launch error
   // may be another client's fault, so such a check is not judged here (Worker::Outcome::suspect; the process
   // then leaves the input in work/mps-suspects and ends). The parent re-runs it alone, outside MPS, in a

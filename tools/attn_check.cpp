@@ -241,12 +241,6 @@ void define_options(CLI::App& app, Options& o) {
          "check each case right after the same shape with another scale: a plan / graph cache keyed on the "
          "shape alone is named (stale cache)")
       ->group("Classification (check/README.md)");
-  app.add_flag(
-         "--amplify", o.common.amplify,
-         "after a passing check of a case with a variant whose effect is within the bound (sink, softcap, "
-         "ALiBi, bias, custom mask, per-head descales), check a sibling with that parameter amplified: an "
-         "output that is the exact result without it is ignored-parameter")
-      ->group("Classification (check/README.md)");
   auto* a = "Classification (check/README.md)";
   app.add_flag("--audit", o.common.audit,
                "audit passing checks for races / OOB: nvidia compute-sanitizer racecheck, synccheck, "

@@ -549,6 +549,12 @@ void add_classification_options(CLI::App& app, CommonOptions& o) {
           ->group(c);
   tsan->excludes(no_classify);
   cs->excludes(no_classify);
+  app.add_flag(
+         "--amplify", o.amplify,
+         "after a passing check of a case with a variant whose effect is within the bound (sink, softcap, "
+         "ALiBi, bias, custom mask, per-head descales), check a sibling with that parameter amplified: an "
+         "output that is the exact result without it is ignored-parameter")
+      ->group(c);
 }
 
 }  // namespace
@@ -927,10 +933,7 @@ void Runner::progress(bool final) {
 }
 
 const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
-  last_ = o_.repeat_calls ? check_after_sibling(*s_.device, k, pc, s_.run)
-                          : check_case(*s_.device, k, pc, s_.run);
-  if (o_.amplify)
-    amplify_passing(*s_.device, k, pc, s_.run, last_);  // a pass whose variant effect is below the bound
+  last_ = check_in_modes(*s_.device, k, pc, s_.run, {.repeat_calls = o_.repeat_calls, .amplify = o_.amplify});
   if (o_.audit && last_.result.verdict == Verdict::kPass && passes_[k.kernel.name]++ % o_.audit_every == 0) {
     ++audited_;  // a pass is audited for races / OOB that did not show in the output (--audit)
     audit_found_ += audit_passing_case(*s_.device, k, pc, s_.run, last_, s_.classify).found;

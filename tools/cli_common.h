@@ -71,7 +71,7 @@ struct CommonOptions {
   bool compute_sanitizer = false;        // nvidia: racecheck / synccheck / memcheck on failing cases
   // attn-check --repeat-calls (check/repeat.h): every case right after the same shape with another scale
   bool repeat_calls = false;
-  // attn-check --amplify (check/repeat.h amplify_passing): a passing variant case's sibling with the
+  // --amplify of both tools (check/repeat.h amplify_passing): a passing variant case's sibling with the
   // parameter amplified
   bool amplify = false;
   // audit of passing cases (attn-check --audit; check/classify.h audit_passing_case)

@@ -23,7 +23,7 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
   w.limits.dtype = case_dtype(o);
   w.limits.passes = static_cast<uint8_t>(1u << static_cast<int>(case_pass(o)));
   w.limits.variants = case_variants(o);  // issue 28: --variant lets decoded cases use score variants
-  // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend.
+  // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend, --amplify.
   std::string flags;
   const CommonOptions dflt;  // attn-check's defaults: say only what differs
   if (backend == Backend::kCpu &&
@@ -37,6 +37,8 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
     flags += (flags.empty() ? "" : " ") + std::string("--adapter ") + shell_quote(o.adapter);
   else if (backend != Backend::kCpu)
     flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
+  w.amplify = o.amplify;  // an amplified failure passes the plain check: its replay needs --amplify too
+  if (o.amplify) flags += (flags.empty() ? "" : " ") + std::string("--amplify");
   w.replay_flags = flags;
   return w;
 }

@@ -9,8 +9,9 @@
 namespace attnfuzz::cli {
 
 // The worker settings the common options decide: kernels, backend, adapter, plug-ins (absolute paths), thread
-// order, warp size, timeout, oracle rows and precision, the value domain, dtype, pass and variants, and the flags
-// a replay needs besides the file. Campaign-only settings (limits, isolate policy, out, command) are the caller's.
+// order, warp size, timeout, oracle rows and precision, the value domain, dtype, pass and variants,
+// --amplify, and the flags a replay needs besides the file. Campaign-only settings (limits, isolate policy,
+// out, command) are the caller's.
 fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend);
 
 }  // namespace attnfuzz::cli

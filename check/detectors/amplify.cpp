@@ -192,7 +192,7 @@ void amplify_passing(Device& dev, const KernelEntry& k, PreparedCase& pc, const 
     r.verdict = Verdict::kFail;
     r.failure = FailureClass::kIgnoredParameter;
     r.decided_by = "amplify";
-    r.reason = "passes, but ignores " + std::string(a.name) + " once it is amplified (attn-check --amplify)";
+    r.reason = "passes, but ignores " + std::string(a.name) + " once it is amplified (--amplify)";
     r.evidence.push_back(
         {"amplify",
          fmt("the case passes with the effect of %s within the bound; its sibling with %s, where the "

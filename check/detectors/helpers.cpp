@@ -60,13 +60,7 @@ OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t) {
 }
 
 std::vector<int64_t> Context::seen_keys(int64_t b, int64_t h, int64_t s) const {
-  const Problem rp = row_problem(b);
-  const KeyRange kr = visible_keys(rp, s);
-  std::vector<int64_t> keys;
-  const VariantInputs in = pc.variant_inputs();  // custom masks: dense batches only (b indexes them)
-  for (int64_t j = kr.first; j < kr.last; ++j)
-    if (key_visible(rp, in, b, h, s, j)) keys.push_back(j);
-  return keys;
+  return attnfuzz::seen_keys(row_problem(b), pc.variant_inputs(), b, h, s);  // custom masks: dense batches
 }
 
 std::string Context::seen_text(int64_t b, int64_t h, int64_t s) const {

@@ -262,11 +262,12 @@ std::string validate(const Case& c);
 // + " domain=finite" under the finite value domain, + " pass=bwd" / " pass=fwdbwd" for backward cases).
 std::string describe(const Case& c);
 
-// How unusual a case's inputs are (docs/semantics.md "Input tiers"), least unusual first: ordinary (finite values
-// of the magnitudes a model produces, a positive scale near 1/sqrt(D), no special value); extreme (finite but
-// huge / tiny / subnormal values, extreme:MAG logits, a scale <= 0 or 1000x off); non-finite-visible (a NaN / Inf
-// that every row able to see it sees: q of a row with keys, a key every row sees); non-finite-masked (every NaN /
-// Inf sits where some row must not see it: a fully masked row's q, a key masked for some row).
+// How unusual a case's inputs are (docs/semantics.md "Input tiers"), least unusual first: ordinary (finite
+// values of the magnitudes a model produces, a positive scale near 1/sqrt(D), no special value); extreme
+// (finite but huge / tiny / subnormal values, extreme:MAG logits, a scale <= 0 or 1000x off);
+// non-finite-visible (a NaN / Inf that every row able to see it sees: q of a row with keys, a key every row
+// sees); non-finite-masked (every NaN / Inf sits where some row must not see it: a fully masked row's q, a
+// key masked for some row). "Sees" is key_visible (problem.h): the mask kind and the custom / block masks.
 enum class InputTier : uint8_t { kOrdinary = 0, kExtreme, kNonFiniteVisible, kNonFiniteMasked };
 const char* input_tier_name(InputTier t);  // "ordinary", "extreme", "non-finite-visible", "non-finite-masked"
 constexpr InputTier kInputTiers[] = {InputTier::kOrdinary, InputTier::kExtreme, InputTier::kNonFiniteVisible,

@@ -187,6 +187,8 @@ constexpr uint8_t kBlockEmpty = 0, kBlockFull = 1, kBlockPartial = 2;
 bool custom_visible(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i, int64_t j);
 // visible(p, i, j) && custom_visible(p, in, b, h, i, j): the one visibility rule of a problem with a custom mask.
 bool key_visible(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i, int64_t j);
+// Every key row (b, h, i) sees under key_visible, ascending (visible_keys(p, i) without a custom mask).
+std::vector<int64_t> seen_keys(const Problem& p, const VariantInputs& in, int64_t b, int64_t h, int64_t i);
 // Contiguous custom-mask strides (dense or bits row bytes) with the dimensions named in `broadcast` (a subset of
 // "bhi") given stride 0; contiguous block-mask strides likewise. Return an error sentence or empty.
 std::string set_mask_strides(Problem& p, const std::string& broadcast);

@@ -598,6 +598,41 @@ TEST(InputTier, OrdinaryExtremeAndWhereTheNaNSits) {
   EXPECT_STREQ(input_tier_name(InputTier::kNonFiniteMasked), "non-finite-masked");
 }
 
+// Issue 28: the tiers read visibility through the one rule (key_visible): a NaN at a key that only the custom
+// mask (dense, bits, or an empty block) hides is masked, as is q of a row the custom mask leaves without
+// keys; a key the custom mask shows to every row stays visible. Given masks over mask none, B = 1, Hq = 2,
+// Hkv = 1, 4 x 4.
+TEST(InputTier, TheCustomMasksHideNaNsToo) {
+  auto masked = [](uint32_t bits, std::vector<uint8_t> mask, const char* special) {
+    Case c = tier_case("none", "uniform:1", special);
+    c.problem = make_problem(1, 2, 1, 4, 4, 16, 16);
+    EXPECT_EQ(set_mask_variants(c, bits, "ones", "full", "", 2, 2), "");
+    (bits & AF_VARIANT_BLOCK_SPARSE ? c.variants.block_mask : c.variants.custom_mask) = std::move(mask);
+    EXPECT_EQ(validate(c), "");
+    return input_tier(c);
+  };
+  // Dense [2 heads, 4 rows, 4 keys]: key 3 hidden from head 1's row 2 only; head 0's row 0 sees nothing.
+  std::vector<uint8_t> dense(32, 1);
+  dense[1 * 16 + 2 * 4 + 3] = 0;
+  for (int j = 0; j < 4; ++j) dense[j] = 0;
+  EXPECT_EQ(masked(AF_VARIANT_MASK_DENSE, dense, "nan@k:at=3,0"), InputTier::kNonFiniteMasked);
+  EXPECT_EQ(masked(AF_VARIANT_MASK_DENSE, dense, "nan@v:at=3,0"), InputTier::kNonFiniteMasked);
+  EXPECT_EQ(masked(AF_VARIANT_MASK_DENSE, dense, "inf@q:at=0,0"), InputTier::kNonFiniteMasked);  // no keys
+  EXPECT_EQ(masked(AF_VARIANT_MASK_DENSE, dense, "inf@q:at=0,1,0,0"), InputTier::kNonFiniteVisible);  // h 1
+  std::vector<uint8_t> ones(32, 1);
+  EXPECT_EQ(masked(AF_VARIANT_MASK_DENSE, ones, "nan@k:at=3,0"), InputTier::kNonFiniteVisible);
+  // Bits (one byte per row, bit j = key j): key 1 hidden from head 0's row 3.
+  std::vector<uint8_t> bits(8, 0x0f);
+  bits[3] = 0x0d;
+  EXPECT_EQ(masked(AF_VARIANT_MASK_BITS, bits, "nan@k:at=1,0"), InputTier::kNonFiniteMasked);
+  EXPECT_EQ(masked(AF_VARIANT_MASK_BITS, bits, "nan@k:at=2,0"), InputTier::kNonFiniteVisible);
+  // Block-sparse 2 x 2 blocks [2 heads, 2 x 2]: head 1's query block 1 x key block 0 empty hides keys 0, 1.
+  std::vector<uint8_t> blocks(8, kBlockFull);
+  blocks[1 * 4 + 1 * 2 + 0] = kBlockEmpty;
+  EXPECT_EQ(masked(AF_VARIANT_BLOCK_SPARSE, blocks, "nan@k:at=1,0"), InputTier::kNonFiniteMasked);
+  EXPECT_EQ(masked(AF_VARIANT_BLOCK_SPARSE, blocks, "nan@k:at=2,0"), InputTier::kNonFiniteVisible);
+}
+
 // Explicit values (a minimized case): a visible logit |scale q.k| above 50 is extreme, as extreme:MAG is; a logit of
 // that size a row must not see is not.
 TEST(InputTier, ExplicitValuesWithHugeVisibleLogitsAreExtreme) {
@@ -610,6 +645,12 @@ TEST(InputTier, ExplicitValuesWithHugeVisibleLogitsAreExtreme) {
   EXPECT_EQ(input_tier(explicit_case(2, 3, "none")), InputTier::kOrdinary);     // logits 2, 6
   EXPECT_EQ(input_tier(explicit_case(9.5f, 9.5f, "none")), InputTier::kExtreme);  // 90.25
   EXPECT_EQ(input_tier(explicit_case(2, 40, "causal-tl")), InputTier::kOrdinary);  // 80, but key 1 is masked
+  Case custom = explicit_case(2, 40, "none");  // 80 at key 1, which only the custom mask hides (issue 28)
+  ASSERT_EQ(set_mask_variants(custom, AF_VARIANT_MASK_DENSE), "");
+  custom.variants.custom_mask = {1, 0};
+  EXPECT_EQ(input_tier(custom), InputTier::kOrdinary);
+  custom.variants.custom_mask = {1, 1};
+  EXPECT_EQ(input_tier(custom), InputTier::kExtreme);
 }
 
 // MLA's shared K/V latent (issue 28 item 5, docs/semantics.md "Shared K/V latent"): the case model.

@@ -432,5 +432,46 @@ TEST(AttnFuzz, FailTiersCountOnlyTheChosenTiersAndTheSummaryLeadsWithThem) {
   EXPECT_NE(bad.out.find("'usual' is not a tier"), std::string::npos) << bad.out;
 }
 
+// Issue 28: attn-fuzz --amplify runs attn-check --amplify's sibling (check/repeat.h check_in_modes) on
+// passing variant cases. The seed passes planted-sink-ignored-prefill: its sinks, in [-0.5, 0.5], sit far
+// below scores near 70 (values uniform:10, D = 32), so ignoring them is within the bound; with --amplify the
+// campaign names the ignored sink (decided by amplify), its replay line carries --amplify and reproduces it,
+// and the minimizer keeps it.
+TEST(AttnFuzz, AmplifyNamesAnIgnoredSinkWhereTheCasePasses) {
+  const fs::path root = fresh("amplify"), seeds = root / "seeds", out = root / "campaign";
+  fs::create_directories(seeds);
+  CorpusFile seed;
+  seed.tool.command = "attn_fuzz_test";
+  seed.the_case = make_case(make_problem(1, 2, 2, 33, 47, 32, 32), 7);
+  ASSERT_EQ(set_variants(seed.the_case, AF_VARIANT_SINK), "");
+  seed.the_case.variants.sink_range = 0.5;
+  ASSERT_EQ(parse_distribution("uniform:10", seed.the_case.values.dist), "");
+  write_corpus_file(seeds / "sinks-far-below-the-scores.case", seed);
+  const std::string planted = std::string(" --plugin ") + PLANTED_PLUGIN;
+  const Outcome r =
+      run(fuzz(out, "--max-time 3 --workers 1 --minimize-budget 0 --variant sink --amplify --seeds " +
+                        seeds.string() + planted + " --kernel planted-sink-ignored-prefill"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  // Other inputs may fail outright (their sinks visible): that failure has another signature.
+  fs::path amplified;
+  for (const auto& e : fs::directory_iterator(out / "failures"))
+    if (e.path().extension() == ".case" &&
+        read_corpus_file(e.path()).verdict->reason.find("once it is amplified") != std::string::npos)
+      amplified = e.path();
+  ASSERT_FALSE(amplified.empty()) << r.out;
+  EXPECT_EQ(read_corpus_file(amplified).verdict->failure, FailureClass::kIgnoredParameter);
+  EXPECT_NE(text_of(out / "summary.md").find(amplified.string() + planted + " --amplify"), std::string::npos)
+      << text_of(out / "summary.md");
+  const std::string replay = std::string(ATTN_CHECK) + " --no-reports --out " + (root / "replay").string() +
+                             " --replay " + amplified.string() + planted;
+  const Outcome again = run(replay + " --amplify");
+  EXPECT_EQ(again.rc, 1);
+  EXPECT_NE(again.out.find("reproduced"), std::string::npos);
+  EXPECT_EQ(run(replay).rc, 0);  // without the sibling the case passes
+  const Outcome m = run(std::string(ATTN_FUZZ) + " --out " + (root / "m").string() + planted + " --amplify" +
+                        " --minimize " + amplified.string() + " --minimize-time 5");
+  EXPECT_EQ(m.rc, 0) << m.out;
+}
+
 }  // namespace
 }  // namespace attnfuzz

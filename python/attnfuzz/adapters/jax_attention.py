@@ -17,6 +17,7 @@ The JAX process does not preallocate GPU memory (XLA_PYTHON_CLIENT_PREALLOCATE=f
 
 import argparse
 import copy
+import inspect
 import sys
 
 import numpy as np
@@ -73,15 +74,18 @@ def arguments(impl, route, p, arrays):
     return kw, tuple(n for n in ("bias",) if n in scores)
 
 
-def make(impl, route, dtypes, backward, version):
+def make(impl, route, dtypes, backward, version, residual=False):
+    """The kernel jax-<impl>-<route>; residual: the installed jax.nn.dot_product_attention takes return_residual (its
+    documented logsumexp, [B, T, N]), so the kernel returns LSE too."""
     def library_call(p, pass_name):
         """repro.Call: this kernel's jax.nn.dot_product_attention call on p, as source the adapter runs and a
         bug-report script prints (attnfuzz/repro.py)."""
         arrays = {}
         kw, extra = arguments(impl, route, p, arrays)
+        kw += ["return_residual=True"] if residual else []
         lines = ["def attn(Q, K, V, *B):  # the call attnfuzz.adapters.jax_attention makes, [B, S, H, D] in and out",
                  f"    return jax.nn.dot_product_attention(Q, K, V, {', '.join(kw)})"]
-        return J.repro_call(p.dtype, [], lines, arrays, pass_name, extra)
+        return J.repro_call(p.dtype, [], lines, arrays, pass_name, extra, lse=residual)
 
     call, grad = repro.forward(library_call), repro.backward(library_call)
     variants = ()
@@ -97,12 +101,15 @@ def make(impl, route, dtypes, backward, version):
                   # XLA may fuse the two einsums differently per shape; cuDNN is a flash kernel
                   compute_model="fused" if cudnn else "unfused", variants=variants,
                   backward=C.cuda_guarded(grad) if backward else None, repro=library_call,
-                  recompiles_per_shape=True)
+                  recompiles_per_shape=True, lse=residual)
 
 
 def kernels(implementations, routes, dtypes, backward, version):
-    """The kernels of these implementations x routes (the bias route only for xla: cuDNN's bias is in the dtype)."""
-    return [make(i, r, dtypes, backward, version) for i in implementations for r in routes
+    """The kernels of these implementations x routes (the bias route only for xla: cuDNN's bias is in the dtype); with
+    LSE where jax.nn.dot_product_attention takes return_residual (jax >= 0.6)."""
+    import jax
+    residual = "return_residual" in inspect.signature(jax.nn.dot_product_attention).parameters
+    return [make(i, r, dtypes, backward, version, residual) for i in implementations for r in routes
             if not (i == "cudnn" and r == "bias")]
 
 

@@ -74,4 +74,8 @@ Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, 
   return j;
 }
 
+Judged check_repeated(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts, bool repeat_calls) {
+  return repeat_calls ? check_after_sibling(dev, k, pc, opts) : check_case(dev, k, pc, opts);
+}
+
 }  // namespace attnfuzz

@@ -28,6 +28,10 @@ std::vector<RepeatSibling> repeat_siblings(const Case& c);
 // differs in. Cases without a sibling are check_case.
 Judged check_after_sibling(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts);
 
+// check_after_sibling when repeat_calls (attn-check / attn-fuzz --repeat-calls), else check_case: the one choice the
+// tools' runner, the campaign's workers and the minimizer make.
+Judged check_repeated(Device& dev, const KernelEntry& k, PreparedCase& pc, const RunOptions& opts, bool repeat_calls);
+
 // The amplified-parameter relaunch (attn-check --amplify; check/detectors/amplify.cpp): after a passing
 // forward check (j) of a dense case whose variant (sink, softcap, ALiBi, bias, a custom mask, per-head
 // descales; one the kernel declares) changes the exact result by less than the bound, a sibling case with

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "check/repeat.h"
 #include "fuzz/campaign.h"
 
 namespace attnfuzz::fuzz {
@@ -36,7 +37,7 @@ std::string minimize_case(const CorpusFile& cf, const std::string& source, const
   auto still_fails = [&](const Case& c) {
     if (!validate(c).empty()) return false;
     PreparedCase pc(c, run.oracle.threads);
-    Judged j = check_case(w->device(), k, pc, run);
+    Judged j = check_repeated(w->device(), k, pc, run, cfg.repeat_calls);
     if (j.result.verdict != Verdict::kFail) return false;
     refine_class(w->device(), k, pc, run, cfg.plugins, j);
     if (j.result.failure != rv.failure) return false;

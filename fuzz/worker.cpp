@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "attnfuzz/report.h"
+#include "check/repeat.h"
 #include "runtime/adapter/adapter.h"
 #if __has_include("check/classify.h")
 #include "check/guarded.h"
@@ -71,6 +72,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["min_job_s"] = c.min_job_s;
   j["compile_aware"] = c.compile_aware;
   j["new_shape_share"] = c.new_shape_share;
+  j["repeat_calls"] = c.repeat_calls;
   return j;
 }
 
@@ -128,6 +130,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("min_job_s", c.min_job_s);
   get("compile_aware", c.compile_aware);
   get("new_shape_share", c.new_shape_share);
+  get("repeat_calls", c.repeat_calls);
   return c;
 }
 
@@ -673,7 +676,7 @@ Worker::Outcome Worker::run(const FuzzInput& drawn) {
   g_current = &pc.the_case();
   if (!device_->options().isolate) g_in_process_kernel = out.kernel->kernel.name;
   const auto t_check = Clock::now();
-  Judged j = check_case(*device_, *out.kernel, pc, run_);
+  Judged j = check_repeated(*device_, *out.kernel, pc, run_, cfg_.repeat_calls);
   {
     const double all = seconds(t_check, Clock::now()), launch = j.result.launch_ms / 1e3, oracle = j.result.oracle_ms / 1e3;
     phase_s_["launch"] += launch;

@@ -237,11 +237,6 @@ void define_options(CLI::App& app, Options& o) {
   for (CLI::Option* x : {sweep, replay, seed}) list->excludes(x);
   for (CLI::Option* c : shape) list->excludes(c);
   app.add_flag(
-         "--repeat-calls", o.common.repeat_calls,
-         "check each case right after the same shape with another scale: a plan / graph cache keyed on the "
-         "shape alone is named (stale cache)")
-      ->group("Classification (check/README.md)");
-  app.add_flag(
          "--amplify", o.common.amplify,
          "after a passing check of a case with a variant whose effect is within the bound (sink, softcap, "
          "ALiBi, bias, custom mask, per-head descales), check a sibling with that parameter amplified: an "

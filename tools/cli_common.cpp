@@ -549,6 +549,10 @@ void add_classification_options(CLI::App& app, CommonOptions& o) {
           ->group(c);
   tsan->excludes(no_classify);
   cs->excludes(no_classify);
+  app.add_flag("--repeat-calls", o.repeat_calls,
+               "check each forward dense case right after the same shape with another scale, mask or dtype: a "
+               "plan / graph cache keyed without that parameter is named (stale cache); campaigns too")
+      ->group(c);
 }
 
 }  // namespace
@@ -927,8 +931,7 @@ void Runner::progress(bool final) {
 }
 
 const Judged& Runner::check(const KernelEntry& k, PreparedCase& pc, const std::string& origin) {
-  last_ = o_.repeat_calls ? check_after_sibling(*s_.device, k, pc, s_.run)
-                          : check_case(*s_.device, k, pc, s_.run);
+  last_ = check_repeated(*s_.device, k, pc, s_.run, o_.repeat_calls);
   if (o_.amplify)
     amplify_passing(*s_.device, k, pc, s_.run, last_);  // a pass whose variant effect is below the bound
   if (o_.audit && last_.result.verdict == Verdict::kPass && passes_[k.kernel.name]++ % o_.audit_every == 0) {

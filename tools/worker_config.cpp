@@ -23,6 +23,7 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
   w.limits.dtype = case_dtype(o);
   w.limits.passes = static_cast<uint8_t>(1u << static_cast<int>(case_pass(o)));
   w.limits.variants = case_variants(o);  // issue 28: --variant lets decoded cases use score variants
+  w.repeat_calls = o.repeat_calls;       // issue 30 item 6b: stale plan caches in campaigns too
   // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend.
   std::string flags;
   const CommonOptions dflt;  // attn-check's defaults: say only what differs
@@ -37,6 +38,7 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
     flags += (flags.empty() ? "" : " ") + std::string("--adapter ") + shell_quote(o.adapter);
   else if (backend != Backend::kCpu)
     flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
+  if (o.repeat_calls) flags += (flags.empty() ? "" : " ") + std::string("--repeat-calls");  // after the siblings
   w.replay_flags = flags;
   return w;
 }

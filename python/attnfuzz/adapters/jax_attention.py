@@ -8,7 +8,8 @@ Implementations: xla, cudnn (f16 / bf16 only, D a multiple of 8 up to 256; on a 
   window      local_window_size=(left, right) (top-left; an unbounded side as Sq + Sk; causal as (Sq + Sk, 0))
   bool-mask   an explicit boolean mask (True = visible), every mask kind and the custom masks
   bias        the boolean mask plus an additive float32 bias: the bias and ALiBi variants (xla only)
-GQA through JAX's own Hq % Hkv grouping; D = Dv (JAX wants value shaped as key). --backward also declares the
+GQA through JAX's own Hq % Hkv grouping; D = Dv (JAX wants value shaped as key). LSE: the documented logsumexp of
+return_residual=True ([B, T, N], natural log) where the installed jax takes it. --backward also declares the
 backward pass (dQ, dK, dV, and d bias, through jax.vjp of the same call). A problem the library refuses (its
 argument checks, cuDNN's "Unsupported sequence length") is `unsupported` with the library's words, found by one probe
 on zeros per shape before the case runs; each kernel declares recompiles_per_shape (every new shape compiles).

@@ -122,7 +122,10 @@ def main(argv=None):
 
     def run(q, k, v, p):
         if bug == "stale-plan":  # the first problem of each key is replayed: the parameters the key lacks go stale
-            shape = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v)
+            arrays = tuple(None if a is None else tuple(np.asarray(a).tolist())
+                           for a in (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k))  # a layout is shape too
+            shape = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.q_layout,
+                     p.kv_layout) + arrays
             p = plans.setdefault(shape + tuple(getattr(p, x) for x in keyed), p)
         o, lse, *extra = call_fwd(q, k, v, p)  # a sequence layout: per sequence (library_call)
         if a.nan_noise:  # a NaN's sign carries no value: the tool must not read its variation as a race

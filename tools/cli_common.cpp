@@ -550,8 +550,8 @@ void add_classification_options(CLI::App& app, CommonOptions& o) {
   tsan->excludes(no_classify);
   cs->excludes(no_classify);
   app.add_flag("--repeat-calls", o.repeat_calls,
-               "check each forward dense case right after the same shape with another scale, mask or dtype: a "
-               "plan / graph cache keyed without that parameter is named (stale cache); campaigns too")
+               "check each forward dense case right after the same shape with another scale, mask, dtype or "
+               "strides: a plan / graph cache keyed without that parameter is named (stale cache); campaigns too")
       ->group(c);
 }
 
@@ -952,6 +952,7 @@ std::string Runner::replay_command_for(const CheckResult& r, const std::string& 
   if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))
     cmd += " --audit --audit-every 1";  // the output passes: only the audit shows the hazard
   if (o_.repeat_calls) cmd += " --repeat-calls";  // a stale cache shows only after the sibling call
+  if (o_.repeat_calls && o_.no_isolate) cmd += " --no-isolate";  // and, on the cpu backend, in the same process
   if (r.decided_by == "amplify") cmd += " --amplify";  // the case passes: only its amplified sibling fails
   if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
     cmd += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);

@@ -38,7 +38,8 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
     flags += (flags.empty() ? "" : " ") + std::string("--adapter ") + shell_quote(o.adapter);
   else if (backend != Backend::kCpu)
     flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
-  if (o.repeat_calls) flags += (flags.empty() ? "" : " ") + std::string("--repeat-calls");  // after the siblings
+  if (o.repeat_calls)  // after the siblings, and on the cpu backend in one process as the campaign's workers launch
+    flags += (flags.empty() ? "" : " ") + std::string("--repeat-calls") + (backend == Backend::kCpu ? " --no-isolate" : "");
   w.replay_flags = flags;
   return w;
 }

@@ -1,10 +1,8 @@
 """Sequence layouts on the adapter side (adapters/PROTOCOL.md "Sequence layouts"; docs/sequence-layouts.md): each
-sequence of a packed or KV-cache problem as a dense problem of its own, and the packing a cu_seqlens library takes.
+sequence of a packed or KV-cache problem as a dense problem of its own, and the arrays a cu_seqlens library takes.
 
     o = per_sequence(q, k, v, p, dense_attention)        # any dense kernel fn(q, k, v, p) -> O or (O, LSE)
-    qp, kp, vp, cu_q, cu_k = pack(q, k, v, p)            # varlen: packed rows of the used keys, int32 prefix sums
     a = varlen_args(p, takes_seqused=True)               # a cu_seqlens library's arrays, malformed ones as sent
-    o = unpack_o(o_packed, p)                            # [total_q, Hq, Dv] -> O in q's layout
 
 q is [total_q, Hq, D] when p.q_layout == "packed" (token t of sequence b at row cu_seqlens_q[b] + t), else
 [B, Sq, Hq, D]; k, v alike with cu_seqlens_k; sequence b uses its first seqused_k[b] keys when the problem has them.
@@ -122,15 +120,6 @@ def per_sequence(q, k, v, p, fn, trust=False):
     return (o, lse) if has_lse else o
 
 
-def pack(q, k, v, p):
-    """(q, k, v packed over their used rows, cu_seqlens_q, cu_seqlens_k as int32 [B + 1]) from any layout."""
-    parts = split(q, k, v, p)
-    cat = lambda i, like: np.concatenate([x[i][0] for x in parts], 0) if parts else like[:0]
-    sq, sk = lengths(p)
-    cu = lambda n: np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
-    return cat(0, q), cat(1, k), cat(2, v), cu(sq), cu(sk)
-
-
 def varlen_args(p, takes_seqused):
     """The metadata a cu_seqlens library (FlashAttention's varlen) is called with for p, as attn-fuzz sent it:
     {"cu_seq_q", "cu_seq_k": int32 [B + 1], "max_q", "max_k": the longest sequence those arrays name, and, for a KV
@@ -155,10 +144,3 @@ def varlen_args(p, takes_seqused):
     longest = lambda cu: max(int(np.max(np.diff(cu.astype(np.int64)), initial=0)), 0)
     out["max_q"], out["max_k"] = longest(out["cu_seq_q"]), longest(out["cu_seq_k"])
     return out
-
-
-def unpack_o(o, p):
-    """A packed O [sum Sq_b, Hq, Dv] (pack()'s rows) in q's layout: itself when q is packed, else [B, Sq, Hq, Dv]."""
-    if p.q_layout == "packed":
-        return o
-    return np.asarray(o).reshape(p.batch, p.seq_q, p.heads_q, -1)

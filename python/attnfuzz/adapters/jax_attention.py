@@ -9,7 +9,8 @@ Implementations: xla, cudnn (f16 / bf16 only, D a multiple of 8 up to 256; on a 
   bool-mask   an explicit boolean mask (True = visible), every mask kind and the custom masks
   bias        the boolean mask plus an additive float32 bias: the bias and ALiBi variants (xla only)
 GQA through JAX's own Hq % Hkv grouping; D = Dv (JAX wants value shaped as key). LSE: the documented logsumexp of
-return_residual=True ([B, T, N], natural log) where the installed jax takes it. --backward also declares the
+return_residual=True ([B, T, N], natural log) where the installed jax takes it and the kernels are served for f32
+alone (--dtypes f32; JAX rounds the residual to f16 / bf16 inputs' dtype). --backward also declares the
 backward pass (dQ, dK, dV, and d bias, through jax.vjp of the same call). A problem the library refuses (its
 argument checks, cuDNN's "Unsupported sequence length") is `unsupported` with the library's words, found by one probe
 on zeros per shape before the case runs; each kernel declares recompiles_per_shape (every new shape compiles).
@@ -107,9 +108,11 @@ def make(impl, route, dtypes, backward, version, residual=False):
 
 def kernels(implementations, routes, dtypes, backward, version):
     """The kernels of these implementations x routes (the bias route only for xla: cuDNN's bias is in the dtype); with
-    LSE where jax.nn.dot_product_attention takes return_residual (jax >= 0.6)."""
+    LSE where jax.nn.dot_product_attention takes return_residual and the kernels are served for f32 alone (--dtypes
+    f32): JAX rounds the residual to the input dtype (xla: logsumexp(...).astype(key.dtype); cudnn: .astype(out.dtype)),
+    so an f16 / bf16 LSE would be judged against an fp32 LSE's bound and fail on a correct call."""
     import jax
-    residual = "return_residual" in inspect.signature(jax.nn.dot_product_attention).parameters
+    residual = "return_residual" in inspect.signature(jax.nn.dot_product_attention).parameters and list(dtypes) == ["f32"]
     return [make(i, r, dtypes, backward, version, residual) for i in implementations for r in routes
             if not (i == "cudnn" and r == "bias")]
 

@@ -37,7 +37,8 @@ std::string minimize_case(const CorpusFile& cf, const std::string& source, const
   auto still_fails = [&](const Case& c) {
     if (!validate(c).empty()) return false;
     PreparedCase pc(c, run.oracle.threads);
-    Judged j = check_in_modes(w->device(), k, pc, run, {.amplify = cfg.amplify});  // as the campaign checked
+    // as the campaign checked
+    Judged j = check_in_modes(w->device(), k, pc, run, {.repeat_calls = cfg.repeat_calls, .amplify = cfg.amplify});
     if (j.result.verdict != Verdict::kFail) return false;
     refine_class(w->device(), k, pc, run, cfg.plugins, j);
     if (j.result.failure != rv.failure) return false;

@@ -73,6 +73,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["min_job_s"] = c.min_job_s;
   j["compile_aware"] = c.compile_aware;
   j["new_shape_share"] = c.new_shape_share;
+  j["repeat_calls"] = c.repeat_calls;
   return j;
 }
 
@@ -131,6 +132,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("min_job_s", c.min_job_s);
   get("compile_aware", c.compile_aware);
   get("new_shape_share", c.new_shape_share);
+  get("repeat_calls", c.repeat_calls);
   return c;
 }
 
@@ -676,7 +678,8 @@ Worker::Outcome Worker::run(const FuzzInput& drawn) {
   g_current = &pc.the_case();
   if (!device_->options().isolate) g_in_process_kernel = out.kernel->kernel.name;
   const auto t_check = Clock::now();
-  Judged j = check_in_modes(*device_, *out.kernel, pc, run_, {.amplify = cfg_.amplify});
+  Judged j =
+      check_in_modes(*device_, *out.kernel, pc, run_, {.repeat_calls = cfg_.repeat_calls, .amplify = cfg_.amplify});
   {
     const double all = seconds(t_check, Clock::now()), launch = j.result.launch_ms / 1e3, oracle = j.result.oracle_ms / 1e3;
     phase_s_["launch"] += launch;

@@ -85,6 +85,8 @@ struct WorkerConfig {
   // pooled, the other adapter kernels measured), "on" (every kernel pooled), "off" (every shape runs as drawn).
   std::string compile_aware = "auto";
   double new_shape_share = 0.25;  // of a pooled kernel's check time, at most this much on first calls at new shapes
+  // --repeat-calls (check/repeat.h): each case checked right after its siblings in the same process (stale caches).
+  bool repeat_calls = false;
 };
 // The shortest fork-mode job of an adapter campaign with --compile-aware auto | on (WorkerConfig::min_job_s).
 inline constexpr int kCompileAwareMinJobS = 120;

@@ -236,11 +236,6 @@ void define_options(CLI::App& app, Options& o) {
   for (CLI::Option* x : {sweep, replay}) app.get_option("--npy-emit")->excludes(x);
   for (CLI::Option* x : {sweep, replay, seed}) list->excludes(x);
   for (CLI::Option* c : shape) list->excludes(c);
-  app.add_flag(
-         "--repeat-calls", o.common.repeat_calls,
-         "check each case right after the same shape with another scale: a plan / graph cache keyed on the "
-         "shape alone is named (stale cache)")
-      ->group("Classification (check/README.md)");
   auto* a = "Classification (check/README.md)";
   app.add_flag("--audit", o.common.audit,
                "audit passing checks for races / OOB: nvidia compute-sanitizer racecheck, synccheck, "

@@ -2,6 +2,7 @@
 // (tools/bug_report.h).
 #include "tools/bug_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -50,6 +51,21 @@ std::vector<ReproTensor> forward_expected(const OracleResult& ex, bool lse) {
   return out;
 }
 
+// A packed q's O travels in q's layout, [total_q, Hq, Dv] (PROTOCOL.md "Sequence layouts"): expected_o and bound_o
+// become the dense view's rows t < Sq_b of each sequence b, at packed row cu_seqlens_q[b] + t (the well-formed array).
+void pack_o_rows(std::vector<ReproTensor>& ts, const Problem& p, const Tensors& t) {
+  const int64_t row = p.heads_q * p.head_dim_v;
+  for (ReproTensor& x : ts) {
+    if (x.name != "expected_o" && x.name != "bound_o") continue;
+    std::vector<double> out(static_cast<size_t>(p.total_q * row));
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t s = 0; s < t.cu_seqlens_q[b + 1] - t.cu_seqlens_q[b]; ++s)
+        std::copy_n(x.data.begin() + (b * x.shape[1] + s) * row, row, out.begin() + (t.cu_seqlens_q[b] + s) * row);
+    x.shape = {p.total_q, p.heads_q, p.head_dim_v};
+    x.data = std::move(out);
+  }
+}
+
 // dQ [B, Sq, Hq, D], dK [B, Sk, Hkv, D], dV [B, Sk, Hkv, Dv] as compare_gradients judges them.
 std::vector<ReproTensor> backward_expected(const GradResult& g) {
   const Problem& p = g.problem;
@@ -80,10 +96,11 @@ AdapterDevice::ReproReply adapter_script(Session& s, const KernelEntry& k, Prepa
   auto* ad = dynamic_cast<AdapterDevice*>(s.device.get());
   const Case& c = pc.the_case();
   if (!ad) return {{}, "not an adapter kernel"};
-  if (has_sequences(c.problem) || c.pass == Pass::kFwdBwd)
+  const bool malformed = pc.tensors().malformed.kind != Malformation::kNone;
+  if (c.pass == Pass::kFwdBwd || malformed)
     return {{},
-            "scripts are written for dense forward or backward cases (this one is " +
-                std::string(has_sequences(c.problem) ? "a sequence layout" : "fwd+bwd") +
+            "scripts are written for forward or backward cases with well-formed metadata (this one is " +
+                std::string(malformed ? "malformed: no expected values to compare with" : "fwd+bwd") +
                 "): replay it with the command above"};
   const RunOptions opts = for_kernel(s.run, k.kernel, pc.problem());
   AdapterDevice::ReproRequest req;
@@ -91,6 +108,7 @@ AdapterDevice::ReproReply adapter_script(Session& s, const KernelEntry& k, Prepa
   req.comment = comment;
   req.tensors = c.pass == Pass::kBwd ? backward_expected(grad_oracle_for(pc, j.outcome, opts))
                                      : forward_expected(pc.oracle(opts.oracle), k.kernel.writes_lse != 0);
+  if (c.problem.q_layout == AF_SEQ_PACKED) pack_o_rows(req.tensors, c.problem, pc.tensors());
   ad->request_repro(std::move(req));
   const LaunchOutcome out = launch_for_pass(*s.device, k, pc, pc.tensors(), opts);
   AdapterDevice::ReproReply reply = ad->repro_reply();

@@ -555,6 +555,10 @@ void add_classification_options(CLI::App& app, CommonOptions& o) {
          "ALiBi, bias, custom mask, per-head descales), check a sibling with that parameter amplified: an "
          "output that is the exact result without it is ignored-parameter")
       ->group(c);
+  app.add_flag("--repeat-calls", o.repeat_calls,
+               "check each forward dense case right after the same shape with another scale, mask, dtype or "
+               "strides: a plan / graph cache keyed without that parameter is named (stale cache); campaigns too")
+      ->group(c);
 }
 
 }  // namespace
@@ -952,6 +956,7 @@ std::string Runner::replay_command_for(const CheckResult& r, const std::string& 
   if (std::any_of(r.evidence.begin(), r.evidence.end(), is_audit))
     cmd += " --audit --audit-every 1";  // the output passes: only the audit shows the hazard
   if (o_.repeat_calls) cmd += " --repeat-calls";  // a stale cache shows only after the sibling call
+  if (o_.repeat_calls && o_.no_isolate) cmd += " --no-isolate";  // and, on the cpu backend, in the same process
   if (r.decided_by == "amplify") cmd += " --amplify";  // the case passes: only its amplified sibling fails
   if (o_.order != CommonOptions{}.order || o_.order_seed != CommonOptions{}.order_seed)  // races depend on it
     cmd += " --order " + shell_quote(o_.order) + " --order-seed " + std::to_string(o_.order_seed);

@@ -23,6 +23,7 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
   w.limits.dtype = case_dtype(o);
   w.limits.passes = static_cast<uint8_t>(1u << static_cast<int>(case_pass(o)));
   w.limits.variants = case_variants(o);  // issue 28: --variant lets decoded cases use score variants
+  w.repeat_calls = o.repeat_calls;       // issue 30 item 6b: stale plan caches in campaigns too
   // What a replay needs besides the file: the thread order (races), warp size, plug-ins, backend, --amplify.
   std::string flags;
   const CommonOptions dflt;  // attn-check's defaults: say only what differs
@@ -39,6 +40,8 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
     flags += (flags.empty() ? "" : " ") + std::string("--backend ") + backend_name(backend);
   w.amplify = o.amplify;  // an amplified failure passes the plain check: its replay needs --amplify too
   if (o.amplify) flags += (flags.empty() ? "" : " ") + std::string("--amplify");
+  if (o.repeat_calls)  // after the siblings, and on the cpu backend in one process as the campaign's workers launch
+    flags += (flags.empty() ? "" : " ") + std::string("--repeat-calls") + (backend == Backend::kCpu ? " --no-isolate" : "");
   w.replay_flags = flags;
   return w;
 }

@@ -947,10 +947,14 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
     repro_reply_.error = res.status == LaunchStatus::kOk ? "the adapter's result carried no \"repro\" answer"
                                                          : "the run did not complete: " + res.message;
   if (!lse_rows.empty() && res.status == LaunchStatus::kOk)  // rows t < Sq_b of each sequence; the rest untouched
-    for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t bb = 0; bb < B; ++bb) {
+      // Sq_b from the array as sent: a malformed cu_seqlens_q (docs/semantics.md "Malformed metadata") may name a
+      // negative or a too long sequence, so the rows stay within the reply's [0, max Sq).
+      const int64_t rows = std::clamp<int64_t>(int64_t{b.cu_seqlens_q[bb + 1]} - b.cu_seqlens_q[bb], 0, Sq);
       for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t t = 0; t < b.cu_seqlens_q[bb + 1] - b.cu_seqlens_q[bb]; ++t)
+        for (int64_t t = 0; t < rows; ++t)
           b.lse[bb * p.lse_stride[0] + h * p.lse_stride[1] + t * p.lse_stride[2]] = lse_rows[(bb * Hq + h) * Sq + t];
+    }
   if (!dbias.empty() && res.status == LaunchStatus::kOk) {
     const float* d = dbias.data();
     for_each_strided(p.bias_stride, bias_n, [&](int64_t e) { b.dbias[e] = *d++; });

@@ -278,6 +278,27 @@ TEST(Adapter, NumpyReferenceTakesTheSequenceLayouts) {
   EXPECT_EQ(mal.code, 0) << mal.out;
 }
 
+// Issue 30 item 1: malformed metadata travels over the protocol as the kernel would receive it. The reference refuses
+// it by name (a pass); a copy that trusts the arrays (--bug trusts-metadata) is named accepted-malformed with the
+// defect's values, for packed q (its LSE rows scattered by the sent cu_seqlens_q, clipped to the reply), packed K/V
+// and a KV cache's seqused_k.
+TEST(Adapter, MalformedMetadataTravelsAsSent) {
+  NEED_NUMPY();
+  const std::string varlen = "--seq-layout varlen --seqlens-q 3,5 --seqlens-k 4,9 --mask causal-br --no-reports ",
+                    cache = "--seq-layout kvcache --sq 2 --sk 16 --seqused-k 5,16 --no-reports ";
+  for (const auto& [args, values] :
+       {std::pair{varlen + "--malformed cu-q-decreasing@0", "cu_seqlens_q[1] = -1 < cu_seqlens_q[0] = 0"},
+        std::pair{varlen + "--malformed cu-k-past-total@0", "cu_seqlens_k[2] = 14 > total_k = 13"},
+        std::pair{cache + "--malformed seqused-negative@0", "seqused_k[0] = -1 < 0"},
+        std::pair{cache + "--malformed seqused-over-capacity@1", "seqused_k[1] = 17 > its capacity 16"}}) {
+    const Result trusted = check(numpy_adapter("--bug trusts-metadata"), args, fresh("malformed-trusted"));
+    EXPECT_EQ(trusted.code, 1) << args << "\n" << trusted.out;
+    EXPECT_TRUE(has(trusted.out, "accepted-malformed") && has(trusted.out, values)) << args << "\n" << trusted.out;
+    const Result ref = check(numpy_adapter(), args, fresh("malformed-ref"));
+    EXPECT_EQ(ref.code, 0) << args << "\n" << ref.out;
+  }
+}
+
 // Score variants (issue 28) travel over the protocol: sinks, ALiBi slopes and the bias as tensors, the softcap in
 // the problem, d sinks and d bias back with dQ, dK, dV. The numpy reference applies them forward and backward (GQA,
 // a bias broadcast over heads), passes their sweep, and a copy that ignores the sinks is named ignored-parameter.
@@ -434,8 +455,9 @@ std::string saved_case(const std::string& out) {
 // Issue 30 item 4: attn-check --bug-report writes a script of at most 40 lines + .npz that calls the library
 // as the adapter did; run with python3 it exits 1 on the buggy numpy reference and 0 on the fixed one (a copy
 // of python/attnfuzz whose reference ignores its planted bug), forward and backward.
-void bug_report_script(const std::string& bug, const std::string& args) {
-  const fs::path fixed = fresh("bug-report-fixed-" + bug);
+void bug_report_script(const std::string& bug, const std::string& args, const std::string& tag = "") {
+  const std::string name = bug + tag;
+  const fs::path fixed = fresh("bug-report-fixed-" + name);
   fs::create_directories(fixed / "attnfuzz");
   fs::copy(fs::path(SOURCE_DIR) / "python" / "attnfuzz", fixed / "attnfuzz", fs::copy_options::recursive);
   std::ofstream(fixed / "attnfuzz" / "reference.py", std::ios::app)
@@ -443,11 +465,11 @@ void bug_report_script(const std::string& bug, const std::string& args) {
          "attention = lambda q, k, v, p, bug=None: _a(q, k, v, p)\n"
          "attention_backward = lambda q, k, v, do, p, o=None, lse=None, bug=None: _b(q, k, v, do, p, o=o, "
          "lse=lse)\n";
-  const std::string adapter = numpy_adapter("--bug " + bug), out = fresh("bug-report-" + bug);
+  const std::string adapter = numpy_adapter("--bug " + bug), out = fresh("bug-report-" + name);
   Result r = check(adapter, args, out);
   ASSERT_EQ(r.code, 1) << r.out;
-  const std::string file = saved_case(out), dir = fresh("bug-report-" + bug + "-bundle");
-  r = check(adapter, "--replay " + file + " --bug-report " + dir, fresh("bug-report-" + bug + "-replay"));
+  const std::string file = saved_case(out), dir = fresh("bug-report-" + name + "-bundle");
+  r = check(adapter, "--replay " + file + " --bug-report " + dir, fresh("bug-report-" + name + "-replay"));
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream readme(fs::path(dir) / "README.md"), script(fs::path(dir) / "repro.py");
   std::stringstream rm, sc;
@@ -475,6 +497,14 @@ void bug_report_script(const std::string& bug, const std::string& args) {
 TEST(Adapter, BugReportScriptFailsOnTheBugAndPassesOnceFixed) {
   NEED_NUMPY();
   bug_report_script("mask-leak", "--sq 9 --sk 9 --d 8 --mask causal-br");
+}
+
+// Issue 30 item 3: a varlen case's script rebuilds the packed inputs (the .npz holds the run's cu_seqlens) and calls
+// the library per sequence as the adapter does; expected O comes in q's packed layout.
+TEST(Adapter, BugReportScriptOfAVarlenCase) {
+  NEED_NUMPY();
+  bug_report_script("mask-leak", "--seq-layout varlen --seqlens-q 3,0,7 --seqlens-k 5,1,9 --mask causal-br --d 8",
+                    "-varlen");
 }
 
 TEST(Adapter, BugReportScriptOfABackwardCase) {
@@ -696,6 +726,31 @@ TEST(Adapter, AttnFuzzCampaignFindsThePlantedMaskLeakWithAReplayableCase) {
     }
   ASSERT_TRUE(found) << r.out;
   Result again = check(numpy_adapter("--bug mask-leak"), "--replay " + replay, fresh("fuzz-replay"));
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(has(again.out, "reproduced")) << again.out;
+}
+
+// Issue 30 item 6b in campaigns: attn-fuzz --repeat-calls checks each case after its siblings in the worker's
+// adapter process, so a plan cache keyed on the shape alone is named a stale cache (decided by
+// repeat-calls/stale-cache), and the replay line carries --repeat-calls and reproduces it.
+TEST(Adapter, RepeatCallsCampaignNamesAStalePlanCache) {
+  NEED_NUMPY();
+  if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
+  const std::string out = fresh("fuzz-repeat"), adapter = numpy_adapter("--bug stale-plan");
+  Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(adapter) + " --repeat-calls --max-time 3 --workers 1 " +
+                "--max-seq 24 --max-d 16 --minimize-budget 0 --progress 100 --out " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::string file;
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "failures"))
+    if (e.path().extension() == ".case" && e.path().filename().string().rfind("ignored-parameter-", 0) == 0)
+      file = e.path().string();
+  ASSERT_FALSE(file.empty()) << r.out;
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_TRUE(has(ss.str(), "\"signature\": \"ignored-parameter:repeat-calls/stale-cache\"")) << ss.str();
+  EXPECT_TRUE(has(r.out, "stale-plan' --repeat-calls")) << r.out;  // the summary's replay line
+  Result again = check(adapter, "--replay " + file + " --repeat-calls", fresh("fuzz-repeat-replay"));
   EXPECT_EQ(again.code, 1) << again.out;
   EXPECT_TRUE(has(again.out, "reproduced")) << again.out;
 }

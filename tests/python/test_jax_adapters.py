@@ -60,10 +60,14 @@ def pallas_kernels(backward=False):
 
 
 def close(got, p, q, k, v, rel):
-    want = attention(q, k, v, p)[0]
+    """got (O, or (O, LSE) from a kernel declaring LSE: JAX's return_residual) against the reference."""
+    want, want_lse = attention(q, k, v, p)[:2]
+    got, lse = got if isinstance(got, tuple) else (got, None)
     got = to_float32(got, p.dtype) if np.asarray(got).dtype != np.float32 else got
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel)
+    if lse is not None:  # [B, Hq, Sq], natural log; -inf on a row without keys
+        np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", [f"jax-{i}-{r}" for i in JA.IMPLEMENTATIONS for r in JA.ROUTES
@@ -125,6 +129,30 @@ def test_backward_through_vjp_in_bf16_matches_the_reference():
     want = attention_backward(*(to_float32(a, "bf16") for a in (q, kk, v, do)), exact)
     for g, w in zip(got, want[:3]):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_jax_kernels_return_the_documented_residual_as_lse_where_jax_takes_it(monkeypatch):
+    # return_residual (jax.nn.dot_product_attention's logsumexp, [B, T, N]) goes back as LSE [B, Hq, Sq] from kernels
+    # served for f32 alone (JAX rounds it to f16 / bf16 inputs' dtype); a jax without it declares no LSE, unasked
+    f32_only = lambda: JA.kernels(["xla"], list(JA.ROUTES), ["f32"], False, jax.__version__)
+    assert not any(k.decl["lse"] for k in jax_kernels())  # f16 / bf16 served too: no LSE
+    for k in f32_only():  # every xla route and mask: O and LSE against the reference
+        assert k.decl["lse"] is True
+        for mask in k.decl["masks"]:
+            p = problem(mask, 5, 7)
+            close(k.fn(*inputs(p), p), p, *inputs(p), 1e-5)
+    p = problem("window-tl", 5, 7)
+    o, lse = kernel(f32_only(), "jax-xla-window").fn(*inputs(p), p)
+    assert lse.shape == (p.batch, p.heads_q, p.seq_q) and np.isfinite(lse).all()
+    real = jax.nn.dot_product_attention
+    monkeypatch.setattr(jax.nn, "dot_product_attention",
+                        lambda query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+                        query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+                        implementation=None: real(query, key, value, bias, mask, scale=scale, is_causal=is_causal,
+                                                  local_window_size=local_window_size, implementation=implementation))
+    old = kernel(f32_only(), "jax-xla-window")
+    assert old.decl["lse"] is False
+    close(old.fn(*inputs(p), p), p, *inputs(p), 1e-5)
 
 
 def test_declarations_say_what_each_library_takes():
@@ -192,7 +220,7 @@ def test_a_backward_problem_probes_the_backward_whatever_the_forward_raises():
 
 def test_empty_arrays_get_c_strides_for_the_libraries():
     from attnfuzz.adapters._common import c_strides
-    empty = np.concatenate([np.zeros((0, 1, 64), np.uint16)], 0)  # a packed K of Sk = 0 (sequences.pack)
+    empty = np.concatenate([np.zeros((0, 1, 64), np.uint16)], 0)  # a packed K of Sk = 0 (a concatenation of no rows)
     assert c_strides(empty).strides == (128, 128, 2) and c_strides(empty).shape == (0, 1, 64)
     full = np.zeros((2, 3), np.float32)[:, ::2]
     assert c_strides(full) is full  # arrays with elements are left as they are

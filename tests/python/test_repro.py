@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from attnfuzz import repro
+from attnfuzz import repro, sequences
 from attnfuzz.adapter import Kernel, Problem
 from attnfuzz.adapters.numpy_ref import library_call
 from attnfuzz.dtypes import from_float32
@@ -113,6 +113,67 @@ def test_the_adapter_runs_the_source_the_script_prints():
     direct = attention(ts["q"], ts["k"], ts["v"], p, bug="mask-leak")
     for a, b in zip(via_source, direct):
         assert np.array_equal(a, b)
+
+
+def varlen_bundle(tmp_path, bug, sq=(3, 0, 5), sk=(4, 1, 6)):
+    """The script of numpy-<bug> on a varlen problem (packed q and K/V, causal per sequence), as attn-check
+    --bug-report asks for it: the run's tensors with the int32 cu_seqlens, expected O in q's packed layout, the LSE
+    rows past a sequence not compared (a NaN bound)."""
+    cu = lambda n: np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
+    d = dict(problem(sq=max(sq), sk=max(sk)), batch=len(sq), mask="causal-br", mask_align="bottom-right",
+             diagonal_offset=max(sk) - max(sq), q_layout="packed", kv_layout="packed", total_q=sum(sq), total_k=sum(sk),
+             kv_capacity=0)
+    rng = np.random.default_rng(5)
+    u = lambda *shape: rng.uniform(-1, 1, shape).astype(np.float32)
+    ts = {"q": u(sum(sq), 2, 4), "k": u(sum(sk), 1, 4), "v": u(sum(sk), 1, 4), "cu_seqlens_q": cu(sq),
+          "cu_seqlens_k": cu(sk)}
+    p = Problem.from_run(d, ts)
+    o, lse = sequences.per_sequence(ts["q"], ts["k"], ts["v"], p, attention)
+    ts.update(expected_o=o.astype(np.float64), bound_o=np.abs(o) * 1e-5 + 1e-6, expected_lse=lse.astype(np.float64))
+    ts["bound_lse"] = np.where(np.arange(max(sq))[None, None, :] < np.array(sq)[:, None, None], 1e-5, np.nan)
+    k = Kernel("numpy-" + (bug or "ref"), None, repro=library_call(bug))
+    return repro.write(k, p, d, ts, {"dir": str(tmp_path), "stem": "repro", "comment": ["varlen"]})
+
+
+def test_a_varlen_script_calls_per_sequence_fails_on_the_bug_and_passes_once_fixed(tmp_path):
+    script, npz = varlen_bundle(tmp_path, "mask-leak")
+    text = open(script, encoding="utf-8").read()
+    assert "per_sequence(q, k, v, p, dense, trust=False)" in text and text.count("\n") <= repro.MAX_LINES
+    wrong = run(script)
+    assert wrong.returncode == 1 and "o: " in wrong.stdout, wrong.stdout + wrong.stderr
+    ok = run(script, fixed_library(tmp_path))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (tmp_path / "ref").mkdir()
+    assert run(varlen_bundle(tmp_path / "ref", None)[0]).returncode == 0  # the correct reference passes its script
+
+
+@pytest.mark.parametrize("layout", ["varlen", "kvcache"])
+def test_the_torch_varlen_script_computes_what_the_adapter_does(tmp_path, layout):
+    torch = pytest.importorskip("torch")  # varlen_attn is FlashAttention: a CUDA machine with PyTorch (the H200 host)
+    if not torch.cuda.is_available():
+        pytest.skip("varlen_attn needs CUDA")
+    from attnfuzz.adapters import torch_varlen
+    from attnfuzz.dtypes import from_float32
+    k = torch_varlen.make("cuda", ["bf16"], False)
+    sq, sk, used = ([3, 0, 17], [5, 1, 40], None) if layout == "varlen" else ([4, 4, 4], [64, 64, 64], [33, 1, 64])
+    packed = layout == "varlen"
+    cu = lambda n: np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
+    d = dict(problem("bf16", sq=max(sq), sk=max(sk)), batch=3, heads_q=4, heads_kv=2, head_dim=64, head_dim_v=64,
+             mask="causal-br", mask_align="bottom-right", diagonal_offset=max(sk) - max(sq),
+             q_layout="packed" if packed else "dense", kv_layout="packed" if packed else "dense",
+             total_q=sum(sq) if packed else 0, total_k=sum(sk) if packed else 0, kv_capacity=0 if packed else max(sk))
+    rng = np.random.default_rng(7)
+    u = lambda *shape: from_float32(rng.uniform(-1, 1, shape).astype(np.float32), "bf16")
+    rows = lambda n, h: (sum(n), h, 64) if packed else (3, max(n), h, 64)
+    ts = {"q": u(*rows(sq, 4)), "k": u(*rows(sk, 2)), "v": u(*rows(sk, 2))}
+    ts.update({"cu_seqlens_q": cu(sq), "cu_seqlens_k": cu(sk)} if packed else {"seqused_k": np.array(used, np.int32)})
+    p = Problem.from_run(d, ts)
+    got = k.fn(ts["q"], ts["k"], ts["v"], p)  # the adapter's own output as the expected value, bound 0: bit for bit
+    ts.update(expected_o=np.asarray(got, np.float64), bound_o=np.zeros(np.shape(got)))
+    script, _ = repro.write(k, p, d, ts, {"dir": str(tmp_path), "stem": layout, "comment": []})
+    r = run(script)
+    assert r.returncode == 0, open(script).read() + r.stdout + r.stderr
+    assert "varlen_attn(" in open(script).read()
 
 
 @pytest.mark.parametrize("route", ["is-causal", "lower-right", "bool-mask", "float-mask"])

@@ -1,6 +1,6 @@
 """test_sequences.py - sequence layouts on the adapter side (python/attnfuzz/sequences.py, adapters/PROTOCOL.md
-"Sequence layouts"): per-sequence splitting with the mask aligned per sequence, packing for cu_seqlens libraries, and
-torch_varlen's argument translation (no torch needed)."""
+"Sequence layouts"): per-sequence splitting with the mask aligned per sequence, the arrays a cu_seqlens library gets
+(malformed ones as sent), and torch_varlen's argument translation (no torch needed)."""
 
 import re
 
@@ -9,7 +9,7 @@ import pytest
 
 from attnfuzz import sequences
 from attnfuzz.adapter import Problem
-from attnfuzz.adapters.torch_varlen import keywords
+from attnfuzz.adapters.torch_varlen import call_lines, keywords
 from attnfuzz.reference import attention
 
 SQ, SK = [3, 0, 5], [4, 1, 6]  # per sequence; the second has no query rows
@@ -68,18 +68,6 @@ def test_a_kv_cache_uses_only_its_used_keys():
     assert sequences.lengths(p)[1].tolist() == [2, 1, 6]
 
 
-def test_pack_and_unpack_round_trip_any_layout():
-    p = problem(q_layout="dense", kv_layout="dense", mask="none", used=[4, 1, 6])
-    q, k, v = tensors(p)
-    qp, kp, vp, cu_q, cu_k = sequences.pack(q, k, v, p)
-    assert qp.shape == (3 * max(SQ), 4, 8) and cu_q.tolist() == [0, 5, 10, 15] and cu_k.tolist() == [0, 4, 5, 11]
-    np.testing.assert_array_equal(kp[4], k[1, 0])
-    np.testing.assert_array_equal(sequences.unpack_o(qp, p), q)
-    packed = problem()
-    pq = tensors(packed)[0]
-    assert sequences.unpack_o(pq, packed) is pq
-
-
 def test_dense_view_is_the_largest_dense_batch():
     p = problem()
     d = sequences.dense_view(p)
@@ -88,12 +76,14 @@ def test_dense_view_is_the_largest_dense_batch():
 
 
 def test_varlen_attn_gets_flash_windows_or_refuses_them_without_window_size():
-    assert keywords(problem(mask="none"), True) == {"scale": 0.5, "window_size": (-1, -1)}
-    assert keywords(problem(mask="causal-br"), True)["window_size"] == (-1, 0)
-    assert keywords(problem(mask="window-br"), True)["window_size"] == (2, 0)
-    assert keywords(problem(mask="causal-br"), False) == {"scale": 0.5, "is_causal": True}
+    w = {"window_size"}
+    assert keywords(problem(mask="none"), w) == {"scale": 0.5, "window_size": (-1, -1)}
+    assert keywords(problem(mask="causal-br"), w)["window_size"] == (-1, 0)
+    assert keywords(problem(mask="window-br"), w)["window_size"] == (2, 0)
+    assert keywords(problem(mask="causal-br"), set()) == {"scale": 0.5, "is_causal": True}
+    assert keywords(problem(mask="none"), {"window_size", "enable_gqa"})["enable_gqa"] is True  # Hq 4, Hkv 2
     with pytest.raises(ValueError, match="windows are unsupported"):
-        keywords(problem(mask="window-br"), False)
+        keywords(problem(mask="window-br"), set())
 
 
 def test_malformed_metadata_is_refused_by_name_never_sliced():
@@ -110,3 +100,93 @@ def test_malformed_metadata_is_refused_by_name_never_sliced():
     for used in ([4, 2, 6], [4, -1, 6]):
         with pytest.raises(ValueError, match=r"seqused_k\[1\]"):
             sequences.lengths(problem(used=used))
+
+
+# Issue 30 item 1: a library that takes the metadata itself gets a malformed array as attn-fuzz sent it, so that its own
+# checks are what a malformed case tests; only the adapter's own translation (no seqused_k) refuses by name.
+MALFORMED = [("cu_seqlens_q", 2, 2, "packed", "packed", None),  # cu-q-decreasing@1: cu_q[2] = cu_q[1] - 1
+             ("cu_seqlens_k", 3, 12, "packed", "packed", None),  # cu-k-past-total
+             ("seqused_k", 1, -1, "dense", "dense", [2, 1, 6])]  # seqused-negative@1
+
+
+@pytest.mark.parametrize("name,i,value,ql,kl,used", MALFORMED)
+def test_varlen_args_carry_malformed_arrays_as_sent(name, i, value, ql, kl, used):
+    p = problem(ql, kl, "none", used)
+    getattr(p, name)[i] = value
+    a = sequences.varlen_args(p, takes_seqused=True)
+    sent = {"cu_seqlens_q": "cu_seq_q", "cu_seqlens_k": "cu_seq_k", "seqused_k": "seqused_k"}[name]
+    assert a[sent].tolist() == getattr(p, name).tolist() and a[sent][i] == value
+    if ql == "dense":  # a dense side: B sequences of equal length, nothing malformed about them
+        assert a["cu_seq_q"].tolist() == [0, 5, 10, 15] and a["cu_seq_k"].tolist() == [0, 6, 12, 18]
+    assert a["max_q"] >= 0 and a["max_k"] >= 0
+    with pytest.raises(ValueError, match="malformed sequence metadata"):
+        sequences.lengths(p)  # the per-sequence helpers still refuse it by name
+
+
+def test_without_seqused_k_the_used_rows_are_packed_and_a_malformed_one_refused_by_name():
+    p = problem("dense", "dense", "none", used=[2, 1, 6])
+    a = sequences.varlen_args(p, takes_seqused=False)
+    assert "seqused_k" not in a and a["cu_seq_k"].tolist() == [0, 2, 3, 9] and a["max_k"] == 6
+    assert a["k_rows"].tolist() == [0, 1, 6, 12, 13, 14, 15, 16, 17]  # slots of [B, cap 6] as rows b * 6 + j
+    p.seqused_k[1] = 7
+    with pytest.raises(ValueError, match=r"seqused_k\[1\] = 7 outside \[0, 6\]"):
+        sequences.varlen_args(p, takes_seqused=False)
+
+
+class _FakeTensor:
+    """What the varlen source touches of a torch tensor (from_numpy, to, reshape, indexing, shape)."""
+
+    def __init__(self, a):
+        self.a, self.shape = np.asarray(a), np.asarray(a).shape
+
+    def to(self, *args):
+        return self
+
+    def reshape(self, *shape):
+        return _FakeTensor(self.a.reshape(*shape))
+
+    def __getitem__(self, i):
+        return _FakeTensor(self.a[i.a if isinstance(i, _FakeTensor) else i])
+
+
+@pytest.mark.parametrize("takes_seqused", [True, False])
+def test_torch_varlen_hands_varlen_attn_the_arrays_as_sent(takes_seqused):
+    seen = {}
+
+    def varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kw):
+        seen.update(q=q.shape, k=k.shape, cu_q=cu_q.a.tolist(), cu_k=cu_k.a.tolist(), max_q=max_q, max_k=max_k, **kw)
+        return _FakeTensor(np.zeros(q.shape[:-1] + v.shape[-1:], np.float32))
+
+    takes = {"window_size"} | ({"seqused_k"} if takes_seqused else set())
+    for p in (problem(), problem("dense", "dense", "causal-br", used=[2, 1, 6])):
+        if p.q_layout == "packed":
+            p.cu_seqlens_q[2] = 2  # cu-q-decreasing@1: reaches varlen_attn as it is
+        lines, arrays = call_lines(p, takes)
+        torch = type("torch", (), {"from_numpy": staticmethod(_FakeTensor)})
+        ns = {"np": np, "x": arrays, "DEV": "cuda", "torch": torch, "varlen_attn": varlen_attn}
+        exec("\n".join(lines), ns)  # noqa: S102 - the adapter's own source
+        q, k, v = (_FakeTensor(t) for t in tensors(p))
+        o = ns["varlen"](q, k, v)
+        assert o.shape == q.shape  # O in q's layout
+        if p.q_layout == "packed":
+            assert seen["cu_q"] == [0, 3, 2, 8] and seen["q"] == (8, 4, 8) and seen["k"] == (11, 2, 8)
+            assert seen["cu_k"] == [0, 4, 5, 11] and (seen["max_q"], seen["max_k"]) == (6, 6)
+        elif takes_seqused:  # the dense cache as rows [B * cap], its seqused_k as sent
+            assert seen["cu_k"] == [0, 6, 12, 18] and seen["seqused_k"].a.tolist() == [2, 1, 6] and seen["k"] == (18, 2, 8)
+        else:  # the used rows packed by the adapter
+            assert seen["cu_k"] == [0, 2, 3, 9] and "seqused_k" not in seen and seen["k"] == (9, 2, 8)
+        assert seen["window_size"] == (-1, 0 if p.mask_kind == "causal" else -1)
+        seen.clear()
+
+
+@pytest.mark.parametrize("name,i,value,ql,kl,used", MALFORMED)
+def test_a_trusting_kernel_computes_on_malformed_arrays_without_raising(name, i, value, ql, kl, used):
+    p = problem(ql, kl, "causal-br", used)
+    q, k, v = tensors(p)
+    good = sequences.per_sequence(q, k, v, p, attention)
+    trusted = sequences.per_sequence(q, k, v, p, attention, trust=True)
+    for a, b in zip(good, trusted):  # well formed: trusting changes nothing
+        np.testing.assert_array_equal(a, b)
+    getattr(p, name)[i] = value
+    o, lse = sequences.per_sequence(q, k, v, p, attention, trust=True)
+    assert o.shape == good[0].shape and lse.shape == good[1].shape

@@ -61,6 +61,23 @@ TEST(AttnCheck, EachWrongKernelFailsWithItsClassAndExitOne) {
   }
 }
 
+// Issue 30 item 6b, strides: --repeat-calls launches a sibling with q, k, v head-major before the case; a plan cache
+// keyed without the strides (test-stale-strides, launches in one process: --no-isolate) then reads the case's buffers
+// with the sibling's strides, and the output is named a stale cache. Quiet without --repeat-calls and where each
+// launch is a fresh child (isolated); a correct kernel passes with it (no false positive).
+TEST(AttnCheck, RepeatCallsNameAPlanCacheKeyedWithoutTheStrides) {
+  const std::string c = " --sq 9 --sk 9 --heads 2 --d 8 --mask causal-br --no-reports --kernel ";
+  Result r = run("--repeat-calls --no-isolate" + c + "test-stale-strides");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "ignored-parameter")) << r.out;
+  EXPECT_TRUE(has(r.out, "read with those strides") && has(r.out, "keyed without the strides (stale cache)")) << r.out;
+  EXPECT_TRUE(has(r.out, "--repeat-calls --no-isolate")) << r.out;  // the replay line keeps the one process
+  EXPECT_EQ(run("--no-isolate" + c + "test-stale-strides").code, 0);
+  EXPECT_EQ(run("--repeat-calls" + c + "test-stale-strides").code, 0);
+  r = run("--repeat-calls --no-isolate" + c + "'test-right,flash-bm16-bn32'");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(AttnCheck, ReplayReproducesTheVerdictBitExactly) {
   const std::string out = fresh("replay");
   Result r = run("--sq 19 --sk 45 --d 13 --mask causal-tl --dist extreme:50 --seed 9 --kernel test-scaled", out);

@@ -1,4 +1,9 @@
 // wrong_kernels.hip - a test-only plug-in of deliberately wrong kernels: one per verdict path of attn-check.
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
 #include "kernels/common.h"
 
 namespace {
@@ -44,6 +49,32 @@ int launch(const af_problem* p, const af_buffers* b, void* stream) {
   return (int)hipGetLastError();
 }
 
+// A plan cache keyed on the shape, scale, mask and dtype but not the strides (FlashInfer PR #4015's stale plans): the
+// first launch of each key fixes the q, k, v strides every later launch of that key reads with. It lives in the
+// process, so it shows only where launches share one (attn-check --no-isolate on the cpu backend: an isolated launch
+// runs in a fresh child).
+int stale_strides_launch(const af_problem* p, const af_buffers* b, void* stream) {
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, std::vector<int64_t>> plans;
+  uint32_t scale_bits;
+  std::memcpy(&scale_bits, &p->scale, sizeof scale_bits);
+  const std::vector<int64_t> key = {p->batch,     p->heads_q,    p->heads_kv,    p->seq_q,       p->seq_k,
+                                    p->head_dim,  p->head_dim_v, scale_bits,     p->mask_kind,   p->mask_align,
+                                    p->window_left, p->window_right, p->dtype};
+  af_problem kept = *p;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = plans.try_emplace(key, std::vector<int64_t>(p->q_stride, p->q_stride + 3)).first;
+    if (it->second.size() == 3) {  // the strides of the first launch of this key, q then k then v
+      it->second.insert(it->second.end(), p->k_stride, p->k_stride + 3);
+      it->second.insert(it->second.end(), p->v_stride, p->v_stride + 3);
+    }
+    for (int i = 0; i < 3; ++i)
+      kept.q_stride[i] = it->second[i], kept.k_stride[i] = it->second[3 + i], kept.v_stride[i] = it->second[6 + i];
+  }
+  return launch<kRight>(&kept, b, stream);
+}
+
 #define WRONG(name, w, masks, desc) \
   {name, "test", desc, AF_SUPPORTS_F32, masks, 0, 0, 0, 0, nullptr, nullptr, &launch<w>}
 const af_kernel kWrongKernels[] = {
@@ -54,6 +85,8 @@ const af_kernel kWrongKernels[] = {
     WRONG("test-crash", kCrash, AF_SUPPORTS_ALL_MASKS, "dereferences NULL: crash"),
     WRONG("test-hang", kHang, AF_SUPPORTS_ALL_MASKS, "spins forever: hang"),
     WRONG("test-nomask-only", kRight, AF_SUPPORTS_MASK_NONE, "correct, but claims no mask support"),
+    {"test-stale-strides", "test", "correct, with a plan cache keyed without the q, k, v strides (one process)",
+     AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, 0, 0, 0, 0, nullptr, nullptr, &stale_strides_launch},
 };
 
 }  // namespace

@@ -36,9 +36,10 @@ def refusal(e):
     return None
 
 
-def repro_call(dtype, imports, attn_lines, arrays, pass_name, extra=()):
+def repro_call(dtype, imports, attn_lines, arrays, pass_name, extra=(), lse=False):
     """A repro.Call (attnfuzz/repro.py) of a JAX library call: attn_lines define attn(Q, K, V, *extra), jax arrays
-    [B, S, H, D] -> O [B, Sq, Hq, Dv]; around them the glue the adapter runs (stored elements to jax bit for bit, O back
+    [B, S, H, D] -> O [B, Sq, Hq, Dv] (lse: (O, the logsumexp residual [B, Sq, Hq]), returned as LSE [B, Hq, Sq]);
+    around them the glue the adapter runs (stored elements to jax bit for bit, O back
     as float32 values; the backward through jax.vjp of the same call). extra: names of arrays(float32) that are
     differentiable inputs too (the bias): the backward returns their gradients as {"d<name>": ...}."""
     from attnfuzz import repro
@@ -50,9 +51,13 @@ def repro_call(dtype, imports, attn_lines, arrays, pass_name, extra=()):
             "f32 = lambda a: np.asarray(jnp.asarray(a).astype(jnp.float32))"]
     if pass_name == "bwd":
         run = ["def call_bwd(q, k, v, o, lse, do):",
-               "    g = jax.vjp(attn, t(q), t(k), t(v), *EXTRA)[1](t(do))",
+               "    g = jax.vjp(" + ("lambda *a: attn(*a)[0]" if lse else "attn") + ", t(q), t(k), t(v), *EXTRA)[1](t(do))",
                f"    return tuple(f32(a) for a in g[:3]) + (({{'d' + n: f32(a) for n, a in zip({tuple(extra)!r}, g[3:])}},)"
                " if EXTRA else ())"]
+    elif lse:
+        run = ["def call(q, k, v):  # O, and the residual [B, Sq, Hq] as LSE [B, Hq, Sq]",
+               "    o, res = attn(t(q), t(k), t(v), *EXTRA)",
+               "    return f32(o), f32(res).transpose(0, 2, 1)"]
     else:
         run = ["def call(q, k, v):", "    return f32(attn(t(q), t(k), t(v), *EXTRA))"]
     return repro.Call(["import jax", "import jax.numpy as jnp"] + list(imports), glue + list(attn_lines) + run, arrays)

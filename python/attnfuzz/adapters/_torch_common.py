@@ -127,21 +127,21 @@ def bool_mask(p, device):
     return m
 
 
-def repro_call(dtype, device, imports, sdpa_lines, arrays, pass_name):
-    """A repro.Call (attnfuzz/repro.py) of a torch library call: sdpa_lines define sdpa(Q, K, V), torch [B, S, H, D] ->
-    O [B, Sq, Hq, Dv]; around them the glue the adapter then runs for that kernel (the stored elements to torch on
-    the device bit for bit, as to_torch; O back as float32, as from_torch; the backward through torch.autograd of
+def repro_call(dtype, device, imports, sdpa_lines, arrays, pass_name, fn="sdpa"):
+    """A repro.Call (attnfuzz/repro.py) of a torch library call: sdpa_lines define <fn>(Q, K, V), torch in q's, k's
+    and v's layout ([B, S, H, D], or packed rows) -> O in q's layout; around them the glue the adapter then runs for
+    that kernel (the stored elements to torch on the device bit for bit, as to_torch; O back as float32, as from_torch; the backward through torch.autograd of
     the same call, as torch_backward: an input O does not depend on gets a zero gradient). f32 / f16 / bf16."""
     glue = [f"DEV, DT = {device!r}, torch.{str(DTYPES[dtype]).split('.')[-1]}",
             "def t(a):  # stored elements (bf16: uint16 bit patterns) -> torch on DEV, bit for bit",
-            "    a = np.array(a)",
+            "    a = np.array(np.ravel(a)).reshape(np.shape(a))  # a writable copy with C strides, also when empty",
             "    return (torch.from_numpy(a.view(np.int16)).view(DT) if DT == torch.bfloat16 else torch.from_numpy(a)).to(DEV, DT)"]
     if pass_name == "bwd":
         run = ["def call_bwd(q, k, v, o, lse, do):",
                "    Q, K, V = (t(a).requires_grad_() for a in (q, k, v))",
-               "    sdpa(Q, K, V).backward(t(do))",
+               f"    {fn}(Q, K, V).backward(t(do))",
                "    return tuple(np.zeros(a.shape, np.float32) if a.grad is None else a.grad.float().cpu().numpy() for a in (Q, K, V))"]
     else:
-        run = ["def call(q, k, v):", "    return sdpa(t(q), t(k), t(v)).detach().float().cpu().numpy()"]
+        run = ["def call(q, k, v):", f"    return {fn}(t(q), t(k), t(v)).detach().float().cpu().numpy()"]
     from attnfuzz import repro
     return repro.Call(["import torch"] + list(imports), glue + list(sdpa_lines) + run, arrays)

@@ -8,7 +8,9 @@ Implementations: xla, cudnn (f16 / bf16 only, D a multiple of 8 up to 256; on a 
   window      local_window_size=(left, right) (top-left; an unbounded side as Sq + Sk; causal as (Sq + Sk, 0))
   bool-mask   an explicit boolean mask (True = visible), every mask kind and the custom masks
   bias        the boolean mask plus an additive float32 bias: the bias and ALiBi variants (xla only)
-GQA through JAX's own Hq % Hkv grouping; D = Dv (JAX wants value shaped as key). --backward also declares the
+GQA through JAX's own Hq % Hkv grouping; D = Dv (JAX wants value shaped as key). LSE: the documented logsumexp of
+return_residual=True ([B, T, N], natural log) where the installed jax takes it and the kernels are served for f32
+alone (--dtypes f32; JAX rounds the residual to f16 / bf16 inputs' dtype). --backward also declares the
 backward pass (dQ, dK, dV, and d bias, through jax.vjp of the same call). A problem the library refuses (its
 argument checks, cuDNN's "Unsupported sequence length") is `unsupported` with the library's words, found by one probe
 on zeros per shape before the case runs; each kernel declares recompiles_per_shape (every new shape compiles).
@@ -17,6 +19,7 @@ The JAX process does not preallocate GPU memory (XLA_PYTHON_CLIENT_PREALLOCATE=f
 
 import argparse
 import copy
+import inspect
 import sys
 
 import numpy as np
@@ -73,15 +76,18 @@ def arguments(impl, route, p, arrays):
     return kw, tuple(n for n in ("bias",) if n in scores)
 
 
-def make(impl, route, dtypes, backward, version):
+def make(impl, route, dtypes, backward, version, residual=False):
+    """The kernel jax-<impl>-<route>; residual: the installed jax.nn.dot_product_attention takes return_residual (its
+    documented logsumexp, [B, T, N]), so the kernel returns LSE too."""
     def library_call(p, pass_name):
         """repro.Call: this kernel's jax.nn.dot_product_attention call on p, as source the adapter runs and a
         bug-report script prints (attnfuzz/repro.py)."""
         arrays = {}
         kw, extra = arguments(impl, route, p, arrays)
+        kw += ["return_residual=True"] if residual else []
         lines = ["def attn(Q, K, V, *B):  # the call attnfuzz.adapters.jax_attention makes, [B, S, H, D] in and out",
                  f"    return jax.nn.dot_product_attention(Q, K, V, {', '.join(kw)})"]
-        return J.repro_call(p.dtype, [], lines, arrays, pass_name, extra)
+        return J.repro_call(p.dtype, [], lines, arrays, pass_name, extra, lse=residual)
 
     call, grad = repro.forward(library_call), repro.backward(library_call)
     variants = ()
@@ -97,12 +103,17 @@ def make(impl, route, dtypes, backward, version):
                   # XLA may fuse the two einsums differently per shape; cuDNN is a flash kernel
                   compute_model="fused" if cudnn else "unfused", variants=variants,
                   backward=C.cuda_guarded(grad) if backward else None, repro=library_call,
-                  recompiles_per_shape=True)
+                  recompiles_per_shape=True, lse=residual)
 
 
 def kernels(implementations, routes, dtypes, backward, version):
-    """The kernels of these implementations x routes (the bias route only for xla: cuDNN's bias is in the dtype)."""
-    return [make(i, r, dtypes, backward, version) for i in implementations for r in routes
+    """The kernels of these implementations x routes (the bias route only for xla: cuDNN's bias is in the dtype); with
+    LSE where jax.nn.dot_product_attention takes return_residual and the kernels are served for f32 alone (--dtypes
+    f32): JAX rounds the residual to the input dtype (xla: logsumexp(...).astype(key.dtype); cudnn: .astype(out.dtype)),
+    so an f16 / bf16 LSE would be judged against an fp32 LSE's bound and fail on a correct call."""
+    import jax
+    residual = "return_residual" in inspect.signature(jax.nn.dot_product_attention).parameters and list(dtypes) == ["f32"]
+    return [make(i, r, dtypes, backward, version, residual) for i in implementations for r in routes
             if not (i == "cudnn" and r == "bias")]
 
 

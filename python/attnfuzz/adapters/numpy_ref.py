@@ -10,6 +10,13 @@ tool's own tests.
     attn-fuzz --adapter 'python3 -m attnfuzz.adapters.numpy_ref --compile-delay 0.5' --max-time 60
     attn-check --sweep --variant kv-shared --adapter 'python3 -m attnfuzz.adapters.numpy_ref'
 
+--bug trusts-metadata takes a sequence layout's cu_seqlens / seqused_k as sent, unchecked (numpy_ref itself refuses a
+malformed array by name, attnfuzz/sequences.py check_metadata), so a malformed case (attn-check --malformed) is named
+accepted-malformed through the adapter:
+
+    attn-check --seq-layout varlen --seqlens-q 3,5 --seqlens-k 4,9 --malformed cu-k-decreasing@1 \
+        --adapter 'python3 -m attnfuzz.adapters.numpy_ref --bug trusts-metadata'
+
 --compile-delay SECONDS makes it behave like a JIT-compiled kernel: the first call at each new shape (compile_key)
 in this process sleeps SECONDS first, and the kernel declares recompiles_per_shape (--hide-recompiles: it does not,
 so that attn-fuzz has to measure it); bench/compile_aware.sh runs campaigns against it with and without the pool.
@@ -27,7 +34,7 @@ from attnfuzz.adapter import FEATURES, VARIANTS, Kernel, serve
 STALE_PARAMS = ("scale", "mask", "dtype")
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
-        "stale-plan", "kv-latent-rows", "softcap-ignored")
+        "stale-plan", "kv-latent-rows", "softcap-ignored", "trusts-metadata")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -36,8 +43,9 @@ SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
 def library_call(bug):
     """(problem, pass) -> repro.Call: how the kernel (numpy-ref, or numpy-<bug>) calls the reference, run by the adapter and
     printed into bug-report scripts as written; the float32 results rounded to the dtype as the helper stores them."""
-    fwd_bug = None if bug == "bwd-mask-leak" else bug
+    fwd_bug = None if bug in ("bwd-mask-leak", "trusts-metadata") else bug
     bwd_bug = bug if bug == "bwd-mask-leak" else None
+    trust = bug == "trusts-metadata"  # the sequence arrays taken as sent, unchecked (a malformed one is not refused)
 
     def make(p, pass_name):
         if pass_name == "bwd":
@@ -46,6 +54,12 @@ def library_call(bug):
                     "    return tuple(round_to(a, p.dtype) for a in g[:3]) + tuple(g[3:])"]
             return repro.Call(["from attnfuzz.dtypes import round_to",
                                "from attnfuzz.reference import attention_backward"], body, needs_problem=True)
+        if sequences.has_sequences(p):  # varlen / KV cache: every sequence as a dense problem of its own
+            body = ["def call(q, k, v):",
+                    f"    dense = lambda q, k, v, sp: attention(q, k, v, sp, bug={fwd_bug!r})",
+                    f"    return per_sequence(q, k, v, p, dense, trust={trust})"]
+            return repro.Call(["from attnfuzz.reference import attention",
+                               "from attnfuzz.sequences import per_sequence"], body, needs_problem=True)
         body = ["def call(q, k, v):",
                 f"    return attention(q, k, v, p, bug={fwd_bug!r})"]
         return repro.Call(["from attnfuzz.reference import attention"], body, needs_problem=True)
@@ -108,11 +122,12 @@ def main(argv=None):
 
     def run(q, k, v, p):
         if bug == "stale-plan":  # the first problem of each key is replayed: the parameters the key lacks go stale
-            shape = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v)
+            arrays = tuple(None if a is None else tuple(np.asarray(a).tolist())
+                           for a in (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k))  # a layout is shape too
+            shape = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.q_layout,
+                     p.kv_layout) + arrays
             p = plans.setdefault(shape + tuple(getattr(p, x) for x in keyed), p)
-        if sequences.has_sequences(p):  # varlen / KV cache: every sequence as a dense problem of its own
-            return sequences.per_sequence(q, k, v, p, run)
-        o, lse, *extra = call_fwd(q, k, v, p)
+        o, lse, *extra = call_fwd(q, k, v, p)  # a sequence layout: per sequence (library_call)
         if a.nan_noise:  # a NaN's sign carries no value: the tool must not read its variation as a race
             flip = np.isnan(o) & (rng.random(o.shape) < 0.5)
             o = np.where(flip, -o, o).astype(np.float32)

@@ -4,22 +4,22 @@
         --dtype bf16 --adapter 'python3 -m attnfuzz.adapters.torch_varlen'
     attn-fuzz --dtype f16 --adapter 'python3 -m attnfuzz.adapters.torch_varlen' --max-time 300
 
-Packed q and K/V (varlen, varlen-q, varlen-k) and the KV cache (its used keys) are packed over their used rows with
-int32 cu_seqlens (attnfuzz/sequences.py) and go to one varlen_attn(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, scale=,
-window_size=) call; a dense batch is B sequences of equal length. Masks: none, causal and windows, bottom-right per
-sequence (FlashAttention's alignment; window_size=(left, right), -1 unbounded, causal (-1, 0)); where the installed
-torch's varlen_attn takes is_causal instead of window_size, windows are refused. f16 / bf16 (a flash kernel), GQA,
-D = Dv. --backward declares the backward of dense batches (torch.autograd through the same call; the tool checks
-backward on dense batches only). Refusals (its argument checks, FlashAttention's limits) are `unsupported`, found by
-one probe on zeros per shape.
+Every case goes to one varlen_attn(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, scale=, window_size=) call on rows
+[total, H, D]: a packed side with the int32 cu_seqlens attn-fuzz sent, as they are (a malformed one, attn-check
+--malformed, reaches varlen_attn itself: its exception is a refusal, a result is judged accepted-malformed), a dense
+side as B sequences of equal length; a KV cache's seqused_k goes as it is where varlen_attn takes seqused_k, else its
+used rows are packed (attnfuzz/sequences.py varlen_args). Masks: none, causal and windows, bottom-right per sequence
+(FlashAttention's alignment; window_size=(left, right), -1 unbounded, causal (-1, 0)); where the installed torch's
+varlen_attn takes is_causal instead of window_size, windows are refused. f16 / bf16 (a flash kernel), GQA, D = Dv.
+--backward declares the backward of dense batches (torch.autograd through the same call; the tool checks backward on
+dense batches only). Refusals (its argument checks, FlashAttention's limits) are `unsupported`, found by one probe on
+zeros per shape. The call is source (library_call) the adapter runs and bug-report scripts print (attnfuzz/repro.py).
 """
 
 import argparse
 import inspect
 
-import numpy as np
-
-from attnfuzz import sequences
+from attnfuzz import repro, sequences
 from attnfuzz.adapter import Kernel, serve
 from attnfuzz.adapters import _common as C
 
@@ -31,47 +31,52 @@ def window(p):
     return (p.window_left, p.window_right) if p.mask_kind != "none" else (-1, -1)
 
 
-def keywords(p, takes_window):
-    """varlen_attn's keyword arguments for p: scale and the mask (window_size, or is_causal in a torch without it)."""
+def keywords(p, takes):
+    """varlen_attn's keyword arguments for p, given the names its signature takes: scale, the mask (window_size, or
+    is_causal in a torch without it) and enable_gqa where it has one and Hq != Hkv."""
     kw = {"scale": p.scale}
-    if takes_window:
+    if "window_size" in takes:
         kw["window_size"] = window(p)
     elif p.mask_kind == "window":
         raise ValueError("this torch's varlen_attn has is_causal, no window_size: windows are unsupported")
     elif p.mask_kind == "causal":
         kw["is_causal"] = True
+    if "enable_gqa" in takes and p.heads_q != p.heads_kv:
+        kw["enable_gqa"] = True
     return kw
+
+
+def call_lines(p, takes):
+    """(source lines defining varlen(Qs, Ks, Vs) -> O in q's layout, the arrays it reads as x[name]): the
+    varlen_attn call this adapter makes for p, with the metadata of sequences.varlen_args (as attn-fuzz sent it)."""
+    a = sequences.varlen_args(p, "seqused_k" in takes)
+    arrays = {n: a[n] for n in ("cu_seq_q", "cu_seq_k", "seqused_k", "k_rows") if n in a}
+    kw = ", ".join(f"{n}={v!r}" for n, v in keywords(p, takes).items())
+    kw += ", seqused_k=A['seqused_k']" if "seqused_k" in a else ""
+    lines = ["def varlen(Qs, Ks, Vs):  # varlen_attn as attnfuzz.adapters.torch_varlen calls it: rows [total, H, D]",
+             "    Q, K, V = (a.reshape(-1, *a.shape[-2:]) for a in (Qs, Ks, Vs))",
+             "    A = {n: torch.from_numpy(x[n]).to(DEV) for n in " + repr(tuple(arrays)) + "}  # as attn-fuzz sent them"]
+    if "k_rows" in a:
+        lines.append("    K, V = K[A['k_rows']], V[A['k_rows']]  # the KV cache's used rows (no seqused_k here)")
+    lines += [f"    o = varlen_attn(Q, K, V, A['cu_seq_q'], A['cu_seq_k'], {a['max_q']}, {a['max_k']}, {kw})",
+              "    return o.reshape(Qs.shape[:-1] + o.shape[-1:])"]
+    return lines, arrays
 
 
 def make(device, dtypes, backward):
     import torch
     from torch.nn.attention.varlen import varlen_attn
     from attnfuzz.adapters import _torch_common as T
-    takes_window = "window_size" in inspect.signature(varlen_attn).parameters
+    takes = set(inspect.signature(varlen_attn).parameters)
 
-    def packed(Q, K, V, cu_q, cu_k, max_q, max_k, p):
-        """varlen_attn on packed torch [total, H, D] rows; O [total_q, Hq, Dv]."""
-        return varlen_attn(Q, K, V, cu_q, cu_k, int(max_q), int(max_k), **keywords(p, takes_window))
+    def library_call(p, pass_name):
+        """repro.Call: the varlen_attn call on p (a backward: torch.autograd through it), as source the adapter runs
+        and a bug-report script prints."""
+        lines, arrays = call_lines(p, takes)
+        return T.repro_call(p.dtype, device, ["from torch.nn.attention.varlen import varlen_attn"], lines, arrays,
+                            pass_name, fn="varlen")
 
-    def dense(Qs, Ks, Vs, p):
-        """torch [B, S, H, D] (autograd-able) as B equal sequences -> O [B, Sq, Hq, Dv]."""
-        B, Sq, Sk = p.batch, p.seq_q, p.seq_k
-        cu = lambda S: torch.arange(B + 1, dtype=torch.int32, device=device) * S
-        rows = lambda X, S: X.reshape(B * S, X.shape[2], X.shape[3])
-        o = packed(rows(Qs, Sq), rows(Ks, Sk), rows(Vs, Sk), cu(Sq), cu(Sk), Sq, Sk, p)
-        return o.reshape(B, Sq, p.heads_q, p.head_dim_v)
-
-    def call(q, k, v, p):
-        if not sequences.has_sequences(p):
-            return T.from_torch(dense(*(T.to_torch(x, device, p.dtype) for x in (q, k, v)), p))
-        qp, kp, vp, cu_q, cu_k = sequences.pack(q, k, v, p)
-        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
-        lens = lambda cu: int(np.max(np.diff(cu), initial=0))
-        o = packed(*(T.to_torch(x, device, p.dtype) for x in (qp, kp, vp)), to(cu_q), to(cu_k), lens(cu_q),
-                   lens(cu_k), p)
-        return sequences.unpack_o(T.from_torch(o), p)
-
-    grad = T.torch_backward(dense, device)
+    call, grad = repro.forward(library_call), repro.backward(library_call)
     refusal = lambda e: str(e).splitlines()[0][:200] if isinstance(e, ValueError) or T.is_unsupported(e) else None
     probe = C.probed_supports("varlen_attn", call, grad, refusal)
     return Kernel("torch-varlen-attn", T.cuda_guarded(call), family="torch-varlen",
@@ -79,7 +84,7 @@ def make(device, dtypes, backward):
                   dtypes=dtypes, masks=MASKS, dv_ne_d=False, compute_model="fused",
                   features=("q-packed", "kv-packed", "seqused-k"),
                   supports=lambda p: probe(sequences.dense_view(p)),  # a layout's shape, probed as a dense batch
-                  backward=T.cuda_guarded(grad) if backward else None)
+                  backward=T.cuda_guarded(grad) if backward else None, repro=library_call)
 
 
 def main(argv=None):

@@ -1,13 +1,14 @@
-"""Fake jax.nn.dot_product_attention: JAX's semantics and cuDNN's refusals; a row without keys gets O = 0."""
+"""Fake jax.nn.dot_product_attention: JAX's semantics and cuDNN's refusals; a row without keys gets O = 0 (and, with
+return_residual, LSE = -inf: the residual is the natural-log logsumexp of the scaled, biased scores, [B, T, N])."""
 
 import numpy as np
 
 import jax
 
 
-def softmax_attention(q, k, v, scale, visible, bias=None):
+def softmax_attention(q, k, v, scale, visible, bias=None, residual=False):
     """q [B, T, N, H], k / v [B, S, K, H] (N % K == 0, head n reads kv head n // (N / K)), visible bool broadcastable
-    to [B, N, T, S]; float64 O [B, T, N, H]."""
+    to [B, N, T, S]; float64 O [B, T, N, H] (residual: and the logsumexp [B, T, N])."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     g = q.shape[2] // k.shape[2]
     k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
@@ -19,7 +20,12 @@ def softmax_attention(q, k, v, scale, visible, bias=None):
     m = np.max(s, axis=-1, keepdims=True)
     e = np.where(vis, np.exp(s - np.where(np.isfinite(m), m, 0)), 0.0)
     w = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)
-    return np.einsum("bnts,bsnh->btnh", w, v)
+    o = np.einsum("bnts,bsnh->btnh", w, v)
+    if not residual:
+        return o
+    with np.errstate(divide="ignore"):
+        lse = np.where(np.isfinite(m[..., 0]), m[..., 0], -np.inf) + np.log(e.sum(-1))
+    return o, lse.transpose(0, 2, 1)
 
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
@@ -55,4 +61,4 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         left, right = local_window_size
         vis = vis & (i <= j + left) & (i >= j - right)
     scale = 1.0 / np.sqrt(H) if scale is None else scale
-    return softmax_attention(query, key, value, scale, vis, bias)
+    return softmax_attention(query, key, value, scale, vis, bias, return_residual)

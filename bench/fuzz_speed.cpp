@@ -11,6 +11,7 @@
 //   [--dtype f32|f16|bf16|fp8-e4m3|fp8-e5m2|each]  (each: every dtype side by side, tags <shapes>_<dtype>)
 //   [--seed N] fuzz_speed --campaign [--backend nvidia] [--workers N] [--seconds S] [--shapes small|default]
 //              [--attn-fuzz PATH] [--plugin SO] [--kernel PATTERN] [--mps]
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // campaign_history.cpp - a campaign's history across the runs of one OUT (history.json): its name, its runs,
 // and when each distinct failure was found and its class known.
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
 #include <cstdio>

@@ -1,6 +1,7 @@
 // campaign_progress.cpp - a campaign's statistics (the sum of the workers' stats files) and its progress
 // line.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "fuzz/campaign_phases.h"
 

@@ -2,6 +2,7 @@
 // and the exit status.
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "attnfuzz/report.h"

@@ -1,6 +1,7 @@
 // campaign_workers.cpp - a campaign's worker processes: their configuration, the libFuzzer fork-mode
 // processes (start, logs, signals, reaping, scratch), the lifeline, and the --mps re-runs of suspects.
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/statvfs.h>

@@ -3,6 +3,7 @@
 #include "fuzz/shape_pool.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace attnfuzz::fuzz {

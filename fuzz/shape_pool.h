@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "attnfuzz/case.h"
 #include "fuzz/codec.h"

@@ -5,6 +5,7 @@
 #include "fuzz/findings.h"
 
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -2,6 +2,7 @@
 #include "fuzz/worker.h"
 
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>

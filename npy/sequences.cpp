@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xnpy.hpp>
 

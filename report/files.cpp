@@ -1,6 +1,7 @@
 // files.cpp - writing report files, file names and text escaping shared by the writers.
 #include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "attnfuzz/report.h"

@@ -1,6 +1,7 @@
 // report_json.cpp - the versioned JSON report of a run (schema described in corpus/README.md).
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "attnfuzz/report.h"
 

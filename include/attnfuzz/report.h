@@ -53,7 +53,7 @@ RunCounts count(const RunRecord& r);
 Json report_to_json(const RunRecord& r);
 // One result; case_index null: the case inline (case_text, case), else that index. With run: backend and
 // device only where they differ from the run's.
-Json entry_to_json(const RunEntry& e, const Json& case_index = nullptr, const RunRecord* run = nullptr);
+Json entry_to_json(const RunEntry& e, const Json& case_index, const RunRecord* run);
 // The report's text: pretty at the top, one line per case and per result.
 std::string report_json_text(const Json& j);
 Json element_to_json(const ElementReport& e);

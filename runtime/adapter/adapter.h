@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>

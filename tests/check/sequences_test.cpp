@@ -8,6 +8,7 @@
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "attnfuzz/case.h"

@@ -11,6 +11,7 @@
 // max ratio's bits. case_hash covers the case text and its generated values: when it differs, case
 // generation itself changed (a deliberate change to the codec or the value generator: re-record the table
 // with --record and say so in the commit).
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>

@@ -2,6 +2,7 @@
 // applied to the uploaded arrays only, describe and the case file.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 

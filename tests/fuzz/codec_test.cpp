@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "../core/nonfinite_values.h"

@@ -3,6 +3,7 @@
 #include "fuzz/shape_pool.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "fuzz/codec.h"
 

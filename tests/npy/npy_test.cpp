@@ -1,6 +1,7 @@
 // npy_test.cpp - attn-check --npy / --npy-emit: round trip against a registered cpu kernel, classes, layouts,
 // fp16 / bf16 storage, malformed files (exit 2 with one clear line).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 

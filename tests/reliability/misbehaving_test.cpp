@@ -2,6 +2,7 @@
 // verdict in attn-check and in campaigns (isolate auto and always), and never cost the campaign its deadline.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 

@@ -2,6 +2,7 @@
 #include "attnfuzz/report.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cmath>

@@ -130,8 +130,9 @@ def bool_mask(p, device):
 def repro_call(dtype, device, imports, sdpa_lines, arrays, pass_name, fn="sdpa"):
     """A repro.Call (attnfuzz/repro.py) of a torch library call: sdpa_lines define <fn>(Q, K, V), torch in q's, k's
     and v's layout ([B, S, H, D], or packed rows) -> O in q's layout; around them the glue the adapter then runs for
-    that kernel (the stored elements to torch on the device bit for bit, as to_torch; O back as float32, as from_torch; the backward through torch.autograd of
-    the same call, as torch_backward: an input O does not depend on gets a zero gradient). f32 / f16 / bf16."""
+    that kernel (the stored elements to torch on the device bit for bit, as to_torch; O back as float32, as
+    from_torch; the backward through torch.autograd of the same call, as torch_backward: an input O does not depend
+    on gets a zero gradient). f32 / f16 / bf16."""
     glue = [f"DEV, DT = {device!r}, torch.{str(DTYPES[dtype]).split('.')[-1]}",
             "def t(a):  # stored elements (bf16: uint16 bit patterns) -> torch on DEV, bit for bit",
             "    a = np.array(np.ravel(a)).reshape(np.shape(a))  # a writable copy with C strides, also when empty",

@@ -16,6 +16,7 @@ struct CampaignOptions {
   std::vector<std::string> seed_dirs;  // read-only extra .case inputs (corpus/seed)
   unsigned workers = 1;                // libFuzzer jobs in total (-fork=N, split over GPU groups)
   double max_time_s = 0;               // 0: until interrupted (SIGINT / SIGTERM)
+  bool stop_when_each_fails = false;   // stop once every selected kernel has a failure from this run
   double progress_s = 5;               // seconds between progress lines
   std::vector<std::string>
       gpu_ids;  // one worker group per id (HIP_/CUDA_VISIBLE_DEVICES); empty: one group, env untouched

@@ -322,8 +322,8 @@ class Progress {
 
 // ---------------------------------------------------------------------------- the stop (campaign_stop.cpp)
 
-// How a campaign stops: at --max-time (stop_after_s), on SIGINT / SIGTERM / SIGHUP, or when every selected
-// kernel is quarantined. Every fuzzing job gets SIGINT (libFuzzer's orderly exit), every process group
+// How a campaign stops: at --max-time (stop_after_s), on SIGINT / SIGTERM / SIGHUP, when every selected
+// kernel is quarantined, or (--stop-when-each-fails) when each has a failure from this run or is quarantined. Every fuzzing job gets SIGINT (libFuzzer's orderly exit), every process group
 // SIGKILL after a short grace.
 class Stop {
  public:
@@ -334,10 +334,15 @@ class Stop {
   bool interrupted() const { return interrupted_; }  // by a signal
 
  private:
-  bool all_quarantined() const;
+  bool every_kernel_in(const std::set<std::string>& or_these) const;  // quarantined, or one of or_these
+  bool each_failed();  // reads the lines of work/found.txt it has not read yet
+  void begin(const Clock& clock, FuzzerProcesses& fuzzers, const char* why);  // the stop; why: printed if set
   const Paths& p_;
   const Kernels& kernels_;
   double stop_at_;
+  bool stop_when_each_fails_;
+  size_t found_lines_ = 0;                   // of work/found.txt, read so far
+  std::set<std::string> failed_;             // kernels with a failure of this run
   bool stopping_ = false, interrupted_ = false;
   double kill_at_ = -1;
   struct sigaction old_int_ {

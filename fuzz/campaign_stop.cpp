@@ -1,11 +1,12 @@
 // campaign_stop.cpp - how a campaign stops: its deadline, SIGINT / SIGTERM / SIGHUP, every kernel
-// quarantined; the orderly stop of the workers (SIGINT to their jobs) and the SIGKILL after a grace.
+// quarantined, each kernel failed (--stop-when-each-fails); the orderly stop of the workers (SIGINT to their jobs) and the SIGKILL after a grace.
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "fuzz/campaign_phases.h"
 
@@ -30,7 +31,7 @@ double stop_after_s(double max_time_s) {
 }
 
 Stop::Stop(const CampaignOptions& o, const Paths& p, const Kernels& kernels)
-    : p_(p), kernels_(kernels), stop_at_(stop_after_s(o.max_time_s)) {
+    : p_(p), kernels_(kernels), stop_at_(stop_after_s(o.max_time_s)), stop_when_each_fails_(o.stop_when_each_fails) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -45,34 +46,49 @@ void Stop::restore_signals() {
   sigaction(SIGHUP, &old_hup_, nullptr);
 }
 
-bool Stop::all_quarantined() const {
+bool Stop::every_kernel_in(const std::set<std::string>& or_these) const {
   const std::vector<std::string> q = read_lines(p_.quarantine());
   for (const KernelEntry* k : kernels_)
-    if (std::find(q.begin(), q.end(), k->kernel.name) == q.end()) return false;
+    if (!or_these.count(k->kernel.name) && std::find(q.begin(), q.end(), k->kernel.name) == q.end()) return false;
   return !kernels_.empty();
+}
+
+bool Stop::each_failed() {
+  // work/found.txt: "<failure file> <found> <classified>" per failure saved, after its .case file was written
+  const std::vector<std::string> lines = read_lines_all(p_.work / "found.txt");
+  for (; found_lines_ < lines.size(); ++found_lines_) {
+    const std::string file = lines[found_lines_].substr(0, lines[found_lines_].find(' '));
+    try {
+      const CorpusFile f = read_corpus_file(p_.failures / file);
+      if (f.verdict) failed_.insert(f.verdict->kernel);
+    } catch (const CorpusError&) {  // unreadable: the summary lists it; it names no kernel here
+    }
+  }
+  return every_kernel_in(failed_);
+}
+
+void Stop::begin(const Clock& clock, FuzzerProcesses& fuzzers, const char* why) {
+  if (why) {
+    std::printf("attn-fuzz: %s\n", why);
+    std::fflush(stdout);
+  }
+  stopping_ = true;
+  fuzzers.interrupt_jobs();
+  kill_at_ = clock.elapsed() + kStopGraceS;
 }
 
 void Stop::step(const Clock& clock, FuzzerProcesses& fuzzers) {
   if (g_signal && !stopping_) {
     interrupted_ = true;
-    std::printf("attn-fuzz: %s: stopping the workers, then the summary\n", strsignal(g_signal));
-    std::fflush(stdout);
+    begin(clock, fuzzers, (std::string(strsignal(g_signal)) + ": stopping the workers, then the summary").c_str());
   }
   // Every selected kernel hung once and is quarantined: nothing is left to check (the workers would only
   // count skipped inputs until --max-time).
-  if (!stopping_ && !g_signal && all_quarantined()) {
-    std::printf(
-        "attn-fuzz: every selected kernel hung and is quarantined: nothing left to check, stopping\n");
-    std::fflush(stdout);
-    stopping_ = true;
-    fuzzers.interrupt_jobs();
-    kill_at_ = clock.elapsed() + kStopGraceS;
-  }
-  if (!stopping_ && (g_signal || (stop_at_ >= 0 && clock.elapsed() >= stop_at_))) {
-    stopping_ = true;
-    fuzzers.interrupt_jobs();
-    kill_at_ = clock.elapsed() + kStopGraceS;
-  }
+  if (!stopping_ && every_kernel_in({}))
+    begin(clock, fuzzers, "every selected kernel hung and is quarantined: nothing left to check, stopping");
+  if (!stopping_ && stop_when_each_fails_ && each_failed())
+    begin(clock, fuzzers, "each selected kernel has a failure (--stop-when-each-fails): stopping");
+  if (!stopping_ && stop_at_ >= 0 && clock.elapsed() >= stop_at_) begin(clock, fuzzers, nullptr);
   if (stopping_ && clock.elapsed() >= kill_at_)
     fuzzers.kill_all();
   else if (stopping_)

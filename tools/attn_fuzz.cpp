@@ -25,6 +25,7 @@ namespace {
 struct Options {
   CommonOptions common;
   double max_time = 0;
+  bool stop_when_each_fails = false;
   unsigned fuzz_workers = 0;
   std::string corpus;
   std::vector<std::string> seeds;
@@ -62,6 +63,11 @@ void define_options(CLI::App& app, Options& o) {
           ->group(c)
           ->check(real_range(0, 31536000, false))
           ->capture_default_str());
+  campaign.push_back(app.add_flag("--stop-when-each-fails", o.stop_when_each_fails,
+                                  "stop once each selected kernel has a distinct failure from this run (a kernel "
+                                  "that hung and is quarantined counts): a check that known bugs are still "
+                                  "found; --max-time stays the limit")
+                         ->group(c));
   campaign.push_back(
       app.add_option("--workers,-j", o.fuzz_workers,
                      "fuzzing worker processes (libFuzzer -fork=N); 0: one per core on cpu, one per "
@@ -346,6 +352,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
   c.mps = o.mps;
   c.worker.mps = o.mps;
   c.max_time_s = o.max_time;
+  c.stop_when_each_fails = o.stop_when_each_fails;
   c.progress_s = o.progress;
   c.fuzzer_args = o.fuzzer_args;
   c.command_line = command_line;

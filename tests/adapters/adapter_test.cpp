@@ -715,7 +715,7 @@ TEST(Adapter, AttnFuzzCampaignFindsThePlantedMaskLeakWithAReplayableCase) {
   if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
   const std::string out = fresh("fuzz");
   Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(numpy_adapter("--bug mask-leak")) +
-                " --max-time 40 --workers 1 --max-seq 48 --max-d 32 --progress 100 --out " + out);
+                " --max-time 40 --stop-when-each-fails --workers 1 --max-seq 48 --max-d 32 --progress 100 --out " + out);
   EXPECT_EQ(r.code, 1) << r.out;
   bool found = false;
   std::string replay;

@@ -156,9 +156,13 @@ TEST(AttnFuzz, PlantedBugsAreFound) {
   std::string kernels = full ? "planted-*" : "";
   for (const auto& k : subset) kernels += (kernels.empty() ? "" : ",") + (full ? "" : k);
   const fs::path out = fresh("planted");
+  // --stop-when-each-fails: the campaign ends once each kernel has a failure (--max-time is the ceiling); the full
+  // set runs to its time.
   const Outcome r = run(fuzz(out, std::string("--max-time 60 --minimize-budget 30 --workers 2 --plugin ") + PLANTED_PLUGIN +
-                                      " --kernel '" + kernels + "'"));
+                                      (full ? "" : " --stop-when-each-fails") + " --kernel '" + kernels + "'"));
   EXPECT_EQ(r.rc, 1);
+  if (!full)
+    EXPECT_NE(r.out.find("each selected kernel has a failure (--stop-when-each-fails): stopping"), std::string::npos);
   const auto found = failures(out);
   std::vector<std::string> want = subset;
   if (full)
@@ -351,7 +355,8 @@ TEST(AttnFuzz, FailTiersCountOnlyTheChosenTiersAndTheSummaryLeadsWithThem) {
   const fs::path seeds = root / "seeds";
   seed_case(seeds, "nan-masked-v-17x17-causal-tl", 17, 17, 16, "causal-tl", "nan@v:masked*3");
   const fs::path nonfinite = root / "nonfinite";
-  const std::string common = std::string(" --workers 2 --minimize-budget 10 --plugin ") + PLANTED_PLUGIN +
+  // Each kernel fails on its seed: --stop-when-each-fails ends each campaign then (--max-time is the ceiling).
+  const std::string common = std::string(" --workers 2 --stop-when-each-fails --minimize-budget 10 --plugin ") + PLANTED_PLUGIN +
                              " --seeds " + seeds.string() + " --fail-tiers ordinary --kernel ";
   const Outcome a = run(fuzz(nonfinite, "--max-time 15" + common + "planted-masked-pv-zero-weight"));
   EXPECT_EQ(a.rc, 0) << a.out;

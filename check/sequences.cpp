@@ -28,11 +28,16 @@ OracleResult sequence_oracle(const Problem& p, const Tensors& t, const OracleOpt
   R.compute_dtype = opts.compute_dtype < 0 ? p.dtype : opts.compute_dtype;
   R.compute_model = opts.compute_model;
   std::vector<char> sampled(static_cast<size_t>(w.seq_q), 0);
+  // The variants of a layout (kLayoutVariants: sinks [Hq], ALiBi slopes [Hq], the softcap in the problem) are the
+  // same for every sequence; each sequence's dense problem aligns ALiBi's positions to its own Sq_b, Sk_b.
+  VariantInputs vars;
+  vars.sinks = t.sinks.empty() ? nullptr : t.sinks.data();
+  vars.alibi_slopes = t.alibi_slopes.empty() ? nullptr : t.alibi_slopes.data();
   for (int64_t b = 0; b < p.batch; ++b) {
     const Problem sp = sequence_problem(p, t, b);
     if (sp.seq_q < 1) continue;  // a sequence without queries has no output rows
     const Tensors st = sequence_tensors(p, t, b);
-    const OracleResult S = compute_oracle(sp, st.q.data(), st.k.data(), st.v.data(), opts);
+    const OracleResult S = compute_oracle(sp, st.q.data(), st.k.data(), st.v.data(), vars, opts);
     R.mp_bits_used = S.mp_bits_used;
     R.mp_backend_used = S.mp_backend_used;
     R.compute_dtype = S.compute_dtype;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "attnfuzz/case.h"
 #include "attnfuzz/problem.h"
 
 namespace attnfuzz {
@@ -270,6 +271,10 @@ std::string unsupported_reason(const af_kernel& k, const af_problem& p) {
   if (p.variants & ~k.variants)
     return "variant " + variant_names(p.variants & ~k.variants) +
            " not declared by the kernel (af_kernel::variants)";
+  // Issue 28: a kernel that declares layouts and variants applies them on its layouts only when it says so.
+  if ((p.variants & kLayoutVariants) && has_sequences(p) && !(k.features & AF_FEATURE_LAYOUT_VARIANTS))
+    return "variant " + variant_names(p.variants & kLayoutVariants) + " on a sequence layout (" + layout_name(p) +
+           ") not declared by the kernel (AF_FEATURE_LAYOUT_VARIANTS in af_kernel::features)";
   if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_rng >= 0 && p.dropout_rng < 32 &&
       !(k.dropout_rngs & (1u << p.dropout_rng)))
     return std::string("dropout generator ") + dropout_rng_name(p.dropout_rng) +

@@ -446,7 +446,9 @@ const std::vector<std::string>& sequence_layouts() {
   return l;
 }
 
-std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_seed) {
+namespace {
+// The layout's sweep without variants (layout_sweep_grid).
+std::vector<Case> plain_layout_grid(const std::string& layout, uint64_t base_seed) {
   std::vector<Case> out;
   const auto lists = space::seq_length_lists();
   const std::vector<std::pair<int64_t, int64_t>> heads = {{1, 1}, {4, 2}, {4, 1}};
@@ -569,6 +571,82 @@ std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_see
       add(std::move(c), label);
       break;
     }
+  return out;
+}
+
+// A sequence-layout case of B = lengths' size: packed q and K/V (varlen) or a paged K/V of `sq` query tokens per
+// sequence (decode), heads hq : hkv, D = d, the mask, the values; the score variants `score` with softcap `cap`.
+Case layout_edge(bool paged, const std::vector<int64_t>& lengths, int64_t sq, int64_t hq, int64_t hkv, int64_t d,
+                 const std::string& mask, ValueDist dist, uint32_t score, float cap) {
+  Case c = make_case(make_problem(static_cast<int64_t>(lengths.size()), hq, hkv, sq, 0, d, d));
+  if (std::string e = parse_mask(mask, c.problem); !e.empty()) throw std::logic_error(e);
+  c.values.dist = dist;
+  if (paged) {
+    c.problem.kv_layout = AF_SEQ_PAGED;
+    c.problem.page_size = 16;
+    c.seqs.used = lengths;
+    c.seqs.page_order = 0x5eed;
+  } else {
+    c.problem.q_layout = c.problem.kv_layout = AF_SEQ_PACKED;
+    c.seqs.q = lengths;
+    c.seqs.k = lengths;
+    for (size_t b = 0; b < lengths.size(); b += 2) c.seqs.k[b] += 9;  // unequal Sk_b - Sq_b: ALiBi's offsets differ
+  }
+  if (std::string e = set_sequence_fields(c); !e.empty()) throw std::logic_error(e);
+  if (std::string e = set_variants(c, score, cap); !e.empty()) throw std::logic_error(e);
+  return c;
+}
+
+// The variant edges of a layout (score: the sweep's kLayoutVariants): a dominant sink where a window hides a token's
+// first KV splits (a split-KV kernel's empty splits), logits far past a small cap, ALiBi over 12 heads (not a power
+// of two) with per-sequence offsets.
+std::vector<Case> layout_variant_edges(const std::string& layout, uint32_t score) {
+  std::vector<Case> out;
+  const bool paged = layout == "paged" || layout == "decode";
+  if (!paged && layout != "varlen") return out;  // varlen-q / varlen-k / kvcache: the grid's cases only
+  const std::vector<int64_t> long_short = paged ? std::vector<int64_t>{200, 64, 0} : std::vector<int64_t>{40, 17, 0};
+  Case sink = layout_edge(paged, long_short, 2, 4, 1, 32, "window:16,0-br", {}, score, 30.0f);
+  sink.variants.sink_range = 8;  // some heads' sinks near or above the rows' LSE
+  sink.label = "window16-empty-front";
+  out.push_back(std::move(sink));
+  Case cap = layout_edge(paged, {33, 17, 5}, paged ? 3 : 1, 2, 1, 32, "causal-br",
+                         {Distribution::kExtreme, 100.0}, score, 5.0f);
+  cap.label = "cap5-extreme100-33.17.5";
+  out.push_back(std::move(cap));
+  Case alibi = layout_edge(paged, {7, 40, 20}, paged ? 4 : 1, 12, 4, 16, paged ? "none" : "causal-br", {}, score, 30.0f);
+  alibi.label = "alibi-12h4-7.40.20";
+  out.push_back(std::move(alibi));
+  return out;
+}
+}  // namespace
+
+std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_seed, uint32_t variants) {
+  std::vector<Case> grid = plain_layout_grid(layout, base_seed);
+  if (variants & ~(kLayoutVariants | AF_VARIANT_KV_SHARED))
+    throw std::invalid_argument("variant " + variant_names(variants & ~(kLayoutVariants | AF_VARIANT_KV_SHARED)) +
+                                " is checked on dense batches only, not in a sequence-layout sweep");
+  if (!variants) return grid;
+  const uint32_t score = variants & kLayoutVariants, kvs = variants & AF_VARIANT_KV_SHARED;
+  std::vector<Case> out;
+  for (Case& c : grid) {
+    if (kvs && c.problem.head_dim_v > c.problem.head_dim) continue;  // V cannot be a view of a shorter K row
+    if (std::string e = set_variants(c, variants); !e.empty()) throw std::logic_error(c.label + ": " + e);
+    out.push_back(std::move(c));
+  }
+  if (score) {
+    for (Case& c : layout_variant_edges(layout, score)) {
+      if (kvs) share_kv(c.problem);
+      c.label = layout + "-edge-" + c.label;
+      out.push_back(std::move(c));
+    }
+    const std::string name = variant_names(score);
+    for (Case& c : out) {  // kv-shared alone keeps the grid's labels and seeds (it is geometry)
+      c.label = name + "-" + c.label;
+      c.seed = grid_seed(base_seed, c.label);
+    }
+  }
+  for (const Case& c : out)
+    if (std::string e = validate(c); !e.empty()) throw std::logic_error(c.label + ": " + e);
   return out;
 }
 

@@ -541,7 +541,7 @@ void write_sequences(Writer& w, const Case& c) {
 
 namespace {
 // Score variants (issue 28) and custom masks: the field after the pass. Bits outside the limits' set are
-// dropped; none with a sequence layout. Bit 7 of the variant byte is head-descale (AF_VARIANT_HEAD_DESCALE,
+// dropped; with a sequence layout only sink, softcap and ALiBi (kLayoutVariants) are kept. Bit 7 of the variant byte is head-descale (AF_VARIANT_HEAD_DESCALE,
 // fp8 only; its byte after the masks: bit 0 = descales per batch), the other bits are the variant bits.
 void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
   const uint8_t vb = r.u8();
@@ -563,7 +563,7 @@ void read_variants(Reader& r, Case& c, const FuzzLimits& lim) {
   if (preset && preset->softcap > 0) softcap = preset->softcap;
   const MaskFields mf = read_masks(r, bits);
   const bool per_batch = (vb & 0x80) && (r.u8() & 1);
-  if (has_sequences(c.problem)) bits = 0;
+  if (has_sequences(c.problem)) bits &= kLayoutVariants;
   if (!fp8(c.problem.dtype)) bits &= ~AF_VARIANT_HEAD_DESCALE;
   (void)set_variants(c, bits & (kScoreVariants | AF_VARIANT_HEAD_DESCALE), softcap, broadcast_text(bcast));
   if (bits & AF_VARIANT_HEAD_DESCALE) set_descale_strides(c.problem, per_batch);

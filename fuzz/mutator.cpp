@@ -658,6 +658,8 @@ void CaseDomain::mutate(FuzzInput& in, Rng& rng) const {
                            broadcast_text(bcast));
         if (c.problem.variants & AF_VARIANT_HEAD_DESCALE) set_descale_strides(c.problem, per_batch);
         mutate_masks(c, bits & lim_.variants & kMaskVariants, rng);
+      } else {  // sequence layouts take sinks, softcap and ALiBi (docs/sequence-layouts.md "Variants")
+        (void)set_variants(c, bits & lim_.variants & kLayoutVariants, softcap);
       }
       Problem& vp = p;  // the step's problem follows
       vp.variants = c.problem.variants;

@@ -341,9 +341,11 @@ __host__ __device__ inline bool mask_keeps(const af_problem& p, const VariantBuf
 }
 
 // The final score of a visible pair (b, h, i, j) from s = scale q.k: softcap (dcap <- d s_capped / d s =
-// 1 - tanh^2, when asked), then the bias and the ALiBi term -slope_h |j - (i + off)|.
-__host__ __device__ inline float variant_score(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h,
-                                               int64_t i, int64_t j, float s, float* dcap = nullptr) {
+// 1 - tanh^2, when asked), then the bias and the ALiBi term -slope_h |j - (i + off)|, off of the mask alignment for
+// a sequence of sq queries and sk keys (a sequence layout aligns per sequence: seq_shape's sq, sk).
+__host__ __device__ inline float variant_score_in(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h,
+                                                  int64_t i, int64_t j, float s, int64_t sq, int64_t sk,
+                                                  float* dcap = nullptr) {
   if (dcap) *dcap = 1.0f;
   if (!p.variants) return s;
   if (p.variants & AF_VARIANT_SOFTCAP) {
@@ -354,11 +356,16 @@ __host__ __device__ inline float variant_score(const af_problem& p, const Varian
   if (p.variants & AF_VARIANT_BIAS)
     s += v.bias[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3]];
   if (p.variants & AF_VARIANT_ALIBI) {
-    const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0;
+    const int64_t off = p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? sk - sq : 0;
     const int64_t dist = j - (i + off);
     s -= v.slopes[h] * (float)(dist < 0 ? -dist : dist);
   }
   return s;
+}
+// The dense problem: every sequence has seq_q queries and seq_k keys.
+__host__ __device__ inline float variant_score(const af_problem& p, const VariantBufs& v, int64_t b, int64_t h,
+                                               int64_t i, int64_t j, float s, float* dcap = nullptr) {
+  return variant_score_in(p, v, b, h, i, j, s, p.seq_q, p.seq_k, dcap);
 }
 // The sink logit of query head h, -inf without one.
 __host__ __device__ inline float variant_sink(const af_problem& p, const VariantBufs& v, int64_t h) {

@@ -1,4 +1,4 @@
-// paged_decode.hip - paged-KV decode: 1..8 query tokens per sequence, KV split across blocks, logsumexp combine.
+// paged_decode.hip - paged-KV decode: 1..8 query tokens, split KV, logsumexp combine; sinks, softcap, ALiBi.
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -48,12 +48,13 @@ __host__ __device__ inline int64_t row_count(const af_problem& p) { return p.bat
 // token whose visible span holds it (-inf otherwise); every thread then reads a token's scores in the same
 // order, so all threads hold identical m and l per token. Thread t owns d = t + e * kThreads of each
 // token's partial output. Writes the partial O normalised by its own l and the partial LSE (-inf and
-// O = acc when the token saw no finite score in this split).
+// O = acc when the token saw no finite score in this split). Scores go through the softcap and the ALiBi term
+// aligned to this sequence (variant_score_in); the sink is not a split's: the combine adds it once.
 // Two barriers per chunk: scores complete before they are read; weights complete before they are read.
 __global__ void __launch_bounds__(kThreads)
-    decode_partial_kernel(af_problem p, SeqIndex x, const float* __restrict__ q, const float* __restrict__ k,
-                          const float* __restrict__ v, float* __restrict__ o_part, float* __restrict__ lse_part,
-                          int64_t nmax) {
+    decode_partial_kernel(af_problem p, SeqIndex x, VariantBufs vb, const float* __restrict__ q,
+                          const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ o_part,
+                          float* __restrict__ lse_part, int64_t nmax) {
   __shared__ float q_vec[kMaxQ][kMaxD];
   __shared__ float score[kMaxQ][kThreads];
   __shared__ float weight[kMaxQ][kThreads];
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
       if (kr && j >= first[i] && j < last[i]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < p.head_dim; ++d) dot += q_vec[i][d] * kr[d];
-        mine = p.scale * dot;
+        mine = variant_score_in(p, vb, sh.b, h, i, j, p.scale * dot, sh.sq, sh.sk);
       }
       score[i][t] = mine;
     }
@@ -154,9 +155,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // Block (i, h, b), token i < Sq_b: M = max_s LSE_s over the sequence's splits, w_s = exp(LSE_s - M) (0 for
 // a split where the token saw no key), O = sum w_s O_s / sum w_s, LSE = M + log(sum w_s); a token with no
-// visible key at all (or Sk_b = 0: no split) gets O = 0, LSE = -inf.
+// visible key at all (or Sk_b = 0: no split) gets O = 0, LSE = -inf. The sink enters the denominator here, exactly
+// once (fold_sink on the combined state): an empty split contributes nothing, so a token that sees no key has
+// O = 0, LSE = sink.
 __global__ void __launch_bounds__(kThreads)
-    decode_combine_kernel(af_problem p, SeqIndex x, const float* __restrict__ o_part,
+    decode_combine_kernel(af_problem p, SeqIndex x, VariantBufs vb, const float* __restrict__ o_part,
                           const float* __restrict__ lse_part, float* __restrict__ o, float* __restrict__ lse,
                           int64_t nmax) {
   const int t = threadIdx.x;
@@ -170,11 +173,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t s = 0; s < n; ++s) m = nan_max(m, lp[s]);
   float l = 0.0f;
   for (int64_t s = 0; s < n; ++s) l += softmax_weight(lp[s], m);
+  const float m_splits = m;
+  const float alpha = fold_sink(variant_sink(p, vb, h), m, l);  // 1 without a sink
   float* orow = o + seq_o_row(p, sh, i, h);
   for (int64_t d = t; d < p.head_dim_v; d += kThreads) {
     float a = 0.0f;
-    for (int64_t s = 0; s < n; ++s) a += softmax_weight(lp[s], m) * o_part[(row * nmax + s) * p.head_dim_v + d];
-    orow[d] = finish_o(a, m, l);
+    for (int64_t s = 0; s < n; ++s)
+      a += softmax_weight(lp[s], m_splits) * o_part[(row * nmax + s) * p.head_dim_v + d];
+    orow[d] = finish_o(a * alpha, m, l);
   }
   if (lse && t == 0) lse[lse_at(p, sh.b, h, i)] = finish_lse(m, l);
 }
@@ -204,13 +210,14 @@ int decode_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   float* lse_part = o_part + row_count(p) * nmax * p.head_dim_v;
   if (nmax > 0) {
     hipLaunchKernelGGL(decode_partial_kernel, dim3((unsigned)nmax, (unsigned)p.heads_q, (unsigned)p.batch),
-                       dim3(kThreads), 0, (hipStream_t)stream, p, x, static_cast<const float*>(buf->q),
+                       dim3(kThreads), 0, (hipStream_t)stream, p, x, variant_bufs(*buf),
+                       static_cast<const float*>(buf->q),
                        static_cast<const float*>(buf->k), static_cast<const float*>(buf->v), o_part, lse_part,
                        nmax);
     if (int e = (int)hipGetLastError()) return e;
   }
   hipLaunchKernelGGL(decode_combine_kernel, dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch),
-                     dim3(kThreads), 0, (hipStream_t)stream, p, x, (const float*)o_part,
+                     dim3(kThreads), 0, (hipStream_t)stream, p, x, variant_bufs(*buf), (const float*)o_part,
                      (const float*)lse_part, static_cast<float*>(buf->o), buf->lse, nmax);
   return (int)hipGetLastError();
 }
@@ -218,11 +225,14 @@ int decode_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
 const af_kernel kDecodeKernels[] = {
     {"paged-decode", "paged-decode",
      "paged-KV decode: 1..8 query tokens per sequence, num_splits (default 8) KV splits per sequence into "
-     "partial (O, LSE), then a logsumexp combine; paged, packed or dense k / v, seqused_k",
+     "partial (O, LSE), then a logsumexp combine (the sink added once); paged, packed or dense k / v, seqused_k; "
+     "sinks, softcap, ALiBi",
      AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,
      decode_workspace, decode_check, decode_launch,
-     AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K,
-     /*n_tunables=*/1, kDecodeTunables},
+     AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K |
+         AF_FEATURE_LAYOUT_VARIANTS,
+     /*n_tunables=*/1, kDecodeTunables, nullptr, nullptr, AF_COMPUTE_FUSED, AF_KIND_ATTENTION, 0,
+     AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI},
 };
 
 }  // namespace

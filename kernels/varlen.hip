@@ -1,4 +1,4 @@
-// varlen.hip - varlen flash forward: packed q and k/v (cu_seqlens), KV cache (seqused_k) or paged k/v, per-sequence masks.
+// varlen.hip - varlen flash forward: packed or paged k/v, seqused_k, per-sequence masks, sinks / softcap / ALiBi.
 #include "kernels/common.h"
 #include "kernels/register.h"
 
@@ -11,14 +11,16 @@ constexpr int kMaxD = 128;  // largest D and Dv (the tiles hold whole rows in sh
 // visible keys come from the mask aligned to this sequence's (Sq_b, Sk_b); K and V rows are found through
 // the layout (dense, packed at cu_seqlens_k[b] + j, or pool page block_table[b, j / P] slot j % P), so no
 // key outside [0, Sk_b) of the sequence is ever read. Per key tile, four barriers:
-//   1. K tile loaded          -> scores S = scale * Q K^T (masked entries -inf) into s_tile
+//   1. K tile loaded          -> scores S = scale * Q K^T, through the score variants (softcap, ALiBi aligned to
+//                                this sequence's Sq_b, Sk_b; masked entries -inf) into s_tile
 //   2. s_tile complete        -> V tile loaded into kv_tile; BM threads update their row's m, l and turn
 //                                s_tile into weights exp(s - m_new)
 //   3. weights and V ready    -> acc = alpha * acc + sum over visible j of P_ij V_j
 //   4. tile consumed          -> the next tile may overwrite kv_tile and s_tile
+// After the last tile the sink (if any) is folded into each row's final state, as flash.hip does.
 template <int BM, int BN, int NT>
 __global__ void __launch_bounds__(NT)
-    varlen_kernel(af_problem p, SeqIndex x, const float* __restrict__ q, const float* __restrict__ k,
+    varlen_kernel(af_problem p, SeqIndex x, VariantBufs vb, const float* __restrict__ q, const float* __restrict__ k,
                   const float* __restrict__ v, float* __restrict__ o, float* __restrict__ lse) {
   static_assert(NT >= BM, "one thread per row updates the softmax state");
   static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(NT)
       if (j >= row_first[r] && j < row_last[r]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
-        s = p.scale * dot;
+        s = variant_score_in(p, vb, sh.b, h, i0 + r, j, p.scale * dot, sh.sq, sh.sk);
       }
       s_tile[r][c] = s;
     }
@@ -117,6 +119,16 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();  // 4
   }
+  // A sink enters the denominator only (docs/semantics.md "Variants"): folded into the final state.
+  if (t < BM) row_alpha[t] = fold_sink(variant_sink(p, vb, h), row_m[t], row_l[t]);
+  __syncthreads();
+  if (p.variants & AF_VARIANT_SINK) {
+    AF_UNROLL
+    for (int e = 0; e < kAcc; ++e) {
+      const int idx = t + e * NT;
+      if (idx < BM * Dv) acc[e] *= row_alpha[idx / (int)Dv];
+    }
+  }
 
   AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
@@ -145,25 +157,29 @@ int varlen_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
   if (varlen_check<BM, BN, NT>(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
   if (int e = check_seq_metadata(p, *buf)) return e;  // malformed metadata is refused
   if (p.seq_q == 0) return 0;  // every sequence is empty: nothing to write
-  void (*kernel)(af_problem, SeqIndex, const float*, const float*, const float*, float*, float*) =
+  void (*kernel)(af_problem, SeqIndex, VariantBufs, const float*, const float*, const float*, float*, float*) =
       varlen_kernel<BM, BN, NT>;
   hipLaunchKernelGGL(kernel, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
-                     dim3(NT), 0, (hipStream_t)stream, p, seq_index(*buf), static_cast<const float*>(buf->q),
+                     dim3(NT), 0, (hipStream_t)stream, p, seq_index(*buf), variant_bufs(*buf),
+                     static_cast<const float*>(buf->q),
                      static_cast<const float*>(buf->k), static_cast<const float*>(buf->v),
                      static_cast<float*>(buf->o), buf->lse);
   return (int)hipGetLastError();
 }
 
-constexpr uint32_t kVarlenFeatures =
-    AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K;
+constexpr uint32_t kVarlenFeatures = AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED |
+                                     AF_FEATURE_SEQUSED_K | AF_FEATURE_LAYOUT_VARIANTS;
+// Sinks, softcap and ALiBi, per sequence (kernels/common.h's variant_score_in / fold_sink).
+constexpr uint32_t kVarlenVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI;
 
 #define AF_VARLEN_ENTRY(BM, BN, NT)                                                                      \
   {                                                                                                      \
     "varlen-bm" #BM "-bn" #BN, "varlen",                                                                 \
         "varlen flash forward, BLOCK_M=" #BM " BLOCK_N=" #BN ": packed q / k / v (cu_seqlens), seqused_k, " \
-        "paged k / v, per-sequence masks",                                                               \
+        "paged k / v, per-sequence masks; sinks, softcap, ALiBi",                                        \
         AF_SUPPORTS_F32, AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,     \
-        nullptr, varlen_check<BM, BN, NT>, varlen_launch<BM, BN, NT>, kVarlenFeatures                    \
+        nullptr, varlen_check<BM, BN, NT>, varlen_launch<BM, BN, NT>, kVarlenFeatures, 0, nullptr,       \
+        nullptr, nullptr, AF_COMPUTE_FUSED, AF_KIND_ATTENTION, 0, kVarlenVariants                        \
   }
 
 const af_kernel kVarlenKernels[] = {

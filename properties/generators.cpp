@@ -317,8 +317,8 @@ rc::Gen<std::vector<int64_t>> gen_seq_lengths(int64_t max, int64_t max_n) {
   });
 }
 
-rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features) {
-  return rc::gen::exec([limits, features]() {
+rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features, uint32_t variants) {
+  return rc::gen::exec([limits, features, variants]() {
     std::vector<int> kinds;  // 0 varlen, 1 varlen + seqused, 2 kvcache, 3 paged, 4 decode
     const bool used = features & AF_FEATURE_SEQUSED_K;
     if ((features & AF_FEATURE_Q_PACKED) && (features & AF_FEATURE_KV_PACKED)) kinds.push_back(0);
@@ -380,6 +380,15 @@ rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features) {
       c.values.specials.push_back(sv);
     }
     c.seed = *rc::gen::map(in_range(0, (int64_t{1} << 32) - 1), [](int64_t x) { return static_cast<uint64_t>(x); });
+    const uint32_t layout_vars = (features & AF_FEATURE_LAYOUT_VARIANTS) ? variants & kLayoutVariants : 0;
+    if (layout_vars && *weighted_one_of<bool>({{1, rc::gen::just(false)}, {1, rc::gen::just(true)}})) {
+      const uint32_t bits = *rc::gen::suchThat(in_range(1, kLayoutVariants), [layout_vars](int64_t x) {
+        return (static_cast<uint32_t>(x) & ~layout_vars) == 0;
+      });
+      const float cap = *element_of(std::vector<float>{5.0f, 30.0f});
+      if (std::string e = set_variants(c, static_cast<uint32_t>(bits), cap); !e.empty())
+        throw std::logic_error("gen_sequence_case: " + e);
+    }
     fit_value_domain(c);
     if (std::string e = validate(c); !e.empty()) throw std::logic_error("gen_sequence_case made an invalid case: " + e);
     return c;

@@ -104,9 +104,10 @@ rc::Gen<std::vector<int64_t>> gen_seq_lengths(int64_t max, int64_t max_n = 4);
 // A sequence-layout case within `limits` for a kernel declaring `features` (AF_FEATURE_*): varlen (packed q
 // and K/V, cross lengths, with or without seqused_k), a KV cache (dense K/V, used below capacity), paged
 // (page size 16..256, shuffled tables, spare pages, reserved slots) or decode (1..8 query tokens) - whichever
-// the features allow; heads, dims and mask as gen_case; random-placement specials. Always passes validate.
-// Throws rc::GenerationFailure when the features allow no layout.
-rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features);
+// the features allow; heads, dims and mask as gen_case; random-placement specials. With AF_FEATURE_LAYOUT_VARIANTS in
+// features, half the cases draw a non-empty subset of `variants` & kLayoutVariants (sinks, softcap 5 / 30, ALiBi;
+// issue 28). Always passes validate. Throws rc::GenerationFailure when the features allow no layout.
+rc::Gen<Case> gen_sequence_case(const CaseLimits& limits, uint32_t features, uint32_t variants = 0);
 
 }  // namespace props
 }  // namespace attnfuzz

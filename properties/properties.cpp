@@ -281,7 +281,7 @@ PropertyOutcome run_property(Property prop, const KernelEntry& k, const Property
     out.rc_message = "the kernel declares no kv-shared: not run";
     return out;
   }
-  const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features) : gen_case(limits);
+  const rc::Gen<Case> gen = prop == Property::kPacking ? gen_sequence_case(limits, k.kernel.features, k.kernel.variants) : gen_case(limits);
   const bool strict = o.strict;
   auto body = [prop, &k, gen, strict]() {
     const Case c = *gen;

@@ -480,13 +480,14 @@ std::vector<Job> make_jobs(const Options& o, const Session& s, std::vector<std::
                                      case_dtype(o.common), case_pass(o.common)))
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
   } else if (o.sweep && !o.seqs.layout.empty() && o.seqs.layout != "dense") {
-    for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed)) {
+    // --variant: sink, softcap, alibi and kv-shared are checked on sequence layouts (the layout's variant axis)
+    const uint32_t bits = case_variants(o.common);
+    if (bits & ~(kLayoutVariants | AF_VARIANT_KV_SHARED))
+      usage_error("--variant " + variant_names(bits & ~(kLayoutVariants | AF_VARIANT_KV_SHARED)) +
+                  " is checked on dense batches only: with --seq-layout, --variant takes sink, softcap, alibi and "
+                  "kv-shared");
+    for (Case& c : layout_sweep_grid(o.seqs.layout, o.seed, bits)) {
       c.values.domain = value_domain(o.common);
-      // --variant kv-shared (the one variant checked on sequence layouts): V a view of K's rows where Dv <= D
-      if (case_variants(o.common) & AF_VARIANT_KV_SHARED) {
-        if (c.problem.head_dim_v > c.problem.head_dim) continue;
-        share_kv(c.problem);
-      }
       jobs.push_back({std::move(c), "sweep", std::nullopt, o.common.kernel});
     }
   } else if (o.sweep && case_variants(o.common) == AF_VARIANT_DROPOUT && o.common.dropout < 0) {

@@ -398,7 +398,8 @@ void add_variant_options(CLI::App& app, CommonOptions& o) {
          "--dtype fp8-e5m2), kv-shared (MLA: V the first Dv columns of K's rows, one buffer; Dv <= D), '+' "
          "or "
          "',' separated, or all (one case: mask-dense, not mask-bits; the sweep: both; never head-descale or "
-         "kv-shared); with --sweep the variant sweep; a kernel that does not declare one is unsupported")
+         "kv-shared); with --sweep the variant sweep; with --seq-layout only sink, softcap, alibi and kv-shared (per "
+         "sequence); a kernel that does not declare one is unsupported")
       ->group(vg)
       ->check(checked_by([](const std::string& t) -> std::string {
         uint32_t bits = 0;

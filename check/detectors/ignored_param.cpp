@@ -468,17 +468,19 @@ Finding ignored_parameter(Context& c) {
   if (rows.empty()) return f;
   const LaunchOutcome& out = c.original();
   const OracleResult& exact = c.pc.oracle(c.opts.oracle);
-  const std::vector<Probe> all = probes(p, c.tensors());
+  // A sequence layout's probes switch the variant off in the layout problem (the one a relaunch takes) and their
+  // exact results are per sequence (layout_oracle), in the dense view p like the case's.
+  const std::vector<Probe> all = probes(c.pc.problem(), c.tensors());
   std::vector<Apart> relaunch;  // switched-off probes whose exact result is apart from the case's
   for (const Probe& pr : all) {
-    const OracleResult ex = c.oracle(pr.p, pr.t ? *pr.t : c.tensors());
+    const OracleResult ex = c.layout_oracle(pr.p, pr.t ? *pr.t : c.tensors());
     if (relaunchable(c, pr))
       if (std::string w = outputs_apart(p, exact, ex); !w.empty()) relaunch.push_back({&pr, w});
     int64_t match = 0, visible = 0;
     double worst = 0;
     std::vector<int64_t> where;
     for (const RowKey& r : rows) {
-      double rr = row_ratio(pr.p, ex, out, r.b, r.h, r.s);
+      double rr = row_ratio(p, ex, out, r.b, r.h, r.s);
       // Never a NaN = NaN "match": a row whose other exact result is NaN says nothing about the parameter.
       for (int64_t d = 0; d < p.head_dim_v; ++d)
         if (std::isnan(ex.o[ex.o_at(r.b, r.s, r.h, d)])) rr = std::numeric_limits<double>::infinity();

@@ -216,7 +216,11 @@ typedef struct af_buffers {
 #define AF_FEATURE_KV_PACKED (1u << 1) /* kv_layout = AF_SEQ_PACKED */
 #define AF_FEATURE_KV_PAGED (1u << 2)  /* kv_layout = AF_SEQ_PAGED */
 #define AF_FEATURE_SEQUSED_K (1u << 3) /* buffers.seqused_k (KV cache with used length < capacity) */
-#define AF_FEATURES_KNOWN 0xfu         /* every feature bit defined; a table declaring another is refused */
+/* v3: the variants this kernel declares (af_kernel::variants) apply on the sequence layouts it declares too
+ * (sinks, softcap and ALiBi per sequence; docs/sequence-layouts.md "Variants"). Without it a case with one of
+ * those variants on a sequence layout is unsupported (kv-shared needs no bit: it is geometry). */
+#define AF_FEATURE_LAYOUT_VARIANTS (1u << 4)
+#define AF_FEATURES_KNOWN 0x1fu        /* every feature bit defined; a table declaring another is refused */
 
 /* v3: which pass a launch or a check_support question is about. */
 typedef enum af_pass { AF_PASS_FORWARD = 0, AF_PASS_BACKWARD = 1 } af_pass;

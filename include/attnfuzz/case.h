@@ -512,7 +512,12 @@ std::vector<std::vector<int64_t>> seq_length_lists(int64_t max_len = 300);
 // spare pages), "decode" (1..8 query tokens per sequence over a paged or cached K/V). Each crosses the
 // length lists with masks (per-sequence alignment, windows), GQA / MQA and head dims; labelled, seeds
 // derived from base_seed and the label. Empty for an unknown layout.
-std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_seed = 0);
+// With `variants` (attn-check --seq-layout L --sweep --variant V; kLayoutVariants and / or kv-shared): every case
+// with them (kv-shared: V a view of K, cases with Dv > D left out; score variants: softcap 30, sinks in [-2, 2], the
+// default ALiBi slopes, labelled "<variants>-<label>") plus the layout's variant edges: sinks that dominate on a
+// window that leaves a token's first KV splits empty, logits far past a small cap, ALiBi over 12 heads on unequal
+// lengths. Throws std::invalid_argument for variants outside kLayoutVariants | kv-shared.
+std::vector<Case> layout_sweep_grid(const std::string& layout, uint64_t base_seed = 0, uint32_t variants = 0);
 const std::vector<std::string>& sequence_layouts();
 
 // The built-in edge-shape grid of attn-check --sweep (issue 4): 1x1, 7x13, 13x7, tails around

@@ -117,6 +117,10 @@ constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VA
 constexpr uint32_t kMaskVariants = AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE;
 constexpr uint32_t kCheckedVariants =
     kScoreVariants | kMaskVariants | AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE | AF_VARIANT_KV_SHARED;
+// The score variants checked on sequence layouts too (varlen, KV cache, paged; docs/sequence-layouts.md "Variants"):
+// per-sequence values need no layout of their own (sinks and slopes are per head, the softcap one number). A kernel
+// takes them there only with AF_FEATURE_LAYOUT_VARIANTS; kv-shared (geometry) combines with every layout anyway.
+constexpr uint32_t kLayoutVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI;
 // "sink", "softcap", "alibi", "bias", ... for one AF_VARIANT_* bit; "" for an unknown bit.
 const char* variant_name(uint32_t bit);
 // "sink+softcap" for a bit set ("none" for 0); parse_variant_names takes the same form (also ',' separated).

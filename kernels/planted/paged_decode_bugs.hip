@@ -1,5 +1,5 @@
 // paged_decode_bugs.hip - planted bugs in the paged-KV decode kernel (kernels/paged_decode.hip): pages,
-// page size, a kv_len % 32 == 1 tail, the Sq = 1 window, empty splits.
+// page size, a kv_len % 32 == 1 tail, the Sq = 1 window, empty splits, a sink counted per empty split.
 //
 // Both dispatches are copied from kernels/paged_decode.hip, templated on the bug; every deviation sits in one
 // of the small functions below (or the partial dispatch) behind `if constexpr (kBug == ...)` and is marked
@@ -46,7 +46,7 @@ __host__ __device__ inline int64_t max_splits(const af_problem& p) {
   return longest <= 0 ? 0 : min64(wanted_splits(p), ceil_div(longest, kMinSplitKeys));
 }
 
-enum class DecodeBug { kLastPageWhole, kWrongPageSize, kKvLenMod32, kWindowSq1, kSplitEmptyCombined };
+enum class DecodeBug { kLastPageWhole, kWrongPageSize, kKvLenMod32, kWindowSq1, kSplitEmptyCombined, kSinkTwice };
 
 // Keys the kernel iterates over for sequence sh.
 template <DecodeBug kBug>
@@ -120,6 +120,20 @@ __device__ inline float planted_value(const af_problem& p, const SeqIndex& x, co
   return v[planted_kv_row<kBug>(p, p.v_stride, x, sh, j, hk) + d];
 }
 
+// The partial LSE a split writes for a token from its final state (m, l).
+template <DecodeBug kBug>
+__device__ inline float planted_partial_lse(const af_problem& p, const VariantBufs& vb, int64_t h, float m, float l) {
+  if constexpr (kBug == DecodeBug::kSinkTwice) {
+    // PLANTED: a split where the token sees no key writes its initial state, and that state starts from the sink
+    // (m = sink, l = 1, O = 0: the sink-initialised state of a kernel that folds the sink into a split), while the
+    // combine adds the sink once more: the sink enters the denominator once per empty split, plus once (CK's split-KV
+    // sink counted twice when split 0 is empty, rocm-libraries #12227). Quiet when every split holds some of each
+    // token's keys (no mask that hides a whole split: no mask, causal decode), at num_splits = 1, or without sinks.
+    if (m == neg_inf()) return variant_sink(p, vb, h);
+  }
+  return finish_lse(m, l);
+}
+
 // Workspace: partial O [B, Hq, Sq, nmax, Dv] then partial LSE [B, Hq, Sq, nmax] (fp32), Sq = max tokens.
 __host__ __device__ inline int64_t row_count(const af_problem& p) { return p.batch * p.heads_q * p.seq_q; }
 
@@ -128,11 +142,13 @@ __host__ __device__ inline int64_t row_count(const af_problem& p) { return p.bat
 // token whose visible span holds it (-inf otherwise); every thread then reads a token's scores in the same
 // order, so all threads hold identical m and l per token. Thread t owns d = t + e * kThreads of each
 // token's partial output. Writes the partial O normalised by its own l and the partial LSE (-inf and
-// O = acc when the token saw no finite score in this split).
+// O = acc when the token saw no finite score in this split). Scores through the softcap and the ALiBi term of
+// this sequence; the combine adds the sink once.
 // Two barriers per chunk: scores complete before they are read; weights complete before they are read.
 template <DecodeBug kBug>
 __global__ void __launch_bounds__(kThreads)
-    planted_partial_kernel(af_problem p, SeqIndex x, const float* __restrict__ q, const float* __restrict__ k,
+    planted_partial_kernel(af_problem p, SeqIndex x, VariantBufs vb, const float* __restrict__ q,
+                           const float* __restrict__ k,
                           const float* __restrict__ v, float* __restrict__ o_part, float* __restrict__ lse_part,
                           int64_t nmax) {
   __shared__ float q_vec[kMaxQ][kMaxD];
@@ -187,7 +203,7 @@ __global__ void __launch_bounds__(kThreads)
       if (kr && j >= first[i] && j < last[i]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < p.head_dim; ++d) dot += q_vec[i][d] * kr[d];
-        mine = p.scale * dot;
+        mine = variant_score_in(p, vb, sh.b, h, i, j, p.scale * dot, sh.sq, sh.sk);
       }
       score[i][t] = mine;
     }
@@ -236,16 +252,16 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t d = t + e * kThreads;
       if (d < p.head_dim_v) o_part[slot * p.head_dim_v + d] = m[i] == neg_inf() ? acc[i][e] : acc[i][e] / l[i];
     }
-    if (t == 0) lse_part[slot] = finish_lse(m[i], l[i]);
+    if (t == 0) lse_part[slot] = planted_partial_lse<kBug>(p, vb, h, m[i], l[i]);
   }
 }
 
 // Block (i, h, b), token i < Sq_b: M = max_s LSE_s over the sequence's splits, w_s = exp(LSE_s - M) (0 for
 // a split where the token saw no key), O = sum w_s O_s / sum w_s, LSE = M + log(sum w_s); a token with no
-// visible key at all (or Sk_b = 0: no split) gets O = 0, LSE = -inf.
+// visible key at all (or Sk_b = 0: no split) gets O = 0, LSE = -inf. The sink is folded in once, here.
 template <DecodeBug kBug>
 __global__ void __launch_bounds__(kThreads)
-    planted_combine_kernel(af_problem p, SeqIndex x, const float* __restrict__ o_part,
+    planted_combine_kernel(af_problem p, SeqIndex x, VariantBufs vb, const float* __restrict__ o_part,
                           const float* __restrict__ lse_part, float* __restrict__ o, float* __restrict__ lse,
                           int64_t nmax) {
   const int t = threadIdx.x;
@@ -259,11 +275,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t s = 0; s < n; ++s) m = nan_max(m, lp[s]);
   float l = 0.0f;
   for (int64_t s = 0; s < n; ++s) l += softmax_weight(lp[s], m);
+  const float m_splits = m;
+  const float alpha = fold_sink(variant_sink(p, vb, h), m, l);  // 1 without a sink
   float* orow = o + seq_o_row(p, sh, i, h);
   for (int64_t d = t; d < p.head_dim_v; d += kThreads) {
     float a = 0.0f;
-    for (int64_t s = 0; s < n; ++s) a += softmax_weight(lp[s], m) * o_part[(row * nmax + s) * p.head_dim_v + d];
-    orow[d] = finish_o(a, m, l);
+    for (int64_t s = 0; s < n; ++s)
+      a += softmax_weight(lp[s], m_splits) * o_part[(row * nmax + s) * p.head_dim_v + d];
+    orow[d] = finish_o(a * alpha, m, l);
   }
   if (lse && t == 0) lse[lse_at(p, sh.b, h, i)] = finish_lse(m, l);
 }
@@ -302,31 +321,33 @@ int planted_decode_launch(const af_problem* pp, const af_buffers* buf, void* str
   const SeqIndex x = seq_index(*buf);
   float* o_part = static_cast<float*>(buf->workspace);
   float* lse_part = o_part + row_count(p) * nmax * p.head_dim_v;
-  void (*partial)(af_problem, SeqIndex, const float*, const float*, const float*, float*, float*, int64_t) =
-      planted_partial_kernel<kBug>;
-  void (*combine)(af_problem, SeqIndex, const float*, const float*, float*, float*, int64_t) =
+  void (*partial)(af_problem, SeqIndex, VariantBufs, const float*, const float*, const float*, float*, float*,
+                  int64_t) = planted_partial_kernel<kBug>;
+  void (*combine)(af_problem, SeqIndex, VariantBufs, const float*, const float*, float*, float*, int64_t) =
       planted_combine_kernel<kBug>;
+  const VariantBufs vb = variant_bufs(*buf);
   if (nmax > 0) {
     hipLaunchKernelGGL(partial, dim3((unsigned)nmax, (unsigned)p.heads_q, (unsigned)p.batch), dim3(kThreads), 0,
-                       (hipStream_t)stream, p, x, static_cast<const float*>(buf->q),
+                       (hipStream_t)stream, p, x, vb, static_cast<const float*>(buf->q),
                        static_cast<const float*>(buf->k), static_cast<const float*>(buf->v), o_part, lse_part,
                        nmax);
     if (int e = (int)hipGetLastError()) return e;
   }
   hipLaunchKernelGGL(combine, dim3((unsigned)p.seq_q, (unsigned)p.heads_q, (unsigned)p.batch), dim3(kThreads), 0,
-                     (hipStream_t)stream, p, x, (const float*)o_part, (const float*)lse_part,
+                     (hipStream_t)stream, p, x, vb, (const float*)o_part, (const float*)lse_part,
                      static_cast<float*>(buf->o), buf->lse, nmax);
   return (int)hipGetLastError();
 }
 
-#define AF_PLANTED_DECODE(name, bug, what, check)                                                         \
+#define AF_PLANTED_DECODE_V(name, bug, what, check, features, variants)                                   \
   {                                                                                                       \
     name, "planted/paged-decode", "paged-decode with a planted bug: " what, AF_SUPPORTS_F32,              \
         AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0,                       \
         planted_decode_workspace, check, planted_decode_launch<DecodeBug::bug>,                           \
-        AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K,          \
-        /*n_tunables=*/1, kDecodeTunables                                                                 \
+        AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K | features, \
+        /*n_tunables=*/1, kDecodeTunables, nullptr, nullptr, AF_COMPUTE_FUSED, AF_KIND_ATTENTION, 0, variants \
   }
+#define AF_PLANTED_DECODE(name, bug, what, check) AF_PLANTED_DECODE_V(name, bug, what, check, 0u, 0u)
 
 const af_kernel kDecodeBugs[] = {
     AF_PLANTED_DECODE("planted-paged-last-page-whole", kLastPageWhole,
@@ -339,8 +360,15 @@ const af_kernel kDecodeBugs[] = {
                       "Sq = 1 bottom-right window starts at Sk - left: the oldest key is dropped", planted_decode_check),
     AF_PLANTED_DECODE("planted-decode-empty-split", kSplitEmptyCombined,
                       "a split past a short sequence's keys exits unwritten; the combine reads it anyway", planted_decode_check),
+    // Issue 28: the variants on the paged layout (AF_FEATURE_LAYOUT_VARIANTS), as paged-decode declares them.
+    AF_PLANTED_DECODE_V("planted-paged-sink-twice-empty-split", kSinkTwice,
+                        "a split that sees none of a token's keys writes the sink as its partial LSE; the combine "
+                        "adds the sink again",
+                        planted_decode_check, AF_FEATURE_LAYOUT_VARIANTS,
+                        AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI),
 };
 #undef AF_PLANTED_DECODE
+#undef AF_PLANTED_DECODE_V
 static_assert(sizeof(kDecodeBugs) / sizeof(kDecodeBugs[0]) == attnfuzz_planted::kPagedDecodeBugCount,
               "planted.h's count");
 

@@ -1,5 +1,5 @@
 // varlen_bugs.hip - planted bugs in the varlen flash forward (kernels/varlen.hip): cu_seqlens, per-sequence
-// causal offset, seqused_k, GQA on packed K/V.
+// causal offset, seqused_k, GQA on packed K/V, the softcap on the packed path.
 //
 // The kernel is copied from kernels/varlen.hip (BLOCK_M = BLOCK_N = 16, 64 threads), templated on the bug;
 // every deviation sits in one of the small functions below behind `if constexpr (kBug == ...)` and is
@@ -14,7 +14,14 @@ constexpr int kMaxD = 128;
 constexpr int BM = 16, BN = 16, NT = 64;
 static_assert((BM * kMaxD) % NT == 0, "accumulators split evenly over the threads");
 
-enum class VarlenBug { kCuSeqlensOffByOne, kCausalBatchMax, kSequsedIgnored, kGqaPacked, kTrustsMetadata };
+enum class VarlenBug {
+  kCuSeqlensOffByOne,
+  kCausalBatchMax,
+  kSequsedIgnored,
+  kGqaPacked,
+  kTrustsMetadata,
+  kSoftcapPackedIgnored
+};
 
 // Sequence b's lengths, as the kernel derives them.
 template <VarlenBug kBug>
@@ -63,10 +70,24 @@ __device__ inline int64_t planted_kv_head(const af_problem& p, int64_t h) {
   return kv_head_of(p, h);
 }
 
+// The problem whose score variants the kernel applies (variant_score_in).
+template <VarlenBug kBug>
+__device__ inline af_problem planted_score_problem(const af_problem& p) {
+  af_problem sp = p;
+  if constexpr (kBug == VarlenBug::kSoftcapPackedIgnored) {
+    // PLANTED: the packed-q (varlen prefill) path takes the softcap argument and never applies it; the dense path
+    // does (a parameter accepted and ignored by one code path, issue 28). Quiet for a dense q (KV cache, paged
+    // decode), without a softcap, or where the scores stay far below the cap (|s| << cap: tanh(s / cap) ~ s / cap).
+    if (p.q_layout == AF_SEQ_PACKED) sp.variants &= ~AF_VARIANT_SOFTCAP;
+  }
+  return sp;
+}
+
 template <VarlenBug kBug>
 __global__ void __launch_bounds__(NT)
-    planted_varlen_kernel(af_problem p, SeqIndex x, const float* __restrict__ q, const float* __restrict__ k,
-                  const float* __restrict__ v, float* __restrict__ o, float* __restrict__ lse) {
+    planted_varlen_kernel(af_problem p, SeqIndex x, VariantBufs vb, const float* __restrict__ q,
+                          const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ o,
+                          float* __restrict__ lse) {
   constexpr int kAcc = BM * kMaxD / NT;
   __shared__ float q_tile[BM][kMaxD];
   __shared__ float kv_tile[BN][kMaxD];
@@ -79,6 +100,7 @@ __global__ void __launch_bounds__(NT)
   const SeqShape sh = planted_seq_shape<kBug>(p, x, blockIdx.z);
   const int64_t hk = planted_kv_head<kBug>(p, h);
   if (i0 >= sh.sq) return;  // the whole block: this sequence has fewer query tiles
+  const af_problem sp = planted_score_problem<kBug>(p);
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int rows = (int)min64(BM, sh.sq - i0);  // valid rows of this tile
 
@@ -122,7 +144,7 @@ __global__ void __launch_bounds__(NT)
       if (j >= row_first[r] && j < row_last[r]) {
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) dot += q_tile[r][d] * kv_tile[c][d];
-        s = p.scale * dot;
+        s = variant_score_in(sp, vb, sh.b, h, i0 + r, j, p.scale * dot, sh.sq, sh.sk);
       }
       s_tile[r][c] = s;
     }
@@ -163,6 +185,15 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();  // 4
   }
+  if (t < BM) row_alpha[t] = fold_sink(variant_sink(p, vb, h), row_m[t], row_l[t]);  // the sink, once
+  __syncthreads();
+  if (p.variants & AF_VARIANT_SINK) {
+    AF_UNROLL
+    for (int e = 0; e < kAcc; ++e) {
+      const int idx = t + e * NT;
+      if (idx < BM * Dv) acc[e] *= row_alpha[idx / (int)Dv];
+    }
+  }
 
   AF_UNROLL
   for (int e = 0; e < kAcc; ++e) {
@@ -194,22 +225,25 @@ int planted_varlen_launch(const af_problem* pp, const af_buffers* buf, void* str
   if constexpr (kBug != VarlenBug::kTrustsMetadata)
     if (int e = check_seq_metadata(p, *buf)) return e;
   if (p.seq_q == 0) return 0;
-  void (*kernel)(af_problem, SeqIndex, const float*, const float*, const float*, float*, float*) =
+  void (*kernel)(af_problem, SeqIndex, VariantBufs, const float*, const float*, const float*, float*, float*) =
       planted_varlen_kernel<kBug>;
   hipLaunchKernelGGL(kernel, dim3((unsigned)ceil_div(p.seq_q, BM), (unsigned)p.heads_q, (unsigned)p.batch),
-                     dim3(NT), 0, (hipStream_t)stream, p, seq_index(*buf), static_cast<const float*>(buf->q),
+                     dim3(NT), 0, (hipStream_t)stream, p, seq_index(*buf), variant_bufs(*buf),
+                     static_cast<const float*>(buf->q),
                      static_cast<const float*>(buf->k), static_cast<const float*>(buf->v),
                      static_cast<float*>(buf->o), buf->lse);
   return (int)hipGetLastError();
 }
 
-#define AF_PLANTED_VARLEN(name, bug, what)                                                                \
+#define AF_PLANTED_VARLEN_V(name, bug, what, features, variants)                                          \
   {                                                                                                       \
     name, "planted/varlen", "varlen-bm16-bn16 with a planted bug: " what, AF_SUPPORTS_F32,                \
         AF_SUPPORTS_ALL_MASKS, kMaxD, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,              \
         planted_varlen_check, planted_varlen_launch<VarlenBug::bug>,                                      \
-        AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K           \
+        AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K | features, \
+        0, nullptr, nullptr, nullptr, AF_COMPUTE_FUSED, AF_KIND_ATTENTION, 0, variants                     \
   }
+#define AF_PLANTED_VARLEN(name, bug, what) AF_PLANTED_VARLEN_V(name, bug, what, 0u, 0u)
 
 const af_kernel kVarlenBugs[] = {
     AF_PLANTED_VARLEN("planted-varlen-cu-off-by-one", kCuSeqlensOffByOne,
@@ -222,8 +256,13 @@ const af_kernel kVarlenBugs[] = {
                       "packed K/V path maps query head h to kv head h % Hkv"),
     AF_PLANTED_VARLEN("planted-varlen-trusts-metadata", kTrustsMetadata,
                       "cu_seqlens / seqused_k / block table never checked: malformed metadata accepted"),
+    // Issue 28: the variants on the sequence layouts (AF_FEATURE_LAYOUT_VARIANTS), as varlen-bm16-bn16 declares them.
+    AF_PLANTED_VARLEN_V("planted-varlen-softcap-ignored", kSoftcapPackedIgnored,
+                        "the packed-q (varlen prefill) path never applies the softcap", AF_FEATURE_LAYOUT_VARIANTS,
+                        AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI),
 };
 #undef AF_PLANTED_VARLEN
+#undef AF_PLANTED_VARLEN_V
 static_assert(sizeof(kVarlenBugs) / sizeof(kVarlenBugs[0]) == attnfuzz_planted::kVarlenBugCount,
               "planted.h's count");
 

@@ -42,7 +42,9 @@ SCORE_VARIANTS = ("sink", "softcap", "alibi", "bias")  # PROTOCOL.md "Variants"
 # descales"), dropout (PROTOCOL.md "Dropout": the mask comes back) and MLA's shared K/V latent (PROTOCOL.md "Shared
 # K/V latent": no v tensor, V is the view k[..., :Dv]).
 VARIANTS = SCORE_VARIANTS + MASK_VARIANTS + ("head-descale", "dropout", "kv-shared")
-FEATURES = ("q-packed", "kv-packed", "seqused-k")  # the sequence layouts a kernel may take (PROTOCOL.md)
+# The sequence layouts a kernel may take, and "layout-variants": its sinks / softcap / ALiBi apply on them too
+# (PROTOCOL.md "Sequence layouts"; sequences.per_sequence hands each sequence's problem the sinks and slopes).
+FEATURES = ("q-packed", "kv-packed", "seqused-k", "layout-variants")
 
 
 class ProtocolError(Exception):

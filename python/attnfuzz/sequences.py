@@ -68,11 +68,14 @@ def _rows(x, start, n):
 
 
 def sub_problem(p, sq, sk):
-    """The dense one-sequence problem of a sequence with sq queries and sk keys (the mask aligned to it)."""
+    """The dense one-sequence problem of a sequence with sq queries and sk keys (the mask aligned to it), with p's
+    sinks and ALiBi slopes (per head: the same for every sequence; ALiBi's distance uses this sequence's offset)."""
     d = {k: v for k, v in p.raw.items() if k not in LAYOUT_KEYS}
     d.update(batch=1, seq_q=int(sq), seq_k=int(sk),
              diagonal_offset=int(sk - sq) if p.mask_align == "bottom-right" else 0)
-    return Problem(d)
+    sub = Problem(d)
+    sub.sinks, sub.alibi_slopes = getattr(p, "sinks", None), getattr(p, "alibi_slopes", None)
+    return sub
 
 
 def dense_view(p):

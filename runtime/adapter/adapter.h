@@ -31,7 +31,7 @@ struct AdapterKernel {
   // its compiled shapes (fuzz/shape_pool.h).
   bool recompiles_per_shape = false;
   uint32_t variants = 0;  // "variants": ["mask-dense", "mask-bits", "block-sparse"] (custom masks; issue 28)
-  uint32_t features = 0;  // "features": ["q-packed", "kv-packed", "seqused-k"]: AF_FEATURE_* (sequence layouts)
+  uint32_t features = 0;  // "features": ["q-packed", "kv-packed", "seqused-k", "layout-variants"]: AF_FEATURE_*
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)
   // "tunables": [{"name", "role": "kv_splits" | "other", "values": [default, ...], "description"}], at most
   // AF_MAX_TUNABLES: the integer knobs the tool may set per run ("problem"."tunables": {name: value}).

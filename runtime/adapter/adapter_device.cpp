@@ -52,8 +52,10 @@ constexpr uint32_t kCarriedVariants =
 // The keep mask's and the sequence arrays' element types on the wire (not problem dtypes).
 constexpr int32_t kWireU8 = -1;
 constexpr int32_t kWireI32 = -2;
-// The sequence layouts protocol 1 carries (PROTOCOL.md "Sequence layouts"): packed q, packed K/V, a used KV length.
-constexpr uint32_t kCarriedFeatures = AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_SEQUSED_K;
+// The sequence layouts protocol 1 carries (PROTOCOL.md "Sequence layouts"): packed q, packed K/V, a used KV length;
+// and "layout-variants": the kernel's sinks / softcap / ALiBi apply on them (their tensors travel as for dense runs).
+constexpr uint32_t kCarriedFeatures =
+    AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_SEQUSED_K | AF_FEATURE_LAYOUT_VARIANTS;
 
 // ---- what the handshake declared, per kernel (process-wide: registry entries point at it) ----------
 struct KernelSpec {
@@ -125,6 +127,7 @@ uint32_t feature_bit(const std::string& f) {
   if (f == "q-packed") return AF_FEATURE_Q_PACKED;
   if (f == "kv-packed") return AF_FEATURE_KV_PACKED;
   if (f == "seqused-k") return AF_FEATURE_SEQUSED_K;
+  if (f == "layout-variants") return AF_FEATURE_LAYOUT_VARIANTS;
   return 0;
 }
 
@@ -557,8 +560,8 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     for (const Json& f : k.value("features", Json::array())) {
       const uint32_t bit = feature_bit(f.is_string() ? f.get<std::string>() : std::string());
       if (!bit)
-        throw std::runtime_error("kernel " + a.name + ": features takes q-packed, kv-packed, seqused-k, not " +
-                                 f.dump());
+        throw std::runtime_error("kernel " + a.name +
+                                 ": features takes q-packed, kv-packed, seqused-k, layout-variants, not " + f.dump());
       a.features |= bit;
     }
     a.max_head_dim = k.value("max_head_dim", int64_t{0});

@@ -271,6 +271,16 @@ TEST(Adapter, NumpyReferenceTakesTheSequenceLayouts) {
   const Result paged = check(numpy_adapter(), "--seq-layout paged --sq 1 --seqused-k 33,1 --page-size 16 --no-reports",
                              fresh("layouts-paged"));
   EXPECT_TRUE(has(paged.out, "unsupported") || has(paged.out, "no kernel")) << paged.out;  // paged is not carried
+  // Issue 28: sinks, softcap and ALiBi on a layout ("layout-variants": AF_FEATURE_LAYOUT_VARIANTS). The reference
+  // declares it and applies them per sequence (sequences.per_sequence); its copy that ignores the softcap is named.
+  const std::string lv_case = "--seq-layout varlen --seqlens-q 3,17 --seqlens-k 5,40 --mask causal-br --heads 4 "
+                              "--kv-heads 2 --d 16 --variant sink+softcap+alibi --softcap 2 --no-reports";
+  const Result lv = check(numpy_adapter(), lv_case, fresh("layouts-variants"));
+  EXPECT_EQ(lv.code, 0) << lv.out;
+  EXPECT_TRUE(has(lv.out, "1 check in") && has(lv.out, "all passed")) << lv.out;
+  const Result lv_bug = check(numpy_adapter("--bug softcap-ignored"), lv_case, fresh("layouts-variants-bug"));
+  EXPECT_EQ(lv_bug.code, 1) << lv_bug.out;
+  EXPECT_TRUE(has(lv_bug.out, "ignored-parameter") && has(lv_bug.out, "softcap")) << lv_bug.out;
   // Malformed metadata (docs/semantics.md): the reference refuses it by name (sequences.check_metadata), a pass;
   // before, it sliced past total_k and was named accepted-malformed.
   const Result mal = check(numpy_adapter(), "--seq-layout varlen --seqlens-q 3,5 --seqlens-k 4,9 --malformed "
@@ -688,7 +698,7 @@ TEST(Adapter, MalformedKernelDeclarationsAreRefused) {
            {"neg-max-d", "max_head_dim -5"},
            {"zero-multiple", "head_dim_multiple 0"},
            {"named-all", "'all'"},
-           {"paged-feature", "features takes q-packed, kv-packed, seqused-k, not \"kv-paged\""}}) {
+           {"paged-feature", "features takes q-packed, kv-packed, seqused-k, layout-variants, not \"kv-paged\""}}) {
     Result r = check(misbehaving(mode), "--sq 5 --d 8 --no-reports", fresh("decl-" + mode));
     EXPECT_EQ(r.code, 2) << mode << "\n" << r.out;
     EXPECT_TRUE(has(r.out, says)) << mode << "\n" << r.out;

@@ -85,6 +85,13 @@ const std::map<std::string, std::string> kExpected = {
     {"planted-decode-empty-split", "split-kv"},
 };
 
+// Issue 28, the variants on sequence layouts: judged on the varlen and decode sweeps with sinks, softcap and ALiBi
+// (PlantedLayoutVariant below; kernels/planted/README.md "Variant bugs").
+const std::map<std::string, std::string> kExpectedLayoutVariants = {
+    {"planted-paged-sink-twice-empty-split", "split-kv"},
+    {"planted-varlen-softcap-ignored", "ignored-parameter"},
+};
+
 int64_t work(const Problem& p) {
   return p.batch * p.heads_q * p.seq_q * p.seq_k * std::max(p.head_dim, p.head_dim_v);
 }
@@ -337,6 +344,7 @@ TEST(PlantedClassification, EveryPlantedKernelHasAnExpectedClass) {
   for (const KernelEntry& e : Registry::global().all())
     if (e.origin == PLANTED_PLUGIN)
       EXPECT_TRUE(kExpected.count(e.kernel.name) || expected_bwd().count(e.kernel.name) ||
+                  kExpectedLayoutVariants.count(e.kernel.name) ||  // PlantedLayoutVariant below
                   std::string(e.kernel.family) == "planted/variants" ||  // PlantedVariant below
                   std::string(e.kernel.family) == "planted/merge" ||     // PlantedMerge below
                   std::string(e.kernel.family) == "planted/dropout" ||   // PlantedDropout below
@@ -456,6 +464,38 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PlantedVariant, ::testing::ValuesIn(names_of(kExpectedVariants)), param_name);
+
+// ---- score variants on sequence layouts (issue 28) -----------------------------------------------------------
+// The varlen and decode sweeps with sinks, softcap and ALiBi (layout_sweep_grid's variant axis), within half the
+// work limit: the planted layout-variant kernels are found and rightly named, the correct layout kernels pass.
+std::vector<PreparedCase>& prepared_layout_variants() {
+  return prepared_once(0, [] {
+    std::vector<Case> out;
+    for (const char* layout : {"varlen", "decode"})
+      for (Case& c : layout_sweep_grid(layout, 0, kLayoutVariants))
+        if (work(c.problem) <= kMaxWork / 2) out.push_back(std::move(c));
+    return out;
+  });
+}
+
+class PlantedLayoutVariant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlantedLayoutVariant, DetectedAndRightlyClassifiedOnTheLayoutVariantSweep) {
+  load();
+  const std::string name = GetParam();
+  if (const auto f = first_failure("planted-layout-variant", name, prepared_layout_variants()))
+    EXPECT_EQ(failure_class_name(f->j.result.failure), kExpectedLayoutVariants.at(name))
+        << describe(f->pc->the_case()) << f->evidence;
+}
+
+TEST(PlantedLayoutVariant, CorrectLayoutKernelsPassTheLayoutVariantSweep) {
+  EXPECT_GE(prepared_layout_variants().size(), 40u);
+  EXPECT_GT(correct_passes("correct-layout-variant", "varlen-bm16-bn16", prepared_layout_variants()), 30);
+  EXPECT_GT(correct_passes("correct-layout-variant", "paged-decode", prepared_layout_variants()), 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PlantedLayoutVariant, ::testing::ValuesIn(names_of(kExpectedLayoutVariants)),
+                         param_name);
 
 // Cases the mask-variant planted kernels were misnamed on (issue 28, an H200 `--variant all` sweep), each
 // with the class that leads to its bug and a word its evidence must hold. Bits rows of Sk < 8 keys read

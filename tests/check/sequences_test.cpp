@@ -296,6 +296,37 @@ Judged check_with(Bug bug, const Case& c, bool classify = false) {
   return j;
 }
 
+// Issue 28: sinks, softcap and ALiBi per sequence. One row computed by hand in double (the softcap, ALiBi's distance
+// from the diagonal of its own sequence, Sk_b - Sq_b = 2, the sink in the denominator only) matches the layout
+// oracle; a sequence without keys has O = 0 and LSE = its head's sink.
+TEST(SequenceOracle, VariantsApplyPerSequenceWithTheirOwnAlignment) {
+  Case c = varlen_case({3, 0, 17, 4}, {5, 1, 40, 0});
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI, 0.5f), "");
+  ASSERT_EQ(validate(c), "");
+  const Tensors t = generate(c);
+  const Problem& p = c.problem;
+  const OracleResult R = sequence_oracle(p, t, {});
+  const int64_t b = 0, h = 3, i = 2, hk = kv_head(p, h), off = 5 - 3;
+  double sum = std::exp(static_cast<double>(t.sinks[h]));
+  for (int64_t j = 0; j <= i + off; ++j) {  // causal-br: keys 0 .. i + off
+    double dot = 0;
+    for (int64_t d = 0; d < p.head_dim; ++d)
+      dot += static_cast<double>(t.q[q_offset(p, t, b, i, h, d)]) * t.k[k_offset(p, t, b, j, hk, d)];
+    const double capped = 0.5 * std::tanh(static_cast<double>(p.scale) * dot / 0.5);
+    sum += std::exp(capped - static_cast<double>(t.alibi_slopes[h]) * std::fabs(static_cast<double>(j - (i + off))));
+  }
+  EXPECT_NEAR(R.lse[R.lse_at(b, h, i)], std::log(sum), 1e-9);
+  for (int64_t hh = 0; hh < p.heads_q; ++hh)
+    for (int64_t s = 0; s < 4; ++s) {  // sequence 3: four queries, no key: the sink alone
+      EXPECT_EQ(R.lse[R.lse_at(3, hh, s)], t.sinks[hh]);
+      EXPECT_EQ(R.o[R.o_at(3, s, hh, 0)], 0.0);
+    }
+  Case off_c = c;  // the variants change the result: without them the row differs
+  ASSERT_EQ(set_variants(off_c, 0), "");
+  const OracleResult N = sequence_oracle(off_c.problem, generate(off_c), {});
+  EXPECT_GT(std::fabs(N.lse[N.lse_at(b, h, i)] - R.lse[R.lse_at(b, h, i)]), 1e-3);
+}
+
 TEST(SequenceRunner, CorrectKernelPassesEveryLayoutSweepCase) {
   g_bug = Bug::kNone;
   const KernelEntry k = entry();

@@ -708,5 +708,30 @@ TEST(KvShared, RefusedWithAReason) {
   e.explicit_values = ev;
   EXPECT_NE(validate(e).find("explicit v differs from k"), std::string::npos) << validate(e);
 }
+
+// Issue 28: sinks, softcap and ALiBi are valid on every sequence layout; the bias, the custom masks and per-head
+// descales stay dense-only, refused with a reason that names the variant; the layout sweep's variant axis likewise.
+TEST(LayoutVariants, SinkSoftcapAlibiOnLayoutsOthersRefused) {
+  Case c = make_case(make_problem(1, 2, 1, 1, 1, 8, 8), 1);
+  c.problem.q_layout = c.problem.kv_layout = AF_SEQ_PACKED;
+  c.seqs.q = {3, 0, 5};
+  c.seqs.k = {4, 2, 5};
+  c.problem.batch = 3;
+  ASSERT_EQ(set_sequence_fields(c), "");
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI, 5.0f), "");
+  EXPECT_EQ(validate(c), "");
+  EXPECT_NE(describe(c).find("sinks=uniform:2"), std::string::npos) << describe(c);
+  const Tensors t = generate(c);
+  EXPECT_EQ(t.sinks.size(), 2u);
+  EXPECT_EQ(t.alibi_slopes.size(), 2u);
+  ASSERT_EQ(set_variants(c, AF_VARIANT_SINK | AF_VARIANT_BIAS), "");
+  EXPECT_EQ(validate(c),
+            "variant bias is checked on dense batches only, not on sequence layouts (yet): sink, softcap, alibi and "
+            "kv-shared combine with every layout");
+  EXPECT_THROW(layout_sweep_grid("decode", 0, AF_VARIANT_BIAS), std::invalid_argument);
+  const std::vector<Case> grid = layout_sweep_grid("decode", 0, AF_VARIANT_SINK);
+  EXPECT_GT(grid.size(), layout_sweep_grid("decode", 0).size());  // the edges
+  for (const Case& g : grid) EXPECT_EQ(g.label.rfind("sink-", 0), 0u) << g.label;
+}
 }  // namespace
 }  // namespace attnfuzz

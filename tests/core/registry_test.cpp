@@ -204,6 +204,33 @@ TEST(Registry, UnsupportedReasonNamesTheMissingLayoutFeature) {
   EXPECT_EQ(unsupported_reason(k, p), "");
 }
 
+// Issue 28: a kernel declaring layouts and variants takes a variant case on a layout only with
+// AF_FEATURE_LAYOUT_VARIANTS; kv-shared (geometry) and dense variant cases need no such bit.
+TEST(Registry, VariantsOnALayoutNeedTheLayoutVariantsFeature) {
+  af_kernel k{};
+  k.launch = noop_launch;
+  k.features = AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED;
+  k.variants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_KV_SHARED;
+  Problem p = make_problem(2, 2, 1, 4, 4, 8, 8);
+  p.variants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP;
+  p.softcap = 30;
+  EXPECT_EQ(unsupported_reason(k, p), "");  // dense
+  p.q_layout = p.kv_layout = AF_SEQ_PACKED;
+  EXPECT_EQ(unsupported_reason(k, p),
+            "variant sink+softcap on a sequence layout (varlen) not declared by the kernel "
+            "(AF_FEATURE_LAYOUT_VARIANTS in af_kernel::features)");
+  k.features |= AF_FEATURE_LAYOUT_VARIANTS;
+  EXPECT_EQ(unsupported_reason(k, p), "");
+  k.features &= ~AF_FEATURE_LAYOUT_VARIANTS;
+  p.variants = AF_VARIANT_KV_SHARED;
+  EXPECT_EQ(unsupported_reason(k, p), "");
+  Registry r;  // the bit is known: a table declaring it loads
+  k.name = "lv";
+  k.family = "t";
+  k.features |= AF_FEATURE_LAYOUT_VARIANTS;
+  EXPECT_NO_THROW(r.add(Backend::kCpu, &k, 1, "test"));
+}
+
 TEST(Registry, AbiV2PluginLoadsWithItsV2FieldsAndEveryV3FieldZero) {
   static std::once_flag once;
   std::call_once(once, [] { Registry::global().load_plugin(V2_PLUGIN); });
@@ -300,6 +327,8 @@ TEST(Registry, RefusesDeclarationsThisVersionDoesNotKnow) {
   EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
   k.variants = 0;
   k.features = 1u << 9;
+  EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
+  k.features = 1u << 5;  // the first bit past AF_FEATURE_LAYOUT_VARIANTS
   EXPECT_THROW(r.add(Backend::kCpu, &k, 1, "test"), std::runtime_error);
   k.features = 0;
   EXPECT_NO_THROW(r.add(Backend::kCpu, &k, 1, "test"));

@@ -409,6 +409,26 @@ TEST(Variants, VariantsAreTheLastFieldRoundTripAndAreReached) {
   EXPECT_GT(with_block, 0);
 }
 
+// Variants on sequence layouts (issue 28): a layout case draws sink, softcap and ALiBi (and kv-shared) and nothing
+// else of the limits' variants, round-trips exactly, and its values generate (the codec stays total).
+TEST(Variants, LayoutCasesDrawSinkSoftcapAlibiOnlyAndRoundTrip) {
+  FuzzLimits none, all;
+  all.variants = kCheckedVariants;
+  uint32_t seen = 0;
+  int layouts = 0;
+  random_and_mutated(
+      none, all, 49, [](const Case& c) { return c.problem.variants == 0; },
+      [&](const Case& c) {
+        if (!has_sequences(c.problem)) return;
+        ++layouts;
+        EXPECT_EQ(c.problem.variants & ~(kLayoutVariants | AF_VARIANT_KV_SHARED), 0u) << describe(c);
+        seen |= c.problem.variants;
+        if (layouts % 200 == 1 && (c.problem.variants & kLayoutVariants)) EXPECT_NO_THROW(generate(c));
+      });
+  EXPECT_GT(layouts, 100);
+  EXPECT_EQ(seen & kLayoutVariants, kLayoutVariants);
+}
+
 // Model presets (issue 28 item 9; attn-fuzz --preset): random bytes and mutations stay near the preset (its
 // head configurations, D and Dv within 8, its mask, softcap and sinks), round-trip, and still vary the
 // lengths and D.

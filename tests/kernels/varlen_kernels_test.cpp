@@ -105,6 +105,32 @@ TEST_P(SeqKernel, EveryTunableValue) {
   EXPECT_GT(ran, 0);
 }
 
+// Issue 28: sinks, softcap and ALiBi on the sequence layouts (layout_sweep_grid's variant axis): every third case
+// of the varlen, paged and decode sweeps and every variant edge (a window that leaves a token's first splits empty
+// under dominant sinks, logits past a cap of 5, ALiBi over 12 heads) pass; so does every split count on the edges.
+TEST_P(SeqKernel, LayoutVariantSweepsPass) {
+  int ran = 0;
+  for (const char* layout : {"varlen", "paged", "decode"}) {
+    const std::vector<Case> cases = layout_sweep_grid(layout, 0, kLayoutVariants);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const bool edge = cases[i].label.find("-edge-") != std::string::npos;
+      if (!edge && i % 3) continue;
+      ran += passes(cases[i]);
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_GT(ran, 10);
+  const af_kernel& k = entry_->kernel;
+  for (int32_t vi = 0; vi < k.n_tunables && vi < k.tunables[0].n_values; ++vi)  // the sink once at every split count
+    for (const Case& edge : layout_sweep_grid("decode", 0, kLayoutVariants))
+      if (edge.label.find("window16") != std::string::npos) {
+        Case c = edge;
+        c.problem.tunables[0] = k.tunables[0].values[vi];
+        SCOPED_TRACE("num_splits=" + std::to_string(k.tunables[0].values[vi]));
+        EXPECT_TRUE(passes(c));
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, SeqKernel,
                          ::testing::Values("varlen-bm16-bn16", "varlen-bm32-bn32", "paged-decode"),
                          [](const ::testing::TestParamInfo<std::string>& info) {

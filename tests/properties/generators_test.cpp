@@ -35,6 +35,23 @@ RC_GTEST_PROP(Generators, SequenceCasesAreValidAndFollowTheFeatures, ()) {
   RC_ASSERT(packed.seqs.used.empty());
 }
 
+// Issue 28: a kernel declaring AF_FEATURE_LAYOUT_VARIANTS gets layout cases with its layout variants (a subset of
+// sink, softcap and ALiBi; never one it does not declare); without the feature, none.
+TEST(Generators, SequenceCasesDrawTheDeclaredLayoutVariants) {
+  const CaseLimits l;
+  const uint32_t layouts = AF_FEATURE_Q_PACKED | AF_FEATURE_KV_PACKED | AF_FEATURE_KV_PAGED | AF_FEATURE_SEQUSED_K;
+  const uint32_t declared = AF_VARIANT_SINK | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+  uint32_t seen = 0;
+  for (int i = 0; i < 200; ++i) {
+    const rc::Random r(static_cast<uint64_t>(i) + 7);
+    const Case c = gen_sequence_case(l, layouts | AF_FEATURE_LAYOUT_VARIANTS, declared)(r, 30).value();
+    ASSERT_EQ(validate(c), "") << describe(c);
+    seen |= c.problem.variants;
+    EXPECT_EQ(gen_sequence_case(l, layouts, declared)(r, 30).value().problem.variants, 0u);
+  }
+  EXPECT_EQ(seen, AF_VARIANT_SINK | AF_VARIANT_ALIBI);
+}
+
 TEST(Generators, SequenceLengthsReachTheEdges) {
   bool zero = false, one = false, residue = false, long_short = false;
   for (int i = 0; i < 400; ++i) {

@@ -190,3 +190,27 @@ def test_a_trusting_kernel_computes_on_malformed_arrays_without_raising(name, i,
     getattr(p, name)[i] = value
     o, lse = sequences.per_sequence(q, k, v, p, attention, trust=True)
     assert o.shape == good[0].shape and lse.shape == good[1].shape
+
+
+def test_sinks_softcap_and_alibi_apply_per_sequence_with_its_own_offset():
+    """Issue 28: per_sequence hands each sequence's problem the sinks and ALiBi slopes; ALiBi's distance uses that
+    sequence's bottom-right offset Sk_b - Sq_b, the softcap comes first, the sink enters the denominator only."""
+    base = problem(mask="causal-br")
+    d = dict(base.raw, variants=["sink", "softcap", "alibi"], softcap=2.0)
+    ts = {"cu_seqlens_q": base.cu_seqlens_q, "cu_seqlens_k": base.cu_seqlens_k,
+          "sinks": np.array([0.5, -1.0, 2.0, -np.inf], np.float32),
+          "alibi_slopes": np.array([0.5, 0.25, 0.125, 0.0625], np.float32)}
+    p = Problem.from_run(d, ts)
+    q, k, v = tensors(p)
+    o, lse = sequences.per_sequence(q, k, v, p, attention)
+    b, h, i = 2, 2, 4  # sequence 2: 5 queries over 6 keys, offset 1; query head 2 reads KV head 1
+    off = SK[b] - SQ[b]
+    qrow = q[sum(SQ[:b]) + i, h].astype(np.float64)
+    keys = k[sum(SK[:b]):sum(SK[:b + 1]), h // 2].astype(np.float64)
+    j = np.arange(SK[b])
+    s = 2.0 * np.tanh(np.float32(p.scale) * (keys @ qrow) / 2.0) - 0.125 * np.abs(j - (i + off))
+    seen = j <= i + off
+    assert lse[b, h, i] == pytest.approx(np.log(np.exp(s[seen]).sum() + np.exp(2.0)), rel=1e-6)
+    plain = Problem.from_run(base.raw, {n: ts[n] for n in ("cu_seqlens_q", "cu_seqlens_k")})
+    _, lse_plain = sequences.per_sequence(q, k, v, plain, attention)
+    assert abs(lse_plain[b, h, i] - lse[b, h, i]) > 1e-3

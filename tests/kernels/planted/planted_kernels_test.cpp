@@ -346,6 +346,24 @@ const Planted kPlanted[] = {
      "split-kv",
      {1, 2, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 64,5 --page-size 16"},
      {1, 2, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 64,64 --page-size 16"}},
+    // Issue 28, variants on sequence layouts. A window of 16 keys at the end of 200 / 64: the token sees none of
+    // the first splits, each writes the sink as its partial LSE and the combine adds it again. Quiet: no mask (every
+    // split holds keys of the token).
+    {"planted-paged-sink-twice-empty-split",
+     "planted/paged-decode",
+     "paged-decode",
+     "split-kv",
+     {1, 4, 1, 1, 0, 32, 32, "window:16,0-br --seq-layout decode --seqused-k 200,64 --page-size 16 --variant sink"},
+     {1, 4, 1, 1, 0, 32, 32, "none --seq-layout decode --seqused-k 200,64 --page-size 16 --variant sink"}},
+    // Logits of magnitude ~100 past a cap of 5 on the packed-q path. Quiet: the same on a KV cache (dense q).
+    {"planted-varlen-softcap-ignored",
+     "planted/varlen",
+     "varlen-bm16-bn16",
+     "ignored-parameter",
+     {1, 2, 1, 1, 0, 32, 32,
+      "causal-br --seq-layout varlen --seqlens-q 7,20 --seqlens-k 9,20 --variant softcap --softcap 5", "extreme:100"},
+     {1, 2, 1, 7, 24, 32, 32, "causal-br --seq-layout kvcache --seqused-k 9,20 --variant softcap --softcap 5",
+      "extreme:100"}},
 };
 
 // Loads both plug-ins into the process-wide registry once.
@@ -376,13 +394,22 @@ Device& cpu_device(ThreadOrder order) {
   return *d;
 }
 
+// The score variants of a case text: --variant NAMES (sink, softcap, alibi on a layout) and --softcap X.
+struct VariantFlags {
+  uint32_t bits = 0;
+  float softcap = 30;
+};
+
 // "--seq-layout L --seqlens-q .. --seqlens-k .. --seqused-k .. --page-size P --page-order N --spare-pages N
-// --malformed KIND@SEQ" into
-// the one option table's SequenceOptions (tools/cli_common.h); "" when there are none.
-std::string parse_layout_flags(std::istringstream& in, SequenceOptions& o) {
+// --malformed KIND@SEQ --variant NAMES --softcap X" into
+// the one option table's SequenceOptions (tools/cli_common.h) and the variants; "" when there are none.
+std::string parse_layout_flags(std::istringstream& in, SequenceOptions& o, VariantFlags& v) {
   for (std::string flag, value; in >> flag;) {
     if (!(in >> value)) return flag + " needs a value";
-    if (flag == "--seq-layout") o.layout = value;
+    if (flag == "--variant") {
+      if (std::string e = parse_variant_names(value, v.bits); !e.empty()) return e;
+    } else if (flag == "--softcap") v.softcap = std::stof(value);
+    else if (flag == "--seq-layout") o.layout = value;
     else if (flag == "--seqlens-q") o.seqlens_q = value;
     else if (flag == "--seqlens-k") o.seqlens_k = value;
     else if (flag == "--seqused-k") o.seqused_k = value;
@@ -405,8 +432,10 @@ Case make_spec_case(const Spec& s) {
   p.q_descale = s.descale[0], p.k_descale = s.descale[1], p.v_descale = s.descale[2], p.o_scale = s.descale[3];
   Case c = make_case(p, s.seed);
   SequenceOptions so;
-  EXPECT_EQ(parse_layout_flags(words, so), "") << s.mask;
+  VariantFlags vf;
+  EXPECT_EQ(parse_layout_flags(words, so, vf), "") << s.mask;
   if (!so.layout.empty()) EXPECT_EQ(apply_sequence_options(so, c), "") << s.mask;
+  if (vf.bits) EXPECT_EQ(set_variants(c, vf.bits, vf.softcap), "") << s.mask;
   EXPECT_EQ(parse_distribution(s.values, c.values.dist), "") << s.values;
   if (*s.special) {
     SpecialValue sv;

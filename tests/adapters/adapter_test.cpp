@@ -452,19 +452,33 @@ std::string saved_case(const std::string& out) {
   return {};
 }
 
+// The maintainer's fix, in a copy of python/attnfuzz: the file of it appended to, the text, what the script then says.
+struct Fix {
+  std::string file, text, says;
+};
+// The reference ignores its planted bug.
+const Fix kReferenceFixed = {"reference.py",
+                             "\n_a, _b = attention, attention_backward\n"
+                             "attention = lambda q, k, v, p, bug=None: _a(q, k, v, p)\n"
+                             "attention_backward = lambda q, k, v, do, p, o=None, lse=None, bug=None: _b(q, k, v, do, "
+                             "p, o=o, lse=lse)\n",
+                             "fixed: every element within its bound"};
+// Sequence metadata is checked even when the caller says to trust it (trusts-metadata fixed: it raises).
+const Fix kMetadataChecked = {"sequences.py",
+                              "\n_ps = per_sequence\nper_sequence = lambda q, k, v, p, fn, trust=False: _ps(q, k, v, p, "
+                              "fn)\n",
+                              "refused: ValueError: malformed sequence metadata"};
+
 // Issue 30 item 4: attn-check --bug-report writes a script of at most 40 lines + .npz that calls the library
-// as the adapter did; run with python3 it exits 1 on the buggy numpy reference and 0 on the fixed one (a copy
-// of python/attnfuzz whose reference ignores its planted bug), forward and backward.
-void bug_report_script(const std::string& bug, const std::string& args, const std::string& tag = "") {
+// as the adapter did (`call` in its source: the adapter's own call, e.g. bug='mask-leak'); run with python3 it exits 1
+// on the buggy numpy reference and 0 on the fixed one (`fix`), forward and backward.
+void bug_report_script(const std::string& bug, const std::string& args, const std::string& tag = "",
+                       const Fix& fix = kReferenceFixed, const std::string& call = "") {
   const std::string name = bug + tag;
   const fs::path fixed = fresh("bug-report-fixed-" + name);
   fs::create_directories(fixed / "attnfuzz");
   fs::copy(fs::path(SOURCE_DIR) / "python" / "attnfuzz", fixed / "attnfuzz", fs::copy_options::recursive);
-  std::ofstream(fixed / "attnfuzz" / "reference.py", std::ios::app)
-      << "\n_a, _b = attention, attention_backward\n"
-         "attention = lambda q, k, v, p, bug=None: _a(q, k, v, p)\n"
-         "attention_backward = lambda q, k, v, do, p, o=None, lse=None, bug=None: _b(q, k, v, do, p, o=o, "
-         "lse=lse)\n";
+  std::ofstream(fixed / "attnfuzz" / fix.file, std::ios::app) << fix.text;
   const std::string adapter = numpy_adapter("--bug " + bug), out = fresh("bug-report-" + name);
   Result r = check(adapter, args, out);
   ASSERT_EQ(r.code, 1) << r.out;
@@ -478,7 +492,7 @@ void bug_report_script(const std::string& bug, const std::string& args, const st
   const std::string text = rm.str(), code = sc.str();
   EXPECT_TRUE(has(text, "python3 repro.py")) << text;
   EXPECT_TRUE(has(text, "--adapter ")) << text;  // the replay command, one line
-  EXPECT_TRUE(has(code, "bug='" + bug + "'")) << code;
+  EXPECT_TRUE(has(code, call.empty() ? "bug='" + bug + "'" : call)) << code;
   EXPECT_LE(std::count(code.begin(), code.end(), '\n'), 40) << code;
   EXPECT_TRUE(fs::exists(fs::path(dir) / "repro.npz"));
   // From another directory: the script finds its .npz beside itself.
@@ -491,7 +505,7 @@ void bug_report_script(const std::string& bug, const std::string& args, const st
   EXPECT_TRUE(has(wrong.out, "STILL WRONG")) << wrong.out;
   Result ok = run(fixed.string());
   EXPECT_EQ(ok.code, 0) << ok.out;
-  EXPECT_TRUE(has(ok.out, "fixed: every element within its bound")) << ok.out;
+  EXPECT_TRUE(has(ok.out, fix.says)) << ok.out;
 }
 
 TEST(Adapter, BugReportScriptFailsOnTheBugAndPassesOnceFixed) {
@@ -505,6 +519,16 @@ TEST(Adapter, BugReportScriptOfAVarlenCase) {
   NEED_NUMPY();
   bug_report_script("mask-leak", "--seq-layout varlen --seqlens-q 3,0,7 --seqlens-k 5,1,9 --mask causal-br --d 8",
                     "-varlen");
+}
+
+// An accepted-malformed case's script passes the malformed cu_seqlens_k exactly as attn-fuzz sent it and holds the
+// library to raising (docs/semantics.md "Malformed metadata": these arrays have no right result): exit 1 while
+// numpy_ref --bug trusts-metadata computes on them, 0 once the library refuses them.
+TEST(Adapter, BugReportScriptOfAnAcceptedMalformedCase) {
+  NEED_NUMPY();
+  bug_report_script("trusts-metadata",
+                    "--seq-layout varlen --seqlens-q 3,5 --seqlens-k 4,9 --malformed cu-k-decreasing@1 --d 8", "",
+                    kMetadataChecked, "trust=True");
 }
 
 TEST(Adapter, BugReportScriptOfABackwardCase) {

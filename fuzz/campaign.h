@@ -2,6 +2,9 @@
 // collects distinct failures and writes the summary; and the minimizer of one failing case.
 #pragma once
 
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,10 +60,49 @@ struct Minimized {
   int checks = 0;
   double secs = 0;
   std::string decided_by;
+  // When the time budget ended the shrinking before no step was left: what was not tried ("3 shape steps (~2.1 s
+  // each) and 1 value step not tried"); empty when the case is a fixed point of the shrink steps.
+  std::string left;
 };
-// Shrinks cf's failing case (from `source`, a path for messages) while its kernel, class and the kind of evidence
-// that decided the class reproduce, for at most max_time_s / max_checks. Returns an error sentence (not a
-// failure, does not reproduce, no such kernel) or empty with `out` filled.
+
+// The minimizer (fuzz/minimize.cpp): shrinks failing cases one after the other on one device, so that an adapter
+// (one process; torch or jax imported once) serves every failure; the device is built again only when it died (a
+// GPU context after a fault) or when a failure needs the other cpu launch mode (crash / hang: forked launches).
+// Its time budget is a promise (fuzz/README.md "Minimize"): it is counted from the call, the device's start
+// included, and a check is started only if the slowest check of its kind seen so far for the kernel (at a shape
+// the device's process has run, or at a new one: a compilation) still fits in what is left; the first check of
+// each kind is the only one not foreseen.
+class Minimizer {
+ public:
+  explicit Minimizer(WorkerConfig cfg);
+  ~Minimizer();
+  // Shrinks cf's failing case (from `source`, a path for messages) while its kernel, class and the kind of evidence
+  // that decided the class reproduce, for at most max_time_s / max_checks; `forked`: launch it forked on the cpu
+  // backend (a kernel that killed a worker in-process). Returns an error sentence (not a failure, does not
+  // reproduce, no such kernel, no time for even the first check) or empty with `out` filled.
+  std::string minimize(const CorpusFile& cf, const std::string& source, double max_time_s, int max_checks,
+                       Minimized& out, bool forked = false);
+  int adapter_starts() const;  // adapter processes this minimizer started (restarts included)
+
+ private:
+  // One kernel's checks so far: the slowest at a shape new to the device's process and at one it had run (seconds;
+  // -1: none yet), and the shapes (shape_key) that process has run.
+  struct KernelCost {
+    double fresh = -1, repeat = -1;
+    std::set<std::string> shapes;
+    int process = -1;  // process() when `shapes` was filled
+    double predict(bool new_shape) const;
+  };
+  Worker* worker(bool forked, std::string& err);
+  int process() const;  // changes whenever a new device or adapter process starts (its compiled shapes are gone)
+  WorkerConfig cfg_;
+  std::unique_ptr<Worker> w_;
+  bool w_forked_ = false;
+  int builds_ = 0, retired_starts_ = 0;  // workers built; adapter starts of those before w_
+  std::map<std::string, KernelCost> costs_;
+};
+
+// minimize() of a Minimizer of its own (one failure: attn-fuzz --minimize, attn-check --bug-report --minimize).
 std::string minimize_case(const CorpusFile& cf, const std::string& source, const WorkerConfig& cfg,
                           double max_time_s, int max_checks, Minimized& out);
 // Shrinks the failing case of a corpus file (its recorded kernel and class must reproduce) and writes the
@@ -68,9 +110,11 @@ std::string minimize_case(const CorpusFile& cf, const std::string& source, const
 int minimize_file(const std::string& path, const WorkerConfig& cfg, const MinimizeOptions& o);
 
 // One step of the minimizer, for tests: the smallest case reachable from c by greedy shrinking while
-// still_fails(candidate) holds, within a check budget. checks counts calls of still_fails.
+// still_fails(candidate) holds, within a check budget. checks counts calls of still_fails. same_shape_first: the
+// order for a kernel that compiles per shape (shrink_impl.h).
 template <class Pred>
-Case shrink_case(const Case& c, const CaseDomain& dom, Pred still_fails, int max_checks, int& checks);
+Case shrink_case(const Case& c, const CaseDomain& dom, Pred still_fails, int max_checks, int& checks,
+                 bool same_shape_first = false);
 
 }  // namespace attnfuzz::fuzz
 

@@ -27,7 +27,9 @@ void minimize_failures(const CampaignOptions& o, const Paths& p, const std::vect
   });
   std::error_code ec;
   fs::create_directories(p.out / "minimized", ec);
+  Minimizer mz(o.worker);  // one device (one adapter process) for every failure
   const auto t0 = std::chrono::steady_clock::now();
+  size_t done = 0, tried = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
     Failure& f = *todo[i];
     const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -45,11 +47,11 @@ void minimize_failures(const CampaignOptions& o, const Paths& p, const std::vect
                   failure_class_name(v.failure), each);
       std::fflush(stdout);
     }
-    WorkerConfig cfg = o.worker;
     // A kernel that killed a worker in-process is launched forked here too (the summary must still be written).
-    if (std::find(isolated.begin(), isolated.end(), v.kernel) != isolated.end()) cfg.isolate = "always";
+    const bool forked = std::find(isolated.begin(), isolated.end(), v.kernel) != isolated.end();
     Minimized m;
-    const std::string e = minimize_case(f.file, f.path.string(), cfg, each, 5000, m);
+    ++tried;
+    const std::string e = mz.minimize(f.file, f.path.string(), each, 5000, m, forked);
     if (!e.empty()) {
       if (!o.quiet) std::printf("not minimized: %s\n", e.c_str());
       continue;
@@ -61,10 +63,17 @@ void minimize_failures(const CampaignOptions& o, const Paths& p, const std::vect
       continue;
     }
     if (!o.quiet)
-      std::printf("%s -> %s, %d check(s), %.1f s\n", shape(f.file.the_case.problem).c_str(),
-                  shape(m.file.the_case.problem).c_str(), m.checks, m.secs);
+      std::printf("%s -> %s, %d check(s), %.1f s%s\n", shape(f.file.the_case.problem).c_str(),
+                  shape(m.file.the_case.problem).c_str(), m.checks, m.secs,
+                  m.left.empty() ? "" : ("; its budget ran out: " + m.left).c_str());
     f.minimal = std::move(m.file);
+    ++done;
   }
+  if (o.quiet) return;
+  std::printf("minimize: %zu of %zu failure(s) minimized in %.1f s (budget %.0f s)", done, tried,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), budget);
+  if (mz.adapter_starts()) std::printf(", %d adapter process(es) started", mz.adapter_starts());
+  std::printf("\n");
 }
 
 }  // namespace attnfuzz::fuzz::campaign

@@ -77,6 +77,11 @@ Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& l
   return plain;
 }
 
+void same_shape_steps_first(const Case& cur, std::vector<Case>& candidates) {
+  const std::string key = shape_key(cur);
+  std::stable_partition(candidates.begin(), candidates.end(), [&](const Case& c) { return shape_key(c) == key; });
+}
+
 const char* compile_mode_name(CompileMode m) {
   switch (m) {
     case CompileMode::kOff: return "off";

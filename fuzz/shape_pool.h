@@ -37,6 +37,11 @@ std::string shape_key(const Case& c);
 // shape are dropped, and when it still is not in the domain, shape_of with values_of's seed.
 Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim);
 
+// The minimizer's order for a kernel that compiles per shape: the candidates that keep cur's shape_key first (a
+// compiled kernel runs them in milliseconds), then those that change it (a compilation each), each group in its
+// given order.
+void same_shape_steps_first(const Case& cur, std::vector<Case>& candidates);
+
 // --compile-aware: off (today's behaviour: every shape runs as drawn), on (every kernel pooled), auto (kernels whose
 // adapter declares recompiles_per_shape pooled; the other adapter kernels measured).
 enum class CompileMode : uint8_t { kOff, kProbe, kPooled };

@@ -386,13 +386,14 @@ std::vector<Job> replay_jobs(const Options& o, std::vector<std::string>& bad) {
 int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend backend,
                      const std::string& out) {
   fuzz::WorkerConfig cfg = cli::common_worker_config(o.common, backend);
+  fuzz::Minimizer minimizer(cfg);  // one device (one adapter process) for every file
   int rc = 0;
   for (const Job& j : jobs) {
     fuzz::Minimized m;
     CorpusFile cf{};
     cf.the_case = j.c;
     cf.verdict = j.recorded;
-    std::string e = fuzz::minimize_case(cf, j.origin, cfg, o.minimize_time, 5000, m);
+    std::string e = minimizer.minimize(cf, j.origin, o.minimize_time, 5000, m);
     fs::path saved;
     if (e.empty()) {
       m.file.tool.name = "attn-check";
@@ -415,6 +416,7 @@ int minimize_replays(const Options& o, const std::vector<Job>& jobs, Backend bac
         j.origin.c_str(), rv.kernel.c_str(), failure_class_name(rv.failure), m.decided_by.c_str(), m.checks,
         m.secs, describe(j.c).c_str(), describe(m.file.the_case).c_str(), failure_class_name(rv.failure),
         m.decided_by.c_str(), saved.c_str(), fuzz::replay_command(cfg, saved.string()).c_str());
+    if (!m.left.empty()) std::printf("  --minimize-time ran out: %s\n", m.left.c_str());
   }
   return rc;
 }

@@ -96,18 +96,22 @@ AdapterDevice::ReproReply adapter_script(Session& s, const KernelEntry& k, Prepa
   auto* ad = dynamic_cast<AdapterDevice*>(s.device.get());
   const Case& c = pc.the_case();
   if (!ad) return {{}, "not an adapter kernel"};
-  const bool malformed = pc.tensors().malformed.kind != Malformation::kNone;
-  if (c.pass == Pass::kFwdBwd || malformed)
-    return {{},
-            "scripts are written for forward or backward cases with well-formed metadata (this one is " +
-                std::string(malformed ? "malformed: no expected values to compare with" : "fwd+bwd") +
-                "): replay it with the command above"};
+  if (c.pass == Pass::kFwdBwd)
+    return {{}, "scripts are written for forward or backward cases (this one is fwd+bwd): replay it with the "
+                "command above"};
   const RunOptions opts = for_kernel(s.run, k.kernel, pc.problem());
   AdapterDevice::ReproRequest req;
   req.dir = fs::absolute(dir).string();
   req.comment = comment;
-  req.tensors = c.pass == Pass::kBwd ? backward_expected(grad_oracle_for(pc, j.outcome, opts))
-                                     : forward_expected(pc.oracle(opts.oracle), k.kernel.writes_lse != 0);
+  // Malformed metadata: the script passes the arrays as sent and holds the library to raising; expected values only
+  // where the well-formed reading is the right answer (docs/semantics.md "Malformed metadata").
+  const Malformation mk = pc.tensors().malformed.kind;
+  if (mk != Malformation::kNone)
+    req.malformed = {malformation_name(mk), describe_malformation(c.problem, pc.tensors()),
+                     malformation_has_answer(mk)};
+  if (mk == Malformation::kNone || malformation_has_answer(mk))
+    req.tensors = c.pass == Pass::kBwd ? backward_expected(grad_oracle_for(pc, j.outcome, opts))
+                                       : forward_expected(pc.oracle(opts.oracle), k.kernel.writes_lse != 0);
   if (c.problem.q_layout == AF_SEQ_PACKED) pack_o_rows(req.tensors, c.problem, pc.tensors());
   ad->request_repro(std::move(req));
   const LaunchOutcome out = launch_for_pass(*s.device, k, pc, pc.tensors(), opts);
@@ -128,10 +132,16 @@ std::string readme_text(const BugReport& in, const RunEntry& e, const AdapterDev
        (r.decided_by.empty() ? "" : " (decided by " + r.decided_by + ")") + ": " + r.reason + "\n";
   t += "- input tier: " + std::string(input_tier_name(input_tier(e.the_case))) +
        " (docs/semantics.md \"Input tiers\" in attn-fuzz)\n\n## Reproduce\n\n";
+  const Malformation mk = e.the_case.seqs.malformed.kind;
+  const std::string sent = "the malformed arrays as sent (docs/semantics.md \"Malformed metadata\"): exits 0 when the "
+                           "library raises";
+  const std::string contract =
+      mk == Malformation::kNone
+          ? std::string("exits 1 while the library is wrong, 0 once fixed (numpy and the library; inputs in the .npz)")
+      : malformation_has_answer(mk) ? sent + " or returns the well-formed arrays' result, 1 otherwise"
+                                    : sent + ", 1 when it returns";
   if (!script.files.empty())
-    t += "    python3 " + fs::path(script.files.front()).filename().string() +
-         "    # exits 1 while the library is wrong, 0 once fixed (numpy and the library; inputs in the "
-         ".npz)\n";
+    t += "    python3 " + fs::path(script.files.front()).filename().string() + "    # " + contract + "\n";
   t += "    " + e.replay_command + "    # attn-fuzz's replay\n\n";
   if (script.files.empty() && adapter) t += "No script: " + script.error + ".\n\n";
   t += "## Files\n\n- `" + fs::relative(e.corpus_path, in.dir).string() +
@@ -140,7 +150,10 @@ std::string readme_text(const BugReport& in, const RunEntry& e, const AdapterDev
     t += "- `" + fs::path(f).filename().string() + "`: " +
          (fs::path(f).extension() == ".py"
               ? "the script (calls the library as the adapter did)"
-              : "its inputs, expected values (attn-fuzz's exact oracle) and bounds") +
+              : mk != Malformation::kNone && !malformation_has_answer(mk)
+                  ? "its inputs as the adapter received them, the malformed arrays included (no expected values: "
+                    "no result of them is right)"
+                  : "its inputs, expected values (attn-fuzz's exact oracle) and bounds") +
          "\n";
   if (!e.heatmap_path.empty())
     t += "- `" + e.heatmap_path + "`: |error| / bound per (query row, column), max over batch and heads\n";

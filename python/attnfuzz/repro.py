@@ -75,11 +75,35 @@ print("STILL WRONG" if bad else "fixed: every element within its bound")
 sys.exit(1 if bad else 0)'''
 
 
-def script_text(call, p, comment):
-    """The script: comment lines (what failed, the replay command), the call's source, the comparison."""
-    head = ["# " + c for c in comment] + [
-        "# Expected = attn-fuzz's exact oracle; exit 1 while the library is wrong, 0 once fixed. Inputs: the .npz;",
-        "# o, dq [b, s, h, d], lse [b, h, s], dk, dv [b, j, h, d] (j: key), as attn-fuzz's adapters carry them.",
+_REFUSED = ['except Exception as e:  # noqa: BLE001 - refusing malformed metadata is what the contract asks',
+            '    print(f"refused: {type(e).__name__}: {e}")',
+            '    sys.exit(0)']
+
+_ACCEPTED = '''for n, g in got.items():
+    g = np.asarray(g, np.float64)
+    print(f"{n} came back {g.shape}: {int(np.isnan(g).sum())} NaN, {int(np.isinf(g).sum())} Inf, first {g.ravel()[:4]}")
+print("STILL WRONG: the call returned instead of raising, and no result of these arrays is right")
+sys.exit(1)'''
+
+
+def _contract(malformed):
+    """The head's lines for a malformed case (docs/semantics.md "Malformed metadata"): the defect and the rule."""
+    lines = [f"Malformed metadata, in the .npz exactly as attn-fuzz sent it: {malformed.get('defect', '')}",
+             "Contract (attn-fuzz docs/semantics.md \"Malformed metadata\"): the library must raise (exit 0);"]
+    if malformed.get("right_answer"):
+        return lines + ["or return the well-formed arrays' result within the bounds below (exit 0; else exit 1)."]
+    return lines + ["these arrays have no right result, so a call that returns exits 1 (what came back is printed)."]
+
+
+def script_text(call, p, comment, malformed=None):
+    """The script: comment lines (what failed, the replay command), the call's source, the comparison. malformed (a
+    run's repro "malformed": kind, defect, right_answer): the call may raise (exit 0); a return is compared with the
+    well-formed reading where it has a right answer, else exits 1."""
+    about = ["Expected = attn-fuzz's exact oracle; exit 1 while the library is wrong, 0 once fixed. Inputs: the .npz;",
+             "o, dq [b, s, h, d], lse [b, h, s], dk, dv [b, j, h, d] (j: key), as attn-fuzz's adapters carry them."]
+    if malformed and not malformed.get("right_answer"):
+        about = ["Inputs: the .npz: q, k, v ([total, h, d] packed, else [b, s, h, d]) and the int32 arrays, as sent."]
+    head = ["# " + c for c in comment + (_contract(malformed) if malformed else []) + about] + [
         "import sys", "import numpy as np"]
     load = ['x = dict(np.load(sys.argv[1] if sys.argv[1:] else __file__[:-3] + ".npz"))']
     if call.needs_problem:
@@ -91,7 +115,11 @@ def script_text(call, p, comment):
     else:
         run = ['r = call(x["q"], x["k"], x["v"])',
                'got = dict(zip(("o", "lse"), r if isinstance(r, tuple) else (r,)))']
-    return "\n".join(head + call.imports + load + call.source + run + [_COMPARE]) + "\n"
+    tail = _COMPARE
+    if malformed:  # the call may raise; what it returns is judged by the contract
+        run = ["try:", "    " + run[0]] + _REFUSED + run[1:]
+        tail = _COMPARE if malformed.get("right_answer") else _ACCEPTED
+    return "\n".join(head + call.imports + load + call.source + run + [tail]) + "\n"
 
 
 def write(kernel, p, problem_dict, tensors, req):
@@ -102,7 +130,7 @@ def write(kernel, p, problem_dict, tensors, req):
         raise ValueError(f"kernel {kernel.name} does not write bug-report scripts")
     call = kernel.repro(p, p.pass_name)
     comment = [str(c) for c in req.get("comment", [])]
-    text = script_text(call, p, comment)
+    text = script_text(call, p, comment, req.get("malformed"))
     n = text.count("\n")
     if n > MAX_LINES:
         raise ValueError(f"the script would have {n} lines (at most {MAX_LINES}): the call is too long to report")

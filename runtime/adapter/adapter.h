@@ -80,6 +80,14 @@ class AdapterDevice final : public Device {
       std::vector<double> data;
     };
     std::vector<Tensor> tensors;
+    // A malformed case (docs/semantics.md "Malformed metadata"): its kind ("cu-k-decreasing"), the defect in words,
+    // and whether a right answer exists (then `tensors` hold the well-formed reading's expected values and bounds;
+    // else none: the script's contract is to raise).
+    struct Malformed {
+      std::string kind, defect;
+      bool right_answer = false;
+    };
+    std::optional<Malformed> malformed;
   };
   void request_repro(ReproRequest r) { repro_ = std::move(r), repro_reply_ = {}; }
   // What the adapter answered to that request: the files it wrote, or why it wrote none.

@@ -920,6 +920,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
                                  [&](const AdapterKernel& a) { return a.name == k.name; });
     if (it != declared_.end() && it->repro) {
       req["repro"] = {{"dir", repro_->dir}, {"stem", repro_->stem}, {"comment", repro_->comment}};
+      if (const auto& m = repro_->malformed)
+        req["repro"]["malformed"] = {{"kind", m->kind}, {"defect", m->defect}, {"right_answer", m->right_answer}};
       for (const auto& t : repro_->tensors) {
         tensors.push_back(desc(t.name.c_str(), "f64", t.shape));
         extra.push_back(&t);

@@ -1,6 +1,7 @@
 // codec_test.cpp - the fuzz codec is total and exact, the mutator stays in the domain, features and shrinking
 // work.
 #include "fuzz/codec.h"
+#include "fuzz/shape_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -565,6 +566,38 @@ TEST(Shrink, GreedyReachesTheSmallestFailingShape) {
   // Values were materialized and simplified to zeros.
   ASSERT_TRUE(m.explicit_values);
   for (float x : m.explicit_values->q) EXPECT_EQ(x, 0.f);
+}
+
+// Issue 30: for a kernel that compiles per shape, every round of the shrink loop tries the steps at the case's shape
+// (special values, magnitudes, scale) before the steps that change it (a compilation each); by default the shape
+// steps come first. The predicate records the order and accepts nothing: one round, every candidate once.
+TEST(Shrink, SameShapeStepsFirstForAKernelThatCompiles) {
+  Case c = make_case(make_problem(2, 2, 2, 16, 16, 8, 8), 1);
+  (void)parse_mask("causal-br", c.problem);
+  c.problem.scale = 0.5f;
+  c.values.dist = {Distribution::kNormal, 4};
+  c.values.specials.push_back({SpecialKind::kNaN, Tensor::kK, Placement::kMasked, 2});
+  const std::string key = shape_key(c);
+  for (bool same_first : {false, true}) {
+    std::vector<bool> same;  // per candidate tried: whether it kept the shape key
+    auto record = [&](const Case& x) {
+      same.push_back(shape_key(x) == key);
+      return false;
+    };
+    int checks = 0;
+    const Case m = shrink_case(c, CaseDomain(), record, 10000, checks, same_first);
+    EXPECT_EQ(shape_key(m), key);
+    ASSERT_TRUE(!same.empty() && same.back()) << "the last step makes the values explicit (same shape)";
+    const std::vector<bool> round(same.begin(), same.end() - 1);
+    const auto n_same = std::count(round.begin(), round.end(), true);
+    ASSERT_GE(n_same, 4) << "specials, their count, distribution, magnitude, scale";
+    ASSERT_GE(round.size() - n_same, 4u) << "B, heads, Sq, Sk, D, mask";
+    if (same_first)
+      EXPECT_TRUE(std::is_partitioned(round.begin(), round.end(), [](bool b) { return b; }))
+          << "a step at a new shape came before a step at this shape";
+    else
+      EXPECT_FALSE(round.front()) << "by default the shape steps come first";
+  }
 }
 
 TEST(Features, CaseFeaturesSeeTailsMasksAndSpecials) {

@@ -147,6 +147,59 @@ def test_a_varlen_script_calls_per_sequence_fails_on_the_bug_and_passes_once_fix
     assert run(varlen_bundle(tmp_path / "ref", None)[0]).returncode == 0  # the correct reference passes its script
 
 
+def malformed_bundle(tmp_path, right_answer):
+    """The script of numpy-trusts-metadata on a varlen problem whose cu_seqlens_k decreases at sequence 1, as attn-check
+    --bug-report asks for an accepted-malformed case: the arrays as sent, no expected values when no right answer
+    exists (with right_answer, the well-formed reading's O as expected, as for page-unused-out-of-pool)."""
+    d = dict(problem(sq=5, sk=6), batch=2, q_layout="packed", kv_layout="packed", total_q=8, total_k=10, kv_capacity=0)
+    rng = np.random.default_rng(3)
+    u = lambda *shape: rng.uniform(-1, 1, shape).astype(np.float32)
+    ts = {"q": u(8, 2, 4), "k": u(10, 1, 4), "v": u(10, 1, 4), "cu_seqlens_q": np.array([0, 3, 8], np.int32),
+          "cu_seqlens_k": np.array([0, 4, 10], np.int32)}
+    if right_answer:  # expected: the well-formed arrays' result
+        o = sequences.per_sequence(ts["q"], ts["k"], ts["v"], Problem.from_run(d, ts), attention)[0]
+        ts.update(expected_o=o.astype(np.float64), bound_o=np.abs(o) * 1e-5 + 1e-6)
+    else:
+        ts["cu_seqlens_k"] = np.array([0, 4, 3], np.int32)  # cu_seqlens_k[2] = 3 < cu_seqlens_k[1] = 4
+    p = Problem.from_run(d, ts)
+    k = Kernel("numpy-trusts-metadata", None, repro=library_call("trusts-metadata"))
+    req = {"dir": str(tmp_path), "stem": "repro", "comment": ["malformed"],
+           "malformed": {"kind": "cu-k-decreasing", "defect": "cu_seqlens_k[2] = 3 < cu_seqlens_k[1] = 4",
+                         "right_answer": right_answer}}
+    return repro.write(k, p, d, ts, req)
+
+
+def checking_library(tmp_path):
+    """A copy of python/attnfuzz whose per_sequence checks the arrays even when asked to trust them: the library after
+    the maintainer's fix of trusts-metadata (it raises on malformed metadata)."""
+    root = tmp_path / "checking"
+    shutil.copytree(os.path.join(PY_ROOT, "attnfuzz"), root / "attnfuzz", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(root / "attnfuzz" / "sequences.py", "a", encoding="utf-8") as f:
+        f.write("\n_ps = per_sequence\nper_sequence = lambda q, k, v, p, fn, trust=False: _ps(q, k, v, p, fn)\n")
+    return str(root)
+
+
+def test_a_malformed_script_passes_the_arrays_as_sent_and_wants_a_refusal(tmp_path):
+    script, npz = malformed_bundle(tmp_path, False)
+    text = open(script, encoding="utf-8").read()
+    assert text.count("\n") <= repro.MAX_LINES and "trust=True" in text and "must raise" in text, text
+    assert np.array_equal(np.load(npz)["cu_seqlens_k"], [0, 4, 3])  # exactly as sent
+    wrong = run(script)
+    assert wrong.returncode == 1 and "STILL WRONG" in wrong.stdout and "o came back" in wrong.stdout, wrong.stdout
+    ok = run(script, checking_library(tmp_path))
+    assert ok.returncode == 0 and "refused: ValueError: malformed sequence metadata" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_a_malformed_script_with_a_right_answer_compares_what_comes_back(tmp_path):
+    script, npz = malformed_bundle(tmp_path, True)
+    assert run(script).returncode == 0  # the well-formed reading's result, within its bound
+    x = dict(np.load(npz))
+    x["expected_o"] = x["expected_o"] + 1
+    np.savez(npz, **x)
+    r = run(script)
+    assert r.returncode == 1 and "STILL WRONG" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("layout", ["varlen", "kvcache"])
 def test_the_torch_varlen_script_computes_what_the_adapter_does(tmp_path, layout):
     torch = pytest.importorskip("torch")  # varlen_attn is FlashAttention: a CUDA machine with PyTorch (the H200 host)

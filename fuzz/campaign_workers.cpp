@@ -74,8 +74,10 @@ fs::path write_worker_config(const CampaignOptions& o, const Paths& p) {
 int libfuzzer_timeout_s(const WorkerConfig& cfg) {
   // The second line behind the device's own launch timeout. An adapter input may also restart the adapter (a
   // handshake of up to 120 s: importing torch under load) and classify a failure with ~10 relaunches, each
-  // under the adapter's own timeout: a shorter line killed healthy workers.
-  const double lf_line = cfg.backend == "adapter" ? 120 + 10 * cfg.timeout_s : 2 * cfg.timeout_s;
+  // under the adapter's own timeout: a shorter line killed healthy workers. A JIT kernel's first call at a new
+  // problem may take --compile-timeout.
+  const double lf_line =
+      cfg.backend == "adapter" ? 120 + 10 * cfg.timeout_s + cfg.compile_timeout_s : 2 * cfg.timeout_s;
   return static_cast<int>(std::max(5.0, std::ceil(lf_line) + 3));
 }
 

@@ -46,6 +46,7 @@ Json worker_config_to_json(const WorkerConfig& c) {
   j["order_seed"] = c.order_seed;
   j["warp_size"] = c.warp_size;
   j["timeout_s"] = c.timeout_s;
+  j["compile_timeout_s"] = c.compile_timeout_s;
   j["isolate"] = c.isolate;
   j["oracle_rows"] = c.oracle_rows;
   j["mp_bits"] = c.mp_bits;
@@ -91,6 +92,7 @@ WorkerConfig worker_config_from_json(const Json& j) {
   get("order_seed", c.order_seed);
   get("warp_size", c.warp_size);
   get("timeout_s", c.timeout_s);
+  get("compile_timeout_s", c.compile_timeout_s);
   get("isolate", c.isolate);
   get("oracle_rows", c.oracle_rows);
   get("mp_bits", c.mp_bits);
@@ -477,6 +479,7 @@ Worker::Worker(WorkerConfig cfg) : cfg_(std::move(cfg)), seen_(kCounterBytes / 8
   d.workers = 1;  // parallelism comes from worker processes
   d.warp_size = cfg_.warp_size;
   d.timeout_s = cfg_.timeout_s;
+  d.compile_timeout_s = cfg_.compile_timeout_s;
   if (cfg_.isolate != "auto" && cfg_.isolate != "always" && cfg_.isolate != "never")
     throw std::runtime_error("isolate must be auto, always or never, not " + cfg_.isolate);
   d.isolate = cfg_.isolate == "always";

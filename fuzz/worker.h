@@ -54,6 +54,7 @@ struct WorkerConfig {
   uint64_t order_seed = 1;
   unsigned warp_size = 32;
   double timeout_s = 10;  // per launch
+  double compile_timeout_s = 300;  // adapters: a JIT kernel's first call at a new problem (DeviceOptions)
   // cpu launches in a forked child (crash / hang = a verdict, ~ms per launch): "always", "never", or "auto":
   // in-process until a kernel kills a worker process once (libFuzzer's fork mode records the input), then
   // isolated for that kernel: the parent lists it in <out>/work/isolate.txt, which workers re-read.

@@ -339,6 +339,12 @@ void add_kernel_options(CLI::App& app, CommonOptions& o) {
       ->group(k)
       ->check(real_range(0, 86400, true))
       ->capture_default_str();
+  app.add_option("--compile-timeout", o.compile_timeout_s,
+                 "adapters: seconds before the first call at a new problem of a kernel that declares "
+                 "recompiles_per_shape (it compiles) counts as a hang; later calls get --timeout")
+      ->group(k)
+      ->check(real_range(0, 86400, true))
+      ->capture_default_str();
   app.add_flag("--no-isolate", o.no_isolate, "cpu: run launches in-process (faster; a crash ends the tool)")
       ->group(k);
 }
@@ -858,6 +864,7 @@ std::unique_ptr<Device> open_tool_device(const CommonOptions& o, const std::stri
   d.workers = o.workers;
   d.warp_size = o.warp_size;
   d.timeout_s = o.timeout_s;
+  d.compile_timeout_s = o.compile_timeout_s;
   d.isolate = !o.no_isolate;
   d.adapter_command = o.adapter;
   if (!(o.timeout_s > 0)) die(tool, "--timeout must be > 0");

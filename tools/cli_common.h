@@ -34,6 +34,7 @@ struct CommonOptions {
   unsigned workers = 0;
   unsigned warp_size = 32;
   double timeout_s = 30;
+  double compile_timeout_s = 300;  // adapters: a JIT kernel's first call at a new problem (DeviceOptions)
   bool no_isolate = false;
   int64_t oracle_rows = 0;  // 0 = every row; else a sampled budget
   int mp_bits = 128;

@@ -16,6 +16,7 @@ fuzz::WorkerConfig common_worker_config(const CommonOptions& o, Backend backend)
   w.order_seed = o.order_seed;
   w.warp_size = o.warp_size;
   w.timeout_s = o.timeout_s;
+  w.compile_timeout_s = o.compile_timeout_s;
   w.isolate = o.no_isolate ? "never" : "auto";
   w.oracle_rows = o.oracle_rows;
   w.mp_bits = o.mp_bits;

@@ -62,6 +62,9 @@ struct DeviceOptions {
   size_t leak_limit_bytes = size_t{4} << 20;
   // all backends
   double timeout_s = 30;       // a launch that takes longer is a hang
+  // adapter backend: a kernel that declares "recompiles_per_shape" gets this long (if longer than timeout_s) for
+  // the first call at a problem its adapter process has not answered yet: that call compiles (adapters/PROTOCOL.md)
+  double compile_timeout_s = 300;
   int gpu_index = 0;
   // adapter backend: the command line of the adapter process (run with /bin/sh -c)
   std::string adapter_command;

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,7 @@ class AdapterDevice final : public Device {
   std::string start();  // spawn (under a guardian) + hello; empty or why not
   void stop();          // end the adapter and every process it started, reap
   void register_kernels();
+  bool compiles_per_shape(const std::string& kernel) const;  // its adapter declared "recompiles_per_shape"
   static std::vector<AdapterKernel> parse_kernels(const Json& list);
   static Json problem_json(const af_problem& p, const std::string& kernel);  // with the kernel's tunables
   // One tensor of a reply: where its elements go (strided like the problem's buffers).
@@ -120,8 +122,9 @@ class AdapterDevice final : public Device {
     int rank = 4;   // the wire shape is the last `rank` of n (dsinks: [Hq])
   };
   // Sends a run request (header tensors + payload pieces) and stores the reply's tensors; the launch verdict.
+  // secs: the launch's timeout; first_compile: it is a JIT kernel's first call at this problem (--compile-timeout).
   LaunchResult exchange(Json req, const std::vector<Piece>& payload, const std::vector<Expected>& want,
-                        Clock::time_point t0);
+                        Clock::time_point t0, double secs, bool first_compile);
   Io send(const Json& header, const std::vector<Piece>& payload, Clock::time_point deadline);
   Io recv(Json& header, std::vector<unsigned char>& payload, Clock::time_point deadline,
           size_t max_payload = size_t{1} << 20);
@@ -139,6 +142,9 @@ class AdapterDevice final : public Device {
   int to_ = -1, from_ = -1, starts_ = 0;
   int64_t next_id_ = 0;
   std::vector<AdapterKernel> declared_;
+  // The (kernel, pass, problem) runs of recompiles_per_shape kernels the current adapter process answered: the
+  // problems it has compiled. Their next calls get --timeout, a new one --compile-timeout; cleared by stop().
+  std::set<std::string> compiled_;
   std::map<void*, size_t> sizes_;
   std::optional<ReproRequest> repro_;  // for the next launch (request_repro)
   ReproReply repro_reply_;

@@ -271,6 +271,7 @@ void AdapterDevice::stop() {
   end_guarded(c);
   pid_ = -1;
   life_ = -1;
+  compiled_.clear();  // a new process compiles again
 }
 
 std::string AdapterDevice::exit_text() {
@@ -714,10 +715,19 @@ Json AdapterDevice::problem_json(const af_problem& p, const std::string& kernel)
   return j;
 }
 
+bool AdapterDevice::compiles_per_shape(const std::string& kernel) const {
+  return std::any_of(declared_.begin(), declared_.end(),
+                     [&](const AdapterKernel& a) { return a.name == kernel && a.recompiles_per_shape; });
+}
+
 std::string AdapterDevice::remote_check(const std::string& kernel, const af_problem& p) {
   if (pid_ <= 0 && !start().empty()) return {};  // the launch will say what is wrong
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(opts_.timeout_s));
+  // An adapter may probe the library on zeros to answer (PROTOCOL.md "check"): for a kernel that compiles per shape
+  // that probe compiles, so it gets --compile-timeout as a first run does.
+  const bool jit = compiles_per_shape(kernel);
+  const double secs = jit ? std::max(opts_.timeout_s, opts_.compile_timeout_s) : opts_.timeout_s;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
   Json req = {
       {"type", "check"}, {"id", ++next_id_}, {"kernel", kernel}, {"problem", problem_json(p, kernel)}};
   Json h;
@@ -947,7 +957,16 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   const bool asked = req.contains("repro");
   std::optional<ReproRequest> keep = std::move(repro_);  // the tensors stay alive through the exchange
   repro_.reset();                                        // one launch only
-  LaunchResult res = exchange(std::move(req), pieces, want, t0);
+  // A kernel that compiles per problem (its adapter's "recompiles_per_shape") gets --compile-timeout for the first
+  // call at a problem this adapter process has not answered: under load a compilation outlasts --timeout, and a
+  // correct kernel must not be called a hang for it.
+  const bool jit = compiles_per_shape(k.name);
+  const std::string problem_key = std::string(k.name) + " " + req["pass"].get<std::string>() + " " +
+                                  req["problem"].dump();
+  const bool first_compile = jit && !compiled_.count(problem_key) && opts_.compile_timeout_s > opts_.timeout_s;
+  LaunchResult res = exchange(std::move(req), pieces, want, t0,
+                              first_compile ? opts_.compile_timeout_s : opts_.timeout_s, first_compile);
+  if (jit && res.status == LaunchStatus::kOk) compiled_.insert(problem_key);
   if (asked && repro_reply_.files.empty() && repro_reply_.error.empty())
     repro_reply_.error = res.status == LaunchStatus::kOk ? "the adapter's result carried no \"repro\" answer"
                                                          : "the run did not complete: " + res.message;
@@ -968,7 +987,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
 }
 
 LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload_out,
-                                     const std::vector<Expected>& want, Clock::time_point t0) {
+                                     const std::vector<Expected>& want, Clock::time_point t0, double secs,
+                                     bool first_compile) {
   LaunchResult res;
   auto done = [&](LaunchStatus st, std::string msg, bool restart) {
     if (restart) stop();
@@ -989,11 +1009,13 @@ LaunchResult AdapterDevice::exchange(Json req, const std::vector<Piece>& payload
     }
   }
   req["id"] = ++next_id_;
-  const auto deadline =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
-  char secs[32];  // "30 s", not std::to_string's "30.000000 s"
-  std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
-  const std::string timeout_text = std::string("no answer within ") + secs + " s (the adapter was killed)";
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
+  char within[32];  // "30 s", not std::to_string's "30.000000 s"
+  std::snprintf(within, sizeof within, "%g", secs);
+  const std::string timeout_text =
+      std::string("no answer within ") + within + " s" +
+      (first_compile ? ", its first call at this problem (the kernel compiles per shape: --compile-timeout)" : "") +
+      " (the adapter was killed)";
   if (Io r = send(req, payload_out, deadline); r != Io::kOk) {
     if (r == Io::kTimeout) return done(LaunchStatus::kHang, timeout_text, true);
     return done(LaunchStatus::kCrash, io_trouble(r), true);

@@ -815,6 +815,31 @@ TEST(Adapter, CompileAwareCampaignSpendsMostChecksOnCompiledShapes) {
   EXPECT_LE(t["new_shape_s"].get<double>(), 0.25 * t["check_s"].get<double>() + slack) << t.dump();
 }
 
+// A JIT kernel's first call at a new problem compiles: on a loaded H100, torch.compile'd FlexAttention outlasted the
+// campaign's 10 s --timeout on its first case and a correct kernel was called `hang` and quarantined. Such a call gets
+// --compile-timeout (numpy_ref --compile-delay 2 declares recompiles_per_shape and sleeps 2 s per new shape): it
+// passes under --timeout 1 in attn-check and in a campaign's workers, and is a hang that names the option when
+// --compile-timeout is shorter than the compilation.
+TEST(Adapter, AJitKernelsFirstCallAtANewProblemGetsTheCompileTimeout) {
+  NEED_NUMPY();
+  const std::string jit = numpy_adapter("--compile-delay 2"), one = "--sq 9 --sk 9 --d 16 --timeout 1 --no-reports";
+  const Result ok = check(jit, one + " --compile-timeout 30", fresh("compile-timeout-ok"));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(has(ok.out, "all passed")) << ok.out;
+  const Result hang = check(jit, one + " --compile-timeout 1", fresh("compile-timeout-hang"));
+  EXPECT_EQ(hang.code, 1) << hang.out;
+  EXPECT_TRUE(has(hang.out, "hang")) << hang.out;
+  const Result plain = check(numpy_adapter(), "--sq 9 --sk 9 --d 16 --compile-timeout 0 --no-reports",
+                             fresh("compile-timeout-zero"));
+  EXPECT_EQ(plain.code, 2) << plain.out;  // a timeout must be > 0
+  if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
+  const std::string out = fresh("fuzz-compile-timeout");
+  Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(jit) + " --timeout 1 --compile-timeout 30 --max-time 6 " +
+                "--workers 1 --max-seq 32 --max-d 16 --minimize-budget 0 --progress 100 --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;  // a correct kernel: no hang, nothing quarantined
+  EXPECT_FALSE(has(r.out, "quarantined")) << r.out;
+}
+
 // Issue 30 item 1: the campaign's minimizer on a kernel that compiles per shape (numpy_ref --compile-delay 1: a second
 // per new shape, as torch.compile's FlexAttention takes several). Three failures of numpy-mask-leak in OUT/failures
 // (saved by attn-check, as an earlier run of this OUT left them): one adapter process serves all three (the adapter

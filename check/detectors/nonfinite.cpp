@@ -252,12 +252,47 @@ std::string error_summary(Context& c) {
   detail += sk_growth_text(c);
   return detail;
 }
+
+// O is a softmax weighting of V over a row's visible keys (weights >= 0 summing to 1, or less with a sink), so each
+// O[b, s, h, d] lies in the range of V[., d] over those keys (0 included with a sink). Rounding in any dtype up to
+// bf16 moves it out by a few units of 2^-8 of |V| at most; an O element out by more than its bound and by more than
+// kOutsideShare of the largest |V| there is no rounding of the right value. The first such failing element, in
+// words; empty if none (dropout's 1 / (1 - p) and fp8 descales leave the range, a merge has no V: not judged;
+// gradients neither).
+constexpr double kOutsideShare = 0.125;
+std::string outside_v_range(const Context& c) {
+  const Problem& p = c.problem();
+  if (is_merge(p) || (p.variants & (AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE)) || p.dtype == AF_DTYPE_FP8_E4M3 ||
+      p.dtype == AF_DTYPE_FP8_E5M2)
+    return {};
+  const bool sink = (p.variants & AF_VARIANT_SINK) != 0;
+  const Tensors& t = c.tensors();
+  for (const ElementReport& w : c.j.result.worst) {
+    if (w.is_lse || !w.tensor.empty() || !std::isfinite(w.got) || !(w.ratio > 1)) continue;
+    const std::vector<int64_t> keys = c.seen_keys(w.b, w.h, w.s);
+    if (keys.empty()) continue;
+    double lo = sink ? 0 : INFINITY, hi = sink ? 0 : -INFINITY;
+    for (int64_t j : keys) {
+      const double v = t.v[static_cast<size_t>(c.v_at(w.b, j, kv_head(p, w.h), w.d))];
+      lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+    const double out = std::max(lo - w.got, w.got - hi);
+    if (!(out > w.bound && out > kOutsideShare * std::max(std::fabs(lo), std::fabs(hi)))) continue;
+    return element_name(w) + " = " + num(w.got) + " lies outside [" + num(lo) + ", " + num(hi) +
+           "], the range of V[., d] over the row's " + std::to_string(keys.size()) + " visible key(s)" +
+           (sink ? " and 0 (the sink)" : "") + ", by " + num(out) +
+           ": no softmax weighting of them gives it, so it is no rounding of the right value";
+  }
+  return {};
+}
 }  // namespace
 
 Finding precision(Context& c) {
   Finding f;
   const double ratio = c.j.result.max_ratio;
   if (!(ratio <= kPrecisionLimit)) return f;  // far beyond the bound: wrong(), not precision
+  if (!outside_v_range(c).empty()) return f;  // out of V's range: wrong(), not precision
   f.fired = true;
   f.cls = FailureClass::kPrecision;
   f.evidence.push_back({"precision", error_summary(c) +
@@ -269,13 +304,15 @@ Finding precision(Context& c) {
 Finding wrong(Context& c) {
   Finding f;
   const double ratio = c.j.result.max_ratio;
-  if (!(ratio > kPrecisionLimit)) return f;
+  const std::string outside = ratio > kPrecisionLimit ? std::string() : outside_v_range(c);
+  if (!(ratio > kPrecisionLimit) && outside.empty()) return f;
   f.fired = true;
   f.cls = FailureClass::kWrong;
   f.evidence.push_back({"wrong", error_summary(c) +
-                                     fmt("; far beyond the bound (max err/bound %s > %g, the "
-                                         "precision limit)",
-                                         num(ratio).c_str(), kPrecisionLimit) +
+                                     (outside.empty() ? fmt("; far beyond the bound (max err/bound %s > %g, the "
+                                                            "precision limit)",
+                                                            num(ratio).c_str(), kPrecisionLimit)
+                                                      : "; " + outside) +
                                      "; no detector's signature applies (see the evidence above)"});
   return f;
 }

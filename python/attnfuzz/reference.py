@@ -72,6 +72,7 @@ def attention(q, k, v, p, bug=None):
     averaged instead of weighted by exp(lse_i - lse): exact at num_splits = 1), "scale-nan" (a scale <= 0 makes
     every output NaN, as a flash kernel that takes log2(scale) does), "sink-ignored" (the sinks accepted and
     not applied, as vLLM PR #52148's prefill kernel did), "softcap-ignored" (the softcap accepted and not applied),
+    "short-seq-16x" (O 8x (f32) or 16x (f16, bf16) too large when Sk < 16, as jax's Pallas GPU mha was found to be),
     "kv-latent-rows" (kv-shared: V read from K's buffer as a
     contiguous [B, Sk, Hkv, Dv] tensor, its rows Hkv Dv elements apart instead of K's row stride, as ik_llama.cpp PR
     #2031's MLA decode stepped V)."""
@@ -164,6 +165,8 @@ def attention(q, k, v, p, bug=None):
                     # NaN / inf in v is NaN, as the oracle says (attn-props and attn-fuzz found both).
                     o[b, i, h, :] = (rp(e) @ V[first:last]) / l
                     lse[b, h, i] = m + np.log(l)
+    if bug == "short-seq-16x" and 0 < p.seq_k < 16:  # as Pallas mha on sequences shorter than its 16-key block
+        o = o * (8.0 if dt == "f32" else 16.0)
     if bug == "lse-error":
         lse = lse * np.log2(np.e)
     if bug == "scale-nan" and not scale > 0:

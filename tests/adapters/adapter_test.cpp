@@ -160,6 +160,28 @@ TEST(Adapter, PlantedBugsAreFoundInLowPrecisionWithTheirClass) {
   }
 }
 
+// An O element outside the range of V over its row's visible keys is no rounding of the right value: `wrong`, even
+// where the low-precision bound leaves its err/bound under the precision limit of 1000. Pallas mha's outputs 16x too
+// large on short sequences were `precision` at err/bound 150 (an H100 campaign); numpy_ref --bug short-seq-16x is
+// that bug, here at err/bound 693.
+TEST(Adapter, AnOutputOutsideTheRangeOfVIsWrongNotPrecision) {
+  NEED_NUMPY();
+  const std::string out = fresh("short-seq-16x");
+  const Result r = check(numpy_adapter("--bug short-seq-16x"), "--sq 1 --sk 4 --d 1 --dtype f16 --scale 1 --seed 1",
+                         out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, " wrong ") && has(r.out, "err/bound 693")) << r.out;  // under the limit: the range decided
+  std::ifstream f(fs::path(out) / "report.json");
+  const nlohmann::json res = nlohmann::json::parse(f)["results"][0];
+  EXPECT_EQ(res["class"], "wrong") << res.dump();
+  EXPECT_TRUE(has(res["evidence"].dump(), "lies outside [") &&
+              has(res["evidence"].dump(), "no softmax weighting of them gives it"))
+      << res.dump();
+  const Result ok = check(numpy_adapter(), "--sq 1 --sk 4 --d 1 --dtype f16 --scale 1 --seed 1 --no-reports",
+                          fresh("short-seq-16x-ref"));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
 // Backward through the adapter: the numpy reference's dQ, dK, dV pass the gradient oracle on the bwd sweep and in
 // fwd+bwd (its own O and LSE feed its backward); a backward that does not re-apply the mask is class mask.
 // The SDPA findings (examples/sdpa-findings: failures of torch's backends on the H200) are not oracle artefacts:

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 namespace attnfuzz::fuzz {
 
@@ -30,18 +31,24 @@ std::string input_pattern(const Case& c) {
   return out;
 }
 
+std::string implementation_of(const RecordedVerdict& v) {
+  if (v.backend != "adapter") return {};
+  const size_t open = v.device.find(" ("), end = v.device.find(", protocol", open);
+  return open == std::string::npos || end == std::string::npos ? std::string() : v.device.substr(open + 2, end - open - 2);
+}
+
 std::vector<Finding> group_findings(const std::vector<const CorpusFile*>& failures) {
   std::vector<Finding> out;
-  std::map<std::pair<std::string, std::string>, size_t> at;
+  std::map<std::tuple<std::string, std::string, std::string>, size_t> at;
   for (size_t i = 0; i < failures.size(); ++i) {
     const CorpusFile& f = *failures[i];
     if (!f.verdict) continue;
     const std::string sig = f.verdict->signature.empty() ? failure_class_name(f.verdict->failure) : f.verdict->signature;
-    const auto key = std::make_pair(sig, input_pattern(f.the_case));
+    const auto key = std::make_tuple(sig, input_pattern(f.the_case), implementation_of(*f.verdict));
     auto it = at.find(key);
     if (it == at.end()) {
       it = at.emplace(key, out.size()).first;
-      out.push_back({key.first, key.second, {}, {}});
+      out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), {}, {}});
     }
     Finding& g = out[it->second];
     g.members.push_back(i);
@@ -59,7 +66,9 @@ Json findings_json(const std::vector<Finding>& findings, const std::vector<std::
   for (const Finding& g : findings) {
     Json files = Json::array();
     for (size_t i : g.members) files.push_back(file_names[i]);
-    out.push_back({{"signature", g.signature}, {"pattern", g.pattern}, {"kernels", g.kernels}, {"failures", files}});
+    Json x = {{"signature", g.signature}, {"pattern", g.pattern}, {"kernels", g.kernels}, {"failures", files}};
+    if (!g.implementation.empty()) x["implementation"] = g.implementation;
+    out.push_back(std::move(x));
   }
   return out;
 }
@@ -67,12 +76,13 @@ Json findings_json(const std::vector<Finding>& findings, const std::vector<std::
 std::string findings_markdown(const std::vector<Finding>& findings) {
   if (findings.empty()) return {};
   std::string md =
-      "## Findings\n\nThe distinct failures grouped by class, deciding evidence and minimal input pattern (one root "
-      "cause as far as the evidence tells), those across the most kernels first.\n\n"
+      "## Findings\n\nThe distinct failures of each implementation grouped by class, deciding evidence and minimal "
+      "input pattern (one root cause as far as the evidence tells), those across the most kernels first.\n\n"
       "| signature | input pattern | kernels | failures |\n|---|---|---|---|\n";
   for (const Finding& g : findings) {
     std::string ks;
     for (const std::string& k : g.kernels) ks += (ks.empty() ? "" : ", ") + k;
+    if (!g.implementation.empty()) ks = g.implementation + ": " + ks;
     md += "| " + markdown_escape(g.signature) + " | " + markdown_escape(g.pattern) + " | " + markdown_escape(ks) +
           " | " + std::to_string(g.members.size()) + " |\n";
   }
@@ -84,7 +94,8 @@ std::string finding_line(const Finding& f, size_t max_kernels) {
   for (size_t i = 0; i < f.kernels.size() && i < max_kernels; ++i) ks += (i ? ", " : "") + f.kernels[i];
   if (f.kernels.size() > max_kernels) ks += ", ...";
   const size_t n = f.kernels.size(), m = f.members.size();
-  return f.signature + " on " + f.pattern + ": " + ks + " (" + std::to_string(n) + (n == 1 ? " kernel, " : " kernels, ") +
+  const std::string impl = f.implementation.empty() ? "" : " [" + f.implementation + "]";
+  return f.signature + " on " + f.pattern + impl + ": " + ks + " (" + std::to_string(n) + (n == 1 ? " kernel, " : " kernels, ") +
          std::to_string(m) + (m == 1 ? " failure)" : " failures)");
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "../core/text_case.h"
 
 namespace attnfuzz::fuzz {
@@ -41,6 +43,34 @@ TEST(Findings, SameSignatureAndPatternAcrossKernelsIsOneFinding) {
             "non-finite:compare on non-finite-masked; causal; nan@k:masked: sdpa-math-bool, sdpa-math-float, "
             "sdpa-cudnn (3 kernels, 3 failures)");
   EXPECT_EQ(g[1].members, (std::vector<size_t>{2}));
+}
+
+// Two libraries' bugs are never one root cause: the same signature and pattern in torch_sdpa and in Pallas (an H100
+// merge grouped jax-cudnn-window, sdpa-efficient-lower-right and pallas-gqa-decode as one mask:mask/other-mask) are
+// two findings, each naming its adapter; plug-in kernels keep no implementation.
+TEST(Findings, AdaptersAreNeverGroupedTogether) {
+  auto on = [](CorpusFile f, const std::string& adapter) {
+    f.verdict->backend = "adapter";
+    f.verdict->device = "adapter 'python3 -m x' (" + adapter + ", protocol 1; host memory: no guard zones)";
+    return f;
+  };
+  const std::vector<CorpusFile> fs = {
+      on(failure("sdpa-efficient-lower-right", "mask:mask/other-mask", "causal-br", ""), "torch_sdpa"),
+      on(failure("pallas-gqa-decode", "mask:mask/other-mask", "causal-br", ""), "pallas_attention"),
+      on(failure("sdpa-cudnn-lower-right", "mask:mask/other-mask", "causal-tl", ""), "torch_sdpa"),
+      failure("planted-causal-top-left", "mask:mask/other-mask", "causal-br", ""),
+  };
+  std::vector<const CorpusFile*> ptrs;
+  for (const CorpusFile& f : fs) ptrs.push_back(&f);
+  const std::vector<Finding> g = group_findings(ptrs);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].implementation, "torch_sdpa");
+  EXPECT_EQ(g[0].kernels, (std::vector<std::string>{"sdpa-efficient-lower-right", "sdpa-cudnn-lower-right"}));
+  EXPECT_EQ(g[1].implementation, "pallas_attention");
+  EXPECT_EQ(g[2].implementation, "");
+  EXPECT_EQ(finding_line(g[1]), "mask:mask/other-mask on ordinary; causal [pallas_attention]: pallas-gqa-decode "
+                                "(1 kernel, 1 failure)");
+  EXPECT_EQ(findings_json(g, {"a", "b", "c", "d"})[0]["implementation"], "torch_sdpa");
 }
 
 TEST(Findings, PatternNamesTierMaskVariantsPassAndPlacements) {

@@ -186,10 +186,10 @@ TEST(Adapter, AnOutputOutsideTheRangeOfVIsWrongNotPrecision) {
 // fwd+bwd (its own O and LSE feed its backward); a backward that does not re-apply the mask is class mask.
 // The SDPA findings (examples/sdpa-findings: failures of torch's backends on the H200) are not oracle artefacts:
 // the numpy reference passes every one of those exact cases, in their dtypes and passes.
-// examples/sdpa-findings and examples/jax-findings: the library findings' exact cases pass on the numpy reference.
+// examples/sdpa-findings, jax-findings and h100-campaigns: the library findings' exact cases pass on the numpy reference.
 TEST(Adapter, NumpyReferencePassesEveryFindingCase) {
   NEED_NUMPY();
-  for (const char* dir : {"sdpa-findings", "jax-findings"}) {
+  for (const char* dir : {"sdpa-findings", "jax-findings", "h100-campaigns"}) {
     int n = 0;
     for (const auto& e : fs::directory_iterator(fs::path(SOURCE_DIR) / "examples" / dir)) {
       if (e.path().extension() != ".case") continue;

@@ -118,6 +118,26 @@ std::vector<std::pair<Problem, std::string>> other_masks(const Context& c) {
   std::vector<std::pair<Problem, std::string>> out;
   for (const Problem& lv : mask_variants(lp))
     out.push_back({lv, mask_to_string(lv) + (seqs ? ", aligned per sequence" : "")});
+  // FlashAttention-2's window normalisation (set_params_fprop): a side >= Sk becomes unbounded, then an unbounded
+  // side facing a bounded one becomes Sk. Under bottom-right alignment with Sq > Sk that is another mask, a row
+  // loses its last keys (flash-attention #895; torch's varlen_attn), which the key reordering of the reorder
+  // detector cannot tell from a missing rescale.
+  if (lp.mask_kind == AF_MASK_WINDOW) {
+    int64_t l = window_left(lp), r = window_right(lp);
+    const int64_t sk = lp.seq_k;
+    if (l != AF_UNBOUNDED && l >= sk) l = AF_UNBOUNDED;
+    if (r != AF_UNBOUNDED && r >= sk) r = AF_UNBOUNDED;
+    if (l == AF_UNBOUNDED && r != AF_UNBOUNDED) l = sk;
+    else if (r == AF_UNBOUNDED && l != AF_UNBOUNDED) r = sk;
+    Problem n = lp;
+    n.window_left = l, n.window_right = r;
+    bool seen = same_visibility(n, lp);
+    for (const auto& [v, label] : out) seen |= same_visibility(n, v);
+    if (!seen)
+      out.push_back({n, mask_to_string(n) + (seqs ? ", aligned per sequence" : "") +
+                            " (FlashAttention-2's window normalisation: a side >= Sk unbounded, an unbounded side "
+                            "facing a bounded one = Sk)"});
+  }
   if (seqs && lp.mask_kind != AF_MASK_NONE && lp.mask_align == AF_ALIGN_BOTTOM_RIGHT) {
     const int64_t off = lp.seq_k - lp.seq_q, l = window_left(lp), r = window_right(lp);
     Problem bm = lp;

@@ -9,6 +9,8 @@ in float64), O rounded once to the dtype on store (fp8: fp8(O * o_scale)); LSE f
 (Rounding goes float64 -> float32 -> dtype: a double rounding that can differ from one rounding by one unit in
 the last place of the dtype in rare ties, well inside the low-precision bound.) The backward is float32."""
 
+import copy
+
 import numpy as np
 
 from attnfuzz.dtypes import round_to, to_float32
@@ -61,6 +63,19 @@ def _shown(vis, b, h, i, first, last):
     return first + np.nonzero(vis[b, h, i, first:last])[0]
 
 
+def _fa2_window(p):
+    """p with its window sides normalised as FlashAttention-2's set_params_fprop does (planted bug "fa2-window"): a
+    side >= Sk becomes unbounded (-1), then an unbounded side facing a bounded one becomes Sk. Under bottom-right
+    alignment with Sq > Sk that is another mask: window (0, unbounded) hides a row's last keys (flash-attention #895)."""
+    left, right, sk = p.window_left, p.window_right, p.seq_k
+    left, right = (-1 if left >= sk else left), (-1 if right >= sk else right)
+    left = sk if left < 0 <= right else left
+    right = sk if right < 0 <= left else right
+    q = copy.copy(p)
+    q.window_left, q.window_right = left, right
+    return q
+
+
 def attention(q, k, v, p, bug=None):
     """O [B, Sq, Hq, Dv] and LSE [B, Hq, Sq] float32 of problem p (attnfuzz.Problem); O holds values of p.dtype.
 
@@ -72,10 +87,13 @@ def attention(q, k, v, p, bug=None):
     averaged instead of weighted by exp(lse_i - lse): exact at num_splits = 1), "scale-nan" (a scale <= 0 makes
     every output NaN, as a flash kernel that takes log2(scale) does), "sink-ignored" (the sinks accepted and
     not applied, as vLLM PR #52148's prefill kernel did), "softcap-ignored" (the softcap accepted and not applied),
+    "fa2-window" (the window sides normalised as FlashAttention-2 does: _fa2_window),
     "short-seq-16x" (O 8x (f32) or 16x (f16, bf16) too large when Sk < 16, as jax's Pallas GPU mha was found to be),
     "kv-latent-rows" (kv-shared: V read from K's buffer as a
     contiguous [B, Sk, Hkv, Dv] tensor, its rows Hkv Dv elements apart instead of K's row stride, as ik_llama.cpp PR
     #2031's MLA decode stepped V)."""
+    if bug == "fa2-window":
+        p = _fa2_window(p)
     if bug == "kv-latent-rows" and "kv-shared" in getattr(p, "variants", ()):
         v = np.ascontiguousarray(k).reshape(-1)[:v.size].reshape(v.shape)
     B, Sq, Hq, _ = q.shape

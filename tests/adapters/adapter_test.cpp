@@ -182,6 +182,25 @@ TEST(Adapter, AnOutputOutsideTheRangeOfVIsWrongNotPrecision) {
   EXPECT_EQ(ok.code, 0) << ok.out;
 }
 
+// torch's varlen_attn on an H100: window (0, unbounded) with Sq > Sk was named `rescale` by the reorder experiment
+// (max key last fails), which a kernel that hides a row's last keys satisfies too. numpy_ref --bug fa2-window
+// normalises the window as FlashAttention-2 does (flash-attention #895); on that case the mask detector now finds the
+// mask it used, and on the earlier varlen finding (window (8, unbounded), 129x37) the same one.
+TEST(Adapter, FlashAttention2sWindowNormalisationIsNamedMaskNotRescale) {
+  NEED_NUMPY();
+  const std::string fa2 = numpy_adapter("--bug fa2-window"), examples = std::string(SOURCE_DIR) + "/examples/";
+  int n = 0;
+  for (const char* file : {"h100-campaigns/varlen-bf16--torch-varlen-attn--rescale-26edd84adb39725e.case",
+                           "jax-findings/varlen-window-unbounded-right-sq-gt-sk.case"}) {
+    const Result r = check(fa2, "--replay " + examples + file + " --kernel numpy-fa2-window --no-reports",
+                           fresh("fa2-window-" + std::to_string(n++)));
+    EXPECT_EQ(r.code, 1) << file << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "  mask  ") && has(r.out, "FlashAttention-2's window normalisation")) << file << "\n"
+                                                                                                   << r.out;
+    EXPECT_FALSE(has(r.out, "rescale")) << file << "\n" << r.out;
+  }
+}
+
 // Backward through the adapter: the numpy reference's dQ, dK, dV pass the gradient oracle on the bwd sweep and in
 // fwd+bwd (its own O and LSE feed its backward); a backward that does not re-apply the mask is class mask.
 // The SDPA findings (examples/sdpa-findings: failures of torch's backends on the H200) are not oracle artefacts:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # slurm_array_test.sh - scripts/slurm on a real Slurm: a single-node cluster (munged, slurmctld, slurmd on
-# localhost, 2 CPUs) started here, a 2-task array of 30 s attn-fuzz campaigns over the planted plug-in syncing
+# localhost, 2 CPUs) started here, a 2-task array of short (ctest: 15 s) attn-fuzz campaigns over the planted plug-in syncing
 # through one directory, then the merge as a dependent job (scripts/slurm/submit.sh).
 #
 # usage: slurm_array_test.sh ATTN_FUZZ PLANTED_PLUGIN [SECONDS]

@@ -340,8 +340,7 @@ void add_kernel_options(CLI::App& app, CommonOptions& o) {
       ->check(real_range(0, 86400, true))
       ->capture_default_str();
   app.add_option("--compile-timeout", o.compile_timeout_s,
-                 "adapters: seconds before the first call at a new problem of a kernel that declares "
-                 "recompiles_per_shape (it compiles) counts as a hang; later calls get --timeout")
+                 "--timeout of a compiling adapter kernel's first call at a problem")
       ->group(k)
       ->check(real_range(0, 86400, true))
       ->capture_default_str();

@@ -5,7 +5,8 @@
 // sequence each (the same layout, batch 1, the same values: what the packing property compares). The check
 // uses the first registered cpu kernel that declares the layout (af_kernel::features); without one the check
 // lines say "skipped". Fuzz cases/s: the campaign's mutator (CaseDomain::mutate + encode/decode) until a
-// sequence-layout input, then PreparedCase + check_case, in-process on one thread.
+// sequence-layout input, then PreparedCase + check_case, in-process on one thread. Issue 28: each layout's case with
+// sinks, softcap and ALiBi against the plain one (oracle and check, and their verdicts).
 // Usage: sequences_speed [--seconds S] [--kernel NAME]
 #include <algorithm>
 #include <chrono>
@@ -108,6 +109,43 @@ void side_by_side(Device& dev, const std::string& name, const Case& c, const std
               ones_check_ms / check_ms, name.c_str(), all_pass ? 1 : 0);
 }
 
+// Issue 28 on a layout: the same case with sinks, softcap and ALiBi against the plain one, oracle and check (best of
+// 3 each, alternating, after a warm-up), and the check's verdicts (a kernel declaring AF_FEATURE_LAYOUT_VARIANTS).
+void variant_cost(Device& dev, const std::string& name, const Case& plain, const std::string& kname) {
+  Case var = plain;
+  if (std::string e = set_variants(var, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI, 30.0f, ""); !e.empty())
+    throw std::logic_error(e);
+  const Tensors tp = generate(plain), tv = generate(var);
+  const KernelEntry* k = kernel_for(var.problem, kname);
+  OracleOptions oo;
+  RunOptions ro;
+  double ms[2][2] = {{1e300, 1e300}, {1e300, 1e300}};  // [plain, variants][oracle, check]
+  bool pass[2] = {true, true};
+  for (int rep = 0; rep < 4; ++rep)
+    for (int i = 0; i < 2; ++i) {
+      const Case& c = i ? var : plain;
+      auto t0 = Clock::now();
+      (void)sequence_oracle(c.problem, i ? tv : tp, oo);
+      if (rep) ms[i][0] = std::min(ms[i][0], since_ms(t0));
+      if (!k) continue;
+      t0 = Clock::now();
+      PreparedCase pc(c);
+      pass[i] &= check_case(dev, *k, pc, ro).result.verdict == Verdict::kPass;
+      if (rep) ms[i][1] = std::min(ms[i][1], since_ms(t0));
+    }
+  std::printf("%s_oracle_plain_ms=%.2f\n%s_oracle_variants_ms=%.2f\n%s_oracle_variants_ratio=%.2f\n", name.c_str(),
+              ms[0][0], name.c_str(), ms[1][0], name.c_str(), ms[1][0] / ms[0][0]);
+  if (!k) {
+    std::printf("%s_check=skipped (no cpu kernel declares sink+softcap+alibi on %s)\n", name.c_str(),
+                layout_name(var.problem).c_str());
+    return;
+  }
+  std::printf("%s_kernel=%s\n%s_check_plain_ms=%.2f\n%s_check_variants_ms=%.2f\n%s_check_variants_ratio=%.2f\n"
+              "%s_all_pass=%d\n",
+              name.c_str(), k->kernel.name, name.c_str(), ms[0][1], name.c_str(), ms[1][1], name.c_str(),
+              ms[1][1] / ms[0][1], name.c_str(), pass[0] && pass[1] ? 1 : 0);
+}
+
 void fuzz_rate(Device& dev, const std::string& name, bool paged, double seconds, const std::string& kname) {
   const fuzz::CaseDomain dom;
   Rng rng(paged ? 2 : 1);
@@ -172,6 +210,8 @@ int main(int argc, char** argv) {
   side_by_side(*dev, "varlen_16x1", varlen(std::vector<int64_t>(16, 1), std::vector<int64_t>(16, 1)), kname);
   side_by_side(*dev, "varlen_long_short", varlen({3, 200, 5, 2}, {3, 200, 5, 2}), kname);
   side_by_side(*dev, "paged_decode", paged({33, 1, 200, 65}, 16, 1), kname);
+  variant_cost(*dev, "varlen_4seq_variants", varlen({17, 0, 33, 128}, {17, 5, 64, 128}), kname);
+  variant_cost(*dev, "paged_decode_variants", paged({33, 1, 200, 65}, 16, 1), kname);
   fuzz_rate(*dev, "varlen", false, seconds, kname);
   fuzz_rate(*dev, "paged", true, seconds, kname);
   return 0;

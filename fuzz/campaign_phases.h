@@ -323,8 +323,8 @@ class Progress {
 // ---------------------------------------------------------------------------- the stop (campaign_stop.cpp)
 
 // How a campaign stops: at --max-time (stop_after_s), on SIGINT / SIGTERM / SIGHUP, when every selected
-// kernel is quarantined, or (--stop-when-each-fails) when each has a failure from this run or is quarantined. Every fuzzing job gets SIGINT (libFuzzer's orderly exit), every process group
-// SIGKILL after a short grace.
+// kernel is quarantined, or (--stop-when-each-fails) when each has a failure from this run or is quarantined.
+// Every fuzzing job gets SIGINT (libFuzzer's orderly exit), every process group SIGKILL after a short grace.
 class Stop {
  public:
   Stop(const CampaignOptions& o, const Paths& p, const Kernels& kernels);  // installs the signal handlers

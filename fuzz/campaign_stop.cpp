@@ -1,5 +1,6 @@
 // campaign_stop.cpp - how a campaign stops: its deadline, SIGINT / SIGTERM / SIGHUP, every kernel
-// quarantined, each kernel failed (--stop-when-each-fails); the orderly stop of the workers (SIGINT to their jobs) and the SIGKILL after a grace.
+// quarantined, each kernel failed (--stop-when-each-fails); the orderly stop of the workers (SIGINT to their
+// jobs) and the SIGKILL after a grace.
 #include <signal.h>
 
 #include <algorithm>

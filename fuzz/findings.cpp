@@ -34,7 +34,8 @@ std::string input_pattern(const Case& c) {
 std::string implementation_of(const RecordedVerdict& v) {
   if (v.backend != "adapter") return {};
   const size_t open = v.device.find(" ("), end = v.device.find(", protocol", open);
-  return open == std::string::npos || end == std::string::npos ? std::string() : v.device.substr(open + 2, end - open - 2);
+  if (open == std::string::npos || end == std::string::npos) return {};
+  return v.device.substr(open + 2, end - open - 2);
 }
 
 std::vector<Finding> group_findings(const std::vector<const CorpusFile*>& failures) {
@@ -95,8 +96,8 @@ std::string finding_line(const Finding& f, size_t max_kernels) {
   if (f.kernels.size() > max_kernels) ks += ", ...";
   const size_t n = f.kernels.size(), m = f.members.size();
   const std::string impl = f.implementation.empty() ? "" : " [" + f.implementation + "]";
-  return f.signature + " on " + f.pattern + impl + ": " + ks + " (" + std::to_string(n) + (n == 1 ? " kernel, " : " kernels, ") +
-         std::to_string(m) + (m == 1 ? " failure)" : " failures)");
+  return f.signature + " on " + f.pattern + impl + ": " + ks + " (" + std::to_string(n) +
+         (n == 1 ? " kernel, " : " kernels, ") + std::to_string(m) + (m == 1 ? " failure)" : " failures)");
 }
 
 }  // namespace attnfuzz::fuzz

@@ -112,9 +112,12 @@ std::string Minimizer::minimize(const CorpusFile& cf, const std::string& source,
   KernelCost& cost = costs_[rv.kernel];
   int ran = 0, skipped_new = 0, skipped_run = 0;
   double foreseen = 0;  // the last skipped check's
+  auto same_process = [&] {  // the shapes run so far are the current process's (a restart compiles again)
+    if (cost.process != process()) cost.shapes.clear(), cost.process = process();
+  };
   auto timed = [&](const Case& c) {
     if (!validate(c).empty()) return false;
-    if (cost.process != process()) cost.shapes.clear(), cost.process = process();
+    same_process();
     const std::string key = shape_key(c);
     const bool fresh = !cost.shapes.count(key);
     if (since(t0) + cost.predict(fresh) > max_time_s) {
@@ -127,7 +130,7 @@ std::string Minimizer::minimize(const CorpusFile& cf, const std::string& source,
     double& slowest = fresh ? cost.fresh : cost.repeat;
     slowest = std::max(slowest, since(t));
     ++ran;
-    if (cost.process != process()) cost.shapes.clear(), cost.process = process();  // it restarted meanwhile
+    same_process();  // it may have restarted meanwhile
     cost.shapes.insert(key);
     if (fails) skipped_new = skipped_run = 0;  // what is left counts from the last step taken
     return fails;

@@ -6,13 +6,14 @@
 
 #include "check/compare.h"
 #include "check/detectors/detectors.h"
+#include "oracle/lowp.h"
 
 namespace attnfuzz::detect {
 
 namespace {
 // The exact factor between the stored q.k and the score: scale (times q_descale * k_descale for fp8).
 double score_factor(const Problem& p) {
-  const bool fp8 = p.dtype == AF_DTYPE_FP8_E4M3 || p.dtype == AF_DTYPE_FP8_E5M2;
+  const bool fp8 = is_fp8(p.dtype);
   return double(p.scale) * (fp8 ? double(p.q_descale) * double(p.k_descale) : 1.0);
 }
 
@@ -262,9 +263,7 @@ std::string error_summary(Context& c) {
 constexpr double kOutsideShare = 0.125;
 std::string outside_v_range(const Context& c) {
   const Problem& p = c.problem();
-  if (is_merge(p) || (p.variants & (AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE)) || p.dtype == AF_DTYPE_FP8_E4M3 ||
-      p.dtype == AF_DTYPE_FP8_E5M2)
-    return {};
+  if (is_merge(p) || (p.variants & (AF_VARIANT_DROPOUT | AF_VARIANT_HEAD_DESCALE)) || is_fp8(p.dtype)) return {};
   const bool sink = (p.variants & AF_VARIANT_SINK) != 0;
   const Tensors& t = c.tensors();
   for (const ElementReport& w : c.j.result.worst) {

@@ -110,6 +110,8 @@ class AdapterDevice final : public Device {
   void stop();          // end the adapter and every process it started, reap
   void register_kernels();
   bool compiles_per_shape(const std::string& kernel) const;  // its adapter declared "recompiles_per_shape"
+  // A call's timeout: --timeout, or the longer of it and --compile-timeout for a call that compiles.
+  double call_timeout_s(bool compiles) const;
   static std::vector<AdapterKernel> parse_kernels(const Json& list);
   static Json problem_json(const af_problem& p, const std::string& kernel);  // with the kernel's tunables
   // One tensor of a reply: where its elements go (strided like the problem's buffers).

@@ -720,14 +720,16 @@ bool AdapterDevice::compiles_per_shape(const std::string& kernel) const {
                      [&](const AdapterKernel& a) { return a.name == kernel && a.recompiles_per_shape; });
 }
 
+double AdapterDevice::call_timeout_s(bool compiles) const {
+  return compiles ? std::max(opts_.timeout_s, opts_.compile_timeout_s) : opts_.timeout_s;
+}
+
 std::string AdapterDevice::remote_check(const std::string& kernel, const af_problem& p) {
   if (pid_ <= 0 && !start().empty()) return {};  // the launch will say what is wrong
   // An adapter may probe the library on zeros to answer (PROTOCOL.md "check"): for a kernel that compiles per shape
   // that probe compiles, so it gets --compile-timeout as a first run does.
-  const bool jit = compiles_per_shape(kernel);
-  const double secs = jit ? std::max(opts_.timeout_s, opts_.compile_timeout_s) : opts_.timeout_s;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                           call_timeout_s(compiles_per_shape(kernel))));
   Json req = {
       {"type", "check"}, {"id", ++next_id_}, {"kernel", kernel}, {"problem", problem_json(p, kernel)}};
   Json h;
@@ -963,9 +965,8 @@ LaunchResult AdapterDevice::launch(const af_kernel& k, const af_problem& p, cons
   const bool jit = compiles_per_shape(k.name);
   const std::string problem_key = std::string(k.name) + " " + req["pass"].get<std::string>() + " " +
                                   req["problem"].dump();
-  const bool first_compile = jit && !compiled_.count(problem_key) && opts_.compile_timeout_s > opts_.timeout_s;
-  LaunchResult res = exchange(std::move(req), pieces, want, t0,
-                              first_compile ? opts_.compile_timeout_s : opts_.timeout_s, first_compile);
+  const double secs = call_timeout_s(jit && !compiled_.count(problem_key));
+  LaunchResult res = exchange(std::move(req), pieces, want, t0, secs, secs > opts_.timeout_s);
   if (jit && res.status == LaunchStatus::kOk) compiled_.insert(problem_key);
   if (asked && repro_reply_.files.empty() && repro_reply_.error.empty())
     repro_reply_.error = res.status == LaunchStatus::kOk ? "the adapter's result carried no \"repro\" answer"

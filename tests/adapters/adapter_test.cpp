@@ -205,7 +205,8 @@ TEST(Adapter, FlashAttention2sWindowNormalisationIsNamedMaskNotRescale) {
 // fwd+bwd (its own O and LSE feed its backward); a backward that does not re-apply the mask is class mask.
 // The SDPA findings (examples/sdpa-findings: failures of torch's backends on the H200) are not oracle artefacts:
 // the numpy reference passes every one of those exact cases, in their dtypes and passes.
-// examples/sdpa-findings, jax-findings and h100-campaigns: the library findings' exact cases pass on the numpy reference.
+// examples/sdpa-findings, jax-findings and h100-campaigns: the library findings' exact cases pass on the numpy
+// reference.
 TEST(Adapter, NumpyReferencePassesEveryFindingCase) {
   NEED_NUMPY();
   for (const char* dir : {"sdpa-findings", "jax-findings", "h100-campaigns"}) {
@@ -792,7 +793,8 @@ TEST(Adapter, AttnFuzzCampaignFindsThePlantedMaskLeakWithAReplayableCase) {
   if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
   const std::string out = fresh("fuzz");
   Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(numpy_adapter("--bug mask-leak")) +
-                " --max-time 40 --stop-when-each-fails --workers 1 --max-seq 48 --max-d 32 --progress 100 --out " + out);
+                " --max-time 40 --stop-when-each-fails --workers 1 --max-seq 48 --max-d 32 --progress 100 --out " +
+                out);
   EXPECT_EQ(r.code, 1) << r.out;
   bool found = false;
   std::string replay;

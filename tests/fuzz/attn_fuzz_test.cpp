@@ -356,8 +356,8 @@ TEST(AttnFuzz, FailTiersCountOnlyTheChosenTiersAndTheSummaryLeadsWithThem) {
   seed_case(seeds, "nan-masked-v-17x17-causal-tl", 17, 17, 16, "causal-tl", "nan@v:masked*3");
   const fs::path nonfinite = root / "nonfinite";
   // Each kernel fails on its seed: --stop-when-each-fails ends each campaign then (--max-time is the ceiling).
-  const std::string common = std::string(" --workers 2 --stop-when-each-fails --minimize-budget 10 --plugin ") + PLANTED_PLUGIN +
-                             " --seeds " + seeds.string() + " --fail-tiers ordinary --kernel ";
+  const std::string common = std::string(" --workers 2 --stop-when-each-fails --minimize-budget 10 --plugin ") +
+                             PLANTED_PLUGIN + " --seeds " + seeds.string() + " --fail-tiers ordinary --kernel ";
   const Outcome a = run(fuzz(nonfinite, "--max-time 15" + common + "planted-masked-pv-zero-weight"));
   EXPECT_EQ(a.rc, 0) << a.out;
   ASSERT_TRUE(failures(nonfinite).count("planted-masked-pv-zero-weight")) << a.out;

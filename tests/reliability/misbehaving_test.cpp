@@ -112,7 +112,8 @@ TEST(Misbehaving, EveryLaunchOfAnOutOfBoundsWriterIsCaughtAndBlamesO) {
 TEST(Misbehaving, FirstInProcessFarWriteIsAnOobWriteOnO) {
   const fs::path out = fresh("oob-auto");
   const Outcome r = run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
-                        " --kernel bad-write-16m --isolate auto --workers 1 --max-time 15 --stop-when-each-fails --no-seeds");
+                        " --kernel bad-write-16m --isolate auto --workers 1 --max-time 15 --stop-when-each-fails "
+                        "--no-seeds");
   EXPECT_EQ(r.rc, 1);
   const auto found = failures(out);
   ASSERT_TRUE(found.count("bad-write-16m"));

@@ -5,9 +5,10 @@
 #   scripts/device/live_campaigns.sh BIN OUT [SECONDS]   # BIN: the tools (build/dev/bin after scripts/offline-build.sh)
 #
 # Targets: SDPA bf16, SDPA backward f16, FlexAttention compiled, eager backward and with the score / block variants,
-# jax.nn.dot_product_attention bf16, the Pallas GPU ops f16, torch's varlen_attn bf16. Each campaign: SECONDS (default
+# jax.nn.dot_product_attention bf16, the Pallas GPU ops f16, torch's varlen_attn bf16, and SDPA with ALiBi and a float
+# bias (its float-mask route), forward bf16 and backward (issue 28 item 10). Each campaign: SECONDS (default
 # 200) on 2 workers, then the minimizer (MINIMIZE seconds, default 60); rerun on the same OUT to extend them (a resume
-# is the same campaign, fuzz/README.md). Needs torch 2.11 and jax[cuda] 0.11; 16 cores keep all eight busy.
+# is the same campaign, fuzz/README.md). Needs torch 2.11 and jax[cuda] 0.11; 16 cores keep all ten busy.
 # Writes OUT/<campaign>/ and OUT/<campaign>.log, OUT/merged/ (attn-fuzz --merge), OUT/bundles/<campaign>--<failure>/.
 # Exit 0 when every campaign ran (failures found in a library are results), 2 on bad arguments.
 set -uo pipefail
@@ -23,13 +24,16 @@ export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" XLA_PYTHON_CLIENT_PR
 declare -A ARGS=(
   [sdpa-bf16]="--dtype bf16" [sdpa-bwd-f16]="--pass bwd --dtype f16" [flex-compiled]="" [flex-eager-bwd]="--pass bwd"
   [flex-variants]="--variant sink,softcap,alibi,bias,block-sparse" [jax-bf16]="--dtype bf16" [pallas-f16]="--dtype f16"
-  [varlen-bf16]="--dtype bf16")
+  [varlen-bf16]="--dtype bf16" [sdpa-bias-bf16]="--variant alibi,bias --dtype bf16"
+  [sdpa-bias-bwd]="--variant alibi,bias --pass bwd")
 declare -A ADAPTER=(
   [sdpa-bf16]="python3 -m attnfuzz.adapters.torch_sdpa" [sdpa-bwd-f16]="python3 -m attnfuzz.adapters.torch_sdpa --backward"
   [flex-compiled]="python3 -m attnfuzz.adapters.flex" [flex-eager-bwd]="python3 -m attnfuzz.adapters.flex --no-compile --backward"
   [flex-variants]="python3 -m attnfuzz.adapters.flex" [jax-bf16]="python3 -m attnfuzz.adapters.jax_attention"
-  [pallas-f16]="python3 -m attnfuzz.adapters.pallas_attention" [varlen-bf16]="python3 -m attnfuzz.adapters.torch_varlen")
-NAMES=(sdpa-bf16 sdpa-bwd-f16 flex-compiled flex-eager-bwd flex-variants jax-bf16 pallas-f16 varlen-bf16)
+  [pallas-f16]="python3 -m attnfuzz.adapters.pallas_attention" [varlen-bf16]="python3 -m attnfuzz.adapters.torch_varlen"
+  [sdpa-bias-bf16]="python3 -m attnfuzz.adapters.torch_sdpa" [sdpa-bias-bwd]="python3 -m attnfuzz.adapters.torch_sdpa --backward")
+NAMES=(sdpa-bf16 sdpa-bwd-f16 flex-compiled flex-eager-bwd flex-variants jax-bf16 pallas-f16 varlen-bf16 sdpa-bias-bf16
+  sdpa-bias-bwd)
 
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086  # ARGS holds several words

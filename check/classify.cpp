@@ -157,6 +157,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (!decided && co.split_kv && !unreliable) run("split-kv", detect::split_kv);
   if (!seqs && masks_only && !decided && co.tail && !unreliable) run("tail", detect::tail);
   if (!decided && co.lse) run("lse", detect::lse);
+  if (masks_only && !decided && co.mask && !unreliable) run("keys", detect::keys_ignored);
   if (masks_only && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!vars && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
   }

@@ -208,6 +208,7 @@ Finding empty_row(Context& c);          // empty_row.cpp: rows with no key of po
 Finding lse(Context& c);                // lse.cpp: O within bound, LSE beyond: the relation found
 Finding split_kv(Context& c);           // splitkv.cpp: the declared KV split count varied
 Finding tail(Context& c);               // tail.cpp: padding that keeps the exact result
+Finding keys_ignored(Context& c);       // keys.cpp: a row equals attention over its first keys only -> mask
 Finding reorder(Context& c);            // reorder.cpp: rescale
 Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with extra zero-score keys
 Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs

@@ -75,8 +75,8 @@ Finding reorder(Context& c) {
     f.evidence.push_back(
         {"reorder", row + table +
                         ": the error appears only when the row max grows after the first keys, as a running "
-                        "max / sum / accumulator not rescaled makes it (and a kernel that drops the row's last "
-                        "keys)"});
+                        "max / sum / accumulator not rescaled makes it (a kernel that drops the row's last keys "
+                        "shows it too: the keys probe tests that first)"});
   } else {
     f.evidence.push_back(
         {"reorder", row + table + ": the error does not follow the position of the max key"});

@@ -89,6 +89,8 @@ def attention(q, k, v, p, bug=None):
     not applied, as vLLM PR #52148's prefill kernel did), "softcap-ignored" (the softcap accepted and not applied),
     "fa2-window" (the window sides normalised as FlashAttention-2 does: _fa2_window),
     "short-seq-16x" (O 8x (f32) or 16x (f16, bf16) too large when Sk < 16, as jax's Pallas GPU mha was found to be),
+    "last-tile-dropped" (a row's keys in tiles of 16 from its first key; a last partial tile never loaded, so its
+    keys reach neither O nor the sum),
     "kv-latent-rows" (kv-shared: V read from K's buffer as a
     contiguous [B, Sk, Hkv, Dv] tensor, its rows Hkv Dv elements apart instead of K's row stride, as ik_llama.cpp PR
     #2031's MLA decode stepped V)."""
@@ -140,6 +142,8 @@ def attention(q, k, v, p, bug=None):
                         continue
                     if bug == "mask-leak" and last < p.seq_k and last > first:
                         last += 1
+                    if bug == "last-tile-dropped" and last - first > 16:
+                        last = first + (last - first) // 16 * 16
                     if last <= first:
                         if bug == "empty-row-nan":
                             o[b, i, h, :] = np.nan

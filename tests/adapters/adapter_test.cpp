@@ -148,6 +148,9 @@ TEST(Adapter, PlantedBugsAreFoundInLowPrecisionWithTheirClass) {
       {"mask-leak", "f16", "--sq 33 --sk 33 --d 16 --mask causal-br", "mask"},
       {"mask-leak", "fp8-e4m3", "--sq 33 --sk 33 --d 16 --mask causal-br", "mask"},
       {"empty-row-nan", "bf16", "--sq 9 --sk 4 --d 16 --mask causal-br", "empty-row"},
+      // a row's last partial 16-key tile never loaded: `precision` before the keys probe (the tail paddings are f32)
+      {"last-tile-dropped", "bf16", "--sq 4 --sk 37 --d 16", "mask"},
+      {"last-tile-dropped", "f16", "--sq 4 --sk 100 --d 16", "mask"},
   };
   for (auto [bug, dt, shape, cls] : cases) {
     const std::string out = fresh(std::string("planted-") + dt + "-" + bug);

@@ -117,6 +117,26 @@ TEST(Classify, ReorderFindsAMissingRescale) {
   EXPECT_NE(o.evidence.find("max key first -> err/bound"), std::string::npos);
 }
 
+// A kernel that never loads a row's last partial key tile: the row equals attention over its first 32 of 37 keys.
+// The reorder experiment cannot tell that from a missing rescale (or calls it precision), the padding experiments
+// leave the row's keys as they are; the keys probe names it, with where the ignored keys start.
+TEST(Classify, ARowMissingItsLastKeysIsMaskByTheKeysProbe) {
+  const Outcome o = run("det-drop-last-tile", make(4, 37, 16, "none"));
+  EXPECT_CLASS(o, "mask");
+  EXPECT_EQ(o.stats.decided_by, "keys");
+  EXPECT_NE(o.evidence.find("4 of 4 failing row(s) tested miss their last keys"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("first 32 of 37 keys"), std::string::npos) << o.evidence;
+  EXPECT_NE(o.evidence.find("keys from 32 on reached neither O nor the sum"), std::string::npos) << o.evidence;
+  // Under a causal mask the rows lose different keys (row 36 its keys 32-36, rows < 17 nothing): each row says so.
+  const Outcome c = run("det-drop-last-tile", make(40, 40, 16, "causal-tl"));
+  EXPECT_CLASS(c, "mask");
+  EXPECT_EQ(c.stats.decided_by, "keys") << c.evidence;
+  // A missing rescale matches no prefix of the row's keys: the probe leaves it to the reorder experiment.
+  const Outcome r = run("det-no-rescale", make(4, 40, 16, "none"));
+  EXPECT_NE(r.evidence.find("0 of 4 failing row(s) tested match a prefix of their keys"), std::string::npos)
+      << r.evidence;
+}
+
 TEST(Classify, OtherMaskOracleMatchesAKernelThatIgnoresTheMask) {
   const Outcome o = run("det-ignore-mask", make(8, 8, 16, "causal-tl"));
   EXPECT_CLASS(o, "mask");

@@ -28,6 +28,7 @@ enum class Bug {
   kBigNegMask,    // empty-row, as jax's xla: every key scored, a masked one -0.7 FLT_MAX (weight 0, but 0 x v is
                   // taken: 0 x NaN leaks); a row without keys averages V
   kTailLastKey,   // tail: with Sk % 16 != 0 the last key enters l but not the output (a partial last key tile)
+  kDropLastTile,  // mask (keys): a row's keys in tiles of 16 from its first; a last partial tile never loaded
 };
 
 template <Bug kBug>
@@ -47,6 +48,8 @@ __global__ void __launch_bounds__(kThreads)
       keys = {0, min64(p.seq_k, max64(0, i + off + 1))};
     }
   }
+  if constexpr (kBug == Bug::kDropLastTile)
+    if (keys.last - keys.first > 16) keys.last = keys.first + (keys.last - keys.first) / 16 * 16;
   if constexpr (kBug == Bug::kReadPastEnd)
     if (keys.last == p.seq_k && keys.first < keys.last) keys.last = p.seq_k + 1;
   const KeySpan visible = keys;
@@ -153,6 +156,7 @@ const af_kernel kDetectorKernels[] = {
     AF_DETECTOR_KERNEL("det-far-off", kFarOff, "O off by 10 % relative"),
     AF_DETECTOR_KERNEL("det-big-neg-mask", kBigNegMask, "masked scores -0.7 FLT_MAX over every key (jax xla)"),
     AF_DETECTOR_KERNEL("det-tail-last-key", kTailLastKey, "Sk % 16 != 0: the last key not in the output"),
+    AF_DETECTOR_KERNEL("det-drop-last-tile", kDropLastTile, "a row's last partial 16-key tile never loaded"),
 };
 
 }  // namespace

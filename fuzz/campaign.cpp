@@ -30,6 +30,16 @@ std::vector<std::string> read_lines_all(const fs::path& p) {
   return out;
 }
 
+std::vector<FoundLine> read_found(const Paths& p) {
+  std::vector<FoundLine> out;
+  for (const std::string& line : read_lines_all(p.work / "found.txt")) {
+    std::istringstream in(line);
+    FoundLine f;
+    if (in >> f.file >> f.found >> f.classified) out.push_back(std::move(f));
+  }
+  return out;
+}
+
 const KernelEntry* kernel_for(const FuzzInput& in, const Kernels& ks,
                               const std::vector<std::string>& quarantined) {
   for (size_t i = 0; i < ks.size(); ++i) {

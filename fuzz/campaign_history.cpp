@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <cstdio>
-#include <sstream>
 
 #include "attnfuzz/report.h"
 #include "fuzz/campaign_phases.h"
@@ -15,15 +14,10 @@ namespace {
 
 fs::path history_path(const Paths& p) { return p.out / "history.json"; }
 
-// work/found.txt: "<file> <found unix> <classified unix>" per failure a worker saved (the first line wins).
+// The first line of each failure file in work/found.txt (read_found).
 std::map<std::string, std::pair<double, double>> found_lines(const Paths& p) {
   std::map<std::string, std::pair<double, double>> out;
-  for (const std::string& line : read_lines_all(p.work / "found.txt")) {
-    std::istringstream in(line);
-    std::string file;
-    double found = 0, classified = 0;
-    if (in >> file >> found >> classified) out.emplace(file, std::make_pair(found, classified));
-  }
+  for (const FoundLine& f : read_found(p)) out.emplace(f.file, std::make_pair(f.found, f.classified));
   return out;
 }
 

@@ -50,6 +50,13 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 // Helpers the phases share (campaign.cpp).
 std::string read_all(const fs::path& p);
 std::vector<std::string> read_lines_all(const fs::path& p);  // every line, duplicates too
+// work/found.txt: "<failure file> <found unix> <classified unix>" per failure saved (fuzz/worker.cpp save_failure, by
+// a worker or by the parent for a worker that died), in the order written; a line not yet complete is left out.
+struct FoundLine {
+  std::string file;
+  double found = 0, classified = 0;
+};
+std::vector<FoundLine> read_found(const Paths& p);
 // The kernel a worker runs for an input (the selected one, or the next that supports the case and its pass).
 const KernelEntry* kernel_for(const FuzzInput& in, const Kernels& ks,
                               const std::vector<std::string>& quarantined = {});
@@ -341,7 +348,7 @@ class Stop {
   const Kernels& kernels_;
   double stop_at_;
   bool stop_when_each_fails_;
-  size_t found_lines_ = 0;                   // of work/found.txt, read so far
+  size_t found_lines_ = 0;                   // of read_found(), read so far
   std::set<std::string> failed_;             // kernels with a failure of this run
   bool stopping_ = false, interrupted_ = false;
   double kill_at_ = -1;

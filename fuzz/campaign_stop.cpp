@@ -55,12 +55,10 @@ bool Stop::every_kernel_in(const std::set<std::string>& or_these) const {
 }
 
 bool Stop::each_failed() {
-  // work/found.txt: "<failure file> <found> <classified>" per failure saved, after its .case file was written
-  const std::vector<std::string> lines = read_lines_all(p_.work / "found.txt");
+  const std::vector<FoundLine> lines = read_found(p_);
   for (; found_lines_ < lines.size(); ++found_lines_) {
-    const std::string file = lines[found_lines_].substr(0, lines[found_lines_].find(' '));
     try {
-      const CorpusFile f = read_corpus_file(p_.failures / file);
+      const CorpusFile f = read_corpus_file(p_.failures / lines[found_lines_].file);
       if (f.verdict) failed_.insert(f.verdict->kernel);
     } catch (const CorpusError&) {  // unreadable: the summary lists it; it names no kernel here
     }

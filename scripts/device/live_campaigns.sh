@@ -48,9 +48,10 @@ for n in "${NAMES[@]}"; do [ -f "$OUT/$n/report.json" ] && dirs+=("$OUT/$n"); do
 "$BIN/attn-fuzz" --out "$OUT/merged" --merge "${dirs[@]}" > "$OUT/merge.log" 2>&1
 head -40 "$OUT/merge.log"
 
-# The first BUNDLES (default 2) ordinary-tier failures of each campaign (their minimal case where there is one).
-mkdir -p "$OUT/bundles"
-for n in "${NAMES[@]}"; do
+# The first BUNDLES (default 2) ordinary-tier failures of each campaign (their minimal case where there is one), the
+# campaigns side by side (BUNDLE_TIMEOUT seconds each, default 300).
+bundles() {
+  local n=$1
   python3 - "$OUT/$n" "${BUNDLES:-2}" <<'PY' | while read -r f; do
 import json, pathlib, sys
 d, most = pathlib.Path(sys.argv[1]), int(sys.argv[2])
@@ -69,9 +70,13 @@ for x in failures:
         shown += 1
 PY
     b="$OUT/bundles/$n--$(basename "$f" .case)"
-    timeout -k 10 300 "$BIN/attn-check" --replay "$f" --adapter "${ADAPTER[$n]}" --bug-report "$b" > "$b.log" 2>&1 < /dev/null
+    timeout -k 10 "${BUNDLE_TIMEOUT:-300}" "$BIN/attn-check" --replay "$f" --adapter "${ADAPTER[$n]}" --bug-report "$b" \
+      > "$b.log" 2>&1 < /dev/null
     echo "bundle $n: $(tail -1 "$b.log")"
   done
-done
+}
+mkdir -p "$OUT/bundles"
+for n in "${NAMES[@]}"; do bundles "$n" & done
+wait
 echo "live_campaigns.sh: $OUT/merged/summary.md, bundles in $OUT/bundles"
 exit 0

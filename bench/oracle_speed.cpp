@@ -1,5 +1,5 @@
-// oracle_speed.cpp - oracle cost: fast path vs the plain fp64 reference, multiprecision per case, sampled
-// S=16384.
+// oracle_speed.cpp - oracle cost: fast path vs the plain fp64 reference, with and without the plain reference's
+// baseline rows (f32, f16, bf16: a check computes them for failures only), multiprecision per case, sampled S=16384.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "oracle/lowp.h"
 #include "oracle/oracle.h"
 #include "oracle/reference_fp64.h"
 
@@ -77,6 +78,27 @@ void fast_vs_fp64(const char* tag, int64_t S, int64_t D, int reps) {
   std::printf("%s.fast_rows_fell_back=%lld\n", tag, (long long)fallback);
 }
 
+// A check's oracle in a low-precision dtype (inputs of the dtype), alone and with the baseline rows (the plain
+// reference in that dtype, reference_lowp_row), which a check now computes only when it fails (check/runner.cpp).
+void baseline_cost(const char* tag, int64_t S, int64_t D, int32_t dtype, int reps) {
+  Data x = make(S, D, 1, 43);
+  x.p.dtype = dtype;
+  for (auto* t : {&x.q, &x.k, &x.v})
+    for (float& f : *t) f = round_to_dtype(f, dtype);
+  OracleOptions o;
+  o.threads = 1;
+  o.baseline = false;
+  OracleOptions ob = o;
+  ob.baseline = true;
+  volatile double sink = 0;
+  const double t = best_seconds(reps, [&] { sink = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), o).o[0]; });
+  const double tb =
+      best_seconds(reps, [&] { sink = compute_oracle(x.p, x.q.data(), x.k.data(), x.v.data(), ob).o[0]; });
+  std::printf("%s.exact_1thread_s=%.4f\n", tag, t);
+  std::printf("%s.exact_with_baseline_1thread_s=%.4f\n", tag, tb);
+  std::printf("%s.with_baseline_over_exact=%.2f  (what a passing check no longer pays)\n", tag, tb / t);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +110,8 @@ int main(int argc, char** argv) {
   std::printf("mp_backend=%s\n", oracle_has_mpfr() ? "mpfr" : "cpp_bin_float");
   fast_vs_fp64("s256_d64", 256, 64, quick ? 1 : 5);
   fast_vs_fp64("s1024_d128", 1024, 128, quick ? 1 : 3);
+  baseline_cost("f16_s256_d64", 256, 64, AF_DTYPE_F16, quick ? 1 : 5);
+  baseline_cost("bf16_s256_d64", 256, 64, AF_DTYPE_BF16, quick ? 1 : 5);
 
   {  // multiprecision cost per case (the arbiter; every row forced)
     const Data x = make(256, 64, 1, 7);

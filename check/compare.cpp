@@ -147,7 +147,7 @@ std::vector<double> compare_output(const Problem& p, const OracleResult& exact, 
   r.failed = failed;
   r.max_ratio = max_ratio;
   r.max_abs_err = max_abs;
-  r.baseline_max_ratio = base_ratio;
+  r.baseline_max_ratio = has_base ? base_ratio : std::nan("");  // NaN: not computed (a passing check's)
   r.oracle_ms = exact.ms;
   char buf[256];
   if (has_base) {

@@ -103,7 +103,12 @@ class PreparedCase {
     if (!keep_.empty()) v.dropout_keep = keep_.data();
     return v;
   }
-  const OracleResult& oracle(const OracleOptions& o);  // computed once
+  // The exact result (computed once), without the plain reference's rows (base_o / base_lse) whatever o.baseline
+  // says: those feed only a failing check's "fp32 baseline ratio", and oracle_with_baseline() adds them then.
+  const OracleResult& oracle(const OracleOptions& o);
+  // oracle() with base_o / base_lse when o.baseline (computed on first use: an oracle of the case with them, whose
+  // exact rows are the same).
+  const OracleResult& oracle_with_baseline(const OracleOptions& o);
   // Backward cases. The o / lse a backward launch judged alone is given: the exact forward of every row
   // rounded to the dtype, with the problem's o / lse strides (a fully masked row: O = 0, LSE = -inf).
   const std::vector<float>& given_o(const OracleOptions& o);

@@ -71,7 +71,7 @@ Json entry_to_json(const RunEntry& e, const Json& case_index, const RunRecord* r
   if (!worst.empty()) j["worst"] = worst;
   j["max_ratio"] = json_number(r.max_ratio);
   j["max_abs_err"] = json_number(r.max_abs_err);
-  j["baseline_max_ratio"] = json_number(r.baseline_max_ratio);
+  if (!std::isnan(r.baseline_max_ratio)) j["baseline_max_ratio"] = json_number(r.baseline_max_ratio);  // failures
   j["compared"] = r.compared;
   j["failed"] = r.failed;
   j["launch_ms"] = json_number(r.launch_ms);

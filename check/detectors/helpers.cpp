@@ -46,7 +46,9 @@ OracleResult Context::oracle(const Problem& p, const Tensors& t) {
     keep = same ? launch_keep(pc, j.outcome.keep) : reference_keep_mask(p);
     vars.dropout_keep = keep.data();
   }
-  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, opts.oracle);
+  OracleOptions o = opts.oracle;
+  o.baseline = false;  // the experiments judge against the exact rows only
+  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, o);
 }
 
 Problem Context::row_problem(int64_t b) const {
@@ -56,7 +58,9 @@ Problem Context::row_problem(int64_t b) const {
 OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t) {
   if (!seqs()) return oracle(lp, t);
   ++stats.oracles;
-  return sequence_oracle(lp, t, opts.oracle);
+  OracleOptions o = opts.oracle;
+  o.baseline = false;
+  return sequence_oracle(lp, t, o);
 }
 
 std::vector<int64_t> Context::seen_keys(int64_t b, int64_t h, int64_t s) const {

@@ -2,6 +2,7 @@
 // reports.
 #include "tools/cli_common.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <algorithm>

@@ -2,7 +2,6 @@
 // reporting.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +18,14 @@
 #include "check/classify.h"
 #include "check/runner.h"
 #include "report/tiers.h"
+
+// CLI11 by name only: its header costs about 5 CPU s per file (namespace-scope validators compiled in each), so only
+// the files that build a CLI::App include <CLI/CLI.hpp> (issue 32).
+namespace CLI {
+class App;
+class Option;
+class Validator;
+}  // namespace CLI
 
 namespace attnfuzz {
 

@@ -36,6 +36,19 @@ int unreadable_cases(const fs::path& out) {
   return bad;
 }
 
+// Waits (at most 60 s) until the campaign is where the kill must find it: its workers running, bad-segfault
+// launched forked after it killed a worker (isolate.txt) and bad-spin quarantined after its hang.
+bool in_flight(const fs::path& out) {
+  for (int i = 0; i < 600; ++i) {
+    if (!campaign_processes(out).empty() &&
+        read_text(out / "work" / "isolate.txt").find("bad-segfault") != std::string::npos &&
+        read_text(out / "work" / "quarantine.txt").find("bad-spin") != std::string::npos)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 class KillResume : public ::testing::TestWithParam<int> {};
 
 TEST_P(KillResume, NothingLeftBehindAndOutResumes) {
@@ -46,8 +59,9 @@ TEST_P(KillResume, NothingLeftBehindAndOutResumes) {
       std::string("--plugin ") + BAD_PLUGIN +
       " --kernel 'online-row,bad-spin,bad-segfault' --workers 2 --timeout 3 --max-time 0";
   const pid_t pid = start(out, args);
-  std::this_thread::sleep_for(std::chrono::seconds(15));
-  ASSERT_FALSE(campaign_processes(out).empty()) << "the campaign's workers did not start";
+  const bool ready = in_flight(out);  // a fixed 15 s before (about 5 s on a loaded 2-core machine)
+  if (!ready) kill(pid, SIGKILL);
+  ASSERT_TRUE(ready) << "the campaign's workers did not start, or no kernel was isolated and quarantined in 60 s";
   // A second campaign on the same OUT is refused while this one runs.
   const Outcome second =
       run(std::string(ATTN_FUZZ) + " --out " + out.string() + " --kernel online-row --max-time 5");

@@ -85,7 +85,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   const bool dropout = (pc.problem().variants & AF_VARIANT_DROPOUT) != 0;   // issue 29
   const bool score_vars = (pc.problem().variants & ~AF_VARIANT_DROPOUT) != 0;  // issue 28
   if (is_merge(pc.problem())) {  // merged states (issue 29): the detectors that apply to a merge of given states
-    r.evidence.push_back({"scope", "merge case: mask, empty-row, split-kv, tail, reorder and mask-model build "
+    r.evidence.push_back({"scope", "merge case: mask, empty-row, split-kv, tail, keys, reorder and mask-model build "
                                    "attention experiments and do not run; the merge detector replaces them"});
     run("rows", detect::row_kinds);
     if (co.unwritten) run("unwritten", detect::unwritten);
@@ -98,7 +98,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
     if (!decided && co.lse) run("lse", detect::lse);
   } else if (c.gradient_failure()) {  // a backward failure in dQ / dK / dV: the detectors that apply to gradients
     r.evidence.push_back({"scope", "backward failure in " + r.tensor +
-                                       ": detectors for gradients (split-kv, tail, lse, rescale, mask-model are "
+                                       ": detectors for gradients (split-kv, tail, lse, keys, rescale, mask-model are "
                                        "forward signatures and do not run)"});
     if (co.unwritten) run("unwritten", detect::unwritten);
     if (co.schedule) unreliable = run("reruns", detect::reruns).unreliable_baseline;
@@ -148,7 +148,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
         {"scope",
          "variant(s) " + variant_names(pc.problem().variants) +
              (masks_only ? ": the mask-model experiment fits the mask_kind interval and is not run"
-                         : ": the empty-row, tail, reorder and mask-model experiments rebuild the problem "
+                         : ": the empty-row, tail, keys, reorder and mask-model experiments rebuild the problem "
                            "or move keys and are not run")});
   if (!decided && dropout && !unreliable) run("dropout", detect::dropout);
   if (!decided && score_vars && !unreliable) run("ignored-parameter", detect::ignored_parameter);

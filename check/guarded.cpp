@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 namespace attnfuzz {
 
@@ -109,6 +111,28 @@ bool describe_guard_fault(uint64_t a, char* out, size_t out_size, char* buffer, 
   return true;
 }
 
+namespace {
+thread_local BufferTraffic t_traffic;
+thread_local int t_depth = 0;
+// Adds its scope's wall time to this thread's buffer traffic (the outermost scope only: the constructor repoisons).
+class Timed {
+ public:
+  Timed() : t0_(std::chrono::steady_clock::now()) { ++t_depth; }
+  ~Timed() {
+    if (--t_depth) return;
+    t_traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    ++t_traffic.calls;
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+}  // namespace
+
+BufferTraffic buffer_traffic() { return t_traffic; }
+
 size_t GuardedBuffer::allocation_bytes(size_t bytes, size_t guard_bytes) {
   const size_t g = round4(guard_bytes);
   return (g + round4(bytes) + g + 4095) / 4096 * 4096;
@@ -117,6 +141,7 @@ size_t GuardedBuffer::allocation_bytes(size_t bytes, size_t guard_bytes) {
 size_t GuardedBuffer::allocation() const { return guard_ + round4(bytes_) + after_; }
 
 void GuardedBuffer::relayout(size_t bytes) {
+  const Timed timed;
   const size_t total = allocation();
   if (bytes == bytes_ || allocation_bytes(bytes, guard_) != total) return;
   // Byte i of the allocation outside the payload holds poison byte (i - guard_) % 4 whatever the payload size,
@@ -140,6 +165,7 @@ GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t
   // whole pages; past the allocation an access faults).
   const size_t total = allocation_bytes(bytes_, guard_);
   after_ = total - guard_ - round4(bytes_);
+  const Timed timed;
   base_ = static_cast<char*>(dev_.alloc(total));
   payload_ = base_ + guard_;
   repoison(poison_);
@@ -148,19 +174,26 @@ GuardedBuffer::GuardedBuffer(Device& dev, std::string name, size_t bytes, size_t
 }
 
 GuardedBuffer::~GuardedBuffer() {
+  const Timed timed;
   unregister_buffer(reinterpret_cast<uintptr_t>(base_));
   dev_.free(base_);
 }
 
 void GuardedBuffer::upload(const void* host) {
+  const Timed timed;
   if (bytes_) dev_.to_device(payload_, host, bytes_);
 }
 void GuardedBuffer::download(void* host) const {
+  const Timed timed;
   if (bytes_) dev_.to_host(host, payload_, bytes_);
 }
-void GuardedBuffer::fill_payload(uint32_t word) { dev_.fill(payload_, &word, 4, bytes_); }
+void GuardedBuffer::fill_payload(uint32_t word) {
+  const Timed timed;
+  dev_.fill(payload_, &word, 4, bytes_);
+}
 
 void GuardedBuffer::repoison(uint32_t poison) {
+  const Timed timed;
   poison_ = poison;
   dev_.fill(base_, &poison_, 4, guard_);
   // The after-guard starts at the payload's end; its first word may be partial when bytes_ % 4 != 0: its byte
@@ -170,43 +203,73 @@ void GuardedBuffer::repoison(uint32_t poison) {
   dev_.fill(static_cast<char*>(payload_) + bytes_, &rotated, 4, tail);
 }
 
-std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const {
-  std::vector<CanaryHit> hits;
-  changed_ = 0;
-  const size_t total = guard_ + round4(bytes_) + after_;
-  thread_local std::vector<unsigned char> host;  // kept between checks: no allocation per guard zone
-  // Only the guard zones are read back; whole poison words are compared as words.
-  auto scan = [&](size_t from, size_t to) {  // byte range of the allocation that must hold poison
-    if (to == from) return;
-    const auto* at = static_cast<const unsigned char*>(dev_.host_view(base_ + from, to - from));
-    if (!at) {
-      host.resize(to - from);
-      dev_.to_host(host.data(), base_ + from, to - from);
-      at = host.data();
+void GuardedBuffer::scan(const unsigned char* at, size_t from, size_t to, size_t max_hits,
+                         std::vector<CanaryHit>& hits) const {
+  // Byte i of the allocation holds poison byte (i - guard_) % 4: one compare when nothing changed.
+  if (to == from || holds_pattern(at, to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
+  const auto* pb = reinterpret_cast<const unsigned char*>(&poison_);
+  for (size_t i = from; i < to;) {
+    const size_t phase = (i - guard_) % 4, n = std::min<size_t>(4 - phase, to - i);
+    uint32_t got = 0, want = 0;
+    if (phase == 0 && n == 4) {
+      std::memcpy(&got, at + (i - from), 4);
+      want = poison_;
+    } else {
+      std::memcpy(&got, at + (i - from), n);
+      for (size_t j = 0; j < n; ++j) reinterpret_cast<unsigned char*>(&want)[j] = pb[(phase + j) % 4];
     }
-    // Byte i of the allocation holds poison byte (i - guard_) % 4: one compare when nothing changed.
-    if (holds_pattern(at, to - from, rotated_poison(poison_, (from - guard_) % 4))) return;
-    const auto* pb = reinterpret_cast<const unsigned char*>(&poison_);
-    for (size_t i = from; i < to;) {
-      const size_t phase = (i - guard_) % 4, n = std::min<size_t>(4 - phase, to - i);
-      uint32_t got = 0, want = 0;
-      if (phase == 0 && n == 4) {
-        std::memcpy(&got, at + (i - from), 4);
-        want = poison_;
-      } else {
-        std::memcpy(&got, at + (i - from), n);
-        for (size_t j = 0; j < n; ++j) reinterpret_cast<unsigned char*>(&want)[j] = pb[(phase + j) % 4];
-      }
-      if (got != want) {
-        ++changed_;
-        if (hits.size() < max_hits)
-          hits.push_back({name_, static_cast<int64_t>(i) - static_cast<int64_t>(guard_), got, want});
-      }
-      i += n;
+    if (got != want) {
+      ++changed_;
+      if (hits.size() < max_hits)
+        hits.push_back({name_, static_cast<int64_t>(i) - static_cast<int64_t>(guard_), got, want});
     }
+    i += n;
+  }
+}
+
+std::vector<CanaryHit> GuardedBuffer::check(size_t max_hits) const { return read_back(dev_, {}, {this}, max_hits); }
+
+std::vector<CanaryHit> GuardedBuffer::read_back(Device& dev, const std::vector<Download>& downloads,
+                                                const std::vector<const GuardedBuffer*>& bufs, size_t max_hits) {
+  const Timed timed;
+  // Only the guard zones are read back (where the device's memory is not readable in place), into one staging
+  // vector kept between checks; whole poison words are compared as words.
+  struct Zone {
+    const GuardedBuffer* buf;
+    size_t from, to;
+    const unsigned char* view;  // in place, or null: at `staged` in the staging vector
+    size_t staged;
   };
-  scan(0, guard_);
-  scan(guard_ + bytes_, total);
+  thread_local std::vector<unsigned char> staging;
+  std::vector<Zone> zones;
+  std::vector<Device::HostCopy> copies;
+  size_t staged = 0;
+  for (const Download& d : downloads)
+    if (d.buffer && d.buffer->bytes_) copies.push_back({d.host, d.buffer->payload_, d.buffer->bytes_});
+  for (const GuardedBuffer* b : bufs) {
+    if (!b) continue;
+    b->changed_ = 0;
+    const size_t total = b->allocation();
+    for (const auto& [from, to] : {std::pair{size_t{0}, b->guard_}, std::pair{b->guard_ + b->bytes_, total}}) {
+      if (to == from) continue;
+      const auto* view = static_cast<const unsigned char*>(dev.host_view(b->base_ + from, to - from));
+      zones.push_back({b, from, to, view, staged});
+      if (!view) staged += to - from;
+    }
+  }
+  staging.resize(staged);
+  for (const Zone& z : zones)
+    if (!z.view) copies.push_back({staging.data() + z.staged, z.buf->base_ + z.from, z.to - z.from});
+  dev.to_host_all(copies);
+  std::vector<CanaryHit> hits, mine;
+  for (size_t i = 0; i < zones.size(); ++i) {
+    const Zone& z = zones[i];
+    z.buf->scan(z.view ? z.view : staging.data() + z.staged, z.from, z.to, max_hits, mine);
+    if (i + 1 == zones.size() || zones[i + 1].buf != z.buf) {  // the buffer's last zone: its hits are complete
+      hits.insert(hits.end(), mine.begin(), mine.end());
+      mine.clear();
+    }
+  }
   return hits;
 }
 

@@ -42,6 +42,15 @@ class GuardedBuffer {
   void repoison(uint32_t poison);    // refill both guard zones
   // Guard words that no longer hold the poison (at most max_hits reported, in address order).
   std::vector<CanaryHit> check(size_t max_hits = 16) const;
+  // A payload download of read_back().
+  struct Download {
+    const GuardedBuffer* buffer;
+    void* host;  // buffer->bytes() bytes
+  };
+  // The downloads and check() of every buffer (null ones skipped) in one read-back (Device::to_host_all: one
+  // synchronisation on a GPU): each buffer's hits (at most max_hits), in the order of bufs.
+  static std::vector<CanaryHit> read_back(Device& dev, const std::vector<Download>& downloads,
+                                          const std::vector<const GuardedBuffer*>& bufs, size_t max_hits = 16);
   size_t changed_words() const { return changed_; }  // total changed guard words in the last check()
   // Byte offset of an address from the payload's start (negative = before it), and its distance from the
   // allocation (0 inside it): how the runner names the buffer whose guard pages a faulting access hit.
@@ -58,6 +67,8 @@ class GuardedBuffer {
   Device& dev_;
   std::string name_;
   size_t bytes_, guard_, after_;  // after_: the after-guard, up to the allocation's end (whole pages)
+  // Compares allocation bytes [from, to) held at `at` with the poison, counting changed words into changed_.
+  void scan(const unsigned char* at, size_t from, size_t to, size_t max_hits, std::vector<CanaryHit>& hits) const;
   uint32_t poison_;
   char* base_;
   void* payload_;
@@ -69,6 +80,14 @@ class GuardedBuffer {
 // access faults there), writes "<N> bytes past the end of buffer <name>" (or "before the start") into `out`,
 // the buffer's name into `buffer` and the byte offset from its payload's start into `offset`; returns true. Used when a kernel faults in-process, where no
 // launch outcome is left to name the buffer (the worker process dies; fuzz/worker.cpp).
+// Wall seconds this thread spent in guarded buffers' device work (allocation, uploads, downloads, fills, guard
+// reads) and how many such calls: the campaign's "buffers" phase (fuzz/README.md "Where a GPU campaign's time goes").
+struct BufferTraffic {
+  double seconds = 0;
+  uint64_t calls = 0;
+};
+BufferTraffic buffer_traffic();
+
 bool describe_guard_fault(uint64_t address, char* out, size_t out_size, char* buffer, size_t buffer_size,
                           int64_t* offset);
 

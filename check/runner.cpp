@@ -176,14 +176,13 @@ void locate_fault(LaunchOutcome& out, std::initializer_list<const GuardedBuffer*
                         : std::to_string(out.fault_offset - end) + " bytes past the end of buffer " + near->name();
 }
 
-// Changed guard words of every buffer of the launch.
-void collect_canaries(LaunchOutcome& out, std::initializer_list<const GuardedBuffer*> bufs) {
-  for (const GuardedBuffer* gb : bufs) {
-    if (!gb) continue;
-    auto hits = gb->check();
-    out.canary_words += gb->changed_words();
-    out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
-  }
+// The launch's downloads and the changed guard words of every buffer of it, read back together.
+void collect_canaries(Device& dev, LaunchOutcome& out, const std::vector<const GuardedBuffer*>& bufs,
+                      const std::vector<GuardedBuffer::Download>& downloads) {
+  auto hits = GuardedBuffer::read_back(dev, downloads, bufs);
+  out.canaries.insert(out.canaries.end(), hits.begin(), hits.end());
+  for (const GuardedBuffer* gb : bufs)
+    if (gb) out.canary_words += gb->changed_words();
 }
 
 }  // namespace
@@ -192,11 +191,14 @@ namespace {
 std::atomic<uint64_t> g_launches{0};
 std::atomic<int> g_in_flight{0};
 std::atomic<bool> g_abnormal{false};
-// Counts a launch before it starts, and notes one that did not end normally.
+thread_local double t_launch_s = 0;
+// Counts a launch before it starts, times it, and notes one that did not end normally.
 LaunchResult counted_launch(Device& dev, const af_kernel& k, const af_problem& p, const af_buffers& b) {
   ++g_launches;
   ++g_in_flight;
+  const auto t0 = std::chrono::steady_clock::now();
   LaunchResult r = dev.launch(k, p, b);
+  t_launch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   --g_in_flight;
   if (r.status != LaunchStatus::kOk) g_abnormal = true;
   return r;
@@ -205,6 +207,7 @@ LaunchResult counted_launch(Device& dev, const af_kernel& k, const af_problem& p
 
 uint64_t guarded_launches() { return g_launches; }
 bool guarded_launch_ended_abnormally() { return g_abnormal; }
+double guarded_launch_seconds() { return t_launch_s; }
 
 std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t bytes, size_t guard,
                                                 uint32_t poison) {
@@ -438,24 +441,19 @@ LaunchOutcome launch_guarded(Device& dev, const KernelEntry& k, const Problem& c
                      cu_k.get(), used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(),
                      sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()});
   if (!dev.usable()) return out;  // a GPU fault: nothing more can be read
+  // O and LSE come back with every guard zone in one read-back.
   out.o.resize(static_cast<size_t>(o_elements(p)));
-  if (p.dtype == AF_DTYPE_F32) {
-    o->download(out.o.data());
-  } else {
-    std::vector<unsigned char> raw(o->bytes());
-    o->download(raw.data());
-    decode_output(raw.data(), out.o.size(), p.dtype, p.o_scale, opts.output_poison, out.o.data());
-  }
-  if (lse) {
-    out.lse.resize(lse->bytes() / 4);
-    lse->download(out.lse.data());
-    if (packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
-  }
-  if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
-  collect_canaries(out,
+  std::vector<unsigned char> raw(p.dtype == AF_DTYPE_F32 ? 0 : o->bytes());
+  if (lse) out.lse.resize(lse->bytes() / 4);
+  collect_canaries(dev, out,
                    {q.get(),    kb.get(),     v.get(),     o.get(),     lse.get(),    ws.get(),   cu_q.get(),
                     cu_k.get(), used_k.get(), table.get(), sinks.get(), slopes.get(), bias.get(), so.get(),
-                    sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()});
+                    sl.get(),   dmask.get(),  cmask.get(), bmask.get(), qd.get(),     kd.get(),   vd.get()},
+                   {{o.get(), p.dtype == AF_DTYPE_F32 ? static_cast<void*>(out.o.data()) : raw.data()},
+                    {lse.get(), out.lse.data()}});
+  if (p.dtype != AF_DTYPE_F32) decode_output(raw.data(), out.o.size(), p.dtype, p.o_scale, opts.output_poison, out.o.data());
+  if (lse && packed) out.lse = unpack_lse(asked, t, out.lse, opts.output_poison);
+  if (dmask) read_exported_mask(p, *dmask, out.lse, out, out.keep);  // dropout is dense: p's lse layout
   const bool clean_guards = out.canary_words == 0;
   if (seqs) {  // LSE rows past a sequence are canaries; outputs go to the dense view
     int64_t off = 0;
@@ -602,25 +600,27 @@ LaunchOutcome launch_guarded_bwd(Device& dev, const KernelEntry& k, const Proble
   if (!dev.usable()) return out;
   out.o = o_in;
   out.lse = lse_in;
+  // The gradients come back with every guard zone in one read-back; a narrow dtype's through raw bytes.
   out.dq.resize(t.q.size());
   out.dk.resize(t.k.size());
   out.dv.resize(t.v.size());
-  auto download = [&](GuardedBuffer& gb, std::vector<float>& x) {
-    if (p.dtype == AF_DTYPE_F32) {
-      gb.download(x.data());
-    } else {
-      std::vector<unsigned char> raw(gb.bytes());
-      gb.download(raw.data());
-      decode_output(raw.data(), x.size(), p.dtype, 1.0f, opts.output_poison, x.data());
-    }
+  const bool f32 = p.dtype == AF_DTYPE_F32;
+  std::vector<unsigned char> raw_dq(f32 ? 0 : dq->bytes()), raw_dk(f32 ? 0 : dk->bytes()), raw_dv(f32 ? 0 : dv->bytes());
+  auto into = [&](std::vector<float>& x, std::vector<unsigned char>& raw) {
+    return f32 ? static_cast<void*>(x.data()) : static_cast<void*>(raw.data());
   };
-  download(*dq, out.dq);
-  download(*dk, out.dk);
-  download(*dv, out.dv);
-  if (dsinks) out.dsinks.resize(t.sinks.size()), dsinks->download(out.dsinks.data());
-  if (dbias) out.dbias.resize(t.bias.size()), dbias->download(out.dbias.data());
+  if (dsinks) out.dsinks.resize(t.sinks.size());
+  if (dbias) out.dbias.resize(t.bias.size());
+  collect_canaries(dev, out, all,
+                   {{dq.get(), into(out.dq, raw_dq)},
+                    {dk.get(), into(out.dk, raw_dk)},
+                    {dv.get(), into(out.dv, raw_dv)},
+                    {dsinks.get(), out.dsinks.data()},
+                    {dbias.get(), out.dbias.data()}});
+  if (!f32)
+    for (auto [x, raw] : {std::pair{&out.dq, &raw_dq}, std::pair{&out.dk, &raw_dk}, std::pair{&out.dv, &raw_dv}})
+      decode_output(raw->data(), x->size(), p.dtype, 1.0f, opts.output_poison, x->data());
   if (dmask) read_exported_mask(p, *dmask, lse_in, out, out.keep_bwd);
-  collect_canaries(out, all);
   out.unwritten =
       count_poison_addressed(out.dq, p.q_stride, p.batch, p.seq_q, p.heads_q, p.head_dim, opts.output_poison) +
       count_poison_addressed(out.dk, p.k_stride, p.batch, p.seq_k, p.heads_kv, p.head_dim, opts.output_poison) +

@@ -82,6 +82,9 @@ class BufferPool {
 // evidence that nothing wrote since a kept buffer's guards were last checked.
 uint64_t guarded_launches();
 bool guarded_launch_ended_abnormally();
+// Wall seconds this thread spent in Device::launch through those (submission, the kernel and the wait for it):
+// the campaign's "launch" phase.
+double guarded_launch_seconds();
 
 // A case with its values and (computed on first use) its exact result: shared by every kernel checked on it.
 class PreparedCase {

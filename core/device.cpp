@@ -79,4 +79,9 @@ void Device::fill(void* dst, const void* pattern, size_t pattern_bytes, size_t b
   to_device(dst, host.get(), bytes);
 }
 
+void Device::to_host_all(const std::vector<HostCopy>& copies) {
+  for (const HostCopy& c : copies)
+    if (c.bytes) to_host(c.dst, c.src, c.bytes);
+}
+
 }  // namespace attnfuzz

@@ -287,6 +287,8 @@ struct Aggregate {
   double check_s = 0, mutate_s = 0;              // worker processes' time in checks and in the custom mutator
   std::map<std::string, double> kernel_check_s;  // the checks' time per kernel
   std::map<std::string, double> phase_s;         // the checks' time per phase (Worker::phase_s_)
+  double kernel_s = 0;          // the device's own time of the checks' launches, part of phase_s["launch"]
+  int64_t buffer_calls = 0;     // the guarded buffers' device calls in checks (Worker::buffer_calls_)
   std::map<std::string, int64_t> verdicts, classes;
   std::map<std::string, int64_t> refusals;  // "kernel: why it refused an input" -> count
   std::map<std::string, std::map<std::string, int64_t>> kernels;

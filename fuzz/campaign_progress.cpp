@@ -45,6 +45,8 @@ Aggregate read_stats(const fs::path& dir) {
         for (const auto& [k, v] : j.at("kernel_check_s").items()) a.kernel_check_s[k] += v.get<double>();
       if (j.contains("phase_s"))
         for (const auto& [k, v] : j.at("phase_s").items()) a.phase_s[k] += v.get<double>();
+      a.kernel_s += j.value("kernel_s", 0.0);
+      a.buffer_calls += j.value("buffer_calls", int64_t{0});
       for (const auto& [k, v] : j.at("classes").items()) a.classes[k] += v.get<int64_t>();
       if (j.contains("refusals"))
         for (const auto& [k, v] : j.at("refusals").items()) a.refusals[k] += v.get<int64_t>();

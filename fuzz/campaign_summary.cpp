@@ -215,23 +215,26 @@ void print_kernels(const Outcome& r) {
   }
 }
 
-// "checks' time (all workers, 2,036 s): prepare 3%, launch 21%, oracle 61%, judge 12%, classify 3%; 13.9 ms per
-// check" (fuzz/README.md "Where a campaign's time goes"); empty before any check.
+// "checks' time (all workers, 2,036 s): prepare 3%, launch 21%, buffers 4%, oracle 58%, judge 11%, classify 3%;
+// 13.9 ms per check; kernels 2% (device time), 17 buffer calls per check" (fuzz/README.md "Where a GPU campaign's
+// time goes"); empty before any check.
 std::string phase_line(const Aggregate& a) {
   double total = 0;
   for (const auto& [k, v] : a.phase_s) total += v;
   if (!(total > 0) || a.cases <= 0) return {};
-  char buf[96];
+  char buf[128];
   std::snprintf(buf, sizeof buf, "checks' time (all workers, %.0f s): ", total);
   std::string line = buf;
   const char* sep = "";
-  for (const char* k : {"prepare", "launch", "oracle", "judge", "classify"})
+  for (const char* k : {"prepare", "launch", "buffers", "oracle", "judge", "classify"})
     if (const auto it = a.phase_s.find(k); it != a.phase_s.end()) {
       std::snprintf(buf, sizeof buf, "%s%s %.0f%%", sep, k, 100 * it->second / total);
       line += buf;
       sep = ", ";
     }
-  std::snprintf(buf, sizeof buf, "; %.2f ms per check", 1000 * total / static_cast<double>(a.cases));
+  std::snprintf(buf, sizeof buf, "; %.2f ms per check; kernels %.0f%% (device time), %.1f buffer calls per check",
+                1000 * total / static_cast<double>(a.cases), 100 * a.kernel_s / total,
+                static_cast<double>(a.buffer_calls) / static_cast<double>(a.cases));
   return line + buf;
 }
 
@@ -419,7 +422,9 @@ Json campaign_json(const CampaignOptions& o, const Paths& p, const Outcome& r) {
     if (n > 0) per_kernel_ms[k] = 1000 * t / static_cast<double>(n);
   }
   camp["per_kernel_check_ms"] = per_kernel_ms;
-  camp["worker_phase_s"] = a.phase_s;  // the checks' time by phase (prepare, launch, oracle, judge, classify)
+  camp["worker_phase_s"] = a.phase_s;  // the checks' time by phase (prepare, launch, buffers, oracle, judge, classify)
+  camp["worker_kernel_s"] = a.kernel_s;      // the device's own time of those launches (part of launch)
+  camp["worker_buffer_calls"] = a.buffer_calls;
   camp["compile_aware"] = compile_json(a);  // per kernel whose shape pool was on, or measured (fuzz/shape_pool.h)
   camp["skipped_inputs"] =
       a.skipped;                  // inputs no selected kernel ran (in verdicts: unsupported, quarantined)

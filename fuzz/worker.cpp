@@ -682,13 +682,20 @@ Worker::Outcome Worker::run(const FuzzInput& drawn) {
   g_current = &pc.the_case();
   if (!device_->options().isolate) g_in_process_kernel = out.kernel->kernel.name;
   const auto t_check = Clock::now();
+  const double launch0 = guarded_launch_seconds();
+  const BufferTraffic traffic0 = buffer_traffic();
   Judged j =
       check_in_modes(*device_, *out.kernel, pc, run_, {.repeat_calls = cfg_.repeat_calls, .amplify = cfg_.amplify});
   {
-    const double all = seconds(t_check, Clock::now()), launch = j.result.launch_ms / 1e3, oracle = j.result.oracle_ms / 1e3;
+    const BufferTraffic traffic = buffer_traffic();
+    const double all = seconds(t_check, Clock::now()), launch = guarded_launch_seconds() - launch0,
+                 buffers = traffic.seconds - traffic0.seconds, oracle = j.result.oracle_ms / 1e3;
     phase_s_["launch"] += launch;
+    phase_s_["buffers"] += buffers;
     phase_s_["oracle"] += oracle;
-    phase_s_["judge"] += std::max(0.0, all - launch - oracle);
+    phase_s_["judge"] += std::max(0.0, all - launch - buffers - oracle);
+    kernel_s_ += j.result.launch_ms / 1e3;
+    buffer_calls_ += traffic.calls - traffic0.calls;
     if (any_pool_) record_shape(slot, pc.the_case(), key, support_s + launch, support_s + all);
   }
   g_in_process_kernel = nullptr;
@@ -873,6 +880,8 @@ void Worker::write_stats(bool force) {
   j["mutate_s"] = mutate_s_;
   j["kernel_check_s"] = kernel_check_s_;
   j["phase_s"] = phase_s_;
+  j["kernel_s"] = kernel_s_;
+  j["buffer_calls"] = buffer_calls_;
   j["verdicts"] = verdicts_;
   j["classes"] = classes_;
   j["kernels"] = per_kernel_;

@@ -226,11 +226,15 @@ class Worker {
   int64_t replayed_ = 0;  // inputs answered from the feature cache
   double check_s_ = 0, mutate_s_ = 0;  // count_time()
   std::map<std::string, double> kernel_check_s_;
-  // Where run()'s time goes (issue 32), seconds: prepare (the case's values, a merge case's states), launch (the
-  // device's launch and synchronisation, LaunchResult::ms), oracle (the exact result, CheckResult::oracle_ms),
-  // judge (the rest of check_case: guarded buffers and copies, comparison, gradients, merge-whole), classify
-  // (the detectors' experiments on failures, saving them).
+  // Where run()'s time goes (issue 32), seconds: prepare (the case's values, a merge case's states), launch (wall
+  // time in Device::launch: submission, the kernel, the wait), buffers (guarded buffers: allocation, uploads,
+  // fills, downloads, guard reads), oracle (the exact result, CheckResult::oracle_ms), judge (the rest of
+  // check_case: encoding, comparison, gradients, merge-whole), classify (the detectors' experiments on failures,
+  // saving them). kernel_s_: the device's own timing of those launches (LaunchResult::ms), part of launch;
+  // buffer_calls_: the guarded buffers' device calls (each a synchronous transfer on a GPU).
   std::map<std::string, double> phase_s_;
+  double kernel_s_ = 0;
+  uint64_t buffer_calls_ = 0;
   struct CachedFeatures {
     uint64_t size = 0;
     uint32_t slot = 0;

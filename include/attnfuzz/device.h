@@ -88,6 +88,14 @@ class Device {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill(void* dst, const void* pattern, size_t pattern_bytes, size_t bytes);  // repeats pattern
+  // Device-to-host copies of one batch, all done when it returns: a GPU backend issues them together and
+  // synchronises once (the default calls to_host for each).
+  struct HostCopy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  virtual void to_host_all(const std::vector<HostCopy>& copies);
   // The device bytes at src readable in place by the host (the cpu backend's memory), or null: copy them.
   virtual const void* host_view(const void* src, size_t bytes) const {
     (void)src, (void)bytes;

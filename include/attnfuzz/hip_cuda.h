@@ -29,6 +29,11 @@ typedef cudaDeviceProp hipDeviceProp_t;
 #define hipMalloc cudaMalloc
 #define hipFree cudaFree
 #define hipMemcpy cudaMemcpy
+#define hipMemcpyAsync cudaMemcpyAsync
+#define hipStreamSynchronize cudaStreamSynchronize
+#define hipHostMalloc cudaHostAlloc  // same arguments: pointer, bytes, flags
+#define hipHostMallocDefault cudaHostAllocDefault
+#define hipHostFree cudaFreeHost
 #define hipDeviceSynchronize cudaDeviceSynchronize
 #define hipGetDeviceCount cudaGetDeviceCount
 #define hipSetDevice cudaSetDevice

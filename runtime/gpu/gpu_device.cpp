@@ -1,8 +1,12 @@
 // gpu_device.cpp - the nvidia and amd backends of the device layer: one HIP source, built by nvcc (shim) or hipcc.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "attnfuzz/device.h"
 #include "attnfuzz/hip.h"
@@ -21,6 +25,14 @@ namespace attnfuzz {
 namespace {
 
 std::string err_text(hipError_t e) { return std::string(hipGetErrorName(e)) + ": " + hipGetErrorString(e); }
+
+// Device::fill's common case (a 32-bit pattern over whole aligned words) on the device, queued on the default
+// stream: no host buffer and no copy.
+__global__ void fill_words(uint32_t* dst, uint32_t word, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = word;
+}
 
 class GpuDevice final : public Device {
  public:
@@ -47,6 +59,7 @@ class GpuDevice final : public Device {
     if (usable_) {
       (void)hipEventDestroy(start_);
       (void)hipEventDestroy(stop_);
+      if (staging_) (void)hipHostFree(staging_);
     }
   }
 
@@ -67,6 +80,48 @@ class GpuDevice final : public Device {
   }
   void to_host(void* dst, const void* src, size_t n) override {
     check(hipMemcpy(dst, src, n, hipMemcpyDeviceToHost), "copy to host");
+  }
+  void fill(void* dst, const void* pattern, size_t pattern_bytes, size_t bytes) override {
+    if (pattern_bytes != 4 || bytes % 4 != 0 || reinterpret_cast<uintptr_t>(dst) % 4 != 0) {
+      Device::fill(dst, pattern, pattern_bytes, bytes);
+      return;
+    }
+    if (bytes == 0) return;
+    uint32_t word;
+    std::memcpy(&word, pattern, 4);
+    const size_t n = bytes / 4;
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((n + 255) / 256, 1024));
+    hipLaunchKernelGGL(fill_words, dim3(blocks), dim3(256), 0, nullptr, static_cast<uint32_t*>(dst), word, n);
+    check(hipGetLastError(), "fill " + std::to_string(bytes) + " bytes");
+  }
+  // One pinned staging buffer for the whole batch, copies queued on the default stream, one synchronisation. A
+  // batch over 64 MiB (large outputs) is copied one by one, keeping the pinned memory small.
+  void to_host_all(const std::vector<HostCopy>& copies) override {
+    size_t total = 0;
+    for (const HostCopy& c : copies) total += c.bytes;
+    if (total > (size_t{64} << 20)) {
+      Device::to_host_all(copies);
+      return;
+    }
+    if (total > staging_bytes_) {
+      const size_t want = std::max(total, std::min(2 * staging_bytes_, size_t{64} << 20));
+      if (staging_) check(hipHostFree(staging_), "free pinned staging");
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+      check(hipHostMalloc(&staging_, want, hipHostMallocDefault), "allocate " + std::to_string(want) + " pinned bytes");
+      staging_bytes_ = want;
+    }
+    auto* at = static_cast<unsigned char*>(staging_);
+    for (const HostCopy& c : copies) {
+      if (c.bytes) check(hipMemcpyAsync(at, c.src, c.bytes, hipMemcpyDeviceToHost, nullptr), "copy to host");
+      at += c.bytes;
+    }
+    check(hipStreamSynchronize(nullptr), "copy to host");
+    at = static_cast<unsigned char*>(staging_);
+    for (const HostCopy& c : copies) {
+      if (c.bytes) std::memcpy(c.dst, at, c.bytes);
+      at += c.bytes;
+    }
   }
   void synchronize() override { check(hipDeviceSynchronize(), "synchronize"); }
 
@@ -89,10 +144,16 @@ class GpuDevice final : public Device {
     check(hipEventRecord(stop_, nullptr), "event record");
     const auto t0 = std::chrono::steady_clock::now();
     hipError_t q;
-    auto sleep = std::chrono::microseconds(10);
+    // Polled, so that a hang ends at the timeout: the first 200 us yielding the core (a typical check's kernel
+    // ends within them, and a sleep's wake-up alone takes about 60 us), then sleeping 20 us, doubling to 1 ms.
+    auto sleep = std::chrono::microseconds(20);
     while ((q = hipEventQuery(stop_)) == hipErrorNotReady) {
-      if (opts_.timeout_s > 0 &&
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opts_.timeout_s) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited < 200e-6) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (opts_.timeout_s > 0 && waited > opts_.timeout_s) {
         usable_ = false;  // a running kernel cannot be stopped; the context is lost to this process
         r.status = LaunchStatus::kHang;
         char secs[32];  // "30 s", not std::to_string's "30.000000 s"
@@ -121,6 +182,8 @@ class GpuDevice final : public Device {
   }
   std::string name_;
   hipEvent_t start_{}, stop_{};
+  void* staging_ = nullptr;  // pinned host memory for to_host_all, grown as batches need
+  size_t staging_bytes_ = 0;
   bool usable_ = true;
 };
 

@@ -110,11 +110,16 @@ TEST(AttnFuzz, CorrectKernelsFindNothing) {
   // and one console line.
   const Json camp = Json::parse(text_of(out / "report.json")).at("campaign");
   double phases = 0;
-  for (const char* k : {"prepare", "launch", "oracle", "judge"}) {
+  for (const char* k : {"prepare", "launch", "buffers", "oracle", "judge"}) {
     ASSERT_TRUE(camp.at("worker_phase_s").contains(k)) << camp.at("worker_phase_s").dump();
     phases += camp.at("worker_phase_s").at(k).get<double>();
   }
   EXPECT_GT(phases, 0);
+  // Every check takes guarded buffers (at least q, k, v and o: four device calls or more), and the kernels' own
+  // time is part of the launch phase's wall time.
+  EXPECT_GT(camp.at("worker_phase_s").at("buffers").get<double>(), 0);
+  EXPECT_GE(camp.at("worker_buffer_calls").get<int64_t>(), 4);
+  EXPECT_LE(camp.at("worker_kernel_s").get<double>(), camp.at("worker_phase_s").at("launch").get<double>() * 1.01 + 0.01);
   EXPECT_LE(phases, camp.at("worker_check_s").get<double>() * 1.001 + 0.01);
   EXPECT_NE(r.out.find("checks' time (all workers, "), std::string::npos) << r.out;
   // The corpus grew and is made of replayable .case files.

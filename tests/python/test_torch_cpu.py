@@ -46,3 +46,12 @@ def test_cpu_sdpa_matches_the_reference_forward_and_backward(backend, route):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
             ran += 1
     assert ran > 0 or backend == "flash"
+
+
+def test_the_dropout_route_asks_the_public_call_first():
+    """The dropout route runs SDPA's private ops, which accept what the public call refuses (Sk = 0 on the fused
+    backends, misaligned head dims): public_refusal says why, and None where the public call runs (math, Sk = 0)."""
+    p = problem("none", 5, 0)
+    assert torch_sdpa.public_refusal(torch_sdpa.BACKENDS["math"], p, "cpu") is None
+    why = torch_sdpa.public_refusal(torch_sdpa.BACKENDS["cudnn"], p, "cpu")  # no cuDNN kernel on the CPU
+    assert why and why.startswith("the public call refuses it")

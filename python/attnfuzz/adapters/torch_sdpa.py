@@ -78,6 +78,30 @@ def private_sdpa(backend, Q, K, V, p):
     return out[0], out[1][:, :, :p.seq_q], keep
 
 
+def public_refusal(be, p, device):
+    """Why SDPA's public call refuses problem p on backend be with its dropout (None: it runs it). The dropout route
+    calls the private ops, which check less: at Sk = 0 they returned LSE +inf or a finite one where the public call
+    has "No available kernel", and the efficient op at Dv = 33 (bf16) faulted with a misaligned address (an H200
+    campaign, examples/h200-campaigns/README.md): problems the public call refuses are not the library's answers."""
+    dt = T.DTYPES[p.dtype]
+    z = lambda h, s, d: torch.zeros(p.batch, h, s, d, device=device, dtype=dt)
+    kw = {"dropout_p": p.dropout_p if "dropout" in p.variants else 0.0, "scale": p.scale,
+          "is_causal": p.mask_kind == "causal"}
+    if p.heads_q != p.heads_kv:
+        kw["enable_gqa"] = True
+    try:
+        with sdpa_kernel([be]):
+            torch.nn.functional.scaled_dot_product_attention(z(p.heads_q, p.seq_q, p.head_dim),
+                                                             z(p.heads_kv, p.seq_k, p.head_dim),
+                                                             z(p.heads_kv, p.seq_k, p.head_dim_v), **kw)
+    except RuntimeError as e:
+        T.fatal_cuda_error(e)
+        return f"the public call refuses it: {str(e).splitlines()[0][:160]}"
+    except Exception as e:  # e.g. a ValueError from a shape check: refused, with what was raised
+        return f"the public call refuses it: {type(e).__name__}: {str(e)[:160]}"
+    return None
+
+
 def make(backend, route, device, dtypes, backward):
     be = BACKENDS[backend]
     refused = {}
@@ -158,6 +182,10 @@ def make(backend, route, device, dtypes, backward):
     def supports(p):
         key = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.mask, p.dtype,
                tuple(p.variants), p.pass_name)
+        if key not in refused and route == "dropout":
+            why = public_refusal(be, p, device)
+            if why:
+                refused[key] = f"sdpa {backend}/{route}: {why}"
         if key not in refused:
             try:
                 T.probe_on_zeros(p, call, grad if backward and p.pass_name == "bwd" else None)

@@ -25,17 +25,18 @@ void copy_if_fits(std::vector<T>& to, const std::vector<T>& from) {
 
 }  // namespace
 
-std::string shape_key(const Case& c) {
+std::string shape_key(const Case& c, uint32_t data_variants) {
   const Problem& p = c.problem;
+  const uint32_t code = p.variants & ~(data_variants & kDataVariantsAllowed);  // the variants compiled in
   std::ostringstream k;
   k << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_k << ' ' << p.head_dim
     << ' ' << p.head_dim_v << ' ' << dtype_name(p.dtype) << ' ' << pass_name(c.pass) << " | " << p.q_layout << ' '
     << p.kv_layout << ' ' << p.page_size << ' ' << p.total_q << ' ' << p.total_k << ' ' << p.kv_capacity << ' '
     << p.num_pages << ' ' << p.max_pages_per_seq << " | " << p.mask_kind << ' ' << p.mask_align << ' '
-    << p.window_left << ' ' << p.window_right << " | " << p.variants;
-  if (p.variants & AF_VARIANT_SOFTCAP) k << " cap=" << p.softcap;
+    << p.window_left << ' ' << p.window_right << " | " << code;
+  if (code & AF_VARIANT_SOFTCAP) k << " cap=" << p.softcap;
   if (p.variants & AF_VARIANT_DROPOUT) k << " p=" << p.dropout_p;
-  if (p.variants & AF_VARIANT_BIAS) k << " bias=" << zero_pattern(p.bias_stride);
+  if (code & AF_VARIANT_BIAS) k << " bias=" << zero_pattern(p.bias_stride);
   if (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) k << " mask=" << zero_pattern(p.mask_stride);
   if (p.variants & AF_VARIANT_BLOCK_SPARSE)
     k << " blocks=" << p.block_q << 'x' << p.block_k << zero_pattern(p.block_mask_stride);
@@ -45,11 +46,20 @@ std::string shape_key(const Case& c) {
   return k.str();
 }
 
-Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim) {
+Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim, uint32_t data_variants) {
   Case r = shape_of;
   r.values = values_of.values;
   r.seed = values_of.seed;
   r.problem.scale = values_of.problem.scale;
+  if (const uint32_t data = data_variants & kDataVariantsAllowed) {  // values_of's choice of the data variants
+    Problem& p = r.problem;
+    p.variants = (p.variants & ~data) | (values_of.problem.variants & data);
+    if (data & AF_VARIANT_SOFTCAP) p.softcap = values_of.problem.softcap;
+    if ((data & AF_VARIANT_BIAS) && (p.variants & AF_VARIANT_BIAS))
+      set_bias_strides(p, bias_broadcast(values_of.problem));
+    else if (data & AF_VARIANT_BIAS)
+      std::fill(std::begin(p.bias_stride), std::end(p.bias_stride), 0);
+  }
   if (r.problem.variants & values_of.problem.variants & AF_VARIANT_DROPOUT) {
     r.problem.dropout_seed = values_of.problem.dropout_seed;
     r.problem.dropout_offset = values_of.problem.dropout_offset;

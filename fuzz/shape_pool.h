@@ -5,7 +5,7 @@
 // a call at a compiled shape takes milliseconds. For such a kernel a worker keeps a pool of the shapes it has run
 // (ShapePool, one per kernel and worker process, emptied when the adapter restarts) and spends most inputs on them:
 // an input of another shape keeps its values, special values, scale, seed and variant values but takes a pool case's
-// shape (snap_shape). A new shape is admitted while first calls at new shapes took at most a share of the kernel's
+// shape (snap_shape; the variants the kernel takes as data, "data_variants", stay the input's own). A new shape is admitted while first calls at new shapes took at most a share of the kernel's
 // check time (--new-shape-share, default 0.25). A kernel is compile-aware when its adapter declares
 // "recompiles_per_shape" (adapters/PROTOCOL.md) or, under --compile-aware auto, when the worker measures it: on its
 // first inputs it alternates new and pooled shapes, and a kernel whose first calls all took >= 4x its slowest repeat
@@ -29,13 +29,20 @@ namespace attnfuzz::fuzz {
 // window sides), the variant set with the softcap, dropout p, the broadcast pattern of the bias / mask buffers,
 // the block sizes and the tunables; merge cases the state count and layout. Not in it (data, not code): the
 // values, special values, seed, scale, per-sequence lengths within the same totals, and the variant values.
-std::string shape_key(const Case& c);
+// data_variants: the variants (of sink, softcap, ALiBi, bias) the kernel's compiled code takes as data (its
+// adapter's "data_variants", adapters/PROTOCOL.md): left out of the key, with the softcap value and the bias pattern.
+std::string shape_key(const Case& c, uint32_t data_variants = 0);
 
 // values_of's values on shape_of's shape: shape_of with values_of's value spec (distribution, special values,
 // domain), seed, scale, dropout seed and offset, explicit values when their sizes fit and variant values (the
 // lists whose sizes fit, the ranges and patterns). Stays in lim's domain: at= special values outside the new
 // shape are dropped, and when it still is not in the domain, shape_of with values_of's seed.
-Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim);
+// With data_variants (as in shape_key), values_of's own choice of those variants (bits, softcap value, bias
+// broadcast pattern) replaces shape_of's: a pool of compiled shapes then runs every combination of them.
+Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim, uint32_t data_variants = 0);
+
+// The variants a kernel's compiled code may take as data (shape_key): sink, softcap, ALiBi, bias.
+constexpr uint32_t kDataVariantsAllowed = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
 
 // The minimizer's order for a kernel that compiles per shape: the candidates that keep cur's shape_key first (a
 // compiled kernel runs them in milliseconds), then those that change it (a compilation each), each group in its
@@ -56,6 +63,12 @@ class ShapePool {
   ShapePool() = default;
   ShapePool(CompileMode mode, double share, std::string why) : mode_(mode), share_(share), why_(std::move(why)) {}
   CompileMode mode() const { return mode_; }
+  // The kernel's data variants (shape_key); its pool's keys and snaps follow them.
+  void set_data_variants(uint32_t bits) { data_variants_ = bits & kDataVariantsAllowed; }
+  std::string key(const Case& c) const { return shape_key(c, data_variants_); }
+  Case snap(const Case& shape_of, const Case& values_of, const FuzzLimits& lim) const {
+    return snap_shape(shape_of, values_of, lim, data_variants_);
+  }
   const std::string& why() const { return why_; }  // "declared by the adapter", "measured: ...", ...
   // Whether an input of shape `key` runs as drawn: a known shape, or a new one the budget admits.
   bool takes(const std::string& key) const;
@@ -74,6 +87,7 @@ class ShapePool {
  private:
   bool decide();  // kProbe with enough samples: pooled or off
   CompileMode mode_ = CompileMode::kOff;
+  uint32_t data_variants_ = 0;
   double share_ = 0.25;
   std::string why_;
   std::vector<Case> shapes_;

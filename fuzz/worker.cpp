@@ -531,8 +531,9 @@ void Worker::open_pools() {
   for (const KernelEntry* k : kernels_) {
     const std::string name = k->kernel.name;
     bool declared = false;
+    uint32_t data_variants = 0;
     for (const AdapterKernel& a : ad ? ad->declared() : std::vector<AdapterKernel>{})
-      declared |= a.name == name && a.recompiles_per_shape;
+      if (a.name == name) declared |= a.recompiles_per_shape, data_variants |= a.data_variants;
     ShapePool pool;
     if (cfg_.compile_aware == "on")
       pool = ShapePool(CompileMode::kPooled, cfg_.new_shape_share, "--compile-aware on");
@@ -542,6 +543,7 @@ void Worker::open_pools() {
       pool = ShapePool(CompileMode::kProbe, cfg_.new_shape_share, "measuring first calls");
     if (const auto it = decided.find(name); it != decided.end() && pool.mode() == CompileMode::kProbe)
       pool.set_mode(it->second.first, it->second.second);
+    pool.set_data_variants(data_variants);
     any_pool_ |= pool.mode() != CompileMode::kOff;
     pools_.push_back(std::move(pool));
   }
@@ -550,10 +552,10 @@ void Worker::open_pools() {
 FuzzInput Worker::fit(const FuzzInput& in, uint64_t pick) {
   if (!any_pool_ || kernels_.empty()) return in;
   ShapePool& pool = pools_[in.kernel % kernels_.size()];
-  if (pool.takes(shape_key(in.the_case))) return in;
+  if (pool.takes(pool.key(in.the_case))) return in;
   pool.note_snapped();
   FuzzInput out = in;
-  out.the_case = snap_shape(*pool.pick(pick), in.the_case, cfg_.limits);
+  out.the_case = pool.snap(*pool.pick(pick), in.the_case, cfg_.limits);
   return out;
 }
 
@@ -615,7 +617,8 @@ void Worker::on_failure(Outcome& out, PreparedCase& pc, Judged& j) {
 Worker::Outcome Worker::run(const FuzzInput& drawn) {
   Outcome out;
   const FuzzInput in = fit(drawn, drawn.the_case.seed);
-  const std::string key = any_pool_ ? shape_key(in.the_case) : std::string();
+  const std::string key =
+      any_pool_ && !kernels_.empty() ? pools_[in.kernel % kernels_.size()].key(in.the_case) : std::string();
   ++cases_;
   last_kernel_ = nullptr;
   using Clock = std::chrono::steady_clock;

@@ -204,7 +204,8 @@ class Kernel:
     def __init__(self, name, fn, *, family="adapter", description="", dtypes=("f32",), masks=ALL_MASKS,
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
                  empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
-                 tunables=None, variants=(), repro=None, recompiles_per_shape=False, features=()):
+                 tunables=None, variants=(), repro=None, recompiles_per_shape=False, features=(),
+                 data_variants=()):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.repro = repro  # problem -> attnfuzz.repro.Call: the kernel writes bug-report scripts (PROTOCOL.md)
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
@@ -226,6 +227,11 @@ class Kernel:
             if bad:
                 raise ValueError(f"variants are {VARIANTS}, not {bad}")
             self.decl["variants"] = list(variants)
+        if data_variants:  # the score variants its compiled code takes as data (PROTOCOL.md; absent: none)
+            bad = [v for v in data_variants if v not in ("sink", "softcap", "alibi", "bias") or v not in variants]
+            if bad:
+                raise ValueError(f"data_variants are among its variants sink, softcap, alibi, bias, not {bad}")
+            self.decl["data_variants"] = list(data_variants)
         if compute_model is not None:  # "fused" | "unfused" (PROTOCOL.md; absent: the tool assumes unfused)
             if compute_model not in ("fused", "unfused"):
                 raise ValueError(f"compute_model is 'fused' or 'unfused', not {compute_model!r}")

@@ -31,6 +31,9 @@ struct AdapterKernel {
   // Every new shape costs it a compilation ("recompiles_per_shape": true; PROTOCOL.md): attn-fuzz keeps a pool of
   // its compiled shapes (fuzz/shape_pool.h).
   bool recompiles_per_shape = false;
+  // "data_variants": the variants (of sink, softcap, alibi, bias) its compiled code takes as data: the shape pool
+  // leaves them out of a compiled shape (fuzz/shape_pool.h).
+  uint32_t data_variants = 0;
   uint32_t variants = 0;  // "variants": ["mask-dense", "mask-bits", "block-sparse"] (custom masks; issue 28)
   uint32_t features = 0;  // "features": ["q-packed", "kv-packed", "seqused-k", "layout-variants"]: AF_FEATURE_*
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)

@@ -531,6 +531,15 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
                                  " (any of them), not " + v.dump());
       a.variants |= bit;
     }
+    constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+    for (const Json& v : k.value("data_variants", Json::array())) {
+      uint32_t bit = 0;
+      if (!v.is_string() || !parse_variant_names(v.get<std::string>(), bit).empty() || (bit & ~kScoreVariants) ||
+          !(bit & a.variants))
+        throw std::runtime_error("kernel " + a.name + ": data_variants takes those of its variants among " +
+                                 variant_names(kScoreVariants) + ", not " + v.dump());
+      a.data_variants |= bit;
+    }
     // How its f16 / bf16 path computes (the bound follows it): "fused" (scores and softmax statistics in
     // fp32, P rounded before P.V: FlashAttention-style) or "unfused" (scores rounded to the storage type:
     // math-style, the default, whose bound is the wider one).

@@ -861,6 +861,32 @@ TEST(Adapter, CompileAwareCampaignSpendsMostChecksOnCompiledShapes) {
   EXPECT_LE(t["new_shape_s"].get<double>(), 0.25 * t["check_s"].get<double>() + slack) << t.dump();
 }
 
+// On an H200 the FlexAttention variant campaign carried a variant in 3 of its 189 corpus cases: inputs snapped onto
+// a compiled shape took that shape's variant set (none, from the seeds). A kernel whose compiled code takes the score
+// variants as data declares them (numpy_ref --variants-as-data: "data_variants"), and snapped inputs keep their own:
+// without the declaration 0 of 117-143 corpus cases carried one in 6 s, with it 44-70 of 134-152.
+TEST(Adapter, CompileAwarePoolKeepsTheInputsDataVariants) {
+  NEED_NUMPY();
+  if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
+  const std::string out = fresh("fuzz-data-variants");
+  Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(numpy_adapter("--compile-delay 0.2 --variants-as-data")) +
+                " --variant sink,softcap,alibi,bias --max-time 6 --workers 1 --max-seq 48 --max-d 32"
+                " --minimize-budget 0 --progress 100 --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;  // a correct kernel
+  EXPECT_TRUE(has(r.out, "compile-aware numpy-ref (declared by its adapter")) << r.out;
+  int cases = 0, with_variants = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "fuzz-corpus")) {
+    if (e.path().extension() != ".case") continue;
+    ++cases;
+    std::ifstream f(e.path());
+    std::stringstream text;
+    text << f.rdbuf();
+    with_variants += has(text.str(), "variants=");
+  }
+  ASSERT_GE(cases, 20) << r.out;
+  EXPECT_GE(with_variants * 100, 15 * cases) << with_variants << " of " << cases << " corpus cases carry a variant";
+}
+
 // A JIT kernel's first call at a new problem compiles: on a loaded H100, torch.compile'd FlexAttention outlasted the
 // campaign's 10 s --timeout on its first case and a correct kernel was called `hang` and quarantined. Such a call gets
 // --compile-timeout (numpy_ref --compile-delay 2 declares recompiles_per_shape and sleeps 2 s per new shape): it

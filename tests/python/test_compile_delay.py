@@ -37,3 +37,21 @@ def test_no_delay_is_the_function_itself():
 def test_the_declaration_carries_the_key_only_when_set():
     assert Kernel("k", None, recompiles_per_shape=True).decl["recompiles_per_shape"] is True
     assert "recompiles_per_shape" not in Kernel("k", None).decl  # a version-1 declaration as before
+
+
+def test_data_variants_do_not_compile_again_and_are_declared():
+    compiled = set()
+    fn = compiling(lambda p: None, 0.1, compiled, ("sink", "softcap"))
+    p, q = problem(), problem()
+    q.variants = ["sink", "softcap"]
+    assert timed(fn, p) >= 0.1
+    assert timed(fn, q) < 0.05  # sinks and a softcap: data, not a new compilation
+    k = Kernel("k", None, variants=("sink", "softcap", "bias"), data_variants=("sink", "softcap"))
+    assert k.decl["data_variants"] == ["sink", "softcap"]
+    assert "data_variants" not in Kernel("k", None).decl  # absent unless set
+    for bad in (("bias",), ("block-sparse",)):  # not among its variants / not a score variant
+        try:
+            Kernel("k", None, variants=("sink", "block-sparse"), data_variants=bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"data_variants={bad} accepted")

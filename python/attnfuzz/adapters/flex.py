@@ -154,7 +154,9 @@ def make(device, dtypes, compiled, backward):
                   compute_model="fused" if compiled else "unfused",
                   backward=T.cuda_guarded(grad) if backward else None,
                   # compiled: every new shape compiles (seconds); attn-fuzz keeps a pool of compiled shapes
-                  recompiles_per_shape=compiled)
+                  recompiles_per_shape=compiled,
+                  # compiled: the score variants enter uniform_score_mod as captured tensors, not code
+                  data_variants=SCORE_VARIANTS if compiled else ())
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from attnfuzz import repro, sequences
-from attnfuzz.adapter import FEATURES, VARIANTS, Kernel, serve
+from attnfuzz.adapter import FEATURES, SCORE_VARIANTS, VARIANTS, Kernel, serve
 
 # What a problem's plan cache may leave out of its key beside the shape (--bug stale-plan --stale-key-lacks).
 STALE_PARAMS = ("scale", "mask", "dtype")
@@ -67,20 +67,21 @@ def library_call(bug):
     return make
 
 
-def compile_key(p):
+def compile_key(p, data_variants=()):
     """What the simulated compilation of --compile-delay is specialised on, as a JIT's is (fuzz/shape_pool.h's
-    shape key holds all of it): the shape, dtype, pass, mask and variants; not the values or the scale."""
+    shape key holds all of it): the shape, dtype, pass, mask and variants but data_variants (--variants-as-data: the
+    score variants, as FlexAttention's compiled path takes them); not the values or the scale."""
     return (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v, p.dtype, p.mask,
-            tuple(p.variants), p.pass_name)
+            tuple(v for v in p.variants if v not in data_variants), p.pass_name)
 
 
-def compiling(fn, delay, compiled):
+def compiling(fn, delay, compiled, data_variants=()):
     """fn, with a first call at each new compile_key sleeping `delay` seconds (a simulated compilation)."""
     if not delay:
         return fn
 
     def call(*args):
-        key = compile_key(args[-1])
+        key = compile_key(args[-1], data_variants)
         if key not in compiled:
             time.sleep(delay)
             compiled.add(key)
@@ -106,6 +107,9 @@ def main(argv=None):
                          "recompiles_per_shape)")
     ap.add_argument("--hide-recompiles", action="store_true",
                     help="with --compile-delay: do not declare recompiles_per_shape (attn-fuzz measures it)")
+    ap.add_argument("--variants-as-data", action="store_true",
+                    help="with --compile-delay: sinks, softcap, ALiBi and bias do not compile again (declared as "
+                         "data_variants), as in FlexAttention's compiled path")
     a = ap.parse_args(argv)
     if a.compile_delay < 0:
         ap.error("--compile-delay needs SECONDS >= 0")
@@ -143,15 +147,17 @@ def main(argv=None):
         return g
 
     compiled = set()  # compile keys seen by this process (--compile-delay), forward and backward alike
-    run, backward = compiling(run, a.compile_delay, compiled), compiling(backward, a.compile_delay, compiled)
+    variants = VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap", "kv-latent-rows",
+                                   "softcap-ignored") else ()
+    data = tuple(v for v in SCORE_VARIANTS if v in variants) if a.variants_as_data else ()
+    run, backward = compiling(run, a.compile_delay, compiled, data), compiling(backward, a.compile_delay, compiled, data)
     name = "numpy-" + bug if bug else "numpy-ref"
     desc = f"numpy reference with planted bug {bug}" if bug else "numpy reference (float64 inside)"
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
-                  variants=VARIANTS if bug in (None, "sink-ignored", "dbias-half", "dropout-bwd-wrap", "kv-latent-rows",
-                                               "softcap-ignored") else (),
+                  variants=variants, data_variants=data,
                   recompiles_per_shape=a.compile_delay > 0 and not a.hide_recompiles)], name="numpy_ref")
 
 

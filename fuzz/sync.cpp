@@ -382,6 +382,7 @@ struct MergedFailure {
   std::string replay_flags;
   std::set<std::string> also_by;
   CorpusFile grouped;  // what findings group by: its campaign's minimal case (OUT/minimized/<name>), else this one
+  fs::path minimal;    // that minimal case's file (empty: none)
   InputTier tier = InputTier::kOrdinary;  // of `grouped` (set by merge_campaigns)
 };
 
@@ -504,6 +505,7 @@ void take_failure(const fs::path& f, const std::string& by, bool own, const std:
   if (fs::exists(minimal, ec)) {
     try {
       mf.grouped = read_corpus_file(minimal);
+      mf.minimal = minimal;
     } catch (const CorpusError&) {  // unreadable: grouped as found
     }
   }
@@ -574,9 +576,10 @@ std::string after_cell(const MergedFailure& f) {
   return std::to_string(static_cast<long long>(f.found_after_s)) + " s" + (f.after_merge_start ? " *" : "");
 }
 
-// The distinct failures copied into OUT/failures (case, report, heatmap) as report entries, and their JSON.
+// The distinct failures copied into OUT/failures (case, report, heatmap) as report entries, and their JSON; a
+// minimized one's minimal case into OUT/minimized, which its entry shows and replays (as in a campaign's summary).
 bool copy_failures(const std::vector<const MergedFailure*>& order, const fs::path& out, RunRecord& rec, Json& jf) {
-  const fs::path fdir = out / "failures";
+  const fs::path fdir = out / "failures", mdir = out / "minimized";
   std::error_code ec;
   for (const MergedFailure* m : order) {
     std::string text;
@@ -584,9 +587,17 @@ bool copy_failures(const std::vector<const MergedFailure*>& order, const fs::pat
       std::fprintf(stderr, "attn-fuzz: cannot copy %s into %s\n", m->path.c_str(), fdir.c_str());
       return false;
     }
-    const fs::path saved = fdir / m->path.filename();
+    fs::path saved = fdir / m->path.filename();
+    if (!m->minimal.empty()) {
+      fs::create_directories(mdir, ec);
+      if (ec || !fs::copy_file(m->minimal, mdir / m->minimal.filename(), fs::copy_options::overwrite_existing, ec)) {
+        std::fprintf(stderr, "attn-fuzz: cannot copy %s into %s\n", m->minimal.c_str(), mdir.c_str());
+        return false;
+      }
+      saved = mdir / m->minimal.filename();
+    }
     RunEntry e;
-    e.the_case = m->the_case;
+    e.the_case = m->minimal.empty() ? m->the_case : m->grouped.the_case;
     e.result = recorded_result(m->verdict);
     e.result.evidence.push_back({"first-found-by", m->first_by + " at " + iso_utc(m->found_at)});
     e.corpus_path = saved.string();
@@ -600,7 +611,8 @@ bool copy_failures(const std::vector<const MergedFailure*>& order, const fs::pat
     jf.push_back({{"kernel", m->verdict.kernel},
                   {"class", failure_class_name(m->verdict.failure)},
                   {"signature", m->verdict.signature},
-                  {"file", saved.string()},
+                  {"file", (fdir / m->path.filename()).string()},
+                  {"minimized", m->minimal.empty() ? Json() : Json(saved.string())},
                   {"first_found_by", m->first_by},
                   {"found_at", iso_utc(m->found_at)},
                   {"found_after_s", m->found_after_s},
@@ -650,6 +662,11 @@ void print_merge(const Merge& m, const Totals& t, const std::vector<const Merged
                 c.stats.is_object() ? c.stats.value("cases_per_s", 0.0) : 0.0,
                 (long long)(c.stats.is_object() ? c.stats.value("semantic_features", int64_t{0}) : -1),
                 (long long)c.own, (long long)c.first, (long long)c.imported);
+  size_t minimized = 0;
+  for (const MergedFailure* f : order) minimized += !f->minimal.empty();
+  if (minimized)
+    std::printf("%zu minimized: their replay is the minimal case's (OUT/minimized; the case as found: OUT/failures)\n",
+                minimized);
   if (!order.empty())
     std::printf("%-18s %-13s %-30s %-22s %-16s %-20s %-10s %s\n", "inputs", "class", "kernel", "signature",
                 "first found by", "at", "after", "replay");
@@ -669,6 +686,10 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
      << order.size() << " distinct failure(s)**";
   if (m.have_union && !m.camps.empty()) md << "; semantic features covered together: " << t.union_features;
   if (!order.empty()) md << "\n- failures by input tier: " << input_tier_counts(t.tiers.n);
+  size_t minimized = 0;
+  for (const MergedFailure* f : order) minimized += !f->minimal.empty();
+  if (minimized)
+    md << "\n- " << minimized << " minimized: their replay is the minimal case's (minimized/; as found: failures/)";
   md << "\n\n| campaign | started | cases | cases/s | features | failures found | first found | imported |\n"
      << "|---|---|---|---|---|---|---|---|\n";
   for (const CampaignInfo& c : m.camps) {

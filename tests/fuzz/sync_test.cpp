@@ -261,6 +261,7 @@ TEST(Merge, EachDistinctFailureOnceWithWhoFoundItFirst) {
   EXPECT_EQ(cs[1].at("first_found"), 2);
   EXPECT_TRUE(fs::exists(out / "junit.xml"));
   EXPECT_TRUE(fs::exists(out / "failures" / fb.filename()));
+  EXPECT_TRUE(fl[0].at("minimized").is_null());
   std::ifstream md(out / "summary.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("--replay"), std::string::npos);
@@ -268,6 +269,36 @@ TEST(Merge, EachDistinctFailureOnceWithWhoFoundItFirst) {
   // a directory that is no campaign: exit 2
   fs::create_directories(root / "empty");
   EXPECT_EQ(merge_campaigns({(root / "empty").string()}, out.string(), "x", true), 2);
+}
+
+// Issue 30 item 1: a campaign's minimal case (OUT/minimized/<name>) is what the merge shows and replays; the case as
+// found stays in OUT/failures (on an H200 the merged summary showed the as-found cases, specials and all).
+TEST(Merge, AMinimizedFailureIsShownAndReplayedAsItsMinimalCase) {
+  const fs::path root = fresh("merge-minimized");
+  FakeCampaign a(root, "a", root / "sync");
+  const fs::path found = a.add_failure(failure_file(30, "k1", FailureClass::kRescale, "rescale:compare"));
+  CorpusFile minimal = failure_file(31, "k1", FailureClass::kRescale, "rescale:compare");
+  fs::create_directories(a.out / "minimized");
+  {
+    std::ofstream f(a.out / "minimized" / found.filename());
+    f << to_corpus_text(minimal);
+  }
+  const fs::path out = root / "merged";
+  ASSERT_EQ(merge_campaigns({a.out.string()}, out.string(), "attn-fuzz --merge", true), 1);
+  const Json j = Json::parse(std::ifstream(out / "report.json"));
+  const Json& fl = j.at("merge").at("failures");
+  ASSERT_EQ(fl.size(), 1u);
+  EXPECT_EQ(fl[0].at("file"), (out / "failures" / found.filename()).string());
+  EXPECT_EQ(fl[0].at("minimized"), (out / "minimized" / found.filename()).string());
+  EXPECT_NE(fl[0].at("replay").get<std::string>().find("minimized"), std::string::npos) << fl[0].dump();
+  EXPECT_TRUE(fs::exists(out / "failures" / found.filename()));
+  EXPECT_TRUE(fs::exists(out / "minimized" / found.filename()));
+  ASSERT_EQ(j.at("results").size(), 1u);
+  EXPECT_NE(j.at("cases").at(0).at("text").get<std::string>().find(describe(minimal.the_case)), std::string::npos)
+      << j.at("cases").at(0).dump();
+  std::ifstream md(out / "summary.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("1 minimized"), std::string::npos) << text;
 }
 
 // Issue 27 item 7: inputs a merge must refuse, each with one line and exit 2, writing nothing: --out is one of the

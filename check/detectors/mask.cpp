@@ -585,6 +585,47 @@ std::string gradient_nan_leak(Context& c, std::string& tried) {
          first;
 }
 
+// Gradients under another mask (other_masks; dense problems without custom masks or dropout): the kernel's
+// gradients judged against the exact gradients of the very same inputs under that mask. An oracle experiment, no
+// launch: it also serves a kernel bound to one mask (an SDPA route that takes causal_lower_right only), which the
+// unmasked rerun below cannot. All within bound under one of them: a mask finding.
+bool other_mask_gradients(Context& c, Finding& f) {
+  const Problem& p = c.pc.problem();
+  if (c.seqs() || (p.variants & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS | AF_VARIANT_BLOCK_SPARSE |
+                                 AF_VARIANT_DROPOUT)))
+    return false;
+  // Values must match, not NaN = NaN: a kernel with non-finite gradients is left to the leak experiments.
+  const LaunchOutcome& out = c.original();
+  for (const std::vector<float>* g : {&out.dq, &out.dk, &out.dv})
+    if (!std::all_of(g->begin(), g->end(), [](float x) { return std::isfinite(x); })) return false;
+  const Tensors& t = c.pc.tensors();
+  for (const auto& [mv, label] : other_masks(c)) {
+    Case alt = c.pc.the_case();
+    alt.label += "-other-mask";
+    alt.problem.mask_kind = mv.mask_kind, alt.problem.mask_align = mv.mask_align;
+    alt.problem.window_left = mv.window_left, alt.problem.window_right = mv.window_right;
+    alt.explicit_values = ExplicitValues{t.q, t.k, t.v, t.dout};  // the same inputs, whatever the mask
+    alt.values.specials.clear();                                   // (their placements followed the mask)
+    if (!validate(alt).empty()) continue;
+    CheckResult g;
+    try {
+      PreparedCase pa(alt);
+      ++c.stats.oracles;
+      judge_gradients(pa, c.original(), c.opts, g);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (g.verdict != Verdict::kPass) continue;
+    fire(f, "other-mask",
+         "the gradients match the exact gradients of the same inputs under mask " + label + " (the case asks for " +
+             mask_to_string(p) +
+             fmt("): all %lld compared elements within bound, max err/bound %s", (long long)g.compared,
+                 num(g.max_ratio).c_str()));
+    return true;
+  }
+  return false;
+}
+
 // Gradient failures. Necessary: the same inputs pass under mask none. That alone proves nothing (a precision
 // loss the masked case happens to push past the bound also passes unmasked), so `mask` needs one of:
 // (1) a leak: an input the mask hides from a gradient element moves it (gradient_leak), or (2) errors far
@@ -602,7 +643,9 @@ Finding mask_gradients(Context& c) {
   un.label += "-unmasked";
   if (std::string e = parse_mask("none", un.problem); !e.empty() || !validate(un).empty()) return f;
   if (!unsupported_reason(c.k.kernel, un.problem).empty()) {
-    f.evidence.push_back({"mask", "the kernel does not take the case under mask none: no experiment"});
+    if (other_mask_gradients(c, f)) return f;
+    f.evidence.push_back({"mask", "the kernel does not take the case under mask none (no rerun), and its gradients "
+                                  "match the exact ones under no other mask tried"});
     return f;
   }
   PreparedCase pc(un);
@@ -673,6 +716,7 @@ Finding mask_gradients(Context& c) {
                       tried.c_str(), (long long)failing, num(worst).c_str(), kPrecisionLimit)});
     return f;
   }
+  if (other_mask_gradients(c, f)) return f;
   f.evidence.push_back(
       {"mask",
        passes + fmt("; but no input hidden by the mask reaches the gradients (leak experiments: %s), and the "

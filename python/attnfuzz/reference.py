@@ -211,7 +211,13 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     Score variants (p.variants): P from the final scores, dS_f = P (dP - Delta) summed into d bias over the
     bias's broadcast dimensions, dS = dS_f softcap'(raw) into dQ and dK, d sink_h = -sum_(b, i) exp(sink_h - LSE)
     Delta; then the result is (dQ, dK, dV, {"dsinks": [Hq], "dbias": the bias's shape}) (the keys present).
-    bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied)."""
+    bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied);
+    "bwd-align-tl" (causal-br computed as causal-tl, forward recomputed and backward: SDPA's efficient route with
+    causal_lower_right and Sq > Sk did that in its backward on an H200, examples/h200-campaigns)."""
+    if bug == "bwd-align-tl" and p.mask == "causal-br":
+        tl = copy.copy(p)
+        tl.mask, tl.mask_align, tl.diagonal_offset = "causal-tl", "top-left", 0
+        return attention_backward(q, k, v, do, tl)
     if o is None or lse is None:
         o, lse = attention(q, k, v, p)[:2]
     B, Sq, Hq, D = q.shape

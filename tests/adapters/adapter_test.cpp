@@ -227,6 +227,23 @@ TEST(Adapter, NumpyReferencePassesEveryFindingCase) {
   }
 }
 
+// A backward bound to one mask (numpy_ref --bug bwd-align-tl takes causal-br only and computes it as causal-tl, as
+// an SDPA route that takes causal_lower_right only): the unmasked rerun cannot run, and on an H200 such a failure was
+// left `precision`. The other-mask experiment on the gradients (an oracle experiment, no launch) names it.
+TEST(Adapter, ABackwardBoundToOneMaskIsNamedMaskByTheGradientsOtherMaskExperiment) {
+  NEED_NUMPY();
+  const std::string out = fresh("bwd-align-tl");
+  Result r = check(numpy_adapter("--bug bwd-align-tl"), "--pass bwd --sq 5 --sk 9 --d 16 --mask causal-br", out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto got = classes_in(out);
+  EXPECT_NE(std::find(got.begin(), got.end(), std::string("mask")), got.end()) << r.out;
+  std::ifstream md(fs::path(out) / "summary.md");
+  std::stringstream text;
+  text << md.rdbuf();
+  EXPECT_TRUE(has(text.str(), "the gradients match the exact gradients of the same inputs under mask causal-tl"))
+      << text.str();
+}
+
 TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   NEED_NUMPY();
   Result r = check(numpy_adapter(), "--sweep --quiet --pass bwd", fresh("sweep-bwd"));

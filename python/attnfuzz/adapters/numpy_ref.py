@@ -28,14 +28,14 @@ import time
 import numpy as np
 
 from attnfuzz import repro, sequences
-from attnfuzz.adapter import FEATURES, SCORE_VARIANTS, VARIANTS, Kernel, serve
+from attnfuzz.adapter import ALL_MASKS, FEATURES, SCORE_VARIANTS, VARIANTS, Kernel, serve
 
 # What a problem's plan cache may leave out of its key beside the shape (--bug stale-plan --stale-key-lacks).
 STALE_PARAMS = ("scale", "mask", "dtype")
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
         "stale-plan", "kv-latent-rows", "softcap-ignored", "trusts-metadata", "short-seq-16x", "fa2-window",
-        "last-tile-dropped")
+        "last-tile-dropped", "bwd-align-tl")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -44,8 +44,8 @@ SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
 def library_call(bug):
     """(problem, pass) -> repro.Call: how the kernel (numpy-ref, or numpy-<bug>) calls the reference, run by the adapter and
     printed into bug-report scripts as written; the float32 results rounded to the dtype as the helper stores them."""
-    fwd_bug = None if bug in ("bwd-mask-leak", "trusts-metadata") else bug
-    bwd_bug = bug if bug == "bwd-mask-leak" else None
+    fwd_bug = None if bug in ("bwd-mask-leak", "bwd-align-tl", "trusts-metadata") else bug
+    bwd_bug = bug if bug in ("bwd-mask-leak", "bwd-align-tl") else None
     trust = bug == "trusts-metadata"  # the sequence arrays taken as sent, unchecked (a malformed one is not refused)
 
     def make(p, pass_name):
@@ -158,6 +158,8 @@ def main(argv=None):
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
                   variants=variants, data_variants=data,
+                  # bwd-align-tl: causal-br only, as SDPA's lower-right route (no other mask to rerun with)
+                  masks=("causal-br",) if bug == "bwd-align-tl" else ALL_MASKS,
                   recompiles_per_shape=a.compile_delay > 0 and not a.hide_recompiles)], name="numpy_ref")
 
 

@@ -143,7 +143,7 @@ size_t GuardedBuffer::allocation() const { return guard_ + round4(bytes_) + afte
 void GuardedBuffer::relayout(size_t bytes) {
   const Timed timed;
   const size_t total = allocation();
-  if (bytes == bytes_ || allocation_bytes(bytes, guard_) != total) return;
+  if (bytes == bytes_ || allocation_bytes(bytes, guard_) > total) return;
   // Byte i of the allocation outside the payload holds poison byte (i - guard_) % 4 whatever the payload size,
   // so only old payload bytes past the new payload's end need the poison: the rest already holds it.
   const size_t old_end = round4(bytes_);

@@ -59,8 +59,9 @@ class GuardedBuffer {
   // The allocation a buffer of `bytes` with `guard_bytes` guards takes (whole pages), and this one's.
   static size_t allocation_bytes(size_t bytes, size_t guard_bytes);
   size_t allocation() const;
-  // Reuses the allocation for a payload of `bytes` with the same allocation_bytes(): the after-guard moves to
-  // the new payload end and every byte outside the payload holds the poison, as in a new buffer of that size.
+  // Reuses the allocation for a payload of `bytes` whose allocation_bytes() it holds: the after-guard moves to the
+  // new payload end (and takes the spare bytes) and every byte outside the payload holds the poison, as in a new
+  // buffer of that size.
   void relayout(size_t bytes);
 
  private:

@@ -213,16 +213,31 @@ std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t 
                                                 uint32_t poison) {
   std::lock_guard<std::mutex> lk(mu_);
   const size_t alloc = GuardedBuffer::allocation_bytes(bytes, guard);
-  size_t pick = kept_.size();
-  for (size_t i = kept_.size(); i-- > 0;) {  // newest first, the same size before another of the same allocation
-    const Kept& k = kept_[i];
-    if (k.guard != guard || k.buf->name() != name || k.buf->allocation() != alloc) continue;
-    if (pick == kept_.size()) pick = i;
-    if (k.buf->bytes() == bytes) {
-      pick = i;
-      break;
+  // A kept allocation serves a payload that fits it with at most min(alloc, 1 MiB) to spare: the spare bytes join
+  // the after-guard, whose read-back after each launch stays within twice the need.
+  auto fits = [&](const Kept& k) {
+    const size_t a = k.buf->allocation();
+    return k.guard == guard && k.buf->name() == name && a >= alloc && a - alloc <= std::min(alloc, size_t{1} << 20);
+  };
+  // The best kept buffer: the same payload size, else the same allocation, else the smallest that fits; newest
+  // first among equals.
+  auto best = [&] {
+    size_t pick = kept_.size();
+    for (size_t i = kept_.size(); i-- > 0;) {
+      const Kept& k = kept_[i];
+      if (!fits(k)) continue;
+      const size_t a = k.buf->allocation();
+      if (a == alloc && k.buf->bytes() == bytes) return i;
+      if (pick == kept_.size()) {
+        pick = i;
+        continue;
+      }
+      const size_t b = kept_[pick].buf->allocation();
+      if ((a == alloc) != (b == alloc) ? a == alloc : a < b) pick = i;
     }
-  }
+    return pick;
+  };
+  size_t pick = best();
   while (pick < kept_.size()) {
     Kept k = std::move(kept_[pick]);
     kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(pick));
@@ -240,12 +255,7 @@ std::unique_ptr<GuardedBuffer> BufferPool::take(const std::string& name, size_t 
       ++hits_;
       return std::move(k.buf);
     }
-    pick = kept_.size();
-    for (size_t i = kept_.size(); i-- > 0;)
-      if (kept_[i].guard == guard && kept_[i].buf->name() == name && kept_[i].buf->allocation() == alloc) {
-        pick = i;
-        break;
-      }
+    pick = best();
   }
   ++misses_;
   return std::make_unique<GuardedBuffer>(dev_, name, bytes, guard, poison);

@@ -44,10 +44,11 @@ struct RunOptions {
 // successive inputs (mutations of one corpus entry) often have similar buffer sizes: reuse saves the
 // allocation (an mmap on the cpu backend, hipMalloc / hipFree on GPUs), its page faults and the guard fill. A
 // buffer goes back to the pool only when its launch ended normally and every guard word still held the
-// poison, and a reused buffer is indistinguishable from a fresh one: it is taken for a payload whose
-// allocation (payload and guards, in whole pages) is the same size, its after-guard is moved to the new
-// payload end (GuardedBuffer::relayout), its guards hold the same poison (refilled if another poison is asked
-// for), and every payload byte is uploaded or filled before each launch. Its guards are checked again when
+// poison, and a reused buffer is indistinguishable from a fresh one but for a longer after-guard: it is taken
+// for a payload whose allocation (payload and guards, in whole pages) fits it with at most min(that allocation,
+// 1 MiB) to spare, its after-guard is moved to the new payload end and takes the spare bytes
+// (GuardedBuffer::relayout), its guards hold the same poison (refilled if another poison is asked for), and every
+// payload byte is uploaded or filled before each launch. Its guards are checked again when
 // it is taken if any launch ran since it was kept (a stray write of that launch is never blamed on a later
 // one), or if any launch ever ended abnormally. The pool must be destroyed before its device (it frees its
 // buffers there).

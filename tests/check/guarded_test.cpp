@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "check/runner.h"
+
 namespace attnfuzz {
 namespace {
 
@@ -72,6 +74,36 @@ TEST(GuardedReadBack, ChangedGuardWordsNamedPerBufferWithTheirOffsets) {
   ASSERT_EQ(few.size(), 2u);
   EXPECT_EQ(few[1].buffer, "b");
   EXPECT_EQ(b.changed_words(), 5u);
+}
+
+// The pool (check/runner.h) hands a kept allocation to a smaller payload that fits it with at most the need to
+// spare: the spare bytes are after-guard, poisoned and checked as a fresh buffer's.
+TEST(BufferPool, ASmallerPayloadReusesAFittingAllocationWithALongerAfterGuard) {
+  CopyOnlyDevice dev;
+  const size_t guard = 64 * 1024;
+  BufferPool pool(dev);
+  auto big = pool.take("o", 12288, guard, kGuardPoison);
+  const size_t alloc = big->allocation();
+  pool.give(std::move(big), guard, kGuardPoison);
+  auto small = pool.take("o", 4095, guard, kGuardPoison);  // 8 KiB less payload: same guards, fits
+  EXPECT_EQ(pool.hits(), 1);
+  EXPECT_EQ(small->bytes(), 4095u);
+  EXPECT_EQ(small->allocation(), alloc);
+  EXPECT_TRUE(small->check().empty());  // the old payload's tail is after-guard now, poisoned
+  const unsigned char x = 0;
+  dev.to_device(static_cast<char*>(small->data()) + 4095 + 8000, &x, 1);  // where the old payload was
+  const auto hits = small->check();
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(hits[0].offset, 4095 + 8000 - 3);  // the word holding it (payload offsets of whole poison words)
+  small.reset();  // a dirty buffer is never given back (launch_guarded keeps only clean ones)
+  // A larger payload does not fit; an allocation more than twice the need is not taken either.
+  auto larger = pool.take("o", 20000, guard, kGuardPoison);
+  auto huge = pool.take("q", size_t{4} << 20, guard, kGuardPoison);
+  pool.give(std::move(huge), guard, kGuardPoison);
+  auto tiny = pool.take("q", 16, guard, kGuardPoison);
+  EXPECT_EQ(pool.hits(), 1);
+  EXPECT_EQ(pool.misses(), 4);
+  EXPECT_EQ(tiny->allocation(), GuardedBuffer::allocation_bytes(16, guard));
 }
 
 }  // namespace

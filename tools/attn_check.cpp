@@ -436,7 +436,7 @@ int bug_report_mode(const Options& o, Session& s, const std::vector<Job>& jobs,
   br.recorded.verdict = j.recorded;
   if (o.minimize && j.recorded && j.recorded->verdict == Verdict::kFail) {
     const fuzz::WorkerConfig cfg = cli::common_worker_config(o.common, s.device->backend());
-    s.device.reset();
+    s.set_device(nullptr);
     fuzz::Minimized m;
     const std::string e = fuzz::minimize_case(br.recorded, j.origin, cfg, o.minimize_time, 5000, m);
     if (!e.empty()) usage_error(e);
@@ -444,7 +444,7 @@ int bug_report_mode(const Options& o, Session& s, const std::vector<Job>& jobs,
                 describe(m.file.the_case).c_str());
     br.original = describe(j.c);
     br.recorded.the_case = m.file.the_case;
-    s.device = open_tool_device(o.common, "attn-check");
+    s.set_device(open_tool_device(o.common, "attn-check"));
   }
   return write_bug_report(s, br);
 }
@@ -676,7 +676,7 @@ Exit status: 0 every check passed (unsupported / outside-contract are not failur
   if (!o.replay.empty() && o.minimize) {
     for (const auto& b : bad) std::fprintf(stderr, "attn-check: %s\n", b.c_str());
     const Backend backend = s.device->backend();
-    s.device.reset();  // the minimizer opens its own device
+    s.set_device(nullptr);  // the minimizer opens its own device
     const int rc = minimize_replays(o, jobs, backend, app.count("--out") ? o.common.out : "");
     return bad.empty() ? rc : 2;
   }

@@ -304,7 +304,7 @@ Exit status: 0 no failure, 1 distinct failures found (see OUT/summary.md), 2 usa
     list_kernels(s, o.json);
     return 0;
   }
-  s.device.reset();  // the workers open their own devices
+  s.set_device(nullptr);  // the workers open their own devices
 
   WorkerConfig w = cli::common_worker_config(o.common, backend);
   w.isolate = o.common.no_isolate ? "never" : o.isolate;

@@ -875,6 +875,12 @@ std::unique_ptr<Device> open_tool_device(const CommonOptions& o, const std::stri
   }
 }
 
+void Session::set_device(std::unique_ptr<Device> d) {
+  run.pool.reset();  // the pool frees its buffers on its device: before that device goes
+  device = std::move(d);
+  if (device) run.pool = std::make_shared<BufferPool>(*device);  // as a campaign's worker (fuzz/worker.cpp)
+}
+
 Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv) {
   Session s;
   s.tool = tool;
@@ -888,7 +894,7 @@ Session open_session(const CommonOptions& o, const std::string& tool, int argc, 
       die(tool, e.what());
     }
   }
-  s.device = open_tool_device(o, tool);
+  s.set_device(open_tool_device(o, tool));
   s.run.oracle.row_budget = o.oracle_rows;
   s.run.oracle.mp_bits = o.mp_bits;
   if (o.oracle_rows < 0) die(tool, "--oracle-rows must be >= 0");

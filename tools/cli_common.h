@@ -169,8 +169,10 @@ struct Session {
   CommonOptions opts;
   Registry* registry = nullptr;
   std::unique_ptr<Device> device;
-  RunOptions run;
+  RunOptions run;  // run.pool: guarded buffers reused between checks on `device` (destroyed before it)
   ClassifyOptions classify;
+  // Closes the device (its pool first), or opens `d` (with a new pool).
+  void set_device(std::unique_ptr<Device> d);
 };
 // Loads plug-ins, opens the device, checks --out is writable. Exits 2 with a message on bad input.
 Session open_session(const CommonOptions& o, const std::string& tool, int argc, char** argv);

@@ -27,7 +27,7 @@ void copy_if_fits(std::vector<T>& to, const std::vector<T>& from) {
 
 std::string shape_key(const Case& c, uint32_t data_variants) {
   const Problem& p = c.problem;
-  const uint32_t code = p.variants & ~(data_variants & kDataVariantsAllowed);  // the variants compiled in
+  const uint32_t code = p.variants & ~(data_variants & kScoreVariants);  // the variants compiled in
   std::ostringstream k;
   k << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_k << ' ' << p.head_dim
     << ' ' << p.head_dim_v << ' ' << dtype_name(p.dtype) << ' ' << pass_name(c.pass) << " | " << p.q_layout << ' '
@@ -51,7 +51,7 @@ Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& l
   r.values = values_of.values;
   r.seed = values_of.seed;
   r.problem.scale = values_of.problem.scale;
-  if (const uint32_t data = data_variants & kDataVariantsAllowed) {  // values_of's choice of the data variants
+  if (const uint32_t data = data_variants & kScoreVariants) {  // values_of's choice of the data variants
     Problem& p = r.problem;
     p.variants = (p.variants & ~data) | (values_of.problem.variants & data);
     if (data & AF_VARIANT_SOFTCAP) p.softcap = values_of.problem.softcap;

@@ -41,9 +41,6 @@ std::string shape_key(const Case& c, uint32_t data_variants = 0);
 // broadcast pattern) replaces shape_of's: a pool of compiled shapes then runs every combination of them.
 Case snap_shape(const Case& shape_of, const Case& values_of, const FuzzLimits& lim, uint32_t data_variants = 0);
 
-// The variants a kernel's compiled code may take as data (shape_key): sink, softcap, ALiBi, bias.
-constexpr uint32_t kDataVariantsAllowed = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
-
 // The minimizer's order for a kernel that compiles per shape: the candidates that keep cur's shape_key first (a
 // compiled kernel runs them in milliseconds), then those that change it (a compilation each), each group in its
 // given order.
@@ -63,8 +60,8 @@ class ShapePool {
   ShapePool() = default;
   ShapePool(CompileMode mode, double share, std::string why) : mode_(mode), share_(share), why_(std::move(why)) {}
   CompileMode mode() const { return mode_; }
-  // The kernel's data variants (shape_key); its pool's keys and snaps follow them.
-  void set_data_variants(uint32_t bits) { data_variants_ = bits & kDataVariantsAllowed; }
+  // The kernel's data variants (of sink, softcap, ALiBi, bias: shape_key); its pool's keys and snaps follow them.
+  void set_data_variants(uint32_t bits) { data_variants_ = bits & kScoreVariants; }
   std::string key(const Case& c) const { return shape_key(c, data_variants_); }
   Case snap(const Case& shape_of, const Case& values_of, const FuzzLimits& lim) const {
     return snap_shape(shape_of, values_of, lim, data_variants_);

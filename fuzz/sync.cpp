@@ -650,6 +650,13 @@ Json campaigns_json(const Merge& m) {
   return jc;
 }
 
+// How many of the failures are shown as their campaign's minimal case.
+size_t count_minimized(const std::vector<const MergedFailure*>& order) {
+  return static_cast<size_t>(std::count_if(order.begin(), order.end(), [](const MergedFailure* f) {
+    return !f->minimal.empty();
+  }));
+}
+
 void print_merge(const Merge& m, const Totals& t, const std::vector<const MergedFailure*>& order,
                  const RunRecord& rec) {
   std::printf("attn-fuzz --merge: %zu campaign(s), %lld case(s) (%.0f/s together), %zu distinct failure(s)\n",
@@ -662,9 +669,7 @@ void print_merge(const Merge& m, const Totals& t, const std::vector<const Merged
                 c.stats.is_object() ? c.stats.value("cases_per_s", 0.0) : 0.0,
                 (long long)(c.stats.is_object() ? c.stats.value("semantic_features", int64_t{0}) : -1),
                 (long long)c.own, (long long)c.first, (long long)c.imported);
-  size_t minimized = 0;
-  for (const MergedFailure* f : order) minimized += !f->minimal.empty();
-  if (minimized)
+  if (const size_t minimized = count_minimized(order))
     std::printf("%zu minimized: their replay is the minimal case's (OUT/minimized; the case as found: OUT/failures)\n",
                 minimized);
   if (!order.empty())
@@ -686,9 +691,7 @@ std::string merge_markdown(const Merge& m, const Totals& t, const std::vector<co
      << order.size() << " distinct failure(s)**";
   if (m.have_union && !m.camps.empty()) md << "; semantic features covered together: " << t.union_features;
   if (!order.empty()) md << "\n- failures by input tier: " << input_tier_counts(t.tiers.n);
-  size_t minimized = 0;
-  for (const MergedFailure* f : order) minimized += !f->minimal.empty();
-  if (minimized)
+  if (const size_t minimized = count_minimized(order))
     md << "\n- " << minimized << " minimized: their replay is the minimal case's (minimized/; as found: failures/)";
   md << "\n\n| campaign | started | cases | cases/s | features | failures found | first found | imported |\n"
      << "|---|---|---|---|---|---|---|---|\n";

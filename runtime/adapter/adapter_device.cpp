@@ -531,7 +531,6 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
                                  " (any of them), not " + v.dump());
       a.variants |= bit;
     }
-    constexpr uint32_t kScoreVariants = AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
     for (const Json& v : k.value("data_variants", Json::array())) {
       uint32_t bit = 0;
       if (!v.is_string() || !parse_variant_names(v.get<std::string>(), bit).empty() || (bit & ~kScoreVariants) ||

@@ -81,27 +81,27 @@ Case with_score_variants(Case c) {
 TEST(ShapeKey, DataVariantsAreNotPartOfIt) {
   const Case plain = shaped(1, 2, 7, 13, 16), scored = with_score_variants(plain);
   EXPECT_NE(shape_key(plain), shape_key(scored));  // compiled in, by default
-  EXPECT_EQ(shape_key(plain, kDataVariantsAllowed), shape_key(scored, kDataVariantsAllowed));
+  EXPECT_EQ(shape_key(plain, kScoreVariants), shape_key(scored, kScoreVariants));
   // Only the declared ones: a softcap compiled in still makes another shape.
   EXPECT_NE(shape_key(plain, AF_VARIANT_SINK | AF_VARIANT_BIAS), shape_key(scored, AF_VARIANT_SINK | AF_VARIANT_BIAS));
 }
 
 TEST(SnapShape, KeepsTheInputsOwnDataVariants) {
   FuzzLimits lim;
-  lim.variants = kDataVariantsAllowed;  // attn-fuzz --variant sink,softcap,alibi,bias
+  lim.variants = kScoreVariants;  // attn-fuzz --variant sink,softcap,alibi,bias
   const Case pool = shaped(2, 4, 33, 17, 32, 5);
   const Case drawn = with_score_variants(shaped(1, 1, 9, 100, 8, 77));
   // Without data variants the snapped input takes the pool case's (none): its sink, softcap and bias are lost.
   EXPECT_EQ(snap_shape(pool, drawn, lim).problem.variants, 0u);
-  const Case s = snap_shape(pool, drawn, lim, kDataVariantsAllowed);
+  const Case s = snap_shape(pool, drawn, lim, kScoreVariants);
   EXPECT_EQ(in_domain(s, lim), "") << describe(s);
   EXPECT_EQ(s.problem.variants, AF_VARIANT_SINK | AF_VARIANT_SOFTCAP | AF_VARIANT_BIAS);
   EXPECT_EQ(s.problem.softcap, 30.0f);
   EXPECT_EQ(bias_broadcast(s.problem), "bh");
   EXPECT_EQ(bias_elements(s.problem), 33 * 17);  // [Sq, Sk] of the pool's shape
-  EXPECT_EQ(shape_key(s, kDataVariantsAllowed), shape_key(pool, kDataVariantsAllowed));
+  EXPECT_EQ(shape_key(s, kScoreVariants), shape_key(pool, kScoreVariants));
   // And the other way: a pool case with variants, an input without: the input's choice (none) wins.
-  EXPECT_EQ(snap_shape(with_score_variants(pool), shaped(1, 1, 4, 4, 8), lim, kDataVariantsAllowed).problem.variants, 0u);
+  EXPECT_EQ(snap_shape(with_score_variants(pool), shaped(1, 1, 4, 4, 8), lim, kScoreVariants).problem.variants, 0u);
 }
 
 TEST(ShapePool, NewShapesWithinTheTimeShare) {

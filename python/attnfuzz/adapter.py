@@ -228,9 +228,9 @@ class Kernel:
                 raise ValueError(f"variants are {VARIANTS}, not {bad}")
             self.decl["variants"] = list(variants)
         if data_variants:  # the score variants its compiled code takes as data (PROTOCOL.md; absent: none)
-            bad = [v for v in data_variants if v not in ("sink", "softcap", "alibi", "bias") or v not in variants]
+            bad = [v for v in data_variants if v not in SCORE_VARIANTS or v not in variants]
             if bad:
-                raise ValueError(f"data_variants are among its variants sink, softcap, alibi, bias, not {bad}")
+                raise ValueError(f"data_variants are among its variants {', '.join(SCORE_VARIANTS)}, not {bad}")
             self.decl["data_variants"] = list(data_variants)
         if compute_model is not None:  # "fused" | "unfused" (PROTOCOL.md; absent: the tool assumes unfused)
             if compute_model not in ("fused", "unfused"):

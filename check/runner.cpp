@@ -31,17 +31,18 @@ PreparedCase::PreparedCase(Case c, unsigned oracle_threads)
   if (is_merge(case_.problem)) make_states(case_, tensors_, oracle_threads);  // the merge kernel's inputs (check/merge.h)
 }
 
-void PreparedCase::use_model(int32_t compute_model) {
-  if (compute_model == model_) return;
+void PreparedCase::use_model(const OracleOptions& o) {
+  const int32_t model = o.compute_model * 2 + (o.score_add_in_dtype ? 1 : 0);
+  if (model == model_) return;
   oracle_.reset();  // bounds of another compute model: the values would be the same, the bounds are not
   full_.reset();
   whole_.reset();
   grad_.reset();
-  model_ = compute_model;
+  model_ = model;
 }
 
 const OracleResult& PreparedCase::oracle(const OracleOptions& o) {
-  use_model(o.compute_model);
+  use_model(o);
   OracleOptions lean = o;
   lean.baseline = false;  // up to 4x the exact rows' cost in f16 / bf16, for a passing check's unused evidence
   if (!oracle_ && is_merge(case_.problem)) oracle_ = merge_oracle(case_.problem, tensors_, lean);
@@ -131,7 +132,7 @@ const OracleResult& PreparedCase::full_forward(const OracleOptions& o) {
 }
 
 const GradResult& PreparedCase::grad(const OracleOptions& o) {
-  use_model(o.compute_model);
+  use_model(o);
   if (!grad_) {
     GradOptions g = grad_options(o);
     g.forward = &full_forward(o);  // the gradient oracle skips its own forward pass
@@ -758,7 +759,10 @@ void merge_gradient_judgement(CheckResult& r, CheckResult& cmp) {
 
 RunOptions for_kernel(const RunOptions& opts, const af_kernel& k, const Problem& p) {
   RunOptions o = opts;
-  if (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) o.oracle.compute_model = k.compute_model;
+  if (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) {
+    o.oracle.compute_model = k.compute_model;
+    o.oracle.score_add_in_dtype = (k.flags & AF_KERNEL_SCORE_ADD_IN_DTYPE) != 0;
+  }
   return o;
 }
 

@@ -129,7 +129,7 @@ class PreparedCase {
 
  private:
   void make_given(const OracleOptions& o);
-  void use_model(int32_t compute_model);  // drops the oracles cached for another compute model
+  void use_model(const OracleOptions& o);  // drops the oracles cached for another compute model (or score terms)
   Case case_;
   Tensors tensors_;
   Problem view_;
@@ -139,7 +139,7 @@ class PreparedCase {
   std::optional<std::vector<float>> given_o_, given_lse_;
   std::optional<GradResult> grad_;
   std::optional<OracleResult> whole_;  // merge cases: merge_whole()
-  int32_t model_ = -1;  // the compute model of the cached oracles
+  int32_t model_ = -1;  // the compute model of the cached oracles, x 2 + score_add_in_dtype
 };
 
 // The gradient oracle's options for a run: the forward analysis of o, query / key budgets = its row budget.

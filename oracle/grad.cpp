@@ -215,6 +215,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     vr.slope = S.vars.alibi_slopes[h];
     vr.diag = i + (p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0);
   }
+  if (opts.fwd.score_add_in_dtype && (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16)) vr.add_dtype = p.dtype;
   if ((p.variants & AF_VARIANT_SINK) && S.vars.sinks[h] != -kInf) vr.has_sink = true, vr.sink = S.vars.sinks[h];
   const bool var = vr.any_variant();
   const size_t row_slot = static_cast<size_t>((b * p.heads_q + h) * p.seq_q + i);
@@ -244,7 +245,8 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     r.Dv = Dv;
     r.scale = p.scale;
     r.softcap = vr.softcap, r.bias = vr.bias, r.bias_j = vr.bias_j, r.alibi = vr.alibi, r.slope = vr.slope;
-    r.diag = vr.diag, r.has_sink = vr.has_sink, r.sink = vr.sink, r.keep = vr.keep, r.drop_p = vr.drop_p;
+    r.diag = vr.diag, r.add_dtype = vr.add_dtype, r.has_sink = vr.has_sink, r.sink = vr.sink, r.keep = vr.keep;
+    r.drop_p = vr.drop_p;
     if (!rb.hidden.empty()) r.hidden = rb.hidden.data();
     auto& w = rb.mp;
     for (auto* x : {&w.s_hi, &w.s_lo, &w.a, &w.w, &w.rho, &w.dscale, &w.extra}) x->assign(static_cast<size_t>(n), 0.0);

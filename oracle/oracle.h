@@ -62,6 +62,9 @@ struct OracleOptions {
   // unless it says otherwise, set by check_case): scores and softmax statistics in fp32 from the stored
   // inputs, P rounded to c before P.V, the `lowp_fused` terms and the fp32 contract. fp8 is always fused.
   int32_t compute_model = AF_COMPUTE_UNFUSED;
+  // The kernel takes the additive score terms (bias, ALiBi) in the f16 / bf16 storage type
+  // (AF_KERNEL_SCORE_ADD_IN_DTYPE, set by check_case): the exact result adds their fp32 sum rounded to it.
+  bool score_add_in_dtype = false;
   LowpBoundModel lowp{};
   // Fused and fp8 compute (README "fp8 bound"): scores in fp32 from the exact stored inputs (no c_in, c_s), P
   // rounded to c before P.V, fp32 accumulation, the output rounded once.

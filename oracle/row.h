@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "oracle/lowp.h"
 #include "oracle/oracle.h"
 
 namespace attnfuzz::oracle_detail {
@@ -40,9 +41,21 @@ struct RowRef {
   double keep_scale() const { return 1.0 / (1.0 - drop_p); }
   // The factor of key j's weight in O: 1 without dropout, else keep_scale() or 0.
   double keep_at(int64_t j) const { return !keep ? 1.0 : keep[j] ? keep_scale() : 0.0; }
-  // What the variants add to key j's (softcapped) score: bias + ALiBi, each exact in double.
-  double bias_at(int64_t j) const { return bias ? static_cast<double>(bias[j * bias_j]) : 0.0; }
+  // The kernel takes the additive terms in this dtype (af_dtype; -1: exact): their fp32 sum rounded to it, as
+  // SDPA's float attn_mask in the query's dtype (AF_KERNEL_SCORE_ADD_IN_DTYPE; README "Variants").
+  int32_t add_dtype = -1;
+  // What the variants add to key j's (softcapped) score: bias + ALiBi, each exact in double; with add_dtype, the
+  // rounded sum is bias_at (alibi_at 0), or alibi_at where there is no bias.
+  double bias_at(int64_t j) const {
+    if (!bias) return 0.0;
+    const double b = static_cast<double>(bias[j * bias_j]);
+    return add_dtype < 0 ? b : round_to_dtype(static_cast<double>(static_cast<float>(b + exact_alibi(j))), add_dtype);
+  }
   double alibi_at(int64_t j) const {
+    if (add_dtype < 0 || !alibi) return exact_alibi(j);
+    return bias ? 0.0 : round_to_dtype(static_cast<double>(static_cast<float>(exact_alibi(j))), add_dtype);
+  }
+  double exact_alibi(int64_t j) const {
     if (!alibi) return 0.0;
     const int64_t dist = j - diag;
     return -slope * static_cast<double>(dist < 0 ? -dist : dist);

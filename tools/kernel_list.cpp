@@ -65,6 +65,7 @@ Facts facts_of(const af_kernel& k) {
     for (int b = 0; b < 3; ++b)
       if (k.dropout_rngs & (1u << b)) f.dropout_rngs.push_back(kDropoutRngNames[b]);
   f.compute = k.compute_model == AF_COMPUTE_UNFUSED ? "unfused" : "fused";
+  if (k.flags & AF_KERNEL_SCORE_ADD_IN_DTYPE) f.compute += "+add-in-dtype";  // bias + ALiBi rounded to f16 / bf16
   f.lse = !k.writes_lse ? "no" : (k.flags & AF_KERNEL_LSE_PACKED) ? "packed" : "yes";
   // "128" when D and Dv share the limit, else "any/256" (Dv: v and o rows); "=" when Dv must equal D
   auto lim = [](int64_t v) { return v ? std::to_string(v) : std::string("any"); };

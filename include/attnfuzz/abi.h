@@ -241,7 +241,10 @@ typedef enum af_compute_model {
 
 /* v3: af_kernel::flags. */
 #define AF_KERNEL_LSE_PACKED (1u << 0) /* lse is [Hq, total_q] when q is packed (AF_LSE_PACKED) */
-#define AF_KERNEL_FLAGS_KNOWN 0x1u
+#define AF_KERNEL_SCORE_ADD_IN_DTYPE (1u << 1) /* f16 / bf16: the kernel takes bias + ALiBi as one additive term in the
+                                                  storage type (their fp32 sum rounded to it), as SDPA's float
+                                                  attn_mask; the exact result uses that rounded term */
+#define AF_KERNEL_FLAGS_KNOWN 0x3u
 
 /* v3: af_kernel::variants and af_problem::variants. A kernel that does not declare a variant is unsupported
  * for a problem that uses it; until the tool checks a variant (docs/semantics.md lists which it does), a

@@ -205,7 +205,7 @@ class Kernel:
                  gqa=True, dv_ne_d=True, lse=False, max_head_dim=0, max_head_dim_v=0, head_dim_multiple=1,
                  empty_keys=True, supports=None, backward=None, backward_dtypes=None, compute_model=None,
                  tunables=None, variants=(), repro=None, recompiles_per_shape=False, features=(),
-                 data_variants=()):
+                 data_variants=(), score_add_in_dtype=False):
         self.name, self.fn, self.supports, self.backward = name, fn, supports, backward
         self.repro = repro  # problem -> attnfuzz.repro.Call: the kernel writes bug-report scripts (PROTOCOL.md)
         self.decl = {"name": name, "family": family, "description": description, "dtypes": list(dtypes),
@@ -236,6 +236,8 @@ class Kernel:
             if compute_model not in ("fused", "unfused"):
                 raise ValueError(f"compute_model is 'fused' or 'unfused', not {compute_model!r}")
             self.decl["compute_model"] = compute_model
+        if score_add_in_dtype:  # f16 / bf16: bias + ALiBi reach the kernel as one term in the dtype (PROTOCOL.md)
+            self.decl["score_add_in_dtype"] = True
         if tunables:  # [{"name", "values": [default, ...], "role": "kv_splits" | "other", "description"}]
             decl = []
             for t in tunables:

@@ -37,6 +37,9 @@ class _Scores:
         self.keep = keep
         self.cap = getattr(p, "softcap", 0.0)
         self.add = p.score_add() if hasattr(p, "score_add") else None
+        if self.add is not None and getattr(p, "score_add_in_dtype", False) and p.dtype in ("f16", "bf16"):
+            # the kernel takes ALiBi + bias as one term in the dtype (SDPA's float attn_mask): fp32 sum, rounded
+            self.add = round_to(self.add.astype(np.float32), p.dtype)
         sinks = getattr(p, "sinks", None)
         self.sinks = None if sinks is None else np.asarray(sinks, np.float64)
 

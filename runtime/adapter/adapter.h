@@ -37,6 +37,9 @@ struct AdapterKernel {
   uint32_t variants = 0;  // "variants": ["mask-dense", "mask-bits", "block-sparse"] (custom masks; issue 28)
   uint32_t features = 0;  // "features": ["q-packed", "kv-packed", "seqused-k", "layout-variants"]: AF_FEATURE_*
   int32_t compute_model = AF_COMPUTE_UNFUSED;  // "compute_model": "fused" | "unfused" (default: unfused)
+  // "score_add_in_dtype": true: in f16 / bf16 it takes bias + ALiBi as one term in the storage type (SDPA's float
+  // attn_mask); AF_KERNEL_SCORE_ADD_IN_DTYPE.
+  bool score_add_in_dtype = false;
   // "tunables": [{"name", "role": "kv_splits" | "other", "values": [default, ...], "description"}], at most
   // AF_MAX_TUNABLES: the integer knobs the tool may set per run ("problem"."tunables": {name: value}).
   struct Tunable {

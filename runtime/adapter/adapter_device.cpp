@@ -64,6 +64,7 @@ struct KernelSpec {
   int64_t max_head_dim = 0, max_head_dim_v = 0, head_dim_multiple = 1;
   bool gqa = true, dv_ne_d = true, lse = false, empty_keys = true, dynamic_check = false, backward = false;
   int32_t compute_model = AF_COMPUTE_UNFUSED;
+  bool score_add_in_dtype = false;
   uint32_t variants = 0, features = 0;
   std::vector<AdapterKernel::Tunable> tunables;
   std::vector<af_tunable> table;  // the af_kernel view of `tunables` (names point into it)
@@ -550,6 +551,7 @@ std::vector<AdapterKernel> AdapterDevice::parse_kernels(const Json& list) {
     else
       throw std::runtime_error("kernel " + a.name + ": compute_model is \"fused\" or \"unfused\", not " +
                                cm.dump());
+    a.score_add_in_dtype = k.value("score_add_in_dtype", false);
     // The dtypes its backward takes (optional; default f32 only, as before the key existed): the ABI's
     // AF_SUPPORTS_BWD bits beside the forward dtypes. f32, f16 and bf16 (the gradient oracle's dtypes).
     if (a.backward && k.contains("backward_dtypes")) {
@@ -611,6 +613,7 @@ void AdapterDevice::register_kernels() {
     s.dynamic_check = a.dynamic_check;
     s.backward = a.backward;
     s.compute_model = a.compute_model;
+    s.score_add_in_dtype = a.score_add_in_dtype;
     s.variants = a.variants;
     s.features = a.features & kCarriedFeatures;
     s.tunables = a.tunables;
@@ -651,6 +654,7 @@ void AdapterDevice::register_kernels() {
     k.launch = launch_elsewhere;
     k.launch_bwd = st.backward ? launch_bwd_elsewhere : nullptr;  // the case model says which passes apply
     k.compute_model = st.compute_model;
+    k.flags = st.score_add_in_dtype ? AF_KERNEL_SCORE_ADD_IN_DTYPE : 0;
     k.variants = st.variants;
     k.features = st.features;
     k.dropout_rngs = (st.variants & AF_VARIANT_DROPOUT) ? 1u << AF_DROPOUT_RNG_EXPORTED : 0;  // it sends its mask

@@ -9,6 +9,7 @@
 # bias (its float-mask route), forward bf16 and backward (issue 28 item 10). Each campaign: SECONDS (default
 # 200) on 2 workers, then the minimizer (MINIMIZE seconds, default 60); rerun on the same OUT to extend them (a resume
 # is the same campaign, fuzz/README.md). Needs torch 2.11 and jax[cuda] 0.11; 16 cores keep all ten busy.
+# CAMPAIGNS="flex-variants sdpa-bias-bf16" runs those campaigns only.
 # Writes OUT/<campaign>/ and OUT/<campaign>.log, OUT/merged/ (attn-fuzz --merge), OUT/bundles/<campaign>--<failure>/.
 # Exit 0 when every campaign ran (failures found in a library are results), 2 on bad arguments.
 set -uo pipefail
@@ -34,6 +35,12 @@ declare -A ADAPTER=(
   [sdpa-bias-bf16]="python3 -m attnfuzz.adapters.torch_sdpa" [sdpa-bias-bwd]="python3 -m attnfuzz.adapters.torch_sdpa --backward")
 NAMES=(sdpa-bf16 sdpa-bwd-f16 flex-compiled flex-eager-bwd flex-variants jax-bf16 pallas-f16 varlen-bf16 sdpa-bias-bf16
   sdpa-bias-bwd)
+if [ -n "${CAMPAIGNS:-}" ]; then
+  read -ra NAMES <<< "$CAMPAIGNS"
+  for n in "${NAMES[@]}"; do
+    [ -n "${ARGS[$n]+set}" ] || { echo "live_campaigns.sh: no campaign '$n' (CAMPAIGNS names some of: ${!ARGS[*]})" >&2; exit 2; }
+  done
+fi
 
 for n in "${NAMES[@]}"; do
   # shellcheck disable=SC2086  # ARGS holds several words

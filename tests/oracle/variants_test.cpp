@@ -4,11 +4,14 @@
 // per-head fp8 descales against the per-tensor branch on each (b, head) slice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 
 #include "oracle/grad.h"
+#include "oracle/lowp.h"
 #include "oracle/oracle.h"
 #include "tests/oracle/oracle_options.h"
 
@@ -178,6 +181,54 @@ TEST(OracleVariants, FastPathMatchesTheArbiter) {
   for (size_t i = 0; i < a.o.size(); ++i) EXPECT_NEAR(a.o[i], b.o[i], 1e-13 + a.o_err[i]) << i;
   for (size_t i = 0; i < a.lse.size(); ++i) EXPECT_NEAR(a.lse[i], b.lse[i], 1e-12) << i;
   EXPECT_EQ(b.rows_mp, b.rows_computed);
+}
+
+// A kernel that takes ALiBi + bias as one term in the storage type (AF_KERNEL_SCORE_ADD_IN_DTYPE, SDPA's float
+// attn_mask in bf16): the exact result is the one over that term's fp32 sum rounded to bf16, bit for bit the same
+// as a bias tensor that holds the rounded sum, forward and backward; at |bias| ~ 100 (bf16 quantum 0.5) it is
+// not the result over the exact terms.
+TEST(OracleVariants, ScoreTermsInTheDtypeAreTheirFp32SumRounded) {
+  Rand c(5, "causal-br", "");
+  c.p.variants = AF_VARIANT_ALIBI | AF_VARIANT_BIAS;
+  c.p.dtype = AF_DTYPE_BF16;
+  for (float& e : c.bias) e *= 64.0f;
+  Rand r = c;  // the rounded sum as a plain bias, no ALiBi
+  r.p.variants = AF_VARIANT_BIAS;
+  for (int64_t b = 0; b < c.p.batch; ++b)
+    for (int64_t h = 0; h < c.p.heads_q; ++h)
+      for (int64_t i = 0; i < c.p.seq_q; ++i)
+        for (int64_t j = 0; j < c.p.seq_k; ++j) {
+          const int64_t dist = std::llabs(j - (i + c.p.seq_k - c.p.seq_q));
+          const size_t e = static_cast<size_t>(bias_index(c.p, b, h, i, j));
+          const double sum = static_cast<double>(c.bias[e]) -
+                             static_cast<double>(c.slopes[static_cast<size_t>(h)]) * static_cast<double>(dist);
+          r.bias[e] = round_to_dtype(static_cast<float>(sum), AF_DTYPE_BF16);
+        }
+  OracleOptions in_dtype = k1Thread, exact = k1Thread;
+  in_dtype.score_add_in_dtype = true;
+  in_dtype.baseline = exact.baseline = false;
+  in_dtype.compute_model = exact.compute_model = AF_COMPUTE_FUSED;
+  const OracleResult a = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), in_dtype);
+  const OracleResult b = compute_oracle(r.p, r.q.data(), r.k.data(), r.v.data(), r.vars(), exact);
+  const OracleResult x = compute_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.vars(), exact);
+  ASSERT_EQ(a.o.size(), b.o.size());
+  double moved = 0;  // the largest |exact-term O - rounded-term O| / bound
+  for (size_t i = 0; i < a.o.size(); ++i) {
+    EXPECT_EQ(a.o[i], b.o[i]) << i;
+    moved = std::max(moved, std::fabs(a.o[i] - x.o[i]) / x.o_bound[i]);
+  }
+  for (size_t i = 0; i < a.lse.size(); ++i) EXPECT_EQ(a.lse[i], b.lse[i]) << i;
+  EXPECT_GT(moved, 1.0) << "the rounding of the terms should move O beyond the fused bf16 bound";
+
+  std::vector<float> o(a.o.begin(), a.o.end()), lse(a.lse.begin(), a.lse.end());
+  GradOptions ga, gb;
+  ga.fwd = in_dtype, gb.fwd = exact;
+  const GradResult da = compute_grad_oracle(c.p, c.q.data(), c.k.data(), c.v.data(), c.dout.data(), o.data(),
+                                            lse.data(), c.vars(), ga);
+  const GradResult db = compute_grad_oracle(r.p, r.q.data(), r.k.data(), r.v.data(), r.dout.data(), o.data(),
+                                            lse.data(), r.vars(), gb);
+  for (size_t i = 0; i < da.dq.size(); ++i) EXPECT_EQ(da.dq[i], db.dq[i]) << i;
+  for (size_t i = 0; i < da.dk.size(); ++i) EXPECT_EQ(da.dk[i], db.dk[i]) << i;
 }
 
 TEST(OracleVariants, AlibiDefaultSlopesFollowThePaper) {

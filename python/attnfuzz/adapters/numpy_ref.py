@@ -110,6 +110,11 @@ def main(argv=None):
     ap.add_argument("--variants-as-data", action="store_true",
                     help="with --compile-delay: sinks, softcap, ALiBi and bias do not compile again (declared as "
                          "data_variants), as in FlexAttention's compiled path")
+    ap.add_argument("--compute-model", choices=("fused", "unfused"),
+                    help="declare this compute model (default none: the tool assumes unfused, the wider bound)")
+    ap.add_argument("--score-add-in-dtype", choices=("declared", "undeclared"),
+                    help="in f16 / bf16 take ALiBi + bias as one term rounded to the dtype, as SDPA's float attn_mask "
+                         "does, and declare it (score_add_in_dtype) or not (a kernel that rounds its bias silently)")
     a = ap.parse_args(argv)
     if a.compile_delay < 0:
         ap.error("--compile-delay needs SECONDS >= 0")
@@ -126,6 +131,7 @@ def main(argv=None):
     keyed = [x for x in STALE_PARAMS if x not in lacks]
 
     def run(q, k, v, p):
+        p.score_add_in_dtype = a.score_add_in_dtype is not None  # reference._Scores rounds the additive term
         if bug == "stale-plan":  # the first problem of each key is replayed: the parameters the key lacks go stale
             arrays = tuple(None if a is None else tuple(np.asarray(a).tolist())
                            for a in (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k))  # a layout is shape too
@@ -139,6 +145,7 @@ def main(argv=None):
         return (o, lse, *extra)
 
     def backward(q, k, v, o, lse, do, p):
+        p.score_add_in_dtype = a.score_add_in_dtype is not None
         if bug == "dropout-bwd-wrap":  # the backward's counter offset wrapped at 32 bits (PyTorch PR #188015's bug)
             p.dropout_offset &= 0xFFFFFFFF
         g = call_bwd(q, k, v, o, lse, do, p)
@@ -157,7 +164,8 @@ def main(argv=None):
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
-                  variants=variants, data_variants=data,
+                  variants=variants, data_variants=data, compute_model=a.compute_model,
+                  score_add_in_dtype=a.score_add_in_dtype == "declared",
                   # bwd-align-tl: causal-br only, as SDPA's lower-right route (no other mask to rerun with)
                   masks=("causal-br",) if bug == "bwd-align-tl" else ALL_MASKS,
                   recompiles_per_shape=a.compile_delay > 0 and not a.hide_recompiles)], name="numpy_ref")

@@ -211,6 +211,8 @@ def make(backend, route, device, dtypes, backward):
                   # math rounds q*sqrt(scale), k*sqrt(scale) and the scores to the dtype; the fused backends keep
                   # scores and softmax statistics in fp32
                   compute_model="unfused" if backend == "math" else "fused", lse=route == "dropout",
+                  # SDPA takes a float attn_mask in the query's dtype: ALiBi + bias are rounded to it
+                  score_add_in_dtype=route == "float-mask",
                   backward=T.cuda_guarded(grad) if backward else None, repro=library_call)
 
 

@@ -94,6 +94,8 @@ class Minimizer {
     double predict(bool new_shape) const;
   };
   Worker* worker(bool forked, std::string& err);
+  std::string shrink(const CorpusFile& cf, const std::string& source, double max_time_s, int max_checks,
+                     Minimized& out, bool forked);  // minimize() without its catch of a failed device
   int process() const;  // changes whenever a new device or adapter process starts (its compiled shapes are gone)
   WorkerConfig cfg_;
   std::unique_ptr<Worker> w_;

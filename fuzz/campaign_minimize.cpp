@@ -22,7 +22,12 @@ void minimize_failures(const CampaignOptions& o, const Paths& p, const std::vect
   for (Failure& f : found)
     if (!f.minimal && f.file.verdict->failure != FailureClass::kHang) todo.push_back(&f);
   if (budget <= 0 || todo.empty()) return;
+  // Ordinary inputs first; crashes last: on a GPU a crash can leave the process's device context unusable (an
+  // illegal address is sticky), and every minimization after it then fails (minimize() reports it and goes on).
   std::stable_sort(todo.begin(), todo.end(), [](const Failure* a, const Failure* b) {
+    const bool ca = a->file.verdict->failure == FailureClass::kCrash;
+    const bool cb = b->file.verdict->failure == FailureClass::kCrash;
+    if (ca != cb) return cb;
     return input_tier(a->file.the_case) < input_tier(b->file.the_case);
   });
   std::error_code ec;

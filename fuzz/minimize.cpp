@@ -75,6 +75,19 @@ Worker* Minimizer::worker(bool forked, std::string& err) {
 
 std::string Minimizer::minimize(const CorpusFile& cf, const std::string& source, double max_time_s,
                                 int max_checks, Minimized& out, bool forked) {
+  try {
+    return shrink(cf, source, max_time_s, max_checks, out, forked);
+  } catch (const std::exception& e) {
+    // A device that failed under a check (on an H100, a kernel that trusts malformed metadata faulted the CUDA
+    // context: "copy to host: cudaErrorIllegalAddress") is dropped; the next failure gets a fresh one.
+    retired_starts_ = adapter_starts();
+    w_.reset();
+    return std::string("the device failed while minimizing it: ") + e.what();
+  }
+}
+
+std::string Minimizer::shrink(const CorpusFile& cf, const std::string& source, double max_time_s, int max_checks,
+                              Minimized& out, bool forked) {
   const auto t0 = Clock::now();  // the budget counts everything: starting the device too
   if (!cf.verdict || cf.verdict->verdict != Verdict::kFail) return source + " records no failure: nothing to minimize";
   const RecordedVerdict rv = *cf.verdict;

@@ -9,6 +9,12 @@
 
 namespace attnfuzz::oracle_detail {
 
+// RowRef::add_dtype for problem p under o: p's storage type when the kernel takes the additive score terms in it
+// (OracleOptions::score_add_in_dtype, f16 / bf16 only), else -1 (exact).
+inline int32_t score_add_dtype(const OracleOptions& o, const Problem& p) {
+  return o.score_add_in_dtype && (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) ? p.dtype : -1;
+}
+
 // One query row (b, h, s): pointers already offset to batch b and kv head kv_head(h).
 struct RowRef {
   const float* q = nullptr;  // q[d], d < D (contiguous, last stride is 1)
@@ -49,11 +55,14 @@ struct RowRef {
   double bias_at(int64_t j) const {
     if (!bias) return 0.0;
     const double b = static_cast<double>(bias[j * bias_j]);
-    return add_dtype < 0 ? b : round_to_dtype(static_cast<double>(static_cast<float>(b + exact_alibi(j))), add_dtype);
+    return add_dtype < 0 ? b : in_add_dtype(b + exact_alibi(j));
   }
   double alibi_at(int64_t j) const {
     if (add_dtype < 0 || !alibi) return exact_alibi(j);
-    return bias ? 0.0 : round_to_dtype(static_cast<double>(static_cast<float>(exact_alibi(j))), add_dtype);
+    return bias ? 0.0 : in_add_dtype(exact_alibi(j));
+  }
+  double in_add_dtype(double sum) const {  // as the kernel is given it: the fp32 sum rounded to add_dtype
+    return round_to_dtype(static_cast<double>(static_cast<float>(sum)), add_dtype);
   }
   double exact_alibi(int64_t j) const {
     if (!alibi) return 0.0;

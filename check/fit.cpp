@@ -1,4 +1,4 @@
-// fit.cpp - a sweep case reshaped to what one kernel declares (heads, query rows, head dims, page size).
+// fit.cpp - a sweep case reshaped to what one kernel declares (its variants, heads, query rows, head dims, page size).
 #include "check/fit.h"
 
 #include <algorithm>
@@ -80,14 +80,27 @@ std::optional<Case> try_steps(const Case& c, const af_kernel& k, const std::vect
   }
   if (!validate(f).empty()) return std::nullopt;
   if (!case_unsupported_reason(k, f.problem, f.pass).empty()) return std::nullopt;
-  f.label += "-fit-" + tag;
+  f.label += (f.label.find("-fit-") == std::string::npos ? "-fit-" : ".") + tag;
   return f;
 }
 
 }  // namespace
 
-std::optional<Case> fit_to_kernel(const Case& c, const af_kernel& k) {
-  if (case_unsupported_reason(k, c.problem, c.pass).empty()) return c;
+std::optional<Case> fit_variants(const Case& c, const af_kernel& k) {
+  const uint32_t has = c.problem.variants & kDroppableVariants;
+  const uint32_t drop = has & ~k.variants;
+  if (!drop || drop == has) return std::nullopt;
+  Case f = c;
+  if (!drop_variants(f, drop).empty()) return std::nullopt;
+  f.label += "-fit-" + variant_names(has & ~drop);
+  return f;
+}
+
+std::optional<Case> fit_to_kernel(const Case& given, const af_kernel& k) {
+  if (case_unsupported_reason(k, given.problem, given.pass).empty()) return given;
+  const std::optional<Case> fewer = fit_variants(given, k);
+  const Case& c = fewer ? *fewer : given;
+  if (fewer && case_unsupported_reason(k, c.problem, c.pass).empty()) return c;
   const size_t n = steps().size();
   for (size_t i = 0; i < n; ++i)
     if (auto f = try_steps(c, k, {i})) return f;

@@ -325,6 +325,36 @@ std::string set_variants(Case& c, uint32_t bits, float softcap, const std::strin
   return {};
 }
 
+std::string drop_variants(Case& c, uint32_t bits) {
+  if (bits & ~kDroppableVariants)
+    return "variant " + variant_names(bits & ~kDroppableVariants) + " cannot be dropped from a case";
+  Problem& p = c.problem;
+  VariantSpec& vs = c.variants;
+  bits &= p.variants;
+  p.variants &= ~bits;
+  if (bits & AF_VARIANT_SINK) vs.sinks.clear();
+  if (bits & AF_VARIANT_SOFTCAP) p.softcap = 0;
+  if (bits & AF_VARIANT_ALIBI) vs.alibi_slopes.clear();
+  if (bits & AF_VARIANT_BIAS) {
+    for (int64_t& st : p.bias_stride) st = 0;
+    vs.bias.clear();
+  }
+  if (bits & AF_VARIANT_HEAD_DESCALE) {
+    p.descale_stride[0] = p.descale_stride[1] = 0;
+    vs.q_descale_h.clear(), vs.k_descale_h.clear(), vs.v_descale_h.clear();
+  }
+  if (bits & (AF_VARIANT_MASK_DENSE | AF_VARIANT_MASK_BITS)) {
+    for (int64_t& st : p.mask_stride) st = 0;
+    vs.custom_mask.clear();
+  }
+  if (bits & AF_VARIANT_BLOCK_SPARSE) {
+    for (int64_t& st : p.block_mask_stride) st = 0;
+    p.block_q = p.block_k = 0;
+    vs.block_mask.clear();
+  }
+  return validate(c);
+}
+
 std::string describe_variants(const Case& c) {
   const Problem& p = c.problem;
   const VariantSpec& vs = c.variants;

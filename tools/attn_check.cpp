@@ -583,14 +583,18 @@ bool run_jobs(Runner& runner, const std::vector<Job>& jobs,
     if (kernels[i].empty()) continue;  // a bad input (listed above): no values to generate
     PreparedCase pc(jobs[i].c);
     for (const KernelEntry* k : kernels[i]) {
-      // A layout sweep gives each kernel the case in a shape it declares (check/fit.h), e.g. one head for a
-      // one-head kernel, where the grid's own shape is refused.
-      if (jobs[i].origin == "sweep" && has_sequences(jobs[i].c.problem))
-        if (std::optional<Case> f = fit_to_kernel(jobs[i].c, k->kernel); f && f->label != jobs[i].c.label) {
+      // A sweep gives each kernel the case with the variants it declares, and a layout sweep in a shape it
+      // declares (check/fit.h), e.g. a sink-only kernel the sink of a `--variant all` case, one head for a
+      // one-head kernel, where the grid's own case is refused.
+      if (jobs[i].origin == "sweep" && !case_unsupported_reason(k->kernel, jobs[i].c.problem, jobs[i].c.pass).empty()) {
+        const std::optional<Case> f = has_sequences(jobs[i].c.problem) ? fit_to_kernel(jobs[i].c, k->kernel)
+                                                                        : fit_variants(jobs[i].c, k->kernel);
+        if (f) {
           PreparedCase fitted(*f);
           runner.check(*k, fitted, jobs[i].origin);
           continue;
         }
+      }
       const Judged& j = runner.check(*k, pc, jobs[i].origin);
       if (jobs[i].recorded && jobs[i].recorded->kernel == k->kernel.name) {
         const RecordedVerdict& rv = *jobs[i].recorded;

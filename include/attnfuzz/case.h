@@ -345,6 +345,13 @@ std::string validate_variants(const Case& c);
 // AF_VARIANT_KV_SHARED in bits sets (share_kv). Returns an error sentence or empty.
 std::string set_variants(Case& c, uint32_t bits, float softcap = 30, const std::string& bias_broadcast = "");
 
+// The variants a case can lose and stay the same problem otherwise (score variants, custom masks, per-head
+// descales; dropout and kv-shared are not dropped: one is its own sweep, the other geometry).
+constexpr uint32_t kDroppableVariants = kScoreVariants | kMaskVariants | AF_VARIANT_HEAD_DESCALE;
+// c without the variants `bits` (a subset of kDroppableVariants): their bits, problem fields and values cleared,
+// everything else (shape, seed, other variants' values) as it was. Returns validate(c), or why bits cannot go.
+std::string drop_variants(Case& c, uint32_t bits);
+
 // ---- Merged states (core/merge.cpp) ----
 // Whether c is a merge case (problem.n_states > 0).
 inline bool is_merge(const Problem& p) { return p.n_states > 0; }

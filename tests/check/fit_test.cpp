@@ -1,5 +1,6 @@
-// fit_test.cpp - layout sweeps reshaped to a kernel's declaration (check/fit.h): a one-head varlen kernel
-// and a decode kernel of at most 4 query rows get every case of their sweeps (issue 25 item 4).
+// fit_test.cpp - sweeps reshaped to a kernel's declaration (check/fit.h): a one-head varlen kernel and a decode
+// kernel of at most 4 query rows get every case of their layout sweeps (issue 25 item 4); a kernel declaring some
+// of a variant sweep's variants gets every case under those (issue 28).
 #include "check/fit.h"
 
 #include <gtest/gtest.h>
@@ -86,6 +87,42 @@ TEST(Fit, AKernelWithoutTheLayoutIsNotFitted) {
   af_kernel k = kernel("dense-only", nullptr);
   k.features = 0;
   for (const Case& c : layout_sweep_grid("paged", 0)) EXPECT_FALSE(fit_to_kernel(c, k)) << c.label;
+}
+
+// `--sweep --variant sink+softcap+alibi+bias+block-sparse`: a sink-only kernel gets every case of the grid with its
+// sink and nothing else changed (the same q, k, v); a kernel declaring none of them, or all, is not fitted.
+TEST(Fit, AVariantSweepCaseKeepsTheVariantsAKernelDeclares) {
+  af_kernel k = kernel("sink-only", nullptr);
+  k.features = 0;
+  k.variants = AF_VARIANT_SINK;
+  af_kernel none = k, all = k;
+  none.variants = 0;
+  all.variants = kScoreVariants | AF_VARIANT_BLOCK_SPARSE;
+  const std::vector<Case> grid =
+      variant_sweep_grid(kScoreVariants | AF_VARIANT_BLOCK_SPARSE, 0, ValueDomain::kIeee, AF_DTYPE_F32, Pass::kFwd);
+  size_t fitted = 0, same_values = 0;
+  for (const Case& c : grid) {
+    EXPECT_FALSE(fit_variants(c, none)) << c.label;
+    EXPECT_FALSE(fit_variants(c, all)) << c.label;
+    const std::optional<Case> f = fit_to_kernel(c, k);
+    ASSERT_TRUE(f) << c.label;
+    ++fitted;
+    EXPECT_EQ(case_unsupported_reason(k, f->problem, f->pass), "") << f->label;
+    EXPECT_EQ(f->problem.variants, c.problem.variants & AF_VARIANT_SINK) << f->label;
+    EXPECT_EQ(f->label, c.label + "-fit-sink") << f->label;
+    EXPECT_EQ(f->problem.softcap, 0.0f);
+    EXPECT_TRUE(f->variants.block_mask.empty() && f->variants.bias.empty()) << f->label;
+    // Special values placed at masked keys move with the mask; the other cases keep every value.
+    if (!c.values.specials.empty()) continue;
+    const Tensors a = generate(c), b = generate(*f);
+    EXPECT_EQ(a.q, b.q) << f->label;
+    EXPECT_EQ(a.k, b.k) << f->label;
+    EXPECT_EQ(a.v, b.v) << f->label;
+    EXPECT_EQ(a.sinks, b.sinks) << f->label;  // the kept variant's own values too
+    ++same_values;
+  }
+  EXPECT_EQ(fitted, grid.size());
+  EXPECT_GT(same_values, grid.size() / 2);
 }
 
 }  // namespace

@@ -199,6 +199,28 @@ TEST(AttnCheck, SweepRunsEveryKernelOnTheEdgeGridWithProgress) {
   EXPECT_TRUE(has(r.out, "online-row")) << r.out;
 }
 
+// Issue 28: `--sweep --variant all` puts every variant in one case; a kernel declaring some of them gets each case
+// with those only (label "-fit-<variants>"), so a planted sink bug is found there and nothing is unsupported.
+TEST(AttnCheck, AVariantSweepChecksEachKernelUnderTheVariantsItDeclares) {
+  const std::string out = fresh("variant-fit");
+  Result r = run(std::string("--plugin ") + PLANTED_PLUGIN +
+                     " --sweep --variant all --no-isolate --workers 1 --kernel planted-sink-ignored-prefill",
+                 out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "ignored-parameter")) << r.out;
+  EXPECT_FALSE(has(r.out, "NOTHING CHECKED")) << r.out;
+  std::ifstream jf(fs::path(out) / "report.json");
+  const auto j = nlohmann::json::parse(jf);
+  size_t checked = 0;
+  for (const auto& e : j.at("results")) {
+    EXPECT_NE(e.at("verdict"), "unsupported") << e.dump();
+    const std::string label = j.at("cases").at(e.at("case").get<size_t>()).at("label");
+    EXPECT_TRUE(label.ends_with("-fit-sink+softcap+alibi+bias")) << label;  // what it declares, no mask
+    ++checked;
+  }
+  EXPECT_GT(checked, 100u);
+}
+
 TEST(AttnCheck, ReportsAreWrittenAndWellFormed) {
   const std::string out = fresh("reports");
   Result r = run("--sq 40 --sk 40 --d 8 --mask causal-br --kernel test-nan-row,test-right", out);

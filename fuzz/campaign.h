@@ -83,6 +83,9 @@ class Minimizer {
   std::string minimize(const CorpusFile& cf, const std::string& source, double max_time_s, int max_checks,
                        Minimized& out, bool forked = false);
   int adapter_starts() const;  // adapter processes this minimizer started (restarts included)
+  // Whether a device failed under a check (minimize() said so), or a GPU device became unusable: a CUDA / HIP
+  // context that faulted stays faulted for the process.
+  bool device_failed() const { return device_failed_; }
 
  private:
   // One kernel's checks so far: the slowest at a shape new to the device's process and at one it had run (seconds;
@@ -101,6 +104,7 @@ class Minimizer {
   std::unique_ptr<Worker> w_;
   bool w_forked_ = false;
   int builds_ = 0, retired_starts_ = 0;  // workers built; adapter starts of those before w_
+  bool device_failed_ = false;
   std::map<std::string, KernelCost> costs_;
 };
 
@@ -110,6 +114,14 @@ std::string minimize_case(const CorpusFile& cf, const std::string& source, const
 // Shrinks the failing case of a corpus file (its recorded kernel and class must reproduce) and writes the
 // minimal case; returns the exit status (0 written, 2 error or not reproducible).
 int minimize_file(const std::string& path, const WorkerConfig& cfg, const MinimizeOptions& o);
+
+// The campaign's minimize phase in its own process (fuzz/campaign_minimize.cpp): a worker process started with
+// kMinimizeEnv runs this over the job file's failures from its "first" on, within its "budget_s", printing a progress
+// line each, writing each minimal case and appending "<index> ok|not|device" per failure and "adapters <n>" at the
+// end to the file named by "done". Returns 0, or kMinimizeFreshProcess when its device failed with failures left
+// (the campaign starts a fresh process for them), or 2 for a job file that does not read.
+inline constexpr int kMinimizeFreshProcess = 3;
+int minimize_jobs(const WorkerConfig& cfg, const std::string& jobs_path);
 
 // One step of the minimizer, for tests: the smallest case reachable from c by greedy shrinking while
 // still_fails(candidate) holds, within a check budget. checks counts calls of still_fails. same_shape_first: the

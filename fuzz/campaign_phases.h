@@ -150,9 +150,9 @@ class LogTail {
 fs::path write_worker_config(const CampaignOptions& o, const Paths& p);
 // libFuzzer's per-input timeout (-timeout), in seconds.
 int libfuzzer_timeout_s(const WorkerConfig& cfg);
-// Starts args[0] in its own process group, output to log, env added (an empty value unsets); dies with
-// attn-fuzz (PR_SET_PDEATHSIG).
-pid_t spawn(const std::vector<std::string>& args, const Env& env, const fs::path& log);
+// Starts args[0] in its own process group, output to log (keep_stdout: stderr only, stdout is attn-fuzz's), env
+// added (an empty value unsets); dies with attn-fuzz (PR_SET_PDEATHSIG).
+pid_t spawn(const std::vector<std::string>& args, const Env& env, const fs::path& log, bool keep_stdout = false);
 
 // The lifeline: attn-fuzz holds the only write end; every worker process watches the read end and kills its
 // process group when it reads end-of-file (attn-fuzz died, even by SIGKILL).

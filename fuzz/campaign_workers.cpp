@@ -81,7 +81,7 @@ int libfuzzer_timeout_s(const WorkerConfig& cfg) {
   return static_cast<int>(std::max(5.0, std::ceil(lf_line) + 3));
 }
 
-pid_t spawn(const std::vector<std::string>& args, const Env& env, const fs::path& log) {
+pid_t spawn(const std::vector<std::string>& args, const Env& env, const fs::path& log, bool keep_stdout) {
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) {
@@ -93,7 +93,7 @@ pid_t spawn(const std::vector<std::string>& args, const Env& env, const fs::path
   if (::getppid() != parent) ::_exit(1);
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
-    ::dup2(fd, 1);
+    if (!keep_stdout) ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::close(fd);
   }

@@ -76,12 +76,17 @@ Worker* Minimizer::worker(bool forked, std::string& err) {
 std::string Minimizer::minimize(const CorpusFile& cf, const std::string& source, double max_time_s,
                                 int max_checks, Minimized& out, bool forked) {
   try {
-    return shrink(cf, source, max_time_s, max_checks, out, forked);
+    std::string e = shrink(cf, source, max_time_s, max_checks, out, forked);
+    if (w_ && !w_->device().usable() && w_->device().backend() != Backend::kCpu &&
+        w_->device().backend() != Backend::kAdapter)
+      device_failed_ = true;
+    return e;
   } catch (const std::exception& e) {
     // A device that failed under a check (on an H100, a kernel that trusts malformed metadata faulted the CUDA
     // context: "copy to host: cudaErrorIllegalAddress") is dropped; the next failure gets a fresh one.
     retired_starts_ = adapter_starts();
     w_.reset();
+    device_failed_ = true;
     return std::string("the device failed while minimizing it: ") + e.what();
   }
 }

@@ -92,6 +92,9 @@ struct WorkerConfig {
 // The shortest fork-mode job of an adapter campaign with --compile-aware auto | on (WorkerConfig::min_job_s).
 inline constexpr int kCompileAwareMinJobS = 120;
 inline constexpr const char* kMpsRecheckEnv = "ATTNFUZZ_MPS_RECHECK";
+// A worker process started with kMinimizeEnv set (the path of a job file, fuzz/campaign.h minimize_jobs) minimizes
+// a campaign's failures instead of fuzzing, and exits.
+inline constexpr const char* kMinimizeEnv = "ATTNFUZZ_MINIMIZE";
 Json worker_config_to_json(const WorkerConfig& c);
 WorkerConfig worker_config_from_json(const Json& j);  // missing keys keep their defaults
 // Reads the file named by ATTNFUZZ_WORKER_CONFIG, or defaults when the variable is unset.

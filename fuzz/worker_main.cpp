@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "fuzz/campaign.h"
 #include "fuzz/codec.h"
 #include "fuzz/sync.h"
 #include "fuzz/worker.h"
@@ -143,6 +144,8 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
       std::printf("attn-fuzz-worker " ATTNFUZZ_VERSION "\n");
       std::exit(0);
     }
+  // The campaign's minimize phase (fuzz/campaign.h minimize_jobs): no fuzzing in this process.
+  if (const char* jobs = std::getenv(kMinimizeEnv); jobs && *jobs) std::exit(minimize_jobs(config(), jobs));
   watch_lifeline();  // the fork-mode parent and every job die with attn-fuzz
   (void)config();    // a bad configuration stops here, before libFuzzer starts
   if (argc && argv) lengthen_fork_job(*argc, *argv);

@@ -1,6 +1,7 @@
 // misbehaving_kernels.hip - a test-only plug-in of kernels that attack the tool, not the math: far
 // out-of-bounds writes, a leak, a spin, a segfault, an abort. Each computes the right O first (so only its
-// misbehaviour can fail it) and misbehaves on every launch.
+// misbehaviour can fail it) and misbehaves on every launch. Two more attack the minimizer: o-doubled is plainly
+// wrong (O times 2), segv-when-small too and kills its process for Sq <= 2, where shrinking its failure leads.
 // Built a second time with AF_SLOW_PLUGIN (slow_kernel.hip) as a plug-in of one correct but slow kernel
 // (slow-blocks: every block sleeps 100 ms before its rows), for the hang watch: slow is not hung.
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 
 namespace {
 
-enum Bad : int { kWrite16M, kWrite80K, kLeak8M, kSpin, kSegfault, kAbort, kSlow };
+enum Bad : int { kWrite16M, kWrite80K, kLeak8M, kSpin, kSegfault, kAbort, kSlow, kDoubled, kDoubledSegvSmall };
 
 // One element past the last element of O (largest offset of any [b, s, h, d] + 1).
 __host__ __device__ inline int64_t o_end(const af_problem& p) {
@@ -45,7 +46,8 @@ __global__ void bad_kernel(af_problem p, const float* q, const float* k, const f
       m = m_new;
       for (int64_t d = 0; d < p.head_dim_v; ++d) orow[d] = orow[d] * alpha + beta * v[v_row(p, b, j, hk) + d];
     }
-    for (int64_t d = 0; d < p.head_dim_v; ++d) orow[d] = finish_o(orow[d], m, l);
+    const float times = bad == kDoubled || bad == kDoubledSegvSmall ? 2.f : 1.f;
+    for (int64_t d = 0; d < p.head_dim_v; ++d) orow[d] = times * finish_o(orow[d], m, l);
   }
   if (first && bad == kWrite16M) o[o_end(p) + (16 << 20) / 4] = 7.f;  // 16 MiB past the end of O
   if (first && bad == kWrite80K) o[o_end(p) + (80 << 10) / 4] = 7.f;  // 80 KiB past the end of O
@@ -55,6 +57,7 @@ void* volatile g_sink;  // keeps the compiler from dropping the leaked allocatio
 
 template <int kBad>
 int launch(const af_problem* p, const af_buffers* b, void* stream) {
+  if (kBad == kDoubledSegvSmall && p->seq_q <= 2) *(volatile int*)nullptr = 1;  // on the host: the process dies
   if (kBad == kLeak8M) {  // host-side scratch that is never freed: 8 MiB more on every launch
     void* scratch = malloc(size_t{8} << 20);
     if (scratch) memset(scratch, 1, size_t{8} << 20);
@@ -79,6 +82,8 @@ const af_kernel kBadKernels[] = {
     BAD("bad-spin", kSpin, "spins forever, never reaching a barrier"),
     BAD("bad-segfault", kSegfault, "dereferences NULL"),
     BAD("bad-abort", kAbort, "calls abort()"),
+    BAD("o-doubled", kDoubled, "O times 2 (a plain wrong kernel)"),
+    BAD("segv-when-small", kDoubledSegvSmall, "O times 2; dereferences NULL on the host when Sq <= 2"),
 };
 #endif
 

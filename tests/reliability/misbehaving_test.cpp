@@ -232,5 +232,36 @@ TEST(Misbehaving, CorruptedFailureFileIsSkippedListedAndKept) {
   EXPECT_EQ(camp.at("skipped_failure_files").size(), 1u);
 }
 
+// Issue 30: the minimize phase runs in a child process, so a kernel that kills the process shrinking its failure
+// (on a GPU: faults its context) costs that failure's minimization only. segv-when-small's failure is ordinary and
+// goes first; shrinking it reaches Sq <= 2, where it dereferences NULL on the host. The campaign says so, a fresh
+// process minimizes the extreme-tier failure of o-doubled after it, and the summary is written.
+TEST(Misbehaving, AKernelThatKillsTheMinimizerCostsOnlyItsOwnMinimization) {
+  const fs::path out = fresh("minimizer-killed"), seeds = fresh("minimizer-killed-seeds");
+  fs::create_directories(out / "failures");
+  for (const std::string k : {"segv-when-small --dist uniform:1", "o-doubled --dist extreme:1000"}) {
+    const fs::path o = seeds / k.substr(0, k.find(' '));
+    const Outcome c = run(std::string(ATTN_CHECK) + kPlugin + " --kernel " + k + " --sq 8 --sk 8 --d 4 --out " + o.string());
+    ASSERT_EQ(c.rc, 1);
+    for (const auto& e : fs::directory_iterator(o / "corpus")) fs::copy(e.path(), out / "failures");
+  }
+  const Outcome r = run(std::string(ATTN_FUZZ) + kPlugin + " --out " + out.string() +
+                        " --kernel online-row --workers 1 --max-time 3 --no-seeds --minimize-budget 60");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("minimize 1/2: segv-when-small wrong"), std::string::npos);
+  EXPECT_NE(r.out.find("not minimized: the minimizing process died (signal 11"), std::string::npos);
+  EXPECT_NE(r.out.find("a fresh one goes on"), std::string::npos);
+  EXPECT_NE(r.out.find("minimize 2/2: o-doubled wrong"), std::string::npos);
+  EXPECT_NE(r.out.find("1 of 2 failure(s) minimized"), std::string::npos);
+  EXPECT_NE(r.out.find("by 2 processes"), std::string::npos);
+  int minimal = 0;
+  for (const auto& e : fs::directory_iterator(out / "minimized")) {
+    ++minimal;
+    EXPECT_EQ(read_corpus_file(e.path()).verdict->kernel, "o-doubled");
+  }
+  EXPECT_EQ(minimal, 1);
+  EXPECT_TRUE(fs::exists(out / "summary.md"));
+}
+
 }  // namespace
 }  // namespace attnfuzz::reliability

@@ -41,8 +41,9 @@ struct Context {
   // The pass of the case and whether the failure is in a gradient (dQ / dK / dV) rather than O / LSE.
   Pass pass() const { return pc.the_case().pass; }
   bool gradient_failure() const { return j.outcome.backward && !j.result.tensor.empty() && j.result.tensor[0] == 'd'; }
-  // An oracle for another problem or inputs, counted.
-  OracleResult oracle(const Problem& p, const Tensors& t);
+  // An oracle for another problem or inputs, counted; add_in_dtype: with bias + ALiBi rounded to the dtype before
+  // they are added (OracleOptions::score_add_in_dtype) whatever the kernel declares.
+  OracleResult oracle(const Problem& p, const Tensors& t, bool add_in_dtype = false);
 
   // Sequence layouts (varlen, KV cache, paged), where problem() is the dense view and launches, tensors() and
   // the mask are per sequence. Each helper is the plain dense one for a dense case.
@@ -52,7 +53,7 @@ struct Context {
   Problem row_problem(int64_t b) const;
   // The exact result of the case's layout problem `lp` (pc.problem() with, e.g., another mask) on layout
   // inputs t, in the dense view: sequence_oracle for a layout, oracle() when dense. Counted.
-  OracleResult layout_oracle(const Problem& lp, const Tensors& t);
+  OracleResult layout_oracle(const Problem& lp, const Tensors& t, bool add_in_dtype = false);
   // The one visibility rule (core's key_visible: mask_kind and the custom / block masks, docs/semantics.md
   // "Custom masks") for row s of query head h of batch b, in the dense view (row_problem(b) for a layout):
   // every key the row sees, ascending. Without a custom mask these are visible_keys(row_problem(b), s).

@@ -36,7 +36,7 @@ const Tensors& Context::view_tensors() {
   return *view_t;
 }
 
-OracleResult Context::oracle(const Problem& p, const Tensors& t) {
+OracleResult Context::oracle(const Problem& p, const Tensors& t, bool add_in_dtype) {
   ++stats.oracles;
   VariantInputs vars = t.variant_inputs();
   std::vector<uint8_t> keep;  // dropout: the checked launch's mask for the case's shape, else the reference mask
@@ -48,6 +48,7 @@ OracleResult Context::oracle(const Problem& p, const Tensors& t) {
   }
   OracleOptions o = opts.oracle;
   o.baseline = false;  // the experiments judge against the exact rows only
+  o.score_add_in_dtype |= add_in_dtype;
   return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, o);
 }
 
@@ -55,11 +56,12 @@ Problem Context::row_problem(int64_t b) const {
   return seqs() ? sequence_problem(pc.problem(), pc.tensors(), b) : problem();
 }
 
-OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t) {
-  if (!seqs()) return oracle(lp, t);
+OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t, bool add_in_dtype) {
+  if (!seqs()) return oracle(lp, t, add_in_dtype);
   ++stats.oracles;
   OracleOptions o = opts.oracle;
   o.baseline = false;
+  o.score_add_in_dtype |= add_in_dtype;
   return sequence_oracle(lp, t, o);
 }
 

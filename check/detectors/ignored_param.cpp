@@ -31,6 +31,9 @@ struct Probe {
   std::string what;  // "the sink (AF_VARIANT_SINK)": what the kernel ignored
   Problem p;
   std::optional<Tensors> t;  // other variant values (nullopt: the case's)
+  // The exact result with bias + ALiBi rounded to the dtype before they are added (OracleOptions::score_add_in_dtype):
+  // a kernel that does so without declaring it. Its class is precision: nothing is ignored, a rounding is undeclared.
+  bool add_in_dtype = false;
 };
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -470,10 +473,17 @@ Finding ignored_parameter(Context& c) {
   const OracleResult& exact = c.pc.oracle(c.opts.oracle);
   // A sequence layout's probes switch the variant off in the layout problem (the one a relaunch takes) and their
   // exact results are per sequence (layout_oracle), in the dense view p like the case's.
-  const std::vector<Probe> all = probes(c.pc.problem(), c.tensors());
+  std::vector<Probe> all = probes(c.pc.problem(), c.tensors());
+  if ((p.variants & (AF_VARIANT_BIAS | AF_VARIANT_ALIBI)) && (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) &&
+      !c.opts.oracle.score_add_in_dtype)
+    all.push_back(Probe{fmt("bias + ALiBi in %s: rounded to the dtype before they are added (as a float mask in the "
+                            "query's dtype is), which it does not declare (AF_KERNEL_SCORE_ADD_IN_DTYPE; an adapter's "
+                            "score_add_in_dtype)",
+                            dtype_name(p.dtype)),
+                        c.pc.problem(), std::nullopt, true});
   std::vector<Apart> relaunch;  // switched-off probes whose exact result is apart from the case's
   for (const Probe& pr : all) {
-    const OracleResult ex = c.layout_oracle(pr.p, pr.t ? *pr.t : c.tensors());
+    const OracleResult ex = c.layout_oracle(pr.p, pr.t ? *pr.t : c.tensors(), pr.add_in_dtype);
     if (relaunchable(c, pr))
       if (std::string w = outputs_apart(p, exact, ex); !w.empty()) relaunch.push_back({&pr, w});
     int64_t match = 0, visible = 0;
@@ -505,12 +515,12 @@ Finding ignored_parameter(Context& c) {
     if (match == static_cast<int64_t>(rows.size()) && visible == match) {
       // The row's whole output (O and LSE) matches the other exact result: every other row already passes.
       f.fired = true;
-      f.cls = FailureClass::kIgnoredParameter;
-      f.evidence.push_back({"ignored-parameter", fmt("the kernel ignores %s: all %lld failing row(s) (s = %s) are within "
-                                                     "the bound of that exact result (max ratio %.3g against it, %.3g "
-                                                     "against the case's)",
-                                                     pr.what.c_str(), (long long)rows.size(), ranges(where).c_str(),
-                                                     worst, c.j.result.max_ratio)});
+      f.cls = pr.add_in_dtype ? FailureClass::kPrecision : FailureClass::kIgnoredParameter;
+      f.evidence.push_back({pr.add_in_dtype ? "score-add-in-dtype" : "ignored-parameter",
+                            fmt("the kernel %s %s: all %lld failing row(s) (s = %s) are within the bound of that exact "
+                                "result (max ratio %.3g against it, %.3g against the case's)",
+                                pr.add_in_dtype ? "takes" : "ignores", pr.what.c_str(), (long long)rows.size(),
+                                ranges(where).c_str(), worst, c.j.result.max_ratio)});
       return f;
     }
     f.evidence.push_back({"ignored-parameter", fmt("not %s: %lld of %lld failing row(s) match it (max ratio %.3g), on "

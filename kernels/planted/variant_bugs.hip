@@ -1,10 +1,10 @@
 // variant_bugs.hip - planted bugs in the variants (issue 28): sinks, softcap, ALiBi, bias, d sink, custom masks,
-// per-head fp8 descales.
+// per-head fp8 descales, the precision of bf16 score terms.
 //
 // A plain fp32 row kernel (one thread per query row, online softmax over the visible keys with kernels/common.h's
 // variant_score / fold_sink), a split-KV version of it (num_splits partial states, then a logsumexp combine) and a
 // plain backward (one thread per query row for Delta and dQ, one per key for dK / dV, one per head for d sink); an
-// fp8-e4m3 row kernel for the per-head descales.
+// fp8-e4m3 row kernel for the per-head descales; a bf16 row kernel for the score terms' precision.
 // With VarBug::kNone each is correct; every deviation sits behind `if constexpr (kBug == ...)` and is marked
 // `// PLANTED:`. Each is modelled on a reported bug; kernels/planted/README.md has its exposing and quiet case.
 #include "kernels/common.h"
@@ -28,6 +28,8 @@ enum class VarBug {
   kMaskIgnoredBwd,      // the custom / block mask applied in the forward only; the backward sees every key
   kHeadDescaleQHead,    // fp8: k's per-head descale read at the query head (h mod Hkv), not the KV head
   kHeadDescaleIgnored,  // fp8: the per-head descale arrays never read, the per-tensor descales used (FlashInfer #4979)
+  kBiasAddBf16,         // bf16: bias + ALiBi rounded to bf16 before they are added (a float mask in the query's dtype,
+                        // as SDPA takes one), without declaring AF_KERNEL_SCORE_ADD_IN_DTYPE
 };
 
 // Key j of row (b, h, i) under the custom / block mask as the planted kernel reads it.
@@ -168,6 +170,67 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = store_o<T>(pd, vb, b, hk, finish_o(acc[d], m, l));
   if (lse) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
+}
+
+// ---- bf16 with the score variants ----
+// One thread per query row of bf16 q, k, v: online-row's bf16 arithmetic (fp32 scores, softmax state and accumulators,
+// the weight rounded to bf16 for P.V, O rounded once) with the score variants of common.h.
+template <VarBug kBug>
+__global__ void __launch_bounds__(kThreads)
+    var_bf16_row_kernel(af_problem p, const __hip_bfloat16* __restrict__ q, const __hip_bfloat16* __restrict__ k,
+                        const __hip_bfloat16* __restrict__ v, __hip_bfloat16* __restrict__ o, float* __restrict__ lse,
+                        VariantBufs vb) {
+  using T = __hip_bfloat16;
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if (i >= p.seq_q) return;
+  const int64_t hk = kv_head_of(p, h);
+  constexpr uint32_t kAdd = AF_VARIANT_BIAS | AF_VARIANT_ALIBI;
+  af_problem rest = p, terms = p;  // the score without the additive terms; the terms alone
+  rest.variants &= ~kAdd;
+  terms.variants &= kAdd;
+  const KeySpan keys = row_keys(p, i);
+  const T* qr = q + q_row(p, b, i, h);
+  float m = neg_inf(), l = 0.0f, acc[kMaxD];
+  for (int64_t d = 0; d < p.head_dim_v; ++d) acc[d] = 0.0f;
+  for (int64_t j = keys.first; j < keys.last; ++j) {
+    const T* kr = k + k_row(p, b, j, hk);
+    float dot = 0.0f;
+    for (int64_t d = 0; d < p.head_dim; ++d) dot += Elem<T>::load(qr[d]) * Elem<T>::load(kr[d]);
+    float s = variant_score(rest, vb, b, h, i, j, p.scale * dot);
+    // PLANTED: bias-add-bf16: bias + ALiBi summed in fp32, rounded to bf16, then added (the float mask SDPA takes in
+    // the query's dtype); the kernel does not declare AF_KERNEL_SCORE_ADD_IN_DTYPE.
+    if (terms.variants) s += Elem<T>::round(variant_score(terms, vb, b, h, i, j, 0.0f));
+    const float m_new = nan_max(m, s);
+    const float alpha = rescale_factor(m, m_new), w = softmax_weight(s, m_new), wr = Elem<T>::round(w);
+    const T* vr = v + v_row(p, b, j, hk);
+    for (int64_t d = 0; d < p.head_dim_v; ++d) acc[d] = acc[d] * alpha + wr * Elem<T>::load(vr[d]);
+    l = l * alpha + w;
+    m = m_new;
+  }
+  const float alpha = fold_sink(variant_sink(p, vb, h), m, l);
+  for (int64_t d = 0; d < p.head_dim_v; ++d) o[o_row(p, b, i, h) + d] = Elem<T>::store(finish_o(acc[d] * alpha, m, l));
+  if (lse) lse[lse_at(p, b, h, i)] = finish_lse(m, l);
+}
+
+int var_bf16_check(const af_problem* p, char* why, size_t why_len) {
+  if (check_dtype(p, AF_SUPPORTS_BF16, why, why_len)) return 1;
+  if (p->head_dim_v > kMaxD) return unsupported(why, why_len, "planted variant kernels support Dv <= 128");
+  if (!grid_fits(ceil_div(p->seq_q, kThreads), p->heads_q, p->batch, kThreads))
+    return unsupported(why, why_len, "grid exceeds the launch limits");
+  return 0;
+}
+
+template <VarBug kBug>
+int var_bf16_launch(const af_problem* pp, const af_buffers* buf, void* stream) {
+  const af_problem p = *pp;
+  if (var_bf16_check(pp, nullptr, 0)) return (int)hipErrorInvalidValue;
+  using T = __hip_bfloat16;
+  hipLaunchKernelGGL(var_bf16_row_kernel<kBug>,
+                     dim3((unsigned)ceil_div(p.seq_q, kThreads), (unsigned)p.heads_q, (unsigned)p.batch),
+                     dim3(kThreads), 0, (hipStream_t)stream, p, static_cast<const T*>(buf->q),
+                     static_cast<const T*>(buf->k), static_cast<const T*>(buf->v), static_cast<T*>(buf->o), buf->lse,
+                     variant_bufs(*buf));
+  return (int)hipGetLastError();
 }
 
 int var_fp8_check(const af_problem* p, char* why, size_t why_len) {
@@ -476,6 +539,12 @@ const af_kernel kVariantBugs[] = {
      AF_SUPPORTS_FP8_E4M3, AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
      var_fp8_check, var_fp8_launch<VarBug::kHeadDescaleIgnored>, /*features=*/0, 0, nullptr, nullptr, nullptr,
      /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/AF_VARIANT_HEAD_DESCALE},
+    {"planted-bias-add-bf16", "planted/variants",
+     "bf16 row kernel with the score variants and a planted bug: bias + ALiBi rounded to bf16 before they are added, "
+     "not declared (AF_KERNEL_SCORE_ADD_IN_DTYPE)",
+     AF_SUPPORTS_BF16, AF_SUPPORTS_ALL_MASKS, 0, kMaxD, /*writes_lse=*/1, /*needs_dv_eq_d=*/0, nullptr,
+     var_bf16_check, var_bf16_launch<VarBug::kBiasAddBf16>, /*features=*/0, 0, nullptr, nullptr, nullptr,
+     /*compute_model=*/0, /*kind=*/0, /*flags=*/0, /*variants=*/kScoreVariants},
 };
 static_assert(sizeof(kVariantBugs) / sizeof(kVariantBugs[0]) == attnfuzz_planted::kVariantBugCount,
               "planted.h's count");

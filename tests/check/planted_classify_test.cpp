@@ -20,6 +20,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attnfuzz/case.h"
@@ -367,6 +368,7 @@ struct ExpectedVariant {
   std::string cls;
   Pass pass;
   uint32_t bits;  // the variant sweep the kernel is judged on
+  int32_t dtype = AF_DTYPE_F32;  // and its dtype
 };
 const std::map<std::string, ExpectedVariant> kExpectedVariants = {
     {"planted-sink-ignored-prefill", {"ignored-parameter", Pass::kFwd, kScoreVariants}},
@@ -382,6 +384,8 @@ const std::map<std::string, ExpectedVariant> kExpectedVariants = {
     // fp8 (the head-descale sweep is fp8-e4m3): k's descale read at query head h mod Hkv.
     {"planted-head-descale-qhead", {"ignored-parameter", Pass::kFwd, AF_VARIANT_HEAD_DESCALE}},
     {"planted-head-descale-ignored", {"ignored-parameter", Pass::kFwd, AF_VARIANT_HEAD_DESCALE}},
+    // bf16: bias + ALiBi rounded to bf16 before they are added, undeclared: precision, the probe's evidence naming it.
+    {"planted-bias-add-bf16", {"precision", Pass::kFwd, AF_VARIANT_BIAS, AF_DTYPE_BF16}},
 };
 
 // A budget prepared once per key (a pass, a dtype) and call site (each make is its own type): make() gives its
@@ -398,10 +402,10 @@ std::vector<PreparedCase>& prepared_once(Key key, Make make) {
   return v;
 }
 
-std::vector<PreparedCase>& prepared_variants(Pass pass, uint32_t bits = kScoreVariants) {
-  return prepared_once(std::make_pair(pass, bits), [pass, bits] {
+std::vector<PreparedCase>& prepared_variants(Pass pass, uint32_t bits = kScoreVariants, int32_t dtype = AF_DTYPE_F32) {
+  return prepared_once(std::make_tuple(pass, bits, dtype), [pass, bits, dtype] {
     std::vector<Case> out;
-    for (Case& c : variant_sweep_grid(bits, 0, ValueDomain::kIeee, AF_DTYPE_F32, pass))
+    for (Case& c : variant_sweep_grid(bits, 0, ValueDomain::kIeee, dtype, pass))
       if (work(c.problem) <= (pass == Pass::kFwd ? kMaxWork : kMaxWork / 4)) out.push_back(std::move(c));
     return out;
   });
@@ -440,9 +444,12 @@ class PlantedVariant : public ::testing::TestWithParam<std::string> {};
 TEST_P(PlantedVariant, DetectedAndRightlyClassifiedOnTheVariantSweep) {
   load();
   const std::string name = GetParam();
-  const auto& [want, pass, bits] = kExpectedVariants.at(name);
-  if (const auto f = first_failure("planted-variant", name, prepared_variants(pass, bits)))
+  const auto& [want, pass, bits, dtype] = kExpectedVariants.at(name);
+  if (const auto f = first_failure("planted-variant", name, prepared_variants(pass, bits, dtype))) {
     EXPECT_EQ(failure_class_name(f->j.result.failure), want) << describe(f->pc->the_case()) << f->evidence;
+    if (name == "planted-bias-add-bf16")  // the class alone would not lead to the bug: the probe's evidence does
+      EXPECT_NE(f->evidence.find("the kernel takes bias + ALiBi in bf16"), std::string::npos) << f->evidence;
+  }
 }
 
 TEST(PlantedVariant, EveryVariantPlantedKernelHasAnExpectedClass) { expect_family_is("planted/variants", kExpectedVariants); }
@@ -460,6 +467,10 @@ TEST(PlantedVariant, CorrectFlashKernelsPassTheVariantBudget) {
   // forward).
   EXPECT_GT(correct_passes("correct-variant", "flash-bm16-bn32",
                            prepared_variants(Pass::kFwd, AF_VARIANT_HEAD_DESCALE)),
+            50);
+  // bf16 with a bias (planted-bias-add-bf16's sweep): fp32 score terms pass, the add-in-dtype probe never fires.
+  EXPECT_GT(correct_passes("correct-variant", "flash-bm16-bn32",
+                           prepared_variants(Pass::kFwd, AF_VARIANT_BIAS, AF_DTYPE_BF16)),
             50);
 }
 

@@ -516,6 +516,7 @@ Finding ignored_parameter(Context& c) {
       // The row's whole output (O and LSE) matches the other exact result: every other row already passes.
       f.fired = true;
       f.cls = pr.add_in_dtype ? FailureClass::kPrecision : FailureClass::kIgnoredParameter;
+      if (pr.add_in_dtype) f.kind = "score-add-in-dtype";  // decided by "ignored-parameter/score-add-in-dtype"
       f.evidence.push_back({pr.add_in_dtype ? "score-add-in-dtype" : "ignored-parameter",
                             fmt("the kernel %s %s: all %lld failing row(s) (s = %s) are within the bound of that exact "
                                 "result (max ratio %.3g against it, %.3g against the case's)",

@@ -149,6 +149,10 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
   const double eta_c = S.cd == AF_DTYPE_F32 ? 0 : underflow_error(S.cd);
   const int64_t D = p.head_dim, Dv = p.head_dim_v, hk = kv_head(p, h);
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
+  // A kernel may fold the scale into dS before rounding it (ds = P (dP - Delta) scale, the Triton tutorial's order)
+  // instead of scaling the fp32 accumulators after: the underflow is then eta_c of scale dS, eta_c / scale of dS
+  // (the final dQ, dK multiply it by the scale again: sc eta_ds = max(sc, 1) eta_c, finite at any scale).
+  const double eta_ds = sc > 0 && sc < 1 ? eta_c / sc : eta_c;
   const bool want_dq = S.q_pick[static_cast<size_t>(i)] != 0;
   // Custom masks: the shown keys only; a row they hide entirely is an empty row (README "Custom masks").
   const KeyRange kr = oracle_detail::custom_keys(p, S.vars, b, h, i, visible_keys(p, i), rb.hidden);
@@ -419,7 +423,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
       const double dsc = rb.dsc[jj];
       const double dS = dS_f * dsc;
       double eS = eS_f * dsc + std::fabs(dS_f) * rb.edsc[jj] + (dsc != 1 ? 2 * kU * std::fabs(dS) : 0.0);
-      if (uc > 0) eS += uc * std::fabs(dS) + eta_c;  // dS rounded to the compute dtype before the products
+      if (uc > 0) eS += uc * std::fabs(dS) + eta_ds;  // dS (or scale dS) rounded to the compute dtype
       // Rule B2: what the kernel may form for dS, P' (dP' - Delta'), within the fp32 range.
       if (why.empty() && (P + eP) * (std::fabs(dp) + edP + std::fabs(delta) + eDelta) > kRange)
         why = mS > kRange ? "an exact P (|dP| + |Delta|) exceeds the fp32 range"

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "attnfuzz/case.h"
+#include "attnfuzz/corpus.h"
 #include "oracle/lowp.h"
 #include "tests/oracle/fp32_models.h"
 
@@ -320,6 +322,102 @@ TEST(GradOracle, AnF16dKMadeOfSubnormalTermsMayBeZero) {
   ASSERT_LT(std::fabs(dk), 0x1p-14);  // below f16's smallest normal
   EXPECT_GE(bound, std::fabs(dk)) << "a kernel that flushes the tiny dS to 0 (dK = 0) would fail";
   EXPECT_LT(bound, 1e-4) << "and the bound stays small against f16's normal range";
+}
+
+// An f16 backward as tensor-core kernels run it: q, k, v, dO and the given O in f16; P recomputed in fp32 from the
+// given LSE, rounded to f16 for dV = P^T dO; dS = P (dP - Delta) in fp32, rounded to f16 (round to nearest, subnormals
+// kept) before dQ = dS K and dK = dS^T Q in fp32 accumulators; the gradients rounded to f16 once. scaled_ds: the scale
+// folded into dS before that rounding (ds = P (dP - Delta) scale, as the Triton tutorial's fused-attention backward
+// does), else applied to the fp32 accumulators at the end (FlashAttention 2's order).
+ModelGrads f16_backward(const BwdCase& c, bool scaled_ds) {
+  const Problem& p = c.p;
+  const int64_t D = p.head_dim, Dv = p.head_dim_v, G = p.heads_q / p.heads_kv;
+  auto h16 = [](double x) { return round_to_dtype(static_cast<float>(x), AF_DTYPE_F16); };
+  std::vector<double> dq(static_cast<size_t>(p.batch * p.seq_q * p.heads_q * D), 0.0),
+      dk(static_cast<size_t>(p.batch * p.seq_k * p.heads_kv * D), 0.0),
+      dv(static_cast<size_t>(p.batch * p.seq_k * p.heads_kv * Dv), 0.0);
+  const float sc = scaled_ds ? p.scale : 1.0f, tail = scaled_ds ? 1.0f : p.scale;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const int64_t hk = h / G;
+        const KeyRange kr = visible_keys(p, i);
+        const float lse = c.lse[lse_index(p, b, h, i)];
+        if (kr.empty() || lse == -kInff) continue;
+        const float* dO = &c.dout[o_index(p, b, i, h, 0)];
+        float delta = 0;
+        for (int64_t d = 0; d < Dv; ++d) delta += dO[d] * c.o[o_index(p, b, i, h, d)];
+        for (int64_t j = kr.first; j < kr.last; ++j) {
+          float s = 0, dp = 0;
+          for (int64_t d = 0; d < D; ++d) s += c.q[q_index(p, b, i, h, d)] * c.k[k_index(p, b, j, hk, d)];
+          for (int64_t d = 0; d < Dv; ++d) dp += dO[d] * c.v[v_index(p, b, j, hk, d)];
+          const float P = expf(s * p.scale - lse), ds = h16(P * (dp - delta) * sc), ph = h16(P);
+          for (int64_t d = 0; d < D; ++d) {
+            dq[((b * p.seq_q + i) * p.heads_q + h) * D + d] += ds * c.k[k_index(p, b, j, hk, d)];
+            dk[((b * p.seq_k + j) * p.heads_kv + hk) * D + d] += ds * c.q[q_index(p, b, i, h, d)];
+          }
+          for (int64_t d = 0; d < Dv; ++d) dv[((b * p.seq_k + j) * p.heads_kv + hk) * Dv + d] += ph * dO[d];
+        }
+      }
+  ModelGrads m;
+  for (double x : dq) m.dq.push_back(h16(static_cast<float>(x) * tail));
+  for (double x : dk) m.dk.push_back(h16(static_cast<float>(x) * tail));
+  for (double x : dv) m.dv.push_back(h16(x));
+  return m;
+}
+
+// Both orders of an f16 backward stay inside the bound over random cases, some with peaked rows (|q|, |k| ~ 6: P and
+// dS far below f16's normal range). Rounding scale dS to f16 loses up to half f16's smallest subnormal of the scaled
+// value, i.e. eta / scale of dS: the H100 case below is where that decides.
+TEST(GradOracle, F16BackwardModelsStayInsideTheBoundWhereverTheScaleIsApplied) {
+  Rng rng(41);
+  double worst[2] = {0, 0};
+  for (int t = 0; t < 300; ++t) {
+    BwdCase c = bwd_case(rng);
+    c.p.dtype = AF_DTYPE_F16;
+    for (auto* x : {&c.q, &c.k, &c.v, &c.dout})
+      for (float& y : *x) y = round_to_dtype(y, AF_DTYPE_F16);
+    fill_given(c);
+    for (float& x : c.o) x = round_to_dtype(x, AF_DTYPE_F16);
+    GradOptions go = one_thread();
+    go.fwd.compute_dtype = AF_DTYPE_F16;
+    const GradResult g = run(c, go);
+    if (!g.inside_contract) continue;
+    for (bool scaled : {false, true}) {
+      const ModelGrads m = f16_backward(c, scaled);
+      const double r = std::max({worst_ratio(m.dq, g.dq, g.dq_bound), worst_ratio(m.dk, g.dk, g.dk_bound),
+                                 worst_ratio(m.dv, g.dv, g.dv_bound)});
+      EXPECT_LT(r, 1.0) << describe(c.p) << (scaled ? " scale folded into dS" : " scale at the end");
+      worst[scaled] = std::max(worst[scaled], r);
+    }
+  }
+  std::printf("f16 backward models: worst err/bound %.3g (scale at the end), %.3g (scale folded into dS)\n",
+              worst[0], worst[1]);
+}
+
+// Session 20's H100 case (tests/oracle/data, minimized by attn-fuzz): SDPA's efficient f16 backward returned
+// dK[j=1, d=3] = 0 where the exact value is -1.26e-7, 4% past the bound of then (1.21e-7). The backward that folds the
+// scale into dS before rounding it to f16 returns that 0 too: scale dS is below half f16's smallest subnormal there. It
+// is within the bound now that the underflow of scale dS is counted (its worst ratio was 1.02, now 0.32); the order
+// that scales at the end stays within it as before.
+TEST(GradOracle, AnF16dSWithTheScaleFoldedInMayFlushToZeroAsOnTheH100) {
+  const CorpusFile cf = read_corpus_file(std::string(ORACLE_DATA) + "/h100-sdpa-bwd-f16-underflow.case");
+  BwdCase c;
+  c.p = cf.the_case.problem;
+  const Tensors t = generate(cf.the_case);
+  c.q = t.q, c.k = t.k, c.v = t.v, c.dout = t.dout;
+  fill_given(c);
+  for (float& x : c.o) x = round_to_dtype(x, AF_DTYPE_F16);
+  GradOptions go = one_thread();
+  go.fwd.compute_dtype = AF_DTYPE_F16;
+  const GradResult g = run(c, go);
+  const size_t at = g.dk_at(0, 1, 0, 3);
+  ASSERT_NEAR(g.dk[at], -1.258e-7, 1e-10);  // the element the H100 returned as 0
+  for (bool scaled : {false, true}) {
+    const ModelGrads m = f16_backward(c, scaled);
+    if (scaled) EXPECT_EQ(m.dk[static_cast<size_t>(k_index(c.p, 0, 1, 0, 3))], 0.0f);
+    EXPECT_LT(worst_ratio(m.dk, g.dk, g.dk_bound), 1.0) << (scaled ? "scale folded into dS" : "scale at the end");
+  }
 }
 
 TEST(GradOracle, EmptyRowsAndMaskedKeysAreExactZeros) {

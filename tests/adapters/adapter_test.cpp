@@ -212,7 +212,7 @@ TEST(Adapter, FlashAttention2sWindowNormalisationIsNamedMaskNotRescale) {
 // reference.
 TEST(Adapter, NumpyReferencePassesEveryFindingCase) {
   NEED_NUMPY();
-  for (const char* dir : {"sdpa-findings", "jax-findings", "h100-campaigns", "h200-campaigns"}) {
+  for (const char* dir : {"sdpa-findings", "jax-findings", "h100-campaigns", "h200-campaigns", "h100-campaigns-s20"}) {
     int n = 0;
     for (const auto& e : fs::directory_iterator(fs::path(SOURCE_DIR) / "examples" / dir)) {
       if (e.path().extension() != ".case") continue;

@@ -246,7 +246,7 @@ TEST(Misbehaving, AKernelThatKillsTheMinimizerCostsOnlyItsOwnMinimization) {
     for (const auto& e : fs::directory_iterator(o / "corpus")) fs::copy(e.path(), out / "failures");
   }
   const Outcome r = run(std::string(ATTN_FUZZ) + kPlugin + " --out " + out.string() +
-                        " --kernel online-row --workers 1 --max-time 3 --no-seeds --minimize-budget 60");
+                        " --kernel online-row --workers 1 --max-time 1 --no-seeds --minimize-budget 60");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("minimize 1/2: segv-when-small wrong"), std::string::npos);
   EXPECT_NE(r.out.find("not minimized: the minimizing process died (signal 11"), std::string::npos);

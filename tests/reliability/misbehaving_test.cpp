@@ -80,13 +80,13 @@ TEST(Misbehaving, SlowLaunchThatKeepsFinishingBlocksIsNotAHang) {
   EXPECT_NE(reason.find("no block of the launch finished for 0.4 s"), std::string::npos) << reason;
 }
 
-// Every launch of a far out-of-bounds writer is caught, attributed to O: isolated launches, many cases (12 s: about
-// 2,000 checks on a loaded 2-core machine, where more than 10 are asked).
+// Every launch of a far out-of-bounds writer is caught, attributed to O: isolated launches, many cases (6 s: about
+// 1,000 checks on a loaded 2-core machine, where more than 10 are asked; 12 s gave 2,000).
 TEST(Misbehaving, EveryLaunchOfAnOutOfBoundsWriterIsCaughtAndBlamesO) {
   const fs::path out = fresh("oob-always");
   const Outcome r =
       run(std::string(ATTN_FUZZ) + " --out " + out.string() + kPlugin +
-          " --kernel bad-write-16m,bad-write-80k --isolate always --workers 2 --max-time 12 --no-seeds");
+          " --kernel bad-write-16m,bad-write-80k --isolate always --workers 2 --max-time 6 --no-seeds");
   EXPECT_EQ(r.rc, 1);
   const auto found = failures(out);
   for (const std::string k : {"bad-write-16m", "bad-write-80k"}) {

@@ -219,7 +219,7 @@ void grad_row(const Shared& S, int64_t b, int64_t h, int64_t i, const KeyFacts& 
     vr.slope = S.vars.alibi_slopes[h];
     vr.diag = i + (p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0);
   }
-  vr.add_dtype = oracle_detail::score_add_dtype(opts.fwd, p);
+  vr.add_dtype = score_add_dtype(opts.fwd, p);
   if ((p.variants & AF_VARIANT_SINK) && S.vars.sinks[h] != -kInf) vr.has_sink = true, vr.sink = S.vars.sinks[h];
   const bool var = vr.any_variant();
   const size_t row_slot = static_cast<size_t>((b * p.heads_q + h) * p.seq_q + i);

@@ -529,7 +529,7 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
     r.slope = S.vars.alibi_slopes[h];
     r.diag = s + (p.mask_align == AF_ALIGN_BOTTOM_RIGHT ? p.seq_k - p.seq_q : 0);
   }
-  r.add_dtype = oracle_detail::score_add_dtype(opts, p);
+  r.add_dtype = score_add_dtype(opts, p);
   r.has_sink = has_sink;
   r.sink = sink;
   if ((p.variants & AF_VARIANT_DROPOUT) && p.dropout_p > 0) {  // p = 0: every weight kept, the dropout-free result

@@ -72,6 +72,13 @@ struct OracleOptions {
   bool baseline = true;  // also run the plain fp32 reference on the computed rows
 };
 
+// The type the exact result rounds p's additive score terms to under o: p's storage type when the kernel takes them
+// in it (OracleOptions::score_add_in_dtype, f16 / bf16 only), else -1 (exact). The one rule of the forward and
+// gradient oracles and of the detectors' add-in-dtype probe.
+inline int32_t score_add_dtype(const OracleOptions& o, const Problem& p) {
+  return o.score_add_in_dtype && (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) ? p.dtype : -1;
+}
+
 // Whether a kernel computing in cd under opts computes scores in fp32 (fused, or fp8), and the low-precision
 // bound terms that apply to it.
 bool fused_compute(const OracleOptions& opts, int32_t cd);

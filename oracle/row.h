@@ -9,12 +9,6 @@
 
 namespace attnfuzz::oracle_detail {
 
-// RowRef::add_dtype for problem p under o: p's storage type when the kernel takes the additive score terms in it
-// (OracleOptions::score_add_in_dtype, f16 / bf16 only), else -1 (exact).
-inline int32_t score_add_dtype(const OracleOptions& o, const Problem& p) {
-  return o.score_add_in_dtype && (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) ? p.dtype : -1;
-}
-
 // One query row (b, h, s): pointers already offset to batch b and kv head kv_head(h).
 struct RowRef {
   const float* q = nullptr;  // q[d], d < D (contiguous, last stride is 1)

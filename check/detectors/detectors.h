@@ -44,6 +44,8 @@ struct Context {
   // An oracle for another problem or inputs, counted; add_in_dtype: with bias + ALiBi rounded to the dtype before
   // they are added (OracleOptions::score_add_in_dtype) whatever the kernel declares.
   OracleResult oracle(const Problem& p, const Tensors& t, bool add_in_dtype = false);
+  // The oracle options of those experiments: the kernel's, exact rows only (no baseline), add_in_dtype as above.
+  OracleOptions experiment_options(bool add_in_dtype = false) const;
 
   // Sequence layouts (varlen, KV cache, paged), where problem() is the dense view and launches, tensors() and
   // the mask are per sequence. Each helper is the plain dense one for a dense case.

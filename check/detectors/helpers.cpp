@@ -46,10 +46,14 @@ OracleResult Context::oracle(const Problem& p, const Tensors& t, bool add_in_dty
     keep = same ? launch_keep(pc, j.outcome.keep) : reference_keep_mask(p);
     vars.dropout_keep = keep.data();
   }
+  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, experiment_options(add_in_dtype));
+}
+
+OracleOptions Context::experiment_options(bool add_in_dtype) const {
   OracleOptions o = opts.oracle;
   o.baseline = false;  // the experiments judge against the exact rows only
   o.score_add_in_dtype |= add_in_dtype;
-  return compute_oracle(p, t.q.data(), t.k.data(), t.v.data(), vars, o);
+  return o;
 }
 
 Problem Context::row_problem(int64_t b) const {
@@ -59,10 +63,7 @@ Problem Context::row_problem(int64_t b) const {
 OracleResult Context::layout_oracle(const Problem& lp, const Tensors& t, bool add_in_dtype) {
   if (!seqs()) return oracle(lp, t, add_in_dtype);
   ++stats.oracles;
-  OracleOptions o = opts.oracle;
-  o.baseline = false;
-  o.score_add_in_dtype |= add_in_dtype;
-  return sequence_oracle(lp, t, o);
+  return sequence_oracle(lp, t, experiment_options(add_in_dtype));
 }
 
 std::vector<int64_t> Context::seen_keys(int64_t b, int64_t h, int64_t s) const {

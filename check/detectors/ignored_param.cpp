@@ -474,8 +474,10 @@ Finding ignored_parameter(Context& c) {
   // A sequence layout's probes switch the variant off in the layout problem (the one a relaunch takes) and their
   // exact results are per sequence (layout_oracle), in the dense view p like the case's.
   std::vector<Probe> all = probes(c.pc.problem(), c.tensors());
-  if ((p.variants & (AF_VARIANT_BIAS | AF_VARIANT_ALIBI)) && (p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16) &&
-      !c.opts.oracle.score_add_in_dtype)
+  OracleOptions declared = c.opts.oracle;  // as if the kernel declared AF_KERNEL_SCORE_ADD_IN_DTYPE
+  declared.score_add_in_dtype = true;
+  if ((p.variants & (AF_VARIANT_BIAS | AF_VARIANT_ALIBI)) && score_add_dtype(c.opts.oracle, p) < 0 &&
+      score_add_dtype(declared, p) >= 0)
     all.push_back(Probe{fmt("bias + ALiBi in %s: rounded to the dtype before they are added (as a float mask in the "
                             "query's dtype is), which it does not declare (AF_KERNEL_SCORE_ADD_IN_DTYPE; an adapter's "
                             "score_add_in_dtype)",

@@ -591,7 +591,12 @@ int run_grid(dim3 g, dim3 bd, size_t dynamic_shared, void (*fn)(void*), void* ct
   std::atomic<bool> failed{false};
   std::mutex msg_mu;
   std::string first_err;
+  std::atomic<unsigned> started{0};
   auto work = [&](unsigned worker) {  // static striding: the same blocks meet on the same OS thread every run
+    // The workers start their first blocks together, as a GPU's blocks do: a worker created first would
+    // otherwise be done with its blocks before the last one exists, and blocks that race would never meet.
+    started.fetch_add(1, std::memory_order_acq_rel);
+    while (started.load(std::memory_order_acquire) < W) std::this_thread::yield();
     Block blk;
     blk.gdim = g;
     blk.bdim = bd;

@@ -99,9 +99,11 @@ class PlantedBwdKernel : public ::testing::TestWithParam<PlantedBwd> {};
 
 TEST_P(PlantedBwdKernel, ExposingCaseFailsInTheTensorItTouches) {
   const PlantedBwd& k = GetParam();
-  // A race between blocks shows when blocks run concurrently: a few launches, one failure is the proof.
+  // A race between blocks shows when blocks run concurrently, which the OS decides: here 94% of launches lose
+  // an update on an idle 2-core machine, 25% with three busy processes beside it (and one CI run saw none in
+  // 10). Up to 50 launches; one failure is the proof.
   Judgement bad;
-  for (int attempt = 0; attempt < (k.workers > 1 ? 10 : 1) && !bad.failed(); ++attempt)
+  for (int attempt = 0; attempt < (k.workers > 1 ? 50 : 1) && !bad.failed(); ++attempt)
     bad = check(k.name, k.exposing, k.workers);
   EXPECT_TRUE(bad.failed()) << k.name;
   const std::string t = k.touches;

@@ -123,8 +123,7 @@ void score_pass(const RowRef& r, const HeadFacts& hf, bool q_nonfinite, const do
   std::fill_n(w.deferred.begin(), n, 0);
   w.n_deferred = 0;
   // A -inf bias makes the final score -inf for every finite raw score (apply_variants: raw + bias + ALiBi), so such
-  // a key's double-double score is never read: merge states (check/merge.cpp) give every key outside the state's
-  // range a -inf bias. Not with a softcap (its tanh error of the raw score enters var_own).
+  // a key's double-double score is never read (a -inf bias is how a mask is often given). Not with a softcap (its tanh error of the raw score enters var_own).
   const bool skip_neg_inf = r.bias && !(r.softcap > 0) && !q_nonfinite;
   for (int64_t jj = 0; jj < n; ++jj) {
     const int64_t j = r.first + jj;
@@ -505,7 +504,9 @@ void do_row(const Shared& S, int64_t b, int64_t h, int64_t s, RowWork& w, std::v
   };
   // Custom masks: the interval trimmed to the shown keys; a row whose keys the custom mask all hides is fully
   // masked exactly like an empty causal row (docs/semantics.md "Custom masks").
-  const KeyRange kr = oracle_detail::custom_keys(p, S.vars, b, h, s, visible_keys(p, s), w.hidden);
+  const KeyRange vk = visible_keys(p, s);
+  const KeyRange kr = oracle_detail::custom_keys(
+      p, S.vars, b, h, s, {std::max(vk.first, opts.keys.first), std::min(vk.last, opts.keys.last)}, w.hidden);
   if (kr.empty()) return has_sink ? fill_sink_only() : fill(0.0, -kInf, RowKind::kFullyMasked);
   RowRef r;
   r.q = S.q + q_index(p, b, s, h, 0);

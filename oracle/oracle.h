@@ -70,6 +70,9 @@ struct OracleOptions {
   // rounded to c before P.V, fp32 accumulation, the output rounded once.
   LowpBoundModel lowp_fused{0, 0, 1, 2, 1};
   bool baseline = true;  // also run the plain fp32 reference on the computed rows
+  // Only keys [keys.first, keys.last) exist for this result: every row's visible keys are cut to them, and the
+  // keys outside are never read (a merge state over its key split, check/merge.cpp).
+  KeyRange keys{0, INT64_MAX};
 };
 
 // The type the exact result rounds p's additive score terms to under o: p's storage type when the kernel takes them

@@ -68,6 +68,27 @@ TEST(MergeOracle, AnEmptyRangeIsAnEmptyStateAndAllEmptyIsTheFullyMaskedRow) {
   for (double x : ex.lse) EXPECT_EQ(x, -INFINITY);
 }
 
+TEST(MergeOracle, AStateIsComputedFromItsOwnKeysOnly) {
+  // As a split-KV kernel computes it: a NaN in v and an infinite k outside state 1's range [4, 8) leave state 1
+  // finite (under a -inf bias, 0 * NaN and inf - inf made it NaN); the states that hold those keys are NaN.
+  Case c = merge_case("none", 2, 12, {0, 4, 8, 12});
+  ExplicitValues x{std::vector<float>(2 * 2 * 8, 1.0f), std::vector<float>(12 * 8, 0.25f),
+                   std::vector<float>(12 * 8, 0.5f)};  // [B, S, H, D], one kv head
+  x.v[1 * 8 + 3] = NAN;       // key 1 (state 0)
+  x.k[10 * 8] = INFINITY;     // key 10 (state 2): a +inf score
+  c.explicit_values = x;
+  PreparedCase pc(c);
+  const Problem& p = pc.problem();
+  const Tensors& t = pc.tensors();
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t s = 0; s < 2; ++s) {
+      EXPECT_FLOAT_EQ(t.state_lse[state_lse_offset(p, 1, 0, h, s)], static_cast<float>(std::log(4.0) + 2.0 * p.scale)) << h << s;
+      for (int64_t d = 0; d < 8; ++d) EXPECT_FLOAT_EQ(t.state_o[state_o_offset(p, t.cu_seqlens_q, 1, 0, s, h, d)], 0.5f);
+      EXPECT_TRUE(std::isnan(t.state_o[state_o_offset(p, t.cu_seqlens_q, 0, 0, s, h, 3)]));
+      EXPECT_TRUE(std::isnan(t.state_lse[state_lse_offset(p, 2, 0, h, s)]));
+    }
+}
+
 TEST(MergeOracle, ANaNInANonEmptyStateReachesOHoweverSmallItsWeight) {
   // Found on an H200 (corpus/seed/merge-nan-*.case): a merge that skipped states whose fp32 weight underflowed hid
   // their NaN. Row 0: state 1 at e^-350 below state 0 (fp32 weight 0, double weight > 0) holds a NaN in column 2;

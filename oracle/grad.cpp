@@ -595,6 +595,10 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
   const double uc = S.cd == AF_DTYPE_F32 ? 0 : unit_roundoff(S.cd), uout = unit_roundoff(p.dtype);
   const double eout = p.dtype == AF_DTYPE_F32 ? 0 : underflow_error(p.dtype);  // stored dK / dV underflow
   const double scale = p.scale, sc = std::fabs(scale), sf = opts.fwd.safety_factor;
+  // GQA by expansion (K and V repeated per query head, as PyTorch does for a backward without GQA): each query head's
+  // dK_h, dV_h is stored in the output dtype and the G of a group summed, adding u_out |dK_h| + eta_out per head, at
+  // most u_out (scale) mag + G eta_out (issue 30: SDPA's cuDNN f16 backward at Hq = 8, Hkv = 1 on an H100).
+  const double gqa_rel = G > 1 ? uout : 0, gqa_abs = G > 1 ? static_cast<double>(G) * eout : 0;
   Counters total;
   std::vector<KeyAcc> acc;
   for (int64_t b = 0; b < B; ++b)
@@ -686,7 +690,9 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
         for (int64_t d = 0; d < D; ++d) {
           const size_t x = static_cast<size_t>(j * D + d), y = R.dk_at(b, j, hk, d);
           const double val = scale * A.dk.val[x], mag = A.dk.mag[x];
-          double bd = N == 0 ? 0 : sf * (sc * (A.dk.err[x] + accn * mag) + uout * std::fabs(val) + eout + fk);
+          double bd = N == 0 ? 0
+                             : sf * (sc * (A.dk.err[x] + (accn + gqa_rel) * mag) + uout * std::fabs(val) + eout +
+                                     gqa_abs + fk);
           if (std::isnan(val)) bd = 0;
           const double reach = mag + A.dk.err[x];  // rule B3
           if (taint > 0 || std::max(reach, sc * reach) > kRange) bd = kInf;
@@ -696,7 +702,8 @@ GradResult compute_grad_oracle(const Problem& p, const float* q, const float* k,
         for (int64_t d = 0; d < Dv; ++d) {
           const size_t x = static_cast<size_t>(j * Dv + d), y = R.dv_at(b, j, hk, d);
           const double val = A.dv.val[x], mag = A.dv.mag[x];
-          double bd = N == 0 ? 0 : sf * (A.dv.err[x] + accn * mag + uout * std::fabs(val) + eout + fv);
+          double bd =
+              N == 0 ? 0 : sf * (A.dv.err[x] + (accn + gqa_rel) * mag + uout * std::fabs(val) + eout + gqa_abs + fv);
           if (std::isnan(val)) bd = 0;
           if (taint > 0 || mag + A.dv.err[x] > kRange) bd = kInf;  // rule B3
           R.dv[y] = val;

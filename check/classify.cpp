@@ -160,6 +160,7 @@ ClassifyStats classify_failure(Device& dev, const KernelEntry& k, PreparedCase& 
   if (masks_only && !decided && co.mask && !unreliable) run("keys", detect::keys_ignored);
   if (masks_only && !decided && co.reorder && !unreliable) run("reorder", detect::reorder);
   if (!vars && !decided && co.mask && !unreliable) run("mask-model", detect::mask_model);
+  if (!decided && !unreliable) run("scale", detect::scale);
   }
   if (r.failure == FailureClass::kNonFinite && !is_merge(pc.problem())) {  // evidence in every attention case
     const detect::Finding nf = run("non-finite", detect::nonfinite);

@@ -214,6 +214,7 @@ Finding tail(Context& c);               // tail.cpp: padding that keeps the exac
 Finding keys_ignored(Context& c);       // keys.cpp: a row equals attention over its first keys only -> mask
 Finding reorder(Context& c);            // reorder.cpp: rescale
 Finding mask_model(Context& c);         // mask.cpp: rows equal to softmax with extra zero-score keys
+Finding scale(Context& c);              // scale.cpp: the exact result under another score scale
 Finding nonfinite(Context& c);          // nonfinite.cpp: positions and their inputs
 Finding precision(Context& c);          // nonfinite.cpp: error / bound <= kPrecisionLimit, tile grid
 Finding wrong(Context& c);              // nonfinite.cpp: error / bound > kPrecisionLimit, no signature

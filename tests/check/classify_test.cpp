@@ -426,6 +426,36 @@ TEST(Classify, FarBeyondTheBoundWithNoSignatureIsWrong) {
   EXPECT_NE(o.evidence.find("far beyond the bound"), std::string::npos) << o.evidence;
 }
 
+// The score scale: a kernel that ignores the given scale (1/sqrt(D) instead of 0.5) is ignored-parameter; an exp2
+// softmax that misses log2 e is named by its relation and keeps its magnitude's class; an imprecise kernel matches
+// no other scale and stays precision.
+Case with_scale(Case c, float scale) {
+  c.problem.scale = scale;
+  return c;
+}
+
+TEST(Classify, AGivenScaleThatIsIgnoredIsAnIgnoredParameter) {
+  const Outcome o = run("det-scale-default", with_scale(make(5, 19, 16, "causal-br", "uniform:3"), 0.5f));
+  EXPECT_CLASS(o, "ignored-parameter");
+  EXPECT_EQ(o.r.decided_by, "scale/default");
+  EXPECT_NE(o.evidence.find("the kernel ignores the score scale (problem.scale = 0.5): the output is the attention "
+                            "with the default 1/sqrt(D) = 0.25"),
+            std::string::npos)
+      << o.evidence;
+}
+
+TEST(Classify, AnExp2SoftmaxWithoutLog2eIsNamedByItsScale) {
+  const Outcome o = run("det-exp2-no-log2e", make(5, 19, 16, "causal-br", "uniform:3"));
+  EXPECT_EQ(o.r.verdict, Verdict::kFail);
+  EXPECT_EQ(o.r.decided_by, "scale/exp2-no-log2e") << o.evidence;
+  EXPECT_STREQ(failure_class_name(o.r.failure), o.r.max_ratio > detect::kPrecisionLimit ? "wrong" : "precision");
+  EXPECT_NE(o.evidence.find("an exp2 softmax whose scores miss the log2 e factor"), std::string::npos) << o.evidence;
+  const Outcome sloppy = run("det-sloppy", make(5, 19, 16, "causal-br", "uniform:3"));
+  EXPECT_CLASS(sloppy, "precision");
+  EXPECT_EQ(sloppy.r.decided_by, "precision");
+  EXPECT_NE(sloppy.evidence.find("scale: not another score scale"), std::string::npos) << sloppy.evidence;
+}
+
 // Issue 11: a barrier race is not oob-read. The check runs after a launch of another case, so the racy
 // kernel's first reads see another launch's shared memory; the poison swap must prove determinism first.
 TEST(Classify, BarrierRaceIsNotOobReadAfterAnotherLaunch) {

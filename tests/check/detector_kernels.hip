@@ -29,6 +29,8 @@ enum class Bug {
                   // taken: 0 x NaN leaks); a row without keys averages V
   kTailLastKey,   // tail: with Sk % 16 != 0 the last key enters l but not the output (a partial last key tile)
   kDropLastTile,  // mask (keys): a row's keys in tiles of 16 from its first; a last partial tile never loaded
+  kScaleDefault,  // ignored-parameter (scale): 1/sqrt(D) whatever problem.scale says
+  kExp2NoLog2e,   // precision / wrong (scale): an exp2 softmax whose scores miss the log2 e factor (scale ln 2)
 };
 
 template <Bug kBug>
@@ -65,6 +67,8 @@ __global__ void __launch_bounds__(kThreads)
       float dot = 0.0f;
       for (int64_t d = 0; d < p.head_dim; ++d) dot += qr[d] * kr[d];
       float s = p.scale * dot;
+      if constexpr (kBug == Bug::kScaleDefault) s = dot / sqrtf(static_cast<float>(p.head_dim));
+      if constexpr (kBug == Bug::kExp2NoLog2e) s = p.scale * dot * 0.693147182f;
       if constexpr (kBug == Bug::kBigNegMask)
         if (j < visible.first || j >= visible.last) s = -0.7f * 3.402823466e38f;
       const float m_new = nan_max(m, s);
@@ -157,6 +161,8 @@ const af_kernel kDetectorKernels[] = {
     AF_DETECTOR_KERNEL("det-big-neg-mask", kBigNegMask, "masked scores -0.7 FLT_MAX over every key (jax xla)"),
     AF_DETECTOR_KERNEL("det-tail-last-key", kTailLastKey, "Sk % 16 != 0: the last key not in the output"),
     AF_DETECTOR_KERNEL("det-drop-last-tile", kDropLastTile, "a row's last partial 16-key tile never loaded"),
+    AF_DETECTOR_KERNEL("det-scale-default", kScaleDefault, "1/sqrt(D) whatever the given scale"),
+    AF_DETECTOR_KERNEL("det-exp2-no-log2e", kExp2NoLog2e, "exp2 softmax without the log2 e factor"),
 };
 
 }  // namespace

@@ -92,6 +92,8 @@ def attention(q, k, v, p, bug=None):
     not applied, as vLLM PR #52148's prefill kernel did), "softcap-ignored" (the softcap accepted and not applied),
     "fa2-window" (the window sides normalised as FlashAttention-2 does: _fa2_window),
     "short-seq-16x" (O 8x (f32) or 16x (f16, bf16) too large when Sk < 16, as jax's Pallas GPU mha was found to be),
+    "headdim-repeat-16" (with D < 16 dividing 16, every score 16 / D times too large, as a head dimension padded to 16 by
+    repeating its columns gives: jax's Pallas GPU gqa decode returned exactly that at D = 1 on an H100),
     "last-tile-dropped" (a row's keys in tiles of 16 from its first key; a last partial tile never loaded, so its
     keys reach neither O nor the sum),
     "kv-latent-rows" (kv-shared: V read from K's buffer as a
@@ -117,6 +119,8 @@ def attention(q, k, v, p, bug=None):
     o = np.zeros((B, Sq, Hq, Dv), dtype=np.float64)
     lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)
     scale = float(p.scale)
+    if bug == "headdim-repeat-16" and q.shape[3] < 16 and 16 % q.shape[3] == 0:
+        scale *= 16 // q.shape[3]
     vis = _custom(p)
     sc = _Scores(p)
     if bug == "sink-ignored":
@@ -233,6 +237,8 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     dk = np.zeros((B, Sk, Hkv, D))
     dv = np.zeros((B, Sk, Hkv, Dv))
     scale = float(p.scale)
+    if bug == "headdim-repeat-16" and q.shape[3] < 16 and 16 % q.shape[3] == 0:
+        scale *= 16 // q.shape[3]
     vis = _custom(p)
     sc = _Scores(p)
     bias = getattr(p, "bias", None)

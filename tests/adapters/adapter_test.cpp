@@ -185,6 +185,26 @@ TEST(Adapter, AnOutputOutsideTheRangeOfVIsWrongNotPrecision) {
   EXPECT_EQ(ok.code, 0) << ok.out;
 }
 
+// Pallas's gqa decode at D = 1 on an H100 returned, to the f16 bit, the attention at 16 times its scale; numpy_ref --bug
+// headdim-repeat-16 is that bug (q.k counted 16 / D times). On the minimized case the scale detector names the factor;
+// the class stays the magnitude's (here wrong: numpy_ref returns the LSE too, err/bound 1.57e3; Pallas returned O
+// alone, err/bound 170, which stays precision).
+TEST(Adapter, ScoresSixteenTimesTooLargeAreNamedByTheScaleDetector) {
+  NEED_NUMPY();
+  const std::string out = fresh("headdim-repeat-16");
+  const Result r = check(numpy_adapter("--bug headdim-repeat-16"),
+                         "--replay " + std::string(SOURCE_DIR) +
+                             "/examples/h100-campaigns-s20/pallas-f16--pallas-gqa-decode--precision-85407c3147c567fa.case"
+                             " --kernel numpy-headdim-repeat-16",
+                         out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::ifstream f(fs::path(out) / "report.json");
+  const nlohmann::json res = nlohmann::json::parse(f)["results"][0];
+  EXPECT_EQ(res["class"], "wrong") << res.dump();
+  EXPECT_TRUE(has(res["evidence"].dump(), "wrong by scale (")) << res.dump();
+  EXPECT_TRUE(has(res["evidence"].dump(), "every score 16 times too large (scale x 16)")) << res.dump();
+}
+
 // torch's varlen_attn on an H100: window (0, unbounded) with Sq > Sk was named `rescale` by the reorder experiment
 // (max key last fails), which a kernel that hides a row's last keys satisfies too. numpy_ref --bug fa2-window
 // normalises the window as FlashAttention-2 does (flash-attention #895); on that case the mask detector now finds the

@@ -35,7 +35,7 @@ STALE_PARAMS = ("scale", "mask", "dtype")
 BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-leak", "empty-row-mean",
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
         "stale-plan", "kv-latent-rows", "softcap-ignored", "trusts-metadata", "short-seq-16x", "fa2-window",
-        "last-tile-dropped", "bwd-align-tl")
+        "last-tile-dropped", "bwd-align-tl", "headdim-repeat-16")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]

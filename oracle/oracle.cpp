@@ -123,7 +123,8 @@ void score_pass(const RowRef& r, const HeadFacts& hf, bool q_nonfinite, const do
   std::fill_n(w.deferred.begin(), n, 0);
   w.n_deferred = 0;
   // A -inf bias makes the final score -inf for every finite raw score (apply_variants: raw + bias + ALiBi), so such
-  // a key's double-double score is never read (a -inf bias is how a mask is often given). Not with a softcap (its tanh error of the raw score enters var_own).
+  // a key's double-double score is never read (a -inf bias is how a mask is often given). Not with a softcap (its
+  // tanh error of the raw score enters var_own).
   const bool skip_neg_inf = r.bias && !(r.softcap > 0) && !q_nonfinite;
   for (int64_t jj = 0; jj < n; ++jj) {
     const int64_t j = r.first + jj;

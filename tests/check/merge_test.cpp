@@ -82,8 +82,11 @@ TEST(MergeOracle, AStateIsComputedFromItsOwnKeysOnly) {
   const Tensors& t = pc.tensors();
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t s = 0; s < 2; ++s) {
-      EXPECT_FLOAT_EQ(t.state_lse[state_lse_offset(p, 1, 0, h, s)], static_cast<float>(std::log(4.0) + 2.0 * p.scale)) << h << s;
-      for (int64_t d = 0; d < 8; ++d) EXPECT_FLOAT_EQ(t.state_o[state_o_offset(p, t.cu_seqlens_q, 1, 0, s, h, d)], 0.5f);
+      EXPECT_FLOAT_EQ(t.state_lse[state_lse_offset(p, 1, 0, h, s)],
+                      static_cast<float>(std::log(4.0) + 2.0 * p.scale))
+          << h << s;
+      for (int64_t d = 0; d < 8; ++d)
+        EXPECT_FLOAT_EQ(t.state_o[state_o_offset(p, t.cu_seqlens_q, 1, 0, s, h, d)], 0.5f);
       EXPECT_TRUE(std::isnan(t.state_o[state_o_offset(p, t.cu_seqlens_q, 0, 0, s, h, 3)]));
       EXPECT_TRUE(std::isnan(t.state_lse[state_lse_offset(p, 2, 0, h, s)]));
     }

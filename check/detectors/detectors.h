@@ -134,6 +134,17 @@ struct RowKey {
   int64_t b, h, s;
 };
 std::vector<RowKey> failing_rows(const Context& c, bool nonfinite_only = false);
+// How the failing rows of the original launch match another exact result ex (the case's own is exact): rows within
+// ex's bound (never by NaN = NaN), rows where ex is itself beyond the case's bound (its difference is visible there),
+// the worst ratio against ex, and the rows' s (ascending, at most 64 gathered). all(): every row matches, visibly.
+struct RowsMatch {
+  int64_t match = 0, visible = 0;
+  double worst = 0;
+  std::vector<int64_t> where;
+  bool all(size_t rows) const { return match == static_cast<int64_t>(rows) && visible == match; }
+};
+RowsMatch rows_match(const Problem& p, const OracleResult& exact, const OracleResult& ex, const LaunchOutcome& out,
+                     const std::vector<RowKey>& rows);
 // How one failing (b, h, s) row is wrong, from a fresh comparison of the original launch.
 struct RowFailure {
   RowKey key;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "attnfuzz/corpus.h"
@@ -326,6 +327,35 @@ double row_ratio(const Problem& p, const OracleResult& ex, const LaunchOutcome& 
     worst = std::max(worst, jd.ratio);
   }
   return worst;
+}
+
+RowsMatch rows_match(const Problem& p, const OracleResult& exact, const OracleResult& ex, const LaunchOutcome& out,
+                     const std::vector<RowKey>& rows) {
+  RowsMatch m;
+  for (const RowKey& r : rows) {
+    double rr = row_ratio(p, ex, out, r.b, r.h, r.s);
+    // Never a NaN = NaN "match": a row whose other exact result is NaN says nothing about the other problem.
+    for (int64_t d = 0; d < p.head_dim_v; ++d)
+      if (std::isnan(ex.o[ex.o_at(r.b, r.s, r.h, d)])) rr = std::numeric_limits<double>::infinity();
+    m.match += rr <= 1;
+    // The difference must be visible on the row: the other exact result is itself beyond the case's bound (else a
+    // kernel that is merely imprecise would "match" another problem that changes nothing there).
+    bool vis = false;
+    for (int64_t d = 0; d < p.head_dim_v && !vis; ++d) {
+      const size_t e = exact.o_at(r.b, r.s, r.h, d);
+      vis = judge_element(exact.o[e], static_cast<float>(ex.o[e]), exact.o_bound[e]).fail;
+    }
+    if (!vis && !out.lse.empty()) {
+      const size_t e = exact.lse_at(r.b, r.h, r.s);
+      vis = judge_element(exact.lse[e], static_cast<float>(ex.lse[e]), exact.lse_bound[e]).fail;
+    }
+    m.visible += vis;
+    if (!std::isnan(rr)) m.worst = std::max(m.worst, rr);
+    if (m.where.size() < 64) m.where.push_back(r.s);
+  }
+  std::sort(m.where.begin(), m.where.end());
+  m.where.erase(std::unique(m.where.begin(), m.where.end()), m.where.end());
+  return m;
 }
 
 CheckResult judge(const Problem& p, const OracleResult& ex, const LaunchOutcome& out) {

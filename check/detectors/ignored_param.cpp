@@ -488,33 +488,8 @@ Finding ignored_parameter(Context& c) {
     const OracleResult ex = c.layout_oracle(pr.p, pr.t ? *pr.t : c.tensors(), pr.add_in_dtype);
     if (relaunchable(c, pr))
       if (std::string w = outputs_apart(p, exact, ex); !w.empty()) relaunch.push_back({&pr, w});
-    int64_t match = 0, visible = 0;
-    double worst = 0;
-    std::vector<int64_t> where;
-    for (const RowKey& r : rows) {
-      double rr = row_ratio(p, ex, out, r.b, r.h, r.s);
-      // Never a NaN = NaN "match": a row whose other exact result is NaN says nothing about the parameter.
-      for (int64_t d = 0; d < p.head_dim_v; ++d)
-        if (std::isnan(ex.o[ex.o_at(r.b, r.s, r.h, d)])) rr = std::numeric_limits<double>::infinity();
-      if (rr <= 1) ++match;
-      // The parameter's effect must be visible on the row: the other exact result is itself beyond the case's bound
-      // (else a kernel that is merely imprecise would "match" a parameter that changes nothing there).
-      bool vis = false;
-      for (int64_t d = 0; d < p.head_dim_v && !vis; ++d) {
-        const size_t e = exact.o_at(r.b, r.s, r.h, d);
-        vis = judge_element(exact.o[e], static_cast<float>(ex.o[e]), exact.o_bound[e]).fail;
-      }
-      if (!vis && !out.lse.empty()) {
-        const size_t e = exact.lse_at(r.b, r.h, r.s);
-        vis = judge_element(exact.lse[e], static_cast<float>(ex.lse[e]), exact.lse_bound[e]).fail;
-      }
-      visible += vis;
-      if (!std::isnan(rr)) worst = std::max(worst, rr);
-      if (where.size() < 64) where.push_back(r.s);
-    }
-    std::sort(where.begin(), where.end());
-    where.erase(std::unique(where.begin(), where.end()), where.end());
-    if (match == static_cast<int64_t>(rows.size()) && visible == match) {
+    const RowsMatch m = rows_match(p, exact, ex, out, rows);
+    if (m.all(rows.size())) {
       // The row's whole output (O and LSE) matches the other exact result: every other row already passes.
       f.fired = true;
       f.cls = pr.add_in_dtype ? FailureClass::kPrecision : FailureClass::kIgnoredParameter;
@@ -523,13 +498,13 @@ Finding ignored_parameter(Context& c) {
                             fmt("the kernel %s %s: all %lld failing row(s) (s = %s) are within the bound of that exact "
                                 "result (max ratio %.3g against it, %.3g against the case's)",
                                 pr.add_in_dtype ? "takes" : "ignores", pr.what.c_str(), (long long)rows.size(),
-                                ranges(where).c_str(), worst, c.j.result.max_ratio)});
+                                ranges(m.where).c_str(), m.worst, c.j.result.max_ratio)});
       return f;
     }
     f.evidence.push_back({"ignored-parameter", fmt("not %s: %lld of %lld failing row(s) match it (max ratio %.3g), on "
                                                    "%lld its effect is beyond the bound",
-                                                   pr.what.substr(0, pr.what.find(':')).c_str(), (long long)match,
-                                                   (long long)rows.size(), worst, (long long)visible)});
+                                                   pr.what.substr(0, pr.what.find(':')).c_str(), (long long)m.match,
+                                                   (long long)rows.size(), m.worst, (long long)m.visible)});
   }
   Finding r = relaunch_probes(c, relaunch);
   r.evidence.insert(r.evidence.begin(), f.evidence.begin(), f.evidence.end());

@@ -3,7 +3,8 @@
 // softmax, the scale applied twice, the scores counted 2^k times as a head dimension padded by repeating its columns)
 // is named, and the class stays the magnitude's: precision or wrong with that relation as the first evidence.
 #include <cmath>
-#include <limits>
+#include <string>
+#include <vector>
 
 #include "check/detectors/detectors.h"
 
@@ -60,30 +61,8 @@ Finding scale(Context& c) {
     Problem alt = c.pc.problem();
     alt.scale = as_fp32;
     const OracleResult ex = c.layout_oracle(alt, c.tensors());
-    int64_t match = 0, visible = 0;
-    double worst = 0;
-    std::vector<int64_t> where;
-    for (const RowKey& r : rows) {
-      double rr = row_ratio(p, ex, out, r.b, r.h, r.s);
-      for (int64_t d = 0; d < p.head_dim_v; ++d)  // never a NaN = NaN "match"
-        if (std::isnan(ex.o[ex.o_at(r.b, r.s, r.h, d)])) rr = std::numeric_limits<double>::infinity();
-      match += rr <= 1;
-      bool vis = false;  // the other scale's exact row is itself beyond the case's bound
-      for (int64_t d = 0; d < p.head_dim_v && !vis; ++d) {
-        const size_t e = exact.o_at(r.b, r.s, r.h, d);
-        vis = judge_element(exact.o[e], static_cast<float>(ex.o[e]), exact.o_bound[e]).fail;
-      }
-      if (!vis && !out.lse.empty()) {
-        const size_t e = exact.lse_at(r.b, r.h, r.s);
-        vis = judge_element(exact.lse[e], static_cast<float>(ex.lse[e]), exact.lse_bound[e]).fail;
-      }
-      visible += vis;
-      if (!std::isnan(rr)) worst = std::max(worst, rr);
-      if (where.size() < 64) where.push_back(r.s);
-    }
-    if (match == static_cast<int64_t>(rows.size()) && visible == match) {
-      std::sort(where.begin(), where.end());
-      where.erase(std::unique(where.begin(), where.end()), where.end());
+    const RowsMatch m = rows_match(p, exact, ex, out, rows);
+    if (m.all(rows.size())) {
       f.fired = true;
       f.kind = pr.kind;
       f.cls = pr.ignored ? FailureClass::kIgnoredParameter
@@ -92,7 +71,7 @@ Finding scale(Context& c) {
           {"scale", fmt("the kernel %s %s: all %lld failing row(s) (s = %s) are within the bound of the exact result "
                         "at scale %s (max ratio %.3g against it, %.3g against the case's)",
                         pr.ignored ? "ignores" : "computes with", pr.what.c_str(), (long long)rows.size(),
-                        ranges(where).c_str(), num(as_fp32).c_str(), worst, c.j.result.max_ratio)});
+                        ranges(m.where).c_str(), num(as_fp32).c_str(), m.worst, c.j.result.max_ratio)});
       return f;
     }
     tried += (tried.empty() ? "" : ", ") + num(as_fp32);

@@ -1065,8 +1065,8 @@ TEST(Adapter, PytestEntryPointPassesACorrectKernelAndFailsAPlantedOne) {
   if (sh(py() + " -c 'import pytest'").code != 0) GTEST_SKIP() << "python3-pytest is not installed";
   const std::string pytest = "cd " + std::string(SOURCE_DIR) + " && ATTNFUZZ_BIN=" + bin_dir() + " " + py() +
                              " -m pytest -q -p no:cacheprovider ";
-  // The example asks for a 20 s campaign; 8 s here keep the test short (the campaign still runs).
-  const std::string fuzz = std::string(ATTN_FUZZ).empty() ? " --attnfuzz-fuzz-seconds 0" : " --attnfuzz-fuzz-seconds 8";
+  // The example asks for a 20 s campaign; 4 s here keep the test short (the campaign still runs).
+  const std::string fuzz = std::string(ATTN_FUZZ).empty() ? " --attnfuzz-fuzz-seconds 0" : " --attnfuzz-fuzz-seconds 4";
   Result ok = sh(pytest + "examples/pytest --basetemp " + fresh("pytest") + fuzz);
   EXPECT_EQ(ok.code, 0) << ok.out;
   EXPECT_TRUE(has(ok.out, "2 passed")) << ok.out;  // f32 sweep + fuzz, and the f16 sweep

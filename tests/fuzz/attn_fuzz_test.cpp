@@ -218,7 +218,7 @@ TEST(AttnFuzz, PlantedBugsAreFound) {
 TEST(AttnFuzz, CrashingAndHangingKernelsDoNotEndTheCampaign) {
   const fs::path out = fresh("wrong");
   const auto t0 = std::chrono::steady_clock::now();
-  const Outcome r = run(fuzz(out, std::string("--max-time 20 --workers 2 --timeout 1 --plugin ") +
+  const Outcome r = run(fuzz(out, std::string("--max-time 12 --workers 2 --timeout 1 --plugin ") +
                                       WRONG_PLUGIN + " --kernel test-crash,test-hang,test-right"));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.rc, 1);
@@ -228,9 +228,9 @@ TEST(AttnFuzz, CrashingAndHangingKernelsDoNotEndTheCampaign) {
   EXPECT_FALSE(found.count("test-right"));
   if (found.count("test-crash")) EXPECT_EQ(found.find("test-crash")->second, "crash");
   if (found.count("test-hang")) EXPECT_EQ(found.find("test-hang")->second, "hang");
-  // It ran to its time (20 s: both found within a few, 40 s before) and kept checking the healthy kernel after the
-  // first crash.
-  EXPECT_GE(secs, 18);
+  // It ran to its time (12 s: both found within a few; 20 s until session 21, 40 s before) and kept checking the
+  // healthy kernel after the first crash.
+  EXPECT_GE(secs, 10);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(attn-fuzz: \d+ s, (\d+) case)")));
   EXPECT_GT(std::stoll(m[1]), 20);

@@ -89,21 +89,26 @@ void PreparedCase::make_given(const OracleOptions& o) {
                                              : full_.emplace(compute_oracle(p, tensors_.q.data(), tensors_.k.data(),
                                                                             tensors_.v.data(), variant_inputs(),
                                                                             every));
+  given_o_.emplace();
+  given_lse_.emplace();
+  given_forward(p, ex, *given_o_, *given_lse_);
+}
+
+void given_forward(const Problem& p, const OracleResult& ex, std::vector<float>& o, std::vector<float>& lse) {
   const bool lowp = p.dtype == AF_DTYPE_F16 || p.dtype == AF_DTYPE_BF16;
   auto round = [&](double x) {
     const float f = static_cast<float>(x);
     return lowp ? round_to_dtype(f, p.dtype) : f;
   };
-  std::vector<float> go(static_cast<size_t>(o_elements(p)), 0.0f), gl(static_cast<size_t>(lse_elements(p)), 0.0f);
+  o.assign(static_cast<size_t>(o_elements(p)), 0.0f);
+  lse.assign(static_cast<size_t>(lse_elements(p)), 0.0f);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t s = 0; s < p.seq_q; ++s) {
-        gl[static_cast<size_t>(lse_index(p, b, h, s))] = static_cast<float>(ex.lse[ex.lse_at(b, h, s)]);
+        lse[static_cast<size_t>(lse_index(p, b, h, s))] = static_cast<float>(ex.lse[ex.lse_at(b, h, s)]);
         for (int64_t d = 0; d < p.head_dim_v; ++d)
-          go[static_cast<size_t>(o_index(p, b, s, h, d))] = round(ex.o[ex.o_at(b, s, h, d)]);
+          o[static_cast<size_t>(o_index(p, b, s, h, d))] = round(ex.o[ex.o_at(b, s, h, d)]);
       }
-  given_o_ = std::move(go);
-  given_lse_ = std::move(gl);
 }
 
 const std::vector<float>& PreparedCase::given_o(const OracleOptions& o) {

@@ -144,6 +144,9 @@ class PreparedCase {
 
 // The gradient oracle's options for a run: the forward analysis of o, query / key budgets = its row budget.
 GradOptions grad_options(const OracleOptions& o);
+// The forward a backward launch is given from exact result ex of p: O rounded to p's dtype (f16 / bf16), LSE in fp32,
+// in p's layouts (o_index, lse_index).
+void given_forward(const Problem& p, const OracleResult& ex, std::vector<float>& o, std::vector<float>& lse);
 
 // The raw outcome of one launch on guarded buffers.
 struct LaunchOutcome {

@@ -123,6 +123,12 @@ std::string gradient_failure_text(Context& c);
 // it is outside the fp32 contract.
 double row_ratio(const Problem& p, const OracleResult& ex, const LaunchOutcome& out, int64_t b, int64_t h,
                  int64_t s);
+// Exact gradients laid out as the kernel writes dQ, dK, dV (q_index, k_index, v_index; 0 where not computed),
+// to judge one exact result against another's bounds.
+struct KernelGrads {
+  std::vector<float> dq, dk, dv;
+};
+KernelGrads as_written(const Problem& p, const GradResult& g, const LaunchOutcome& like);
 // Whole-output comparison verdict of out against ex (compare_output without keeping anything).
 CheckResult judge(const Problem& p, const OracleResult& ex, const LaunchOutcome& out);
 // "0-3, 7, 9-12" from ascending values.

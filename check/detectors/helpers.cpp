@@ -358,6 +358,25 @@ RowsMatch rows_match(const Problem& p, const OracleResult& exact, const OracleRe
   return m;
 }
 
+KernelGrads as_written(const Problem& p, const GradResult& g, const LaunchOutcome& like) {
+  KernelGrads k{std::vector<float>(like.dq.size()), std::vector<float>(like.dk.size()),
+                std::vector<float>(like.dv.size())};
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t s = 0; s < p.seq_q; ++s)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          k.dq[static_cast<size_t>(q_index(p, b, s, h, d))] = static_cast<float>(g.dq[g.dq_at(b, s, h, d)]);
+    for (int64_t j = 0; j < p.seq_k; ++j)
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          k.dk[static_cast<size_t>(k_index(p, b, j, h, d))] = static_cast<float>(g.dk[g.dk_at(b, j, h, d)]);
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          k.dv[static_cast<size_t>(v_index(p, b, j, h, d))] = static_cast<float>(g.dv[g.dv_at(b, j, h, d)]);
+      }
+  }
+  return k;
+}
+
 CheckResult judge(const Problem& p, const OracleResult& ex, const LaunchOutcome& out) {
   CheckResult r;
   CompareOptions co;

@@ -220,11 +220,16 @@ def attention_backward(q, k, v, do, p, o=None, lse=None, bug=None):
     Delta; then the result is (dQ, dK, dV, {"dsinks": [Hq], "dbias": the bias's shape}) (the keys present).
     bug (planted, for tests): "bwd-mask-leak" (P recomputed for every key: the mask is not re-applied);
     "bwd-align-tl" (causal-br computed as causal-tl, forward recomputed and backward: SDPA's efficient route with
-    causal_lower_right and Sq > Sk did that in its backward on an H200, examples/h200-campaigns)."""
-    if bug == "bwd-align-tl" and p.mask == "causal-br":
+    causal_lower_right and Sq > Sk did that in its backward on an H200, examples/h200-campaigns); "bwd-lse-tl"
+    (causal-br's backward given the forward of causal-tl: the O and LSE of a forward recomputed top-left, the mask
+    bottom-right; SDPA's efficient lower-right f16 backward returned exactly that on a 3x2 case on an H100,
+    examples/h100-campaigns-s20)."""
+    if bug in ("bwd-align-tl", "bwd-lse-tl") and p.mask == "causal-br":
         tl = copy.copy(p)
         tl.mask, tl.mask_align, tl.diagonal_offset = "causal-tl", "top-left", 0
-        return attention_backward(q, k, v, do, tl)
+        if bug == "bwd-align-tl":
+            return attention_backward(q, k, v, do, tl)
+        o, lse = attention(q, k, v, tl)[:2]
     if o is None or lse is None:
         o, lse = attention(q, k, v, p)[:2]
     B, Sq, Hq, D = q.shape

@@ -287,6 +287,40 @@ TEST(Adapter, ABackwardBoundToOneMaskIsNamedMaskByTheGradientsOtherMaskExperimen
       << text.str();
 }
 
+// Session 20's H100 case: SDPA's efficient lower-right f16 backward (3x2, q = k = v = 0) returned dV[0] = dO_1 / 2 +
+// dO_2 / 2, the bottom-right backward given the top-left forward's LSE; it was left `precision` (err/bound 97).
+// numpy_ref --bug bwd-lse-tl is that computation, on that case: the forward-mask experiment names it.
+TEST(Adapter, ABackwardGivenAnotherMasksForwardIsNamedMask) {
+  NEED_NUMPY();
+  const std::string out = fresh("bwd-lse-tl");
+  Result r = check(numpy_adapter("--bug bwd-lse-tl"),
+                   "--replay " + std::string(SOURCE_DIR) +
+                       "/examples/h100-campaigns-s20/sdpa-bwd-f16--sdpa-efficient-lower-right--precision-"
+                       "25042af24e23d25e.case --kernel numpy-bwd-lse-tl",
+                   out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::ifstream f(fs::path(out) / "report.json");
+  const nlohmann::json res = nlohmann::json::parse(f)["results"][0];
+  EXPECT_EQ(res["class"], "mask") << res.dump();
+  // With q = k = 0 every score is 0: the forward of mask none gives these rows the same LSE as causal-tl's.
+  EXPECT_TRUE(has(res["evidence"].dump(), "the gradients match a backward under the asked mask causal-br given the "
+                                          "forward (O, LSE) of mask none or causal-tl: all 56 computed elements"))
+      << res.dump();
+  // Where the forwards differ on rows the backward uses (random inputs, 5x4: bottom-right row 1 sees key 0, top-left
+  // keys 0-1, none all 4), the top-left forward alone fits.
+  const std::string out2 = fresh("bwd-lse-tl-5x4");
+  r = check(numpy_adapter("--bug bwd-lse-tl"), "--pass bwd --sq 5 --sk 4 --d 8 --mask causal-br", out2);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "given the forward (O, LSE) of mask causal-tl: all")) << r.out;
+  // The reference itself passes the case.
+  EXPECT_EQ(check(numpy_adapter(), "--replay " + std::string(SOURCE_DIR) +
+                                       "/examples/h100-campaigns-s20/sdpa-bwd-f16--sdpa-efficient-lower-right--"
+                                       "precision-25042af24e23d25e.case --kernel numpy-ref --no-reports",
+                  fresh("bwd-lse-tl-ref"))
+                .code,
+            0);
+}
+
 TEST(Adapter, BackwardSweepPassesAndAPlantedBackwardBugIsFound) {
   NEED_NUMPY();
   Result r = check(numpy_adapter(), "--sweep --quiet --pass bwd", fresh("sweep-bwd"));
@@ -879,8 +913,11 @@ TEST(Adapter, RepeatCallsCampaignNamesAStalePlanCache) {
   NEED_NUMPY();
   if (std::string(ATTN_FUZZ).empty()) GTEST_SKIP() << "attn-fuzz is not built (-DATTNFUZZ_FUZZ=ON)";
   const std::string out = fresh("fuzz-repeat"), adapter = numpy_adapter("--bug stale-plan");
-  Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(adapter) + " --repeat-calls --max-time 3 --workers 1 " +
-                "--max-seq 24 --max-d 16 --minimize-budget 0 --progress 100 --out " + out);
+  // --stop-when-each-fails: the campaign ends at the first stale-plan finding (about 1 s); 3 s flat once found none
+  // under a loaded ctest -j 2.
+  Result r = sh(std::string(ATTN_FUZZ) + " --adapter " + q(adapter) +
+                " --repeat-calls --max-time 10 --stop-when-each-fails --workers 1 --max-seq 24 --max-d 16 "
+                "--minimize-budget 0 --progress 100 --out " + out);
   EXPECT_EQ(r.code, 1) << r.out;
   std::string file;
   for (const auto& e : fs::directory_iterator(fs::path(out) / "failures"))

@@ -99,6 +99,14 @@ std::optional<OracleResult> merge_whole_oracle(const Case& c, const Tensors& t, 
         if (std::isfinite(w.lse_bound[li])) w.lse_bound[li] += opts.safety_factor * delta;
         for (int64_t d = 0; d < p.head_dim_v; ++d) {
           const size_t oi = w.o_at(b, s, h, d);
+          if (std::isnan(w.o[oi]) && !std::isnan(merged.o[oi])) {
+            // A NaN / infinite v at a key of weight 0 makes the whole row's O_d NaN (0 * NaN), but a state whose keys
+            // all have weight 0 is empty (O_s = 0, LSE_s = -inf) and the merge skips it: the two exact results part
+            // there, and the whole-problem comparison takes the merge's element.
+            w.o[oi] = merged.o[oi];
+            w.o_bound[oi] = merged.o_bound[oi];
+            continue;
+          }
           double r = 0;  // sum_s (w_s / W) (rounding of O_sd + 2 delta |O_sd - O_d|)
           for (int64_t st = 0; st < p.n_states; ++st) {
             if (mw.w[static_cast<size_t>(st)] == 0) continue;

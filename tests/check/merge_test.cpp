@@ -92,6 +92,31 @@ TEST(MergeOracle, AStateIsComputedFromItsOwnKeysOnly) {
     }
 }
 
+TEST(MergeOracle, TheWholeComparisonFollowsTheMergeWhereAStateOfWeightZeroKeysIsEmpty) {
+  // Found by a 90 s campaign over the built-in kernels (merge-states failed `wrong`): key 3 has k = +inf and v = NaN.
+  // Row 1 (q = -1) scores it -inf: weight 0, and the whole problem's O is NaN there (0 * NaN), but state 1 holds key 3
+  // alone, so its row 1 is empty (O = 0, LSE = -inf) and the merge of the states is finite. Row 0 (q = 0) scores it
+  // NaN: NaN in both.
+  Case c = merge_case("none", 2, 4, {0, 3, 4});
+  ExplicitValues x{std::vector<float>(2 * 2 * 8, 0.0f), std::vector<float>(4 * 8, 0.0f), std::vector<float>(4 * 8, 0.0f)};
+  for (int64_t h = 0; h < 2; ++h) x.q[static_cast<size_t>((1 * 2 + h) * 8)] = -1.0f;  // [B, Sq, Hq, D]: row 1
+  x.k[3 * 8] = INFINITY;
+  x.v[3 * 8] = NAN;
+  c.explicit_values = x;
+  PreparedCase pc(c);
+  const OracleResult& merged = pc.oracle(OracleOptions{});
+  const OracleResult* whole = pc.merge_whole(OracleOptions{});
+  ASSERT_NE(whole, nullptr);
+  for (int64_t h = 0; h < 2; ++h) {
+    EXPECT_EQ(pc.tensors().state_lse[state_lse_offset(pc.problem(), 1, 0, h, 1)], -INFINITY);
+    const size_t at = merged.o_at(0, 1, h, 0);
+    EXPECT_EQ(merged.o[at], 0.0);
+    EXPECT_EQ(whole->o[at], 0.0) << "the whole row's 0 * NaN is not the merge's";
+    EXPECT_TRUE(std::isnan(whole->o[whole->o_at(0, 0, h, 0)]));
+    EXPECT_TRUE(std::isnan(merged.o[merged.o_at(0, 0, h, 0)]));
+  }
+}
+
 TEST(MergeOracle, ANaNInANonEmptyStateReachesOHoweverSmallItsWeight) {
   // Found on an H200 (corpus/seed/merge-nan-*.case): a merge that skipped states whose fp32 weight underflowed hid
   // their NaN. Row 0: state 1 at e^-350 below state 0 (fp32 weight 0, double weight > 0) holds a NaN in column 2;

@@ -585,98 +585,71 @@ std::string gradient_nan_leak(Context& c, std::string& tried) {
          first;
 }
 
-// The gradients of a backward under p's mask given another forward's O and LSE: P = exp(scale q.k - lse) on p's visible
-// keys, Delta = dO . o, dS = P (dP - Delta); in double, laid out like `like` (dq_at, dk_at, dv_at). No score variant.
-struct GivenGrads {
-  std::vector<double> dq, dk, dv;
-};
-GivenGrads backward_given(const Problem& p, const Tensors& t, const std::vector<float>& o, const std::vector<float>& lse,
-                          const GradResult& like) {
-  GivenGrads g{std::vector<double>(like.dq.size()), std::vector<double>(like.dk.size()),
-               std::vector<double>(like.dv.size())};
+// The gradients of a backward under p's mask given another forward's O and LSE: P = exp(scale q.k - lse) on p's
+// visible keys, Delta = dO . o, dS = P (dP - Delta), in double. They replace g's dQ, dK, dV values (its bounds, layout
+// and computed rows stay). No score variant.
+void backward_given(const Problem& p, const Tensors& t, const std::vector<float>& o, const std::vector<float>& lse,
+                    GradResult& g) {
+  for (auto* x : {&g.dq, &g.dk, &g.dv}) std::fill(x->begin(), x->end(), 0.0);
   const int64_t G = p.heads_q / p.heads_kv;
+  auto at = [](int64_t i) { return static_cast<size_t>(i); };
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seq_q; ++i) {
         const KeyRange kr = visible_keys(p, i);
-        const double l = lse[static_cast<size_t>(lse_index(p, b, h, i))];
+        const double l = lse[at(lse_index(p, b, h, i))];
         if (kr.empty() || l == -INFINITY) continue;  // a row the given forward calls empty adds nothing
         const int64_t hk = h / G;
+        const float* qi = &t.q[at(q_index(p, b, i, h, 0))];
+        const float* gi = &t.dout[at(o_index(p, b, i, h, 0))];
         double delta = 0;
-        for (int64_t d = 0; d < p.head_dim_v; ++d)
-          delta += double{t.dout[static_cast<size_t>(o_index(p, b, i, h, d))]} * o[static_cast<size_t>(o_index(p, b, i, h, d))];
+        for (int64_t d = 0; d < p.head_dim_v; ++d) delta += double{gi[d]} * o[at(o_index(p, b, i, h, d))];
         for (int64_t j = kr.first; j < kr.last; ++j) {
+          const float* kj = &t.k[at(k_index(p, b, j, hk, 0))];
+          const float* vj = &t.v[at(v_index(p, b, j, hk, 0))];
           double s = 0, dp = 0;
-          for (int64_t d = 0; d < p.head_dim; ++d)
-            s += double{t.q[static_cast<size_t>(q_index(p, b, i, h, d))]} * t.k[static_cast<size_t>(k_index(p, b, j, hk, d))];
-          for (int64_t d = 0; d < p.head_dim_v; ++d)
-            dp += double{t.dout[static_cast<size_t>(o_index(p, b, i, h, d))]} * t.v[static_cast<size_t>(v_index(p, b, j, hk, d))];
+          for (int64_t d = 0; d < p.head_dim; ++d) s += double{qi[d]} * kj[d];
+          for (int64_t d = 0; d < p.head_dim_v; ++d) dp += double{gi[d]} * vj[d];
           const double P = std::exp(double{p.scale} * s - l), dS = P * (dp - delta);
           for (int64_t d = 0; d < p.head_dim; ++d) {
-            g.dq[like.dq_at(b, i, h, d)] += p.scale * dS * t.k[static_cast<size_t>(k_index(p, b, j, hk, d))];
-            g.dk[like.dk_at(b, j, hk, d)] += p.scale * dS * t.q[static_cast<size_t>(q_index(p, b, i, h, d))];
+            g.dq[g.dq_at(b, i, h, d)] += p.scale * dS * kj[d];
+            g.dk[g.dk_at(b, j, hk, d)] += p.scale * dS * qi[d];
           }
-          for (int64_t d = 0; d < p.head_dim_v; ++d)
-            g.dv[like.dv_at(b, j, hk, d)] += P * t.dout[static_cast<size_t>(o_index(p, b, i, h, d))];
+          for (int64_t d = 0; d < p.head_dim_v; ++d) g.dv[g.dv_at(b, j, hk, d)] += P * gi[d];
         }
       }
-  return g;
 }
 
 // A backward under the case's mask given the forward (O, LSE) of another mask (other_masks): a library that runs its
 // own forward under one alignment and its backward under the other. Session 20's H100 SDPA lower-right f16 case (3x2,
 // q = k = v = 0) returned dV[0] = dO_1 / 2 + dO_2 / 2 to the f16 bit: the bottom-right backward given the top-left
-// forward's LSE. A model fit, not an experiment: every computed gradient element within the case's bound of the model,
-// which is beyond that bound from the case's exact gradients somewhere. No score variant (same scope otherwise as
-// other_mask_gradients, its caller).
+// forward's LSE. A model fit, not an experiment: the kernel's gradients within the case's bounds of the model, whose
+// values are beyond those bounds from the case's exact gradients (the same comparison, compare_gradients, judges
+// both). No score variant (same scope otherwise as other_mask_gradients, its caller).
 bool forward_mask_gradients(Context& c, Finding& f) {
   const Problem& p = c.pc.problem();
   if (p.variants) return false;
   const Tensors& t = c.pc.tensors();
   const LaunchOutcome& out = c.original();
   const GradResult own = grad_oracle_for(c.pc, out, c.opts);
+  const KernelGrads exact = as_written(p, own, out);
   OracleOptions fo = c.experiment_options();
   fo.row_budget = 0;  // the backward needs every row's O and LSE
   std::string fits, first;  // the masks whose forward fits; the first one's figures
-  for (const auto& [mv, label] : other_masks(c)) {
-    Problem fp = p;
-    fp.mask_kind = mv.mask_kind, fp.mask_align = mv.mask_align;
-    fp.window_left = mv.window_left, fp.window_right = mv.window_right;
+  for (const auto& [mv, label] : other_masks(c)) {  // mv: the case's problem under another mask
     std::vector<float> o, lse;
     ++c.stats.oracles;
-    given_forward(p, compute_oracle(fp, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), fo), o, lse);
-    const GivenGrads m = backward_given(p, t, o, lse, own);
-    double fit = 0, apart = 0;  // max |kernel - model| / bound, max |exact - model| / bound
-    int64_t n = 0;
-    auto scan = [&](const std::vector<float>& got, const std::vector<double>& model, const std::vector<double>& ex,
-                    const std::vector<double>& bound, size_t at, size_t x) {
-      if (!std::isfinite(bound[at]) || !std::isfinite(model[at])) return;
-      const double bd = std::max(bound[at], 1e-300);
-      fit = std::max(fit, std::fabs(got[x] - model[at]) / bd);
-      apart = std::max(apart, std::fabs(ex[at] - model[at]) / bd);
-      ++n;
-    };
-    for (int64_t b = 0; b < p.batch; ++b) {
-      for (int64_t s = 0; s < p.seq_q; ++s)
-        for (int64_t h = 0; h < p.heads_q; ++h)
-          if (own.q_computed[static_cast<size_t>((b * p.seq_q + s) * p.heads_q + h)])
-            for (int64_t d = 0; d < p.head_dim; ++d)
-              scan(out.dq, m.dq, own.dq, own.dq_bound, own.dq_at(b, s, h, d),
-                   static_cast<size_t>(q_index(p, b, s, h, d)));
-      for (int64_t j = 0; j < p.seq_k; ++j)
-        for (int64_t h = 0; h < p.heads_kv; ++h) {
-          if (!own.k_computed[static_cast<size_t>((b * p.seq_k + j) * p.heads_kv + h)]) continue;
-          for (int64_t d = 0; d < p.head_dim; ++d)
-            scan(out.dk, m.dk, own.dk, own.dk_bound, own.dk_at(b, j, h, d), static_cast<size_t>(k_index(p, b, j, h, d)));
-          for (int64_t d = 0; d < p.head_dim_v; ++d)
-            scan(out.dv, m.dv, own.dv, own.dv_bound, own.dv_at(b, j, h, d), static_cast<size_t>(v_index(p, b, j, h, d)));
-        }
-    }
-    if (n == 0 || fit > 1 || apart <= 1) continue;
+    given_forward(p, compute_oracle(mv, t.q.data(), t.k.data(), t.v.data(), t.variant_inputs(), fo), o, lse);
+    GradResult model = own;
+    backward_given(p, t, o, lse, model);
+    CheckResult got, sep;
+    compare_gradients(p, model, out.dq.data(), out.dk.data(), out.dv.data(), got);
+    compare_gradients(p, model, exact.dq.data(), exact.dk.data(), exact.dv.data(), sep);
+    if (got.verdict != Verdict::kPass || sep.verdict != Verdict::kFail) continue;
     if (fits.empty())
       first = fmt("all %lld computed elements within the case's bound of that model (max err/bound %s; the exact "
                   "gradients are %s bounds from it)",
-                  (long long)n, num(fit).c_str(), num(apart).c_str());
+                  (long long)got.compared, num(got.max_ratio).c_str(), num(sep.max_ratio).c_str());
     fits += (fits.empty() ? "" : " or ") + label;
   }
   if (fits.empty()) return false;

@@ -168,13 +168,16 @@ TEST(PlantedClassification, BudgetIsTheSweepGridAndRandomCases) {
 }
 
 // The first case of `cases` on which `name` fails, classified; prints what was found ("[ tag ] ...") and fails
-// the test when every supported case passes (then nullopt).
+// the test when every supported case passes (then nullopt). walks: how many times the budget may be walked before
+// that. A race between blocks shows only when the OS runs two blocks at once: with three busy processes beside it on
+// 2 cores, planted-bwd-dq-plain-add passed one walk of its 86 cases in 4 of 30 runs (one ctest -j 2 run here too).
 struct Found {
   PreparedCase* pc;
   Judged j;
   std::string evidence;  // "\n    detector: detail" per evidence line
 };
-std::optional<Found> first_failure(const char* tag, const std::string& name, std::vector<PreparedCase>& cases) {
+std::optional<Found> first_failure(const char* tag, const std::string& name, std::vector<PreparedCase>& cases,
+                                   int walks = 1) {
   const KernelEntry* k = Registry::global().find(Backend::kCpu, name);
   if (!k) {
     ADD_FAILURE() << "no kernel " << name;
@@ -183,22 +186,25 @@ std::optional<Found> first_failure(const char* tag, const std::string& name, std
   const auto t0 = std::chrono::steady_clock::now();
   RunOptions ro;
   int checked = 0;
-  for (PreparedCase& pc : cases) {
-    Judged j = check_case(device(), *k, pc, ro);
-    if (j.result.verdict == Verdict::kUnsupported) continue;
-    ++checked;
-    if (j.result.verdict != Verdict::kFail) continue;
-    const std::string first = failure_class_name(j.result.failure);
-    const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string ev;
-    for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
-    std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " (" << pc.the_case().label << ", "
-              << describe(pc.the_case()) << ") in " << s << " s; check said " << first << " in " << j.result.tensor
-              << ", classified " << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
-    return Found{&pc, std::move(j), ev};
-  }
-  ADD_FAILURE() << name << " passed all " << checked << " supported " << tag << " budget cases";
+  for (int walk = 0; walk < walks; ++walk)
+    for (PreparedCase& pc : cases) {
+      Judged j = check_case(device(), *k, pc, ro);
+      if (j.result.verdict == Verdict::kUnsupported) continue;
+      ++checked;
+      if (j.result.verdict != Verdict::kFail) continue;
+      const std::string first = failure_class_name(j.result.failure);
+      const ClassifyStats st = classify_failure(device(), *k, pc, ro, j, ClassifyOptions{});
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::string ev;
+      for (const Evidence& e : j.result.evidence) ev += "\n    " + e.detector + ": " + e.detail;
+      std::cout << "[ " << tag << " ] " << name << ": found at case " << checked << " ("
+                << pc.the_case().label << ", " << describe(pc.the_case()) << ") in " << s << " s; check said "
+                << first << " in " << j.result.tensor << ", classified "
+                << failure_class_name(j.result.failure) << " by " << st.decided_by << ev << "\n";
+      return Found{&pc, std::move(j), ev};
+    }
+  ADD_FAILURE() << name << " passed all " << checked << " supported " << tag << " budget checks (" << walks
+                << " walk(s) of the budget)";
   return std::nullopt;
 }
 
@@ -308,7 +314,8 @@ TEST_P(PlantedBwd, DetectedAndNamedPerGradientTensor) {
   load();
   const std::string name = GetParam();
   const BwdExpected& want = expected_bwd().at(name);
-  const auto f = first_failure("planted-bwd", name, prepared_bwd());
+  // A race between blocks (barrier-race rows) gets up to 5 walks of the budget: the same cases, the same classification.
+  const auto f = first_failure("planted-bwd", name, prepared_bwd(), want.cls == "barrier-race" ? 5 : 1);
   if (!f) return;
   const Judged& j = f->j;
   EXPECT_EQ(failure_class_name(j.result.failure), want.cls) << describe(f->pc->the_case()) << f->evidence;

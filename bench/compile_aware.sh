@@ -39,7 +39,8 @@ print(f"{mode}_cases_per_s_per_worker={c['cases_per_s']:.2f}")
 print(f"{mode}_checks={c['cases']}")
 for k, t in c.get("compile_aware", {}).items():
     print(f"{mode}_{k}_mode={t['mode']} ({t['why']})")
-    print(f"{mode}_{k}_new_shapes={t['new_shapes']} new_shape_time_share={t['new_shape_s'] / max(t['check_s'], 1e-9):.2f}")
+    print(f"{mode}_{k}_new_shapes={t['new_shapes']} refused={t.get('refused', 0)} "
+          f"new_shape_time_share={t['new_shape_s'] / max(t['check_s'], 1e-9):.2f}")
 EOF
 }
 echo "seconds=$secs"

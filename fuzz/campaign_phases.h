@@ -298,7 +298,7 @@ struct Aggregate {
   // and why ("pooled" wins over "probe" and "off"), and the processes' ShapePool::stats() summed.
   struct CompileTotals {
     std::string mode, why;
-    int64_t shapes = 0, checks = 0, snapped = 0, processes = 0;
+    int64_t shapes = 0, checks = 0, snapped = 0, refused = 0, processes = 0;
     double new_shape_s = 0, check_s = 0;
   };
   std::map<std::string, CompileTotals> compile;

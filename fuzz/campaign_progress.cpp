@@ -21,6 +21,7 @@ void add_compile_totals(const Json& pools, Aggregate& a) {
     t.shapes += v.value("shapes", int64_t{0});
     t.checks += v.value("checks", int64_t{0});
     t.snapped += v.value("snapped", int64_t{0});
+    t.refused += v.value("refused", int64_t{0});
     t.new_shape_s += v.value("new_shape_s", 0.0);
     t.check_s += v.value("check_s", 0.0);
     ++t.processes;

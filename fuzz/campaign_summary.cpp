@@ -249,11 +249,11 @@ std::vector<std::string> compile_lines(const Aggregate& a) {
     if (t.mode == "pooled")
       std::snprintf(buf, sizeof buf,
                     "compile-aware %s (%s): %lld new shape(s) in %lld worker process(es), %lld check(s) (%.1f per "
-                    "shape), %lld input(s) snapped onto compiled shapes, %.0f%% of its check time in first calls at "
-                    "new shapes",
+                    "shape), %lld input(s) snapped onto compiled shapes, %lld new shape(s) refused, %.0f%% of its check "
+                    "time in first calls and refusals at new shapes",
                     k.c_str(), t.why.c_str(), (long long)t.shapes, (long long)t.processes, (long long)t.checks,
                     t.shapes ? static_cast<double>(t.checks) / static_cast<double>(t.shapes) : 0.0,
-                    (long long)t.snapped, t.check_s > 0 ? 100 * t.new_shape_s / t.check_s : 0.0);
+                    (long long)t.snapped, (long long)t.refused, t.check_s > 0 ? 100 * t.new_shape_s / t.check_s : 0.0);
     else
       std::snprintf(buf, sizeof buf, "not compile-aware %s (%s): every input's shape as drawn", k.c_str(),
                     t.mode == "probe" ? "still measuring first calls" : t.why.c_str());
@@ -266,7 +266,7 @@ Json compile_json(const Aggregate& a) {
   Json j = Json::object();
   for (const auto& [k, t] : a.compile)
     j[k] = {{"mode", t.mode},         {"why", t.why},         {"new_shapes", t.shapes},
-            {"checks", t.checks},     {"snapped", t.snapped}, {"worker_processes", t.processes},
+            {"checks", t.checks},     {"snapped", t.snapped}, {"refused", t.refused}, {"worker_processes", t.processes},
             {"new_shape_s", t.new_shape_s}, {"check_s", t.check_s}};
   return j;
 }

@@ -101,6 +101,10 @@ class CaseDomain {
   // heads, Sq, Sk, D, Dv; fewer or fewer-count specials; plainer mask, distribution, scale and layout;
   // for explicit values: zeroed halves, rounded values.
   std::vector<Case> shrinks(const Case& c) const;
+  // c on the shape that JIT-compiled kernels accept most widely: Sq, Sk, D, Dv each rounded down to a power of two
+  // (D and Dv at least 16 where the limits allow), everything else kept. c unchanged for a sequence layout or a
+  // merge case, or where the result leaves the domain. The compile-aware pool's start (fuzz/shape_pool.h).
+  Case plain_shape(const Case& c) const;
   std::string validate(const Case& c) const { return in_domain(c, lim_); }
   std::string print(const FuzzInput& in) const;
 

@@ -1,5 +1,6 @@
 // mutator.cpp - the structured case domain (CaseDomain): random cases, mutations, cross-over, shrinks.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -759,6 +760,19 @@ FuzzInput CaseDomain::cross_over(const FuzzInput& a, const FuzzInput& b, Rng& rn
   }
   normalise(out, lim_);
   return out;
+}
+
+Case CaseDomain::plain_shape(const Case& c) const {
+  const Problem& p = c.problem;
+  if (has_sequences(p) || is_merge(p)) return c;
+  const auto floor2 = [](int64_t x) { return x < 1 ? x : int64_t{1} << (63 - std::countl_zero(uint64_t(x))); };
+  const auto dim = [&](int64_t d) { return std::max(floor2(d), std::min<int64_t>(16, floor2(lim_.max_dim))); };
+  const Problem np = reshaped(p, p.batch, p.heads_q, p.heads_kv, floor2(p.seq_q), floor2(p.seq_k), dim(p.head_dim),
+                              kv_shared(p) ? std::min(dim(p.head_dim_v), dim(p.head_dim)) : dim(p.head_dim_v));
+  Case n = reshape(c, np);
+  fix_specials(n);
+  if (n.explicit_values && !attnfuzz::validate(n).empty()) n.explicit_values.reset();
+  return attnfuzz::validate(n).empty() && in_domain(n, lim_).empty() ? n : c;
 }
 
 // One function of ~160 lines on purpose: the candidates form one list, simplest first, and the minimizer

@@ -102,7 +102,9 @@ const char* compile_mode_name(CompileMode m) {
 }
 
 bool ShapePool::takes(const std::string& key) const {
-  if (mode_ == CompileMode::kOff || shapes_.empty() || index_.count(key)) return true;
+  if (mode_ == CompileMode::kOff || index_.count(key)) return true;
+  if (shapes_.empty()) return refused_.empty();  // nothing compiled yet: as drawn until the kernel refuses one
+  if (refused_.count(key)) return false;
   if (mode_ == CompileMode::kProbe) return firsts_.size() <= repeats_.size() && firsts_.size() < kProbeSamples;
   if (share_ >= 1) return true;  // every new shape, as without a pool (the pool still counts them)
   return shapes_.size() < kMaxShapes && new_s_ <= share_ * check_s_;
@@ -137,6 +139,14 @@ bool ShapePool::decide() {
   return true;
 }
 
+void ShapePool::note_refused(const std::string& key, double support_s) {
+  if (mode_ == CompileMode::kOff) return;
+  ++refusals_;
+  new_s_ += support_s;
+  check_s_ += support_s;
+  refused_.insert(key);
+}
+
 void ShapePool::reset() {
   shapes_.clear();
   index_.clear();
@@ -144,7 +154,7 @@ void ShapePool::reset() {
 
 nlohmann::json ShapePool::stats() const {
   return {{"mode", compile_mode_name(mode_)}, {"why", why_},         {"shapes", admitted_},
-          {"checks", checks_},                {"snapped", snapped_}, {"new_shape_s", new_s_},
+          {"checks", checks_},                {"snapped", snapped_}, {"refused", refusals_}, {"new_shape_s", new_s_},
           {"check_s", check_s_}};
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -67,7 +68,8 @@ class ShapePool {
     return snap_shape(shape_of, values_of, lim, data_variants_);
   }
   const std::string& why() const { return why_; }  // "declared by the adapter", "measured: ...", ...
-  // Whether an input of shape `key` runs as drawn: a known shape, or a new one the budget admits.
+  // Whether an input of shape `key` runs as drawn: a known shape, or a new one the budget admits. While the pool is
+  // empty, every shape until the kernel refuses one; then none (pick() has nothing: CaseDomain::plain_shape).
   bool takes(const std::string& key) const;
   // The pool case a snapped input takes its shape from (r picks; null when the pool is empty).
   const Case* pick(uint64_t r) const;
@@ -75,10 +77,15 @@ class ShapePool {
   // check_s the whole check. Returns true when this check ended a probe (mode() is now kPooled or kOff).
   bool record(const Case& c, const std::string& key, double first_call_s, double check_s);
   void note_snapped() { ++snapped_; }
+  // The kernel refused a shape the pool took, after support_s seconds: an adapter's support question may compile
+  // (flex probes on zeros), so they count as a new shape's time and the kernel's, and the key is snapped away from
+  // while the pool has shapes. Before, a refusal was free to the budget: compiled FlexAttention spent 89 of 90 s
+  // refusing head dims one compilation each (bench/compile_aware.sh, session 22).
+  void note_refused(const std::string& key, double support_s);
   void reset();  // the kernel's process restarted: nothing is compiled any more (statistics stay)
   // Decided elsewhere (another worker process measured it): work/compile.txt.
   void set_mode(CompileMode m, std::string why) { mode_ = m, why_ = std::move(why), firsts_.clear(), repeats_.clear(); }
-  // {"mode", "why", "shapes" (admitted in this process), "checks", "snapped", "new_shape_s", "check_s"}.
+  // {"mode", "why", "shapes" (admitted in this process), "checks", "snapped", "refused", "new_shape_s", "check_s"}.
   nlohmann::json stats() const;
 
  private:
@@ -89,8 +96,9 @@ class ShapePool {
   std::string why_;
   std::vector<Case> shapes_;
   std::unordered_map<std::string, size_t> index_;
+  std::unordered_set<std::string> refused_;
   std::vector<double> firsts_, repeats_;  // probe samples, seconds
-  int64_t admitted_ = 0, checks_ = 0, snapped_ = 0;
+  int64_t admitted_ = 0, checks_ = 0, snapped_ = 0, refusals_ = 0;
   double new_s_ = 0, check_s_ = 0;
 };
 

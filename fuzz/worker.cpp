@@ -555,7 +555,8 @@ FuzzInput Worker::fit(const FuzzInput& in, uint64_t pick) {
   if (pool.takes(pool.key(in.the_case))) return in;
   pool.note_snapped();
   FuzzInput out = in;
-  out.the_case = pool.snap(*pool.pick(pick), in.the_case, cfg_.limits);
+  const Case* shape = pool.pick(pick);  // none: the kernel refused shapes and compiled none yet
+  out.the_case = shape ? pool.snap(*shape, in.the_case, cfg_.limits) : CaseDomain(cfg_.limits).plain_shape(in.the_case);
   return out;
 }
 
@@ -659,9 +660,10 @@ Worker::Outcome Worker::run(const FuzzInput& drawn) {
       break;
     }
     ++by_kernel_[kernels_[idx]->kernel.name][pass_dtype(pc.the_case())]["refused"];
-    const std::string key = std::string(kernels_[idx]->kernel.name) + ": " + why.substr(0, 300);
-    if (auto it = refusals_.find(key); it != refusals_.end()) ++it->second;
-    else if (refusals_.size() < kMaxRefusals) refusals_[key] = 1;
+    if (any_pool_) pools_[idx].note_refused(key, support_s);
+    const std::string reason = std::string(kernels_[idx]->kernel.name) + ": " + why.substr(0, 300);
+    if (auto it = refusals_.find(reason); it != refusals_.end()) ++it->second;
+    else if (refusals_.size() < kMaxRefusals) refusals_[reason] = 1;
   }
   if (!out.kernel) {
     // libFuzzer ends a fork job whose inputs set no counter ("no interesting inputs were found") and the

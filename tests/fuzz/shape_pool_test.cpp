@@ -124,6 +124,52 @@ TEST(ShapePool, NewShapesWithinTheTimeShare) {
   EXPECT_TRUE(pool.takes(shape_key(c)));
 }
 
+// A refusal at a new shape costs what its support question cost (flex compiles there): it counts against the new
+// shapes' share, and the refused shape is snapped away from. Before, compiled FlexAttention spent 89 of 90 s
+// refusing head dims, one compilation each, and the pool never throttled them.
+TEST(ShapePool, ARefusedNewShapeCountsAgainstTheShareAndIsNotTakenAgain) {
+  ShapePool pool(CompileMode::kPooled, 0.25, "test");
+  const Case a = shaped(1, 1, 4, 4, 8), odd = shaped(1, 1, 4, 4, 7), b = shaped(1, 1, 5, 5, 8);
+  pool.record(a, shape_key(a), 1.0, 1.0);
+  for (int i = 0; i < 400; ++i) pool.record(a, shape_key(a), 0.01, 0.01);  // 1 s of 5 s: new shapes welcome
+  EXPECT_TRUE(pool.takes(shape_key(odd)));
+  pool.note_refused(shape_key(odd), 2.0);  // 3 s of 7 s now in first calls and refusals
+  EXPECT_FALSE(pool.takes(shape_key(odd)));
+  EXPECT_FALSE(pool.takes(shape_key(b)));  // over the share
+  for (int i = 0; i < 900; ++i) pool.record(a, shape_key(a), 0.01, 0.01);  // 3 s of 16 s
+  EXPECT_TRUE(pool.takes(shape_key(b)));
+  EXPECT_FALSE(pool.takes(shape_key(odd)));  // still refused: snapped onto a compiled shape
+  const nlohmann::json st = pool.stats();
+  EXPECT_EQ(st["refused"], 1);
+  EXPECT_DOUBLE_EQ(st["new_shape_s"].get<double>(), 3.0);
+  ShapePool off;
+  off.note_refused(shape_key(odd), 2.0);  // no pool: nothing counted, every shape as drawn
+  EXPECT_TRUE(off.takes(shape_key(odd)));
+  EXPECT_EQ(off.stats()["refused"], 0);
+}
+
+// Before the first compiled shape there is nothing to snap onto: after a refusal the inputs go to plain_shape
+// (powers of two, head dims >= 16), which compiled FlexAttention accepts, instead of one refused compilation each.
+TEST(ShapePool, AfterARefusalWithNothingCompiledInputsTakeThePlainShape) {
+  ShapePool pool(CompileMode::kPooled, 0.25, "test");
+  const Case odd = shaped(2, 3, 37, 45, 7), other = shaped(1, 1, 9, 9, 24);
+  EXPECT_TRUE(pool.takes(shape_key(odd)));
+  pool.note_refused(shape_key(odd), 10.0);
+  EXPECT_FALSE(pool.takes(shape_key(other)));
+  EXPECT_EQ(pool.pick(0), nullptr);
+  FuzzLimits lim;
+  lim.max_seq = 64, lim.max_dim = 64;
+  const Problem p = CaseDomain(lim).plain_shape(odd).problem;
+  EXPECT_EQ(std::vector<int64_t>({p.batch, p.heads_q, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v}),
+            std::vector<int64_t>({2, 3, 32, 32, 16, 16}));
+  const Problem q = CaseDomain(lim).plain_shape(shaped(1, 1, 64, 100, 64)).problem;  // 64 stays, 100 -> 64
+  EXPECT_EQ(std::vector<int64_t>({q.seq_q, q.seq_k, q.head_dim}), std::vector<int64_t>({64, 64, 64}));
+  lim.max_dim = 8;  // head dims as near 16 as the limits allow
+  EXPECT_EQ(CaseDomain(lim).plain_shape(shaped(1, 1, 4, 4, 7)).problem.head_dim, 8);
+  pool.record(odd, "compiled", 10.0, 10.0);  // once one shape compiled, inputs snap onto it
+  EXPECT_NE(pool.pick(0), nullptr);
+}
+
 TEST(ShapePool, ShareOneTakesEveryShapeAndOffTakesAll) {
   ShapePool every(CompileMode::kPooled, 1, "test"), off;
   const Case a = shaped(1, 1, 4, 4, 8), b = shaped(1, 1, 5, 5, 8);

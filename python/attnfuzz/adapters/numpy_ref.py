@@ -20,6 +20,8 @@ accepted-malformed through the adapter:
 --compile-delay SECONDS makes it behave like a JIT-compiled kernel: the first call at each new shape (compile_key)
 in this process sleeps SECONDS first, and the kernel declares recompiles_per_shape (--hide-recompiles: it does not,
 so that attn-fuzz has to measure it); bench/compile_aware.sh runs campaigns against it with and without the pool.
+--refuse-head-dims adds what compiled FlexAttention does to most fuzzed shapes: a head dim (D or Dv) that is not a
+power of two >= 16 is refused after the support question compiled (SECONDS, once per compile_key).
 """
 
 import argparse
@@ -110,6 +112,9 @@ def main(argv=None):
     ap.add_argument("--variants-as-data", action="store_true",
                     help="with --compile-delay: sinks, softcap, ALiBi and bias do not compile again (declared as "
                          "data_variants), as in FlexAttention's compiled path")
+    ap.add_argument("--refuse-head-dims", action="store_true",
+                    help="with --compile-delay: refuse a head dim that is not a power of two >= 16, after a simulated "
+                         "compilation in the support question (as flex_attention's probe compiles, then raises)")
     ap.add_argument("--compute-model", choices=("fused", "unfused"),
                     help="declare this compute model (default none: the tool assumes unfused, the wider bound)")
     ap.add_argument("--score-add-in-dtype", choices=("declared", "undeclared"),
@@ -158,12 +163,25 @@ def main(argv=None):
                                    "softcap-ignored") else ()
     data = tuple(v for v in SCORE_VARIANTS if v in variants) if a.variants_as_data else ()
     run, backward = compiling(run, a.compile_delay, compiled, data), compiling(backward, a.compile_delay, compiled, data)
+    refused = {}  # --refuse-head-dims: compile key -> reason, the question answered once per key
+
+    def supports(p):
+        if all(d >= 16 and d & (d - 1) == 0 for d in (p.head_dim, p.head_dim_v)):
+            return None
+        key = compile_key(p, data)
+        if key not in refused:
+            time.sleep(a.compile_delay)  # compiled, then refused
+            refused[key] = (f"numpy-ref --refuse-head-dims: head dims {p.head_dim}, {p.head_dim_v} "
+                            "(powers of two >= 16 only)")
+        return refused[key]
+
     name = "numpy-" + bug if bug else "numpy-ref"
     desc = f"numpy reference with planted bug {bug}" if bug else "numpy reference (float64 inside)"
     serve([Kernel(name, run, family="numpy", description=desc, lse=not a.no_lse,
                   dtypes=[d for d in a.dtypes.split(",") if d],
                   backward=None if a.no_backward else backward,
                   tunables=SPLITS if bug == "split-average" else None, repro=call, features=FEATURES,
+                  supports=supports if a.refuse_head_dims else None,
                   variants=variants, data_variants=data, compute_model=a.compute_model,
                   score_add_in_dtype=a.score_add_in_dtype == "declared",
                   # bwd-align-tl, bwd-lse-tl: causal-br only, as SDPA's lower-right route (no other mask to rerun with)

@@ -427,6 +427,21 @@ bool refuse_dirs(const std::vector<std::string>& dirs, const std::string& out_di
   return false;
 }
 
+// A resumed campaign's report counts its last run's cases and seconds; the merge counts the whole campaign: every
+// run's cases, seconds and rate (a ten-minute campaign run as two five-minute halves was merged as its second half).
+void sum_runs(Json& c) {
+  if (!c.is_object() || !c.contains("runs") || !c.at("runs").is_array() || c.at("runs").size() < 2) return;
+  int64_t cases = 0;
+  double wall = 0;
+  for (const Json& r : c.at("runs")) {
+    cases += r.value("cases", int64_t{0});
+    wall += r.value("wall_s", 0.0);
+  }
+  c["cases"] = cases;
+  c["wall_s"] = wall;
+  c["cases_per_s"] = wall > 0 ? static_cast<double>(cases) / wall : 0.0;
+}
+
 // report.json's campaign section into ci (none: stays null). false: said why on stderr.
 bool read_report(const fs::path& rj, CampaignInfo& ci) {
   std::string text;
@@ -442,6 +457,7 @@ bool read_report(const fs::path& rj, CampaignInfo& ci) {
       return false;
     }
     if (j.contains("campaign")) ci.stats = j.at("campaign");
+    sum_runs(ci.stats);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn-fuzz: %s: not a readable report: %s\n", rj.c_str(), e.what());
     return false;

@@ -341,6 +341,7 @@ TEST(Merge, BadInputsAreRefusedWithOneLineAndExitTwo) {
 // Issue 26 item 4: a resumed campaign's failures are timed from its first start (its report's campaign time),
 // never before the campaign's own start; a failure imported from a campaign not merged gets an "after" too (from
 // the merge's first start, marked), never "?"; summary.md has one H1.
+// And counted whole: every run's cases and seconds (a ten-minute campaign run as two halves was merged as its second).
 TEST(Merge, AResumedCampaignIsTimedFromItsFirstStartAndNoCellIsUnknown) {
   const fs::path root = fresh("merge-resumed");
   FakeCampaign a(root, "a", root / "sync");
@@ -357,14 +358,19 @@ TEST(Merge, AResumedCampaignIsTimedFromItsFirstStartAndNoCellIsUnknown) {
   Json j;
   j["schema"] = "attnfuzz-report";
   j["schema_version"] = 2;
-  j["campaign"] = {{"name", "a"}, {"cases", 10}, {"started_unix", 2000001000},  // the resume
+  j["campaign"] = {{"name", "a"}, {"cases", 10}, {"wall_s", 5.0}, {"cases_per_s", 2.0},
+                   {"started_unix", 2000001000},  // the resume
                    {"first_started_unix", 2000000000}, {"started_at", "x"}, {"features_hex", "01"},
+                   {"runs", Json::array({{{"started_unix", 2000000000}, {"wall_s", 15.0}, {"cases", 30}},
+                                         {{"started_unix", 2000001000}, {"wall_s", 5.0}, {"cases", 10}}})},
                    {"failures", Json::array({{{"file", own.filename().string()}, {"found_after_s", 100.0}}})}};
   std::ofstream(a.out / "report.json") << j.dump();
   const fs::path out = root / "merged";
   EXPECT_EQ(merge_campaigns({a.out.string()}, out.string(), "attn-fuzz --merge", true), 1);
   std::ifstream in(out / "report.json");
   const Json m = Json::parse(in).at("merge");
+  EXPECT_EQ(m.at("cases"), 40);
+  EXPECT_DOUBLE_EQ(m.at("cases_per_s").get<double>(), 2.0);  // 40 cases in 20 s
   ASSERT_EQ(m.at("failures").size(), 2u);
   for (const Json& f : m.at("failures")) {
     EXPECT_GE(f.at("found_after_s").get<double>(), 0) << f.dump();

@@ -232,7 +232,8 @@ TEST(Adapter, FlashAttention2sWindowNormalisationIsNamedMaskNotRescale) {
 // reference.
 TEST(Adapter, NumpyReferencePassesEveryFindingCase) {
   NEED_NUMPY();
-  for (const char* dir : {"sdpa-findings", "jax-findings", "h100-campaigns", "h200-campaigns", "h100-campaigns-s20"}) {
+  for (const char* dir : {"sdpa-findings", "jax-findings", "h100-campaigns", "h200-campaigns", "h100-campaigns-s20",
+                          "h100-campaigns-s22"}) {
     int n = 0;
     for (const auto& e : fs::directory_iterator(fs::path(SOURCE_DIR) / "examples" / dir)) {
       if (e.path().extension() != ".case") continue;

@@ -129,6 +129,11 @@ struct KernelGrads {
   std::vector<float> dq, dk, dv;
 };
 KernelGrads as_written(const Problem& p, const GradResult& g, const LaunchOutcome& like);
+// Adds query row (b, h, i)'s backward over keys [first, last) to g's dQ, dK, dV, in double: P = exp(scale q.k - lse),
+// Delta = dO . o_row, dS = P (dP - Delta). For the detectors' gradient models (a forward or a row other than the
+// asked one); no score variant.
+void add_row_backward(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t i, int64_t first,
+                      int64_t last, double lse, const double* o_row, GradResult& g);
 // Whole-output comparison verdict of out against ex (compare_output without keeping anything).
 CheckResult judge(const Problem& p, const OracleResult& ex, const LaunchOutcome& out);
 // "0-3, 7, 9-12" from ascending values.

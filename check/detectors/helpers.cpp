@@ -358,6 +358,29 @@ RowsMatch rows_match(const Problem& p, const OracleResult& exact, const OracleRe
   return m;
 }
 
+void add_row_backward(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t i, int64_t first,
+                      int64_t last, double lse, const double* o_row, GradResult& g) {
+  auto at = [](int64_t x) { return static_cast<size_t>(x); };
+  const int64_t hk = h / (p.heads_q / p.heads_kv);
+  const float* qi = &t.q[at(q_index(p, b, i, h, 0))];
+  const float* gi = &t.dout[at(o_index(p, b, i, h, 0))];
+  double delta = 0;
+  for (int64_t d = 0; d < p.head_dim_v; ++d) delta += double{gi[d]} * o_row[d];
+  for (int64_t j = first; j < last; ++j) {
+    const float* kj = &t.k[at(k_index(p, b, j, hk, 0))];
+    const float* vj = &t.v[at(v_index(p, b, j, hk, 0))];
+    double s = 0, dp = 0;
+    for (int64_t d = 0; d < p.head_dim; ++d) s += double{qi[d]} * kj[d];
+    for (int64_t d = 0; d < p.head_dim_v; ++d) dp += double{gi[d]} * vj[d];
+    const double P = std::exp(double{p.scale} * s - lse), dS = P * (dp - delta);
+    for (int64_t d = 0; d < p.head_dim; ++d) {
+      g.dq[g.dq_at(b, i, h, d)] += p.scale * dS * kj[d];
+      g.dk[g.dk_at(b, j, hk, d)] += p.scale * dS * qi[d];
+    }
+    for (int64_t d = 0; d < p.head_dim_v; ++d) g.dv[g.dv_at(b, j, hk, d)] += P * gi[d];
+  }
+}
+
 KernelGrads as_written(const Problem& p, const GradResult& g, const LaunchOutcome& like) {
   KernelGrads k{std::vector<float>(like.dq.size()), std::vector<float>(like.dk.size()),
                 std::vector<float>(like.dv.size())};

@@ -591,32 +591,16 @@ std::string gradient_nan_leak(Context& c, std::string& tried) {
 void backward_given(const Problem& p, const Tensors& t, const std::vector<float>& o, const std::vector<float>& lse,
                     GradResult& g) {
   for (auto* x : {&g.dq, &g.dk, &g.dv}) std::fill(x->begin(), x->end(), 0.0);
-  const int64_t G = p.heads_q / p.heads_kv;
-  auto at = [](int64_t i) { return static_cast<size_t>(i); };
+  std::vector<double> row(static_cast<size_t>(p.head_dim_v));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.seq_q; ++i) {
         const KeyRange kr = visible_keys(p, i);
-        const double l = lse[at(lse_index(p, b, h, i))];
+        const double l = lse[static_cast<size_t>(lse_index(p, b, h, i))];
         if (kr.empty() || l == -INFINITY) continue;  // a row the given forward calls empty adds nothing
-        const int64_t hk = h / G;
-        const float* qi = &t.q[at(q_index(p, b, i, h, 0))];
-        const float* gi = &t.dout[at(o_index(p, b, i, h, 0))];
-        double delta = 0;
-        for (int64_t d = 0; d < p.head_dim_v; ++d) delta += double{gi[d]} * o[at(o_index(p, b, i, h, d))];
-        for (int64_t j = kr.first; j < kr.last; ++j) {
-          const float* kj = &t.k[at(k_index(p, b, j, hk, 0))];
-          const float* vj = &t.v[at(v_index(p, b, j, hk, 0))];
-          double s = 0, dp = 0;
-          for (int64_t d = 0; d < p.head_dim; ++d) s += double{qi[d]} * kj[d];
-          for (int64_t d = 0; d < p.head_dim_v; ++d) dp += double{gi[d]} * vj[d];
-          const double P = std::exp(double{p.scale} * s - l), dS = P * (dp - delta);
-          for (int64_t d = 0; d < p.head_dim; ++d) {
-            g.dq[g.dq_at(b, i, h, d)] += p.scale * dS * kj[d];
-            g.dk[g.dk_at(b, j, hk, d)] += p.scale * dS * qi[d];
-          }
-          for (int64_t d = 0; d < p.head_dim_v; ++d) g.dv[g.dv_at(b, j, hk, d)] += P * gi[d];
-        }
+        for (int64_t d = 0; d < p.head_dim_v; ++d)
+          row[static_cast<size_t>(d)] = o[static_cast<size_t>(o_index(p, b, i, h, d))];
+        add_row_backward(p, t, b, h, i, kr.first, kr.last, l, row.data(), g);
       }
 }
 

@@ -291,6 +291,31 @@ TEST(Adapter, ABackwardBoundToOneMaskIsNamedMaskByTheGradientsOtherMaskExperimen
 // Session 20's H100 case: SDPA's efficient lower-right f16 backward (3x2, q = k = v = 0) returned dV[0] = dO_1 / 2 +
 // dO_2 / 2, the bottom-right backward given the top-left forward's LSE; it was left `precision` (err/bound 97).
 // numpy_ref --bug bwd-lse-tl is that computation, on that case: the forward-mask experiment names it.
+// cuDNN's non-zero fully masked rows in the backward: session 22's H100 SDPA cuDNN lower-right case (40x9 causal-br,
+// GQA 2:1, q = k = 0) failed every dV element of its KV head, named `wrong`; its dV was within 0.4% of a backward in
+// which rows 0-30, which see no key, attend to all 9 keys. numpy_ref --bug bwd-empty-all-keys is that model: the
+// empty-row detector's model fit names it, on that case (dK / dV only) and on random inputs (dQ too).
+TEST(Adapter, ABackwardWhoseRowsWithoutKeysAttendToEveryKeyIsNamedEmptyRow) {
+  NEED_NUMPY();
+  const std::string out = fresh("bwd-empty-all-keys");
+  Result r = check(numpy_adapter("--bug bwd-empty-all-keys"),
+                   "--replay " + std::string(SOURCE_DIR) +
+                       "/examples/h100-campaigns-s22/sdpa-bwd-f16--sdpa-cudnn-lower-right--wrong-fda35cbce2b8d8e1.case "
+                       "--kernel numpy-bwd-empty-all-keys",
+                   out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::ifstream f(fs::path(out) / "report.json");
+  const nlohmann::json res = nlohmann::json::parse(f)["results"][0];
+  EXPECT_EQ(res["class"], "empty-row") << res.dump();
+  EXPECT_TRUE(has(res["evidence"].dump(), "the gradients match a model in which each of those rows attends to every "
+                                          "key (P the softmax over all 9 keys, as if unmasked): all 3136 computed"))
+      << res.dump();
+  r = check(numpy_adapter("--bug bwd-empty-all-keys"), "--pass bwd --sq 9 --sk 4 --d 8 --mask causal-br --dtype f16",
+            fresh("bwd-empty-all-keys-9x4"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "empty-row x1")) << r.out;
+}
+
 TEST(Adapter, ABackwardGivenAnotherMasksForwardIsNamedMask) {
   NEED_NUMPY();
   const std::string out = fresh("bwd-lse-tl");

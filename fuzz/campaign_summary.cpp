@@ -240,8 +240,8 @@ std::string phase_line(const Aggregate& a) {
 
 // One line per kernel whose shape pool was on (fuzz/shape_pool.h): "compile-aware numpy-ref (declared by its adapter
 // (recompiles_per_shape)): 14 new shapes in 2 worker process(es), 1234 checks (88 per shape), 40 inputs snapped
-// onto compiled shapes, 21% of its check time in first calls at new shapes"; the measured kernels that do not
-// compile say so too. Empty without.
+// onto compiled shapes, 3 new shape(s) refused, 21% of its check time in first calls and refusals at new shapes"; the
+// measured kernels that do not compile say so too. Empty without.
 std::vector<std::string> compile_lines(const Aggregate& a) {
   std::vector<std::string> out;
   for (const auto& [k, t] : a.compile) {
@@ -249,8 +249,8 @@ std::vector<std::string> compile_lines(const Aggregate& a) {
     if (t.mode == "pooled")
       std::snprintf(buf, sizeof buf,
                     "compile-aware %s (%s): %lld new shape(s) in %lld worker process(es), %lld check(s) (%.1f per "
-                    "shape), %lld input(s) snapped onto compiled shapes, %lld new shape(s) refused, %.0f%% of its check "
-                    "time in first calls and refusals at new shapes",
+                    "shape), %lld input(s) snapped onto compiled shapes, %lld new shape(s) refused, %.0f%% of its "
+                    "check time in first calls and refusals at new shapes",
                     k.c_str(), t.why.c_str(), (long long)t.shapes, (long long)t.processes, (long long)t.checks,
                     t.shapes ? static_cast<double>(t.checks) / static_cast<double>(t.shapes) : 0.0,
                     (long long)t.snapped, (long long)t.refused, t.check_s > 0 ? 100 * t.new_shape_s / t.check_s : 0.0);

@@ -197,8 +197,10 @@ Finding empty_row_gradients(Context& c) {
   // The experiment (dense problems: the sequence layouts' lse rows are the dense view's).
   std::string shown;
   bool cleared = false;  // the experiment made every gradient pass
-  // The O the backward was given (its own forward's in a forward + backward check).
-  const std::vector<float> o_in = c.pass() == Pass::kBwd ? c.pc.given_o(c.opts.oracle) : c.original().o;
+  // The O the backward was given (its own forward's in a forward + backward check); dense problems only.
+  const std::vector<float> o_in = has_sequences(c.pc.problem()) ? std::vector<float>{}
+                                  : c.pass() == Pass::kBwd     ? c.pc.given_o(c.opts.oracle)
+                                                               : c.original().o;
   if (!has_sequences(c.pc.problem())) {
     const LaunchOutcome& out = c.original();
     std::vector<float> lse = c.pass() == Pass::kBwd ? c.pc.given_lse(c.opts.oracle) : out.lse;

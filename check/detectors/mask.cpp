@@ -198,6 +198,14 @@ void fire(Finding& f, const char* kind, std::string detail) {
 void other_mask_test(Context& c, Finding& f) {
   const Problem& p = c.problem();
   const OracleResult& ex = c.pc.oracle(c.opts.oracle);
+  // Every failing row sees no key under the asked mask: another mask that matches differs from it there only, and
+  // says no more than the rows' own wrong value (an empty row averaging V is the unmasked result when Sk = 1: a live
+  // jax-xla-bias case). The empty-row detector names those rows.
+  const std::vector<RowKey> failing = failing_rows(c);
+  const bool only_empty = !failing.empty() && std::all_of(failing.begin(), failing.end(), [&](const RowKey& r) {
+    const RowInfo& ri = ex.row(r.b, r.h, r.s);
+    return ri.computed && ri.kind == RowKind::kFullyMasked;
+  });
   for (const auto& [lv, label] : other_masks(c)) {
     OracleResult exv;
     try {
@@ -221,6 +229,12 @@ void other_mask_test(Context& c, Finding& f) {
                        : "mask " + label +
                              ": passes only because the failing elements are not judged under it "
                              "(outside the fp32 contract there): not a match"});
+      continue;
+    }
+    if (only_empty) {
+      f.evidence.push_back({"mask", "O matches the exact result under mask " + label + ", but every failing row sees "
+                                        "no key under the asked mask: the masks differ only in those rows, which "
+                                        "the empty-row detector judges (not a mask finding)"});
       continue;
     }
     fire(f, "other-mask",

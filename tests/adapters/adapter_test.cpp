@@ -295,6 +295,24 @@ TEST(Adapter, ABackwardBoundToOneMaskIsNamedMaskByTheGradientsOtherMaskExperimen
 // GQA 2:1, q = k = 0) failed every dV element of its KV head, named `wrong`; its dV was within 0.4% of a backward in
 // which rows 0-30, which see no key, attend to all 9 keys. numpy_ref --bug bwd-empty-all-keys is that model: the
 // empty-row detector's model fit names it, on that case (dK / dV only) and on random inputs (dQ too).
+// Session 22's H100 jax-xla-bias case (31x1 causal-br, no LSE): rows 0-29 see no key and averaged V, which at Sk = 1
+// is the unmasked result, so the mask detector's other-mask fit named it `mask`. A match that differs from the asked
+// mask only in rows without keys is left to the empty-row detector.
+TEST(Adapter, RowsWithoutKeysThatAverageVAreEmptyRowEvenWhereAnotherMaskMatches) {
+  NEED_NUMPY();
+  const std::string out = fresh("empty-row-mean-no-lse");
+  Result r = check(numpy_adapter("--bug empty-row-mean --no-lse"),
+                   "--replay " + std::string(SOURCE_DIR) +
+                       "/examples/h100-campaigns-s22/jax-bf16--jax-xla-bias--mask-43dfe4d87a158d1f.case "
+                       "--kernel numpy-empty-row-mean",
+                   out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::ifstream f(fs::path(out) / "report.json");
+  const nlohmann::json res = nlohmann::json::parse(f)["results"][0];
+  EXPECT_EQ(res["class"], "empty-row") << res.dump();
+  EXPECT_TRUE(has(res["evidence"].dump(), "every failing row sees no key under the asked mask")) << res.dump();
+}
+
 TEST(Adapter, ABackwardWhoseRowsWithoutKeysAttendToEveryKeyIsNamedEmptyRow) {
   NEED_NUMPY();
   const std::string out = fresh("bwd-empty-all-keys");

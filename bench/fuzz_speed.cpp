@@ -203,7 +203,7 @@ void in_process(const Options& o, const std::string& shapes, const std::string& 
     const KernelEntry* k = nullptr;
     for (size_t j = 0; j < ks.size() && !k; ++j) {
       const KernelEntry* c = ks[(in.kernel + j) % ks.size()];
-      if (unsupported_reason(c->kernel, pc.problem()).empty()) k = c;
+      if (case_unsupported_reason(c->kernel, pc.problem(), pc.the_case().pass).empty()) k = c;
     }
     if (!k) continue;
     ++s.checked;
@@ -224,10 +224,15 @@ void in_process(const Options& o, const std::string& shapes, const std::string& 
     t = Clock::now();
     (void)result_features(cf, cmp);
     s.features += since_ms(t);
+    // The dense comparison above is the stage's cost, not always the verdict: a sequence layout's rows past a
+    // sequence's length, a backward case's gradients and malformed metadata (a clean refusal passes) are judged by
+    // check_case. Only what it fails is classified (before, ~240 of 1,592 cases in 5 s were classified here in a
+    // campaign that failed none); its re-check is not timed.
     if (cmp.verdict == Verdict::kFail || lo.canary_words || lo.launch.status != LaunchStatus::kOk) {
+      Judged j = check_case(all.device(), *k, pc, run);
+      if (j.result.verdict != Verdict::kFail) continue;
       ++s.failed;
       t = Clock::now();
-      Judged j = check_case(all.device(), *k, pc, run);
       refine_class(all.device(), *k, pc, run, {}, j);
       s.classify += since_ms(t);
     }

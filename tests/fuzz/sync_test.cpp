@@ -433,7 +433,7 @@ int sh(const std::string& cmd) {
 TEST(Sync, TwoCampaignsSyncThroughATempDirAndMerge) {
   const fs::path root = fresh("two"), dir = root / "sync";
   const std::string common = std::string(" --plugin ") + PLANTED_PLUGIN +
-                             " --kernel 'planted-*' --no-seeds --workers 1 --max-time 14 --sync-interval 2 --progress 5"
+                             " --kernel 'planted-*' --no-seeds --workers 1 --max-time 10 --sync-interval 2 --progress 5"
                              " --timeout 5 --sync " + dir.string();
   const std::string a = std::string(ATTN_FUZZ) + common + " --name a --out " + (root / "a").string() + " > " +
                         (root / "a.log").string() + " 2>&1",

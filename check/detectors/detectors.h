@@ -129,6 +129,13 @@ struct KernelGrads {
   std::vector<float> dq, dk, dv;
 };
 KernelGrads as_written(const Problem& p, const GradResult& g, const LaunchOutcome& like);
+// A gradient model fit: the kernel's gradients within the model's bounds (got), and the case's exact gradients (as
+// written) beyond them (sep), so that the inputs tell the model from the exact result. fits(): both.
+struct GradFit {
+  CheckResult got, sep;
+  bool fits() const { return got.verdict == Verdict::kPass && sep.verdict == Verdict::kFail; }
+};
+GradFit fit_gradients(const Problem& p, const GradResult& model, const LaunchOutcome& out, const KernelGrads& exact);
 // Adds query row (b, h, i)'s backward over keys [first, last) to g's dQ, dK, dV, in double: P = exp(scale q.k - lse),
 // Delta = dO . o_row, dS = P (dP - Delta). For the detectors' gradient models (a forward or a row other than the
 // asked one); no score variant.

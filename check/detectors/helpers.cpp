@@ -358,6 +358,13 @@ RowsMatch rows_match(const Problem& p, const OracleResult& exact, const OracleRe
   return m;
 }
 
+GradFit fit_gradients(const Problem& p, const GradResult& model, const LaunchOutcome& out, const KernelGrads& exact) {
+  GradFit r;
+  compare_gradients(p, model, out.dq.data(), out.dk.data(), out.dv.data(), r.got);
+  compare_gradients(p, model, exact.dq.data(), exact.dk.data(), exact.dv.data(), r.sep);
+  return r;
+}
+
 void add_row_backward(const Problem& p, const Tensors& t, int64_t b, int64_t h, int64_t i, int64_t first,
                       int64_t last, double lse, const double* o_row, GradResult& g) {
   auto at = [](int64_t x) { return static_cast<size_t>(x); };

@@ -38,6 +38,8 @@ BUGS = ("mask-leak", "missing-rescale", "empty-row-nan", "lse-error", "bwd-mask-
         "split-average", "scale-nan", "sink-ignored", "dbias-half", "dropout-bwd-wrap",
         "stale-plan", "kv-latent-rows", "softcap-ignored", "trusts-metadata", "short-seq-16x", "fa2-window",
         "last-tile-dropped", "bwd-align-tl", "headdim-repeat-16", "bwd-lse-tl", "bwd-empty-all-keys")
+# The bugs of the backward alone (the forward is the reference's).
+BWD_BUGS = ("bwd-mask-leak", "bwd-align-tl", "bwd-lse-tl", "bwd-empty-all-keys")
 # The KV-split knob of the split-average kernel (the split-kv detector varies it; 1 = no split).
 SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
            "description": "contiguous KV splits combined at the end"}]
@@ -46,9 +48,8 @@ SPLITS = [{"name": "num_splits", "role": "kv_splits", "values": [4, 1, 2, 8],
 def library_call(bug):
     """(problem, pass) -> repro.Call: how the kernel (numpy-ref, or numpy-<bug>) calls the reference, run by the adapter and
     printed into bug-report scripts as written; the float32 results rounded to the dtype as the helper stores them."""
-    fwd_bug = None if bug in ("bwd-mask-leak", "bwd-align-tl", "bwd-lse-tl", "bwd-empty-all-keys", "trusts-metadata") \
-        else bug
-    bwd_bug = bug if bug in ("bwd-mask-leak", "bwd-align-tl", "bwd-lse-tl", "bwd-empty-all-keys") else None
+    fwd_bug = None if bug in BWD_BUGS + ("trusts-metadata",) else bug
+    bwd_bug = bug if bug in BWD_BUGS else None
     trust = bug == "trusts-metadata"  # the sequence arrays taken as sent, unchecked (a malformed one is not refused)
 
     def make(p, pass_name):
